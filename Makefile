@@ -1,0 +1,62 @@
+# make demo  - run a TPU VM's life (up, status, down) end to end on the local Cloud TPU emulator
+# make test  - install everything the tests need, lint, and run every test
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+VENV := .venv
+TFVENV := .venv-tf29
+PY := $(VENV)/bin/python
+TFPY := $(TFVENV)/bin/python
+PIN_FILE := templates/requirements-tf29.txt
+# The data plane's interpreter: the tpu-vm-tf-2.9.x image runs Python 3.8; 3.9 and 3.10 also run TF 2.9.
+TF_PYTHONS := 3.8 3.9 3.10
+
+.PHONY: setup demo test lint tools clean
+
+setup: $(VENV)/.stamp $(TFVENV)/.stamp
+
+$(VENV)/.stamp: pyproject.toml
+	@py=$$(for c in python3.12 python3.11 python3.10 python3; do \
+	    if command -v $$c >/dev/null && $$c -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then command -v $$c; break; fi; \
+	  done); \
+	  if [ -z "$$py" ]; then echo "tpuops needs Python >= 3.10 for the control plane; none found on PATH" >&2; exit 1; fi; \
+	  $$py -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(TFVENV)/.stamp: $(PIN_FILE) $(VENV)/.stamp
+	rm -rf $(TFVENV)
+	$$($(PY) -m tpuops.runtime_python $(TF_PYTHONS)) -m venv $(TFVENV)
+	$(TFPY) -m pip install --quiet -r $(PIN_FILE) pytest
+	touch $@
+
+tools:
+	@command -v shellcheck >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
+	  else echo "shellcheck is missing: sudo apt-get install shellcheck" >&2; exit 1; fi; }
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup tools lint
+	$(VENV)/bin/pytest -q tests
+	$(TFVENV)/bin/pytest -q -p no:cacheprovider tests/agent
+
+DEMO_HOME := $(CURDIR)/.tpuops-demo
+TPUOPS := $(CURDIR)/$(VENV)/bin/tpuops
+demo: setup
+	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)
+	export TPUOPS_HOME=$(DEMO_HOME) TPUOPS_CONFIG=$(DEMO_HOME)/tpuops.toml; \
+	trap '$(TPUOPS) emulator stop' EXIT; \
+	$(TPUOPS) init --provider local --zone us-central1-a --zone us-central1-b --path $$TPUOPS_CONFIG; \
+	$(TPUOPS) emulator start --boot-delay 2; \
+	$(TPUOPS) up demo-v3 --accelerator v3-8 --spot; \
+	$(TPUOPS) status; \
+	echo "--- the node's startup script ran; its boot record:"; \
+	cat $(DEMO_HOME)/emulator/nodes/tpuops-local/us-central1-a/demo-v3/tpuops/boot.json; echo; \
+	$(TPUOPS) down demo-v3 --yes; \
+	$(TPUOPS) status
+
+clean:
+	rm -rf $(VENV) $(TFVENV) .tpuops-demo .pytest_cache

@@ -1,0 +1,97 @@
+"""Configuration precedence and one-line validation errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tpuops.config import load_settings, write_config
+from tpuops.errors import UsageError
+from tpuops.kinds import Capacity, Provider
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tpuops.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
+    settings = load_settings(environ={"TPUOPS_HOME": str(tmp_path)}, config_path=None)
+    assert settings.provider is Provider.LOCAL
+    assert settings.capacity is Capacity.SPOT
+    assert settings.accelerator == "v3-8"
+    assert settings.store_root == str(tmp_path / "store")
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'project = "from-file"\nzones = ["europe-west4-a"]\naccelerator = "v2-8"\n')
+    env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "from-env", "TPUOPS_ZONES": "us-central1-b, us-central1-a"}
+    settings = load_settings({"accelerator": "v3-8", "project": None}, config_path=path, environ=env)
+    assert settings.project == "from-env"
+    assert settings.zones == ["us-central1-b", "us-central1-a"]
+    assert settings.accelerator == "v3-8"
+    only_file = load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
+    assert (only_file.project, only_file.zones, only_file.accelerator) == ("from-file", ["europe-west4-a"], "v2-8")
+
+
+def test_tpuops_env_overrides_google_cloud_project(tmp_path: Path) -> None:
+    env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "g", "TPUOPS_PROJECT": "t"}
+    assert load_settings(environ=env, config_path=None).project == "t"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('capacity = "cheap"', "capacity = 'cheap' is not allowed: expected 'spot', 'preemptible' or 'on-demand'"),
+        ('zones = ["central"]', "zones = ['central'] is not allowed: zone 'central' is not a zone name"),
+        ('colour = "blue"', "unknown key 'colour'"),
+        ('tpu_endpoint = "localhost:1"', "tpu_endpoint = 'localhost:1' is not allowed: expected a URL"),
+        ("poll_interval_s = -1", "poll_interval_s = -1 is not allowed"),
+        ("capacity = ", "not valid TOML"),
+    ],
+)
+def test_bad_values_give_one_line_naming_key_and_value(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, text + "\n")
+    with pytest.raises(UsageError) as caught:
+        load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
+    message = str(caught.value)
+    assert expected in message
+    assert str(path) in message
+    assert "\n" not in message
+    assert caught.value.exit_code == 2
+
+
+def test_env_value_error_names_the_environment(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"^environment: capacity = 'later'"):
+        load_settings(environ={"TPUOPS_HOME": str(tmp_path), "TPUOPS_CAPACITY": "later"}, config_path=None)
+
+
+def test_gcp_needs_project_and_bucket(tmp_path: Path) -> None:
+    env = {"TPUOPS_HOME": str(tmp_path)}
+    with pytest.raises(UsageError, match="provider 'gcp' needs a project"):
+        load_settings({"provider": "gcp"}, environ=env, config_path=None)
+    with pytest.raises(UsageError, match="expected a bucket URI"):
+        load_settings({"provider": "gcp", "project": "p-1", "store": "/tmp/x"}, environ=env, config_path=None)
+    ok = load_settings({"provider": "gcp", "project": "p-1", "store": "gs://b/x"}, environ=env, config_path=None)
+    assert ok.store_root == "gs://b/x"
+
+
+def test_write_config_round_trips_and_refuses_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "tpuops.toml"
+    settings = write_config(path, {"provider": "local", "zones": ["us-central1-b", "us-central1-c"],
+                                   "labels": {"team": "ml", "cost-center": "x_1"}, "capacity": Capacity.ON_DEMAND})
+    assert settings.zones == ["us-central1-b", "us-central1-c"]
+    again = load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
+    assert again.labels == {"team": "ml", "cost-center": "x_1"}
+    assert again.capacity is Capacity.ON_DEMAND
+    with pytest.raises(UsageError, match="exists already"):
+        write_config(path, {"provider": "local"})
+
+
+def test_write_config_rejects_bad_value_without_writing(tmp_path: Path) -> None:
+    path = tmp_path / "tpuops.toml"
+    with pytest.raises(UsageError, match="capacity = 'never'"):
+        write_config(path, {"capacity": "never"})
+    assert not path.exists()

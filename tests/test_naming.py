@@ -1,0 +1,94 @@
+"""Node ids and labels are checked against GCP's rules before any API call."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuops.errors import UsageError
+from tpuops.naming import (
+    MAX_LABELS,
+    check_label_key,
+    check_label_value,
+    check_labels,
+    check_node_name,
+    labels_for,
+)
+
+
+@pytest.mark.parametrize("name", ["a", "tpuops-run-1", "x" * 63, "a-b-c9", "n0"])
+def test_valid_node_names(name: str) -> None:
+    assert check_node_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "My_Node", "1node", "-node", "node-", "x" * 64, "node.name", "nöde",
+                                  "node\n", "UPPER", "a b"])
+def test_invalid_node_names(name: str) -> None:
+    with pytest.raises(UsageError) as err:
+        check_node_name(name)
+    message = str(err.value)
+    assert message.startswith(f"node name {name!r} is not allowed: use 1-63 lowercase letters")
+    assert "\n" not in message
+
+
+def test_node_name_message_matches_the_documented_line() -> None:
+    with pytest.raises(UsageError) as err:
+        check_node_name("My_Node")
+    assert str(err.value) == (
+        "node name 'My_Node' is not allowed: use 1-63 lowercase letters, digits and '-', "
+        "starting with a letter and not ending with '-'"
+    )
+
+
+@pytest.mark.parametrize("key", ["a", "team", "cost_center", "k-1", "x" * 63])
+def test_valid_label_keys(key: str) -> None:
+    assert check_label_key(key) == key
+
+
+@pytest.mark.parametrize("key", ["", "1team", "_team", "Team", "x" * 64, "ключ", "a.b", "a\nb"])
+def test_invalid_label_keys(key: str) -> None:
+    with pytest.raises(UsageError, match=r"^label key .* is not allowed") as err:
+        check_label_key(key)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["", "ml", "0", "run_1-a", "x" * 63])
+def test_valid_label_values(value: str) -> None:
+    assert check_label_value(value, key="k") == value
+
+
+@pytest.mark.parametrize("value", ["ML", "x" * 64, "a b", "a/b", "é", "$(x)"])
+def test_invalid_label_values(value: str) -> None:
+    with pytest.raises(UsageError, match=r"^label value .*\(key 'k'\) is not allowed"):
+        check_label_value(value, key="k")
+
+
+def test_at_most_64_labels() -> None:
+    many = {f"k{i}": "v" for i in range(MAX_LABELS)}
+    assert check_labels(many) == many
+    with pytest.raises(UsageError, match="at most 64"):
+        check_labels({**many, "one-more": "v"})
+
+
+def test_labels_for_adds_managed_labels() -> None:
+    assert labels_for() == {"managed-by": "tpuops"}
+    assert labels_for(run_id="r-1", sweep_id="s-1", user={"team": "ml"}) == {
+        "team": "ml",
+        "managed-by": "tpuops",
+        "tpuops-run": "r-1",
+        "tpuops-sweep": "s-1",
+    }
+
+
+@pytest.mark.parametrize("key", ["managed-by", "tpuops-run", "tpuops-sweep"])
+def test_user_may_not_set_managed_labels(key: str) -> None:
+    with pytest.raises(UsageError, match=f"label '{key}' is set by tpuops"):
+        labels_for(run_id="r-1", user={key: "mine"})
+
+
+def test_labels_for_checks_ids_and_user_labels() -> None:
+    with pytest.raises(UsageError, match="RUN_1"):
+        labels_for(run_id="RUN_1")
+    with pytest.raises(UsageError, match="Team"):
+        labels_for(user={"Team": "ml"})
+    with pytest.raises(UsageError, match="too many"):
+        labels_for(user={f"k{i}": "v" for i in range(MAX_LABELS)})

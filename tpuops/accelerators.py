@@ -1,0 +1,167 @@
+"""Cloud TPU accelerator types and the TF 2.9 runtime versions that fit them: the one place for these rules.
+
+An accelerator type is ``<family>-<N>``. For v2, v3, v4 and v5p, N counts TensorCores (two per
+chip) and every host carries 4 chips: v3-8 is 4 chips on one host, v3-32 is 16 chips on 4 hosts.
+For v5e (``v5litepod-N``) and v6e, N counts chips: up to 8 chips sit on one host; a larger slice
+spans hosts of 4 chips each (v5litepod-16 is 4 hosts). Only power-of-two sizes are accepted: they
+are the slice shapes every zone offers, and refusing the rest here is cheaper than a 400 from the API.
+
+TensorFlow 2.9 runtime images exist for v2, v3 and v4 only (FACTS.md): ``tpu-vm-tf-2.9.x`` on a
+single host, ``-pod`` on a multi-host slice, and v4 adds ``-v4`` (``tpu-vm-tf-2.9.3-pod-v4``).
+v5e, v5p and v6e need TF >= 2.15 with PJRT, so asking for a TF 2.9 runtime there is a usage error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tpuops.errors import UsageError
+
+TF_VERSION = "2.9.3"
+"""The TensorFlow release tpuops runs; every runtime name and the pin check derive from it."""
+
+TF_VERSION_PREFIX = ".".join(TF_VERSION.split(".")[:2])
+"""``"2.9"``: what ``tensorflow.__version__`` must start with on the VM."""
+
+_TF29_RUNTIME = re.compile(
+    r"tpu-vm-tf-(?P<version>" + re.escape(TF_VERSION_PREFIX) + r"\.\d+)(?P<pod>-pod)?(?P<v4>-v4)?"
+)
+_ACCELERATOR = re.compile(r"(?P<family>[a-z0-9]+)-(?P<size>[1-9][0-9]*)")
+_EXAMPLES = "expected e.g. v2-8, v3-8, v3-32, v4-8"
+
+
+@dataclass(frozen=True)
+class _Family:
+    generation: str
+    min_size: int
+    max_size: int
+    counts_cores: bool
+    """True when N counts TensorCores (2 per chip), False when it counts chips."""
+    chips_on_one_host: int
+    """The most chips a single-host slice of this family has."""
+
+
+CHIPS_PER_HOST_IN_SLICE = 4
+"""Chips per host in a multi-host slice, for every family."""
+
+_FAMILIES: dict[str, _Family] = {
+    "v2": _Family("v2", 8, 512, counts_cores=True, chips_on_one_host=4),
+    "v3": _Family("v3", 8, 2048, counts_cores=True, chips_on_one_host=4),
+    "v4": _Family("v4", 8, 4096, counts_cores=True, chips_on_one_host=4),
+    "v5p": _Family("v5p", 8, 16384, counts_cores=True, chips_on_one_host=4),
+    "v5litepod": _Family("v5e", 1, 256, counts_cores=False, chips_on_one_host=8),
+    "v6e": _Family("v6e", 1, 256, counts_cores=False, chips_on_one_host=8),
+}
+_TF29_GENERATIONS = ("v2", "v3", "v4")
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A parsed accelerator type such as ``v3-32``; build it with ``parse_accelerator``."""
+
+    type: str
+    """The accelerator type exactly as the Cloud TPU API spells it (``v5litepod-8``)."""
+    generation: str
+    """``v2``, ``v3``, ``v4``, ``v5e``, ``v5p`` or ``v6e``."""
+    size: int
+    """The N of ``<family>-N``: TensorCores for v2/v3/v4/v5p, chips for v5e/v6e."""
+    chips: int
+    hosts: int
+
+    @property
+    def multi_host(self) -> bool:
+        """A slice spanning hosts: it needs a ``-pod`` runtime and the job runs on worker 0 only."""
+        return self.hosts > 1
+
+    def __str__(self) -> str:
+        return self.type
+
+
+def parse_accelerator(text: str) -> Accelerator:
+    """Parse and validate an accelerator type string.
+
+    Raises:
+        UsageError: not a Cloud TPU type, or a size the family does not come in.
+    """
+    match = _ACCELERATOR.fullmatch(text)
+    family = _FAMILIES.get(match["family"]) if match else None
+    if match is None or family is None:
+        raise UsageError(f"accelerator {text!r} is not a Cloud TPU type ({_EXAMPLES})")
+    size = int(match["size"])
+    if not family.min_size <= size <= family.max_size or size & (size - 1):
+        unit = "TensorCores" if family.counts_cores else "chips"
+        raise UsageError(
+            f"accelerator {text!r} is not a Cloud TPU type: {match['family']} sizes ({unit}) are powers "
+            f"of two from {family.min_size} to {family.max_size}"
+        )
+    chips = size // 2 if family.counts_cores else size
+    hosts = 1 if chips <= family.chips_on_one_host else chips // CHIPS_PER_HOST_IN_SLICE
+    return Accelerator(type=text, generation=family.generation, size=size, chips=chips, hosts=hosts)
+
+
+def _as_accelerator(acc: Accelerator | str) -> Accelerator:
+    return acc if isinstance(acc, Accelerator) else parse_accelerator(acc)
+
+
+def _runtime_name(tf_version: str, acc: Accelerator) -> str:
+    pod = "-pod" if acc.multi_host else ""
+    v4 = "-v4" if acc.generation == "v4" else ""
+    return f"tpu-vm-tf-{tf_version}{pod}{v4}"
+
+
+def _require_tf29_generation(acc: Accelerator) -> None:
+    if acc.generation not in _TF29_GENERATIONS:
+        raise UsageError(
+            f"accelerator {acc.type!r} ({acc.generation}) has no TensorFlow {TF_VERSION_PREFIX} runtime: "
+            f"TF {TF_VERSION_PREFIX} images exist for v2, v3 and v4 only; {acc.generation} needs "
+            "TF >= 2.15 with PJRT"
+        )
+
+
+def default_runtime_version(acc: Accelerator | str) -> str:
+    """The TF 2.9 runtime image for ``acc``, e.g. ``tpu-vm-tf-2.9.3-pod-v4`` for v4-16.
+
+    Raises:
+        UsageError: ``acc`` is not a valid type, or its generation has no TF 2.9 image.
+    """
+    acc = _as_accelerator(acc)
+    _require_tf29_generation(acc)
+    return _runtime_name(TF_VERSION, acc)
+
+
+def is_tf29_runtime(runtime: str) -> bool:
+    """Whether ``runtime`` names a TF 2.9 TPU VM image (any patch release, any variant)."""
+    return _TF29_RUNTIME.fullmatch(runtime) is not None
+
+
+def check_runtime_version(acc: Accelerator | str, runtime: str) -> str:
+    """Reject a TF 2.9 runtime that cannot boot on ``acc``; return ``runtime`` unchanged otherwise.
+
+    Runtimes that are not TF 2.9 images pass through: a user who names another image knows
+    what they want, and the API will judge it.
+
+    Raises:
+        UsageError: the TF 2.9 runtime is wrong for ``acc`` (the message names the right one),
+            or ``acc`` has no TF 2.9 image at all.
+    """
+    acc = _as_accelerator(acc)
+    match = _TF29_RUNTIME.fullmatch(runtime)
+    if match is None:
+        return runtime
+    _require_tf29_generation(acc)
+    expected = _runtime_name(match["version"], acc)
+    if runtime != expected:
+        shape = "a multi-host slice" if acc.multi_host else "a single host"
+        raise UsageError(
+            f"runtime version {runtime!r} does not fit accelerator {acc.type!r} ({acc.generation}, {shape}): "
+            f"use {expected!r}"
+        )
+    return runtime
+
+
+def resolve_runtime_version(acc: Accelerator | str, requested: str | None = None) -> str:
+    """The runtime to create ``acc`` with: ``requested`` after checking it, else the default."""
+    if requested:
+        return check_runtime_version(acc, requested)
+    return default_runtime_version(acc)

@@ -1,0 +1,95 @@
+"""What every command shares: loading settings, printing JSON or tables, progress, errors.
+
+Heavy modules (pydantic, rich tables, Google clients) are imported inside the functions
+that need them, so that ``tpuops --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tpuops.config import Settings
+
+
+@dataclass
+class CliState:
+    config_path: Path | None = None
+
+
+def err_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def out_console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def load_settings(ctx: typer.Context, **flags: Any) -> Settings:
+    """Settings for this invocation: the global ``--config`` plus the command's own flags."""
+    from tpuops.config import load_settings as load
+
+    state = ctx.find_root().obj
+    config_path = state.config_path if isinstance(state, CliState) else None
+    return load(flags, config_path=config_path)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    out_console().print(table)
+
+
+@contextmanager
+def progress(initial: str, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
+    """A spinner on a terminal; plain lines on stderr otherwise (CI logs, pipes)."""
+    console = err_console()
+    if quiet:
+        yield lambda _text: None
+        return
+    if console.is_terminal:
+        with console.status(initial) as status:
+            yield status.update
+        return
+    last = [""]
+
+    def line(text: str) -> None:
+        if text != last[0]:
+            last[0] = text
+            console.print(text)
+
+    line(initial)
+    yield line
+
+
+def human_age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

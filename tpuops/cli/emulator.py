@@ -1,0 +1,125 @@
+"""``tpuops emulator``: the local Cloud TPU API emulator (start, stop, status, preempt, fault, billing)."""
+
+from __future__ import annotations
+
+import typer
+
+from tpuops.cli.common import err_console, load_settings, print_json, print_table
+
+app = typer.Typer(help="The local Cloud TPU API emulator that provider=local runs on.", no_args_is_help=True)
+
+
+def _running(ctx: typer.Context) -> tuple[object, str]:
+    from tpuops.emulator.control import status as emulator_status
+    from tpuops.errors import UsageError
+
+    settings = load_settings(ctx)
+    info = emulator_status(settings.emulator_dir)
+    if info is None:
+        raise UsageError("the emulator is not running (start it with 'tpuops emulator start')")
+    return settings, info.endpoint
+
+
+@app.command()
+def start(
+    ctx: typer.Context,
+    port: int = typer.Option(0, help="Port on 127.0.0.1 (0: any free port)."),
+    boot_delay: float = typer.Option(1.0, help="Seconds a node spends CREATING before READY."),
+    grace: float = typer.Option(30.0, help="Seconds between the preemption notice (SIGTERM) and SIGKILL."),
+    as_json: bool = typer.Option(False, "--json", help="Print the endpoint as JSON."),
+) -> None:
+    """Start the emulator in the background and print its endpoint."""
+    from tpuops.emulator.control import start_background, status
+
+    settings = load_settings(ctx)
+    info = status(settings.emulator_dir) or start_background(
+        settings.emulator_dir, port, boot_delay_s=boot_delay, grace_s=grace,
+        image_python=settings.emulated_image_python)
+    if as_json:
+        print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir)})
+        return
+    typer.echo(info.endpoint)
+    err_console().print(f"emulator running (pid {info.pid}); point a client at it with "
+                        f"TPUOPS_TPU_ENDPOINT={info.endpoint}")
+
+
+@app.command()
+def stop(ctx: typer.Context) -> None:
+    """Stop the emulator and every node process it started."""
+    from tpuops.emulator.control import stop as stop_emulator
+
+    settings = load_settings(ctx)
+    stopped = stop_emulator(settings.emulator_dir)
+    err_console().print("emulator stopped" if stopped else "the emulator was not running")
+
+
+@app.command("status")
+def show_status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Whether the emulator runs, and where."""
+    from tpuops.emulator.control import status
+
+    info = status(load_settings(ctx).emulator_dir)
+    if as_json:
+        print_json({"running": info is not None, "endpoint": info.endpoint if info else None,
+                    "pid": info.pid if info else None})
+        return
+    typer.echo(f"running at {info.endpoint} (pid {info.pid})" if info else "not running")
+    if info is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def preempt(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="Node to preempt now."),
+    zone: str | None = typer.Option(None, help="Its zone (default: the first configured zone)."),
+    grace: float | None = typer.Option(None, help="Override the grace period for this preemption."),
+) -> None:
+    """Preempt a spot or preemptible node now: SIGTERM, grace period, SIGKILL, PREEMPTED."""
+    from tpuops.emulator.control import AdminClient
+
+    settings, endpoint = _running(ctx)
+    AdminClient(endpoint).preempt(settings.project, zone or settings.zones[0], node, grace_s=grace)
+    err_console().print(f"preempting {node}")
+
+
+@app.command()
+def fault(
+    ctx: typer.Context,
+    stockout: list[str] | None = typer.Option(None, "--stockout", help="Zone with no capacity (repeatable)."),
+    error_rate: float | None = typer.Option(None, help="Fraction of API requests answered with an error."),
+    error_code: int | None = typer.Option(None, help="HTTP code of injected errors (503 or 429)."),
+    error_burst: int | None = typer.Option(None, help="Fail exactly the next N API requests."),
+    latency: float | None = typer.Option(None, help="Seconds added to every API request."),
+    preempt_rate: float | None = typer.Option(None, help="Random preemptions per node per second."),
+    seed: int | None = typer.Option(None, help="Seed of the fault dice."),
+    clear: bool = typer.Option(False, "--clear", help="Remove every fault."),
+) -> None:
+    """Inject faults: stockouts, error storms, latency, random preemption."""
+    from tpuops.emulator.control import AdminClient
+
+    _, endpoint = _running(ctx)
+    admin = AdminClient(endpoint)
+    if clear:
+        admin.clear_faults()
+        err_console().print("faults cleared")
+        return
+    faults = {"stockout_zones": stockout or None, "error_rate": error_rate, "error_code": error_code,
+              "error_burst": error_burst, "latency_s": latency, "preempt_rate_per_s": preempt_rate, "seed": seed}
+    admin.set_faults(**{k: v for k, v in faults.items() if v is not None})
+    err_console().print("faults set")
+
+
+@app.command()
+def billing(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """The emulator's billing truth: seconds each node spent READY."""
+    from tpuops.emulator.control import AdminClient
+
+    _, endpoint = _running(ctx)
+    records = AdminClient(endpoint).billing()
+    if as_json:
+        print_json({"intervals": records})
+        return
+    print_table("READY intervals", ("node", "zone", "accelerator", "capacity", "seconds"),
+                [(r.get("node"), r.get("zone"), r.get("accelerator_type"), r.get("capacity"),
+                  f"{float(r.get('seconds', 0)):.1f}") for r in records])

@@ -1,0 +1,39 @@
+"""``tpuops init``: write tpuops.toml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tpuops.cli.common import err_console
+from tpuops.kinds import Capacity, Provider
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init)
+
+
+def init(
+    provider: Provider = typer.Option(Provider.LOCAL, help="local: the emulator on this machine; gcp: Cloud TPU."),
+    project: str | None = typer.Option(None, help="GCP project id."),
+    zone: list[str] | None = typer.Option(None, "--zone", help="Zone; repeat for failover order."),
+    store: str | None = typer.Option(None, help="Store root: gs://BUCKET/PREFIX (gcp) or a directory."),
+    accelerator: str | None = typer.Option(None, help="Default accelerator type, e.g. v3-8."),
+    capacity: Capacity | None = typer.Option(None, help="Default capacity."),
+    label: list[str] | None = typer.Option(None, "--label", help="KEY=VALUE label put on every node."),
+    tpu_endpoint: str | None = typer.Option(None, help="Cloud TPU API endpoint (e.g. an emulator)."),
+    path: Path = typer.Option(Path("tpuops.toml"), "--path", help="Where to write the file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write tpuops.toml (validated) for this project."""
+    from tpuops.config import parse_labels, write_config
+    from tpuops.naming import labels_for
+
+    labels = parse_labels(",".join(label), "--label") if label else None
+    if labels:
+        labels_for(user_labels=labels)
+    values = {"provider": provider, "project": project, "zones": zone or None, "store": store,
+              "accelerator": accelerator, "capacity": capacity, "labels": labels, "tpu_endpoint": tpu_endpoint}
+    settings = write_config(path, values, force=force)
+    err_console().print(f"wrote {path} (provider {settings.provider.value}, zones {', '.join(settings.zones)})")

@@ -1,0 +1,115 @@
+"""``tpuops up``, ``status`` and ``down``: one library call each, rendered."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from tpuops.cli.common import err_console, human_age, load_settings, print_json, print_table, progress
+from tpuops.kinds import Capacity
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("status")(status)
+    app.command("down")(down)
+
+
+def _capacity(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
+    chosen = [c for c, flag in ((Capacity.SPOT, spot), (Capacity.PREEMPTIBLE, preemptible),
+                                (Capacity.ON_DEMAND, on_demand)) if flag]
+    if len(chosen) > 1:
+        raise typer.BadParameter("choose one of --spot, --preemptible, --on-demand")
+    return chosen[0] if chosen else None
+
+
+def up(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Node name (GCP rules: lowercase letters, digits, '-')."),
+    accelerator: str | None = typer.Option(None, help="Accelerator type, e.g. v3-8 (default from config)."),
+    spot: bool = typer.Option(False, "--spot", help="Spot capacity (cheapest; may be preempted)."),
+    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity (24 h at most)."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    zone: str | None = typer.Option(None, help="Only this zone (default: the configured zones in order)."),
+    runtime: str | None = typer.Option(None, help="Runtime version (default follows the accelerator)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return once the create request is accepted."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the request and script; call nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
+    from tpuops.provision import plan_up
+    from tpuops.session import provisioner
+
+    settings = load_settings(ctx)
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=_capacity(spot, preemptible, on_demand),
+                   zone=zone, runtime=runtime)
+    if dry_run:
+        body = plan.request.body()
+        if as_json:
+            print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
+            return
+        shown = {**body, "metadata": {**body["metadata"], "startup-script": "<below>"}}
+        typer.echo(f"# CreateNode {plan.request.name} in {', '.join(plan.zones)} (first that has capacity)")
+        typer.echo(json.dumps(shown, indent=2))
+        typer.echo("# startup-script")
+        typer.echo(plan.startup_script, nl=False)
+        return
+    with progress(f"creating {name}", quiet=as_json) as show:
+        result = provisioner(settings, show).up(plan, wait=not no_wait)
+    node = result.node
+    if as_json:
+        print_json({**node.to_json(), "adopted": result.adopted, "stockouts": result.stockouts})
+        return
+    verb = "adopted" if result.adopted else "created"
+    err_console().print(f"{node.name} {verb} in {node.zone}: {node.state.value} "
+                        f"({node.accelerator}, {node.capacity.value}, {node.runtime})")
+
+
+def status(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print nodes as JSON."),
+) -> None:
+    """List nodes in the configured zones: state, health, capacity, age."""
+    from tpuops.session import provisioner
+
+    settings = load_settings(ctx)
+    nodes = provisioner(settings).status()
+    if as_json:
+        print_json({"nodes": [n.to_json() for n in nodes]})
+        return
+    rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
+             "tpuops" if n.managed else "other") for n in nodes]
+    print_table(f"nodes in {settings.project} ({', '.join(settings.zones)})",
+                ("name", "zone", "accelerator", "capacity", "state", "health", "age", "owner"), rows)
+
+
+def down(
+    ctx: typer.Context,
+    names: list[str] | None = typer.Argument(None, help="Nodes to delete."),
+    all_nodes: bool = typer.Option(False, "--all", help="Delete every node tpuops manages here."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return once deletion is requested."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Delete nodes and wait until they are gone; deleting a missing node is fine."""
+    from tpuops.errors import UsageError
+    from tpuops.session import provisioner
+
+    if bool(names) == all_nodes:
+        raise UsageError("name the nodes to delete, or pass --all (not both)")
+    settings = load_settings(ctx)
+    if all_nodes and not yes and not typer.confirm(
+            f"delete every tpuops node in {settings.project} ({', '.join(settings.zones)})?"):
+        raise typer.Abort()
+    with progress("deleting", quiet=as_json) as show:
+        results = provisioner(settings, show).down(
+            None if all_nodes else list(names or []), wait=not no_wait)
+    if as_json:
+        print_json({"results": [r.__dict__ for r in results]})
+        return
+    for r in results:
+        where = f" in {r.zone}" if r.zone else ""
+        err_console().print(f"{r.name}{where}: {r.outcome}")
+    if not results:
+        err_console().print("nothing to delete")

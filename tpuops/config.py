@@ -1,0 +1,281 @@
+"""Configuration: ``tpuops.toml`` + environment + flags, validated once into ``Settings``.
+
+Precedence is flags > environment (``TPUOPS_<KEY>``, ``GOOGLE_CLOUD_PROJECT``) > the file >
+defaults. This module is the only place that reads the environment for settings; the
+library below it receives a ``Settings`` object and never looks at ``os.environ``.
+A bad value becomes one ``UsageError`` line naming the key, the value, where it came
+from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tpuops.errors import UsageError
+from tpuops.kinds import Capacity, Provider
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on 3.10
+    import tomli as tomllib
+
+CONFIG_FILE = "tpuops.toml"
+ENV_PREFIX = "TPUOPS_"
+
+
+def default_home(environ: Mapping[str, str]) -> Path:
+    """Where local state lives (ledger, emulator): ``TPUOPS_HOME`` or ``~/.tpuops``."""
+    return Path(environ.get("TPUOPS_HOME") or Path.home() / ".tpuops")
+
+
+def is_zone_name(zone: str) -> bool:
+    """GCP zone names are region-letter: 'us-central1-a', 'europe-west4-b'."""
+    parts = zone.split("-")
+    return len(parts) == 3 and all(parts) and len(parts[2]) == 1 and parts[1][-1:].isdigit()
+
+
+def check_zone(zone: str) -> str:
+    if not is_zone_name(zone):
+        raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
+    return zone
+
+
+class Settings(BaseModel):
+    """Everything a command needs to know about where and how to run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+    provider: Provider = Provider.LOCAL
+    project: str = "tpuops-local"
+    zones: list[str] = Field(default_factory=lambda: ["us-central1-a", "us-central1-b"], min_length=1)
+    store: str = ""
+    accelerator: str = "v3-8"
+    capacity: Capacity = Capacity.SPOT
+    labels: dict[str, str] = Field(default_factory=dict)
+    tpu_endpoint: str | None = None
+    image_python: str | None = None
+    home: Path = Path("~/.tpuops")
+    poll_interval_s: float = Field(default=5.0, gt=0)
+    operation_timeout_s: float = Field(default=1800.0, gt=0)
+    api_deadline_s: float = Field(default=120.0, gt=0)
+
+    @field_validator("project")
+    @classmethod
+    def _project_id(cls, value: str) -> str:
+        if not value or any(c.isspace() or c == "/" for c in value):
+            raise ValueError("expected a GCP project id such as 'my-project-123'")
+        return value
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_names(cls, value: list[str]) -> list[str]:
+        for zone in value:
+            if not is_zone_name(zone):
+                raise ValueError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
+        return value
+
+    @field_validator("tpu_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("expected a URL such as 'http://127.0.0.1:8470'")
+        return value or None
+
+    @property
+    def store_root(self) -> str:
+        """The store URI; for provider=local it defaults to a directory under ``home``."""
+        return self.store or str(self.home / "store")
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.home / "ledger.sqlite"
+
+    @property
+    def emulator_dir(self) -> Path:
+        return self.home / "emulator"
+
+    @property
+    def emulated_image_python(self) -> str | None:
+        """The interpreter that plays the TPU VM image's python3 on the emulator.
+
+        ``image_python`` when set, else the checkout's TF 2.9 environment (``make setup``).
+        """
+        if self.image_python:
+            return self.image_python
+        candidate = Path(__file__).resolve().parents[1] / ".venv-tf29" / "bin" / "python"
+        return str(candidate) if candidate.exists() else None
+
+
+_LIST_KEYS = {"zones"}
+_MAP_KEYS = {"labels"}
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if environ.get("GOOGLE_CLOUD_PROJECT"):
+        values["project"] = environ["GOOGLE_CLOUD_PROJECT"]
+    for key in Settings.model_fields:
+        raw = environ.get(ENV_PREFIX + key.upper())
+        if raw is None or raw == "":
+            continue
+        if key in _LIST_KEYS:
+            values[key] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif key in _MAP_KEYS:
+            values[key] = parse_labels(raw, f"{ENV_PREFIX}{key.upper()}")
+        else:
+            values[key] = raw
+    return values
+
+
+def parse_labels(raw: str, where: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"{where}: {item!r} is not KEY=VALUE (expected e.g. 'team=ml,owner=ana')")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def find_config_file(start: Path | None = None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """``TPUOPS_CONFIG``, else the nearest ``tpuops.toml`` in the working directory or a parent."""
+    environ = os.environ if environ is None else environ
+    if environ.get("TPUOPS_CONFIG"):
+        return Path(environ["TPUOPS_CONFIG"])
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such config file (run 'tpuops init' to write one)") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"{path}: not valid TOML: {err}") from None
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge defaults, the config file, the environment and flags, then validate.
+
+    ``flags`` holds only options the user actually gave (``None`` values are ignored).
+    """
+    environ = os.environ if environ is None else environ
+    path = config_path or find_config_file(environ=environ)
+    layers: list[tuple[str, dict[str, Any]]] = [("default", {"home": str(default_home(environ))})]
+    if path is not None:
+        layers.append((str(path), _read_file(path)))
+    layers.append(("environment", _from_env(environ)))
+    layers.append(("flag", {k: v for k, v in (flags or {}).items() if v is not None}))
+
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for origin, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            source[key] = origin
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as err:
+        raise UsageError(_one_line(err, merged, source)) from None
+    return _finish(settings)
+
+
+def _finish(settings: Settings) -> Settings:
+    home = settings.home.expanduser()
+    updates: dict[str, Any] = {"home": home}
+    if settings.provider is Provider.GCP:
+        if settings.project == "tpuops-local":
+            raise UsageError("project: provider 'gcp' needs a project (set project in tpuops.toml, "
+                             "GOOGLE_CLOUD_PROJECT or --project)")
+        if not settings.store.startswith("gs://"):
+            raise UsageError(f"store: {settings.store!r} is not allowed with provider 'gcp' "
+                             "(expected a bucket URI such as 'gs://my-bucket/tpuops')")
+    if settings.provider is Provider.LOCAL and "poll_interval_s" not in settings.model_fields_set:
+        updates["poll_interval_s"] = 0.2
+    return settings.model_copy(update=updates)
+
+
+def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[str, str]) -> str:
+    first = err.errors()[0]
+    loc = first.get("loc") or ("config",)
+    key = str(loc[0])
+    origin = source.get(key, "config")
+    if first.get("type") == "extra_forbidden":
+        allowed = ", ".join(Settings.model_fields)
+        return f"{origin}: unknown key {key!r} (allowed keys: {allowed})"
+    value = merged.get(key, first.get("input"))
+    message = first.get("msg", "invalid value").removeprefix("Value error, ")
+    if first.get("type") == "enum":
+        allowed = first.get("ctx", {}).get("expected", "")
+        message = f"expected {allowed}"
+    return f"{origin}: {key} = {value!r} is not allowed: {message}"
+
+
+def render_toml(values: Mapping[str, Any]) -> str:
+    """Write the flat subset of TOML that ``tpuops.toml`` uses (strings, numbers, lists, one table)."""
+    lines: list[str] = []
+    tables: list[tuple[str, Mapping[str, Any]]] = []
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append("")
+        lines.append(f"[{name}]")
+        lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items())
+    return "\n".join(lines) + "\n"
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("-", "").replace("_", "").isalnum()
+    return key if bare else _toml_value(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False) -> Settings:
+    """Validate ``values`` as a config file and write it; refuse to overwrite unless ``force``."""
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists already (pass --force to overwrite it)")
+    clean = {k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None}
+    try:
+        Settings.model_validate(clean)
+    except ValidationError as err:
+        raise UsageError(_one_line(err, clean, dict.fromkeys(clean, "flag"))) from None
+    settings = load_settings(environ={}, config_path=_write_atomically(path, render_toml(clean)))
+    return settings
+
+
+def _write_atomically(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

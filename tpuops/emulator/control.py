@@ -1,0 +1,260 @@
+"""Start, find and stop a background emulator, and talk to its admin API.
+
+One state directory holds one emulator: ``emulator.json`` ({pid, endpoint}) says which
+process serves it, ``emulator.log`` gets its output, and the sandboxes, ``billing.json``
+and ``process_groups.json`` live beside them. The emulator runs in its own session so it
+outlives the command that started it; ``stop`` ends it and every process group it started,
+even when the emulator itself has to be killed.
+
+The CLI (``tpuops emulator ...``) and the test fixtures are thin layers over this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tpuops
+from tpuops import errors
+from tpuops.emulator.fsutil import read_json, write_json_atomic
+from tpuops.emulator.sandbox import kill_registered_groups
+
+INFO_FILE = "emulator.json"
+LOG_FILE = "emulator.log"
+_LISTENING = re.compile(rb"tpuops emulator listening on (http://127\.0\.0\.1:\d+)")
+_POLL_S = 0.05
+# Emulators started by this process, so that their exit can be reaped (no zombies).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass
+class EmulatorInfo:
+    """A running emulator: where it listens, its pid and its state directory."""
+
+    endpoint: str
+    pid: int
+    state_dir: Path
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) emulator process."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z" and b"tpuops.emulator" in cmdline
+
+
+def status(state_dir: Path) -> EmulatorInfo | None:
+    """The emulator serving ``state_dir``, or None; a record left by a dead one is removed."""
+    state_dir = Path(state_dir).absolute()
+    record = read_json(state_dir / INFO_FILE, None)
+    if not isinstance(record, dict) or "pid" not in record or "endpoint" not in record:
+        return None
+    if not _alive(int(record["pid"])):
+        (state_dir / INFO_FILE).unlink(missing_ok=True)
+        return None
+    return EmulatorInfo(endpoint=record["endpoint"], pid=int(record["pid"]), state_dir=state_dir)
+
+
+def start_background(
+    state_dir: Path,
+    port: int = 0,
+    *,
+    boot_delay_s: float = 1.0,
+    grace_s: float = 30.0,
+    image_python: str | None = None,
+    timeout_s: float = 30.0,
+) -> EmulatorInfo:
+    """Start an emulator for ``state_dir`` in its own session and wait until it answers.
+
+    Raises:
+        UsageError: the port is in use, or an emulator already serves ``state_dir``.
+        Timeout: it did not answer within ``timeout_s`` (it is then stopped).
+        TpuopsError: it exited at start for another reason (see ``emulator.log``).
+    """
+    state_dir = Path(state_dir).absolute()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    running = status(state_dir)
+    if running is not None:
+        raise errors.UsageError(f"an emulator already serves {state_dir} at {running.endpoint} (pid {running.pid})")
+    command = [sys.executable, "-m", "tpuops.emulator", "serve", "--port", str(port), "--state-dir", str(state_dir)]
+    command += ["--boot-delay", str(boot_delay_s), "--grace", str(grace_s)]
+    if image_python:
+        command += ["--image-python", str(image_python)]
+    # The package must import in the child even when tpuops is not installed (a checkout).
+    package_root = str(Path(tpuops.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    log_path = state_dir / LOG_FILE
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    _CHILDREN[proc.pid] = proc
+    try:
+        endpoint = _wait_listening(proc, log_path, offset, port, time.monotonic() + timeout_s)
+        AdminClient(endpoint).wait_healthy(time.monotonic() + timeout_s)
+    except BaseException:
+        _terminate(proc.pid, timeout_s=5.0)
+        kill_registered_groups(state_dir)
+        raise
+    write_json_atomic(state_dir / INFO_FILE, {"pid": proc.pid, "endpoint": endpoint})
+    return EmulatorInfo(endpoint=endpoint, pid=proc.pid, state_dir=state_dir)
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], log_path: Path, offset: int, port: int, deadline: float) -> str:
+    while True:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            output = log.read()
+        found = _LISTENING.search(output)
+        if found:
+            return found.group(1).decode()
+        code = proc.poll()
+        if code is not None:
+            last = (output.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            if code == 2:
+                raise errors.UsageError(f"the emulator cannot listen on 127.0.0.1:{port}: {last}")
+            raise errors.TpuopsError(f"the emulator exited at start with code {code}: {last} (see {log_path})")
+        if time.monotonic() > deadline:
+            raise errors.Timeout(f"the emulator did not start listening in time (see {log_path})")
+        time.sleep(_POLL_S)
+
+
+def ensure_running(state_dir: Path, **start_kwargs: Any) -> EmulatorInfo:
+    """The emulator serving ``state_dir``, started with ``start_kwargs`` if none runs."""
+    return status(state_dir) or start_background(state_dir, **start_kwargs)
+
+
+def stop(state_dir: Path, timeout_s: float = 15.0) -> bool:
+    """Stop the emulator of ``state_dir`` and every process it started.
+
+    SIGTERM lets it end its process groups itself; if it has not exited within
+    ``timeout_s`` it is killed and the groups it listed are killed from here.
+    Returns True if anything was running.
+    """
+    state_dir = Path(state_dir).absolute()
+    info = status(state_dir)
+    stopped = False
+    if info is not None:
+        _terminate(info.pid, timeout_s)
+        stopped = True
+    stopped = kill_registered_groups(state_dir) or stopped
+    (state_dir / INFO_FILE).unlink(missing_ok=True)
+    return stopped
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM ``pid``, wait up to ``timeout_s``, then SIGKILL; reap it if it is our child."""
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        if not _alive(pid):
+            break
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        child.wait(timeout=5.0)
+
+
+class AdminClient:
+    """The emulator's admin API (``/_admin``), with the standard library only.
+
+    Errors: InvalidRequest (400), NotFound (404), TransientError (unreachable),
+    TpuopsError (anything else).
+    """
+
+    def __init__(self, endpoint: str, timeout_s: float = 10.0) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self._timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.endpoint}/_admin/{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            message = _error_message(err)
+            if err.code == 400:
+                raise errors.InvalidRequest(message) from err
+            if err.code == 404:
+                raise errors.NotFound(message) from err
+            raise errors.TpuopsError(f"emulator admin {method} {path} failed ({err.code}): {message}") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise errors.TransientError(f"the emulator at {self.endpoint} is not reachable: {err}") from err
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "health")
+
+    def wait_healthy(self, deadline: float) -> None:
+        """Poll ``health`` until it answers. Raises Timeout at ``deadline``."""
+        while True:
+            try:
+                self.health()
+                return
+            except errors.TransientError as err:
+                if time.monotonic() > deadline:
+                    raise errors.Timeout(f"the emulator at {self.endpoint} did not become healthy: {err}") from err
+            time.sleep(_POLL_S)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """What the emulator knows about each node: state, sandbox, metadata host, pgid, scripts."""
+        return self._call("GET", "nodes")["nodes"]
+
+    def preempt(self, project: str, zone: str, node: str, grace_s: float | None = None) -> dict[str, Any]:
+        """Preempt a READY spot/preemptible node; returns the node (v2 JSON)."""
+        body: dict[str, Any] = {"project": project, "zone": zone, "node": node}
+        if grace_s is not None:
+            body["grace_s"] = grace_s
+        return self._call("POST", "preempt", body)
+
+    def set_faults(self, **faults: Any) -> dict[str, Any]:
+        """Set the given fault keys (others unchanged); returns the faults in force."""
+        return self._call("POST", "faults", faults)["faults"]
+
+    def clear_faults(self) -> None:
+        self._call("DELETE", "faults")
+
+    def billing(self) -> list[dict[str, Any]]:
+        """Every READY interval of every node (the billing truth)."""
+        return self._call("GET", "billing")["intervals"]
+
+    def stats(self) -> dict[str, int]:
+        """API request counts by RPC name."""
+        return self._call("GET", "stats")["counts"]
+
+    def reset_stats(self) -> None:
+        self._call("POST", "stats/reset", {})
+
+    def shutdown(self) -> None:
+        """Ask the emulator to stop (it ends every process it started on the way out)."""
+        self._call("POST", "shutdown", {})
+
+
+def _error_message(err: urllib.error.HTTPError) -> str:
+    try:
+        return json.loads(err.read())["error"]["message"]
+    except (ValueError, KeyError, TypeError, OSError):
+        return str(err)

@@ -1,0 +1,113 @@
+"""Faults injected on demand: stockouts, error storms, latency and random preemption.
+
+Set through ``POST /_admin/faults`` (keys given replace those keys, the others stay) and
+cleared with ``DELETE /_admin/faults``. Random draws use one RNG seeded by ``seed``, so a
+test that sets a seed sees the same sequence of failures for the same sequence of calls.
+``error_burst: N`` fails exactly the next N API calls, for tests that need no randomness.
+Admin and metadata requests are never failed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from tpuops.emulator.apierror import ApiError
+
+# HTTP status an injected error may carry -> its status name.
+INJECTABLE = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+
+@dataclass
+class FaultConfig:
+    """The faults in force; the defaults inject nothing."""
+
+    stockout_zones: list[str] = field(default_factory=list)
+    error_rate: float = 0.0
+    error_code: int = 503
+    error_burst: int = 0
+    latency_s: float = 0.0
+    preempt_rate_per_s: float = 0.0
+    seed: int | None = None
+
+
+class Faults:
+    """The fault configuration and its RNG. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._config = FaultConfig()
+        self._rng = random.Random()
+        self.injected_errors = 0
+
+    def update(self, changes: dict[str, Any]) -> FaultConfig:
+        """Apply ``changes`` (a subset of ``FaultConfig``'s fields) and return the result.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT for an unknown key or a value out of range.
+        """
+        known = {f.name for f in fields(FaultConfig)}
+        unknown = set(changes) - known
+        if unknown:
+            raise ApiError("INVALID_ARGUMENT", f"Unknown fault keys {sorted(unknown)}; known: {sorted(known)}.")
+        with self._lock:
+            merged = FaultConfig(**{**asdict(self._config), **changes})
+            _check(merged)
+            self._config = merged
+            if "seed" in changes:
+                self._rng.seed(merged.seed)
+            return merged
+
+    def clear(self) -> None:
+        with self._lock:
+            self._config = FaultConfig()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return asdict(self._config)
+
+    def latency_s(self) -> float:
+        with self._lock:
+            return self._config.latency_s
+
+    def stockout(self, zone: str) -> bool:
+        with self._lock:
+            return zone in self._config.stockout_zones
+
+    def injected_error(self) -> ApiError | None:
+        """The error to answer this API call with, if one is due."""
+        with self._lock:
+            config = self._config
+            if config.error_burst > 0:
+                config.error_burst -= 1
+            elif not (config.error_rate > 0 and self._rng.random() < config.error_rate):
+                return None
+            self.injected_errors += 1
+            status = INJECTABLE[config.error_code]
+        return ApiError(status, f"Injected fault: the service is unavailable ({config.error_code}).")
+
+    def preemption_draws(self, count: int, interval_s: float) -> list[bool]:
+        """For ``count`` preemptible nodes over ``interval_s``, which ones get preempted."""
+        with self._lock:
+            rate = self._config.preempt_rate_per_s
+            if rate <= 0 or count == 0:
+                return [False] * count
+            chance = 1.0 - math.exp(-rate * interval_s)
+            return [self._rng.random() < chance for _ in range(count)]
+
+
+def _check(config: FaultConfig) -> None:
+    problems = []
+    if not 0.0 <= config.error_rate <= 1.0:
+        problems.append("error_rate must be within [0, 1]")
+    if config.error_code not in INJECTABLE:
+        problems.append(f"error_code must be one of {sorted(INJECTABLE)}")
+    if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0:
+        problems.append("error_burst, latency_s and preempt_rate_per_s must not be negative")
+    if not isinstance(config.stockout_zones, list):
+        problems.append("stockout_zones must be a list of zones")
+    if problems:
+        raise ApiError("INVALID_ARGUMENT", "; ".join(problems) + ".")

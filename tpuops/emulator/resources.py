@@ -1,0 +1,184 @@
+"""The emulator's records of nodes and queued resources, and their v2 JSON form.
+
+A record holds what the API shows plus what the emulator needs to run the node (its
+generation counter, pending operations, metadata server, script runs). ``to_json`` emits
+only real ``google.cloud.tpu.v2`` fields, since the client rejects unknown ones.
+Records are mutated only under the emulator's state lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuops.emulator import catalog
+from tpuops.emulator.metadata import MetadataServer
+from tpuops.emulator.operations import Operation
+from tpuops.emulator.sandbox import ScriptRun
+from tpuops.emulator.wire import NodeSpec, rfc3339
+
+TPU_RUNTIME_PORT = 8470
+
+
+@dataclass
+class Node:
+    """One emulated TPU node.
+
+    ``generation`` grows at every state change; a delayed transition scheduled for one
+    generation does nothing if the node has moved on (deleted, stopped, preempted) since.
+    """
+
+    project: str
+    zone: str
+    node_id: str
+    spec: NodeSpec
+    uid: str
+    create_time: float
+    state: str = "CREATING"
+    generation: int = 0
+    queued_resource: str = ""
+    pending_op: Operation | None = None
+    delete_ops: list[Operation] = field(default_factory=list)
+    metadata_server: MetadataServer | None = None
+    runs: list[ScriptRun] = field(default_factory=list)
+    preempting: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.node_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.project, self.zone, self.node_id)
+
+    @property
+    def preemptible(self) -> bool:
+        return self.spec.capacity != "on-demand"
+
+    @property
+    def live_pgid(self) -> int | None:
+        """The process group of the latest startup script, while anything in it may live."""
+        return self.runs[-1].live_pgid if self.runs else None
+
+    def advance(self, state: str) -> int:
+        """Move to ``state`` and return the new generation."""
+        self.state = state
+        self.generation += 1
+        return self.generation
+
+    def system_attributes(self) -> dict[str, str]:
+        """Metadata attributes as a TPU VM's metadata server shows them (worker 0)."""
+        return {
+            **self.spec.metadata,
+            "agent-worker-number": "0",
+            "accelerator-type": self.spec.accelerator.name,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        number = catalog.project_number(self.project)
+        region = self.zone.rsplit("-", 1)[0]
+        endpoint = {"ipAddress": "127.0.0.1", "port": TPU_RUNTIME_PORT, "accessConfig": {"externalIp": "127.0.0.1"}}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "acceleratorType": spec.accelerator.name,
+            "acceleratorConfig": {"type": spec.accelerator.config_type, "topology": spec.accelerator.topology},
+            "state": self.state,
+            "runtimeVersion": spec.runtime_version,
+            "networkConfig": spec.network_config
+            or {
+                "network": f"projects/{self.project}/global/networks/default",
+                "subnetwork": f"projects/{self.project}/regions/{region}/subnetworks/default",
+                "enableExternalIps": True,
+            },
+            "serviceAccount": spec.service_account
+            or {
+                "email": f"{number}-compute@developer.gserviceaccount.com",
+                "scope": ["https://www.googleapis.com/auth/cloud-platform"],
+            },
+            "createTime": rfc3339(self.create_time),
+            "schedulingConfig": spec.scheduling_config,
+            "networkEndpoints": [dict(endpoint) for _ in range(spec.accelerator.hosts)],
+            "id": self.uid,
+            "apiVersion": "V2",
+        }
+        if self.state == "READY":
+            out["health"] = "HEALTHY"
+        optional = {
+            "description": spec.description,
+            "labels": spec.labels,
+            "metadata": spec.metadata,
+            "tags": spec.tags,
+            "networkConfigs": spec.network_configs,
+            "dataDisks": spec.data_disks,
+            "shieldedInstanceConfig": spec.shielded_instance_config,
+            "cidrBlock": spec.cidr_block,
+            "queuedResource": self.queued_resource,
+        }
+        out.update({key: value for key, value in optional.items() if value})
+        return out
+
+
+@dataclass
+class NodeRequest:
+    """One entry of a queued resource's ``tpu.nodeSpec``, expanded to node ids."""
+
+    parent: str
+    node_ids: list[str]
+    spec: NodeSpec
+    echo: dict[str, Any]
+
+
+@dataclass
+class QueuedResource:
+    """One queued resource: a request for nodes that the emulator provisions when it can."""
+
+    project: str
+    zone: str
+    qr_id: str
+    create_time: float
+    requests: list[NodeRequest]
+    tier: dict[str, Any]
+    queueing_policy: dict[str, Any]
+    reservation_name: str = ""
+    valid_after: float | None = None
+    valid_until: float | None = None
+    state: str = "ACCEPTED"
+    state_initiator: str = "USER"
+    failure: dict[str, Any] | None = None
+    delete_ops: list[Operation] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
+
+    @property
+    def node_keys(self) -> list[tuple[str, str, str]]:
+        return [(self.project, self.zone, node_id) for request in self.requests for node_id in request.node_ids]
+
+    def to_json(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"state": self.state, "stateInitiator": self.state_initiator}
+        data_field = {
+            "CREATING": "creatingData",
+            "ACCEPTED": "acceptedData",
+            "PROVISIONING": "provisioningData",
+            "FAILED": "failedData",
+            "DELETING": "deletingData",
+            "ACTIVE": "activeData",
+            "SUSPENDING": "suspendingData",
+            "SUSPENDED": "suspendedData",
+        }.get(self.state)
+        if data_field:
+            state[data_field] = {"error": self.failure} if self.state == "FAILED" and self.failure else {}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "createTime": rfc3339(self.create_time),
+            "tpu": {"nodeSpec": [request.echo for request in self.requests]},
+            "state": state,
+            **self.tier,
+        }
+        if self.queueing_policy:
+            out["queueingPolicy"] = self.queueing_policy
+        if self.reservation_name:
+            out["reservationName"] = self.reservation_name
+        return out

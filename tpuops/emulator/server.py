@@ -1,0 +1,141 @@
+"""The emulator process: one HTTP server on 127.0.0.1 for the v2 API and the admin API.
+
+``Emulator`` wires the parts together; ``serve`` runs it in the foreground until SIGTERM,
+SIGINT or ``POST /_admin/shutdown``, and on the way out ends every process group it
+started, closes the billing intervals and stops the metadata servers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from tpuops.emulator.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.apierror import ApiError
+from tpuops.emulator.faults import Faults
+from tpuops.emulator.http_api import RestApi, parse_body
+from tpuops.emulator.queued import QueuedResources
+from tpuops.emulator.state import EmulatorConfig, EmulatorState
+from tpuops.emulator.stats import RpcStats
+
+log = logging.getLogger(__name__)
+
+
+class Emulator:
+    """State, queued resources, faults, stats and the two APIs of one emulator."""
+
+    def __init__(self, config: EmulatorConfig) -> None:
+        self.faults = Faults()
+        self.stats = RpcStats()
+        self.state = EmulatorState(config, self.faults)
+        self.queued = QueuedResources(self.state)
+        self.rest = RestApi(self.state, self.queued, self.faults, self.stats)
+        self.admin = AdminApi(self.state, self.faults, self.stats, self.request_shutdown)
+        self._httpd: _Server | None = None
+        self._shutdown_started = threading.Event()
+
+    def request_shutdown(self) -> None:
+        """Stop serving soon; safe from any thread, including a signal handler."""
+        if self._httpd is not None and not self._shutdown_started.is_set():
+            self._shutdown_started.set()
+            threading.Thread(target=self._httpd.shutdown, name="emulator-shutdown", daemon=True).start()
+
+    def serve(self, port: int, announce: Callable[[str], None]) -> None:
+        """Bind 127.0.0.1:``port`` (0: any free port), announce the endpoint, serve until told to stop.
+
+        Raises:
+            OSError: the port cannot be bound (in use).
+        """
+        self._httpd = _Server(("127.0.0.1", port), self)
+        announce(f"http://127.0.0.1:{self._httpd.server_address[1]}")
+        try:
+            self._httpd.serve_forever(poll_interval=0.1)
+        finally:
+            self.state.close()
+            self._httpd.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], app: Emulator) -> None:
+        self.app = app
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: without this, Nagle's algorithm and the
+    # peer's delayed ACK add ~40 ms to every keep-alive response.
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Access lines are not logged; failed calls are, in ``_dispatch``."""
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        app = self.server.app
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            if path.startswith(ADMIN_PREFIX):
+                try:
+                    status, body = app.admin.handle(self.command, path, parse_body(raw))
+                except ApiError as err:
+                    status, body = err.http_status, err.http_body()
+            else:
+                delay = app.faults.latency_s()
+                if delay > 0:
+                    time.sleep(delay)
+                status, body = app.rest.handle(self.command, path, query, raw)
+        except Exception:
+            log.exception("%s %s failed", self.command, self.path)
+            status, body = 500, ApiError("INTERNAL", "Internal error in the emulator.").http_body()
+        if status >= 400:
+            log.info("%s %s -> %s %s", self.command, path, status, body.get("error", {}).get("message"))
+        self._send_json(status, body)
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def run(config: EmulatorConfig, port: int) -> int:
+    """Run an emulator in the foreground; the process's exit code (2: port in use)."""
+    emulator = Emulator(config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: emulator.request_shutdown())
+    try:
+        emulator.serve(port, lambda endpoint: print(f"tpuops emulator listening on {endpoint}", flush=True))
+    except OSError as err:
+        emulator.state.close()
+        print(f"tpuops emulator: cannot listen on 127.0.0.1:{port}: {err.strerror}", file=sys.stderr, flush=True)
+        return 2
+    return 0

@@ -1,0 +1,459 @@
+"""Nodes, operations and their lifecycle: the heart of the emulator.
+
+Transitions (as on Cloud TPU, at emulator speed)::
+
+    create:  CREATING --boot delay--> READY          (op done with the Node)
+             CREATING --boot delay--> (removed)      (stockout: op fails RESOURCE_EXHAUSTED)
+    stop:    READY -> STOPPING --group ended--> STOPPED      (single-host nodes only)
+    start:   STOPPED -> STARTING --boot delay--> READY
+    delete:  any -> DELETING --group ended--> (removed)  (op done with Empty)
+    preempt: READY (preempted=TRUE, SIGTERM) --grace or group empty, SIGKILL--> PREEMPTED
+
+Entering READY starts the node's metadata server (once) and runs its ``startup-script``;
+leaving READY ends the script's process group and closes its billing interval.
+
+One re-entrant lock guards all state. Requests take it briefly and never sleep; delays are
+callbacks on the scheduler thread, and the end of a process group is reported by the
+sandbox reaper thread. Both check the node's generation before acting.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuops.emulator import catalog
+from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
+from tpuops.emulator.billing import BillingLedger
+from tpuops.emulator.faults import Faults
+from tpuops.emulator.metadata import MetadataServer, MetadataView
+from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
+from tpuops.emulator.resources import Node
+from tpuops.emulator.sandbox import Sandboxes, ScriptRun
+from tpuops.emulator.scheduler import Scheduler
+from tpuops.emulator.wire import NodeSpec, check_resource_id, string_list, string_map
+
+log = logging.getLogger(__name__)
+
+UPDATABLE_PATHS = frozenset({"description", "tags", "labels", "metadata", "network_config.enable_external_ips"})
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    """How one emulator behaves; the defaults suit interactive use, tests shorten the delays."""
+
+    state_dir: Path
+    boot_delay_s: float = 1.0
+    grace_s: float = 30.0
+    image_python: str | None = None
+    # SIGTERM-to-SIGKILL wait when a node is stopped or deleted (an OS shutdown, not a preemption).
+    shutdown_wait_s: float = 1.0
+    tick_s: float = 0.1
+
+
+def stockout_error(zone: str) -> ApiError:
+    """The error a create operation ends with when the zone has no capacity, worded as on GCP."""
+    return ApiError(
+        "RESOURCE_EXHAUSTED",
+        f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU '
+        f"Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x{random.getrandbits(64):016x}]",
+    )
+
+
+def check_zone(zone: str, *, allow_all: bool = False) -> None:
+    if allow_all and zone == "-":
+        return
+    if not catalog.zone_known(zone):
+        raise invalid(
+            f"Location {zone!r} is not a Cloud TPU zone of this emulator; "
+            f"known zones: {', '.join(sorted(catalog.ZONE_GENERATIONS))}."
+        )
+
+
+class EmulatorState:
+    """All nodes and operations of one emulator, with their lifecycle."""
+
+    def __init__(self, config: EmulatorConfig, faults: Faults) -> None:
+        self.config = config
+        self.faults = faults
+        self.lock = threading.RLock()
+        self.ops = OperationStore()
+        self.nodes: dict[tuple[str, str, str], Node] = {}
+        self.billing = BillingLedger(config.state_dir)
+        self.sandboxes = Sandboxes(config.state_dir, config.image_python)
+        self.scheduler = Scheduler()
+        self._tick_hooks: list[Callable[[], None]] = [self._random_preemptions]
+        self._last_heartbeat = 0.0
+        self.scheduler.call_later(config.tick_s, self._tick)
+
+    # ----- reading
+
+    def node(self, project: str, zone: str, node_id: str) -> Node:
+        """The node (caller holds the lock). Raises NOT_FOUND."""
+        node = self.nodes.get((project, zone, node_id))
+        if node is None:
+            raise not_found(f"Resource 'projects/{project}/locations/{zone}/nodes/{node_id}'")
+        return node
+
+    def get_node(self, project: str, zone: str, node_id: str) -> dict[str, Any]:
+        check_zone(zone)
+        with self.lock:
+            return self.node(project, zone, node_id).to_json()
+
+    def list_nodes(self, project: str, zone: str) -> list[dict[str, Any]]:
+        """Nodes of ``zone`` (``-``: every zone), sorted by name."""
+        check_zone(zone, allow_all=True)
+        with self.lock:
+            chosen = [n for n in self.nodes.values() if n.project == project and zone in ("-", n.zone)]
+            return [n.to_json() for n in sorted(chosen, key=lambda n: n.name)]
+
+    # ----- mutations (each returns the operation as JSON)
+
+    def create_node(
+        self, project: str, zone: str, node_id: str, spec: NodeSpec, *, queued_resource: str = ""
+    ) -> dict[str, Any]:
+        """Start creating a node; the operation finishes when it is READY or out of stock.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT (zone, id), ALREADY_EXISTS.
+        """
+        check_zone(zone)
+        check_resource_id("node", node_id)
+        with self.lock:
+            op = self.ops.start(project, zone, f"projects/{project}/locations/{zone}/nodes/{node_id}", "create")
+            self.add_node(project, zone, node_id, spec, queued_resource=queued_resource, op=op)
+            return op.to_json()
+
+    def add_node(
+        self,
+        project: str,
+        zone: str,
+        node_id: str,
+        spec: NodeSpec,
+        *,
+        queued_resource: str = "",
+        op: Operation | None = None,
+        check_capacity: bool = True,
+    ) -> Node:
+        """Insert a CREATING node and schedule its boot (caller holds the lock)."""
+        key = (project, zone, node_id)
+        if key in self.nodes:
+            raise ApiError(
+                "ALREADY_EXISTS", f"Resource 'projects/{project}/locations/{zone}/nodes/{node_id}' already exists"
+            )
+        node = Node(
+            project=project,
+            zone=zone,
+            node_id=node_id,
+            spec=spec,
+            uid=str(random.randrange(10**18, 2**63)),
+            create_time=time.time(),
+            queued_resource=queued_resource,
+            pending_op=op,
+        )
+        self.nodes[key] = node
+        generation = node.generation
+        if check_capacity and self.faults.stockout(zone):
+            self.scheduler.call_later(self.config.boot_delay_s, lambda: self._fail_stockout(key, generation))
+        else:
+            self.scheduler.call_later(self.config.boot_delay_s, lambda: self._boot(key, generation))
+        return node
+
+    def delete_node(self, project: str, zone: str, node_id: str) -> dict[str, Any]:
+        """Start deleting a node in any state; the operation finishes when it is gone."""
+        check_zone(zone)
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            op = self.ops.start(project, zone, node.name, "delete")
+            self.remove_node(node, op)
+            return op.to_json()
+
+    def remove_node(self, node: Node, op: Operation | None = None) -> None:
+        """Move ``node`` to DELETING and end its processes (caller holds the lock)."""
+        if op is not None:
+            node.delete_ops.append(op)
+        if node.state == "DELETING":
+            return
+        self._leave_ready(node, "deleted")
+        if node.pending_op is not None:
+            self.ops.fail(node.pending_op, ApiError("ABORTED", f"Node {node.name} was deleted."))
+            node.pending_op = None
+        generation = node.advance("DELETING")
+        self.sandboxes.terminate(
+            node.live_pgid, self.config.shutdown_wait_s, lambda: self._deleted(node.key, generation)
+        )
+
+    def stop_node(self, project: str, zone: str, node_id: str) -> dict[str, Any]:
+        check_zone(zone)
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            if not node.spec.accelerator.single_host:
+                raise precondition(
+                    f"Node {node.name} spans several hosts ({node.spec.accelerator.name}); "
+                    "only single-host nodes can be stopped."
+                )
+            if node.state != "READY" or node.preempting:
+                raise precondition(f"Node {node.name} cannot be stopped in state {node.state}.")
+            op = self.ops.start(project, zone, node.name, "stop")
+            node.pending_op = op
+            self._leave_ready(node, "stopped")
+            generation = node.advance("STOPPING")
+            self.sandboxes.terminate(
+                node.live_pgid, self.config.shutdown_wait_s, lambda: self._stopped(node.key, generation)
+            )
+            return op.to_json()
+
+    def start_node(self, project: str, zone: str, node_id: str) -> dict[str, Any]:
+        check_zone(zone)
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            if node.state != "STOPPED":
+                raise precondition(f"Node {node.name} cannot be started in state {node.state}.")
+            op = self.ops.start(project, zone, node.name, "start")
+            node.pending_op = op
+            generation = node.advance("STARTING")
+            self.scheduler.call_later(self.config.boot_delay_s, lambda: self._boot(node.key, generation))
+            return op.to_json()
+
+    def update_node(
+        self, project: str, zone: str, node_id: str, paths: list[str], body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Apply the fields of ``body`` named by the update mask ``paths`` (snake_case)."""
+        check_zone(zone)
+        if not paths:
+            raise invalid("Field update_mask is required.")
+        unsupported = sorted(set(paths) - UPDATABLE_PATHS)
+        if unsupported:
+            raise invalid(
+                f"Invalid update_mask path {unsupported[0]!r}; updatable: {', '.join(sorted(UPDATABLE_PATHS))}."
+            )
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            if node.state == "DELETING":
+                raise precondition(f"Node {node.name} is being deleted.")
+            self._apply_update(node, paths, body)
+            op = self.ops.start(project, zone, node.name, "update")
+            self.ops.succeed(op, NODE_TYPE, node.to_json())
+            return op.to_json()
+
+    def preempt(self, project: str, zone: str, node_id: str, grace_s: float | None = None) -> dict[str, Any]:
+        """Preempt a READY spot/preemptible node now (the admin API's fault)."""
+        check_zone(zone)
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            if not node.preemptible:
+                raise invalid(f"Node {node.name} is neither spot nor preemptible; only those can be preempted.")
+            if node.state != "READY" or node.preempting:
+                raise precondition(f"Node {node.name} cannot be preempted in state {node.state}.")
+            self._preempt(node, self.config.grace_s if grace_s is None else grace_s)
+            return node.to_json()
+
+    # ----- operations
+
+    def get_operation(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            return self.ops.get(name).to_json()
+
+    def list_operations(self, project: str, zone: str) -> list[dict[str, Any]]:
+        check_zone(zone, allow_all=True)
+        with self.lock:
+            return [op.to_json() for op in self.ops.list(project, zone)]
+
+    def delete_operation(self, name: str) -> None:
+        with self.lock:
+            self.ops.delete(name)
+
+    def cancel_operation(self, name: str) -> None:
+        with self.lock:
+            self.ops.cancel(name)
+
+    # ----- admin views
+
+    def describe_nodes(self) -> list[dict[str, Any]]:
+        """What the admin API shows about each node's emulation (sandbox, processes, scripts)."""
+        with self.lock:
+            return [
+                {
+                    "name": node.name,
+                    "state": node.state,
+                    "uid": node.uid,
+                    "sandbox": str(self.sandboxes.directory(node.project, node.zone, node.node_id)),
+                    "metadata_host": node.metadata_server.host if node.metadata_server else None,
+                    "pgid": node.live_pgid,
+                    "preempting": node.preempting,
+                    "script_runs": [{"pgid": run.pgid, "exit_code": run.exit_code} for run in node.runs],
+                }
+                for node in sorted(self.nodes.values(), key=lambda n: n.name)
+            ]
+
+    def guest_attributes(self, project: str, zone: str, node_id: str) -> dict[str, str]:
+        with self.lock:
+            server = self.node(project, zone, node_id).metadata_server
+        return server.view.guest_attributes() if server else {}
+
+    def add_tick_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` every tick (under no lock; it takes the lock itself)."""
+        self._tick_hooks.append(hook)
+
+    def close(self) -> None:
+        """End every process group, close every interval and server. The emulator is stopping."""
+        self.scheduler.close()
+        with self.lock:
+            servers = [node.metadata_server for node in self.nodes.values() if node.metadata_server]
+            self.billing.close_all("emulator-shutdown")
+        self.sandboxes.close(grace_s=min(self.config.shutdown_wait_s, 2.0))
+        for server in servers:
+            server.close()
+
+    # ----- transitions (scheduler and reaper threads)
+
+    def _current(self, key: tuple[str, str, str], generation: int) -> Node | None:
+        node = self.nodes.get(key)
+        return node if node is not None and node.generation == generation else None
+
+    def _boot(self, key: tuple[str, str, str], generation: int) -> None:
+        with self.lock:
+            node = self._current(key, generation)
+            if node is None:
+                return
+            node.advance("READY")
+            node.preempting = False
+            self.billing.open(
+                uid=node.uid,
+                name=node.name,
+                zone=node.zone,
+                accelerator_type=node.spec.accelerator.name,
+                capacity=node.spec.capacity,
+            )
+            self._start_guest(node)
+            if node.pending_op is not None:
+                self.ops.succeed(node.pending_op, NODE_TYPE, node.to_json())
+                node.pending_op = None
+
+    def _start_guest(self, node: Node) -> None:
+        """Boot the 'VM': its metadata server (kept across restarts) and its startup script."""
+        if node.metadata_server is None:
+            number = catalog.project_number(node.project)
+            view = MetadataView(
+                instance={
+                    "name": node.node_id,
+                    "hostname": f"{node.node_id}-w-0.{node.zone}.c.{node.project}.internal",
+                    "id": node.uid,
+                    "zone": f"projects/{number}/zones/{node.zone}",
+                    "maintenance-event": "NONE",
+                },
+                project={"project-id": node.project, "numeric-project-id": number},
+                attributes=node.system_attributes(),
+            )
+            node.metadata_server = MetadataServer(view)
+        node.metadata_server.view.set_preempted(False)
+        script = node.spec.metadata.get("startup-script")
+        if script:
+            directory = self.sandboxes.directory(node.project, node.zone, node.node_id)
+            run = self.sandboxes.run_script(
+                directory, script, node.metadata_server.host, lambda run: self._script_exited(node, run)
+            )
+            node.runs.append(run)
+
+    @staticmethod
+    def _script_exited(node: Node, run: ScriptRun) -> None:
+        log.info("startup script of %s (pgid %s) exited with %s", node.name, run.pgid, run.exit_code)
+
+    def _fail_stockout(self, key: tuple[str, str, str], generation: int) -> None:
+        with self.lock:
+            node = self._current(key, generation)
+            if node is None:
+                return
+            del self.nodes[key]
+            if node.pending_op is not None:
+                self.ops.fail(node.pending_op, stockout_error(node.zone))
+
+    def _stopped(self, key: tuple[str, str, str], generation: int) -> None:
+        with self.lock:
+            node = self._current(key, generation)
+            if node is None:
+                return
+            node.advance("STOPPED")
+            if node.pending_op is not None:
+                self.ops.succeed(node.pending_op, NODE_TYPE, node.to_json())
+                node.pending_op = None
+
+    def _deleted(self, key: tuple[str, str, str], generation: int) -> None:
+        with self.lock:
+            node = self._current(key, generation)
+            if node is None:
+                return
+            del self.nodes[key]
+            for op in node.delete_ops:
+                self.ops.succeed(op, EMPTY_TYPE)
+            server = node.metadata_server
+        if server is not None:
+            server.close()
+
+    def _preempt(self, node: Node, grace_s: float) -> None:
+        node.preempting = True
+        if node.metadata_server is not None:
+            node.metadata_server.view.set_preempted(True)
+        generation = node.generation
+        self.sandboxes.terminate(node.live_pgid, grace_s, lambda: self._preempted(node.key, generation))
+
+    def _preempted(self, key: tuple[str, str, str], generation: int) -> None:
+        with self.lock:
+            node = self._current(key, generation)
+            if node is None:
+                return
+            self._leave_ready(node, "preempted")
+            node.advance("PREEMPTED")
+            node.preempting = False
+
+    def _leave_ready(self, node: Node, reason: str) -> None:
+        if node.state == "READY":
+            self.billing.close(node.uid, reason)
+
+    def _apply_update(self, node: Node, paths: list[str], body: dict[str, Any]) -> None:
+        spec = node.spec
+        if "description" in paths:
+            spec.description = str(body.get("description") or "")
+        if "tags" in paths:
+            spec.tags = string_list(body.get("tags"), "tags")
+        if "labels" in paths:
+            spec.labels = string_map(body.get("labels"), "labels")
+        if "metadata" in paths:
+            spec.metadata = string_map(body.get("metadata"), "metadata")
+            if node.metadata_server is not None:
+                node.metadata_server.view.set_attributes(node.system_attributes())
+        if "network_config.enable_external_ips" in paths:
+            enabled = bool((body.get("networkConfig") or {}).get("enableExternalIps"))
+            current = spec.network_config or node.to_json()["networkConfig"]
+            spec.network_config = {**current, "enableExternalIps": enabled}
+
+    def _random_preemptions(self) -> None:
+        with self.lock:
+            candidates = [
+                node
+                for node in self.nodes.values()
+                if node.state == "READY" and node.preemptible and not node.preempting
+            ]
+            draws = self.faults.preemption_draws(len(candidates), self.config.tick_s)
+            for node, hit in zip(candidates, draws, strict=True):
+                if hit:
+                    log.info("random preemption of %s", node.name)
+                    self._preempt(node, self.config.grace_s)
+
+    def _tick(self) -> None:
+        for hook in self._tick_hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("tick hook failed")
+        now = time.monotonic()
+        if now - self._last_heartbeat >= 1.0:
+            self.billing.heartbeat()
+            self._last_heartbeat = now
+        self.scheduler.call_later(self.config.tick_s, self._tick)

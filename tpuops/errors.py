@@ -1,0 +1,81 @@
+"""The one failure taxonomy of tpuops (DESIGN.md, "Failure taxonomy").
+
+Every error that leaves a library function is one of these classes. SDK exceptions
+(google-api-core, google-cloud-storage, OS errors) are converted exactly once, at the
+adapter that called the SDK, with ``raise ... from err``; nothing above an adapter
+inspects an SDK exception. The CLI turns a ``TpuopsError`` into one line on stderr and
+``exit_code``; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TpuopsError(Exception):
+    """Base class: a failure the user can read and act on.
+
+    ``retryable`` tells the one retry policy (``tpuops.retry``) whether trying the same
+    call again can help.
+    """
+
+    exit_code = 1
+    retryable = False
+
+
+class UsageError(TpuopsError):
+    """Bad input caught before anything was called: config value, name, spec, flag."""
+
+    exit_code = 2
+
+
+class InvalidRequest(TpuopsError):
+    """The API rejected the request as malformed or impossible (HTTP 400, bad accelerator for zone)."""
+
+    exit_code = 2
+
+
+class TransientError(TpuopsError):
+    """UNAVAILABLE, DEADLINE_EXCEEDED, HTTP 429/500/503, a dropped connection: retry with backoff."""
+
+    retryable = True
+
+
+class CapacityError(TpuopsError):
+    """RESOURCE_EXHAUSTED stockout inside a create operation: try the next zone, then back off."""
+
+    def __init__(self, message: str, zone: str | None = None) -> None:
+        super().__init__(message)
+        self.zone = zone
+
+
+class QuotaError(TpuopsError):
+    """A quota limit was hit: retrying will not help until the quota changes."""
+
+
+class PermissionDenied(TpuopsError):
+    """HTTP 401/403: the credentials may not do this."""
+
+
+class NotFound(TpuopsError):
+    """The named resource does not exist (HTTP 404)."""
+
+
+class AlreadyExists(TpuopsError):
+    """A resource with this name exists already (HTTP 409) and is not one we can adopt."""
+
+
+class Preempted(TpuopsError):
+    """The node was preempted or vanished while work was unfinished."""
+
+
+class UserJobError(TpuopsError):
+    """The user's job raised or its spec is wrong: never retried."""
+
+
+class Timeout(TpuopsError):
+    """A bounded wait ran out (operation, node state, server start)."""
+
+
+class Interrupted(TpuopsError):
+    """The user pressed Ctrl-C; whatever was half-made has been cleaned up."""
+
+    exit_code = 130

@@ -1,0 +1,349 @@
+"""The local ledger: the nodes tpuops created and the state transitions it saw, in SQLite.
+
+The cost tracker builds node intervals from it (a node accrues while READY, from one
+transition to the next). It is a ledger, not the source of truth (DESIGN.md): everything
+in it can be rebuilt from the Cloud TPU API and the store, so losing it costs history, not
+control.
+
+Invariants:
+
+- A node *incarnation* is one node the API created. Names are reused (a preempted node is
+  deleted and recreated under the same name), so rows are keyed by (project, zone, name, uid)
+  where uid is the API's node id. A node recorded before its uid is known gets the uid when
+  it is recorded again with one. A new uid for a name whose previous incarnation is still
+  open closes that one first: the API holds one node per name at a time.
+- Without ``uid``, ``observe``, ``transitions`` and ``mark_deleted`` act on the latest
+  incarnation of the name.
+- A transition is stored only when the state differs from the incarnation's last one, inside
+  one write transaction, so repeated or concurrent observations of the same state add one row.
+  Transitions are kept in the order they were observed. ``mark_deleted`` also appends a final
+  ``DELETED`` transition, so every interval has an end.
+- Times are stored as UTC ISO-8601 with microseconds (they sort as text); callers pass
+  timezone-aware datetimes or ``None`` for now.
+
+Concurrency: each call opens its own connection (so a ``Ledger`` is safe to share between
+threads), the database is in WAL mode, and writers take the write lock up front
+(``BEGIN IMMEDIATE``) and wait up to ``busy_timeout_s`` for it, so two processes writing at
+once serialise instead of failing or losing rows. The schema version is ``PRAGMA user_version``;
+migrations run in order when a ledger is opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+
+from tpuops.errors import NotFound, UsageError
+
+DELETED = "DELETED"
+"""The state ``mark_deleted`` appends: the end of an incarnation's last interval."""
+
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE nodes (
+        id          INTEGER PRIMARY KEY,
+        project     TEXT NOT NULL,
+        zone        TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        uid         TEXT,
+        accelerator TEXT NOT NULL,
+        capacity    TEXT NOT NULL,
+        run_id      TEXT,
+        sweep_id    TEXT,
+        created_at  TEXT NOT NULL,
+        deleted_at  TEXT,
+        UNIQUE (project, zone, name, uid)
+    );
+    CREATE INDEX nodes_by_name ON nodes (project, zone, name, id);
+    CREATE TABLE transitions (
+        id      INTEGER PRIMARY KEY,
+        node_id INTEGER NOT NULL REFERENCES nodes (id),
+        state   TEXT NOT NULL,
+        at      TEXT NOT NULL
+    );
+    CREATE INDEX transitions_by_node ON transitions (node_id, id);
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One incarnation of a node."""
+
+    id: int
+    project: str
+    zone: str
+    name: str
+    uid: str | None
+    accelerator: str
+    capacity: str
+    run_id: str | None
+    sweep_id: str | None
+    created_at: datetime
+    deleted_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A node as one listing saw it; ``uid`` tells incarnations of one name apart."""
+
+    project: str
+    zone: str
+    name: str
+    accelerator: str
+    capacity: str
+    state: str
+    uid: str | None = None
+    run_id: str | None = None
+    sweep_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: str
+    at: datetime
+
+
+def _stamp(at: datetime | None) -> str:
+    if at is None:
+        at = datetime.now(UTC)
+    elif at.tzinfo is None:
+        raise ValueError(f"ledger times must be timezone-aware, got naive {at.isoformat()}")
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _text(value: str | Enum) -> str:
+    return str(value.value) if isinstance(value, Enum) else value
+
+
+_NODE_FIELDS = (
+    "project", "zone", "name", "uid", "accelerator", "capacity", "run_id", "sweep_id", "created_at",
+)
+_NODE_COLUMNS = ", ".join(("id", *_NODE_FIELDS, "deleted_at"))
+_INSERT_NODE = f"INSERT INTO nodes ({', '.join(_NODE_FIELDS)}) VALUES ({', '.join('?' * len(_NODE_FIELDS))})"
+
+
+def _node(row: sqlite3.Row) -> NodeRecord:
+    times = {"created_at": _time(row["created_at"]), "deleted_at": _time(row["deleted_at"])}
+    return NodeRecord(**{**dict(row), **times})
+
+
+class Ledger:
+    """The ledger file at ``path``, created with its folder on first use."""
+
+    def __init__(self, path: Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._migrate()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)) as conn:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the write lock from its first statement."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _journal_mode(self) -> str:
+        with self._connect() as conn:
+            return conn.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def _enable_wal(self) -> None:
+        """Switch the file to WAL once (it stays so): readers then never block the writer."""
+        try:
+            if self._journal_mode() == "wal":
+                return
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError):  # locked or unreadable: not about the content
+                raise
+            raise UsageError(f"{self.path} is not a tpuops ledger (SQLite says: {err})") from err
+        try:
+            with self._connect() as conn:
+                conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError:
+            # Two processes switching at once: rather than deadlock, SQLite fails one of them at
+            # once (no busy wait). The other one's switch is all this one wanted.
+            if self._journal_mode() != "wal":
+                raise
+
+    def _migrate(self) -> None:
+        self._enable_wal()
+        with self._write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise UsageError(f"ledger {self.path} has schema {version}, newer than this tpuops knows "
+                                 f"({SCHEMA_VERSION}): upgrade tpuops")
+            for target, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {target}")
+
+    @staticmethod
+    def _incarnation(
+        conn: sqlite3.Connection, project: str, zone: str, name: str, uid: str | None
+    ) -> sqlite3.Row | None:
+        """The row of ``uid``, or without one the latest incarnation of the name."""
+        query = f"SELECT {_NODE_COLUMNS} FROM nodes WHERE project = ? AND zone = ? AND name = ?"
+        if uid is None:
+            return conn.execute(query + " ORDER BY id DESC LIMIT 1", (project, zone, name)).fetchone()
+        return conn.execute(query + " AND uid = ?", (project, zone, name, uid)).fetchone()
+
+    @staticmethod
+    def _append(conn: sqlite3.Connection, node_id: int, state: str, at: str) -> bool:
+        last = conn.execute("SELECT state FROM transitions WHERE node_id = ? ORDER BY id DESC LIMIT 1",
+                            (node_id,)).fetchone()
+        if last is not None and last["state"] == state:
+            return False
+        conn.execute("INSERT INTO transitions (node_id, state, at) VALUES (?, ?, ?)", (node_id, state, at))
+        return True
+
+    def _close(self, conn: sqlite3.Connection, node_id: int, at: str) -> None:
+        conn.execute("UPDATE nodes SET deleted_at = ? WHERE id = ?", (at, node_id))
+        self._append(conn, node_id, DELETED, at)
+
+    def record_node(
+        self,
+        project: str,
+        zone: str,
+        name: str,
+        accelerator: str,
+        capacity: str | Enum,
+        run_id: str | None = None,
+        sweep_id: str | None = None,
+        uid: str | None = None,
+        *,
+        at: datetime | None = None,
+    ) -> NodeRecord:
+        """Record that tpuops created (or is creating) a node; idempotent per incarnation.
+
+        Returns the existing record when this incarnation is known already: the row of ``uid``,
+        or, without a uid, the name's open incarnation. A uid-less open incarnation adopts ``uid``;
+        an open incarnation with another uid is closed first (that node is gone: a name holds one node).
+        """
+        with self._write() as conn:
+            return self._record(conn, project, zone, name, accelerator, capacity, run_id, sweep_id, uid, _stamp(at))
+
+    def _record(
+        self, conn: sqlite3.Connection, project: str, zone: str, name: str, accelerator: str,
+        capacity: str | Enum, run_id: str | None, sweep_id: str | None, uid: str | None, stamp: str,
+    ) -> NodeRecord:
+        if uid is not None and (known := self._incarnation(conn, project, zone, name, uid)) is not None:
+            return _node(known)
+        latest = self._incarnation(conn, project, zone, name, None)
+        if latest is not None and latest["deleted_at"] is None:
+            if uid is None:
+                return _node(latest)
+            if latest["uid"] is None:
+                conn.execute("UPDATE nodes SET uid = ? WHERE id = ?", (uid, latest["id"]))
+                return _node(self._incarnation(conn, project, zone, name, uid))
+            self._close(conn, latest["id"], stamp)
+        values = (project, zone, name, uid, accelerator, _text(capacity), run_id, sweep_id, stamp)
+        conn.execute(_INSERT_NODE, values)
+        return _node(self._incarnation(conn, project, zone, name, None))
+
+    def observe_nodes(self, seen: Iterable[Sighting], at: datetime | None = None) -> int:
+        """Record many nodes seen in one listing, in one transaction; return how many transitions.
+
+        Each node is recorded first if the ledger does not know it yet (a node of ours that
+        another machine created), so a ``status`` pass costs one write however many nodes it saw.
+        """
+        stamp = _stamp(at)
+        changed = 0
+        with self._write() as conn:
+            for s in seen:
+                record = self._record(conn, s.project, s.zone, s.name, s.accelerator, s.capacity, s.run_id,
+                                      s.sweep_id, s.uid, stamp)
+                changed += self._append(conn, record.id, _text(s.state), stamp)
+        return changed
+
+    def observe(
+        self, project: str, zone: str, name: str, state: str | Enum, at: datetime | None = None, *,
+        uid: str | None = None,
+    ) -> bool:
+        """Note that the node was seen in ``state``; return whether that was a transition.
+
+        Raises:
+            NotFound: the ledger has no such node (``record_node`` it first).
+        """
+        stamp = _stamp(at)
+        with self._write() as conn:
+            node = self._require(conn, project, zone, name, uid)
+            return self._append(conn, node["id"], _text(state), stamp)
+
+    def mark_deleted(
+        self, project: str, zone: str, name: str, at: datetime | None = None, *, uid: str | None = None
+    ) -> bool:
+        """Close the incarnation (``deleted_at`` and a final ``DELETED`` transition).
+
+        Returns whether anything changed: deleting an unknown or already deleted node is a no-op.
+        """
+        stamp = _stamp(at)
+        with self._write() as conn:
+            node = self._incarnation(conn, project, zone, name, uid)
+            if node is None or node["deleted_at"] is not None:
+                return False
+            self._close(conn, node["id"], stamp)
+            return True
+
+    def transitions(self, project: str, zone: str, name: str, *, uid: str | None = None) -> list[Transition]:
+        """The incarnation's transitions in the order observed (empty for an unknown node)."""
+        with self._connect() as conn:
+            node = self._incarnation(conn, project, zone, name, uid)
+            if node is None:
+                return []
+            rows = conn.execute("SELECT state, at FROM transitions WHERE node_id = ? ORDER BY id",
+                                (node["id"],)).fetchall()
+        return [Transition(state=row["state"], at=datetime.fromisoformat(row["at"])) for row in rows]
+
+    def nodes(
+        self,
+        project: str | None = None,
+        zone: str | None = None,
+        *,
+        run_id: str | None = None,
+        sweep_id: str | None = None,
+        open_only: bool = False,
+    ) -> list[NodeRecord]:
+        """Recorded incarnations matching every filter given, oldest first."""
+        filters = {"project": project, "zone": zone, "run_id": run_id, "sweep_id": sweep_id}
+        where = [f"{column} = ?" for column, value in filters.items() if value is not None]
+        params = [value for value in filters.values() if value is not None]
+        if open_only:
+            where.append("deleted_at IS NULL")
+        query = f"SELECT {_NODE_COLUMNS} FROM nodes"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        with self._connect() as conn:
+            return [_node(row) for row in conn.execute(query + " ORDER BY id", params)]
+
+    def _require(
+        self, conn: sqlite3.Connection, project: str, zone: str, name: str, uid: str | None
+    ) -> sqlite3.Row:
+        node = self._incarnation(conn, project, zone, name, uid)
+        if node is None:
+            which = f"{project}/{zone}/{name}" + (f" (uid {uid})" if uid is not None else "")
+            raise NotFound(f"the ledger has no node {which}: record_node must come first")
+        return node

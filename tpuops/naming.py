@@ -1,0 +1,101 @@
+"""Names and labels, checked against GCP's rules before any API call.
+
+A bad node id or label otherwise comes back from the API as a 400 after a round trip (or,
+inside a create operation, minutes later); here it is one ``UsageError`` line that names the
+value and the rule.
+
+Rules (Cloud TPU node ids follow RFC 1035; labels follow the Resource Manager rules):
+
+- node id: 1-63 characters, ``[a-z0-9-]``, starting with a letter, not ending with ``-``;
+- label key: 1-63 characters, ``[a-z0-9_-]``, starting with a letter;
+- label value: 0-63 characters, ``[a-z0-9_-]``;
+- at most 64 labels on a resource.
+
+GCP also allows international lowercase letters in label keys and values; tpuops accepts
+ASCII only, so that every label survives the filters, shells and file names it meets on
+the way (``gcloud --filter``, the startup script, the ledger).
+
+Every node tpuops creates carries the managed labels built by ``labels_for``; they are how
+state is rebuilt from the cloud (DESIGN.md, "Sources of truth"), so users may not set them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from tpuops.errors import UsageError
+
+MAX_LABELS = 64
+
+MANAGED_BY_KEY = "managed-by"
+MANAGED_BY_VALUE = "tpuops"
+RUN_KEY = "tpuops-run"
+SWEEP_KEY = "tpuops-sweep"
+MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY})
+
+_NODE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def check_node_name(name: str) -> str:
+    """Return ``name`` if it is a valid TPU node id, else raise ``UsageError``."""
+    if not _NODE_NAME.fullmatch(name):
+        raise UsageError(
+            f"node name {name!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
+            "starting with a letter and not ending with '-'"
+        )
+    return name
+
+
+def check_label_key(key: str) -> str:
+    """Return ``key`` if it is a valid label key, else raise ``UsageError``."""
+    if not _LABEL_KEY.fullmatch(key):
+        raise UsageError(
+            f"label key {key!r} is not allowed: use 1-63 lowercase letters, digits, '_' and '-', "
+            "starting with a letter"
+        )
+    return key
+
+
+def check_label_value(value: str, *, key: str) -> str:
+    """Return ``value`` if it is a valid value for label ``key``, else raise ``UsageError``."""
+    if not _LABEL_VALUE.fullmatch(value):
+        raise UsageError(
+            f"label value {value!r} (key {key!r}) is not allowed: "
+            "use 0-63 lowercase letters, digits, '_' and '-'"
+        )
+    return value
+
+
+def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Check every key and value and the count; return the labels as a new dict."""
+    if len(labels) > MAX_LABELS:
+        raise UsageError(f"{len(labels)} labels are too many: GCP allows at most {MAX_LABELS} on a node")
+    return {check_label_key(key): check_label_value(value, key=key) for key, value in labels.items()}
+
+
+def labels_for(
+    run_id: str | None = None,
+    sweep_id: str | None = None,
+    user: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The labels of a node tpuops creates: the user's, plus ``managed-by=tpuops`` and run/sweep ids.
+
+    Raises:
+        UsageError: a user label uses a managed key, or any key, value or the count breaks GCP's rules.
+    """
+    user = dict(user or {})
+    reserved = sorted(MANAGED_KEYS.intersection(user))
+    if reserved:
+        raise UsageError(
+            f"label {reserved[0]!r} is set by tpuops and may not be given "
+            f"(reserved keys: {', '.join(sorted(MANAGED_KEYS))})"
+        )
+    labels = {**user, MANAGED_BY_KEY: MANAGED_BY_VALUE}
+    if run_id is not None:
+        labels[RUN_KEY] = run_id
+    if sweep_id is not None:
+        labels[SWEEP_KEY] = sweep_id
+    return check_labels(labels)

@@ -1,0 +1,296 @@
+"""Node lifecycle: ``up``, ``down`` and ``status`` as targeted reconcile passes.
+
+Invariants:
+- Validation happens in ``plan_up`` before any API call.
+- ``up`` is idempotent: an existing node of ours with the same spec is adopted (waited
+  for, started, or replaced when preempted), never duplicated, whichever configured zone it
+  is in. A failed or interrupted ``up`` deletes what it created: no orphan.
+- ``down`` of a missing node is success. ``status`` costs one ListNodes per zone and page.
+- Every node we create is recorded in the ledger before we wait on it, so a killed
+  process leaves a record; every observed state is appended there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tpuops import accelerators, naming
+from tpuops.config import Settings, check_zone
+from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
+from tpuops.kinds import Capacity
+from tpuops.ledger import Ledger, Sighting
+from tpuops.render import StartupContext, render_startup_script
+from tpuops.tpu import NodeInfo, NodeRequest, NodeState, TpuApi
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    """A validated node request, the zones to try in order, and its startup script."""
+
+    request: NodeRequest
+    zones: list[str]
+
+    @property
+    def startup_script(self) -> str:
+        return self.request.metadata["startup-script"]
+
+
+@dataclass
+class UpResult:
+    node: NodeInfo
+    adopted: bool
+    stockouts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DownResult:
+    name: str
+    zone: str | None
+    outcome: str  # "deleted" | "not found" | "requested"
+
+
+def plan_up(
+    settings: Settings,
+    name: str,
+    *,
+    accelerator: str | None = None,
+    capacity: Capacity | None = None,
+    zone: str | None = None,
+    runtime: str | None = None,
+    run_id: str | None = None,
+    job: list[str] | None = None,
+    extra_metadata: dict[str, str] | None = None,
+) -> UpPlan:
+    """Validate everything a create needs, without calling anything."""
+    naming.check_node_name(name)
+    acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
+    runtime_version = accelerators.resolve_runtime_version(acc, runtime)
+    labels = naming.labels_for(run_id=run_id, user=settings.labels)
+    zones = [check_zone(zone)] if zone else list(settings.zones)
+    script = render_startup_script(StartupContext(
+        node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
+        run_id=run_id, store_root=settings.store_root, job=job, labels=labels,
+    ))
+    metadata = {"startup-script": script, **(extra_metadata or {})}
+    request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
+                          capacity=capacity or settings.capacity, labels=labels, metadata=metadata)
+    return UpPlan(request=request, zones=zones)
+
+
+class Provisioner:
+    """Drives nodes through ``TpuApi`` for one configured project."""
+
+    def __init__(self, api: TpuApi, settings: Settings, ledger: Ledger, progress: Progress = _quiet) -> None:
+        self.api = api
+        self.settings = settings
+        self.ledger = ledger
+        self.progress = progress
+
+    # -- observation -------------------------------------------------------------------------
+
+    def _observe(self, *nodes: NodeInfo) -> None:
+        """Append what we saw of our nodes to the ledger (one transaction)."""
+        self.ledger.observe_nodes(
+            Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
+                     capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
+                     run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY))
+            for n in nodes if n.managed)
+
+    def _gone(self, zone: str, name: str) -> None:
+        self.ledger.mark_deleted(self.settings.project, zone, name)
+
+    def _watch(self, zone: str, name: str) -> Callable[[], None]:
+        def poll() -> None:
+            node = self.api.find_node(zone, name)
+            state = node.state.value if node else NodeState.GONE.value
+            if node is not None:
+                self._observe(node)
+            self.progress(f"{name} in {zone}: {state}")
+
+        return poll
+
+    def zones_in_view(self) -> list[str]:
+        """Configured zones plus any zone where the ledger says one of our nodes may live."""
+        zones = list(self.settings.zones)
+        for record in self.ledger.nodes(self.settings.project, open_only=True):
+            if record.zone not in zones:
+                zones.append(record.zone)
+        return zones
+
+    def status(self) -> list[NodeInfo]:
+        """Every node in the zones in view: one ListNodes per zone and page, in parallel."""
+        zones = self.zones_in_view()
+        with ThreadPoolExecutor(max_workers=min(8, len(zones))) as pool:
+            per_zone = list(pool.map(self.api.list_nodes, zones))
+        nodes = [node for zone_nodes in per_zone for node in zone_nodes]
+        self._observe(*nodes)
+        seen = {(n.zone, n.name) for n in nodes}
+        for record in self.ledger.nodes(self.settings.project, open_only=True):
+            if (record.zone, record.name) not in seen:
+                self._gone(record.zone, record.name)
+        return sorted(nodes, key=lambda n: (n.zone, n.name))
+
+    def locate(self, name: str, zones: Iterable[str] | None = None) -> list[NodeInfo]:
+        """The nodes called ``name`` in ``zones`` (default: every zone in view)."""
+        found = []
+        for zone in zones or self.zones_in_view():
+            node = self.api.find_node(zone, name)
+            if node is not None:
+                self._observe(node)
+                found.append(node)
+        return found
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(self, plan: UpPlan, *, wait: bool = True) -> UpResult:
+        """Make the planned node exist (READY unless ``wait`` is False); adopt, never duplicate."""
+        request = plan.request
+        for existing in self.locate(request.name, plan.zones):
+            adopted = self._adopt(existing, request, wait=wait)
+            if adopted is not None:
+                return UpResult(node=adopted, adopted=True)
+        stockouts: list[str] = []
+        for zone in plan.zones:
+            try:
+                node = self._create_in(zone, request, wait=wait)
+            except CapacityError:
+                stockouts.append(zone)
+                self.progress(f"no capacity for {request.accelerator} ({request.capacity.value}) in {zone}")
+                continue
+            if node is None:
+                existing = self.api.get_node(zone, request.name)
+                adopted = self._adopt(existing, request, wait=wait)
+                if adopted is None:
+                    return self.up(plan, wait=wait)
+                return UpResult(node=adopted, adopted=True, stockouts=stockouts)
+            return UpResult(node=node, adopted=False, stockouts=stockouts)
+        raise CapacityError(
+            f"no capacity for {request.accelerator} ({request.capacity.value}) in any configured zone "
+            f"({', '.join(stockouts)}); try again later, add zones to tpuops.toml or use another accelerator")
+
+    def _adopt(self, node: NodeInfo, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
+        """Take over an existing node; None when it was dead and has been deleted for recreation."""
+        if not request.matches(node):
+            why = ("was not created by tpuops" if not node.managed else
+                   f"is {node.accelerator} {node.capacity.value} on {node.runtime}, not "
+                   f"{request.accelerator} {request.capacity.value} on {request.runtime}")
+            raise AlreadyExists(f"node {node.name!r} exists in {node.zone} and {why}: "
+                                f"choose another name or delete it first ('tpuops down {node.name}')")
+        if node.state.is_dead or node.state is NodeState.DELETING:
+            self.progress(f"{node.name} in {node.zone} is {node.state.value}: deleting it to recreate")
+            self._delete_and_wait(node.zone, node.name)
+            return None
+        self.progress(f"{node.name} exists in {node.zone} ({node.state.value}): adopting it")
+        if node.state in (NodeState.STOPPED, NodeState.STOPPING) and wait:
+            self._wait_state(node.zone, node.name, {NodeState.STOPPED})
+            self._await(node.zone, node.name, self.api.start_node(node.zone, node.name))
+        if not wait:
+            return node
+        return self._wait_state(node.zone, node.name, {NodeState.READY})
+
+    def _create_in(self, zone: str, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
+        """Create in one zone; None if the name turned out to exist there already."""
+        self.progress(f"creating {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
+        try:
+            operation = self.api.create_node(zone, request)
+        except AlreadyExists:
+            return None
+        self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
+                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY))
+        if not wait:
+            return self.api.get_node(zone, request.name)
+        try:
+            self._await(zone, request.name, operation)
+        except CapacityError:
+            self._cleanup(zone, request.name)
+            raise
+        except KeyboardInterrupt:
+            self._cleanup(zone, request.name, wait=False)
+            raise Interrupted(f"interrupted: deletion of {request.name} in {zone} requested") from None
+        except TpuopsError:
+            self._cleanup(zone, request.name)
+            raise
+        node = self.api.get_node(zone, request.name)
+        self._observe(node)
+        return node
+
+    def _await(self, zone: str, name: str, operation: object) -> None:
+        self.api.wait(operation, zone=zone, timeout_s=self.settings.operation_timeout_s,
+                      on_poll=self._watch(zone, name))
+
+    def _cleanup(self, zone: str, name: str, *, wait: bool = True) -> None:
+        """Delete what a failed create may have left, so that no orphan is billed."""
+        node = self.api.find_node(zone, name)
+        if node is None or not node.managed:
+            return
+        self.progress(f"cleaning up {name} in {zone}")
+        if wait:
+            self._delete_and_wait(zone, name)
+        else:
+            self.api.delete_node(zone, name)
+
+    def _wait_state(self, zone: str, name: str, wanted: set[NodeState]) -> NodeInfo:
+        """Poll GetNode until the node reaches one of ``wanted``; a dead node ends the wait."""
+        deadline = time.monotonic() + self.settings.operation_timeout_s
+        while True:
+            node = self.api.get_node(zone, name)
+            self._observe(node)
+            self.progress(f"{name} in {zone}: {node.state.value}")
+            if node.state in wanted:
+                return node
+            if node.state.is_dead:
+                raise TpuopsError(f"node {name} in {zone} became {node.state.value} while we waited")
+            if time.monotonic() >= deadline:
+                raise Timeout(f"node {name} in {zone} is still {node.state.value} after "
+                              f"{self.settings.operation_timeout_s:.0f} s")
+            time.sleep(self.api.poll_interval_s)
+
+    # -- down ----------------------------------------------------------------------------------
+
+    def _delete_and_wait(self, zone: str, name: str) -> bool:
+        operation = self.api.delete_node(zone, name)
+        if operation is None:
+            self._gone(zone, name)
+            return False
+        with contextlib.suppress(NotFound):
+            self._await(zone, name, operation)
+        self._gone(zone, name)
+        return True
+
+    def down(self, names: list[str] | None, *, wait: bool = True) -> list[DownResult]:
+        """Delete the named nodes (``None``: every node of ours in view), concurrently."""
+        if names is None:
+            targets = [(n.zone, n.name) for n in self.status() if n.managed]
+        else:
+            for name in names:
+                naming.check_node_name(name)
+            targets = [(n.zone, n.name) for name in names for n in self.locate(name)]
+        results = [DownResult(name, None, "not found") for name in names or []
+                   if name not in {t[1] for t in targets}]
+        lock = threading.Lock()
+
+        def delete(target: tuple[str, str]) -> DownResult:
+            zone, name = target
+            if not wait:
+                self.api.delete_node(zone, name)
+                return DownResult(name, zone, "requested")
+            deleted = self._delete_and_wait(zone, name)
+            with lock:
+                self.progress(f"{name} in {zone}: {'deleted' if deleted else 'already gone'}")
+            return DownResult(name, zone, "deleted" if deleted else "not found")
+
+        if targets:
+            with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+                results.extend(pool.map(delete, targets))
+        return results

@@ -1,0 +1,122 @@
+"""Render the TPU VM startup script (``templates/startup.sh.j2``) from typed values.
+
+Invariant: every value reaches the script through the ``q`` filter (``shlex.quote``), so no
+node name, label, path or job argument can be read by bash as code, whatever it contains.
+Values are never interpolated into comments: a quoted value with a newline would end the
+comment. ``q`` refuses ``None`` and NUL so that a missing value is a loud bug, not the word
+"None" or a silently truncated argument on the VM; ``StrictUndefined`` does the same for a
+variable the caller forgot.
+
+Templates live in the repository's ``templates/`` folder, next to the pin file that both the
+startup script and ``make setup`` install from.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from tpuops.accelerators import TF_VERSION_PREFIX
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+PIN_FILE = TEMPLATES_DIR / "requirements-tf29.txt"
+STARTUP_TEMPLATE = "startup.sh.j2"
+
+
+def pin_file_text() -> str:
+    """The TF 2.9 pin file, byte for byte: the startup script writes it to disk and pip-installs it."""
+    return PIN_FILE.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class StartupContext:
+    """Everything the startup script of one node needs; nothing else is interpolated."""
+
+    node_name: str
+    project: str
+    zone: str
+    accelerator_type: str
+    store_root: str
+    run_id: str | None = None
+    job: Sequence[str] | None = None
+    """The job's argv, run on worker 0 after boot; ``None`` boots a bare node."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    python: str = "python3"
+    """The interpreter on the VM that must import TF 2.9."""
+    tf_version_prefix: str = TF_VERSION_PREFIX
+    pin_file: str = field(default_factory=pin_file_text)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.job, str):
+            raise TypeError("StartupContext.job is an argv list such as ['python3', 'x.py'], not a string")
+
+
+def _quote(value: object) -> str:
+    """Shell-quote a scalar, or each element of a list/tuple (joined by spaces)."""
+    if isinstance(value, list | tuple):
+        return " ".join(_quote(item) for item in value)
+    if value is None:
+        raise TypeError("refusing to quote None into a shell script: the template must handle it")
+    text = str(value)
+    if "\0" in text:
+        raise ValueError(f"refusing to quote a value containing NUL into a shell script: {text!r}")
+    return shlex.quote(text)
+
+
+def _json(value: object) -> str:
+    """One-line, ASCII-only JSON: safe to embed (after ``q``) and to splice into a JSON document."""
+    return json.dumps(value, ensure_ascii=True, sort_keys=True)
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = _quote
+    env.filters["json"] = _json
+    return env
+
+
+def render_template(name: str, values: Mapping[str, object]) -> str:
+    """Render template ``name``; a variable missing from ``values`` raises ``jinja2.UndefinedError``."""
+    return _environment().get_template(name).render(values)
+
+
+def render_startup_script(ctx: StartupContext) -> str:
+    """The bash startup script of one node (metadata key ``startup-script``)."""
+    context = {
+        "project": ctx.project,
+        "zone": ctx.zone,
+        "accelerator_type": ctx.accelerator_type,
+        "run_id": ctx.run_id,
+        "store_root": ctx.store_root,
+        "labels": dict(ctx.labels),
+    }
+    return render_template(
+        STARTUP_TEMPLATE,
+        {
+            "node_name": ctx.node_name,
+            "project": ctx.project,
+            "zone": ctx.zone,
+            "accelerator_type": ctx.accelerator_type,
+            "run_id": ctx.run_id or "",
+            "store_root": ctx.store_root,
+            "python": ctx.python,
+            "tf_version_prefix": ctx.tf_version_prefix,
+            "pin_file": ctx.pin_file,
+            "job": list(ctx.job or ()),
+            "context": context,
+        },
+    )
