@@ -25,7 +25,7 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-$(TFVENV)/.stamp: $(PIN_FILE) $(VENV)/.stamp
+$(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
 	rm -rf $(TFVENV)
 	$$($(PY) -m tpuops.runtime_python $(TF_PYTHONS)) -m venv $(TFVENV)
 	$(TFPY) -m pip install --quiet -r $(PIN_FILE) pytest
@@ -53,8 +53,9 @@ demo: setup
 	$(TPUOPS) emulator start --boot-delay 2; \
 	$(TPUOPS) up demo-v3 --accelerator v3-8 --spot; \
 	$(TPUOPS) status; \
-	echo "--- the node's startup script ran; its boot record:"; \
-	cat $(DEMO_HOME)/emulator/nodes/tpuops-local/us-central1-a/demo-v3/tpuops/boot.json; echo; \
+	marker=$(DEMO_HOME)/emulator/nodes/tpuops-local/us-central1-a/demo-v3/tpuops/boot.json; \
+	for _ in $$(seq 120); do [ -s $$marker ] && break; sleep 0.5; done; \
+	echo "--- the node's startup script ran; its boot record:"; cat $$marker; \
 	$(TPUOPS) down demo-v3 --yes; \
 	$(TPUOPS) status
 

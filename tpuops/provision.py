@@ -13,7 +13,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -278,16 +277,12 @@ class Provisioner:
             targets = [(n.zone, n.name) for name in names for n in self.locate(name)]
         results = [DownResult(name, None, "not found") for name in names or []
                    if name not in {t[1] for t in targets}]
-        lock = threading.Lock()
-
         def delete(target: tuple[str, str]) -> DownResult:
             zone, name = target
             if not wait:
                 self.api.delete_node(zone, name)
                 return DownResult(name, zone, "requested")
             deleted = self._delete_and_wait(zone, name)
-            with lock:
-                self.progress(f"{name} in {zone}: {'deleted' if deleted else 'already gone'}")
             return DownResult(name, zone, "deleted" if deleted else "not found")
 
         if targets:

@@ -205,12 +205,14 @@ class TpuApi:
         endpoint: str | None = None,
         deadline_s: float = 120.0,
         poll_interval_s: float = 5.0,
+        page_size: int = 1000,
         client: Any = None,
     ) -> None:
         self.project = project
         self.endpoint = endpoint
         self.deadline_s = deadline_s
         self.poll_interval_s = poll_interval_s
+        self.page_size = page_size
         self.calls = CallCounter()
         self._client = client
         self._client_lock = threading.Lock()
@@ -265,7 +267,7 @@ class TpuApi:
         """Walk pages ourselves, so that every page is one counted call under the retry policy."""
         token = ""
         while True:
-            request = {"parent": self.parent(zone), "page_token": token}
+            request = {"parent": self.parent(zone), "page_token": token, "page_size": self.page_size}
 
             def one_page(req: dict[str, Any] = request) -> tuple[list[Any], str]:
                 pager = method(request=req)  # the pager's attributes are those of the first page

@@ -34,9 +34,11 @@ def err_console() -> Console:
 
 
 def out_console() -> Console:
+    """stdout; wide when it is not a terminal, so piped tables are not cut at 80 columns."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=200)
 
 
 def load_settings(ctx: typer.Context, **flags: Any) -> Settings:

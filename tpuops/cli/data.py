@@ -175,10 +175,12 @@ def ls(
     from tpuops.errors import UsageError
     from tpuops.store import open_store
 
-    if uri is None and store is None:
+    if uri is not None:
+        root, prefix = uri, ""
+    elif store is not None:
+        root, prefix = store, "data/"
+    else:
         raise UsageError("give a URI to list, or --store ROOT to list ROOT/data/")
-    root, prefix = (uri, "") if uri is not None else (store, "data/")
-    assert root is not None
     datasets = list_datasets(open_store(root), prefix)
     if as_json:
         print_json([dataset.to_json() for dataset in datasets])

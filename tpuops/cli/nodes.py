@@ -78,6 +78,9 @@ def status(
     if as_json:
         print_json({"nodes": [n.to_json() for n in nodes]})
         return
+    if not nodes:
+        err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
+        return
     rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
              "tpuops" if n.managed else "other") for n in nodes]
     print_table(f"nodes in {settings.project} ({', '.join(settings.zones)})",

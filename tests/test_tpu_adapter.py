@@ -1,0 +1,108 @@
+"""The Cloud TPU adapter against the emulator: typed results, the taxonomy, pagination, LROs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tpuops.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
+from tpuops.kinds import Capacity
+from tpuops.tpu import NodeRequest, NodeState, TpuApi
+
+ZONE = "us-central1-a"
+
+
+def _request(name: str, capacity: Capacity = Capacity.SPOT, accelerator: str = "v3-8") -> NodeRequest:
+    return NodeRequest(name=name, accelerator=accelerator, runtime="tpu-vm-tf-2.9.3", capacity=capacity,
+                       labels={"managed-by": "tpuops", "team": "ml"})
+
+
+@pytest.fixture
+def api(emulator: Any) -> Iterator[TpuApi]:
+    yield TpuApi("proj-test", endpoint=emulator.endpoint, poll_interval_s=0.05, deadline_s=10)
+
+
+def test_create_get_list_delete_round_trip(api: TpuApi) -> None:
+    result = api.wait(api.create_node(ZONE, _request("n-1", Capacity.PREEMPTIBLE)), zone=ZONE, timeout_s=30)
+    assert result.name.endswith("/nodes/n-1")
+    node = api.get_node(ZONE, "n-1")
+    assert (node.state, node.capacity, node.accelerator, node.health) == (NodeState.READY, Capacity.PREEMPTIBLE,
+                                                                          "v3-8", "HEALTHY")
+    assert node.managed and node.labels["team"] == "ml" and node.uid
+    assert [n.name for n in api.list_nodes(ZONE)] == ["n-1"]
+    operation = api.delete_node(ZONE, "n-1")
+    assert operation is not None
+    api.wait(operation, zone=ZONE, timeout_s=30)
+    assert api.find_node(ZONE, "n-1") is None
+    assert api.delete_node(ZONE, "n-1") is None
+
+
+def test_stop_and_start(api: TpuApi) -> None:
+    api.wait(api.create_node(ZONE, _request("n-2", Capacity.ON_DEMAND)), zone=ZONE, timeout_s=30)
+    api.wait(api.stop_node(ZONE, "n-2"), zone=ZONE, timeout_s=30)
+    assert api.get_node(ZONE, "n-2").state is NodeState.STOPPED
+    api.wait(api.start_node(ZONE, "n-2"), zone=ZONE, timeout_s=30)
+    assert api.get_node(ZONE, "n-2").state is NodeState.READY
+
+
+def test_errors_map_onto_the_taxonomy(api: TpuApi, emulator_admin: Any) -> None:
+    with pytest.raises(NotFound):
+        api.get_node(ZONE, "missing")
+    api.wait(api.create_node(ZONE, _request("n-3")), zone=ZONE, timeout_s=30)
+    with pytest.raises(AlreadyExists):
+        api.create_node(ZONE, _request("n-3"))
+    with pytest.raises(InvalidRequest, match="v2-8"):
+        api.create_node("us-central2-b", _request("n-4", accelerator="v2-8"))
+    emulator_admin.set_faults(stockout_zones=[ZONE])
+    with pytest.raises(CapacityError) as stockout:
+        api.wait(api.create_node(ZONE, _request("n-5")), zone=ZONE, timeout_s=30)
+    assert stockout.value.zone == ZONE and "no more capacity" in str(stockout.value)
+    assert api.find_node(ZONE, "n-5") is None
+    emulator_admin.clear_faults()
+    emulator_admin.set_faults(error_rate=1.0, error_code=503)
+    short = TpuApi("proj-test", endpoint=api.endpoint, poll_interval_s=0.05, deadline_s=1)
+    with pytest.raises(TransientError):
+        short.get_node(ZONE, "n-3")
+    emulator_admin.clear_faults()
+
+
+def test_rate_limit_is_retried(api: TpuApi, emulator_admin: Any) -> None:
+    api.wait(api.create_node(ZONE, _request("n-6")), zone=ZONE, timeout_s=30)
+    emulator_admin.set_faults(error_burst=3, error_code=429)
+    assert api.get_node(ZONE, "n-6").state is NodeState.READY
+    assert api.calls.counts["GetNode"] == 4
+
+
+def test_250_nodes_are_listed_across_pages(api: TpuApi) -> None:
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda i: api.create_node(ZONE, _request(f"p-{i:03d}")), range(250)))
+    small_pages = TpuApi("proj-test", endpoint=api.endpoint, page_size=100)
+    names = [n.name for n in small_pages.list_nodes(ZONE)]
+    assert sorted(names) == [f"p-{i:03d}" for i in range(250)]
+    assert small_pages.calls.counts["ListNodes"] == 3
+    assert len(api.list_nodes(ZONE)) == 250
+    assert api.calls.counts["ListNodes"] == 1
+
+
+def test_catalog_lists(api: TpuApi) -> None:
+    assert "v3-8" in api.list_accelerator_types(ZONE)
+    versions = api.list_runtime_versions(ZONE)
+    assert {"tpu-vm-tf-2.9.3", "tpu-vm-tf-2.9.3-pod", "tpu-vm-tf-2.9.3-pod-v4"} <= set(versions)
+
+
+def test_queued_resources(api: TpuApi) -> None:
+    body = api.queued_body(ZONE, _request("q-node"), valid_until_s=3600)
+    assert body["spot"] == {} and body["queueingPolicy"] == {"validUntilDuration": "3600s"}
+    api.wait(api.create_queued_resource(ZONE, "qr-1", _request("q-node"), valid_until_s=3600),
+             zone=ZONE, timeout_s=30)
+    queued = api.get_queued_resource(ZONE, "qr-1")
+    assert queued.node_ids == ["q-node"] and queued.spot
+    assert [q.name for q in api.list_queued_resources(ZONE)] == ["qr-1"]
+    operation = api.delete_queued_resource(ZONE, "qr-1", force=True)
+    assert operation is not None
+    api.wait(operation, zone=ZONE, timeout_s=30)
+    assert api.list_queued_resources(ZONE) == []
+    assert api.delete_queued_resource(ZONE, "qr-1") is None
