@@ -32,9 +32,9 @@ $(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
 	touch $@
 
 tools:
-	@command -v shellcheck >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
-	  else echo "shellcheck is missing: sudo apt-get install shellcheck" >&2; exit 1; fi; }
+	@command -v shellcheck >/dev/null && command -v curl >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck curl >/dev/null; \
+	  else echo "shellcheck or curl is missing: sudo apt-get install shellcheck curl" >&2; exit 1; fi; }
 
 lint: setup
 	$(VENV)/bin/ruff check .

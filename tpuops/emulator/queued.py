@@ -148,7 +148,7 @@ class QueuedResources:
             check_resource_id("node", node_id)
         echo = {key: raw[key] for key in ("parent", "nodeId", "multisliceParams") if key in raw}
         echo["node"] = spec.to_json()
-        return NodeRequest(parent=parent, node_ids=node_ids, spec=spec, echo=echo)
+        return NodeRequest(node_ids=node_ids, spec=spec, echo=echo)
 
     def _tick(self) -> None:
         state = self._state

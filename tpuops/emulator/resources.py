@@ -123,7 +123,6 @@ class Node:
 class NodeRequest:
     """One entry of a queued resource's ``tpu.nodeSpec``, expanded to node ids."""
 
-    parent: str
     node_ids: list[str]
     spec: NodeSpec
     echo: dict[str, Any]

@@ -121,9 +121,8 @@ class Sandboxes:
         return [str(shim_dir), str(interpreter.parent)]
 
     def directory(self, project: str, zone: str, node: str) -> Path:
-        path = self._state_dir / "nodes" / project / zone / node
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """Where node ``node`` keeps its files (created when its first script runs)."""
+        return self._state_dir / "nodes" / project / zone / node
 
     def _environment(self, home: Path, metadata_host: str) -> dict[str, str]:
         env = {
@@ -146,6 +145,7 @@ class Sandboxes:
 
         Returns at once; output is appended to ``startup-script.log`` in ``directory``.
         """
+        directory.mkdir(parents=True, exist_ok=True)
         script_path = directory / ".startup-script"
         script_path.write_text(script)
         log_path = directory / SCRIPT_LOG

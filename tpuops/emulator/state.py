@@ -115,9 +115,7 @@ class EmulatorState:
 
     # ----- mutations (each returns the operation as JSON)
 
-    def create_node(
-        self, project: str, zone: str, node_id: str, spec: NodeSpec, *, queued_resource: str = ""
-    ) -> dict[str, Any]:
+    def create_node(self, project: str, zone: str, node_id: str, spec: NodeSpec) -> dict[str, Any]:
         """Start creating a node; the operation finishes when it is READY or out of stock.
 
         Raises:
@@ -126,9 +124,10 @@ class EmulatorState:
         check_zone(zone)
         check_resource_id("node", node_id)
         with self.lock:
-            op = self.ops.start(project, zone, f"projects/{project}/locations/{zone}/nodes/{node_id}", "create")
-            self.add_node(project, zone, node_id, spec, queued_resource=queued_resource, op=op)
-            return op.to_json()
+            node = self.add_node(project, zone, node_id, spec)
+            # The boot callback needs this lock, so the operation is attached before it can finish.
+            node.pending_op = self.ops.start(project, zone, node.name, "create")
+            return node.pending_op.to_json()
 
     def add_node(
         self,
@@ -138,7 +137,6 @@ class EmulatorState:
         spec: NodeSpec,
         *,
         queued_resource: str = "",
-        op: Operation | None = None,
         check_capacity: bool = True,
     ) -> Node:
         """Insert a CREATING node and schedule its boot (caller holds the lock)."""
@@ -155,7 +153,6 @@ class EmulatorState:
             uid=str(random.randrange(10**18, 2**63)),
             create_time=time.time(),
             queued_resource=queued_resource,
-            pending_op=op,
         )
         self.nodes[key] = node
         generation = node.generation
@@ -417,15 +414,20 @@ class EmulatorState:
             self.billing.close(node.uid, reason)
 
     def _apply_update(self, node: Node, paths: list[str], body: dict[str, Any]) -> None:
+        """Validate every masked field first, then apply them all: an invalid update changes nothing."""
         spec = node.spec
+        description = str(body.get("description") or "")
+        tags = string_list(body.get("tags"), "tags")
+        labels = string_map(body.get("labels"), "labels")
+        metadata = string_map(body.get("metadata"), "metadata")
         if "description" in paths:
-            spec.description = str(body.get("description") or "")
+            spec.description = description
         if "tags" in paths:
-            spec.tags = string_list(body.get("tags"), "tags")
+            spec.tags = tags
         if "labels" in paths:
-            spec.labels = string_map(body.get("labels"), "labels")
+            spec.labels = labels
         if "metadata" in paths:
-            spec.metadata = string_map(body.get("metadata"), "metadata")
+            spec.metadata = metadata
             if node.metadata_server is not None:
                 node.metadata_server.view.set_attributes(node.system_attributes())
         if "network_config.enable_external_ips" in paths:

@@ -1,0 +1,76 @@
+"""Starting, finding and stopping a background emulator (tpuops.emulator.control)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tpuops import errors
+from tpuops.emulator import control
+
+
+def test_start_status_ensure_stop(tmp_path):
+    state_dir = tmp_path / "emu"
+    assert control.status(state_dir) is None
+    info = control.start_background(state_dir, boot_delay_s=0.2, grace_s=2.0)
+    try:
+        assert info.endpoint.startswith("http://127.0.0.1:")
+        assert json.loads((state_dir / "emulator.json").read_text()) == {"pid": info.pid, "endpoint": info.endpoint}
+        assert "tpuops emulator listening on " + info.endpoint in (state_dir / "emulator.log").read_text()
+        assert control.status(state_dir) == info
+        assert control.ensure_running(state_dir) == info
+        assert control.AdminClient(info.endpoint).health()["pid"] == info.pid
+        with pytest.raises(errors.UsageError):
+            control.start_background(state_dir)
+    finally:
+        assert control.stop(state_dir) is True
+    assert control.status(state_dir) is None
+    assert not (state_dir / "emulator.json").exists()
+    assert control.stop(state_dir) is False
+
+
+def test_port_in_use_is_a_usage_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(errors.UsageError, match="in use"):
+            control.start_background(tmp_path / "emu", port=port)
+    assert control.status(tmp_path / "emu") is None
+
+
+def test_stale_record_is_cleaned_up(tmp_path):
+    state_dir = tmp_path / "emu"
+    state_dir.mkdir()
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    dead_pid = int(finished.stdout)
+    (state_dir / "emulator.json").write_text(json.dumps({"pid": dead_pid, "endpoint": "http://127.0.0.1:1"}))
+    assert control.status(state_dir) is None
+    assert not (state_dir / "emulator.json").exists()
+    info = control.ensure_running(state_dir, boot_delay_s=0.2)
+    try:
+        assert info.pid != dead_pid
+    finally:
+        control.stop(state_dir)
+
+
+def test_admin_client_errors(emulator_admin):
+    with pytest.raises(errors.InvalidRequest):
+        emulator_admin.set_faults(error_rate=2.0)
+    with pytest.raises(errors.InvalidRequest):
+        emulator_admin.set_faults(no_such_fault=1)
+    assert emulator_admin.set_faults(latency_s=0.01, stockout_zones=["us-east1-d"])["stockout_zones"] == ["us-east1-d"]
+    unreachable = control.AdminClient("http://127.0.0.1:1", timeout_s=2.0)
+    with pytest.raises(errors.TransientError):
+        unreachable.health()
+
+
+def test_admin_shutdown_stops_the_emulator(emulator, emulator_admin, wait_until):
+    emulator_admin.shutdown()
+    wait_until(lambda: control.status(emulator.state_dir) is None)
