@@ -27,7 +27,8 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
 
 def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
     path = _write(tmp_path, 'project = "from-file"\nzones = ["europe-west4-a"]\naccelerator = "v2-8"\n')
-    env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "from-env", "TPUOPS_ZONES": "us-central1-b, us-central1-a"}
+    env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "from-env",
+           "TPUOPS_ZONES": "us-central1-b, us-central1-a"}
     settings = load_settings({"accelerator": "v3-8", "project": None}, config_path=path, environ=env)
     assert settings.project == "from-env"
     assert settings.zones == ["us-central1-b", "us-central1-a"]
