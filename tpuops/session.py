@@ -8,6 +8,7 @@ happens in exactly one place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
@@ -17,6 +18,7 @@ from tpuops.tpu import TpuApi
 
 if TYPE_CHECKING:
     from tpuops.provision import Provisioner
+    from tpuops.store import Store
 
 
 def tpu_endpoint(settings: Settings) -> str | None:
@@ -46,3 +48,12 @@ def provisioner(settings: Settings, progress: Callable[[str], None] | None = Non
     if progress is None:
         return Provisioner(connect(settings), settings, open_ledger(settings))
     return Provisioner(connect(settings), settings, open_ledger(settings), progress)
+
+
+def store(settings: Settings) -> Store:
+    """The store root (a local directory is created on first use)."""
+    from tpuops.store import open_store
+
+    if "://" not in settings.store_root:
+        Path(settings.store_root).mkdir(parents=True, exist_ok=True)
+    return open_store(settings.store_root)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli import data, emulator, init, nodes
+from tpuops.cli import data, emulator, init, jobs, nodes
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
 
@@ -35,6 +35,7 @@ def _root(
 
 init.register(app)
 nodes.register(app)
+jobs.register(app)
 app.add_typer(emulator.app, name="emulator")
 app.add_typer(data.app, name="data")
 

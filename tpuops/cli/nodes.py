@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     app.command("down")(down)
 
 
-def _capacity(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
+def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
     chosen = [c for c, flag in ((Capacity.SPOT, spot), (Capacity.PREEMPTIBLE, preemptible),
                                 (Capacity.ON_DEMAND, on_demand)) if flag]
     if len(chosen) > 1:
@@ -42,7 +42,7 @@ def up(
     from tpuops.session import provisioner
 
     settings = load_settings(ctx)
-    plan = plan_up(settings, name, accelerator=accelerator, capacity=_capacity(spot, preemptible, on_demand),
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
                    zone=zone, runtime=runtime)
     if dry_run:
         body = plan.request.body()

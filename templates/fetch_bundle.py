@@ -1,0 +1,87 @@
+"""Run on the TPU VM by the startup script: fetch the job bundle, check its sha256, run the agent.
+
+    python3 -c "<this file>" BUNDLE_URI SHA256 SPEC_URI STATUS_URI COMMAND
+
+Python 3.8 and the standard library, plus TensorFlow's gfile for gs:// URIs (the VM has no
+other Cloud Storage client). A bundle whose bytes do not hash to SHA256 never runs: the run's
+status says so (user-error) and the exit code is 3. Extraction refuses members that would land
+outside the bundle directory.
+"""
+
+import datetime
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def read(uri):
+    if uri.startswith("gs://"):
+        with _gfile().GFile(uri, "rb") as src:
+            return src.read()
+    with open(uri, "rb") as src:
+        return src.read()
+
+
+def write(uri, text):
+    tmp = uri + ".tmp-bootstrap"
+    if uri.startswith("gs://"):
+        with _gfile().GFile(tmp, "w") as out:
+            out.write(text)
+        _gfile().rename(tmp, uri, overwrite=True)
+        return
+    with open(tmp, "w") as out:
+        out.write(text)
+    os.replace(tmp, uri)
+
+
+def refuse(status_uri, run_id, message):
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    status = {"run_id": run_id, "phase": "done", "exit_class": "user-error", "exit_code": 3,
+              "message": message, "heartbeat": now, "started": now}
+    write(status_uri, json.dumps(status, indent=2))
+    print("tpuops bootstrap: " + message, file=sys.stderr)
+    sys.exit(3)
+
+
+def extract(data, target):
+    root = os.path.realpath(target)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            path = os.path.realpath(os.path.join(root, member.name))
+            if not member.isfile() or not path.startswith(root + os.sep):
+                raise ValueError("unsafe bundle member " + repr(member.name))
+        tar.extractall(root)
+
+
+def main(argv):
+    bundle_uri, sha256, spec_uri, status_uri, command = argv
+    run_id = os.environ.get("TPUOPS_RUN_ID", "")
+    data = read(bundle_uri)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        refuse(status_uri, run_id,
+               f"bundle {bundle_uri} has sha256 {digest}, the run spec expects {sha256}: refusing to run it")
+    target = os.path.abspath("bundle-" + sha256[:16])
+    if not os.path.isdir(target):
+        partial = target + ".partial"
+        os.makedirs(partial, exist_ok=True)
+        try:
+            extract(data, partial)
+        except ValueError as err:
+            refuse(status_uri, run_id, str(err))
+        os.replace(partial, target)
+    os.chdir(target)
+    env = dict(os.environ, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    os.execve(sys.executable, [sys.executable, "-m", "tpuops.agent", command, spec_uri], env)
+
+
+main(sys.argv[1:])

@@ -1,0 +1,190 @@
+"""``tpuops train`` end to end: the CLI, the emulator, the startup script, the bundle, real TF 2.9.
+
+One uninterrupted run is the reference; runs preempted mid-training (SIGTERM: checkpoint on
+notice; SIGKILL: the last periodic checkpoint) and resumed with ``--resume`` must end with
+bit-identical weights and prove by their status that they resumed rather than restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tpuops.data.samples import digits
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+
+REPO = Path(__file__).resolve().parents[1]
+TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
+SPEC = REPO / "experiments" / "digits_cnn.yaml"
+ZONE = "us-central1-a"
+
+COMPARE = """
+import sys
+import numpy as np
+import tensorflow as tf
+
+# How many saves a run made is bookkeeping, not state: a preempted run saves once more.
+BOOKKEEPING = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE", "_CHECKPOINTABLE_OBJECT_GRAPH")
+
+def tensors(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name not in BOOKKEEPING}
+
+left, right = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert set(left) == set(right), sorted(set(left) ^ set(right))
+different = [name for name in left if not np.array_equal(left[name], right[name])]
+print(len(left), "tensors;", len(different), "different:", different[:5])
+sys.exit(1 if different else 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
+    """A working directory with the digits data, and an emulator whose nodes run real TF 2.9."""
+    work = tmp_path_factory.mktemp("train")
+    digits(work / "data" / "digits")
+    info = start_background(work / "home" / "emulator", boot_delay_s=0.2, grace_s=20.0,
+                            image_python=str(TF_PYTHON))
+    yield work, info
+    stop(info.state_dir)
+
+
+def _env(work: Path, info: EmulatorInfo) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    config = work / "tpuops.toml"
+    config.write_text('zones = ["us-central1-a", "us-central1-b"]\n')
+    return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
+            "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
+
+
+def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=_env(work, info),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _run_dir(work: Path, run: str) -> Path:
+    return work / "home" / "store" / "runs" / run
+
+
+def _status(work: Path, run: str) -> dict:
+    path = _run_dir(work, run) / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _poll(check: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _nodes(info: EmulatorInfo) -> list[dict]:
+    return AdminClient(info.endpoint).nodes()
+
+
+def _same_weights(work: Path, left: str, right: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(TF_PYTHON), "-c", COMPARE, str(_run_dir(work, left) / "ckpt" / "ckpt-600"),
+                           str(_run_dir(work, right) / "ckpt" / "ckpt-600")], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def reference(world: tuple[Path, EmulatorInfo]) -> str:
+    work, info = world
+    code, out, err = _finish(_tpuops(work, info, "train", str(SPEC), "--name", "ref", "--json"))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["exit_class"] == "succeeded" and result["step"] == 600
+    return "ref"
+
+
+def test_train_completes_with_target_accuracy_and_no_node_left(world: tuple[Path, EmulatorInfo],
+                                                               reference: str) -> None:
+    work, info = world
+    status = _status(work, reference)
+    assert status["exit_class"] == "succeeded"
+    assert status["metrics"]["eval"]["accuracy"] >= 0.95
+    ckpt = _run_dir(work, reference) / "ckpt"
+    assert (ckpt / "ckpt-600.index").exists() and (ckpt / "checkpoint").exists()
+    assert (_run_dir(work, reference) / "model" / "saved_model.pb").exists()
+    assert [n for n in _nodes(info) if n.get("name", "").endswith("/ref")] == []
+    spec = json.loads((_run_dir(work, reference) / "spec.json").read_text())
+    record = json.loads((_run_dir(work, reference) / "run.json").read_text())
+    bundle = work / "home" / "store" / "bundles" / f"{record['bundle_sha256']}.tar.gz"
+    assert bundle.exists() and spec["run_id"] == "ref"
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_preempted_run_resumes_to_identical_weights(world: tuple[Path, EmulatorInfo], reference: str,
+                                                    how: str) -> None:
+    work, info = world
+    run = f"cut-{how}"
+    admin = AdminClient(info.endpoint)
+    proc = _tpuops(work, info, "train", str(SPEC), "--name", run)
+    _poll(lambda: (_status(work, run).get("last_checkpoint_step") or 0) >= 200, "a checkpoint at step >= 200")
+    if how == "sigkill":
+        node = next(n for n in _nodes(info) if n["name"].endswith(f"/{run}"))
+        os.killpg(node["pgid"], signal.SIGKILL)
+        saved = _status(work, run)["last_checkpoint_step"]
+    admin.preempt("tpuops-local", ZONE, run, grace_s=20.0 if how == "sigterm" else 0.0)
+    code, _, err = _finish(proc)
+    assert code == 1, err
+    assert f"tpuops train --resume {run}" in err.splitlines()[-1]
+    cut = _status(work, run)
+    if how == "sigterm":
+        assert cut["exit_class"] == "preempted"
+        saved = cut["last_checkpoint_step"]
+        assert saved == cut["step"]
+    assert 0 < saved < 600
+
+    code, out, err = _finish(_tpuops(work, info, "train", "--resume", run, "--json"))
+    assert code == 0, err
+    done = _status(work, run)
+    assert done["exit_class"] == "succeeded" and done["step"] == 600
+    assert done["resumed_from_step"] == saved
+    assert done["attempt"] == 2
+    compared = _same_weights(work, reference, run)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert [n for n in _nodes(info) if n.get("name", "").endswith(f"/{run}")] == []
+
+
+def test_bad_experiment_spec_is_one_line_with_a_hint(world: tuple[Path, EmulatorInfo], tmp_path: Path) -> None:
+    work, info = world
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SPEC.read_text().replace("checkpoint:", "check_point:"))
+    code, _, err = _finish(_tpuops(work, info, "train", str(bad), "--name", "bad-1"))
+    assert code == 2
+    assert err.strip().splitlines()[-1] == f"error: {bad}: unknown key 'check_point' (did you mean 'checkpoint'?)"
+    assert not _run_dir(work, "bad-1").exists()
+
+
+def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[Path, EmulatorInfo],
+                                                                   tmp_path: Path) -> None:
+    work, info = world
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "models.py").write_text(
+        "def broken(hparams):\n    raise RuntimeError('the model code is wrong on purpose')\n")
+    spec = experiments / "broken.yaml"
+    spec.write_text(SPEC.read_text().replace("models:digits_cnn", "models:broken").replace(
+        "name: digits-cnn", "name: broken"))
+    code, _, err = _finish(_tpuops(work, info, "train", str(spec), "--name", "broken-1"))
+    assert code == 1
+    assert "run broken-1 ended user-error" in err.splitlines()[-1]
+    status = _status(work, "broken-1")
+    assert status["exit_class"] == "user-error"
+    assert "the model code is wrong on purpose" in status["traceback"]
+    assert [n for n in _nodes(info) if n.get("name", "").endswith("/broken-1")] == []

@@ -1,0 +1,12 @@
+"""The tpuops data plane: the agent that trains and predicts on a TPU VM.
+
+It runs as ``python -m tpuops.agent {train,infer} SPEC`` under TensorFlow 2.9 on the image's
+Python 3.8, so everything in this package is Python 3.8 and imports nothing beyond the standard
+library, TensorFlow 2.9 and the numpy that comes with it; in particular nothing else from
+``tpuops`` (the control plane needs Python >= 3.10 and a protobuf that TF 2.9 cannot load).
+
+The agent talks to the control plane only through the store (DESIGN.md, "The store is the
+message bus"): it reads ``runs/<run>/spec.json`` (schema in ``runspec``) and writes
+``status.json``, ``logs/``, ``ckpt/``, ``tb/`` and ``model/`` under ``runs/<run>/`` (layout in
+``paths``). Exit codes and exit classes are defined in ``exits``.
+"""

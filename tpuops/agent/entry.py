@@ -1,0 +1,75 @@
+"""Import the user's model entry point and build the model, blaming the user for what fails.
+
+Everything that goes wrong between "import the module" and "the model accepts a batch of the
+declared features" is a user error (never retried): the module does not import, the function
+is missing, it raises, it returns something that is not a Keras model, or the model rejects
+the inputs. The forward pass is traced, not run, so it costs no device time.
+"""
+
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import tensorflow as tf
+
+from tpuops.agent.exits import UserError
+from tpuops.agent.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+BuildFn = Callable[[Dict[str, Any]], Any]
+
+
+def load_entry_point(spec: RunSpec) -> BuildFn:
+    """Import ``module:function`` from the experiments dir (or sys.path) and return the function."""
+    if spec.entry_point is None:
+        raise UserError("spec.entry_point is not set")
+    if spec.experiments_dir:
+        directory = os.path.abspath(spec.experiments_dir)
+        if not os.path.isdir(directory):
+            raise UserError(f"experiments_dir {directory!r} is not a directory")
+        sys.path.insert(0, directory)
+    module_name, function_name = spec.entry_point.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # whatever the user's module raises on import
+        raise UserError(f"entry point {spec.entry_point}: cannot import {module_name!r}: {err}") from err
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UserError(f"entry point {spec.entry_point}: {module_name!r} has no function {function_name!r}")
+    return function
+
+
+def user_roots(spec: RunSpec) -> List[Path]:
+    """Where the user's code lives: tracebacks through these files are the user's errors."""
+    roots = [Path(spec.experiments_dir)] if spec.experiments_dir else []
+    module = sys.modules.get(spec.entry_point.split(":")[0]) if spec.entry_point else None
+    module_file = getattr(module, "__file__", None)
+    if module_file:
+        roots.append(Path(module_file).parent)
+    return roots
+
+
+def build_model(build: BuildFn, spec: RunSpec, input_signature: Any, strategy: Any) -> tf.keras.Model:
+    """Call the entry point and trace one replica's forward pass over ``input_signature``.
+
+    Call it inside ``strategy.scope()`` so the variables are created where training needs them.
+    """
+    try:
+        model = build(dict(spec.hparams))
+    except Exception as err:
+        raise UserError(f"entry point {spec.entry_point} raised while building the model: {err}") from err
+    if not isinstance(model, tf.keras.Model):
+        raise UserError(f"entry point {spec.entry_point} returned {type(model).__name__}, not a tf.keras.Model")
+    try:
+        forward = tf.function(lambda inputs: strategy.run(model, args=(inputs,), kwargs={"training": False}))
+        forward.get_concrete_function(input_signature)
+    except Exception as err:
+        raise UserError(
+            f"the model from {spec.entry_point} does not accept the features {input_signature}: {err}"
+        ) from err
+    log.info("model %s: %d parameters", model.name, model.count_params())
+    return model

@@ -1,0 +1,95 @@
+"""How an agent process ends: the one mapping of exit class to exit code.
+
+The control plane learns the outcome of a run from ``status.json`` (field ``exit_class``) and,
+when it watches the process itself, from the exit code. Both carry the same information:
+
+=============  =====  ===========================================================================
+exit class     code   meaning and what the controller should do
+=============  =====  ===========================================================================
+succeeded      0      the run finished; the model (train) or the manifest (infer) is complete
+crashed        1      the agent failed for a reason outside the user's code and data (store
+                      I/O, TPU runtime, an agent bug): restart from the last checkpoint, bounded
+(usage)        2      the command line itself was wrong (argparse); no status is written
+user-error     3      the spec, the model code or the data is wrong, or the machine is not what
+                      the spec asks for (no TPU, wrong TensorFlow): never retry, tear down
+preempted      143    SIGTERM or the metadata server's ``instance/preempted`` arrived; a
+                      checkpoint was written at the last call boundary: recreate and resume
+=============  =====  ===========================================================================
+
+Python's own exit code for an uncaught exception is 1, so an agent that dies outside our
+handlers still reads as "crashed". 143 is the shell's code for SIGTERM (128 + 15).
+"""
+
+import enum
+import traceback
+from pathlib import Path
+from typing import Iterable
+
+import tensorflow as tf
+
+TRACEBACK_LINES = 60
+
+
+class ExitClass(enum.Enum):
+    """The four outcomes a run can have; the value is what ``status.json`` says."""
+
+    SUCCEEDED = "succeeded"
+    CRASHED = "crashed"
+    USER_ERROR = "user-error"
+    PREEMPTED = "preempted"
+
+    @property
+    def code(self) -> int:
+        return _CODES[self]
+
+
+_CODES = {
+    ExitClass.SUCCEEDED: 0,
+    ExitClass.CRASHED: 1,
+    ExitClass.USER_ERROR: 3,
+    ExitClass.PREEMPTED: 143,
+}
+
+
+class UserError(Exception):
+    """The run cannot succeed as specified: bad spec, model code, data or machine. Never retried."""
+
+
+class PreemptedExit(Exception):
+    """Raised by the loops after the preemption checkpoint is safe: unwinds to the exit path."""
+
+
+# Errors TensorFlow raises when the model and the data disagree (shapes, dtypes, bad records)
+# or the model does not fit the device: retrying the same spec fails the same way.
+_USER_TF_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.ResourceExhaustedError)
+
+
+def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
+    """Decide whether ``exc`` is the user's fault (never retried) or a crash (retried).
+
+    Besides ``UserError``, an exception counts as the user's when TensorFlow reports a
+    model/data mismatch, or when any frame of its traceback lies in the user's code
+    (``user_roots``: the experiments directory and the entry point module's directory).
+    """
+    if isinstance(exc, PreemptedExit):
+        return ExitClass.PREEMPTED
+    if isinstance(exc, (UserError, *_USER_TF_ERRORS)):
+        return ExitClass.USER_ERROR
+    roots = [root.resolve() for root in user_roots]
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        source = Path(frame.f_code.co_filename).resolve()
+        if any(root == source or root in source.parents for root in roots):
+            return ExitClass.USER_ERROR
+    return ExitClass.CRASHED
+
+
+def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
+    """The last ``lines`` lines of the formatted traceback: what ``status.json`` carries."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the status message: the exception type and its first line."""
+    first = str(exc).strip().splitlines()
+    return "{}: {}".format(type(exc).__name__, first[0] if first else "")

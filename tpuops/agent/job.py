@@ -1,0 +1,89 @@
+"""One agent process, from the spec to the exit code.
+
+Order matters: the spec is read first (without it there is no store to report to), then the
+log chunks, the status file and the heartbeat start, and only then does anything that can
+fail slowly (TPU initialisation, data, model) run. Every way out of the command goes through
+one ``except``: the exception is classified (``exits.classify``), ``status.json`` gets the
+exit class, a one-line message and, for user-error and crashed, the traceback; the process
+exits with the class's code.
+"""
+
+import logging
+import os
+import sys
+from typing import Callable, Dict, Optional
+
+import tensorflow as tf
+
+from tpuops.agent import entry, infer, train
+from tpuops.agent.exits import ExitClass, UserError, classify, describe, traceback_tail
+from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
+from tpuops.agent.paths import RunPaths
+from tpuops.agent.preemption import PreemptionNotice, metadata_host
+from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
+from tpuops.agent.runtime import Runtime, connect
+from tpuops.agent.status import Status, Ticker, previous_attempt
+
+log = logging.getLogger("tpuops.agent")
+
+# Log chunks are objects in a bucket: one every 30 s keeps a day-long run at ~3000 of them.
+LOG_FLUSH_SECONDS = 30.0
+
+Command = Callable[[RunSpec, Runtime, Status, PreemptionNotice, RunPaths], None]
+COMMANDS: Dict[str, Command] = {"train": train.run, "infer": infer.run}
+
+
+def read_spec(location: str) -> RunSpec:
+    """Read and parse the run spec at a local path or a gs:// URI."""
+    try:
+        with tf.io.gfile.GFile(location) as src:
+            text = src.read()
+    except tf.errors.OpError as err:
+        raise SpecError(f"cannot read the run spec {location}: {err.message}") from err
+    return parse_spec(text)
+
+
+def _start_logging(chunks: logging.Handler) -> None:
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(FORMATTER)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    for handler in (console, chunks):
+        log.addHandler(handler)
+
+
+def run(command: str, spec_location: str, attempt: Optional[int], notice: PreemptionNotice) -> int:
+    """Run ``command`` ("train" or "infer") for the spec at ``spec_location``; returns the exit code."""
+    try:
+        spec = read_spec(spec_location)
+    except UserError as err:
+        print(f"tpuops agent: {err}", file=sys.stderr)
+        return ExitClass.USER_ERROR.code
+    paths = RunPaths(spec.store_root, spec.run_id)
+    chunks = ChunkedLogHandler(paths.logs)
+    _start_logging(chunks)
+    attempt = attempt or previous_attempt(paths.status) + 1
+    status = Status(paths.status, spec.run_id, command, attempt)
+    status.write()
+    tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
+    for ticker in tickers:
+        ticker.start()
+    notice.watch_metadata(metadata_host())
+    log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())
+    exit_class, message, trace = ExitClass.SUCCEEDED, None, None
+    try:
+        COMMANDS[command](spec, connect(spec), status, notice, paths)
+    except BaseException as exc:  # every way out is classified and reported
+        exit_class = classify(exc, entry.user_roots(spec))
+        message = str(exc) if isinstance(exc, UserError) else describe(exc)
+        if exit_class in (ExitClass.USER_ERROR, ExitClass.CRASHED):
+            trace = traceback_tail(exc)
+            log.error("%s: %s\n%s", exit_class.value, message, trace)
+        else:
+            log.warning("%s: %s", exit_class.value, message)
+    else:
+        log.info("%s finished: %s", command, exit_class.value)
+    status.finish(exit_class, message, trace)
+    for ticker in tickers:
+        ticker.stop()
+    return exit_class.code

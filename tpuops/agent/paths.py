@@ -1,0 +1,51 @@
+"""Where a run's files live in the store, and the one way the agent writes a whole file.
+
+Layout under ``<store_root>/runs/<run_id>/`` (DESIGN.md, "The store is the message bus")::
+
+    spec.json      the run spec (written by the control plane; the agent only reads it)
+    status.json    phase, step, heartbeat, metrics, exit class (``status``)
+    logs/NNNNNN.log  log chunks, numbered in write order, each written whole (``logs``)
+    ckpt/          tf.train.CheckpointManager: ckpt-<step>.index/.data-*, checkpoint (``checkpoints``)
+    tb/            TensorBoard event files
+    model/         the final Keras SavedModel, complete once status says succeeded
+    predictions/   default output prefix of ``infer`` (``infer``)
+
+Paths are joined with "/" so that they work for ``gs://`` URIs and local paths alike.
+"""
+
+import os
+
+import tensorflow as tf
+
+
+def join(*parts: str) -> str:
+    """Join store path parts with "/" (os.path.join would use the local separator)."""
+    head, *rest = parts
+    return "/".join([head.rstrip("/"), *(part.strip("/") for part in rest)])
+
+
+class RunPaths:
+    """The paths of one run under a store root."""
+
+    def __init__(self, store_root: str, run_id: str) -> None:
+        self.run_dir = join(store_root, "runs", run_id)
+        self.status = join(self.run_dir, "status.json")
+        self.logs = join(self.run_dir, "logs")
+        self.ckpt = join(self.run_dir, "ckpt")
+        self.tb = join(self.run_dir, "tb")
+        self.model = join(self.run_dir, "model")
+        self.predictions = join(self.run_dir, "predictions")
+
+
+def write_whole(path: str, data: str) -> None:
+    """Write ``data`` so that a reader sees the old file or the new one, never a torn one.
+
+    Writes a temporary sibling, then renames it over ``path``. Locally the rename is atomic;
+    on GCS tf.io.gfile renames by copy and delete, and the copy is itself a whole object, so
+    readers still never see partial content. The temporary name never ends in the final
+    name's suffix, so a reader that lists ``*.log`` or ``*.json`` does not pick it up.
+    """
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as out:
+        out.write(data)
+    tf.io.gfile.rename(tmp, path, overwrite=True)

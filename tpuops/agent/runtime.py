@@ -1,0 +1,116 @@
+"""Pick the device the run trains on, and refuse to train anywhere it should not.
+
+On a TPU VM: ``TPUClusterResolver(tpu="local")`` -> ``experimental_connect_to_cluster`` ->
+``initialize_tpu_system`` -> ``TPUStrategy``. Without a TPU the agent refuses (user-error)
+unless the spec sets ``allow_cpu_fallback``: a job that quietly trains on the CPU of a paid
+TPU VM burns money for nothing, the worst thing this product can do. A machine that has TPU
+hardware (``/dev/accel*``, ``/dev/vfio/N``) whose TPU cannot be initialised is a crash, never a
+reason to fall back: the usual cause is a previous process still holding the chips, and a
+restart fixes it.
+"""
+
+import glob
+import logging
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from tpuops.agent.exits import UserError
+from tpuops.agent.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+REQUIRED_TF = "2.9"
+MIN_PER_CORE_BATCH_ON_TPU = 128
+_TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+class Runtime:
+    """The strategy the run uses and the facts about it that the loops need."""
+
+    def __init__(self, strategy: Any, device: str, deterministic: bool) -> None:
+        self.strategy = strategy
+        self.device = device
+        self.deterministic = deterministic
+
+    @property
+    def on_tpu(self) -> bool:
+        return self.device == "TPU"
+
+    @property
+    def replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    def global_batch(self, per_replica: int) -> int:
+        """Global batch = per-replica batch x replicas; warns when a TPU core gets too little."""
+        if self.on_tpu and per_replica < MIN_PER_CORE_BATCH_ON_TPU:
+            log.warning(
+                "per-core batch %d is under %d: the TPU's matrix units will idle; raise per_replica_batch_size",
+                per_replica,
+                MIN_PER_CORE_BATCH_ON_TPU,
+            )
+        return per_replica * self.replicas
+
+
+def check_tensorflow(version: Optional[str] = None) -> None:
+    """Refuse any TensorFlow but 2.9: the agent, the pins and the TPU runtime are built for it."""
+    version = tf.__version__ if version is None else version
+    if version != REQUIRED_TF and not version.startswith(REQUIRED_TF + "."):
+        raise UserError(
+            f"tpuops agent needs TensorFlow {REQUIRED_TF}.x, found {version}: use a tpu-vm-tf-2.9.x runtime version"
+        )
+
+
+def tpu_hardware_present() -> bool:
+    """True when the machine exposes TPU chips (v2-v4 as /dev/accel*, later ones through vfio)."""
+    return any(glob.glob(pattern) for pattern in _TPU_DEVICE_GLOBS)
+
+
+def _tpu_strategy() -> Any:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def connect(spec: RunSpec) -> Runtime:
+    """Check TensorFlow, choose TPU or (only if allowed) CPU, then seed and set precision.
+
+    Raises:
+        UserError: wrong TensorFlow, or no TPU and ``allow_cpu_fallback`` is false.
+        RuntimeError: TPU hardware is present but TensorFlow cannot initialise it (a crash).
+    """
+    check_tensorflow()
+    if tpu_hardware_present():
+        try:
+            strategy = _tpu_strategy()
+        except (tf.errors.OpError, ValueError) as err:
+            raise RuntimeError(f"this machine has TPU chips but TensorFlow cannot initialise them: {err}") from err
+        device = "TPU"
+    elif spec.allow_cpu_fallback:
+        log.warning("no TPU found on this machine; training on the CPU because the spec sets allow_cpu_fallback")
+        strategy = tf.distribute.get_strategy()
+        device = "CPU"
+    else:
+        raise UserError(
+            "no TPU found on this machine (no /dev/accel* or /dev/vfio devices): refusing to run on the CPU; "
+            "set allow_cpu_fallback: true in the run spec to run without a TPU"
+        )
+    deterministic = spec.deterministic if spec.deterministic is not None else device == "CPU"
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    tf.keras.utils.set_random_seed(spec.seed)
+    if spec.mixed_precision and device == "TPU":
+        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    elif spec.mixed_precision:
+        log.warning("mixed_precision ignored on the CPU: TF 2.9's CPU kernels have no bfloat16 convolutions")
+    runtime = Runtime(strategy, device, deterministic)
+    log.info(
+        "runtime: TensorFlow %s, %s x%d, deterministic=%s, precision policy %s",
+        tf.__version__,
+        device,
+        runtime.replicas,
+        deterministic,
+        tf.keras.mixed_precision.global_policy().name,
+    )
+    return runtime

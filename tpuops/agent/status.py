@@ -1,0 +1,147 @@
+"""``runs/<run>/status.json``: what the agent is doing, rewritten whole and often.
+
+The control plane reads this file to follow a run and to decide what to do when the node goes
+away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
+
+    run_id, command ("train" | "infer"), attempt (1, 2, ... one per agent start),
+    phase        starting | loading | training | checkpointing | evaluating | saving |
+                 predicting | done  ("done" exactly when exit_class is set)
+    step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
+    resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
+    last_checkpoint_step, metrics {"train": {...}, "eval": {...}, "predicted": n}
+    started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
+    exit_class   null while running, else succeeded | user-error | preempted | crashed
+    exit_code, message  one line saying why (for every non-success)
+    traceback    the last lines of the traceback for user-error and crashed
+
+A heartbeat older than a few intervals with ``exit_class`` null means the agent hung or died
+(SIGKILL, the VM vanished): the controller treats that as a crash. Writes go through
+``paths.write_whole`` so readers never see a torn file.
+"""
+
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Optional
+
+import tensorflow as tf
+
+from tpuops.agent.exits import ExitClass
+from tpuops.agent.paths import write_whole
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def previous_attempt(path: str) -> int:
+    """The attempt number recorded by the last agent that wrote ``path``; 0 when there was none."""
+    try:
+        with tf.io.gfile.GFile(path) as src:
+            attempt = json.loads(src.read()).get("attempt", 0)
+    except (tf.errors.NotFoundError, ValueError, AttributeError):
+        return 0
+    return attempt if isinstance(attempt, int) else 0
+
+
+class Status:
+    """The in-memory status document and its writer; safe to use from several threads."""
+
+    def __init__(self, path: str, run_id: str, command: str, attempt: int) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        now = utc_now()
+        self._doc: Dict[str, Any] = {
+            "run_id": run_id,
+            "command": command,
+            "attempt": attempt,
+            "phase": "starting",
+            "step": 0,
+            "total_steps": None,
+            "examples_per_sec": None,
+            "global_batch": None,
+            "replicas": None,
+            "device": None,
+            "resumed_from_step": None,
+            "last_checkpoint_step": None,
+            "metrics": {},
+            "started": now,
+            "heartbeat": now,
+            "exit_class": None,
+            "exit_code": None,
+            "message": None,
+            "traceback": None,
+        }
+
+    def update(self, write: bool = False, **fields: Any) -> None:
+        """Change fields; ``write`` pushes to the store now, else the next heartbeat does."""
+        with self._lock:
+            unknown = set(fields) - set(self._doc)
+            if unknown:
+                raise KeyError(f"not status fields: {sorted(unknown)}")
+            self._doc.update(fields)
+        if write:
+            self.write()
+
+    def set_phase(self, phase: str) -> None:
+        """Enter a phase; phase changes are written at once."""
+        self.update(write=True, phase=phase)
+
+    def set_metrics(self, group: str, values: Any) -> None:
+        with self._lock:
+            self._doc["metrics"] = dict(self._doc["metrics"], **{group: values})
+
+    def finish(self, exit_class: ExitClass, message: Optional[str] = None, traceback: Optional[str] = None) -> None:
+        """Record how the process ends; the file is final after this."""
+        self.update(
+            write=True,
+            phase="done",
+            exit_class=exit_class.value,
+            exit_code=exit_class.code,
+            message=message,
+            traceback=traceback,
+        )
+
+    def write(self) -> None:
+        with self._lock:
+            self._doc["heartbeat"] = utc_now()
+            text = json.dumps(self._doc, indent=1, sort_keys=True)
+            # Under the lock so that two writers cannot put an older document last.
+            write_whole(self._path, text)
+
+
+class Ticker:
+    """A daemon thread that calls ``tasks`` every ``interval`` seconds and once more on stop.
+
+    The heartbeat has to keep beating while the main thread sits in a long TensorFlow call
+    (XLA compilation, a slow checkpoint); TensorFlow releases the GIL there, so a thread can.
+    A failing task (a transient store error) is logged and retried at the next tick.
+    """
+
+    def __init__(self, interval: float, tasks: List[Callable[[], None]]) -> None:
+        self._interval = interval
+        self._tasks = tasks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tpuops-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._tick()
+        self._tick()
+
+    def _tick(self) -> None:
+        for task in self._tasks:
+            try:
+                task()
+            except Exception:  # the heartbeat must outlive a flaky store
+                log.warning("heartbeat task %s failed", getattr(task, "__qualname__", task), exc_info=True)

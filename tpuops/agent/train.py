@@ -1,0 +1,201 @@
+"""``train``: load, resume, run multi-step calls, checkpoint, evaluate, save the model.
+
+The loop only ever stops at a call boundary. Between calls it: records progress, writes a
+checkpoint when the schedule says so, evaluates every ``eval_every_steps`` and checks the
+preemption notice. Call sizes are cut so that calls end on checkpoint and eval multiples;
+the result of a step does not depend on which call ran it, so a resumed run (whose first
+call starts at the resume step) stays bit-identical to an uninterrupted one.
+
+After the last step: a final checkpoint (so a run killed while evaluating or saving does not
+train again), the final evaluation, and the Keras SavedModel under ``runs/<run>/model``.
+A preemption notice that arrives after the last step is ignored: finishing is cheaper.
+"""
+
+import logging
+import time
+from typing import Any, Dict, List
+
+import tensorflow as tf
+
+from tpuops.agent import entry, inputs
+from tpuops.agent.checkpoints import Checkpointer, TrainState
+from tpuops.agent.exits import PreemptedExit, UserError
+from tpuops.agent.paths import RunPaths
+from tpuops.agent.preemption import PreemptionNotice
+from tpuops.agent.runspec import RunSpec
+from tpuops.agent.runtime import Runtime
+from tpuops.agent.status import Status
+from tpuops.agent.steps import Steps, make_optimizer
+
+log = logging.getLogger(__name__)
+
+# Lets a TPU host write a SavedModel to gs:// (the TPU worker has no GCS filesystem of its own).
+SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_io_device="/job:localhost")
+
+
+def _epoch_size(state: TrainState, files: List[str]) -> int:
+    size = int(state.epoch_size.numpy())
+    if size == 0:
+        size = inputs.count_records(files)
+        if size == 0:
+            raise UserError("dataset.train: the files hold no records")
+        state.epoch_size.assign(size)
+        log.info("counted %d training records in %d file(s)", size, len(files))
+    return size
+
+
+def _scalars(writer: Any, step: int, group: str, values: Dict[str, float]) -> None:
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(f"{group}/{name}", value)
+
+
+class _Run:
+    """The state of one training attempt; ``run`` below is the only way in."""
+
+    def __init__(self, spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths):
+        self.spec = spec
+        self.tspec = spec.require_train()
+        self.runtime = runtime
+        self.status = status
+        self.notice = notice
+        self.paths = paths
+        self.global_batch = runtime.global_batch(self.tspec.per_replica_batch_size)
+        self.eval_data: Any = None  # the distributed eval dataset, when there is one
+
+    def load(self) -> None:
+        """Check the data, build the model, restore the newest valid checkpoint."""
+        spec, strategy = self.spec, self.runtime.strategy
+        self.status.update(
+            total_steps=self.tspec.steps,
+            global_batch=self.global_batch,
+            replicas=self.runtime.replicas,
+            device=self.runtime.device,
+        )
+        self.status.set_phase("loading")
+        self.train_files = inputs.list_files(spec.dataset.train, "dataset.train")
+        parser = inputs.Parser(spec.dataset, with_label=True)
+        parser.check(self.train_files, "dataset.train")
+        if spec.dataset.eval:
+            eval_files = inputs.list_files(spec.dataset.eval, "dataset.eval")
+            parser.check(eval_files, "dataset.eval")
+            batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch, with_label=True)
+            self.eval_data = strategy.experimental_distribute_dataset(batches)
+        build = entry.load_entry_point(spec)
+        with strategy.scope():
+            self.model = entry.build_model(
+                build, spec, parser.input_signature(self.tspec.per_replica_batch_size), strategy
+            )
+            optimizer = make_optimizer(spec.hparams)
+        self.steps = Steps(strategy, self.model, optimizer, self.tspec, self.global_batch)
+        self.state = TrainState()
+        self.ckpt = Checkpointer(
+            self.state.checkpoint(model=self.model, optimizer=optimizer),
+            self.paths.ckpt,
+            keep=self.tspec.keep_checkpoints,
+            every_steps=self.tspec.checkpoint_every_steps,
+            every_seconds=self.tspec.checkpoint_every_seconds,
+        )
+        resumed = self.ckpt.restore_newest()
+        if resumed is None:
+            log.info("fresh start at step 0")
+        else:
+            log.info("resumed from step %d", resumed)
+            self.status.update(resumed_from_step=resumed, step=resumed, last_checkpoint_step=resumed, write=True)
+        if int(self.state.step.numpy()) > self.tspec.steps:
+            raise UserError(f"checkpoint step {int(self.state.step.numpy())} is beyond train.steps {self.tspec.steps}")
+        self.epoch_size = _epoch_size(self.state, self.train_files)
+        self.writer = tf.summary.create_file_writer(self.paths.tb)
+
+    def _call_size(self, step: int) -> int:
+        limits = [self.tspec.steps_per_call, self.tspec.steps - step]
+        to_checkpoint = self.ckpt.steps_to_boundary(step)
+        if to_checkpoint:
+            limits.append(to_checkpoint)
+        if self.tspec.eval_every_steps and self.eval_data is not None:
+            limits.append(self.tspec.eval_every_steps - step % self.tspec.eval_every_steps)
+        return min(limits)
+
+    def train(self) -> None:
+        """Run calls until the last step, or until a preemption notice (raises PreemptedExit)."""
+        step = int(self.state.step.numpy())
+        if step >= self.tspec.steps:
+            return
+        dataset = inputs.train_dataset(
+            self.train_files,
+            self.spec.dataset,
+            self.spec.seed,
+            self.global_batch,
+            int(self.state.examples_seen.numpy()),
+            self.epoch_size,
+        )
+        iterator = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
+        self.status.set_phase("training")
+        last_report = time.monotonic()
+        while step < self.tspec.steps:
+            if self.notice.requested():
+                self._stop_for_preemption(step)
+            size = self._call_size(step)
+            started = time.monotonic()
+            self.steps.train_call(iterator, tf.constant(size, tf.int64))
+            metrics = self.steps.train_metrics.results()  # reading a result waits for the call
+            step = self.state.advance(size, self.global_batch)
+            self.status.update(
+                step=step, examples_per_sec=round(size * self.global_batch / (time.monotonic() - started), 1)
+            )
+            self.status.set_metrics("train", metrics)
+            _scalars(self.writer, step, "train", metrics)
+            if time.monotonic() - last_report >= self.spec.heartbeat_seconds or step == self.tspec.steps:
+                log.info("step %d/%d train %s", step, self.tspec.steps, metrics)
+                self.steps.train_metrics.reset()
+                last_report = time.monotonic()
+            if self.ckpt.due(step):
+                self.checkpoint(step)
+            if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
+                self.evaluate(step)
+                self.status.set_phase("training")
+
+    def checkpoint(self, step: int) -> None:
+        self.status.set_phase("checkpointing")
+        self.ckpt.save(step)
+        self.status.update(last_checkpoint_step=step, write=True)
+        if step < self.tspec.steps:
+            self.status.set_phase("training")
+
+    def _stop_for_preemption(self, step: int) -> None:
+        log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
+        if step != self.ckpt.last_step and step > 0:
+            self.checkpoint(step)
+        raise PreemptedExit(
+            f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.last_step}"
+        )
+
+    def evaluate(self, step: int) -> None:
+        if self.eval_data is None:
+            return
+        self.status.set_phase("evaluating")
+        results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
+        log.info("eval at step %d: %s", step, results)
+        self.status.set_metrics("eval", dict(results, step=step))
+        _scalars(self.writer, step, "eval", results)
+
+    def finish(self) -> None:
+        """Final checkpoint, final evaluation, SavedModel."""
+        step = int(self.state.step.numpy())
+        if self.ckpt.last_step != step:
+            self.checkpoint(step)
+        self.evaluate(step)
+        self.writer.flush()
+        self.status.set_phase("saving")
+        if tf.io.gfile.exists(self.paths.model):
+            tf.io.gfile.rmtree(self.paths.model)
+        self.model.save(self.paths.model, include_optimizer=False, options=SAVE_OPTIONS)
+        log.info("model saved to %s", self.paths.model)
+
+
+def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
+    """Train the run described by ``spec`` to its last step; see the module docstring."""
+    attempt = _Run(spec, runtime, status, notice, paths)
+    attempt.load()
+    attempt.train()
+    attempt.finish()

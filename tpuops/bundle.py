@@ -1,0 +1,70 @@
+"""Content-addressed job bundles: the agent, the experiment code and the experiment spec.
+
+The bundle is a gzip'd tar built byte-for-byte reproducibly (sorted names, fixed times,
+owners and modes, no gzip timestamp), so the same code always has the same sha256 and is
+uploaded once to ``bundles/<sha256>.tar.gz``. The run spec records the digest and the VM's
+bootstrap (``templates/fetch_bundle.py``) refuses to run a bundle whose bytes do not hash to it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_ROOT.parent
+BOOTSTRAP = REPO_ROOT / "templates" / "fetch_bundle.py"
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes
+    sha256: str
+    files: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"bundles/{self.sha256}.tar.gz"
+
+
+def _members(experiments_dir: Path) -> Iterable[tuple[str, Path]]:
+    yield "tpuops/__init__.py", PACKAGE_ROOT / "__init__.py"
+    for path in sorted((PACKAGE_ROOT / "agent").rglob("*.py")):
+        yield f"tpuops/agent/{path.relative_to(PACKAGE_ROOT / 'agent').as_posix()}", path
+    for path in sorted(experiments_dir.rglob("*")):
+        relative = path.relative_to(experiments_dir)
+        if path.is_file() and path.suffix in _CODE_SUFFIXES and "__pycache__" not in relative.parts:
+            yield f"experiments/{relative.as_posix()}", path
+
+
+def build_bundle(experiments_dir: Path) -> Bundle:
+    """Pack the agent and ``experiments_dir``; the same inputs always give the same bytes."""
+    raw = io.BytesIO()
+    names = []
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, path in sorted(_members(experiments_dir)):
+            content = path.read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o644
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(content))
+            names.append(name)
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6) as gz:
+        gz.write(raw.getvalue())
+    data = packed.getvalue()
+    return Bundle(data=data, sha256=hashlib.sha256(data).hexdigest(), files=tuple(names))
+
+
+def bootstrap_source() -> str:
+    """The Python (3.8, TF-only) program that fetches, checks and runs a bundle on the VM."""
+    return BOOTSTRAP.read_text()

@@ -1,0 +1,168 @@
+"""``tpuops train``, ``logs`` and ``runs``: launch a job, watch it, list what ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tpuops.cli.common import err_console, load_settings, print_json, print_table, progress
+from tpuops.cli.nodes import capacity_flag
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("logs")(logs)
+    app.command("runs")(runs)
+
+
+def _describe(status: dict[str, Any]) -> str:
+    step, total = status.get("step", 0), status.get("total_steps") or "?"
+    rate = status.get("examples_per_sec")
+    speed = f", {rate:.0f} examples/s" if isinstance(rate, int | float) and rate else ""
+    ckpt = status.get("last_checkpoint_step")
+    saved = f", checkpoint @ {ckpt}" if ckpt is not None else ""
+    return f"{status.get('phase', '?')}: step {step}/{total}{speed}{saved}"
+
+
+def train(
+    ctx: typer.Context,
+    spec: Path | None = typer.Argument(None, help="Experiment spec, e.g. experiments/digits_cnn.yaml."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default: <experiment>-<MMDD-HHMMSS>)."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue this run from its last checkpoint."),
+    accelerator: str | None = typer.Option(None, help="Accelerator type (default: spec, then config)."),
+    spot: bool = typer.Option(False, "--spot", help="Spot capacity."),
+    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    follow_log: bool = typer.Option(False, "--follow", help="Stream the job's log while it runs."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the run; create nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+) -> None:
+    """Train on a TPU VM: upload data and code, create the node, follow the job, tear down."""
+    from tpuops import jobs
+    from tpuops.errors import UsageError
+    from tpuops.session import provisioner, store
+
+    if (spec is None) == (resume is None):
+        raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
+    settings = load_settings(ctx)
+    root = store(settings)
+    capacity = capacity_flag(spot, preemptible, on_demand)
+    previous_attempt = 0
+    if resume:
+        record, up_plan = jobs.plan_resume(settings, root, resume)
+        run_id = resume
+        previous_attempt = int((jobs.read_status(root, resume) or {}).get("attempt") or 0)
+    else:
+        assert spec is not None
+        plan = jobs.plan_train(settings, spec, root, run_id=name, accelerator=accelerator, capacity=capacity)
+        run_id, record, up_plan = plan.run_id, plan.record, plan.up
+        if dry_run:
+            print_json({"run": record, "spec": plan.spec, "bundle": {"sha256": plan.bundle.sha256,
+                        "files": list(plan.bundle.files)}, "node": up_plan.request.body() | {"metadata": "..."}})
+            return
+        with progress(f"declaring run {run_id}", quiet=as_json) as show:
+            jobs.declare(plan, root, settings, show)
+    if dry_run:
+        print_json({"run": record, "node": up_plan.request.body() | {"metadata": "..."}})
+        return
+    with progress(f"starting {run_id}", quiet=as_json) as show:
+        nodes = provisioner(settings, show)
+        node = nodes.up(up_plan).node
+    console = err_console()
+    if not as_json:
+        console.print(f"run {run_id} on {node.name} ({node.accelerator}, {node.capacity.value}) in {node.zone}")
+    try:
+        with progress(f"{run_id}: waiting for the agent", quiet=as_json) as show:
+            outcome = jobs.follow(root, nodes, run_id, node.zone, poll_s=max(settings.poll_interval_s, 0.5),
+                                  on_status=lambda s: show(f"{run_id} {_describe(s)}"),
+                                  after_attempt=previous_attempt,
+                                  on_log=_printer(console) if follow_log and not as_json else None)
+    except KeyboardInterrupt:
+        console.print(f"stopped watching; the run goes on on {node.name}. 'tpuops logs {run_id} --follow' "
+                      f"watches it, 'tpuops down {node.name}' ends it")
+        raise typer.Exit(130) from None
+    if not keep:
+        with progress(f"deleting {node.name}", quiet=as_json) as show:
+            provisioner(settings, show).down([node.name])
+    _report(outcome, record, as_json, kept=keep)
+
+
+def _printer(console: Any) -> Any:
+    return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _report(outcome: Any, record: dict[str, Any], as_json: bool, *, kept: bool) -> None:
+    status = outcome.status or {}
+    metrics = status.get("metrics", {})
+    target = record.get("target")
+    met = None
+    if target and outcome.exit_class == "succeeded":
+        value = metrics.get("eval", {}).get(target["metric"])
+        met = value is not None and (target.get("at_least") is None or value >= target["at_least"]) and (
+            target.get("at_most") is None or value <= target["at_most"])
+    if as_json:
+        print_json({"run_id": outcome.run_id, "exit_class": outcome.exit_class, "step": status.get("step"),
+                    "metrics": metrics, "seconds": round(outcome.seconds, 1), "target_met": met,
+                    "message": status.get("message"), "node_kept": kept})
+    else:
+        console = err_console()
+        console.print(f"{outcome.run_id}: {outcome.exit_class} at step {status.get('step', 0)} "
+                      f"after {outcome.seconds:.0f} s; metrics {json.dumps(metrics)}", markup=False)
+        if met is not None:
+            console.print(f"target {target['metric']} {'met' if met else 'NOT met'}")
+    if outcome.exit_class == "preempted":
+        from tpuops.errors import Preempted
+
+        raise Preempted(f"run {outcome.run_id} was preempted at step {status.get('step', 0)} (node "
+                        f"{outcome.node_state or 'stopped'}); continue it with "
+                        f"'tpuops train --resume {outcome.run_id}'")
+    if outcome.exit_class != "succeeded":
+        from tpuops.errors import UserJobError
+
+        raise UserJobError(f"run {outcome.run_id} ended {outcome.exit_class}: "
+                           f"{status.get('message') or 'see tpuops logs ' + outcome.run_id}")
+
+
+def logs(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(..., help="Run name."),
+    follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends."),
+) -> None:
+    """Print a run's log (the agent's, shipped to the store in chunks)."""
+    import time
+
+    from tpuops import jobs
+    from tpuops.session import store
+
+    settings = load_settings(ctx)
+    root = store(settings)
+    jobs.read_record(root, run_id)
+    tail = jobs.LogTail(root, run_id)
+    while True:
+        for line in tail.new_lines():
+            typer.echo(line)
+        status = jobs.read_status(root, run_id) or {}
+        if not follow_log or status.get("exit_class") in jobs.TERMINAL:
+            for line in tail.new_lines():
+                typer.echo(line)
+            return
+        time.sleep(max(settings.poll_interval_s, 0.5))
+
+
+def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print runs as JSON.")) -> None:
+    """List runs in the store with phase, step and outcome."""
+    from tpuops import jobs
+    from tpuops.session import store
+
+    found = jobs.list_runs(store(load_settings(ctx)))
+    if as_json:
+        print_json({"runs": found})
+        return
+    print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy"),
+                [(r["run_id"], r.get("experiment"), r.get("accelerator"), r.get("capacity"), r["phase"],
+                  f"{r['step']}/{r.get('total_steps') or '?'}", r.get("exit_class") or "",
+                  r.get("metrics", {}).get("eval", {}).get("accuracy", "")) for r in found])

@@ -1,0 +1,140 @@
+"""Experiment specs (``experiments/*.yaml``): validated here, turned into the agent's run spec.
+
+The YAML is what a person writes; the run spec (``tpuops/agent/runspec.py``) is what the
+agent executes. Validation is strict and happens before anything is uploaded or created:
+an unknown key is rejected with a "did you mean" hint, because a misspelt ``check_point``
+that silently falls back to a default costs a preempted run its progress.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tpuops.errors import UsageError
+from tpuops.kinds import Capacity
+
+METRICS = ("accuracy", "loss", "top5_accuracy")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetRef(_Strict):
+    """Where the records are: a dataset (a folder or store prefix with manifest.json), or globs."""
+
+    train: str
+    eval: str | None = None
+    label: str = "label"
+    shuffle_buffer: int = Field(default=10000, ge=0)
+    cache: bool = False
+
+
+class Batch(_Strict):
+    per_replica: int | None = Field(default=None, gt=0)
+    global_: int | None = Field(default=None, gt=0, alias="global")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Batch:
+        if (self.per_replica is None) == (self.global_ is None):
+            raise ValueError("give exactly one of batch.per_replica and batch.global")
+        return self
+
+    def per_replica_for(self, replicas: int) -> int:
+        if self.per_replica is not None:
+            return self.per_replica
+        assert self.global_ is not None
+        if self.global_ % replicas:
+            raise UsageError(f"batch.global = {self.global_} does not divide over {replicas} replicas "
+                             f"(use a multiple of {replicas}, e.g. {replicas * 128})")
+        return self.global_ // replicas
+
+
+class Checkpoint(_Strict):
+    every_steps: int = Field(default=1000, ge=0)
+    every_seconds: int = Field(default=600, ge=0)
+    keep: int = Field(default=3, gt=0)
+
+
+class Eval(_Strict):
+    metrics: list[Literal["accuracy", "loss", "top5_accuracy"]] = Field(default_factory=lambda: ["accuracy", "loss"])
+    every_steps: int = Field(default=0, ge=0)
+    steps: int | None = Field(default=None, gt=0)
+
+
+class Target(_Strict):
+    """A result the experiment promises; ``tpuops train`` reports whether it was met."""
+
+    metric: Literal["accuracy", "loss", "top5_accuracy"] = "accuracy"
+    at_least: float | None = None
+    at_most: float | None = None
+
+
+class Experiment(_Strict):
+    """One experiment: model, data, hyperparameters, schedule, and where it would like to run."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,40}$")
+    model: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    dataset: DatasetRef
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    batch: Batch
+    steps: int = Field(gt=0)
+    steps_per_call: int = Field(default=50, gt=0)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    eval: Eval = Field(default_factory=Eval)
+    mixed_precision: bool = False
+    seed: int = 0
+    accelerator: str | None = None
+    capacity: Capacity | None = None
+    target: Target | None = None
+
+
+def _hint(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+
+
+def _allowed_at(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Experiment
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None) if field else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _one_line(err: ValidationError, where: str) -> str:
+    first = err.errors()[0]
+    loc = tuple(first.get("loc", ()))
+    key = ".".join(str(part) for part in loc) or "spec"
+    if first.get("type") == "extra_forbidden":
+        return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc))}"
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if first.get("type") == "missing":
+        return f"{where}: {key} is required"
+    return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"
+
+
+def load_experiment(path: Path) -> Experiment:
+    """Read and validate an experiment YAML; every problem is one ``UsageError`` line."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such experiment spec") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping of keys (model, dataset, batch, steps, ...)")
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as err:
+        raise UsageError(_one_line(err, str(path))) from None

@@ -1,0 +1,316 @@
+"""Jobs on TPU VMs: turn an experiment into a run, launch it, follow it, end it.
+
+A run is declared in the store before any node exists (DESIGN.md, "The store is the message
+bus"): ``runs/<run>/spec.json`` (the agent's run spec, written once with compare-and-swap
+on generation 0 so it is immutable) and ``runs/<run>/run.json`` (what the control plane needs
+to recreate the node: accelerator, capacity, zones, bundle digest). The node's startup script
+then runs ``templates/fetch_bundle.py``, which checks the bundle's sha256 and starts the agent.
+Everything after launch is learnt from ``runs/<run>/status.json``, which the agent rewrites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tpuops import accelerators
+from tpuops.bundle import Bundle, bootstrap_source, build_bundle
+from tpuops.config import Settings
+from tpuops.data.catalog import read_manifest
+from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
+from tpuops.errors import NotFound, UsageError
+from tpuops.experiment import Experiment, load_experiment
+from tpuops.kinds import Capacity, Provider
+from tpuops.provision import Provisioner, UpPlan, plan_up
+from tpuops.store import PreconditionFailed, Store, open_store
+from tpuops.tpu import NodeState
+
+RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+TERMINAL = ("succeeded", "user-error", "preempted", "crashed")
+_AGENT_DTYPES = {"float": "float32", "int64": "int64"}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset the run reads: where it is in the store and what its records hold."""
+
+    prefix: str
+    manifest: Manifest
+    local_dir: Path | None
+
+    def patterns(self, store: Store) -> list[str]:
+        return [store.uri_of(f"{self.prefix}/{shard.name}") for shard in self.manifest.shards]
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """Everything ``launch`` will write and create, computed without side effects."""
+
+    run_id: str
+    experiment: Experiment
+    spec: dict[str, Any]
+    record: dict[str, Any]
+    bundle: Bundle
+    datasets: tuple[Dataset, ...]
+    up: UpPlan
+
+
+def new_run_id(name: str, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%m%d-%H%M%S")
+    return f"{name}-{stamp}"[:63]
+
+
+def _dataset(ref: str, store: Store, base: Path) -> Dataset:
+    """A local folder with manifest.json (uploaded under data/), or a dataset already in the store."""
+    local = (base / ref) if not Path(ref).is_absolute() else Path(ref)
+    if (local / MANIFEST).is_file():
+        raw = (local / MANIFEST).read_bytes()
+        manifest = parse_manifest(raw, str(local / MANIFEST))
+        digest = hashlib.sha256(raw).hexdigest()[:12]
+        return Dataset(prefix=f"data/{local.name}-{digest}", manifest=manifest, local_dir=local)
+    prefix = ref.strip("/")
+    try:
+        manifest = read_manifest(store, f"{prefix}/{MANIFEST}")
+    except NotFound:
+        raise UsageError(f"dataset {ref!r}: neither a local folder with {MANIFEST} nor a dataset in the store "
+                         f"({store.uri_of(prefix)}); make one with 'tpuops data convert' or "
+                         f"'tpuops data sample digits data/digits'") from None
+    return Dataset(prefix=prefix, manifest=manifest, local_dir=None)
+
+
+def _features(manifest: Manifest, where: str) -> dict[str, dict[str, Any]]:
+    features = {}
+    for name, feature in manifest.features.items():
+        if feature.kind == "bytes" and feature.encoding == "raw":
+            features[name] = {"dtype": "uint8", "shape": feature.shape, "encoding": "raw"}
+        elif feature.kind in _AGENT_DTYPES:
+            features[name] = {"dtype": _AGENT_DTYPES[feature.kind], "shape": feature.shape}
+        else:
+            raise UsageError(f"{where}: feature {name!r} ({feature.kind}, {feature.encoding}) cannot feed a model")
+    return features
+
+
+def plan_train(
+    settings: Settings,
+    spec_path: Path,
+    store: Store,
+    *,
+    run_id: str | None = None,
+    accelerator: str | None = None,
+    capacity: Capacity | None = None,
+    base_dir: Path | None = None,
+) -> TrainPlan:
+    """Validate the experiment and its data and compute the run; nothing is written or created."""
+    experiment = load_experiment(spec_path)
+    run_id = run_id or new_run_id(experiment.name)
+    if not RUN_ID.match(run_id):
+        raise UsageError(f"run name {run_id!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
+                         "starting with a letter")
+    acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
+    base = base_dir or Path.cwd()
+    train = _dataset(experiment.dataset.train, store, base)
+    evaluation = _dataset(experiment.dataset.eval, store, base) if experiment.dataset.eval else None
+    features = _features(train.manifest, experiment.dataset.train)
+    if experiment.dataset.label not in features:
+        raise UsageError(f"{spec_path}: dataset.label = {experiment.dataset.label!r} is not a feature of "
+                         f"{experiment.dataset.train} (it has {', '.join(sorted(features))})")
+    replicas = acc.chips * 2 if acc.generation in ("v2", "v3", "v4") else acc.chips
+    bundle = build_bundle(spec_path.resolve().parent)
+    spec = {
+        "version": 1,
+        "run_id": run_id,
+        "store_root": store.uri,
+        "entry_point": experiment.model,
+        "experiments_dir": "experiments",
+        "hparams": experiment.hparams,
+        "seed": experiment.seed,
+        "mixed_precision": experiment.mixed_precision,
+        "allow_cpu_fallback": settings.provider is Provider.LOCAL,
+        "dataset": {
+            "features": features,
+            "label": experiment.dataset.label,
+            "train": train.patterns(store),
+            "eval": evaluation.patterns(store) if evaluation else [],
+            "shuffle_buffer": experiment.dataset.shuffle_buffer,
+            "cache": experiment.dataset.cache,
+        },
+        "train": {
+            "per_replica_batch_size": experiment.batch.per_replica_for(replicas),
+            "steps": experiment.steps,
+            "steps_per_call": experiment.steps_per_call,
+            "checkpoint_every_steps": experiment.checkpoint.every_steps,
+            "checkpoint_every_seconds": experiment.checkpoint.every_seconds,
+            "keep_checkpoints": experiment.checkpoint.keep,
+            "eval_every_steps": experiment.eval.every_steps,
+            "eval_steps": experiment.eval.steps,
+            "metrics": list(experiment.eval.metrics),
+        },
+    }
+    job = ["python3", "-c", bootstrap_source(), store.uri_of(bundle.key), bundle.sha256,
+           store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), "train"]
+    up = plan_up(settings, run_id, accelerator=acc.type, capacity=capacity or experiment.capacity, run_id=run_id,
+                 job=job)
+    record = {
+        "run_id": run_id, "kind": "train", "experiment": experiment.name, "spec_file": str(spec_path),
+        "node": run_id, "accelerator": acc.type, "capacity": up.request.capacity.value, "zones": up.zones,
+        "bundle_sha256": bundle.sha256, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "target": experiment.target.model_dump() if experiment.target else None,
+    }
+    datasets = tuple(d for d in (train, evaluation) if d is not None)
+    return TrainPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
+                     datasets=datasets, up=up)
+
+
+def _put_once(store: Store, key: str, data: bytes) -> bool:
+    """Write ``key`` only if absent; True if written. An existing key with other bytes is an error."""
+    try:
+        store.write_if_generation_match(key, data, 0)
+        return True
+    except PreconditionFailed:
+        if store.read_bytes(key) != data:
+            raise UsageError(f"{store.uri_of(key)} exists with other content: choose another run name") from None
+        return False
+
+
+def declare(plan: TrainPlan, store: Store, settings: Settings, progress: Callable[[str], None]) -> None:
+    """Upload data and bundle, write the run's spec and record: after this the run exists."""
+    from tpuops.data.upload import upload
+
+    for dataset in plan.datasets:
+        if dataset.local_dir is not None:
+            progress(f"uploading dataset {dataset.local_dir} to {store.uri_of(dataset.prefix)}")
+            upload(dataset.local_dir, open_store(store.uri_of(dataset.prefix)), tpu_zone=settings.zones[0])
+    if not store.exists(plan.bundle.key):
+        progress(f"uploading bundle {plan.bundle.sha256[:12]} ({len(plan.bundle.data)} bytes)")
+        _put_once(store, plan.bundle.key, plan.bundle.data)
+    _put_once(store, f"runs/{plan.run_id}/spec.json", (json.dumps(plan.spec, indent=2) + "\n").encode())
+    _put_once(store, f"runs/{plan.run_id}/run.json", (json.dumps(plan.record, indent=2) + "\n").encode())
+
+
+def read_status(store: Store, run_id: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(store.read_bytes(f"runs/{run_id}/status.json"))
+    except NotFound:
+        return None
+
+
+def read_record(store: Store, run_id: str) -> dict[str, Any]:
+    try:
+        return json.loads(store.read_bytes(f"runs/{run_id}/run.json"))
+    except NotFound:
+        raise UsageError(f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)") from None
+
+
+class LogTail:
+    """Reads the agent's log chunks in order, each once (contract in ``tpuops/agent/logs.py``)."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.prefix = f"runs/{run_id}/logs/"
+        self.seen = ""
+
+    def new_lines(self) -> list[str]:
+        names = sorted(o.key for o in self.store.list(self.prefix) if o.key.endswith(".log") and o.key > self.seen)
+        lines: list[str] = []
+        for key in names:
+            try:
+                lines.extend(self.store.read_bytes(key).decode(errors="replace").splitlines())
+            except NotFound:
+                break
+            self.seen = key
+        return lines
+
+
+@dataclass
+class Outcome:
+    """How following a run ended."""
+
+    run_id: str
+    exit_class: str
+    status: dict[str, Any] | None
+    node_state: str
+    seconds: float
+
+
+def follow(
+    store: Store,
+    provisioner: Provisioner,
+    run_id: str,
+    zone: str,
+    *,
+    poll_s: float,
+    on_status: Callable[[dict[str, Any]], None],
+    on_log: Callable[[str], None] | None = None,
+    stale_after_s: float = 600.0,
+    after_attempt: int = 0,
+) -> Outcome:
+    """Watch ``status.json`` (and the log) until the run ends or its node dies.
+
+    A status written by an attempt up to ``after_attempt`` (an earlier node's agent) is history,
+    not news: following a resumed run waits for the new agent's own status.
+
+    The run has ended when the agent wrote an exit class, when the node is PREEMPTED or gone
+    (``preempted``), or when the heartbeat is older than ``stale_after_s`` while the node is
+    READY (``crashed``: the agent hung or died without a word).
+    """
+    started = time.monotonic()
+    tail = LogTail(store, run_id) if on_log else None
+    last_heartbeat, last_change = None, time.monotonic()
+    while True:
+        if tail is not None and on_log is not None:
+            for line in tail.new_lines():
+                on_log(line)
+        status = read_status(store, run_id)
+        if status is not None and int(status.get("attempt") or 0) <= after_attempt:
+            status = None
+        if status is not None:
+            on_status(status)
+            if status.get("heartbeat") != last_heartbeat:
+                last_heartbeat, last_change = status.get("heartbeat"), time.monotonic()
+            if status.get("exit_class") in TERMINAL:
+                if tail is not None and on_log is not None:
+                    for line in tail.new_lines():
+                        on_log(line)
+                return Outcome(run_id, status["exit_class"], status, "", time.monotonic() - started)
+        node = provisioner.api.find_node(zone, run_id)
+        state = node.state if node else NodeState.GONE
+        if state.is_dead:
+            return Outcome(run_id, "preempted", status, state.value, time.monotonic() - started)
+        if state is NodeState.READY and time.monotonic() - last_change > stale_after_s:
+            return Outcome(run_id, "crashed", status, state.value, time.monotonic() - started)
+        time.sleep(poll_s)
+
+
+def plan_resume(settings: Settings, store: Store, run_id: str) -> tuple[dict[str, Any], UpPlan]:
+    """The node that continues ``run_id``: same bundle, same run spec, same node name."""
+    record = read_record(store, run_id)
+    status = read_status(store, run_id) or {}
+    if status.get("exit_class") in ("succeeded", "user-error"):
+        raise UsageError(f"run {run_id} already ended ({status['exit_class']}): nothing to resume")
+    bundle_key = f"bundles/{record['bundle_sha256']}.tar.gz"
+    job = ["python3", "-c", bootstrap_source(), store.uri_of(bundle_key), record["bundle_sha256"],
+           store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), record["kind"]]
+    up = plan_up(settings, record["node"], accelerator=record["accelerator"], capacity=Capacity(record["capacity"]),
+                 run_id=run_id, job=job)
+    return record, up
+
+
+def list_runs(store: Store) -> list[dict[str, Any]]:
+    """Every run in the store with its latest status (phase, step, exit class)."""
+    runs = []
+    for obj in store.list("runs/"):
+        parts = obj.key.split("/")
+        if len(parts) == 3 and parts[2] == "run.json":
+            record = json.loads(store.read_bytes(obj.key))
+            status = read_status(store, parts[1]) or {}
+            runs.append({**record, "phase": status.get("phase", "pending"), "step": status.get("step", 0),
+                         "total_steps": status.get("total_steps"), "exit_class": status.get("exit_class"),
+                         "heartbeat": status.get("heartbeat"), "metrics": status.get("metrics", {})})
+    return sorted(runs, key=lambda r: r.get("created", ""))
