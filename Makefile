@@ -1,4 +1,4 @@
-# make demo  - run a TPU VM's life (up, status, down) end to end on the local Cloud TPU emulator
+# make demo  - train the digits CNN on a spot TPU VM of the local Cloud TPU emulator, end to end
 # make test  - install everything the tests need, lint, and run every test
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -41,7 +41,7 @@ lint: setup
 
 test: setup tools lint
 	$(VENV)/bin/pytest -q tests
-	$(TFVENV)/bin/pytest -q -p no:cacheprovider tests/agent
+	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 
 DEMO_HOME := $(CURDIR)/.tpuops-demo
 TPUOPS := $(CURDIR)/$(VENV)/bin/tpuops
@@ -51,12 +51,9 @@ demo: setup
 	trap '$(TPUOPS) emulator stop' EXIT; \
 	$(TPUOPS) init --provider local --zone us-central1-a --zone us-central1-b --path $$TPUOPS_CONFIG; \
 	$(TPUOPS) emulator start --boot-delay 2; \
-	$(TPUOPS) up demo-v3 --accelerator v3-8 --spot; \
-	$(TPUOPS) status; \
-	marker=$(DEMO_HOME)/emulator/nodes/tpuops-local/us-central1-a/demo-v3/tpuops/boot.json; \
-	for _ in $$(seq 120); do [ -s $$marker ] && break; sleep 0.5; done; \
-	echo "--- the node's startup script ran; its boot record:"; cat $$marker; \
-	$(TPUOPS) down demo-v3 --yes; \
+	$(TPUOPS) data sample digits $(DEMO_HOME)/data/digits; \
+	cd $(DEMO_HOME) && $(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
+	$(TPUOPS) runs; \
 	$(TPUOPS) status
 
 clean:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +109,10 @@ def _report(outcome: Any, record: dict[str, Any], as_json: bool, *, kept: bool) 
                     "message": status.get("message"), "node_kept": kept})
     else:
         console = err_console()
-        console.print(f"{outcome.run_id}: {outcome.exit_class} at step {status.get('step', 0)} "
-                      f"after {outcome.seconds:.0f} s; metrics {json.dumps(metrics)}", markup=False)
+        shown = ", ".join(f"{split} {name} {value:.4f}" for split in ("eval", "train")
+                          for name, value in metrics.get(split, {}).items() if name != "step")
+        console.print(f"{outcome.run_id}: {outcome.exit_class} at step {status.get('step', 0)} after "
+                      f"{outcome.seconds:.0f} s" + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
         if met is not None:
             console.print(f"target {target['metric']} {'met' if met else 'NOT met'}")
     if outcome.exit_class == "preempted":
@@ -165,4 +166,8 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
     print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy"),
                 [(r["run_id"], r.get("experiment"), r.get("accelerator"), r.get("capacity"), r["phase"],
                   f"{r['step']}/{r.get('total_steps') or '?'}", r.get("exit_class") or "",
-                  r.get("metrics", {}).get("eval", {}).get("accuracy", "")) for r in found])
+                  _percent(r.get("metrics", {}).get("eval", {}).get("accuracy"))) for r in found])
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if isinstance(value, int | float) else ""

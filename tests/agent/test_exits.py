@@ -1,0 +1,52 @@
+"""Exit classes: whose fault a failure is decides whether the controller retries."""
+
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from tpuops.agent.exits import ExitClass, PreemptedExit, UserError, classify, traceback_tail
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def test_codes_are_distinct_per_class() -> None:
+    codes = {member: member.code for member in ExitClass}
+    assert codes[ExitClass.SUCCEEDED] == 0 and codes[ExitClass.PREEMPTED] == 143
+    assert len(set(codes.values())) == len(codes)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (UserError("bad spec"), ExitClass.USER_ERROR),
+        (tf.errors.InvalidArgumentError(None, None, "shapes differ"), ExitClass.USER_ERROR),
+        (PreemptedExit("sigterm"), ExitClass.PREEMPTED),
+        (RuntimeError("store unreachable"), ExitClass.CRASHED),
+    ],
+)
+def test_classify_by_type(exc: BaseException, expected: ExitClass) -> None:
+    assert classify(_raised(exc)) is expected
+
+
+def test_an_exception_raised_in_user_code_is_a_user_error(tmp_path: Path) -> None:
+    source = tmp_path / "usermod.py"
+    source.write_text("def boom():\n    raise KeyError('user bug')\n")
+    namespace: dict = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    caught = _raised_from(namespace["boom"])
+    assert classify(caught, [tmp_path]) is ExitClass.USER_ERROR
+    assert classify(caught, [tmp_path / "elsewhere"]) is ExitClass.CRASHED
+    assert "KeyError: 'user bug'" in traceback_tail(caught)
+
+
+def _raised_from(function) -> BaseException:  # type: ignore[no-untyped-def]
+    try:
+        function()
+    except BaseException as caught:
+        return caught
+    raise AssertionError("did not raise")

@@ -1,0 +1,92 @@
+"""The training stream is a pure function of (files, seed, position): resume lands on the same batch."""
+
+from typing import List
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tpuops.agent.exits import UserError
+from tpuops.agent.inputs import Parser, count_records, list_files, padded_batches, train_dataset
+from tpuops.agent.runspec import DatasetSpec
+
+RECORDS = 50  # 4 files of 12/13; batches of 8 do not divide an epoch
+BATCH = 8
+
+
+def _example(value: int) -> bytes:
+    feature = {
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[float(value), -float(value)])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[value])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> List[str]:
+    directory = tmp_path_factory.mktemp("records")
+    for shard, values in enumerate(np.array_split(np.arange(RECORDS), 4)):
+        with tf.io.TFRecordWriter(str(directory / f"part-{shard}.tfrecord")) as out:
+            for value in values:
+                out.write(_example(int(value)))
+    return list_files([str(directory / "part-*.tfrecord"), str(directory / "part-0.tfrecord")], "test")
+
+
+def _spec(shuffle_buffer: int = 16, cache: bool = False) -> DatasetSpec:
+    return DatasetSpec.from_json(
+        {
+            "features": {"x": {"dtype": "float32", "shape": [2]}, "label": {"dtype": "int64"}},
+            "label": "label",
+            "shuffle_buffer": shuffle_buffer,
+            "cache": cache,
+        },
+        "dataset",
+    )
+
+
+def _labels(dataset: tf.data.Dataset, batches: int) -> List[List[int]]:
+    return [labels.tolist() for _, labels in dataset.take(batches).as_numpy_iterator()]
+
+
+def test_files_are_deduplicated_sorted_and_counted(files: List[str]) -> None:
+    assert len(files) == 4 and files == sorted(files)
+    assert count_records(files) == RECORDS
+    with pytest.raises(UserError, match="matches no file"):
+        list_files([files[0] + ".missing"], "dataset.train")
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_resumed_stream_continues_exactly_where_the_step_left_off(files: List[str], cache: bool) -> None:
+    spec = _spec(cache=cache)
+    whole = _labels(train_dataset(files, spec, seed=5, global_batch=BATCH, examples_seen=0, epoch_size=RECORDS), 20)
+    for step in (1, 6, 7, 13):  # 6 and 7 straddle the end of epoch 0, 13 the end of epoch 1
+        resumed = train_dataset(files, spec, seed=5, global_batch=BATCH, examples_seen=step * BATCH, epoch_size=RECORDS)
+        assert _labels(resumed, 20 - step) == whole[step:], f"resume at step {step}"
+
+
+def test_every_epoch_is_a_fresh_permutation(files: List[str]) -> None:
+    stream = train_dataset(files, _spec(), seed=5, global_batch=RECORDS, examples_seen=0, epoch_size=RECORDS)
+    first, second = _labels(stream, 2)
+    assert sorted(first) == sorted(second) == list(range(RECORDS))
+    assert first != second and first != list(range(RECORDS))
+    other_seed = train_dataset(files, _spec(), seed=6, global_batch=RECORDS, examples_seen=0, epoch_size=RECORDS)
+    assert _labels(other_seed, 1)[0] != first
+
+
+def test_padded_batches_keep_every_example_once(files: List[str]) -> None:
+    batches = list(padded_batches(files, _spec(), global_batch=16, with_label=True).as_numpy_iterator())
+    assert all(inputs.shape == (16, 2) for inputs, _, _ in batches)
+    labels = np.concatenate([label[mask == 1] for _, label, mask in batches])
+    assert sorted(labels.tolist()) == list(range(RECORDS))
+    assert [int(mask.sum()) for _, _, mask in batches] == [16, 16, 16, 2]
+    only_inputs = list(padded_batches(files, _spec(), global_batch=16, with_label=False).as_numpy_iterator())
+    assert len(only_inputs[0]) == 2, "without labels a batch is (inputs, mask)"
+
+
+def test_records_that_do_not_match_the_features_are_a_user_error(files: List[str]) -> None:
+    wrong = DatasetSpec.from_json(
+        {"features": {"x": {"dtype": "float32", "shape": [3]}, "label": {"dtype": "int64"}}, "label": "label"},
+        "dataset",
+    )
+    with pytest.raises(UserError, match=r"do not match dataset\.features"):
+        Parser(wrong, with_label=True).check(files, "dataset.train")
+    Parser(_spec(), with_label=True).check(files, "dataset.train")

@@ -1,0 +1,52 @@
+"""status.json and the log chunks: whole files, numbered in write order, across attempts."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from tpuops.agent.exits import ExitClass, UserError
+from tpuops.agent.logs import ChunkedLogHandler
+from tpuops.agent.runtime import check_tensorflow
+from tpuops.agent.status import Status, previous_attempt
+
+
+def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    assert previous_attempt(str(path)) == 0
+    status = Status(str(path), "r1", "train", attempt=previous_attempt(str(path)) + 1)
+    status.update(step=5, total_steps=10)
+    assert not path.exists(), "progress waits for the heartbeat"
+    status.set_phase("training")
+    assert json.loads(path.read_text())["step"] == 5
+    status.finish(ExitClass.USER_ERROR, "bad data", "Traceback ...")
+    final = json.loads(path.read_text())
+    assert (final["phase"], final["exit_class"], final["exit_code"]) == ("done", "user-error", 3)
+    assert final["traceback"] == "Traceback ..." and final["heartbeat"].endswith("+00:00")
+    assert previous_attempt(str(path)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"], "no temporary file is left behind"
+    with pytest.raises(KeyError):
+        status.update(stpe=1)
+
+
+def test_log_chunks_continue_numbering_across_attempts(tmp_path: Path) -> None:
+    logger = logging.getLogger("tpuops.agent.test-chunks")
+    logger.setLevel(logging.INFO)
+    for attempt in (1, 2):
+        handler = ChunkedLogHandler(str(tmp_path / "logs"))
+        logger.addHandler(handler)
+        logger.info("attempt %d line 1", attempt)
+        logger.info("attempt %d line 2", attempt)
+        handler.flush()
+        handler.flush()  # nothing new: no empty chunk
+        logger.removeHandler(handler)
+    chunks = sorted((tmp_path / "logs").iterdir())
+    assert [p.name for p in chunks] == ["000001.log", "000002.log"]
+    assert chunks[1].read_text().splitlines()[1].endswith("INFO attempt 2 line 2")
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.90.1", "2.8.4"])
+def test_only_tensorflow_2_9_is_accepted(version: str) -> None:
+    check_tensorflow("2.9.3")
+    with pytest.raises(UserError, match=r"needs TensorFlow 2\.9\.x, found " + version):
+        check_tensorflow(version)

@@ -1,0 +1,100 @@
+"""The agent trains to completion, and resumes bit-exactly after SIGTERM, SIGKILL and corruption.
+
+Every resumed run is compared with the shared uninterrupted reference run: all tensors of the
+final checkpoint (weights, optimizer slots, step, data position) must be equal bit for bit.
+"""
+
+import shutil
+import signal
+from pathlib import Path
+from typing import Callable
+
+from agentrun import (
+    CHECKPOINT_EVERY,
+    EVAL_EXAMPLES,
+    TOTAL_STEPS,
+    AgentRun,
+    assert_identical,
+    final_tensors,
+    run_agent,
+)
+
+PREEMPTED_EXIT = 143
+
+
+def test_train_to_completion(reference_run: AgentRun) -> None:
+    status = reference_run.status()
+    assert status["exit_class"] == "succeeded" and status["exit_code"] == 0
+    assert status["phase"] == "done" and status["step"] == TOTAL_STEPS
+    assert status["resumed_from_step"] is None and status["attempt"] == 1
+    assert status["device"] == "CPU" and status["global_batch"] == 32
+    assert status["metrics"]["eval"]["accuracy"] >= 0.95
+    # keep_checkpoints=3 of the periodic ones, the last being the final step
+    assert reference_run.checkpoint_steps() == [
+        TOTAL_STEPS - 2 * CHECKPOINT_EVERY,
+        TOTAL_STEPS - CHECKPOINT_EVERY,
+        TOTAL_STEPS,
+    ]
+    assert (reference_run.run_dir / "model" / "saved_model.pb").is_file()
+    assert list((reference_run.run_dir / "tb").glob("events.out.tfevents.*"))
+    logs = reference_run.logs()
+    assert "fresh start at step 0" in logs and "counted 600 training records" in logs
+    assert f"eval at step {TOTAL_STEPS}" in logs
+    assert final_tensors(reference_run.run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"] == TOTAL_STEPS
+    assert EVAL_EXAMPLES % 32, "the eval set must end in a padded batch"
+
+
+def _resume(spec: Path, killed: AgentRun, reference: AgentRun, expected_step: int) -> None:
+    resumed = run_agent(spec)
+    assert resumed.process.returncode == 0, resumed.output
+    status = resumed.status()
+    assert status["exit_class"] == "succeeded" and status["attempt"] == 2
+    assert status["resumed_from_step"] == expected_step
+    assert f"resumed from step {expected_step}" in resumed.logs()
+    assert_identical(final_tensors(killed.run_dir), final_tensors(reference.run_dir))
+
+
+def test_sigterm_checkpoints_at_the_call_boundary_and_resumes_exactly(
+    make_spec: Callable[..., Path], reference_run: AgentRun
+) -> None:
+    spec = make_spec("sigterm")
+    run = AgentRun(spec)
+    run.wait_for_checkpoint(CHECKPOINT_EVERY)
+    run.signal(signal.SIGTERM)
+    assert run.wait() == PREEMPTED_EXIT, run.output
+    status = run.status()
+    assert status["exit_class"] == "preempted" and status["exit_code"] == PREEMPTED_EXIT
+    stopped_at = status["step"]
+    assert CHECKPOINT_EVERY <= stopped_at < TOTAL_STEPS
+    assert status["last_checkpoint_step"] == stopped_at
+    assert run.checkpoint_steps()[-1] == stopped_at, "the notice must be answered with a checkpoint"
+    assert "preemption notice (signal SIGTERM)" in run.logs()
+    _resume(spec, run, reference_run, stopped_at)
+
+
+def test_sigkill_resumes_from_the_last_periodic_checkpoint(
+    make_spec: Callable[..., Path], reference_run: AgentRun
+) -> None:
+    spec = make_spec("sigkill")
+    run = AgentRun(spec)
+    run.wait_for_checkpoint(2 * CHECKPOINT_EVERY)
+    run.signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    last = run.checkpoint_steps()[-1]
+    assert last % CHECKPOINT_EVERY == 0 and 2 * CHECKPOINT_EVERY <= last < TOTAL_STEPS
+    assert run.status()["exit_class"] is None, "a killed agent cannot report an exit"
+    _resume(spec, run, reference_run, last)
+
+
+def test_corrupt_newest_checkpoint_is_skipped(make_spec: Callable[..., Path], reference_run: AgentRun) -> None:
+    spec = make_spec("corrupt")
+    ckpt = reference_run.run_dir.parent / "corrupt" / "ckpt"
+    shutil.copytree(str(reference_run.run_dir / "ckpt"), str(ckpt))
+    data = ckpt / f"ckpt-{TOTAL_STEPS}.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    run = run_agent(spec)
+    assert run.process.returncode == 0, run.output
+    previous = TOTAL_STEPS - CHECKPOINT_EVERY
+    assert run.status()["resumed_from_step"] == previous
+    assert f"skipping corrupt checkpoint {ckpt / f'ckpt-{TOTAL_STEPS}'}" in run.logs()
+    assert_identical(final_tensors(run.run_dir), final_tensors(reference_run.run_dir))
