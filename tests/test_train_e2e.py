@@ -189,3 +189,20 @@ def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[P
     assert status["exit_class"] == "user-error"
     assert "the model code is wrong on purpose" in status["traceback"]
     assert [n for n in _nodes(info) if n.get("name", "").endswith("/broken-1")] == []
+
+
+def test_infer_writes_sharded_predictions_and_a_manifest(world: tuple[Path, EmulatorInfo], reference: str) -> None:
+    work, info = world
+    code, out, err = _finish(_tpuops(work, info, "infer", str(SPEC), "--checkpoint", reference, "--input",
+                                     "data/digits/test", "--shards", "2", "--name", "pred-1", "--json"))
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["predicted"] == 360
+    predictions = _run_dir(work, "pred-1") / "predictions"
+    manifest = json.loads((predictions / "manifest.json").read_text())
+    shards = sorted(predictions.glob("predictions-*.jsonl"))
+    assert len(shards) == 2
+    lines = [json.loads(line) for shard in shards for line in shard.read_text().splitlines()]
+    assert len(lines) == 360
+    assert sum(shard["count"] for shard in manifest["shards"]) == manifest["total"] == 360
+    assert all(len(line["output"]) == 10 for line in lines)
+    assert [n for n in _nodes(info) if n.get("name", "").endswith("/pred-1")] == []

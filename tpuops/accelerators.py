@@ -70,6 +70,11 @@ class Accelerator:
     hosts: int
 
     @property
+    def replicas(self) -> int:
+        """TensorCores, the replicas of TPUStrategy: two per chip on v2-v4 and v5p, one on v5e and v6e."""
+        return self.size if self.generation in ("v2", "v3", "v4", "v5p") else self.chips
+
+    @property
     def multi_host(self) -> bool:
         """A slice spanning hosts: it needs a ``-pod`` runtime and the job runs on worker 0 only."""
         return self.hosts > 1

@@ -50,8 +50,8 @@ class Dataset:
 
 
 @dataclass(frozen=True)
-class TrainPlan:
-    """Everything ``launch`` will write and create, computed without side effects."""
+class JobPlan:
+    """Everything ``declare`` and ``up`` will write and create, computed without side effects."""
 
     run_id: str
     experiment: Experiment
@@ -106,13 +106,9 @@ def plan_train(
     accelerator: str | None = None,
     capacity: Capacity | None = None,
     base_dir: Path | None = None,
-) -> TrainPlan:
+) -> JobPlan:
     """Validate the experiment and its data and compute the run; nothing is written or created."""
-    experiment = load_experiment(spec_path)
-    run_id = run_id or new_run_id(experiment.name)
-    if not RUN_ID.match(run_id):
-        raise UsageError(f"run name {run_id!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
-                         "starting with a letter")
+    experiment, run_id = _experiment_run(spec_path, run_id)
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     base = base_dir or Path.cwd()
     train = _dataset(experiment.dataset.train, store, base)
@@ -121,9 +117,52 @@ def plan_train(
     if experiment.dataset.label not in features:
         raise UsageError(f"{spec_path}: dataset.label = {experiment.dataset.label!r} is not a feature of "
                          f"{experiment.dataset.train} (it has {', '.join(sorted(features))})")
-    replicas = acc.chips * 2 if acc.generation in ("v2", "v3", "v4") else acc.chips
     bundle = build_bundle(spec_path.resolve().parent)
-    spec = {
+    spec = _common_spec(settings, store, run_id, experiment, features)
+    spec["dataset"].update({
+        "train": train.patterns(store),
+        "eval": evaluation.patterns(store) if evaluation else [],
+        "shuffle_buffer": experiment.dataset.shuffle_buffer,
+        "cache": experiment.dataset.cache,
+    })
+    spec["train"] = {
+        "per_replica_batch_size": experiment.batch.per_replica_for(acc.replicas),
+        "steps": experiment.steps,
+        "steps_per_call": experiment.steps_per_call,
+        "checkpoint_every_steps": experiment.checkpoint.every_steps,
+        "checkpoint_every_seconds": experiment.checkpoint.every_seconds,
+        "keep_checkpoints": experiment.checkpoint.keep,
+        "eval_every_steps": experiment.eval.every_steps,
+        "eval_steps": experiment.eval.steps,
+        "metrics": list(experiment.eval.metrics),
+    }
+    up = plan_up(settings, run_id, accelerator=acc.type, capacity=capacity or experiment.capacity, run_id=run_id,
+                 job=job_argv(store, bundle.sha256, run_id, "train"))
+    record = _record(run_id, "train", experiment, spec_path, up, bundle)
+    datasets = tuple(d for d in (train, evaluation) if d is not None)
+    return JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
+                   datasets=datasets, up=up)
+
+
+def job_argv(store: Store, bundle_sha256: str, run_id: str, command: str) -> list[str]:
+    """What the startup script runs on worker 0: the bootstrap that checks and starts the bundle."""
+    return ["python3", "-c", bootstrap_source(), store.uri_of(f"bundles/{bundle_sha256}.tar.gz"), bundle_sha256,
+            store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), command]
+
+
+def _record(run_id: str, kind: str, experiment: Experiment, spec_path: Path, up: UpPlan,
+            bundle: Bundle) -> dict[str, Any]:
+    return {
+        "run_id": run_id, "kind": kind, "experiment": experiment.name, "spec_file": str(spec_path),
+        "node": run_id, "accelerator": up.request.accelerator, "capacity": up.request.capacity.value,
+        "zones": up.zones, "bundle_sha256": bundle.sha256, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "target": experiment.target.model_dump() if experiment.target and kind == "train" else None,
+    }
+
+
+def _common_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment,
+                 features: dict[str, Any]) -> dict[str, Any]:
+    return {
         "version": 1,
         "run_id": run_id,
         "store_root": store.uri,
@@ -133,39 +172,67 @@ def plan_train(
         "seed": experiment.seed,
         "mixed_precision": experiment.mixed_precision,
         "allow_cpu_fallback": settings.provider is Provider.LOCAL,
-        "dataset": {
-            "features": features,
-            "label": experiment.dataset.label,
-            "train": train.patterns(store),
-            "eval": evaluation.patterns(store) if evaluation else [],
-            "shuffle_buffer": experiment.dataset.shuffle_buffer,
-            "cache": experiment.dataset.cache,
-        },
-        "train": {
-            "per_replica_batch_size": experiment.batch.per_replica_for(replicas),
-            "steps": experiment.steps,
-            "steps_per_call": experiment.steps_per_call,
-            "checkpoint_every_steps": experiment.checkpoint.every_steps,
-            "checkpoint_every_seconds": experiment.checkpoint.every_seconds,
-            "keep_checkpoints": experiment.checkpoint.keep,
-            "eval_every_steps": experiment.eval.every_steps,
-            "eval_steps": experiment.eval.steps,
-            "metrics": list(experiment.eval.metrics),
-        },
+        "dataset": {"features": features, "label": experiment.dataset.label},
     }
-    job = ["python3", "-c", bootstrap_source(), store.uri_of(bundle.key), bundle.sha256,
-           store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), "train"]
+
+
+def _experiment_run(spec_path: Path, run_id: str | None, suffix: str = "") -> tuple[Experiment, str]:
+    experiment = load_experiment(spec_path)
+    run_id = run_id or new_run_id(experiment.name + suffix)
+    if not RUN_ID.match(run_id):
+        raise UsageError(f"run name {run_id!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
+                         "starting with a letter")
+    return experiment, run_id
+
+
+def plan_infer(
+    settings: Settings,
+    spec_path: Path,
+    store: Store,
+    *,
+    checkpoint: str,
+    inputs: str,
+    output: str | None = None,
+    run_id: str | None = None,
+    accelerator: str | None = None,
+    capacity: Capacity | None = None,
+    num_shards: int = 1,
+    batch_size: int = 256,
+    base_dir: Path | None = None,
+) -> JobPlan:
+    """Batch prediction with a trained model over a dataset: same bundle, same launch path as training.
+
+    ``checkpoint`` is a run name (its SavedModel when it succeeded, else its checkpoints) or a
+    store URI / path of a SavedModel or checkpoint directory; ``inputs`` a dataset reference
+    (local folder with manifest.json, or a store prefix).
+    """
+    experiment, run_id = _experiment_run(spec_path, run_id, "-infer")
+    acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
+    dataset = _dataset(inputs, store, base_dir or Path.cwd())
+    features = _features(dataset.manifest, inputs)
+    model = _model_uri(store, checkpoint)
+    bundle = build_bundle(spec_path.resolve().parent)
+    spec = _common_spec(settings, store, run_id, experiment, features)
+    if experiment.dataset.label not in features:
+        spec["dataset"]["label"] = None
+    spec["infer"] = {"input": dataset.patterns(store), "model": model, "output_prefix": output,
+                     "num_shards": num_shards, "batch_size": batch_size}
     up = plan_up(settings, run_id, accelerator=acc.type, capacity=capacity or experiment.capacity, run_id=run_id,
-                 job=job)
-    record = {
-        "run_id": run_id, "kind": "train", "experiment": experiment.name, "spec_file": str(spec_path),
-        "node": run_id, "accelerator": acc.type, "capacity": up.request.capacity.value, "zones": up.zones,
-        "bundle_sha256": bundle.sha256, "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "target": experiment.target.model_dump() if experiment.target else None,
-    }
-    datasets = tuple(d for d in (train, evaluation) if d is not None)
-    return TrainPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
-                     datasets=datasets, up=up)
+                 job=job_argv(store, bundle.sha256, run_id, "infer"))
+    record = _record(run_id, "infer", experiment, spec_path, up, bundle)
+    return JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
+                   datasets=(dataset,), up=up)
+
+
+def _model_uri(store: Store, checkpoint: str) -> str:
+    if RUN_ID.match(checkpoint) and store.exists(f"runs/{checkpoint}/run.json"):
+        status = read_status(store, checkpoint) or {}
+        kind = "model" if status.get("exit_class") == "succeeded" else "ckpt"
+        return store.uri_of(f"runs/{checkpoint}/{kind}")
+    if "://" in checkpoint or Path(checkpoint).is_absolute():
+        return checkpoint
+    raise UsageError(f"--checkpoint {checkpoint!r}: not a run in {store.uri} nor an absolute path or URI "
+                     "of a SavedModel or checkpoint directory")
 
 
 def _put_once(store: Store, key: str, data: bytes) -> bool:
@@ -179,7 +246,7 @@ def _put_once(store: Store, key: str, data: bytes) -> bool:
         return False
 
 
-def declare(plan: TrainPlan, store: Store, settings: Settings, progress: Callable[[str], None]) -> None:
+def declare(plan: JobPlan, store: Store, settings: Settings, progress: Callable[[str], None]) -> None:
     """Upload data and bundle, write the run's spec and record: after this the run exists."""
     from tpuops.data.upload import upload
 
@@ -294,11 +361,8 @@ def plan_resume(settings: Settings, store: Store, run_id: str) -> tuple[dict[str
     status = read_status(store, run_id) or {}
     if status.get("exit_class") in ("succeeded", "user-error"):
         raise UsageError(f"run {run_id} already ended ({status['exit_class']}): nothing to resume")
-    bundle_key = f"bundles/{record['bundle_sha256']}.tar.gz"
-    job = ["python3", "-c", bootstrap_source(), store.uri_of(bundle_key), record["bundle_sha256"],
-           store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), record["kind"]]
     up = plan_up(settings, record["node"], accelerator=record["accelerator"], capacity=Capacity(record["capacity"]),
-                 run_id=run_id, job=job)
+                 run_id=run_id, job=job_argv(store, record["bundle_sha256"], run_id, record["kind"]))
     return record, up
 
 
@@ -312,5 +376,7 @@ def list_runs(store: Store) -> list[dict[str, Any]]:
             status = read_status(store, parts[1]) or {}
             runs.append({**record, "phase": status.get("phase", "pending"), "step": status.get("step", 0),
                          "total_steps": status.get("total_steps"), "exit_class": status.get("exit_class"),
-                         "heartbeat": status.get("heartbeat"), "metrics": status.get("metrics", {})})
+                         "heartbeat": status.get("heartbeat"), "metrics": status.get("metrics", {}),
+                         "examples_per_sec": status.get("examples_per_sec"),
+                         "last_checkpoint_step": status.get("last_checkpoint_step")})
     return sorted(runs, key=lambda r: r.get("created", ""))

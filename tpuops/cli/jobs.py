@@ -13,11 +13,14 @@ from tpuops.cli.nodes import capacity_flag
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
+    app.command("infer")(infer)
     app.command("logs")(logs)
     app.command("runs")(runs)
 
 
 def _describe(status: dict[str, Any]) -> str:
+    if status.get("command") == "infer":
+        return f"{status.get('phase', '?')}: {status.get('metrics', {}).get('predicted', 0)} records predicted"
     step, total = status.get("step", 0), status.get("total_steps") or "?"
     rate = status.get("examples_per_sec")
     speed = f", {rate:.0f} examples/s" if isinstance(rate, int | float) and rate else ""
@@ -43,7 +46,7 @@ def train(
     """Train on a TPU VM: upload data and code, create the node, follow the job, tear down."""
     from tpuops import jobs
     from tpuops.errors import UsageError
-    from tpuops.session import provisioner, store
+    from tpuops.session import store
 
     if (spec is None) == (resume is None):
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
@@ -68,6 +71,16 @@ def train(
     if dry_run:
         print_json({"run": record, "node": up_plan.request.body() | {"metadata": "..."}})
         return
+    _run_to_end(settings, root, run_id, record, up_plan, previous_attempt=previous_attempt, follow_log=follow_log,
+                keep=keep, as_json=as_json)
+
+
+def _run_to_end(settings: Any, root: Any, run_id: str, record: dict[str, Any], up_plan: Any, *,
+                previous_attempt: int, follow_log: bool, keep: bool, as_json: bool) -> None:
+    """Create the node, follow the job until it ends, tear the node down, report."""
+    from tpuops import jobs
+    from tpuops.session import provisioner
+
     with progress(f"starting {run_id}", quiet=as_json) as show:
         nodes = provisioner(settings, show)
         node = nodes.up(up_plan).node
@@ -88,6 +101,41 @@ def train(
         with progress(f"deleting {node.name}", quiet=as_json) as show:
             provisioner(settings, show).down([node.name])
     _report(outcome, record, as_json, kept=keep)
+
+
+def infer(
+    ctx: typer.Context,
+    spec: Path = typer.Argument(..., help="Experiment spec whose model made the checkpoint."),
+    checkpoint: str = typer.Option(..., "--checkpoint", help="Run name, or URI/path of a SavedModel or ckpt dir."),
+    inputs: str = typer.Option(..., "--input", help="Dataset: a folder with manifest.json or a store prefix."),
+    output: str | None = typer.Option(None, "--output", help="Output prefix (default: runs/<run>/predictions)."),
+    shards: int = typer.Option(1, "--shards", min=1, help="Number of output shards."),
+    batch_size: int = typer.Option(256, "--batch-size", min=1, help="Global batch of the prediction loop."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default: <experiment>-infer-<time>)."),
+    accelerator: str | None = typer.Option(None, help="Accelerator type (default: spec, then config)."),
+    spot: bool = typer.Option(False, "--spot", help="Spot capacity."),
+    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the run; create nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+) -> None:
+    """Batch prediction (XLA-compiled) over TFRecords on a TPU VM; sharded outputs and a manifest."""
+    from tpuops import jobs
+    from tpuops.session import store
+
+    settings = load_settings(ctx)
+    root = store(settings)
+    plan = jobs.plan_infer(settings, spec, root, checkpoint=checkpoint, inputs=inputs, output=output,
+                           run_id=name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
+                           num_shards=shards, batch_size=batch_size)
+    if dry_run:
+        print_json({"run": plan.record, "spec": plan.spec, "node": plan.up.request.body() | {"metadata": "..."}})
+        return
+    with progress(f"declaring run {plan.run_id}", quiet=as_json) as show:
+        jobs.declare(plan, root, settings, show)
+    _run_to_end(settings, root, plan.run_id, plan.record, plan.up, previous_attempt=0, follow_log=False,
+                keep=keep, as_json=as_json)
 
 
 def _printer(console: Any) -> Any:
@@ -111,6 +159,8 @@ def _report(outcome: Any, record: dict[str, Any], as_json: bool, *, kept: bool) 
         console = err_console()
         shown = ", ".join(f"{split} {name} {value:.4f}" for split in ("eval", "train")
                           for name, value in metrics.get(split, {}).items() if name != "step")
+        if "predicted" in metrics:
+            shown = f"{metrics['predicted']} records predicted (manifest.json written last)"
         console.print(f"{outcome.run_id}: {outcome.exit_class} at step {status.get('step', 0)} after "
                       f"{outcome.seconds:.0f} s" + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
         if met is not None:

@@ -68,23 +68,30 @@ def up(
 
 def status(
     ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Print nodes as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print nodes and active runs as JSON."),
 ) -> None:
-    """List nodes in the configured zones: state, health, capacity, age."""
-    from tpuops.session import provisioner
+    """Nodes in the configured zones (state, health, capacity, age) and the runs still going."""
+    from tpuops.jobs import list_runs
+    from tpuops.session import provisioner, store
 
     settings = load_settings(ctx)
     nodes = provisioner(settings).status()
+    active = [r for r in list_runs(store(settings)) if not r.get("exit_class")]
     if as_json:
-        print_json({"nodes": [n.to_json() for n in nodes]})
+        print_json({"nodes": [n.to_json() for n in nodes], "runs": active})
         return
-    if not nodes:
+    if nodes:
+        rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
+                 "tpuops" if n.managed else "other") for n in nodes]
+        print_table(f"nodes in {settings.project} ({', '.join(settings.zones)})",
+                    ("name", "zone", "accelerator", "capacity", "state", "health", "age", "owner"), rows)
+    else:
         err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
-        return
-    rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
-             "tpuops" if n.managed else "other") for n in nodes]
-    print_table(f"nodes in {settings.project} ({', '.join(settings.zones)})",
-                ("name", "zone", "accelerator", "capacity", "state", "health", "age", "owner"), rows)
+    if active:
+        print_table("active runs", ("run", "phase", "step", "examples/s", "last checkpoint", "heartbeat"),
+                    [(r["run_id"], r["phase"], f"{r['step']}/{r.get('total_steps') or '?'}",
+                      r.get("examples_per_sec") or "", r.get("last_checkpoint_step") or "", r.get("heartbeat") or "")
+                     for r in active])
 
 
 def down(
