@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from conftest_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures: fake-gcs-server for the store tests)
 
 T = TypeVar("T")
 

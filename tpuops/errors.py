@@ -63,6 +63,14 @@ class AlreadyExists(TpuopsError):
     """A resource with this name exists already (HTTP 409) and is not one we can adopt."""
 
 
+class PreconditionFailed(TpuopsError):
+    """A compare-and-swap lost: the object's generation was not the expected one (leases, run state)."""
+
+
+class IntegrityError(TpuopsError):
+    """Bytes do not match their checksum (a local file changed, or a stored object is corrupt)."""
+
+
 class Preempted(TpuopsError):
     """The node was preempted or vanished while work was unfinished."""
 

@@ -1,0 +1,25 @@
+"""Datasets: TFRecord conversion without TensorFlow, and verified, resumable, parallel upload to the store.
+
+``convert`` (local source → shards + manifest.json), ``upload`` (local dataset → store),
+``verify`` (store objects against the manifest) and ``ls`` (datasets under a root).
+The manifest format is documented in ``tpuops.data.manifest``.
+"""
+
+from tpuops.data.catalog import DatasetSummary, VerifyReport, ls, verify
+from tpuops.data.convert import ConvertReport, convert
+from tpuops.data.units import format_size, parse_size
+from tpuops.data.upload import UploadReport, region_warning, upload
+
+__all__ = [
+    "ConvertReport",
+    "DatasetSummary",
+    "UploadReport",
+    "VerifyReport",
+    "convert",
+    "format_size",
+    "ls",
+    "parse_size",
+    "region_warning",
+    "upload",
+    "verify",
+]

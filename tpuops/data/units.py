@@ -1,0 +1,41 @@
+"""Byte sizes as people write them: ``100MB`` (10^8), ``1GiB`` (2^30), ``512k``, ``4096``."""
+
+from __future__ import annotations
+
+import re
+
+from tpuops.errors import UsageError
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``. Decimal units (KB, MB, GB, TB, and bare K/M/G/T) are powers of 1000;
+    binary units (KiB, MiB, GiB, TiB) powers of 1024. Case does not matter.
+
+    Raises:
+        UsageError: not a positive size.
+    """
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise UsageError(f"{text!r} is not a size (expected e.g. '100MB', '1GiB' or a number of bytes)")
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise UsageError(f"{text!r}: a size must be positive")
+    return size
+
+
+def format_size(size: int) -> str:
+    """A short human-readable size with decimal units (``1.5 GB``), matching how ``parse_size`` reads them."""
+    units = ("B", "KB", "MB", "GB", "TB")
+    value, index = float(size), 0
+    while value >= 1000 and index < len(units) - 1:
+        value /= 1000
+        index += 1
+    return f"{size} B" if index == 0 else f"{value:.1f} {units[index]}"

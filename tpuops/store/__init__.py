@@ -1,0 +1,100 @@
+"""The store root behind one interface: ``Store`` (contract in ``base``), ``GcsStore`` and ``LocalStore``.
+
+``open_store(uri)`` picks the implementation from the URI scheme through an explicit table;
+google-cloud-storage is imported only when a ``gs://`` store is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from tpuops.errors import IntegrityError, PreconditionFailed, UsageError
+from tpuops.store.base import ObjectInfo, Store
+from tpuops.store.local import LocalStore
+
+if TYPE_CHECKING:
+    from google.cloud import storage
+
+__all__ = [
+    "IntegrityError",
+    "LocalStore",
+    "ObjectInfo",
+    "PreconditionFailed",
+    "Store",
+    "gcs_client",
+    "open_store",
+    "split_gcs_uri",
+]
+
+
+def gcs_client(endpoint: str | None = None, project: str | None = None) -> storage.Client:
+    """A Cloud Storage client: anonymous against ``endpoint`` (an emulator) if given, else the SDK default.
+
+    Without ``endpoint`` the SDK decides: ``STORAGE_EMULATOR_HOST`` if set, otherwise
+    Application Default Credentials.
+    """
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    if endpoint:
+        return storage.Client(
+            project=project or "tpuops-local",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": endpoint},
+        )
+    from tpuops.store.gcs import convert_error
+
+    try:
+        return storage.Client(project=project)
+    except Exception as err:
+        converted = convert_error(err, "gs://")
+        if converted is None:
+            raise
+        raise converted from err
+
+
+def split_gcs_uri(uri: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` → ``("bucket", "a/b")``."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "gs" or not parsed.netloc:
+        raise UsageError(f"{uri!r} is not a bucket URI (expected gs://BUCKET[/PREFIX])")
+    return parsed.netloc, parsed.path.strip("/")
+
+
+def _open_gcs(uri: str, endpoint: str | None) -> Store:
+    from tpuops.store.gcs import GcsStore
+
+    bucket, prefix = split_gcs_uri(uri)
+    return GcsStore(bucket, prefix, client=gcs_client(endpoint))
+
+
+def _open_local(uri: str, endpoint: str | None) -> Store:
+    path = urlparse(uri).path if uri.startswith("file://") else uri
+    if not path:
+        raise UsageError(f"{uri!r} is not a directory path")
+    return LocalStore(Path(path).expanduser().absolute())
+
+
+_OPENERS: dict[str, Callable[[str, str | None], Store]] = {
+    "gs": _open_gcs,
+    "file": _open_local,
+    "": _open_local,
+}
+
+
+def open_store(uri: str, *, gcs_endpoint: str | None = None) -> Store:
+    """The store for ``uri``: ``gs://BUCKET[/PREFIX]`` → GcsStore; a path or ``file://`` URI → LocalStore.
+
+    Args:
+        gcs_endpoint: talk to this Cloud Storage endpoint (fake-gcs-server) with anonymous credentials.
+    Raises:
+        UsageError: an unsupported scheme.
+    """
+    scheme = urlparse(uri).scheme if "://" in uri else ""
+    opener = _OPENERS.get(scheme)
+    if opener is None:
+        raise UsageError(f"{uri!r}: unsupported store scheme {scheme!r} (use gs://BUCKET/PREFIX or a directory)")
+    return opener(uri, gcs_endpoint)

@@ -1,0 +1,252 @@
+"""``LocalStore``: the store root as a plain directory (provider=local, and the agent's ``tf.io.gfile`` view).
+
+Invariants:
+
+- An object is the regular file ``<root>/<key>``; it is only ever replaced whole, by writing a
+  temp file under ``<root>/.tpuops/tmp`` (same filesystem), fsyncing it and ``os.replace``-ing
+  it into place, so readers see old or new bytes, never a prefix.
+- An object's generation is its ``st_mtime_ns``. Every write through this class sets it
+  explicitly to ``max(now, previous + 1)`` (read back, since some filesystems round), so it
+  strictly increases per key even within one clock tick. Files written by others (the
+  agent) simply have their own mtime as generation.
+- Writes, compare-and-swap and deletes hold an exclusive ``fcntl.flock`` on
+  ``<root>/.tpuops/lock`` around "check generation, stamp, rename", which makes CAS correct
+  across threads and processes; the slow part (copying bytes) happens before taking it.
+  Reads take no lock: they read from one open file descriptor and ``fstat`` it, so bytes
+  and generation belong to the same version.
+- crc32c is computed by reading the file, and cached per (path, inode, size, mtime).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat as stat_mod
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import google_crc32c
+
+from tpuops.errors import IntegrityError, NotFound, PermissionDenied, PreconditionFailed, TpuopsError
+from tpuops.store.base import (
+    ObjectInfo,
+    ProgressFn,
+    Store,
+    check_key,
+    check_prefix,
+)
+from tpuops.store.files import COPY_CHUNK, crc32c_of_file, digest_base64, open_for_reading, write_atomically
+
+_BOOKKEEPING = ".tpuops"
+_CRC_CACHE_MAX = 10_000
+_STAMP_STEPS_NS = (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000)
+
+
+class LocalStore(Store):
+    """A store in a local directory. See the module docstring for the invariants."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = Path(root).absolute()
+        self._crc_cache: dict[tuple[str, int, int, int], str] = {}
+        self._crc_lock = threading.Lock()
+
+    @property
+    def uri(self) -> str:
+        return str(self._root)
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        with _os_errors(self.uri_of(key)):
+            st = _stat_file(path, self.uri_of(key))
+            return ObjectInfo(key, st.st_size, self._crc(path, st), st.st_mtime_ns)
+
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        path = self._path(key)
+        with _os_errors(self.uri_of(key)), _open_object(path, self.uri_of(key)) as handle:
+            st = os.fstat(handle.fileno())
+            return handle.read(), st.st_mtime_ns
+
+    def write_bytes(self, key: str, data: bytes) -> int:
+        return self._publish(key, lambda handle: handle.write(data), expected=None)
+
+    def write_if_generation_match(self, key: str, data: bytes, generation: int) -> int:
+        return self._publish(key, lambda handle: handle.write(data), expected=generation)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        check_prefix(prefix)
+        start = self._root / prefix.rpartition("/")[0]
+        found: list[ObjectInfo] = []
+        with _os_errors(self.uri):
+            for path in _walk_files(start):
+                key = path.relative_to(self._root).as_posix()
+                if key.startswith(prefix) and not key.startswith(_BOOKKEEPING):
+                    with contextlib.suppress(FileNotFoundError):
+                        st = path.stat()
+                        found.append(ObjectInfo(key, st.st_size, self._crc(path, st), st.st_mtime_ns))
+        return sorted(found, key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        with _os_errors(self.uri_of(key)), self._locked(), contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+    def upload_file(
+        self,
+        path: Path,
+        key: str,
+        *,
+        expected_crc32c: str | None = None,
+        progress: ProgressFn | None = None,
+    ) -> ObjectInfo:
+        checksum = google_crc32c.Checksum()
+        size = 0
+
+        def copy(handle: IO[bytes]) -> None:
+            nonlocal size
+            with open_for_reading(path) as source:
+                while chunk := source.read(COPY_CHUNK):
+                    checksum.update(chunk)
+                    handle.write(chunk)
+                    size += len(chunk)
+                    if progress is not None:
+                        progress(size)
+            actual = digest_base64(checksum)
+            if expected_crc32c is not None and actual != expected_crc32c:
+                raise IntegrityError(
+                    f"{path}: crc32c is {actual}, expected {expected_crc32c} (the file changed since "
+                    "its manifest was written)"
+                )
+
+        generation = self._publish(key, copy, expected=None)
+        return ObjectInfo(key, size, digest_base64(checksum), generation)
+
+    def download_file(self, key: str, path: Path) -> ObjectInfo:
+        where = self.uri_of(key)
+        checksum = google_crc32c.Checksum()
+        with _os_errors(where), _open_object(self._path(key), where) as source:
+            st = os.fstat(source.fileno())
+
+            def copy(target: IO[bytes]) -> None:
+                while chunk := source.read(COPY_CHUNK):
+                    checksum.update(chunk)
+                    target.write(chunk)
+
+            write_atomically(Path(path), copy)
+        return ObjectInfo(key, st.st_size, digest_base64(checksum), st.st_mtime_ns)
+
+    def _path(self, key: str) -> Path:
+        return self._root / check_key(key)
+
+    def _crc(self, path: Path, st: os.stat_result) -> str:
+        cache_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._crc_lock:
+            cached = self._crc_cache.get(cache_key)
+        if cached is None:
+            cached = crc32c_of_file(path)
+            with self._crc_lock:
+                if len(self._crc_cache) >= _CRC_CACHE_MAX:
+                    self._crc_cache.clear()
+                self._crc_cache[cache_key] = cached
+        return cached
+
+    def _publish(self, key: str, fill: Callable[[IO[bytes]], object], expected: int | None) -> int:
+        """Write a temp file with ``fill``, then (under the lock) check ``expected``, stamp and rename."""
+        target = self._path(key)
+        where = self.uri_of(key)
+        tmp_dir = self._root / _BOOKKEEPING / "tmp"
+        with _os_errors(where):
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_dir / f"{uuid.uuid4().hex}.tmp"
+            try:
+                with open(tmp, "wb") as handle:
+                    fill(handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                with self._locked():
+                    current = _generation(target)
+                    if expected is not None and current != expected:
+                        raise PreconditionFailed(
+                            f"{where}: generation is {current}, expected {expected} (someone else wrote it)"
+                        )
+                    generation = _stamp(tmp, current, where)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(tmp, target)
+                return generation
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock_path = self._root / _BOOKKEEPING / "lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a+b") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _generation(path: Path) -> int:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return 0
+    return st.st_mtime_ns if stat_mod.S_ISREG(st.st_mode) else 0
+
+
+def _stamp(tmp: Path, previous: int, where: str) -> int:
+    """Set the temp file's mtime to a generation greater than ``previous`` and return what was stored."""
+    for step in _STAMP_STEPS_NS:
+        wanted = max(time.time_ns(), previous + step)
+        os.utime(tmp, ns=(wanted, wanted))
+        stored = os.stat(tmp).st_mtime_ns
+        if stored > previous:
+            return stored
+    raise TpuopsError(f"{where}: the filesystem does not keep modification times precisely enough")
+
+
+def _stat_file(path: Path, where: str) -> os.stat_result:
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFound(f"{where}: no such object") from None
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise NotFound(f"{where}: no such object")
+    return st
+
+
+@contextlib.contextmanager
+def _open_object(path: Path, where: str) -> Iterator[IO[bytes]]:
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - a context manager that maps errors
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise NotFound(f"{where}: no such object") from None
+    with handle:
+        yield handle
+
+
+def _walk_files(start: Path) -> Iterator[Path]:
+    for folder, _, files in os.walk(start):
+        base = Path(folder)
+        for name in files:
+            yield base / name
+
+
+@contextlib.contextmanager
+def _os_errors(where: str) -> Iterator[None]:
+    """Turn OS errors of the store's own files into the taxonomy (source-file errors are mapped by callers)."""
+    try:
+        yield
+    except PermissionError as err:
+        raise PermissionDenied(f"{where}: permission denied ({err.filename})") from err
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            raise NotFound(f"{where}: no such object") from err
+        raise TpuopsError(f"{where}: {err.strerror or err}") from err
