@@ -65,6 +65,8 @@ class Settings(BaseModel):
     poll_interval_s: float = Field(default=5.0, gt=0)
     operation_timeout_s: float = Field(default=1800.0, gt=0)
     api_deadline_s: float = Field(default=120.0, gt=0)
+    max_run_hours: float = Field(default=72.0, ge=0)
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @field_validator("project")
     @classmethod
@@ -115,6 +117,7 @@ class Settings(BaseModel):
 
 _LIST_KEYS = {"zones"}
 _MAP_KEYS = {"labels"}
+_FILE_ONLY_KEYS = {"prices"}
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -122,6 +125,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     if environ.get("GOOGLE_CLOUD_PROJECT"):
         values["project"] = environ["GOOGLE_CLOUD_PROJECT"]
     for key in Settings.model_fields:
+        if key in _FILE_ONLY_KEYS:
+            continue
         raw = environ.get(ENV_PREFIX + key.upper())
         if raw is None or raw == "":
             continue

@@ -349,6 +349,11 @@ def follow(
         node = provisioner.api.find_node(zone, run_id)
         state = node.state if node else NodeState.GONE
         if state.is_dead:
+            # The node's own dead-man's switch deletes it right after the agent's last status:
+            # read once more, so that a run that just ended is not taken for a preempted one.
+            final = read_status(store, run_id)
+            if final and int(final.get("attempt") or 0) > after_attempt and final.get("exit_class") in TERMINAL:
+                return Outcome(run_id, final["exit_class"], final, state.value, time.monotonic() - started)
             return Outcome(run_id, "preempted", status, state.value, time.monotonic() - started)
         if state is NodeState.READY and time.monotonic() - last_change > stale_after_s:
             return Outcome(run_id, "crashed", status, state.value, time.monotonic() - started)

@@ -110,6 +110,14 @@ class Transition:
     at: datetime
 
 
+@dataclass(frozen=True)
+class NodeHistory:
+    """One incarnation with every transition observed, in order: what the cost tracker prices."""
+
+    node: NodeRecord
+    transitions: tuple[Transition, ...]
+
+
 def _stamp(at: datetime | None) -> str:
     if at is None:
         at = datetime.now(UTC)
@@ -131,6 +139,12 @@ _NODE_FIELDS = (
 )
 _NODE_COLUMNS = ", ".join(("id", *_NODE_FIELDS, "deleted_at"))
 _INSERT_NODE = f"INSERT INTO nodes ({', '.join(_NODE_FIELDS)}) VALUES ({', '.join('?' * len(_NODE_FIELDS))})"
+
+
+def _node_filter(**filters: str | None) -> tuple[str, list[str]]:
+    """A WHERE clause on ``nodes`` (and its parameters) matching every filter that is not None."""
+    given = {column: value for column, value in filters.items() if value is not None}
+    return " AND ".join(["1", *(f"{column} = ?" for column in given)]), list(given.values())
 
 
 def _node(row: sqlite3.Row) -> NodeRecord:
@@ -328,16 +342,41 @@ class Ledger:
         open_only: bool = False,
     ) -> list[NodeRecord]:
         """Recorded incarnations matching every filter given, oldest first."""
-        filters = {"project": project, "zone": zone, "run_id": run_id, "sweep_id": sweep_id}
-        where = [f"{column} = ?" for column, value in filters.items() if value is not None]
-        params = [value for value in filters.values() if value is not None]
+        where, params = _node_filter(project=project, zone=zone, run_id=run_id, sweep_id=sweep_id)
         if open_only:
-            where.append("deleted_at IS NULL")
-        query = f"SELECT {_NODE_COLUMNS} FROM nodes"
-        if where:
-            query += " WHERE " + " AND ".join(where)
+            where += " AND deleted_at IS NULL"
         with self._connect() as conn:
-            return [_node(row) for row in conn.execute(query + " ORDER BY id", params)]
+            return [_node(row) for row in conn.execute(
+                f"SELECT {_NODE_COLUMNS} FROM nodes WHERE {where} ORDER BY id", params)]
+
+    def histories(
+        self,
+        project: str | None = None,
+        *,
+        run_id: str | None = None,
+        sweep_id: str | None = None,
+        alive_since: datetime | None = None,
+    ) -> list[NodeHistory]:
+        """Incarnations matching every filter given, oldest first, each with its transitions.
+
+        ``alive_since`` leaves out incarnations deleted before that time. Nodes and transitions
+        are read in one read transaction, so they are one consistent snapshot.
+        """
+        where, params = _node_filter(project=project, run_id=run_id, sweep_id=sweep_id)
+        if alive_since is not None:
+            where += " AND (deleted_at IS NULL OR deleted_at >= ?)"
+            params.append(_stamp(alive_since))
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            nodes = [_node(row) for row in conn.execute(
+                f"SELECT {_NODE_COLUMNS} FROM nodes WHERE {where} ORDER BY id", params)]
+            by_node: dict[int, list[Transition]] = {node.id: [] for node in nodes}
+            rows = conn.execute(f"SELECT node_id, state, at FROM transitions WHERE node_id IN "
+                                f"(SELECT id FROM nodes WHERE {where}) ORDER BY node_id, id", params)
+            for row in rows:
+                by_node[row["node_id"]].append(Transition(state=row["state"], at=datetime.fromisoformat(row["at"])))
+            conn.execute("COMMIT")
+        return [NodeHistory(node=node, transitions=tuple(by_node[node.id])) for node in nodes]
 
     def _require(
         self, conn: sqlite3.Connection, project: str, zone: str, name: str, uid: str | None

@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
@@ -82,6 +82,8 @@ def plan_up(
         run_id=run_id, store_root=settings.store_root, job=job, labels=labels,
     ))
     metadata = {"startup-script": script, **(extra_metadata or {})}
+    if settings.max_run_hours:
+        metadata["tpuops-max-run-seconds"] = str(int(settings.max_run_hours * 3600))
     request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
                           capacity=capacity or settings.capacity, labels=labels, metadata=metadata)
     return UpPlan(request=request, zones=zones)
@@ -201,12 +203,16 @@ class Provisioner:
     def _create_in(self, zone: str, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
         """Create in one zone; None if the name turned out to exist there already."""
         self.progress(f"creating {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
+        if self.api.endpoint:
+            # The node's dead-man's switch deletes it through this API (templates/startup.sh.j2).
+            request = replace(request, metadata={**request.metadata, "tpuops-tpu-api": self.api.endpoint})
         try:
             operation = self.api.create_node(zone, request)
         except AlreadyExists:
             return None
         self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
-                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY))
+                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
+                                sweep_id=request.labels.get(naming.SWEEP_KEY))
         if not wait:
             return self.api.get_node(zone, request.name)
         try:

@@ -124,6 +124,8 @@ class NodeRequest:
             "schedulingConfig": scheduling,
             "labels": dict(self.labels),
             "metadata": dict(self.metadata),
+            # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
+            "serviceAccount": {"scope": ["https://www.googleapis.com/auth/cloud-platform"]},
         }
 
     def matches(self, node: NodeInfo) -> bool:

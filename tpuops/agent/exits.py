@@ -89,7 +89,16 @@ def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
     return "\n".join(text.rstrip("\n").splitlines()[-lines:])
 
 
+# TF 2.9 opens graph errors with this line, then where the op was defined, then "Node: '...'",
+# and only then the reason.
+_TF_PREAMBLE = "Graph execution error:"
+
+
 def describe(exc: BaseException) -> str:
-    """One line for the status message: the exception type and its first line."""
-    first = str(exc).strip().splitlines()
-    return "{}: {}".format(type(exc).__name__, first[0] if first else "")
+    """One line for the status message: the exception type and the line that says why."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if lines and lines[0] == _TF_PREAMBLE:
+        nodes = [i for i, line in enumerate(lines) if line.startswith("Node: ")]
+        after = lines[nodes[-1] + 1:] if nodes else lines[1:]
+        lines = [line for line in after if not line.startswith("[[")] or lines
+    return "{}: {}".format(type(exc).__name__, lines[0] if lines else "")

@@ -25,14 +25,19 @@ size from elsewhere could be wrong and would silently shift every epoch boundary
 Eval and inference read the files once, in order, and pad the last batch to the full batch
 size with a 0/1 ``mask``: TPUs and XLA need one static batch shape, and padding keeps every
 example in the metrics instead of dropping the tail.
+
+Raw features (``"encoding": "raw"``) are parsed as one string per record, length-checked,
+``decode_raw``-ed and reshaped; uint8 becomes float32 there, on the host, so the model and the
+TPU infeed only ever see floats.
 """
 
+import math
 from typing import Any, Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
 from tpuops.agent.exits import UserError
-from tpuops.agent.runspec import DatasetSpec
+from tpuops.agent.runspec import DatasetSpec, FeatureSpec
 
 AUTOTUNE = tf.data.AUTOTUNE
 INTERLEAVE_CYCLE = 16
@@ -42,7 +47,36 @@ _MAX_EPOCHS = 2**62
 # the data order depend on spec.seed alone, not on the global TF seed.
 _DATA_GRAPH_SEED = 0x74707573
 _SEED_STRIDE = 1000003
-_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}
+_DTYPES = {"float32": tf.float32, "int64": tf.int64, "string": tf.string, "uint8": tf.uint8}
+
+
+def _model_dtype(feature: FeatureSpec) -> tf.DType:
+    """What the model receives: uint8 pixels as float32, every other dtype as stored."""
+    return tf.float32 if feature.dtype == "uint8" else _DTYPES[feature.dtype]
+
+
+def _stored(feature: FeatureSpec) -> tf.io.FixedLenFeature:
+    if feature.encoding == "raw":
+        return tf.io.FixedLenFeature([], tf.string)
+    return tf.io.FixedLenFeature(feature.shape, _DTYPES[feature.dtype])
+
+
+def _decode_raw(name: str, feature: FeatureSpec, raw: tf.Tensor) -> tf.Tensor:
+    """A batch of raw arrays as ``[batch, *shape]``; a record of another byte length fails, naming the feature.
+
+    Every record's length is checked because the reshape would not notice: a batch of records
+    that are all too short can still hold a whole number of examples, silently mixing images.
+    """
+    dtype = _DTYPES[feature.dtype]
+    size = math.prod(feature.shape) * dtype.size
+    check = tf.debugging.assert_equal(
+        tf.strings.length(raw),
+        size,
+        message=f"feature {name} ({feature.dtype}{list(feature.shape)} raw): every record must hold {size} bytes",
+    )
+    with tf.control_dependencies([check]):
+        values = tf.io.decode_raw(raw, dtype)
+    return tf.reshape(values, [-1, *feature.shape])
 
 
 def list_files(patterns: Sequence[str], what: str) -> List[str]:
@@ -63,14 +97,21 @@ class Parser:
         self._spec = spec
         self._with_label = with_label and spec.label is not None
         names = spec.inputs + ([spec.label] if self._with_label else [])
-        self._description = {
-            name: tf.io.FixedLenFeature(spec.features[name].shape, _DTYPES[spec.features[name].dtype]) for name in names
-        }
+        self._description = {name: _stored(spec.features[name]) for name in names}
 
     def __call__(self, serialized: tf.Tensor) -> Any:
-        parsed = tf.io.parse_example(serialized, self._description)
+        parsed = {
+            name: self._decode(name, tensor)
+            for name, tensor in tf.io.parse_example(serialized, self._description).items()
+        }
         inputs = self._model_inputs(parsed)
         return (inputs, parsed[self._spec.label]) if self._with_label else inputs
+
+    def _decode(self, name: str, tensor: tf.Tensor) -> tf.Tensor:
+        feature = self._spec.features[name]
+        if feature.encoding == "raw":
+            tensor = _decode_raw(name, feature, tensor)
+        return tf.cast(tensor, _model_dtype(feature))
 
     def _model_inputs(self, parsed: Dict[str, Any]) -> Any:
         names = self._spec.inputs
@@ -79,13 +120,16 @@ class Parser:
     def input_signature(self, batch: int) -> Any:
         """TensorSpecs of the model input for a batch of ``batch`` examples."""
         specs = {
-            name: tf.TensorSpec((batch, *self._spec.features[name].shape), _DTYPES[self._spec.features[name].dtype])
+            name: tf.TensorSpec((batch, *self._spec.features[name].shape), _model_dtype(self._spec.features[name]))
             for name in self._spec.inputs
         }
         return self._model_inputs(specs)
 
     def _declared(self) -> Dict[str, str]:
-        return {name: f"{f.dtype}{list(f.shape)}" for name, f in self._spec.features.items()}
+        return {
+            name: f"{f.dtype}{list(f.shape)}" + (f" {f.encoding}" if f.encoding else "")
+            for name, f in self._spec.features.items()
+        }
 
     def check(self, files: Sequence[str], what: str) -> None:
         """Parse the first record of ``files``: a dataset that does not match the spec fails here."""

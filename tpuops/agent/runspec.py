@@ -31,9 +31,11 @@ Schema (version 1; "=" gives the default of an optional key)::
       "allow_cpu_fallback": false,       = false; without a TPU the agent refuses to run unless true
       "heartbeat_seconds": 10,           = 10; status.json is rewritten at least this often
       "dataset": {
-        "features": {                    name -> {"dtype": float32 | int64 | string,
-          "image": {"dtype": "float32", "shape": [8, 8, 1]},       "shape": [ints], = []}
-          "label": {"dtype": "int64"}    (tf.train.Example features, fixed length)
+        "features": {                    name -> {"dtype": float32 | int64 | string | uint8,
+                                         "shape": [ints] = [], "encoding": null | "raw" = null};
+                                         fixed-length tf.train.Example features, see "Features"
+          "image": {"dtype": "float32", "shape": [8, 8, 1]},
+          "label": {"dtype": "int64"}
         },
         "label": "label",                = null; the feature that is the target (required to
                                          train); every other feature is model input: the model
@@ -77,6 +79,16 @@ For sparse categorical losses the model outputs class probabilities (or logits w
 A model that draws random numbers in its forward pass (dropout) trains fine, but exact resume
 is only guaranteed for models whose training step is a deterministic function of weights,
 optimizer state and data.
+
+Features: without ``encoding`` a feature is a list of ``prod(shape)`` values of its dtype in
+the Example (``float_list``, ``int64_list``, ``bytes_list``). ``"encoding": "raw"`` is what
+``tpuops data convert --format images`` writes, e.g. ``{"dtype": "uint8", "shape": [32, 32, 3],
+"encoding": "raw"}``: one ``bytes_list`` entry per record holding a C-order, little-endian array
+of that dtype and shape, a quarter the size of float32 pixels and with no decoding cost. uint8
+exists only raw (an Example has no uint8 list); string is never raw. The model gets uint8
+features as float32 with the values unchanged (pixels 0..255: rescaling is the model's job),
+because Keras layers and the TPU compute in floats. A raw record of another byte length is a
+user error naming the feature.
 """
 
 import dataclasses
@@ -87,7 +99,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 from tpuops.agent.exits import UserError
 
 SPEC_VERSION = 1
-FEATURE_DTYPES = ("float32", "int64", "string")
+FEATURE_DTYPES = ("float32", "int64", "string", "uint8")
+ENCODINGS = ("raw",)
 METRICS = ("accuracy", "loss", "top5_accuracy")
 LOSSES = ("sparse_categorical_crossentropy", "sparse_categorical_crossentropy_from_logits")
 OPTIMIZERS = ("adam", "sgd", "momentum", "rmsprop")
@@ -167,10 +180,11 @@ def _optional_section(obj: Mapping[str, Any], key: str, parse: Callable[[Any, st
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
-    """One fixed-length feature of a tf.train.Example."""
+    """One fixed-length feature of a tf.train.Example: a list of values, or one raw array."""
 
     dtype: str
     shape: Tuple[int, ...] = ()
+    encoding: Optional[str] = None
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "FeatureSpec":
@@ -179,7 +193,14 @@ class FeatureSpec:
         shape = _get(obj, "shape", (list,), where, [])
         if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
             raise SpecError(f"{where}.shape: expected a list of positive integers")
-        return cls(dtype=dtype, shape=tuple(shape))
+        encoding = _get(obj, "encoding", (str,), where, None)
+        if encoding is not None:
+            _choice(encoding, ENCODINGS, where + ".encoding")
+        if dtype == "uint8" and encoding != "raw":
+            raise SpecError(f'{where}.dtype: uint8 needs "encoding": "raw" (an Example holds no uint8 list)')
+        if dtype == "string" and encoding == "raw":
+            raise SpecError(f"{where}.encoding: raw needs a numeric dtype, not string")
+        return cls(dtype=dtype, shape=tuple(shape), encoding=encoding)
 
 
 @dataclasses.dataclass(frozen=True)

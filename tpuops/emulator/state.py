@@ -19,6 +19,7 @@ sandbox reaper thread. Both check the node's generation before acting.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -344,6 +345,11 @@ class EmulatorState:
                     "id": node.uid,
                     "zone": f"projects/{number}/zones/{node.zone}",
                     "maintenance-event": "NONE",
+                    # The VM's service account: the emulator's API ignores the token, but a script
+                    # that deletes its own node asks for one exactly as it would on GCP.
+                    "service-accounts/default/email": f"tpuops-vm@{node.project}.iam.gserviceaccount.com",
+                    "service-accounts/default/token": json.dumps(
+                        {"access_token": "emulated-token", "expires_in": 3599, "token_type": "Bearer"}),
                 },
                 project={"project-id": node.project, "numeric-project-id": number},
                 attributes=node.system_attributes(),
