@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tpuops.config import load_settings
-from tpuops.emulator.control import EmulatorInfo, start_background, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.ledger import Ledger
 from tpuops.provision import Provisioner, plan_up
 from tpuops.tpu import NodeState, TpuApi
@@ -47,15 +47,39 @@ def test_finished_job_deletes_its_own_node(emulator: EmulatorInfo, tmp_path: Pat
     assert f"job exited with {code}" in text and f"deleting node {name} in {ZONE}" in text
 
 
+def _log(emulator: EmulatorInfo, provisioner: Provisioner, name: str) -> Path:
+    return emulator.state_dir / "nodes" / provisioner.settings.project / ZONE / name / "tpuops" / "startup.log"
+
+
+def _wait_for_line(log: Path, text: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (log.exists() and text in log.read_text()):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in {log}"
+        time.sleep(0.1)
+
+
+LOOP = ["/bin/sh", "-c", "trap 'exit 143' TERM; while :; do sleep 0.1; done"]
+
+
 def test_preempted_job_leaves_the_node_to_the_controller(emulator: EmulatorInfo, tmp_path: Path) -> None:
     provisioner = _provisioner(emulator, tmp_path)
-    plan = plan_up(provisioner.settings, "dms-143", job=["/bin/sh", "-c", "exit 143"])
-    provisioner.up(plan)
-    log = emulator.state_dir / "nodes" / provisioner.settings.project / ZONE / "dms-143" / "tpuops" / "startup.log"
-    deadline = time.monotonic() + 60
-    while not (log.exists() and "job exited with 143" in log.read_text()):
-        assert time.monotonic() < deadline, "the job never ended"
-        time.sleep(0.1)
-    assert provisioner.api.get_node(ZONE, "dms-143").state is NodeState.READY
+    provisioner.up(plan_up(provisioner.settings, "dms-pre", job=LOOP))
+    log = _log(emulator, provisioner, "dms-pre")
+    _wait_for_line(log, "starting the job")
+    AdminClient(emulator.endpoint).preempt(provisioner.settings.project, ZONE, "dms-pre", grace_s=5.0)
+    _wait_for_line(log, "job exited with 143 (preempted: TRUE)")
     assert "deleting node" not in log.read_text()
-    provisioner.down(["dms-143"])
+    assert provisioner.api.get_node(ZONE, "dms-pre").state in (NodeState.READY, NodeState.PREEMPTED)
+    provisioner.down(["dms-pre"])
+
+
+def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: EmulatorInfo, tmp_path: Path) -> None:
+    provisioner = _provisioner(emulator, tmp_path)
+    plan = plan_up(provisioner.settings, "dms-max", job=LOOP, extra_metadata={"tpuops-max-run-seconds": "2"})
+    provisioner.up(plan)
+    deadline = time.monotonic() + 60
+    while provisioner.api.find_node(ZONE, "dms-max") is not None:
+        assert time.monotonic() < deadline, "the node outlived its time limit"
+        time.sleep(0.1)
+    text = _log(emulator, provisioner, "dms-max").read_text()
+    assert "job ran past 2s: stopped" in text and "deleting node dms-max" in text

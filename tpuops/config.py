@@ -66,6 +66,12 @@ class Settings(BaseModel):
     operation_timeout_s: float = Field(default=1800.0, gt=0)
     api_deadline_s: float = Field(default=120.0, gt=0)
     max_run_hours: float = Field(default=72.0, ge=0)
+    max_restarts: int = Field(default=3, ge=0)
+    hang_after_s: float = Field(default=1800.0, gt=0)
+    boot_timeout_s: float = Field(default=900.0, gt=0)
+    stockout_backoff_s: float = Field(default=300.0, ge=0)
+    orphan_grace_s: float = Field(default=600.0, ge=0)
+    lease_ttl_s: float = Field(default=120.0, gt=0)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @field_validator("project")

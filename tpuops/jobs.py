@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,9 +27,9 @@ from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
 from tpuops.errors import NotFound, UsageError
 from tpuops.experiment import Experiment, load_experiment
 from tpuops.kinds import Capacity, Provider
-from tpuops.provision import Provisioner, UpPlan, plan_up
+from tpuops.provision import UpPlan, plan_up
 from tpuops.store import PreconditionFailed, Store, open_store
-from tpuops.tpu import NodeState
+from tpuops.tpu import NodeRequest
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 TERMINAL = ("succeeded", "user-error", "preempted", "crashed")
@@ -106,6 +105,8 @@ def plan_train(
     accelerator: str | None = None,
     capacity: Capacity | None = None,
     base_dir: Path | None = None,
+    keep: bool = False,
+    budget_usd: float | None = None,
 ) -> JobPlan:
     """Validate the experiment and its data and compute the run; nothing is written or created."""
     experiment, run_id = _experiment_run(spec_path, run_id)
@@ -136,9 +137,9 @@ def plan_train(
         "eval_steps": experiment.eval.steps,
         "metrics": list(experiment.eval.metrics),
     }
-    up = plan_up(settings, run_id, accelerator=acc.type, capacity=capacity or experiment.capacity, run_id=run_id,
-                 job=job_argv(store, bundle.sha256, run_id, "train"))
-    record = _record(run_id, "train", experiment, spec_path, up, bundle)
+    record = _record(run_id, "train", experiment, spec_path, acc.type, capacity or experiment.capacity, settings,
+                     bundle, keep=keep, budget_usd=budget_usd)
+    up = _up_for(settings, store, record)
     datasets = tuple(d for d in (train, evaluation) if d is not None)
     return JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                    datasets=datasets, up=up)
@@ -150,12 +151,15 @@ def job_argv(store: Store, bundle_sha256: str, run_id: str, command: str) -> lis
             store.uri_of(f"runs/{run_id}/spec.json"), store.uri_of(f"runs/{run_id}/status.json"), command]
 
 
-def _record(run_id: str, kind: str, experiment: Experiment, spec_path: Path, up: UpPlan,
-            bundle: Bundle) -> dict[str, Any]:
+def _record(run_id: str, kind: str, experiment: Experiment, spec_path: Path, accelerator: str,
+            capacity: Capacity | None, settings: Settings, bundle: Bundle, *, keep: bool,
+            budget_usd: float | None) -> dict[str, Any]:
+    """The run's record (``run.json``): everything needed to (re)create its node, and its limits."""
     return {
         "run_id": run_id, "kind": kind, "experiment": experiment.name, "spec_file": str(spec_path),
-        "node": run_id, "accelerator": up.request.accelerator, "capacity": up.request.capacity.value,
-        "zones": up.zones, "bundle_sha256": bundle.sha256, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "node": run_id, "accelerator": accelerator, "capacity": (capacity or settings.capacity).value,
+        "zones": list(settings.zones), "bundle_sha256": bundle.sha256,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"), "keep": keep, "budget_usd": budget_usd,
         "target": experiment.target.model_dump() if experiment.target and kind == "train" else None,
     }
 
@@ -199,6 +203,7 @@ def plan_infer(
     num_shards: int = 1,
     batch_size: int = 256,
     base_dir: Path | None = None,
+    keep: bool = False,
 ) -> JobPlan:
     """Batch prediction with a trained model over a dataset: same bundle, same launch path as training.
 
@@ -217,9 +222,9 @@ def plan_infer(
         spec["dataset"]["label"] = None
     spec["infer"] = {"input": dataset.patterns(store), "model": model, "output_prefix": output,
                      "num_shards": num_shards, "batch_size": batch_size}
-    up = plan_up(settings, run_id, accelerator=acc.type, capacity=capacity or experiment.capacity, run_id=run_id,
-                 job=job_argv(store, bundle.sha256, run_id, "infer"))
-    record = _record(run_id, "infer", experiment, spec_path, up, bundle)
+    record = _record(run_id, "infer", experiment, spec_path, acc.type, capacity or experiment.capacity, settings,
+                     bundle, keep=keep, budget_usd=None)
+    up = _up_for(settings, store, record)
     return JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                    datasets=(dataset,), up=up)
 
@@ -295,80 +300,25 @@ class LogTail:
         return lines
 
 
-@dataclass
-class Outcome:
-    """How following a run ended."""
-
-    run_id: str
-    exit_class: str
-    status: dict[str, Any] | None
-    node_state: str
-    seconds: float
-
-
-def follow(
-    store: Store,
-    provisioner: Provisioner,
-    run_id: str,
-    zone: str,
-    *,
-    poll_s: float,
-    on_status: Callable[[dict[str, Any]], None],
-    on_log: Callable[[str], None] | None = None,
-    stale_after_s: float = 600.0,
-    after_attempt: int = 0,
-) -> Outcome:
-    """Watch ``status.json`` (and the log) until the run ends or its node dies.
-
-    A status written by an attempt up to ``after_attempt`` (an earlier node's agent) is history,
-    not news: following a resumed run waits for the new agent's own status.
-
-    The run has ended when the agent wrote an exit class, when the node is PREEMPTED or gone
-    (``preempted``), or when the heartbeat is older than ``stale_after_s`` while the node is
-    READY (``crashed``: the agent hung or died without a word).
-    """
-    started = time.monotonic()
-    tail = LogTail(store, run_id) if on_log else None
-    last_heartbeat, last_change = None, time.monotonic()
-    while True:
-        if tail is not None and on_log is not None:
-            for line in tail.new_lines():
-                on_log(line)
-        status = read_status(store, run_id)
-        if status is not None and int(status.get("attempt") or 0) <= after_attempt:
-            status = None
-        if status is not None:
-            on_status(status)
-            if status.get("heartbeat") != last_heartbeat:
-                last_heartbeat, last_change = status.get("heartbeat"), time.monotonic()
-            if status.get("exit_class") in TERMINAL:
-                if tail is not None and on_log is not None:
-                    for line in tail.new_lines():
-                        on_log(line)
-                return Outcome(run_id, status["exit_class"], status, "", time.monotonic() - started)
-        node = provisioner.api.find_node(zone, run_id)
-        state = node.state if node else NodeState.GONE
-        if state.is_dead:
-            # The node's own dead-man's switch deletes it right after the agent's last status:
-            # read once more, so that a run that just ended is not taken for a preempted one.
-            final = read_status(store, run_id)
-            if final and int(final.get("attempt") or 0) > after_attempt and final.get("exit_class") in TERMINAL:
-                return Outcome(run_id, final["exit_class"], final, state.value, time.monotonic() - started)
-            return Outcome(run_id, "preempted", status, state.value, time.monotonic() - started)
-        if state is NodeState.READY and time.monotonic() - last_change > stale_after_s:
-            return Outcome(run_id, "crashed", status, state.value, time.monotonic() - started)
-        time.sleep(poll_s)
-
-
 def plan_resume(settings: Settings, store: Store, run_id: str) -> tuple[dict[str, Any], UpPlan]:
     """The node that continues ``run_id``: same bundle, same run spec, same node name."""
     record = read_record(store, run_id)
     status = read_status(store, run_id) or {}
     if status.get("exit_class") in ("succeeded", "user-error"):
         raise UsageError(f"run {run_id} already ended ({status['exit_class']}): nothing to resume")
-    up = plan_up(settings, record["node"], accelerator=record["accelerator"], capacity=Capacity(record["capacity"]),
-                 run_id=run_id, job=job_argv(store, record["bundle_sha256"], run_id, record["kind"]))
-    return record, up
+    return record, _up_for(settings, store, record)
+
+
+def _up_for(settings: Settings, store: Store, record: dict[str, Any]) -> UpPlan:
+    keep = {"tpuops-keep-node": "true"} if record.get("keep") else None
+    return plan_up(settings, record["node"], accelerator=record["accelerator"], capacity=Capacity(record["capacity"]),
+                   run_id=record["run_id"], job=job_argv(store, record["bundle_sha256"], record["run_id"],
+                                                         record["kind"]), extra_metadata=keep)
+
+
+def node_request(settings: Settings, store: Store, record: dict[str, Any]) -> NodeRequest:
+    """The node a run's record asks for (the controller creates and recreates it from this)."""
+    return _up_for(settings, store, record).request
 
 
 def list_runs(store: Store) -> list[dict[str, Any]]:

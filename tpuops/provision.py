@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
@@ -81,9 +81,10 @@ def plan_up(
         node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
         run_id=run_id, store_root=settings.store_root, job=job, labels=labels,
     ))
-    metadata = {"startup-script": script, **(extra_metadata or {})}
+    metadata = {"startup-script": script}
     if settings.max_run_hours:
         metadata["tpuops-max-run-seconds"] = str(int(settings.max_run_hours * 3600))
+    metadata.update(extra_metadata or {})
     request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
                           capacity=capacity or settings.capacity, labels=labels, metadata=metadata)
     return UpPlan(request=request, zones=zones)
@@ -100,7 +101,7 @@ class Provisioner:
 
     # -- observation -------------------------------------------------------------------------
 
-    def _observe(self, *nodes: NodeInfo) -> None:
+    def observe(self, *nodes: NodeInfo) -> None:
         """Append what we saw of our nodes to the ledger (one transaction)."""
         self.ledger.observe_nodes(
             Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
@@ -116,7 +117,7 @@ class Provisioner:
             node = self.api.find_node(zone, name)
             state = node.state.value if node else NodeState.GONE.value
             if node is not None:
-                self._observe(node)
+                self.observe(node)
             self.progress(f"{name} in {zone}: {state}")
 
         return poll
@@ -135,7 +136,7 @@ class Provisioner:
         with ThreadPoolExecutor(max_workers=min(8, len(zones))) as pool:
             per_zone = list(pool.map(self.api.list_nodes, zones))
         nodes = [node for zone_nodes in per_zone for node in zone_nodes]
-        self._observe(*nodes)
+        self.observe(*nodes)
         seen = {(n.zone, n.name) for n in nodes}
         for record in self.ledger.nodes(self.settings.project, open_only=True):
             if (record.zone, record.name) not in seen:
@@ -148,7 +149,7 @@ class Provisioner:
         for zone in zones or self.zones_in_view():
             node = self.api.find_node(zone, name)
             if node is not None:
-                self._observe(node)
+                self.observe(node)
                 found.append(node)
         return found
 
@@ -203,9 +204,6 @@ class Provisioner:
     def _create_in(self, zone: str, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
         """Create in one zone; None if the name turned out to exist there already."""
         self.progress(f"creating {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
-        if self.api.endpoint:
-            # The node's dead-man's switch deletes it through this API (templates/startup.sh.j2).
-            request = replace(request, metadata={**request.metadata, "tpuops-tpu-api": self.api.endpoint})
         try:
             operation = self.api.create_node(zone, request)
         except AlreadyExists:
@@ -227,7 +225,7 @@ class Provisioner:
             self._cleanup(zone, request.name)
             raise
         node = self.api.get_node(zone, request.name)
-        self._observe(node)
+        self.observe(node)
         return node
 
     def _await(self, zone: str, name: str, operation: object) -> None:
@@ -250,7 +248,7 @@ class Provisioner:
         deadline = time.monotonic() + self.settings.operation_timeout_s
         while True:
             node = self.api.get_node(zone, name)
-            self._observe(node)
+            self.observe(node)
             self.progress(f"{name} in {zone}: {node.state.value}")
             if node.state in wanted:
                 return node

@@ -295,7 +295,11 @@ class TpuApi:
         """Start creating a node; returns the operation. ``AlreadyExists`` if the id is taken."""
         from google.cloud import tpu_v2
 
-        node = tpu_v2.Node.from_json(json.dumps(request.body()))
+        body = request.body()
+        if self.endpoint:
+            # The node's dead-man's switch deletes it through this same API (templates/startup.sh.j2).
+            body["metadata"]["tpuops-tpu-api"] = self.endpoint
+        node = tpu_v2.Node.from_json(json.dumps(body))
         return self._call("CreateNode", lambda: self.client.create_node(
             parent=self.parent(zone), node_id=request.name, node=node), zone=zone)
 
@@ -344,6 +348,22 @@ class TpuApi:
             return operation.result(timeout=0)
         except Exception as err:
             raise _translate(err, in_operation=True, zone=zone) from err
+
+    def operation_result(self, zone: str, name: str) -> tuple[str, str]:
+        """Where a create operation stands, without blocking: (running | ok | capacity | failed, message).
+
+        The controller keeps the operation's name across passes and asks once per pass, so a
+        stockout is noticed without anyone waiting on the operation.
+        """
+        operation = self._call("GetOperation", lambda: self.client.get_operation({"name": name}), zone=zone)
+        if not operation.done:
+            return "running", ""
+        if not operation.HasField("error") or operation.error.code == 0:
+            return "ok", ""
+        message = operation.error.message
+        if operation.error.code == 8 and "quota" not in message.lower():
+            return "capacity", message
+        return "failed", message
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         return sorted(self._pages("ListAcceleratorTypes", zone, self.client.list_accelerator_types,

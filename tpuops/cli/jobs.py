@@ -33,17 +33,19 @@ def train(
     ctx: typer.Context,
     spec: Path | None = typer.Argument(None, help="Experiment spec, e.g. experiments/digits_cnn.yaml."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: <experiment>-<MMDD-HHMMSS>)."),
-    resume: str | None = typer.Option(None, "--resume", help="Continue this run from its last checkpoint."),
+    resume: str | None = typer.Option(None, "--resume", help="Drive this run again from its last checkpoint."),
     accelerator: str | None = typer.Option(None, help="Accelerator type (default: spec, then config)."),
     spot: bool = typer.Option(False, "--spot", help="Spot capacity."),
     preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity."),
     on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
     follow_log: bool = typer.Option(False, "--follow", help="Stream the job's log while it runs."),
+    detach: bool = typer.Option(False, "--detach", help="Start the run and return; 'tpuops watch' drives it."),
     keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
+    budget: float | None = typer.Option(None, "--budget", min=0, help="Stop the run when it has cost this (USD)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the run; create nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
-    """Train on a TPU VM: upload data and code, create the node, follow the job, tear down."""
+    """Train on a TPU VM: upload data and code, create the node, recover preemptions, tear down."""
     from tpuops import jobs
     from tpuops.errors import UsageError
     from tpuops.session import store
@@ -52,55 +54,69 @@ def train(
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
     settings = load_settings(ctx)
     root = store(settings)
-    capacity = capacity_flag(spot, preemptible, on_demand)
-    previous_attempt = 0
     if resume:
-        record, up_plan = jobs.plan_resume(settings, root, resume)
+        jobs.plan_resume(settings, root, resume)
+        if not dry_run:
+            _reopen(root, resume)
         run_id = resume
-        previous_attempt = int((jobs.read_status(root, resume) or {}).get("attempt") or 0)
     else:
         assert spec is not None
-        plan = jobs.plan_train(settings, spec, root, run_id=name, accelerator=accelerator, capacity=capacity)
-        run_id, record, up_plan = plan.run_id, plan.record, plan.up
+        plan = jobs.plan_train(settings, spec, root, run_id=name, accelerator=accelerator,
+                               capacity=capacity_flag(spot, preemptible, on_demand), keep=keep, budget_usd=budget)
+        run_id = plan.run_id
         if dry_run:
-            print_json({"run": record, "spec": plan.spec, "bundle": {"sha256": plan.bundle.sha256,
-                        "files": list(plan.bundle.files)}, "node": up_plan.request.body() | {"metadata": "..."}})
+            print_json({"run": plan.record, "spec": plan.spec, "bundle": {"sha256": plan.bundle.sha256,
+                        "files": list(plan.bundle.files)}, "node": plan.up.request.body() | {"metadata": "..."}})
             return
         with progress(f"declaring run {run_id}", quiet=as_json) as show:
             jobs.declare(plan, root, settings, show)
     if dry_run:
-        print_json({"run": record, "node": up_plan.request.body() | {"metadata": "..."}})
+        print_json({"run": jobs.read_record(root, run_id)})
         return
-    _run_to_end(settings, root, run_id, record, up_plan, previous_attempt=previous_attempt, follow_log=follow_log,
-                keep=keep, as_json=as_json)
+    _drive(settings, root, run_id, follow_log=follow_log, detach=detach, as_json=as_json)
 
 
-def _run_to_end(settings: Any, root: Any, run_id: str, record: dict[str, Any], up_plan: Any, *,
-                previous_attempt: int, follow_log: bool, keep: bool, as_json: bool) -> None:
-    """Create the node, follow the job until it ends, tear the node down, report."""
+def _reopen(root: Any, run_id: str) -> None:
+    """Make a run that ended crashed, failed or out of budget active again (its checkpoints stay)."""
+    import time
+
+    from tpuops.controller import memory as memories
+
+    memory, generation = memories.load(root, run_id)
+    if memory.phase == "finished":
+        memory.phase, memory.outcome, memory.reason, memory.crashes = "active", None, None, 0
+        memory.event(time.time(), "reopened", "tpuops train --resume")
+        memories.save(root, run_id, memory, generation)
+
+
+def _drive(settings: Any, root: Any, run_id: str, *, follow_log: bool, detach: bool, as_json: bool) -> None:
+    """Be the controller of this run until it ends (or only start it, with ``detach``); report."""
     from tpuops import jobs
-    from tpuops.session import provisioner
+    from tpuops.controller.drive import drive
+    from tpuops.controller.reconcile import Controller
+    from tpuops.session import connect, open_ledger
 
-    with progress(f"starting {run_id}", quiet=as_json) as show:
-        nodes = provisioner(settings, show)
-        node = nodes.up(up_plan).node
     console = err_console()
-    if not as_json:
-        console.print(f"run {run_id} on {node.name} ({node.accelerator}, {node.capacity.value}) in {node.zone}")
-    try:
-        with progress(f"{run_id}: waiting for the agent", quiet=as_json) as show:
-            outcome = jobs.follow(root, nodes, run_id, node.zone, poll_s=max(settings.poll_interval_s, 0.5),
-                                  on_status=lambda s: show(f"{run_id} {_describe(s)}"),
-                                  after_attempt=previous_attempt,
-                                  on_log=_printer(console) if follow_log and not as_json else None)
-    except KeyboardInterrupt:
-        console.print(f"stopped watching; the run goes on on {node.name}. 'tpuops logs {run_id} --follow' "
-                      f"watches it, 'tpuops down {node.name}' ends it")
-        raise typer.Exit(130) from None
-    if not keep:
-        with progress(f"deleting {node.name}", quiet=as_json) as show:
-            provisioner(settings, show).down([node.name])
-    _report(outcome, record, as_json, kept=keep)
+    say = (lambda _text: None) if as_json else _printer(console)
+    with progress(f"{run_id}: starting", quiet=as_json) as show:
+        controller = Controller(settings, root, connect(settings), open_ledger(settings), progress=say)
+        if detach:
+            controller.run_pass(only=run_id)
+            if as_json:
+                print_json({"run_id": run_id, "detached": True})
+            else:
+                console.print(f"run {run_id} started; 'tpuops watch' (or cron 'tpuops reconcile') drives it, "
+                              f"'tpuops status' and 'tpuops logs {run_id} -f' show it")
+            return
+        try:
+            finished = drive(controller, run_id, poll_s=max(settings.poll_interval_s, 0.5),
+                             on_status=lambda s: show(f"{run_id} {_describe(s)}"),
+                             on_log=say if follow_log else None)
+        except KeyboardInterrupt:
+            console.print(f"stopped watching {run_id}; it goes on. 'tpuops watch' recovers it if preempted, "
+                          f"'tpuops logs {run_id} -f' follows it")
+            raise typer.Exit(130) from None
+    _report(finished, jobs.read_record(root, run_id), as_json)
 
 
 def infer(
@@ -128,54 +144,49 @@ def infer(
     root = store(settings)
     plan = jobs.plan_infer(settings, spec, root, checkpoint=checkpoint, inputs=inputs, output=output,
                            run_id=name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
-                           num_shards=shards, batch_size=batch_size)
+                           num_shards=shards, batch_size=batch_size, keep=keep)
     if dry_run:
         print_json({"run": plan.record, "spec": plan.spec, "node": plan.up.request.body() | {"metadata": "..."}})
         return
     with progress(f"declaring run {plan.run_id}", quiet=as_json) as show:
         jobs.declare(plan, root, settings, show)
-    _run_to_end(settings, root, plan.run_id, plan.record, plan.up, previous_attempt=0, follow_log=False,
-                keep=keep, as_json=as_json)
+    _drive(settings, root, plan.run_id, follow_log=False, detach=False, as_json=as_json)
 
 
 def _printer(console: Any) -> Any:
     return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _report(outcome: Any, record: dict[str, Any], as_json: bool, *, kept: bool) -> None:
-    status = outcome.status or {}
+def _report(finished: Any, record: dict[str, Any], as_json: bool) -> None:
+    status = finished.status or {}
     metrics = status.get("metrics", {})
     target = record.get("target")
     met = None
-    if target and outcome.exit_class == "succeeded":
+    if target and finished.outcome == "succeeded":
         value = metrics.get("eval", {}).get(target["metric"])
         met = value is not None and (target.get("at_least") is None or value >= target["at_least"]) and (
             target.get("at_most") is None or value <= target["at_most"])
+    memory = finished.memory
     if as_json:
-        print_json({"run_id": outcome.run_id, "exit_class": outcome.exit_class, "step": status.get("step"),
-                    "metrics": metrics, "seconds": round(outcome.seconds, 1), "target_met": met,
-                    "message": status.get("message"), "node_kept": kept})
+        print_json({"run_id": finished.run_id, "exit_class": finished.outcome, "step": status.get("step"),
+                    "metrics": metrics, "seconds": round(finished.seconds, 1), "target_met": met,
+                    "message": finished.reason, "attempts": memory.attempts, "preemptions": memory.preemptions,
+                    "restarts": memory.crashes})
     else:
         console = err_console()
         shown = ", ".join(f"{split} {name} {value:.4f}" for split in ("eval", "train")
                           for name, value in metrics.get(split, {}).items() if name != "step")
         if "predicted" in metrics:
             shown = f"{metrics['predicted']} records predicted (manifest.json written last)"
-        console.print(f"{outcome.run_id}: {outcome.exit_class} at step {status.get('step', 0)} after "
-                      f"{outcome.seconds:.0f} s" + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
+        console.print(f"{finished.run_id}: {finished.outcome} at step {status.get('step', 0)} after "
+                      f"{finished.seconds:.0f} s, {memory.attempts} node(s), {memory.preemptions} preemption(s)"
+                      + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
         if met is not None:
             console.print(f"target {target['metric']} {'met' if met else 'NOT met'}")
-    if outcome.exit_class == "preempted":
-        from tpuops.errors import Preempted
-
-        raise Preempted(f"run {outcome.run_id} was preempted at step {status.get('step', 0)} (node "
-                        f"{outcome.node_state or 'stopped'}); continue it with "
-                        f"'tpuops train --resume {outcome.run_id}'")
-    if outcome.exit_class != "succeeded":
+    if finished.outcome != "succeeded":
         from tpuops.errors import UserJobError
 
-        raise UserJobError(f"run {outcome.run_id} ended {outcome.exit_class}: "
-                           f"{status.get('message') or 'see tpuops logs ' + outcome.run_id}")
+        raise UserJobError(f"run {finished.run_id} ended {finished.outcome}: {finished.reason or 'see tpuops logs'}")
 
 
 def logs(

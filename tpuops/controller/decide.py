@@ -1,0 +1,222 @@
+"""Decisions for one run, as a pure function: memory + observations + time -> actions.
+
+No I/O here, so every rule is tested without servers. The rules (DESIGN.md, "Failure taxonomy"):
+
+- the agent said succeeded or user-error -> finish, delete the node; never retry a user error;
+- the agent said crashed -> restart from the checkpoint (delete, recreate), at most
+  ``max_crashes`` times, then finish as crashed;
+- the node is PREEMPTED or TERMINATED -> count a preemption, delete it, recreate it;
+- the node is missing although we made one -> only after ``evidence_passes`` passes in a row
+  (a listing that lags or a flaky pass must not destroy a healthy run) count a vanished node
+  and recreate; a zone whose listing failed is no evidence at all;
+- READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
+  -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang;
+- a create that failed for capacity blocks that zone for ``stockout_backoff_s`` and moves to
+  the next configured zone; same zone first when it is not blocked;
+- spending at or over the run's budget -> finish as budget-exhausted and delete the node
+  (deletion sends the preemption notice, so the agent checkpoints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tpuops.controller.memory import Memory
+from tpuops.tpu import NodeState
+
+_WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
+            NodeState.REIMAGING, NodeState.DELETING, NodeState.STOPPING, NodeState.UNHIDING}
+
+
+@dataclass(frozen=True)
+class Policy:
+    zones: tuple[str, ...]
+    evidence_passes: int = 2
+    max_crashes: int = 3
+    hang_after_s: float = 1800.0
+    boot_timeout_s: float = 900.0
+    stockout_backoff_s: float = 300.0
+    keep_node: bool = False
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one pass saw of a run."""
+
+    listed: bool
+    node_state: NodeState | None = None
+    node_zone: str | None = None
+    status: dict | None = None
+    create_result: str | None = None  # None (no create in flight) | running | ok | capacity | failed
+    create_message: str = ""
+    spent_usd: float | None = None
+    budget_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # create | delete
+    zone: str
+
+
+@dataclass
+class Decision:
+    actions: list[Action] = field(default_factory=list)
+
+
+def _finish(memory: Memory, now: float, outcome: str, reason: str) -> None:
+    memory.phase, memory.outcome, memory.reason = "finished", outcome, reason
+    memory.pending_create = None
+    memory.event(now, "finished", f"{outcome}: {reason}")
+
+
+def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
+    open_zones = [z for z in policy.zones if memory.blocked_zones.get(z, 0.0) <= now]
+    if memory.zone in open_zones:
+        return memory.zone
+    return open_zones[0] if open_zones else None
+
+
+def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Decision) -> None:
+    zone = _next_zone(memory, policy, now)
+    if zone is None:
+        retry = min(memory.blocked_zones.values())
+        memory.event(now, "waiting", f"every zone is out of capacity; retrying after {retry - now:.0f} s")
+        return
+    memory.attempts += 1
+    memory.zone = zone
+    memory.deleting = False
+    memory.ready_since = None
+    memory.missing_passes = 0
+    memory.pending_create = {"zone": zone, "at": now}
+    memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
+    decision.actions.append(Action("create", zone))
+
+
+def _restart(memory: Memory, observed: Observed, now: float, kind: str, message: str, decision: Decision,
+             policy: Policy) -> None:
+    """Crash or hang: recreate from the checkpoint, bounded by ``max_crashes``."""
+    memory.crashes += 1
+    if kind == "hang":
+        memory.hangs += 1
+    if memory.crashes > policy.max_crashes:
+        _finish(memory, now, "crashed", f"{message}; gave up after {policy.max_crashes} restarts")
+    else:
+        memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
+    if observed.node_zone and observed.node_state is not None:
+        memory.deleting = True
+        decision.actions.append(Action("delete", observed.node_zone))
+
+
+def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decision, policy: Policy) -> bool:
+    """Act on an exit the agent reported that we have not handled yet; True if it decided the pass."""
+    status = observed.status or {}
+    attempt = int(status.get("attempt") or 0)
+    exit_class = status.get("exit_class")
+    if not exit_class or attempt <= memory.handled_agent_attempt:
+        return False
+    memory.handled_agent_attempt = attempt
+    message = status.get("message") or exit_class
+    if exit_class in ("succeeded", "user-error"):
+        _finish(memory, now, exit_class, message if exit_class == "user-error" else f"step {status.get('step')}")
+        if observed.node_zone and observed.node_state is not None and not policy.keep_node:
+            decision.actions.append(Action("delete", observed.node_zone))
+        return True
+    if exit_class == "crashed":
+        _restart(memory, observed, now, "crash", f"agent crashed at step {status.get('step')}: {message}",
+                 decision, policy)
+        return True
+    memory.event(now, "notice", f"agent checkpointed at step {status.get('last_checkpoint_step')} on a "
+                                "preemption notice")
+    return False
+
+
+def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:
+    """Update ``memory`` in place for this pass and say what to do."""
+    decision = Decision()
+    if memory.phase == "finished":
+        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not policy.keep_node:
+            decision.actions.append(Action("delete", observed.node_zone))
+        return decision
+    if observed.budget_usd is not None and observed.spent_usd is not None and \
+            observed.spent_usd >= observed.budget_usd:
+        _finish(memory, now, "budget-exhausted",
+                f"spent ${observed.spent_usd:.2f} of a ${observed.budget_usd:.2f} budget")
+        if observed.node_state is not None and observed.node_zone:
+            decision.actions.append(Action("delete", observed.node_zone))
+        return decision
+    if _agent_news(memory, observed, now, decision, policy):
+        return decision
+    if not observed.listed:
+        return decision
+    if observed.node_state is None:
+        _missing(memory, observed, now, policy, decision)
+        return decision
+    memory.missing_passes = 0
+    memory.zone = observed.node_zone or memory.zone
+    state = observed.node_state
+    if state in (NodeState.PREEMPTED, NodeState.TERMINATED) and memory.deleting:
+        decision.actions.append(Action("delete", observed.node_zone or ""))
+    elif state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+        memory.preemptions += 1
+        memory.deleting = True
+        memory.pending_create = None
+        memory.event(now, "preempted", f"node {state.value} in {observed.node_zone} (preemption "
+                                       f"{memory.preemptions}); deleting it to recreate")
+        decision.actions.append(Action("delete", observed.node_zone or ""))
+    elif state is NodeState.READY:
+        _ready(memory, observed, now, policy, decision)
+    elif state is NodeState.STOPPED:
+        memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
+        decision.actions.append(Action("delete", observed.node_zone or ""))
+    elif state not in _WAITING:
+        memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
+    return decision
+
+
+def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
+    pending = memory.pending_create
+    if pending is not None:
+        if observed.create_result == "capacity":
+            zone = pending["zone"]
+            memory.blocked_zones[zone] = now + policy.stockout_backoff_s
+            memory.pending_create = None
+            memory.event(now, "stockout", f"no capacity in {zone}: {observed.create_message}")
+            _create(memory, policy, now, "failover after a stockout", decision)
+        elif observed.create_result == "failed":
+            _finish(memory, now, "failed", f"the create request failed: {observed.create_message}")
+        elif observed.create_result in (None, "ok"):
+            memory.pending_create = None
+            memory.missing_passes += 1
+        return
+    if memory.attempts == 0:
+        _create(memory, policy, now, "first node of the run", decision)
+        return
+    if memory.deleting:
+        _create(memory, policy, now, "replacing the deleted node", decision)
+        return
+    memory.missing_passes += 1
+    if memory.missing_passes >= policy.evidence_passes:
+        memory.preemptions += 1
+        memory.event(now, "vanished", f"node missing for {memory.missing_passes} passes (preemption "
+                                      f"{memory.preemptions})")
+        _create(memory, policy, now, "replacing a vanished node", decision)
+
+
+def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
+    memory.pending_create = None
+    if memory.ready_since is None:
+        memory.ready_since = now
+        memory.progress_at, memory.progress_step = now, -1
+        memory.event(now, "ready", f"node READY in {observed.node_zone}")
+    status = observed.status or {}
+    live = int(status.get("attempt") or 0) > memory.handled_agent_attempt and not status.get("exit_class")
+    step = int(status.get("step") or 0)
+    if live and step > memory.progress_step:
+        memory.progress_step, memory.progress_at = step, now
+    if not live and now - memory.ready_since > policy.boot_timeout_s:
+        _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
+                 decision, policy)
+    elif live and now - memory.progress_at > policy.hang_after_s:
+        _restart(memory, observed, now, "hang", f"no step progress for {now - memory.progress_at:.0f} s at step "
+                                                f"{step}", decision, policy)
