@@ -98,6 +98,7 @@ def down(
     ctx: typer.Context,
     names: list[str] | None = typer.Argument(None, help="Nodes to delete."),
     all_nodes: bool = typer.Option(False, "--all", help="Delete every node tpuops manages here."),
+    orphans: bool = typer.Option(False, "--orphans", help="Delete nodes of runs the store does not know."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once deletion is requested."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -106,6 +107,17 @@ def down(
     from tpuops.errors import UsageError
     from tpuops.session import provisioner
 
+    if orphans:
+        from tpuops.controller.reconcile import Controller
+        from tpuops.session import connect, open_ledger, store
+
+        settings = load_settings(ctx)
+        reaped = Controller(settings, store(settings), connect(settings), open_ledger(settings)).reap_orphans_now()
+        if as_json:
+            print_json({"reaped": reaped})
+        else:
+            err_console().print(f"reaped {len(reaped)} orphan node(s){': ' + ', '.join(reaped) if reaped else ''}")
+        return
     if bool(names) == all_nodes:
         raise UsageError("name the nodes to delete, or pass --all (not both)")
     settings = load_settings(ctx)
