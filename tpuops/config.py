@@ -73,6 +73,7 @@ class Settings(BaseModel):
     orphan_grace_s: float = Field(default=600.0, ge=0)
     lease_ttl_s: float = Field(default=120.0, gt=0)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    budget_usd: float | None = Field(default=None, ge=0)
 
     @field_validator("project")
     @classmethod

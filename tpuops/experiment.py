@@ -91,6 +91,8 @@ class Experiment(_Strict):
     accelerator: str | None = None
     capacity: Capacity | None = None
     target: Target | None = None
+    expected_hours: float = Field(default=1.0, gt=0)
+    """How long one run is expected to take: what a budget is checked against before launch."""
 
 
 def _hint(key: str, allowed: list[str]) -> str:

@@ -68,6 +68,9 @@ def train(
             print_json({"run": plan.record, "spec": plan.spec, "bundle": {"sha256": plan.bundle.sha256,
                         "files": list(plan.bundle.files)}, "node": plan.up.request.body() | {"metadata": "..."}})
             return
+        from tpuops.session import open_ledger
+
+        jobs.refuse_over_budget(settings, open_ledger(settings), plan)
         with progress(f"declaring run {run_id}", quiet=as_json) as show:
             jobs.declare(plan, root, settings, show)
     if dry_run:

@@ -128,7 +128,7 @@ class Controller:
                 result = "running"
         budget = record.get("budget_usd")
         spent = None
-        if budget is not None:
+        if budget is not None:  # a project budget is enforced at launch; a run's, also while it runs
             from tpuops.cost import catalog_for
             from tpuops.cost import spent as spent_usd
 
