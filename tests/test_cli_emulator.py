@@ -1,0 +1,62 @@
+"""``tpuops emulator`` from the command line: start, status, fault, preempt, billing, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tpuops.cli.main import run
+from tpuops.tpu import NodeState, TpuApi
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = run(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
+    (tmp_path / "tpuops.toml").write_text('zones = ["us-central1-a"]\n')
+    code, out, err = _cli(capsys, "emulator", "start", "--boot-delay", "0.1", "--grace", "1", "--json")
+    assert code == 0, err
+    started = json.loads(out)
+    try:
+        assert started["endpoint"].startswith("http://127.0.0.1:")
+        code, out, _ = _cli(capsys, "emulator", "status", "--json")
+        assert json.loads(out) == {"running": True, "endpoint": started["endpoint"], "pid": started["pid"]}
+
+        monkeypatch.setenv("TPUOPS_TPU_ENDPOINT", started["endpoint"])
+        assert _cli(capsys, "emulator", "fault", "--stockout", "us-central1-a")[0] == 0
+        code, _, err = _cli(capsys, "up", "cli-emu", "--no-wait")
+        assert code == 0
+        api = TpuApi("tpuops-local", endpoint=started["endpoint"], poll_interval_s=0.05)
+        deadline = time.monotonic() + 20
+        while api.find_node("us-central1-a", "cli-emu") is not None:
+            assert time.monotonic() < deadline, "a stocked-out create left a node"
+            time.sleep(0.05)
+        assert _cli(capsys, "emulator", "fault", "--clear")[0] == 0
+
+        assert _cli(capsys, "up", "cli-emu")[0] == 0
+        assert _cli(capsys, "emulator", "preempt", "cli-emu", "--grace", "0.2")[0] == 0
+        deadline = time.monotonic() + 20
+        while api.get_node("us-central1-a", "cli-emu").state is not NodeState.PREEMPTED:
+            assert time.monotonic() < deadline, "the node was not preempted"
+            time.sleep(0.05)
+        code, out, _ = _cli(capsys, "emulator", "billing", "--json")
+        intervals = json.loads(out)["intervals"]
+        assert [i["node"].rsplit("/", 1)[-1] for i in intervals] == ["cli-emu"]
+    finally:
+        code, _, err = _cli(capsys, "emulator", "stop")
+    assert code == 0 and "emulator stopped" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(started["pid"], 0)
+    code, out, _ = _cli(capsys, "emulator", "status")
+    assert code == 1 and "not running" in out
