@@ -181,6 +181,57 @@ class Provisioner:
             f"no capacity for {request.accelerator} ({request.capacity.value}) in any configured zone "
             f"({', '.join(stockouts)}); try again later, add zones to tpuops.toml or use another accelerator")
 
+    def up_queued(self, plan: UpPlan, *, valid_for_s: float | None, wait: bool = True) -> UpResult:
+        """Ask for the node through a queued resource (named like the node) in the first zone.
+
+        The request waits in the queue through a stockout instead of failing, until
+        ``valid_for_s`` runs out; a FAILED or SUSPENDED request is deleted and asked again.
+        """
+        request, zone = plan.request, plan.zones[0]
+        for existing in self.locate(request.name, [zone]):
+            adopted = self._adopt(existing, request, wait=wait)
+            if adopted is not None:
+                return UpResult(node=adopted, adopted=True)
+        try:
+            queued = self.api.get_queued_resource(zone, request.name)
+        except NotFound:
+            queued = None
+        if queued is not None and queued.state in ("FAILED", "SUSPENDED"):
+            self.progress(f"queued resource {request.name} is {queued.state}: asking again")
+            self._await(zone, request.name, self.api.delete_queued_resource(zone, request.name, force=True))
+            queued = None
+        if queued is None:
+            self.progress(f"queueing {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
+            operation = self.api.create_queued_resource(zone, request.name, request, valid_until_s=valid_for_s)
+            self._await(zone, request.name, operation)
+            self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
+                                    request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
+                                    sweep_id=request.labels.get(naming.SWEEP_KEY))
+        if not wait:
+            return UpResult(node=self._placeholder(zone, request), adopted=queued is not None)
+        deadline = time.monotonic() + self.settings.operation_timeout_s + (valid_for_s or 0)
+        while True:
+            node = self.api.find_node(zone, request.name)
+            if node is not None:
+                self.observe(node)
+            state = self.api.get_queued_resource(zone, request.name).state
+            self.progress(f"{request.name} in {zone}: queued {state}, node {node.state.value if node else 'none yet'}")
+            if node is not None and node.state is NodeState.READY:
+                return UpResult(node=node, adopted=queued is not None)
+            if state in ("FAILED", "SUSPENDED"):
+                raise CapacityError(f"queued resource {request.name} in {zone} is {state}; nothing was left running")
+            if time.monotonic() >= deadline:
+                self._await(zone, request.name, self.api.delete_queued_resource(zone, request.name, force=True))
+                raise Timeout(f"{request.name} was not provisioned in time; its queued resource was deleted")
+            time.sleep(self.api.poll_interval_s)
+
+    @staticmethod
+    def _placeholder(zone: str, request: NodeRequest) -> NodeInfo:
+        """What ``--no-wait`` reports for a node that the queue has not made yet."""
+        return NodeInfo(name=request.name, zone=zone, project="", accelerator=request.accelerator,
+                        runtime=request.runtime, capacity=request.capacity, state=NodeState.UNSPECIFIED,
+                        health="", labels=dict(request.labels), create_time=None)
+
     def _adopt(self, node: NodeInfo, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
         """Take over an existing node; None when it was dead and has been deleted for recreation."""
         if not request.matches(node):
@@ -261,6 +312,13 @@ class Provisioner:
 
     # -- down ----------------------------------------------------------------------------------
 
+    def _delete_queued(self, zone: str, name: str) -> None:
+        """A node asked for with ``--queued`` leaves its request behind: delete it too."""
+        operation = self.api.delete_queued_resource(zone, name, force=True)
+        if operation is not None:
+            with contextlib.suppress(NotFound):
+                self._await(zone, name, operation)
+
     def _delete_and_wait(self, zone: str, name: str) -> bool:
         operation = self.api.delete_node(zone, name)
         if operation is None:
@@ -287,6 +345,7 @@ class Provisioner:
                 self.api.delete_node(zone, name)
                 return DownResult(name, zone, "requested")
             deleted = self._delete_and_wait(zone, name)
+            self._delete_queued(zone, name)
             return DownResult(name, zone, "deleted" if deleted else "not found")
 
         if targets:

@@ -34,6 +34,8 @@ def up(
     zone: str | None = typer.Option(None, help="Only this zone (default: the configured zones in order)."),
     runtime: str | None = typer.Option(None, help="Runtime version (default follows the accelerator)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the create request is accepted."),
+    queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource (waits out stockouts)."),
+    valid_for: float = typer.Option(3600.0, "--valid-for", min=60, help="Seconds a queued request may wait."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the request and script; call nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -44,6 +46,12 @@ def up(
     settings = load_settings(ctx)
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
                    zone=zone, runtime=runtime)
+    if dry_run and queued:
+        from tpuops.tpu import TpuApi
+
+        print_json({"zone": plan.zones[0], "queued_resource_id": name,
+                    "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for)})
+        return
     if dry_run:
         body = plan.request.body()
         if as_json:
@@ -56,7 +64,9 @@ def up(
         typer.echo(plan.startup_script, nl=False)
         return
     with progress(f"creating {name}", quiet=as_json) as show:
-        result = provisioner(settings, show).up(plan, wait=not no_wait)
+        nodes = provisioner(settings, show)
+        result = (nodes.up_queued(plan, valid_for_s=valid_for, wait=not no_wait) if queued
+                  else nodes.up(plan, wait=not no_wait))
     node = result.node
     if as_json:
         print_json({**node.to_json(), "adopted": result.adopted, "stockouts": result.stockouts})
