@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from conftest_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures: fake-gcs-server for the store tests)
+from helpers import poll
 
 T = TypeVar("T")
 
@@ -63,18 +63,11 @@ def finish() -> Callable[..., Any]:
     return _finish
 
 
-def _wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s: {condition}")
-        time.sleep(interval)
-
-
 @pytest.fixture
 def wait_until() -> Callable[..., Any]:
     """``wait_until(condition, timeout=20)``: poll until ``condition()`` is truthy, return it."""
+
+    def _wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05) -> T:
+        return poll(condition, str(condition), timeout, interval)
+
     return _wait_until

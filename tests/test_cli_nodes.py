@@ -7,21 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import poll, start_tf_emulator
 
 from tpuops.cli.main import run
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.tpu import TpuApi
 
 ZONES = ("us-central1-a", "us-central1-b")
 PROJECT = "tpuops-local"
-REPO = Path(__file__).resolve().parents[1]
-IMAGE_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 
 
 @dataclass
@@ -65,13 +63,9 @@ def _env_for(home: Path, endpoint: str, **extra: str) -> dict[str, str]:
             "TPUOPS_POLL_INTERVAL_S": "0.05", "TPUOPS_API_DEADLINE_S": "20", **extra}
 
 
-def _start(state_dir: Path, boot_delay_s: float) -> EmulatorInfo:
-    return start_background(state_dir, boot_delay_s=boot_delay_s, grace_s=2.0, image_python=str(IMAGE_PYTHON))
-
-
 @pytest.fixture(scope="module")
 def shared_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]:
-    info = _start(tmp_path_factory.mktemp("emu"), boot_delay_s=0.3)
+    info = start_tf_emulator(tmp_path_factory.mktemp("emu"), boot_delay_s=0.3)
     yield info
     stop(info.state_dir)
 
@@ -79,7 +73,7 @@ def shared_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulat
 @pytest.fixture(scope="module")
 def slow_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]:
     """Nodes stay CREATING for a minute: room to interrupt an ``up`` mid-wait."""
-    info = _start(tmp_path_factory.mktemp("slow"), boot_delay_s=60.0)
+    info = start_tf_emulator(tmp_path_factory.mktemp("slow"), boot_delay_s=60.0)
     yield info
     stop(info.state_dir)
 
@@ -116,14 +110,6 @@ def _error_line(err: str) -> str:
     return errors[0]
 
 
-def _poll(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_up_status_down_lifecycle_runs_the_startup_script(cli: Cli) -> None:
     made = cli.json("up", "life-1", "--accelerator", "v3-8", "--spot")
     assert (made["state"], made["zone"], made["adopted"]) == ("READY", ZONES[0], False)
@@ -131,7 +117,7 @@ def test_up_status_down_lifecycle_runs_the_startup_script(cli: Cli) -> None:
     assert made["labels"]["managed-by"] == "tpuops"
 
     marker = cli.sandbox(ZONES[0], "life-1") / "tpuops" / "boot.json"
-    _poll(marker.exists, "the startup script's boot marker")
+    poll(marker.exists, "the startup script's boot marker")
     boot = json.loads(marker.read_text())
     assert boot["node"] == "life-1"
     assert str(boot["tf_version"]).startswith("2.9")
@@ -219,7 +205,7 @@ def test_hostile_values_never_execute_on_the_node(cli: Cli, tmp_path: Path, monk
     monkeypatch.setenv("TPUOPS_LABELS", "team=ml")
     assert cli("up", "hostile-1")[0] == 0
     marker = cli.sandbox(ZONES[0], "hostile-1") / "tpuops" / "boot.json"
-    _poll(marker.exists, "the boot marker")
+    poll(marker.exists, "the boot marker")
     assert not pwned.exists()
 
 
@@ -271,7 +257,7 @@ def test_up_killed_while_waiting_is_adopted_by_the_next_up(
     proc = subprocess.Popen([sys.executable, "-m", "tpuops.cli.main", "up", "kill-1"], env=dict(os.environ),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _poll(lambda: (ZONES[0], "kill-1", "CREATING") in cli.nodes(), "the node to be CREATING")
+        poll(lambda: (ZONES[0], "kill-1", "CREATING") in cli.nodes(), "the node to be CREATING")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

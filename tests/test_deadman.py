@@ -7,21 +7,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import start_tf_emulator
 
 from tpuops.config import load_settings
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.ledger import Ledger
 from tpuops.provision import Provisioner, plan_up
 from tpuops.tpu import NodeState, TpuApi
 
-REPO = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-a"
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]:
-    info = start_background(tmp_path_factory.mktemp("deadman"), boot_delay_s=0.2, grace_s=2.0,
-                            image_python=str(REPO / ".venv-tf29" / "bin" / "python"))
+    info = start_tf_emulator(tmp_path_factory.mktemp("deadman"))
     yield info
     stop(info.state_dir)
 

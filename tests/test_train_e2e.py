@@ -12,17 +12,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import TF_PYTHON, poll, start_tf_emulator
 
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 REPO = Path(__file__).resolve().parents[1]
-TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 SPEC = REPO / "experiments" / "digits_cnn.yaml"
 ZONE = "us-central1-a"
 
@@ -51,8 +50,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     """A working directory with the digits data, and an emulator whose nodes run real TF 2.9."""
     work = tmp_path_factory.mktemp("train")
     digits(work / "data" / "digits")
-    info = start_background(work / "home" / "emulator", boot_delay_s=0.2, grace_s=20.0,
-                            image_python=str(TF_PYTHON))
+    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
     yield work, info
     stop(info.state_dir)
 
@@ -82,14 +80,6 @@ def _run_dir(work: Path, run: str) -> Path:
 def _status(work: Path, run: str) -> dict:
     path = _run_dir(work, run) / "status.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _poll(check: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _nodes(info: EmulatorInfo) -> list[dict]:
@@ -136,7 +126,8 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     run = f"cut-{how}"
     admin = AdminClient(info.endpoint)
     proc = _tpuops(work, info, "train", str(SPEC), "--name", run, "--json")
-    _poll(lambda: (_status(work, run).get("last_checkpoint_step") or 0) >= 200, "a checkpoint at step >= 200")
+    poll(lambda: (_status(work, run).get("last_checkpoint_step") or 0) >= 200, "a checkpoint at step >= 200",
+         timeout_s=180)
     seen = _status(work, run)["step"]
     if how == "sigkill":
         node = next(n for n in _nodes(info) if n["name"].endswith(f"/{run}"))

@@ -22,6 +22,15 @@ if TYPE_CHECKING:
     from tpuops.config import Settings
 
 
+# Options that several commands share, declared once.
+ACCELERATOR = typer.Option(None, help="Accelerator type, e.g. v3-8 (default: experiment spec, then config).")
+SPOT = typer.Option(False, "--spot", help="Spot capacity (cheapest; may be preempted).")
+PREEMPTIBLE = typer.Option(False, "--preemptible", help="Preemptible capacity (24 h at most).")
+ON_DEMAND = typer.Option(False, "--on-demand", help="On-demand capacity.")
+DRY_RUN = typer.Option(False, "--dry-run", help="Validate and print what would be created; call nothing.")
+JSON = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
 @dataclass
 class CliState:
     config_path: Path | None = None

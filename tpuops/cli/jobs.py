@@ -7,7 +7,19 @@ from typing import Any
 
 import typer
 
-from tpuops.cli.common import err_console, load_settings, print_json, print_table, progress
+from tpuops.cli.common import (
+    ACCELERATOR,
+    DRY_RUN,
+    JSON,
+    ON_DEMAND,
+    PREEMPTIBLE,
+    SPOT,
+    err_console,
+    load_settings,
+    print_json,
+    print_table,
+    progress,
+)
 from tpuops.cli.nodes import capacity_flag
 
 
@@ -34,16 +46,16 @@ def train(
     spec: Path | None = typer.Argument(None, help="Experiment spec, e.g. experiments/digits_cnn.yaml."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: <experiment>-<MMDD-HHMMSS>)."),
     resume: str | None = typer.Option(None, "--resume", help="Drive this run again from its last checkpoint."),
-    accelerator: str | None = typer.Option(None, help="Accelerator type (default: spec, then config)."),
-    spot: bool = typer.Option(False, "--spot", help="Spot capacity."),
-    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    accelerator: str | None = ACCELERATOR,
+    spot: bool = SPOT,
+    preemptible: bool = PREEMPTIBLE,
+    on_demand: bool = ON_DEMAND,
     follow_log: bool = typer.Option(False, "--follow", help="Stream the job's log while it runs."),
     detach: bool = typer.Option(False, "--detach", help="Start the run and return; 'tpuops watch' drives it."),
     keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
     budget: float | None = typer.Option(None, "--budget", min=0, help="Stop the run when it has cost this (USD)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the run; create nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    dry_run: bool = DRY_RUN,
+    as_json: bool = JSON,
 ) -> None:
     """Train on a TPU VM: upload data and code, create the node, recover preemptions, tear down."""
     from tpuops import jobs
@@ -131,13 +143,13 @@ def infer(
     shards: int = typer.Option(1, "--shards", min=1, help="Number of output shards."),
     batch_size: int = typer.Option(256, "--batch-size", min=1, help="Global batch of the prediction loop."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: <experiment>-infer-<time>)."),
-    accelerator: str | None = typer.Option(None, help="Accelerator type (default: spec, then config)."),
-    spot: bool = typer.Option(False, "--spot", help="Spot capacity."),
-    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    accelerator: str | None = ACCELERATOR,
+    spot: bool = SPOT,
+    preemptible: bool = PREEMPTIBLE,
+    on_demand: bool = ON_DEMAND,
     keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the run; create nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    dry_run: bool = DRY_RUN,
+    as_json: bool = JSON,
 ) -> None:
     """Batch prediction (XLA-compiled) over TFRecords on a TPU VM; sharded outputs and a manifest."""
     from tpuops import jobs

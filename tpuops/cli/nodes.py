@@ -6,7 +6,20 @@ import json
 
 import typer
 
-from tpuops.cli.common import err_console, human_age, load_settings, print_json, print_table, progress
+from tpuops.cli.common import (
+    ACCELERATOR,
+    DRY_RUN,
+    JSON,
+    ON_DEMAND,
+    PREEMPTIBLE,
+    SPOT,
+    err_console,
+    human_age,
+    load_settings,
+    print_json,
+    print_table,
+    progress,
+)
 from tpuops.kinds import Capacity
 
 
@@ -27,17 +40,17 @@ def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | 
 def up(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Node name (GCP rules: lowercase letters, digits, '-')."),
-    accelerator: str | None = typer.Option(None, help="Accelerator type, e.g. v3-8 (default from config)."),
-    spot: bool = typer.Option(False, "--spot", help="Spot capacity (cheapest; may be preempted)."),
-    preemptible: bool = typer.Option(False, "--preemptible", help="Preemptible capacity (24 h at most)."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity."),
+    accelerator: str | None = ACCELERATOR,
+    spot: bool = SPOT,
+    preemptible: bool = PREEMPTIBLE,
+    on_demand: bool = ON_DEMAND,
     zone: str | None = typer.Option(None, help="Only this zone (default: the configured zones in order)."),
     runtime: str | None = typer.Option(None, help="Runtime version (default follows the accelerator)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the create request is accepted."),
     queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource (waits out stockouts)."),
     valid_for: float = typer.Option(3600.0, "--valid-for", min=60, help="Seconds a queued request may wait."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the request and script; call nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    dry_run: bool = DRY_RUN,
+    as_json: bool = JSON,
 ) -> None:
     """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
     from tpuops.provision import plan_up
@@ -111,7 +124,7 @@ def down(
     orphans: bool = typer.Option(False, "--orphans", help="Delete nodes of runs the store does not know."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once deletion is requested."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    as_json: bool = JSON,
 ) -> None:
     """Delete nodes and wait until they are gone; deleting a missing node is fine."""
     from tpuops.errors import UsageError

@@ -1,0 +1,31 @@
+"""Helpers shared by the test modules (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from tpuops.emulator.control import EmulatorInfo, start_background
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[1]
+TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
+
+
+def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
+    """Call ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:
+    """An emulator whose nodes' python3 is the TF 2.9 environment, as on a tpu-vm-tf-2.9 image."""
+    return start_background(state_dir, boot_delay_s=boot_delay_s, grace_s=grace_s, image_python=str(TF_PYTHON))

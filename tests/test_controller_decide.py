@@ -1,0 +1,292 @@
+"""``decide``: the controller's rules (DESIGN.md, "Failure taxonomy") as a pure function, pass by pass.
+
+Each test plays a run's passes against one ``Memory``: what a pass observed (listing, agent
+status, create operation, spending) and when, and checks the actions and what was remembered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuops.controller.decide import Observed, Policy, decide
+from tpuops.controller.memory import Memory
+from tpuops.tpu import NodeState
+
+A, B = "us-central1-a", "us-central1-b"
+POLICY = Policy(zones=(A, B), evidence_passes=2, max_crashes=2, hang_after_s=600.0, boot_timeout_s=300.0,
+                stockout_backoff_s=120.0)
+READY, PREEMPTED, DELETING, CREATING = NodeState.READY, NodeState.PREEMPTED, NodeState.DELETING, NodeState.CREATING
+
+
+def status(attempt: int, step: int, exit_class: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"attempt": attempt, "step": step, "exit_class": exit_class, "phase": "done" if exit_class else "training",
+            **fields}
+
+
+def seen(state: NodeState, zone: str = A, agent: dict[str, Any] | None = None, **fields: Any) -> Observed:
+    """A pass whose listing shows the run's node in ``state``."""
+    return Observed(listed=True, node_state=state, node_zone=zone, status=agent, **fields)
+
+
+def missing(agent: dict[str, Any] | None = None, **fields: Any) -> Observed:
+    """A pass whose listing worked and does not show the node."""
+    return Observed(listed=True, status=agent, **fields)
+
+
+def unlisted(agent: dict[str, Any] | None = None) -> Observed:
+    """A pass whose listing failed (a 503 storm): no evidence about the node."""
+    return Observed(listed=False, status=agent)
+
+
+def step(memory: Memory, observed: Observed, now: float, policy: Policy = POLICY) -> list[tuple[str, str]]:
+    return [(a.kind, a.zone) for a in decide(memory, observed, now, policy).actions]
+
+
+def kinds(memory: Memory) -> list[str]:
+    return [e["kind"] for e in memory.events]
+
+
+def training(policy: Policy = POLICY, at: float = 100.0) -> Memory:
+    """A run whose first node was created in A, became READY and runs attempt 1 of the agent."""
+    memory = Memory()
+    assert step(memory, missing(), 0.0, policy) == [("create", A)]
+    assert step(memory, seen(READY), 10.0, policy) == []
+    assert step(memory, seen(READY, agent=status(1, 20)), at, policy) == []
+    return memory
+
+
+def test_first_pass_creates_once_and_a_repeated_pass_does_not() -> None:
+    memory = Memory()
+    assert step(memory, missing(), 0.0) == [("create", A)]
+    assert (memory.attempts, memory.zone, memory.pending_create) == (1, A, {"zone": A, "at": 0.0})
+    memory.pending_create["operation"] = "operations/op-1"  # what applying the create adds
+    assert step(memory, missing(create_result="running"), 1.0) == []  # the listing lags the create
+    assert step(memory, seen(CREATING), 2.0) == []
+    assert step(memory, seen(READY), 3.0) == []
+    assert memory.attempts == 1 and memory.pending_create is None
+    assert kinds(memory) == ["create", "ready"]
+
+
+def test_a_failed_listing_on_the_first_pass_creates_nothing() -> None:
+    memory = Memory()
+    assert step(memory, unlisted(), 0.0) == []
+    assert memory.attempts == 0
+
+
+def test_user_error_finishes_deletes_the_node_and_never_recreates_it() -> None:
+    memory = training()
+    failed = status(1, 20, "user-error", message="ValueError: bad hparam")
+    assert step(memory, seen(READY, agent=failed), 200.0) == [("delete", A)]
+    assert (memory.phase, memory.outcome, memory.reason) == ("finished", "user-error", "ValueError: bad hparam")
+    assert step(memory, seen(DELETING, agent=failed), 201.0) == []
+    for later in range(5):
+        assert step(memory, missing(agent=failed), 300.0 + later * 1000) == []
+    assert memory.attempts == 1 and memory.crashes == 0 and memory.preemptions == 0
+
+
+def test_user_error_after_the_node_deleted_itself_finishes_without_actions() -> None:
+    memory = training()
+    assert step(memory, missing(agent=status(1, 20, "user-error", message="bad")), 200.0) == []
+    assert step(memory, missing(agent=status(1, 20, "user-error", message="bad")), 900.0) == []
+    assert (memory.phase, memory.outcome, memory.attempts) == ("finished", "user-error", 1)
+
+
+def test_succeeded_finishes_and_deletes_the_node() -> None:
+    memory = training()
+    done = status(1, 200, "succeeded")
+    assert step(memory, seen(READY, agent=done), 300.0) == [("delete", A)]
+    assert (memory.phase, memory.outcome, memory.reason) == ("finished", "succeeded", "step 200")
+    assert step(memory, seen(READY, agent=done), 301.0) == [("delete", A)]  # a listing from before the delete
+    assert step(memory, seen(DELETING, agent=done), 302.0) == []
+
+
+def test_finished_with_keep_node_leaves_the_node() -> None:
+    keep = Policy(zones=(A, B), keep_node=True)
+    memory = training(keep)
+    done = status(1, 200, "succeeded")
+    assert step(memory, seen(READY, agent=done), 300.0, keep) == []
+    assert step(memory, seen(READY, agent=done), 900.0, keep) == []
+    assert memory.outcome == "succeeded"
+
+
+def test_crashes_restart_from_the_checkpoint_up_to_max_crashes_then_finish_crashed() -> None:
+    memory = training()
+    now = 200.0
+    for attempt in range(1, POLICY.max_crashes + 1):
+        crashed = status(attempt, 20 * attempt, "crashed", message="Segmentation fault")
+        assert step(memory, seen(READY, agent=crashed), now) == [("delete", A)]
+        assert memory.phase == "active" and memory.crashes == attempt
+        assert step(memory, seen(DELETING, agent=crashed), now + 1) == []
+        assert step(memory, missing(agent=crashed), now + 2) == [("create", A)]  # at once: no evidence wait
+        assert step(memory, seen(READY), now + 3) == []
+        assert step(memory, seen(READY, agent=status(attempt + 1, 20 * attempt)), now + 4) == []
+        now += 100
+    last = POLICY.max_crashes + 1
+    assert step(memory, seen(READY, agent=status(last, 60, "crashed", message="boom")), now) == [("delete", A)]
+    assert (memory.phase, memory.outcome) == ("finished", "crashed")
+    assert "gave up after 2 restarts" in (memory.reason or "")
+    assert step(memory, missing(agent=status(last, 60, "crashed")), now + 10) == []
+    assert (memory.attempts, memory.crashes, memory.preemptions) == (last, last, 0)
+
+
+def test_a_crash_whose_node_already_deleted_itself_is_recreated_without_counting_a_preemption() -> None:
+    """The dead-man's switch deletes the node when the job ends, before the controller sees the crash."""
+    memory = training()
+    crashed = status(1, 40, "crashed", message="killed by the OOM killer")
+    assert step(memory, missing(agent=crashed), 200.0) == []
+    assert memory.crashes == 1
+    assert step(memory, missing(agent=crashed), 201.0) == [("create", A)]
+    assert (memory.attempts, memory.preemptions) == (2, 0)
+    assert "vanished" not in kinds(memory)
+
+
+def test_preempted_node_counts_once_is_deleted_and_recreated_in_the_same_zone() -> None:
+    memory = training()
+    notice = status(1, 60, "preempted", last_checkpoint_step=60)
+    assert step(memory, seen(PREEMPTED, agent=notice), 200.0) == [("delete", A)]
+    assert memory.preemptions == 1 and memory.deleting
+    assert step(memory, seen(PREEMPTED, agent=notice), 201.0) == [("delete", A)]  # not counted twice
+    assert step(memory, seen(DELETING, agent=notice), 202.0) == []
+    assert step(memory, missing(agent=notice), 203.0) == [("create", A)]
+    assert (memory.preemptions, memory.attempts, memory.zone) == (1, 2, A)
+    assert step(memory, seen(READY, agent=notice), 210.0) == []
+    assert step(memory, seen(READY, agent=status(2, 60)), 220.0) == []
+    assert step(memory, seen(READY, agent=status(2, 200, "succeeded")), 300.0) == [("delete", A)]
+    assert memory.outcome == "succeeded" and memory.preemptions == 1
+    assert [k for k in kinds(memory) if k in ("create", "preempted", "vanished", "finished")] == \
+        ["create", "preempted", "create", "finished"]
+
+
+def test_a_vanished_node_needs_evidence_passes_in_a_row() -> None:
+    memory = training()
+    agent = status(1, 40)
+    assert step(memory, missing(agent=agent), 200.0) == []  # one missing pass: a lagging listing, maybe
+    assert step(memory, seen(READY, agent=status(1, 60)), 210.0) == []  # it was: the count starts again
+    assert step(memory, missing(agent=agent), 220.0) == []
+    assert step(memory, unlisted(agent=agent), 230.0) == []  # a failed listing is no evidence either way
+    assert memory.preemptions == 0 and memory.attempts == 1
+    assert step(memory, missing(agent=agent), 240.0) == [("create", A)]
+    assert (memory.preemptions, memory.attempts) == (1, 2)
+    assert "vanished" in kinds(memory)
+
+
+def test_a_503_storm_does_nothing_for_as_long_as_it_lasts() -> None:
+    memory = training()
+    before = (memory.attempts, memory.preemptions, memory.crashes, memory.missing_passes, len(memory.events))
+    for n in range(20):
+        assert step(memory, unlisted(agent=status(1, 20 + n)), 200.0 + n * 60) == []
+    assert (memory.attempts, memory.preemptions, memory.crashes, memory.missing_passes,
+            len(memory.events)) == before
+
+
+def test_missed_heartbeats_are_no_hang_while_steps_progress() -> None:
+    memory = training()
+    stale = "2000-01-01T00:00:00+00:00"  # the status heartbeat is old: writes failed for a while
+    for n in range(10):
+        now = 200.0 + n * (POLICY.hang_after_s * 0.9)
+        assert step(memory, seen(READY, agent=status(1, 40 + n, heartbeat=stale)), now) == []
+    assert memory.crashes == 0 and memory.hangs == 0
+
+
+def test_no_step_progress_for_hang_after_s_restarts_the_run() -> None:
+    memory = training()
+    stuck = status(1, 20)
+    assert step(memory, seen(READY, agent=stuck), 100.0 + POLICY.hang_after_s) == []  # at the limit
+    assert step(memory, seen(READY, agent=stuck), 101.0 + POLICY.hang_after_s) == [("delete", A)]
+    assert (memory.hangs, memory.crashes, memory.phase) == (1, 1, "active")
+    assert step(memory, missing(agent=stuck), 800.0) == [("create", A)]
+    assert memory.preemptions == 0
+
+
+def test_ready_without_an_agent_for_boot_timeout_s_restarts_the_run() -> None:
+    memory = Memory()
+    assert step(memory, missing(), 0.0) == [("create", A)]
+    assert step(memory, seen(READY), 10.0) == []
+    assert step(memory, seen(READY), 10.0 + POLICY.boot_timeout_s) == []
+    assert step(memory, seen(READY), 11.0 + POLICY.boot_timeout_s) == [("delete", A)]
+    assert memory.hangs == 1 and "no agent on the READY node" in memory.events[-1]["message"]
+
+
+def test_a_new_attempt_that_resumes_below_the_killed_attempts_step_is_progress() -> None:
+    """Attempt 1 reported step 180 and was SIGKILLed (no exit class); attempt 2 resumes at 160."""
+    memory = training()
+    assert step(memory, seen(READY, agent=status(1, 180)), 200.0) == []
+    assert step(memory, seen(PREEMPTED, agent=status(1, 180)), 210.0) == [("delete", A)]
+    assert step(memory, missing(agent=status(1, 180)), 220.0) == [("create", A)]
+    assert step(memory, seen(READY, agent=status(1, 180)), 230.0) == []
+    hang = POLICY.hang_after_s
+    for n in range(1, 6):  # attempt 2 steps slowly from 160 towards 180, within hang_after_s each time
+        assert step(memory, seen(READY, agent=status(2, 160 + 3 * n)), 230.0 + n * hang * 0.9) == []
+    assert memory.hangs == 0
+
+
+def test_a_stockout_blocks_the_zone_fails_over_waits_and_comes_back_after_the_backoff() -> None:
+    memory = Memory()
+    assert step(memory, missing(), 0.0) == [("create", A)]
+    no_capacity = 'There is no more capacity in the zone "us-central1-a"'
+    assert step(memory, missing(create_result="capacity", create_message=no_capacity), 5.0) == [("create", B)]
+    assert memory.blocked_zones == {A: 5.0 + POLICY.stockout_backoff_s}
+    assert step(memory, missing(create_result="capacity", create_message="no capacity in b"), 10.0) == []
+    assert kinds(memory)[-1] == "waiting"
+    for n in range(6):  # every zone blocked: wait, without counting the absent node as a preemption
+        assert step(memory, missing(), 20.0 + n * 10) == []
+    assert (memory.preemptions, kinds(memory).count("waiting")) == (0, 1)
+    assert step(memory, missing(), 5.0 + POLICY.stockout_backoff_s + 1) == [("create", A)]
+    assert memory.attempts == 3 and memory.zone == A
+
+
+def test_after_a_failover_a_recreate_stays_in_the_zone_that_had_capacity() -> None:
+    memory = Memory()
+    step(memory, missing(), 0.0)
+    assert step(memory, missing(create_result="capacity"), 5.0) == [("create", B)]
+    assert step(memory, seen(READY, zone=B, agent=status(1, 20)), 10.0) == []
+    assert step(memory, seen(PREEMPTED, zone=B), 20.0) == [("delete", B)]
+    assert step(memory, missing(), 30.0) == [("create", B)]
+
+
+def test_a_refused_create_request_finishes_failed_and_a_transient_one_is_retried() -> None:
+    memory = Memory()
+    step(memory, missing(), 0.0)
+    assert step(memory, missing(create_result="retry", create_message="503 after 120 s"), 5.0) == [("create", A)]
+    assert memory.attempts == 2 and memory.phase == "active"
+    quota = "Quota limit 'TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded"
+    assert step(memory, missing(create_result="failed", create_message=quota), 10.0) == []
+    assert (memory.phase, memory.outcome) == ("finished", "failed") and quota in (memory.reason or "")
+    assert step(memory, missing(), 20.0) == []
+    assert memory.attempts == 2
+
+
+def test_budget_spent_finishes_budget_exhausted_and_deletes_the_node() -> None:
+    memory = training()
+    assert step(memory, seen(READY, agent=status(1, 40), spent_usd=0.99, budget_usd=1.0), 200.0) == []
+    assert step(memory, seen(READY, agent=status(1, 60), spent_usd=1.0, budget_usd=1.0), 210.0) == [("delete", A)]
+    assert (memory.phase, memory.outcome) == ("finished", "budget-exhausted")
+    assert memory.reason == "spent $1.00 of a $1.00 budget"
+    assert step(memory, missing(spent_usd=1.0, budget_usd=1.0), 220.0) == []
+
+
+def test_budget_stops_a_kept_node_too() -> None:
+    keep = Policy(zones=(A, B), keep_node=True)
+    memory = training(keep)
+    assert step(memory, unlisted(), 200.0, keep) == []
+    assert step(memory, Observed(listed=False, spent_usd=5.0, budget_usd=1.0), 210.0, keep) == []
+    assert memory.outcome == "budget-exhausted"
+    assert step(memory, seen(READY), 220.0, keep) == [("delete", A)]  # seen again: it goes, --keep or not
+
+
+def test_a_node_found_without_memory_of_creating_it_is_adopted_not_duplicated() -> None:
+    """The pass that created it died before it wrote the run's memory."""
+    memory = Memory()
+    assert step(memory, seen(CREATING), 0.0) == []
+    assert step(memory, seen(READY, agent=status(1, 20)), 5.0) == []
+    assert memory.attempts == 1 and kinds(memory) == ["adopted", "ready"]
+
+
+def test_a_reopened_run_gets_its_node_back_at_once() -> None:
+    """``train --resume`` of a run stopped by its budget (then raised): active again, its node long gone."""
+    memory = training()
+    assert step(memory, seen(READY, spent_usd=2.0, budget_usd=1.0), 200.0) == [("delete", A)]
+    assert step(memory, missing(), 210.0) == []
+    memory.phase, memory.outcome, memory.reason, memory.crashes = "active", None, None, 0
+    assert step(memory, missing(spent_usd=2.0, budget_usd=10.0), 5000.0) == [("create", A)]
+    assert memory.preemptions == 0

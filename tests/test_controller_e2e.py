@@ -1,0 +1,498 @@
+"""The reconcile controller end to end: real runs (the CLI, the emulator, real TF 2.9) and what goes wrong.
+
+Runs are launched with ``tpuops train --detach`` (or declared with the library when the test
+must own the first pass) and driven by ``Controller`` passes in this process, while the test
+plays the cloud: stockouts, preemptions at chosen moments, a controller that dies mid-pass,
+two controllers at once, budgets, and a laptop that goes away.
+
+The experiment is digits_cnn made small (200 steps, a checkpoint every 20); the run launched
+with no controller after its first pass is the uninterrupted reference that the preempted
+runs must match bit for bit. The CLI's one-shot passes keep their lease until it expires, so
+the lease TTL is short here (``LEASE_TTL_S``) for the test's own controller to take over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tpuops import jobs
+from tpuops.config import Settings, load_settings
+from tpuops.controller import memory as memories
+from tpuops.controller.drive import Finished, drive
+from tpuops.controller.reconcile import Controller, PassReport
+from tpuops.cost import catalog_for, spent
+from tpuops.data.samples import digits
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.errors import InvalidRequest
+from tpuops.ledger import Ledger
+from tpuops.session import connect
+from tpuops.store import Store, open_store
+
+REPO = Path(__file__).resolve().parents[1]
+TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
+PROJECT = "tpuops-local"
+A, B = "us-central1-a", "us-central1-b"
+STEPS = 200
+LEASE_TTL_S = 2.0
+CHAOS_PREEMPTIONS = 8
+T = TypeVar("T")
+
+COMPARE = """
+import sys
+import numpy as np
+import tensorflow as tf
+
+BOOKKEEPING = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE", "_CHECKPOINTABLE_OBJECT_GRAPH")
+
+def tensors(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name not in BOOKKEEPING}
+
+reference = tensors(sys.argv[1])
+bad = 0
+for prefix in sys.argv[2:]:
+    other = tensors(prefix)
+    different = sorted(set(reference) ^ set(other)) or [n for n in reference if not np.array_equal(reference[n], other[n])]
+    print(prefix, len(other), "tensors;", len(different), "different:", different[:5])
+    bad += bool(different)
+sys.exit(1 if bad else 0)
+"""
+
+
+def _small_spec(text: str, *, name: str, steps_per_call: int, every_steps: int, every_seconds: int) -> str:
+    replaced = text
+    for old, new in (("name: digits-cnn", f"name: {name}"), ("steps: 600", f"steps: {STEPS}"),
+                     ("steps_per_call: 20", f"steps_per_call: {steps_per_call}"),
+                     ("every_steps: 100", f"every_steps: {every_steps}"),
+                     ("every_seconds: 60", f"every_seconds: {every_seconds}"), ("per_replica: 64", "per_replica: 32")):
+        assert old in replaced, old
+        replaced = replaced.replace(old, new)
+    return replaced + "expected_hours: 0.01\n"
+
+
+@dataclass
+class World:
+    """A working directory with data and experiments, an emulator running real TF 2.9, and helpers."""
+
+    work: Path
+    info: EmulatorInfo
+    env: dict[str, str]
+    settings: Settings
+    store: Store
+    admin: AdminClient
+
+    @property
+    def small(self) -> Path:
+        return self.work / "experiments" / "small.yaml"
+
+    @property
+    def sparse(self) -> Path:
+        """Checkpoints only at the end and on a notice: a checkpoint elsewhere was written on the way out."""
+        return self.work / "experiments" / "sparse.yaml"
+
+    def tpuops(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tpuops", *args], cwd=self.work, env=self.env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def launch(self, run: str, spec: Path | None = None, *flags: str) -> None:
+        """``tpuops train --detach``: declare the run and create its node in one pass."""
+        done = self.tpuops("train", str(spec or self.small), "--name", run, "--detach", "--json", *flags)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"run_id": run, "detached": True}
+
+    def declare(self, run: str) -> None:
+        """Declare the run as ``train`` does, without its first pass (the test makes that one)."""
+        plan = jobs.plan_train(self.settings, self.small, self.store, run_id=run, base_dir=self.work)
+        jobs.declare(plan, self.store, self.settings, lambda _text: None)
+
+    def controller(self, holder: str, **overrides: Any) -> Controller:
+        settings = self.settings.model_copy(update=overrides)
+        return Controller(settings, self.store, connect(settings), Ledger(settings.ledger_path), holder=holder)
+
+    def run_dir(self, run: str) -> Path:
+        return self.work / "home" / "store" / "runs" / run
+
+    def status(self, run: str) -> dict[str, Any]:
+        return jobs.read_status(self.store, run) or {}
+
+    def memory(self, run: str) -> memories.Memory:
+        return memories.load(self.store, run)[0]
+
+    def node(self, run: str) -> dict[str, Any] | None:
+        """The emulator's view of the run's node (state, uid, pgid, preempting), None when there is none."""
+        return next((n for n in self.admin.nodes() if n["name"].endswith(f"/nodes/{run}")), None)
+
+    def creates(self) -> int:
+        return self.admin.stats().get("CreateNode", 0)
+
+    def preempt(self, run: str, grace_s: float) -> bool:
+        """Preempt the run's node if it is READY; False when it was not (the moment passed)."""
+        node = self.node(run)
+        if node is None or node["state"] != "READY" or node["preempting"]:
+            return False
+        try:
+            self.admin.preempt(PROJECT, node["name"].split("/")[3], run, grace_s=grace_s)
+        except InvalidRequest:
+            return False
+        return True
+
+    def dead(self, run: str, uid: str) -> bool:
+        """Whether the node incarnation ``uid`` has stopped running (preempted, deleting or gone)."""
+        node = self.node(run)
+        return node is None or node["uid"] != uid or node["state"] in ("PREEMPTED", "DELETING")
+
+    def ckpt_steps(self, run: str) -> list[int]:
+        folder = self.run_dir(run) / "ckpt"
+        names = os.listdir(folder) if folder.is_dir() else []
+        return sorted(int(n[5:-6]) for n in names if n.startswith("ckpt-") and n.endswith(".index"))
+
+    def same_weights(self, reference: str, *runs: str) -> subprocess.CompletedProcess[str]:
+        prefixes = [str(self.run_dir(run) / "ckpt" / f"ckpt-{STEPS}") for run in (reference, *runs)]
+        return subprocess.run([str(TF_PYTHON), "-c", COMPARE, *prefixes], capture_output=True, text=True,
+                              check=False, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    work = tmp_path_factory.mktemp("controller")
+    digits(work / "data" / "digits")
+    experiments = work / "experiments"
+    experiments.mkdir()
+    (experiments / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
+    source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
+    (experiments / "small.yaml").write_text(
+        _small_spec(source, name="small", steps_per_call=20, every_steps=20, every_seconds=60))
+    (experiments / "sparse.yaml").write_text(
+        _small_spec(source, name="sparse", steps_per_call=10, every_steps=0, every_seconds=0))
+    config = work / "tpuops.toml"
+    config.write_text(f'zones = ["{A}", "{B}"]\n')
+    info = start_background(work / "home" / "emulator", boot_delay_s=0.2, grace_s=20.0, image_python=str(TF_PYTHON))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(LEASE_TTL_S))
+    settings = load_settings(environ=env)
+    try:
+        yield World(work, info, env, settings, open_store(settings.store_root), AdminClient(info.endpoint))
+    finally:
+        stop(info.state_dir)
+
+
+def poll(check: Callable[[], T], what: str, timeout_s: float = 150, interval_s: float = 0.05,
+         driver: Driving | None = None) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if driver is not None and driver.error is not None:
+            raise AssertionError(f"the controller failed while waiting for {what}") from driver.error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class Driving:
+    """``drive`` (what ``tpuops train`` runs) in a thread: the run's controller while the test plays the cloud."""
+
+    controller: Controller
+    run: str
+    result: Finished | None = None
+    error: BaseException | None = None
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._drive, name=f"drive-{self.run}", daemon=True)
+        self.thread.start()
+
+    def _drive(self) -> None:
+        try:
+            self.result = drive(self.controller, self.run, poll_s=0.1, on_status=self.statuses.append)
+        except BaseException as err:
+            self.error = err
+
+    def wait(self, timeout_s: float = 150) -> Finished:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), f"{self.run} did not finish within {timeout_s} s"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+class CheckpointWatch:
+    """Records the newest checkpoint step each time it is looked at: it may only grow."""
+
+    def __init__(self, world: World, run: str) -> None:
+        self.world, self.run = world, run
+        self.newest: list[int] = []
+
+    def look(self) -> int:
+        steps = self.world.ckpt_steps(self.run)
+        if steps and (not self.newest or self.newest[-1] != steps[-1]):
+            self.newest.append(steps[-1])
+        return self.newest[-1] if self.newest else 0
+
+    def assert_never_went_back(self) -> None:
+        assert self.newest == sorted(self.newest), f"checkpoints went backwards: {self.newest}"
+        assert self.newest[-1] == STEPS
+
+
+def kinds(memory: memories.Memory, *wanted: str) -> list[str]:
+    return [e["kind"] for e in memory.events if not wanted or e["kind"] in wanted]
+
+
+def ended_cleanly(world: World, run: str, finished: Finished) -> None:
+    """Succeeded at the full step count, no node left, nothing open in the cost ledger."""
+    assert (finished.outcome, finished.status.get("step")) == ("succeeded", STEPS), finished
+    assert world.status(run)["exit_class"] == "succeeded"
+    assert world.node(run) is None
+    assert Ledger(world.settings.ledger_path).nodes(PROJECT, run_id=run, open_only=True) == []
+
+
+@pytest.fixture(scope="module")
+def reference(world: World) -> str:
+    """The uninterrupted run, launched with --detach and left alone: no controller after its first pass."""
+    world.launch("ref")
+    poll(lambda: world.status("ref").get("exit_class") and world.node("ref") is None,
+         "ref to end and its node to go")
+    return "ref"
+
+
+def test_a_detached_run_with_no_controller_still_ends_and_deletes_its_node(world: World, reference: str) -> None:
+    """The laptop is gone after ``train --detach``: the VM's dead-man's switch deletes the node."""
+    status = world.status(reference)
+    assert (status["exit_class"], status["step"], status["last_checkpoint_step"]) == ("succeeded", STEPS, STEPS)
+    assert world.node(reference) is None
+    memory = world.memory(reference)
+    assert (memory.phase, kinds(memory)) == ("active", ["create"])  # nobody watched it after the first pass
+    script_log = world.info.state_dir / "nodes" / PROJECT / A / reference / "startup-script.log"
+    assert f"deleting node {reference} in {A}" in script_log.read_text()
+    done = world.tpuops("reconcile", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["finished"].get(reference) == "succeeded"
+    assert [a for a in report["acted"] if a[0] == reference] == []
+    assert world.memory(reference).outcome == "succeeded"
+    assert Ledger(world.settings.ledger_path).nodes(PROJECT, run_id=reference, open_only=True) == []
+
+
+def test_a_stockout_at_recreate_time_moves_the_run_to_the_next_zone(world: World, reference: str) -> None:
+    run = "stockout"
+    creates = world.creates()
+    world.launch(run)
+    driving = Driving(world.controller("stockout"), run)
+    node = poll(lambda: (n := world.node(run)) and n["state"] == "READY" and n, "the first node READY",
+                driver=driving)
+    assert f"/locations/{A}/" in node["name"]
+    try:
+        world.admin.set_faults(stockout_zones=[A])
+        assert world.preempt(run, grace_s=20.0)
+        poll(lambda: (n := world.node(run)) and f"/locations/{B}/" in n["name"], "a node in the next zone",
+             driver=driving)
+    finally:
+        world.admin.clear_faults()
+    finished = driving.wait()
+    ended_cleanly(world, run, finished)
+    memory = world.memory(run)
+    assert kinds(memory, "create", "preempted", "vanished", "stockout", "finished") == \
+        ["create", "preempted", "create", "stockout", "create", "finished"]
+    assert [e["message"].split(" in ")[1].split(":")[0] for e in memory.events if e["kind"] == "create"] == [A, A, B]
+    assert (memory.zone, memory.attempts, memory.preemptions, list(memory.blocked_zones)) == (B, 3, 1, [A])
+    assert world.creates() - creates == 3
+
+
+def test_a_controller_killed_after_its_create_leaves_no_duplicate_node(world: World, reference: str) -> None:
+    """The pass created the node and died before writing the run's memory; a fresh controller takes over."""
+    run = "killed"
+    world.declare(run)
+    creates = world.creates()
+    report: PassReport = world.controller("dies").run_pass(only=run)
+    assert report.acted == [(run, "create", A)]
+    world.store.delete(f"runs/{run}/control.json")  # as if the pass had died just before its last line
+    finished = drive(world.controller("fresh"), run, poll_s=0.1, on_status=lambda _status: None)
+    ended_cleanly(world, run, finished)
+    assert world.creates() - creates == 1
+    memory = world.memory(run)
+    assert kinds(memory, "create", "adopted", "preempted", "vanished", "finished") == ["adopted", "finished"]
+    assert memory.attempts == 1
+    assert len({i["uid"] for i in world.admin.billing() if i["name"].endswith(f"/nodes/{run}")}) == 1
+
+
+def test_two_controllers_at_once_only_one_acts(world: World, reference: str) -> None:
+    run = "duo"
+    world.declare(run)
+    creates = world.creates()
+    controllers = [world.controller(holder, lease_ttl_s=120.0) for holder in ("left", "right")]
+    reports: dict[str, list[PassReport]] = {"left": [], "right": []}
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def loop(controller: Controller) -> None:
+        try:
+            barrier.wait(timeout=30)
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline:
+                reports[controller.leases.holder].append(controller.run_pass(only=run))
+                if world.memory(run).phase == "finished" and world.node(run) is None:
+                    return
+                time.sleep(0.1)  # the pass interval of these two watch loops
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=loop, args=(c,)) for c in controllers]
+    for thread in threads:
+        thread.start()
+    poll(lambda: world.status(run).get("phase") == "training" and world.preempt(run, grace_s=20.0),
+         "training, to preempt it", timeout_s=120)
+    for thread in threads:
+        thread.join(180)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    acted = {holder: [a for r in passes for a in r.acted] for holder, passes in reports.items()}
+    actor = "left" if acted["left"] else "right"
+    other = "right" if actor == "left" else "left"
+    assert acted[other] == [] and [a for a in acted[actor] if a[1] == "create"] == [(run, "create", A)] * 2
+    assert all(run in r.skipped_leased for r in reports[other] if r.runs)
+    assert world.creates() - creates == 2
+    memory = world.memory(run)
+    assert kinds(memory, "create", "preempted", "vanished", "finished") == ["create", "preempted", "create", "finished"]
+    assert world.status(run)["exit_class"] == "succeeded" and world.node(run) is None
+
+
+def _preempt_at(world: World, run: str, driving: Driving, ckpts: CheckpointWatch, moment: str, grace_s: float,
+                after_attempt: int, at_checkpoint: int = 0) -> dict[str, Any]:
+    """Wait for ``moment`` of the agent after ``after_attempt``, preempt the node then; its final status."""
+
+    def due() -> bool:
+        ckpts.look()
+        status = world.status(run)
+        fresh = status.get("attempt", 0) > after_attempt and not status.get("exit_class")
+        phase, step = status.get("phase"), status.get("step", 0)
+        if moment == "boot":
+            wanted = not fresh or phase in ("starting", "loading")
+        elif moment == "training":
+            wanted = fresh and phase == "training" and (status.get("last_checkpoint_step") or 0) >= at_checkpoint
+        elif moment == "checkpoint":
+            wanted = fresh and phase == "checkpointing"
+        else:  # teardown: the last step is done, the agent evaluates and saves the model
+            wanted = fresh and step == STEPS and phase in ("evaluating", "saving")
+        return wanted and world.preempt(run, grace_s)
+
+    node = poll(lambda: world.node(run), "a node", driver=driving)
+    poll(due, f"the {moment} moment", driver=driving, interval_s=0.01)
+    uid = world.node(run)["uid"]
+    poll(lambda: ckpts.look() is not None and world.dead(run, uid), "the preempted node to stop", driver=driving)
+    assert node is not None
+    return world.status(run)
+
+
+def test_preemption_during_boot_training_checkpoint_and_teardown(world: World, reference: str) -> None:
+    run = "moments"
+    world.launch(run)
+    driving = Driving(world.controller("moments"), run)
+    ckpts = CheckpointWatch(world, run)
+    attempt, counted = 0, 0
+    for moment, grace in (("boot", 20.0), ("training", 20.0), ("checkpoint", 0.0), ("teardown", 0.0)):
+        final = _preempt_at(world, run, driving, ckpts, moment, grace, attempt, at_checkpoint=20)
+        attempt = final.get("attempt", 0)
+        counted += final.get("exit_class") != "succeeded"  # killed while saving, or after it had finished
+    finished = driving.wait()
+    ckpts.look()
+    ended_cleanly(world, run, finished)
+    ckpts.assert_never_went_back()
+    assert finished.memory.preemptions == counted >= 3
+    compared = world.same_weights(reference, run)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+def test_chaos_many_preemptions_at_random_moments_end_with_identical_weights(world: World, reference: str) -> None:
+    run = "chaos"
+    rng = random.Random(20240501)
+    world.launch(run)
+    driving = Driving(world.controller("chaos"), run)
+    ckpts = CheckpointWatch(world, run)
+    attempt, done = 0, []
+    while len(done) < CHAOS_PREEMPTIONS:
+        resumed = ckpts.look()
+        moment = rng.choice(["boot", "training", "training", "checkpoint"])
+        target = resumed + 20 * rng.randint(1, 2)
+        if moment == "training" and target > STEPS - 20 * (CHAOS_PREEMPTIONS - len(done)):
+            moment = "boot"  # leave enough steps for the preemptions still to come
+        grace = rng.choice([0.0, 20.0]) if moment == "training" else (0.0 if moment == "checkpoint" else 20.0)
+        final = _preempt_at(world, run, driving, ckpts, moment, grace, attempt, at_checkpoint=target)
+        attempt = final.get("attempt", attempt)
+        done.append((moment, grace))
+    finished = driving.wait(timeout_s=120)
+    ckpts.look()
+    ended_cleanly(world, run, finished)
+    ckpts.assert_never_went_back()
+    assert finished.memory.preemptions == CHAOS_PREEMPTIONS, done
+    print(f"chaos: {len(done)} preemptions {done}; checkpoints seen {ckpts.newest}")
+    compared = world.same_weights(reference, run)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+def test_a_budget_too_small_for_the_run_is_refused_at_launch(world: World) -> None:
+    creates = world.creates()
+    done = world.tpuops("train", str(world.small), "--name", "broke", "--budget", "0.001")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: run budget: projected cost $0.02 exceeds"), last
+    assert "raise the budget or lower expected_hours" in last
+    assert world.creates() == creates and world.node("broke") is None
+    assert not world.run_dir("broke").exists()
+
+
+def test_a_run_out_of_budget_is_stopped_checkpoints_on_the_way_out_and_loses_its_node(world: World) -> None:
+    """The budget runs out while it trains (lowered in its record); checkpoints are only at the end or on notice."""
+    run = "spender"
+    world.launch(run, world.sparse, "--budget", "5")
+    driving = Driving(world.controller("spender"), run)
+    poll(lambda: world.status(run).get("phase") == "training" and world.status(run)["step"] >= 30,
+         "training past step 30", driver=driving)
+    record = jobs.read_record(world.store, run)
+    world.store.write_bytes(f"runs/{run}/run.json", json.dumps({**record, "budget_usd": 1e-6}).encode())
+    finished = driving.wait()
+    assert finished.outcome == "budget-exhausted" and finished.reason.startswith("spent $")
+    assert world.node(run) is None
+    status = world.status(run)
+    assert status["exit_class"] == "preempted", f"the agent did not stop cleanly on the node's deletion: {status}"
+    saved = status["last_checkpoint_step"]
+    assert 30 <= saved < STEPS and world.ckpt_steps(run) == [saved]
+    ledger = Ledger(world.settings.ledger_path)
+    assert ledger.nodes(PROJECT, run_id=run, open_only=True) == []
+    catalog = catalog_for(world.settings)
+    cost = spent(ledger, catalog, project=PROJECT, run_id=run)
+    assert cost >= 1e-6
+    assert spent(ledger, catalog, project=PROJECT, run_id=run) == cost  # the node is gone: no more spending
+
+
+def test_sigkilled_watch_then_a_new_one_finishes_the_run_without_a_duplicate(world: World, reference: str) -> None:
+    """A real ``tpuops watch`` process SIGKILLed right after it issued the create, wherever it was."""
+    run = "watched"
+    world.declare(run)
+    creates = world.creates()
+    watch = subprocess.Popen([sys.executable, "-m", "tpuops", "watch", "--interval", "0.1"], cwd=world.work,
+                             env=world.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: world.creates() > creates, "the watch to create the node", timeout_s=60, interval_s=0.005)
+    finally:
+        os.kill(watch.pid, signal.SIGKILL)
+        watch.wait(10)
+    finished = drive(world.controller("after-watch"), run, poll_s=0.1, on_status=lambda _status: None)
+    ended_cleanly(world, run, finished)
+    assert world.creates() - creates == 1
+    assert finished.memory.attempts == 1

@@ -1,0 +1,112 @@
+"""Controller leases (``leases/<name>`` in the store, compare-and-swap on generation), on every store.
+
+Time is passed explicitly (``now``), so expiry is tested without waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from tpuops.controller.lease import Leases
+from tpuops.store import LocalStore, Store, gcs_client
+from tpuops.store.gcs import GcsStore
+
+TTL = 60.0
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture(params=["local", "gcs"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    server = request.getfixturevalue("fake_gcs")
+    bucket = request.getfixturevalue("gcs_bucket")
+    return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
+
+
+def holder(store: Store, name: str) -> Leases:
+    return Leases(store, name, ttl_s=TTL)
+
+
+def owner(store: Store, name: str = "run-1") -> str:
+    return json.loads(store.read_bytes(f"leases/{name}"))["holder"]
+
+
+def race(contenders: list[Leases], now: float) -> list[bool]:
+    """Every contender calls ``acquire`` at the same moment (a barrier); who got it."""
+    barrier = threading.Barrier(len(contenders))
+    results: list[bool | None] = [None] * len(contenders)
+
+    def contend(index: int, leases: Leases) -> None:
+        barrier.wait(timeout=30)
+        results[index] = leases.acquire("run-1", now=now)
+
+    threads = [threading.Thread(target=contend, args=(i, c)) for i, c in enumerate(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(r is not None for r in results)
+    return [bool(r) for r in results]
+
+
+@pytest.mark.parametrize("before", ["absent", "expired"])
+def test_of_holders_racing_for_one_lease_exactly_one_wins(store: Store, before: str) -> None:
+    if before == "expired":
+        assert holder(store, "old").acquire("run-1", now=T0 - 2 * TTL)
+    contenders = [holder(store, f"controller-{i}") for i in range(4)]
+    won = race(contenders, now=T0)
+    assert won.count(True) == 1
+    winner = contenders[won.index(True)]
+    assert owner(store) == winner.holder
+    losers = [c for c in contenders if c is not winner]
+    assert not any(c.acquire("run-1", now=T0 + 1) for c in losers)
+
+
+def test_a_lease_expires_after_its_ttl(store: Store) -> None:
+    a, b = holder(store, "a"), holder(store, "b")
+    assert a.acquire("run-1", now=T0)
+    assert not b.acquire("run-1", now=T0 + TTL - 1)
+    assert b.acquire("run-1", now=T0 + TTL + 1)
+    assert owner(store) == "b"
+    assert not a.acquire("run-1", now=T0 + TTL + 2)
+
+
+def test_release_lets_another_holder_take_it_at_once(store: Store) -> None:
+    a, b = holder(store, "a"), holder(store, "b")
+    assert a.acquire("run-1", now=T0)
+    assert not b.acquire("run-1", now=T0 + 1)
+    a.release("run-1")
+    assert b.acquire("run-1", now=T0 + 1)
+    assert owner(store) == "b"
+
+
+def test_release_by_another_holder_or_of_an_absent_lease_changes_nothing(store: Store) -> None:
+    a, b = holder(store, "a"), holder(store, "b")
+    b.release("run-1")
+    assert not store.exists("leases/run-1")
+    assert a.acquire("run-1", now=T0)
+    b.release("run-1")
+    assert not b.acquire("run-1", now=T0 + 1)
+    assert owner(store) == "a"
+
+
+def test_the_holder_renews_its_own_lease(store: Store) -> None:
+    a, b = holder(store, "a"), holder(store, "b")
+    assert a.acquire("run-1", now=T0)
+    generation = store.generation_of("leases/run-1")
+    assert a.acquire("run-1", now=T0 + TTL - 1)  # renewed before it ran out
+    assert store.generation_of("leases/run-1") != generation
+    assert not b.acquire("run-1", now=T0 + TTL + 1)  # the first term is over, the renewal is not
+    assert b.acquire("run-1", now=T0 + 2 * TTL)
+
+
+def test_leases_of_different_runs_are_independent(store: Store) -> None:
+    a, b = holder(store, "a"), holder(store, "b")
+    assert a.acquire("run-1", now=T0)
+    assert b.acquire("run-2", now=T0)
+    assert not a.acquire("run-2", now=T0) and not b.acquire("run-1", now=T0)
