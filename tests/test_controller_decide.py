@@ -265,6 +265,12 @@ def test_budget_spent_finishes_budget_exhausted_and_deletes_the_node() -> None:
     assert step(memory, missing(spent_usd=1.0, budget_usd=1.0), 220.0) == []
 
 
+def test_a_tiny_budget_is_reported_in_digits_that_show_it() -> None:
+    memory = training()
+    assert step(memory, seen(READY, spent_usd=0.0042, budget_usd=0.001), 200.0) == [("delete", A)]
+    assert memory.reason == "spent $0.0042 of a $0.001 budget"
+
+
 def test_budget_stops_a_kept_node_too() -> None:
     keep = Policy(zones=(A, B), keep_node=True)
     memory = training(keep)

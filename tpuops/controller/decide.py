@@ -12,7 +12,10 @@ No I/O here, so every rule is tested without servers. The rules (DESIGN.md, "Fai
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang;
 - a create that failed for capacity blocks that zone for ``stockout_backoff_s`` and moves to
-  the next configured zone; same zone first when it is not blocked;
+  the next configured zone; same zone first when it is not blocked; with every zone blocked
+  the run waits (one event) and no pass of that wait counts as a preemption;
+- a create request refused for quota, permission or validity finishes the run as failed (no
+  retry); one that failed transiently is tried again on the next pass;
 - spending at or over the run's budget -> finish as budget-exhausted and delete the node
   (deletion sends the preemption notice, so the agent checkpoints).
 """
@@ -47,7 +50,7 @@ class Observed:
     node_state: NodeState | None = None
     node_zone: str | None = None
     status: dict | None = None
-    create_result: str | None = None  # None (no create in flight) | running | ok | capacity | failed
+    create_result: str | None = None  # None (no create in flight) | running | ok | capacity | failed | retry
     create_message: str = ""
     spent_usd: float | None = None
     budget_usd: float | None = None
@@ -64,9 +67,15 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
 
 
+def _usd(value: float) -> str:
+    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+
+
 def _finish(memory: Memory, now: float, outcome: str, reason: str) -> None:
     memory.phase, memory.outcome, memory.reason = "finished", outcome, reason
     memory.pending_create = None
+    memory.deleting = True  # a run reopened later (train --resume) gets its node back at once
     memory.event(now, "finished", f"{outcome}: {reason}")
 
 
@@ -80,8 +89,10 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
 def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Decision) -> None:
     zone = _next_zone(memory, policy, now)
     if zone is None:
-        retry = min(memory.blocked_zones.values())
-        memory.event(now, "waiting", f"every zone is out of capacity; retrying after {retry - now:.0f} s")
+        memory.deleting = True  # the node is wanted: its absence while we wait is no preemption
+        if not memory.events or memory.events[-1]["kind"] != "waiting":
+            retry = min(memory.blocked_zones[z] for z in policy.zones)
+            memory.event(now, "waiting", f"every zone is out of capacity; retrying after {retry - now:.0f} s")
         return
     memory.attempts += 1
     memory.zone = zone
@@ -103,8 +114,10 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
         _finish(memory, now, "crashed", f"{message}; gave up after {policy.max_crashes} restarts")
     else:
         memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
+    # The node may be gone already (its dead-man's switch deletes it when the job ends): either
+    # way the next pass that finds it missing recreates it without counting a preemption.
+    memory.deleting = True
     if observed.node_zone and observed.node_state is not None:
-        memory.deleting = True
         decision.actions.append(Action("delete", observed.node_zone))
 
 
@@ -135,13 +148,14 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     """Update ``memory`` in place for this pass and say what to do."""
     decision = Decision()
     if memory.phase == "finished":
-        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not policy.keep_node:
+        keep = policy.keep_node and memory.outcome != "budget-exhausted"
+        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
             decision.actions.append(Action("delete", observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
             observed.spent_usd >= observed.budget_usd:
         _finish(memory, now, "budget-exhausted",
-                f"spent ${observed.spent_usd:.2f} of a ${observed.budget_usd:.2f} budget")
+                f"spent {_usd(observed.spent_usd)} of a {_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action("delete", observed.node_zone))
         return decision
@@ -155,6 +169,9 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     memory.missing_passes = 0
     memory.zone = observed.node_zone or memory.zone
     state = observed.node_state
+    if memory.attempts == 0:  # a pass created it and died before it could remember that
+        memory.attempts = 1
+        memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
     if state in (NodeState.PREEMPTED, NodeState.TERMINATED) and memory.deleting:
         decision.actions.append(Action("delete", observed.node_zone or ""))
     elif state in (NodeState.PREEMPTED, NodeState.TERMINATED):
@@ -185,6 +202,9 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
             _create(memory, policy, now, "failover after a stockout", decision)
         elif observed.create_result == "failed":
             _finish(memory, now, "failed", f"the create request failed: {observed.create_message}")
+        elif observed.create_result == "retry":
+            memory.pending_create = None
+            _create(memory, policy, now, f"retrying a failed create request ({observed.create_message})", decision)
         elif observed.create_result in (None, "ok"):
             memory.pending_create = None
             memory.missing_passes += 1
@@ -205,15 +225,17 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
 
 def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
     memory.pending_create = None
+    memory.deleting = False  # this node is the run's now, whatever happened to the one before
     if memory.ready_since is None:
         memory.ready_since = now
         memory.progress_at, memory.progress_step = now, -1
         memory.event(now, "ready", f"node READY in {observed.node_zone}")
     status = observed.status or {}
-    live = int(status.get("attempt") or 0) > memory.handled_agent_attempt and not status.get("exit_class")
+    attempt = int(status.get("attempt") or 0)
+    live = attempt > memory.handled_agent_attempt and not status.get("exit_class")
     step = int(status.get("step") or 0)
-    if live and step > memory.progress_step:
-        memory.progress_step, memory.progress_at = step, now
+    if live and (attempt, step) > (memory.progress_attempt, memory.progress_step):
+        memory.progress_attempt, memory.progress_step, memory.progress_at = attempt, step, now
     if not live and now - memory.ready_since > policy.boot_timeout_s:
         _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
                  decision, policy)

@@ -36,23 +36,27 @@ def drive(
 ) -> Finished:
     """Run passes for ``run_id`` until its memory says finished (whatever the number of preemptions)."""
     started = time.monotonic()
-    keep = bool(read_record(controller.store, run_id).get("keep"))
+    record = read_record(controller.store, run_id)
+    keep = bool(record.get("keep"))
     tail = LogTail(controller.store, run_id) if on_log else None
-    while True:
-        controller.run_pass(only=run_id)
-        status = read_status(controller.store, run_id) or {}
-        if status:
-            on_status(status)
-        if tail is not None and on_log is not None:
-            for line in tail.new_lines():
-                on_log(line)
-        memory, _ = memories.load(controller.store, run_id)
-        if memory.phase == "finished" and (keep or not _node_left(controller, run_id, memory)):
-            return Finished(run_id, memory.outcome or "", memory.reason or "", status, memory,
-                            time.monotonic() - started)
-        time.sleep(poll_s)
+    try:
+        while True:
+            controller.run_pass(only=run_id)
+            status = read_status(controller.store, run_id) or {}
+            if status:
+                on_status(status)
+            if tail is not None and on_log is not None:
+                for line in tail.new_lines():
+                    on_log(line)
+            memory, _ = memories.load(controller.store, run_id)
+            if memory.phase == "finished" and (keep or not _node_left(controller, record["node"], memory)):
+                return Finished(run_id, memory.outcome or "", memory.reason or "", status, memory,
+                                time.monotonic() - started)
+            time.sleep(poll_s)
+    finally:
+        controller.release()  # 'tpuops watch' may take over at once (after Ctrl-C too)
 
 
-def _node_left(controller: Controller, run_id: str, memory: memories.Memory) -> bool:
+def _node_left(controller: Controller, node: str, memory: memories.Memory) -> bool:
     """Whether the finished run's node still exists (its deletion is still going on)."""
-    return memory.zone is not None and controller.api.find_node(memory.zone, run_id) is not None
+    return memory.zone is not None and controller.api.find_node(memory.zone, node) is not None

@@ -31,11 +31,14 @@ class Memory:
     pending_create: dict[str, Any] | None = None
     blocked_zones: dict[str, float] = field(default_factory=dict)
     handled_agent_attempt: int = 0
+    progress_attempt: int = 0  # progress is (agent attempt, step): a new attempt may resume below the old step
     progress_step: int = -1
     progress_at: float = 0.0
     ready_since: float | None = None
     missing_passes: int = 0
-    deleting: bool = False  # we asked to delete the current (dead) node; do not count it twice
+    # The node is gone or going on purpose (we deleted it, the run finished, or no zone has capacity):
+    # when it is missing, create the next one at once and count no preemption.
+    deleting: bool = False
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def event(self, now: float, kind: str, message: str) -> None:

@@ -7,6 +7,10 @@ its memory, its status and its lease.
 Safe to kill at any line: nodes are named after their run, so a create repeated after a crash
 meets ALREADY_EXISTS and adopts; memory is written with compare-and-swap after the actions,
 so a pass that died before writing it is simply redone from what the cloud shows.
+
+Two controllers: a run is acted on only under its lease, and only when its memory is still the
+one read before this pass listed the nodes; otherwise another controller acted since, our
+listing may predate that, and the run waits for the next pass.
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from tpuops.config import Settings
 from tpuops.controller import memory as memories
 from tpuops.controller.decide import Action, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
-from tpuops.errors import AlreadyExists, NotFound, PreconditionFailed, TpuopsError
+from tpuops.errors import (
+    AlreadyExists,
+    CapacityError,
+    NotFound,
+    PreconditionFailed,
+    Timeout,
+    TpuopsError,
+    TransientError,
+)
 from tpuops.jobs import node_request
 from tpuops.ledger import Ledger
 from tpuops.provision import Provisioner
@@ -35,6 +47,8 @@ class PassReport:
     runs: int = 0
     acted: list[tuple[str, str, str]] = field(default_factory=list)  # (run, action, zone)
     skipped_leased: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)  # another controller acted on it during this pass
+    errors: dict[str, str] = field(default_factory=dict)  # run -> why this pass could not finish it
     reaped: list[str] = field(default_factory=list)
     unlisted_zones: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
@@ -52,6 +66,17 @@ class Controller:
         self.provisioner = Provisioner(api, settings, ledger)
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = progress or (lambda _text: None)
+        self._held: set[str] = set()
+
+    def release(self) -> None:
+        """Drop the leases this controller took, so that the next controller need not wait for them to expire.
+
+        A one-shot pass (``reconcile``, ``train --detach``) and a loop that ends (``watch``, ``train``)
+        call it on the way out; a controller that dies keeps them until they expire.
+        """
+        for run_id in sorted(self._held):
+            self.leases.release(run_id)
+        self._held.clear()
 
     def policy(self, record: dict[str, Any]) -> Policy:
         s = self.settings
@@ -78,7 +103,20 @@ class Controller:
                 report.unlisted_zones.append(zone)
                 self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
         self.provisioner.observe(*(n for nodes in listed.values() for n in nodes.values()))
+        self._close_unlisted(listed)
         return listed
+
+    def _close_unlisted(self, listed: dict[str, dict[str, NodeInfo]]) -> None:
+        """End, in the ledger, the nodes a zone's listing no longer shows: they stopped costing.
+
+        Without this a node that went between two passes (its dead-man's switch, a vanished
+        preemption) would stay READY in the ledger and be billed up to now, forever.
+        """
+        project = self.settings.project
+        for zone, nodes in listed.items():
+            for record in self.ledger.nodes(project, zone, open_only=True):
+                if record.name not in nodes:
+                    self.ledger.mark_deleted(project, zone, record.name)
 
     def run_pass(self, only: str | None = None, now: float | None = None) -> PassReport:
         """One pass over every run in the store (or only ``only``)."""
@@ -97,14 +135,27 @@ class Controller:
             if memory.phase == "finished" and node is None:
                 continue
             report.runs += 1
-            if not self.leases.acquire(run_id):
-                report.skipped_leased.append(run_id)
-                continue
-            self._reconcile_run(run_id, record, memory, generation, node, listed, report,
-                                time.time() if now is None else now)
+            try:
+                self._under_lease(run_id, record, generation, node, listed, report, now)
+            except TpuopsError as err:
+                report.errors[run_id] = str(err)
+                self.progress(f"{run_id}: {err}; the next pass tries again")
         if only is None:
             self._reap_orphans(records, listed, report)
         return report
+
+    def _under_lease(self, run_id: str, record: dict[str, Any], generation: int, node: NodeInfo | None,
+                     listed: dict[str, dict[str, NodeInfo]], report: PassReport, now: float | None) -> None:
+        if not self.leases.acquire(run_id):
+            report.skipped_leased.append(run_id)
+            return
+        self._held.add(run_id)
+        memory, current = memories.load(self.store, run_id)
+        if current != generation:
+            report.deferred.append(run_id)
+            return
+        self._reconcile_run(run_id, record, memory, generation, node, listed, report,
+                            time.time() if now is None else now)
 
     @staticmethod
     def _find(listed: dict[str, dict[str, NodeInfo]], name: str) -> NodeInfo | None:
@@ -119,7 +170,9 @@ class Controller:
         status = _read_json(self.store, f"runs/{run_id}/status.json")
         result, message = None, ""
         pending = memory.pending_create
-        if node is None and pending and pending.get("operation"):
+        if node is None and pending and pending.get("error"):
+            result, message = pending["error"], pending.get("message", "")
+        elif node is None and pending and pending.get("operation"):
             try:
                 result, message = self.api.operation_result(pending["zone"], pending["operation"])
             except NotFound:
@@ -168,8 +221,9 @@ class Controller:
             memory.event(now, "adopted", f"{name} already exists in {action.zone}")
             return
         except TpuopsError as err:
-            memory.pending_create = None
             memory.event(now, "create-failed", str(err))
+            if memory.pending_create is not None:  # decided on by the next pass
+                memory.pending_create.update(error=_create_error(err), message=str(err))
             return
         if memory.pending_create is not None:
             memory.pending_create["operation"] = operation.operation.name
@@ -199,6 +253,15 @@ class Controller:
         records = self._records(None)
         self._reap_orphans(records, self._listing(list(self.settings.zones), report), report, grace_s=0.0)
         return report.reaped
+
+
+def _create_error(err: TpuopsError) -> str:
+    """How ``decide`` treats a refused create request: fail over, try again, or give up (quota, 403, invalid)."""
+    if isinstance(err, CapacityError):
+        return "capacity"
+    if isinstance(err, TransientError | Timeout):
+        return "retry"
+    return "failed"
 
 
 def _read_json(store: Store, key: str) -> dict[str, Any] | None:
