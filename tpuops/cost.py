@@ -294,6 +294,11 @@ def projected_cost(
     return (catalog or default_catalog()).price_per_hour(accelerator, capacity, zone) * hours
 
 
+def format_usd(value: float) -> str:
+    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+
+
 def check_budget(spent: float, projected: float, budget: float) -> str | None:
     """Why a launch must not happen under ``budget`` (USD), or None when it fits.
 
@@ -305,11 +310,11 @@ def check_budget(spent: float, projected: float, budget: float) -> str | None:
     if budget < 0:
         raise UsageError(f"budget = {budget!r} is not allowed: expected USD >= 0")
     if spent >= budget:
-        return f"spending reached the budget: ${spent:,.2f} spent of ${budget:,.2f}"
+        return f"spending reached the budget: {format_usd(spent)} spent of {format_usd(budget)}"
     left = budget - spent
     if projected > left:
-        return (f"projected cost ${projected:,.2f} exceeds the ${left:,.2f} left of the ${budget:,.2f} budget "
-                f"(${spent:,.2f} spent)")
+        return (f"projected cost {format_usd(projected)} exceeds the {format_usd(left)} left of the {format_usd(budget)} budget "
+                f"({format_usd(spent)} spent)")
     return None
 
 

@@ -36,12 +36,20 @@ def reconcile(
 ) -> None:
     """One reconcile pass over every run: recover, restart, finish, reap. Safe to run from cron."""
     controller = _controller(ctx, as_json)
-    report = controller.run_pass()
+    try:
+        report = controller.run_pass()
+    finally:
+        controller.release()
     if as_json:
         print_json(report.__dict__)
-        return
-    err_console().print(f"{report.runs} run(s) looked at, {len(report.acted)} action(s), "
-                        f"{len(report.reaped)} orphan(s) reaped, {len(report.skipped_leased)} leased elsewhere")
+    else:
+        err_console().print(f"{report.runs} run(s) looked at, {len(report.acted)} action(s), "
+                            f"{len(report.reaped)} orphan(s) reaped, {len(report.skipped_leased)} leased elsewhere, "
+                            f"{len(report.errors)} error(s)")
+        for run_id, why in report.errors.items():
+            err_console().print(f"{run_id}: {why}", markup=False, soft_wrap=True)
+    if report.errors:
+        raise typer.Exit(1)
 
 
 def watch(
@@ -64,6 +72,8 @@ def watch(
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         err_console().print("stopped watching; runs go on, 'tpuops watch' again picks them up")
+    finally:
+        controller.release()
 
 
 def events(

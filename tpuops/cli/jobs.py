@@ -116,7 +116,10 @@ def _drive(settings: Any, root: Any, run_id: str, *, follow_log: bool, detach: b
     with progress(f"{run_id}: starting", quiet=as_json) as show:
         controller = Controller(settings, root, connect(settings), open_ledger(settings), progress=say)
         if detach:
-            controller.run_pass(only=run_id)
+            try:
+                controller.run_pass(only=run_id)
+            finally:
+                controller.release()
             if as_json:
                 print_json({"run_id": run_id, "detached": True})
             else:

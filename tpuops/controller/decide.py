@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpuops.controller.memory import Memory
+from tpuops.cost import format_usd
 from tpuops.tpu import NodeState
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
@@ -65,11 +66,6 @@ class Action:
 @dataclass
 class Decision:
     actions: list[Action] = field(default_factory=list)
-
-
-def _usd(value: float) -> str:
-    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
 
 
 def _finish(memory: Memory, now: float, outcome: str, reason: str) -> None:
@@ -155,7 +151,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if observed.budget_usd is not None and observed.spent_usd is not None and \
             observed.spent_usd >= observed.budget_usd:
         _finish(memory, now, "budget-exhausted",
-                f"spent {_usd(observed.spent_usd)} of a {_usd(observed.budget_usd)} budget")
+                f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action("delete", observed.node_zone))
         return decision
