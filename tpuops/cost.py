@@ -313,8 +313,8 @@ def check_budget(spent: float, projected: float, budget: float) -> str | None:
         return f"spending reached the budget: {format_usd(spent)} spent of {format_usd(budget)}"
     left = budget - spent
     if projected > left:
-        return (f"projected cost {format_usd(projected)} exceeds the {format_usd(left)} left of the {format_usd(budget)} budget "
-                f"({format_usd(spent)} spent)")
+        return (f"projected cost {format_usd(projected)} exceeds the {format_usd(left)} left of the "
+                f"{format_usd(budget)} budget ({format_usd(spent)} spent)")
     return None
 
 

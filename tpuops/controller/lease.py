@@ -37,8 +37,11 @@ class Leases:
             current = json.loads(data)
         except NotFound:
             generation, current = 0, None
-        if current and current.get("holder") != self.holder and float(current.get("expires", 0)) > now:
+        expires = float(current.get("expires", 0)) if current else 0.0
+        if current and current.get("holder") != self.holder and expires > now:
             return False
+        if current and current.get("holder") == self.holder and expires - now > self.ttl_s / 2:
+            return True  # ours for a while yet: a write per pass per run would be the pass's main cost
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()
         try:
             self.store.write_if_generation_match(key, body, generation)

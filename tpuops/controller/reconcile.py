@@ -194,6 +194,7 @@ class Controller:
                        node: NodeInfo | None, listed: dict[str, dict[str, NodeInfo]], report: PassReport,
                        now: float) -> None:
         observed = self._observe(run_id, record, memory, node, listed)
+        unchanged = memory.to_bytes()
         before = len(memory.events)
         decision = decide(memory, observed, now, self.policy(record))
         for action in decision.actions:
@@ -203,6 +204,8 @@ class Controller:
             self.progress(f"{run_id}: {event['kind']}: {event['message']}")
         if memory.phase == "finished":
             report.finished[run_id] = memory.outcome or ""
+        if memory.to_bytes() == unchanged:
+            return
         try:
             memories.save(self.store, run_id, memory, generation)
         except PreconditionFailed:
