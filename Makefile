@@ -54,6 +54,7 @@ demo: setup
 	$(TPUOPS) data sample digits $(DEMO_HOME)/data/digits; \
 	cd $(DEMO_HOME) && $(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
 	$(TPUOPS) runs; \
+	$(TPUOPS) cost; \
 	$(TPUOPS) status
 
 clean:
