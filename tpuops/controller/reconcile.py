@@ -35,7 +35,7 @@ from tpuops.errors import (
     TpuopsError,
     TransientError,
 )
-from tpuops.jobs import node_request
+from tpuops.jobs import node_request, read_status
 from tpuops.ledger import Ledger
 from tpuops.provision import Provisioner
 from tpuops.store import Store
@@ -167,7 +167,7 @@ class Controller:
     def _observe(self, run_id: str, record: dict[str, Any], memory: memories.Memory, node: NodeInfo | None,
                  listed: dict[str, dict[str, NodeInfo]]) -> Observed:
         zones = set(record.get("zones") or self.settings.zones) | ({memory.zone} if memory.zone else set())
-        status = _read_json(self.store, f"runs/{run_id}/status.json")
+        status = read_status(self.store, run_id)
         result, message = None, ""
         pending = memory.pending_create
         if node is None and pending and pending.get("error"):
@@ -265,10 +265,3 @@ def _create_error(err: TpuopsError) -> str:
     if isinstance(err, TransientError | Timeout):
         return "retry"
     return "failed"
-
-
-def _read_json(store: Store, key: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(store.read_bytes(key))
-    except NotFound:
-        return None
