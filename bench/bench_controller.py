@@ -50,7 +50,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,6 +67,8 @@ from tpuops.jobs import declare, plan_train
 from tpuops.ledger import Ledger
 from tpuops.store import LocalStore, ObjectInfo
 from tpuops.tpu import TpuApi
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"

@@ -1,4 +1,4 @@
-"""``decide``: the controller's rules (DESIGN.md, "Failure taxonomy") as a pure function, pass by pass.
+"""``decide``: the controller's rules (docs/design.md, "Failure taxonomy") as a pure function, pass by pass.
 
 Each test plays a run's passes against one ``Memory``: what a pass observed (listing, agent
 status, create operation, spending) and when, and checks the actions and what was remembered.

@@ -9,7 +9,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
 from tpuops.provision import Provisioner, UpPlan, plan_up
 from tpuops.tpu import NodeState, TpuApi
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

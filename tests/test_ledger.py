@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,8 @@ import pytest
 from tpuops.config import Capacity
 from tpuops.errors import NotFound, UsageError
 from tpuops.ledger import DELETED, SCHEMA_VERSION, Ledger
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 P, Z = "proj", "us-central1-b"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ For v5e (``v5litepod-N``) and v6e, N counts chips: up to 8 chips sit on one host
 spans hosts of 4 chips each (v5litepod-16 is 4 hosts). Only power-of-two sizes are accepted: they
 are the slice shapes every zone offers, and refusing the rest here is cheaper than a 400 from the API.
 
-TensorFlow 2.9 runtime images exist for v2, v3 and v4 only (FACTS.md): ``tpu-vm-tf-2.9.x`` on a
+TensorFlow 2.9 runtime images exist for v2, v3 and v4 only (docs/cloud-tpu.md): ``tpu-vm-tf-2.9.x`` on a
 single host, ``-pod`` on a multi-host slice, and v4 adds ``-v4`` (``tpu-vm-tf-2.9.3-pod-v4``).
 v5e, v5p and v6e need TF >= 2.15 with PJRT, so asking for a TF 2.9 runtime there is a usage error.
 """

@@ -1,6 +1,6 @@
 """What the nodes cost: READY intervals from the ledger, priced by the catalog, summed per node, run, sweep, day.
 
-Billing rules (FACTS.md): Cloud TPU bills a node while it is READY, at its hourly price
+Billing rules (docs/cloud-tpu.md): Cloud TPU bills a node while it is READY, at its hourly price
 (``pricing``). A spot or preemptible node preempted within its first minute of READY time is
 free. Here an incarnation's READY interval starts at a READY transition and ends at the next
 transition of any other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tpuops.errors import UsageError
@@ -34,6 +34,8 @@ from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, Transition
 from tpuops.pricing import SPOT_PRICED, Catalog, default_catalog, parse_capacity
 from tpuops.tpu import NodeState
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
     from tpuops.config import Settings

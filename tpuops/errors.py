@@ -1,4 +1,4 @@
-"""The one failure taxonomy of tpuops (DESIGN.md, "Failure taxonomy").
+"""The one failure taxonomy of tpuops (docs/design.md, "Failure taxonomy").
 
 Every error that leaves a library function is one of these classes. SDK exceptions
 (google-api-core, google-cloud-storage, OS errors) are converted exactly once, at the

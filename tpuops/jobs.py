@@ -1,6 +1,6 @@
 """Jobs on TPU VMs: turn an experiment into a run, launch it, follow it, end it.
 
-A run is declared in the store before any node exists (DESIGN.md, "The store is the message
+A run is declared in the store before any node exists (docs/design.md, "The store is the message
 bus"): ``runs/<run>/spec.json`` (the agent's run spec, written once with compare-and-swap
 on generation 0 so it is immutable) and ``runs/<run>/run.json`` (what the control plane needs
 to recreate the node: accelerator, capacity, zones, bundle digest). The node's startup script
@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from tpuops.ledger import Ledger
 from tpuops.provision import UpPlan, plan_up
 from tpuops.store import PreconditionFailed, Store, open_store
 from tpuops.tpu import NodeRequest
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 TERMINAL = ("succeeded", "user-error", "preempted", "crashed")

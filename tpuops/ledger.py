@@ -1,7 +1,7 @@
 """The local ledger: the nodes tpuops created and the state transitions it saw, in SQLite.
 
 The cost tracker builds node intervals from it (a node accrues while READY, from one
-transition to the next). It is a ledger, not the source of truth (DESIGN.md): everything
+transition to the next). It is a ledger, not the source of truth (docs/design.md): everything
 in it can be rebuilt from the Cloud TPU API and the store, so losing it costs history, not
 control.
 
@@ -34,11 +34,13 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 
 from tpuops.errors import NotFound, UsageError
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 DELETED = "DELETED"
 """The state ``mark_deleted`` appends: the end of an incarnation's last interval."""

@@ -16,7 +16,7 @@ ASCII only, so that every label survives the filters, shells and file names it m
 the way (``gcloud --filter``, the startup script, the ledger).
 
 Every node tpuops creates carries the managed labels built by ``labels_for``; they are how
-state is rebuilt from the cloud (DESIGN.md, "Sources of truth"), so users may not set them.
+state is rebuilt from the cloud (docs/design.md, "Sources of truth"), so users may not set them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """TFRecord files of ``tf.train.Example`` records, written and read without TensorFlow.
 
-The control plane cannot import TensorFlow (DESIGN.md, "Two planes"), so this module speaks
+The control plane cannot import TensorFlow (docs/design.md, "Two planes"), so this module speaks
 both formats itself:
 
 TFRecord framing, per record::

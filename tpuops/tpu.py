@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
@@ -32,6 +32,8 @@ from tpuops.errors import (
 )
 from tpuops.kinds import Capacity
 from tpuops.retry import call_with_retry
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "tpuops"

@@ -5,7 +5,7 @@ Python 3.8, so everything in this package is Python 3.8 and imports nothing beyo
 library, TensorFlow 2.9 and the numpy that comes with it; in particular nothing else from
 ``tpuops`` (the control plane needs Python >= 3.10 and a protobuf that TF 2.9 cannot load).
 
-The agent talks to the control plane only through the store (DESIGN.md, "The store is the
+The agent talks to the control plane only through the store (docs/design.md, "The store is the
 message bus"): it reads ``runs/<run>/spec.json`` (schema in ``runspec``) and writes
 ``status.json``, ``logs/``, ``ckpt/``, ``tb/`` and ``model/`` under ``runs/<run>/`` (layout in
 ``paths``). Exit codes and exit classes are defined in ``exits``.

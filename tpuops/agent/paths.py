@@ -1,6 +1,6 @@
 """Where a run's files live in the store, and the one way the agent writes a whole file.
 
-Layout under ``<store_root>/runs/<run_id>/`` (DESIGN.md, "The store is the message bus")::
+Layout under ``<store_root>/runs/<run_id>/`` (docs/design.md, "The store is the message bus")::
 
     spec.json      the run spec (written by the control plane; the agent only reads it)
     status.json    phase, step, heartbeat, metrics, exit class (``status``)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import typer
 
 from tpuops.cli.common import err_console, load_settings, print_json, print_table
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
     from tpuops.controller.reconcile import Controller

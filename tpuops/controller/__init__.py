@@ -1,4 +1,4 @@
-"""The reconcile controller (DESIGN.md, "Control flow: declare, then reconcile").
+"""The reconcile controller (docs/design.md, "Control flow: declare, then reconcile").
 
 ``memory`` is what the controller remembers of each run (in the store, so any controller can
 pick it up), ``decide`` turns one run's desired and observed state into actions without any

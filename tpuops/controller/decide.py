@@ -1,6 +1,6 @@
 """Decisions for one run, as a pure function: memory + observations + time -> actions.
 
-No I/O here, so every rule is tested without servers. The rules (DESIGN.md, "Failure taxonomy"):
+No I/O here, so every rule is tested without servers. The rules (docs/design.md, "Failure taxonomy"):
 
 - the agent said succeeded or user-error -> finish, delete the node; never retry a user error;
 - the agent said crashed -> restart from the checkpoint (delete, recreate), at most

@@ -1,4 +1,4 @@
-"""``manifest.json``: the one file a dataset reader trusts (DESIGN.md, ``data/<dataset>/manifest.json``).
+"""``manifest.json``: the one file a dataset reader trusts (docs/design.md, ``data/<dataset>/manifest.json``).
 
 It is written last, after every shard is complete (locally by ``convert``, in the store by
 ``upload``), so its presence means "every shard it lists exists with this size and crc32c".

@@ -1,4 +1,4 @@
-"""A local emulator of the Cloud TPU v2 REST API (DESIGN.md, "The local Cloud TPU emulator").
+"""A local emulator of the Cloud TPU v2 REST API (docs/design.md, "The local Cloud TPU emulator").
 
 The official google-cloud-tpu client (REST transport) talks to it on 127.0.0.1. A node is a
 sandbox directory plus a process group that runs the node's ``startup-script`` with bash,

@@ -1,6 +1,6 @@
 """The emulator's built-in catalogue: zones, accelerator types and runtime versions.
 
-It is a small, fixed picture of what Cloud TPU offers (FACTS.md, "Zones"), enough for the
+It is a small, fixed picture of what Cloud TPU offers (docs/cloud-tpu.md), enough for the
 validation errors the real API gives: an accelerator type unknown to a zone is rejected the
 way the real service rejects it, so tpuops's zone fallback can be exercised locally.
 """

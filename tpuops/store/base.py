@@ -1,4 +1,4 @@
-"""The ``Store`` contract: the one interface over the store root (DESIGN.md, "The store is the message bus").
+"""The ``Store`` contract: the one interface over the store root (docs/design.md, "The store is the message bus").
 
 A store is a flat namespace of objects named by keys relative to its root URI
 (``runs/r1/status.json``), like Cloud Storage. Keys are '/'-separated, non-empty, without
