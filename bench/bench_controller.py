@@ -57,15 +57,19 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, node_cost
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
-from tpuops.jobs import declare, plan_train
+from tpuops.jobs import declare, job_argv, plan_train
+from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
-from tpuops.store import LocalStore, ObjectInfo
+from tpuops.provision import plan_up
+from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.store import LocalStore, ObjectInfo, Store
 from tpuops.tpu import TpuApi
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -189,13 +193,21 @@ def wait_for(check: Callable[[], T], what: str, timeout_s: float = 180.0) -> T:
         time.sleep(0.05)
 
 
-def seed_run(store: LocalStore, run_id: str, zone: str, budget_usd: float | None = None) -> None:
-    """A run as ``jobs.declare`` leaves it, plus the status of an agent in the middle of training."""
-    record = {"run_id": run_id, "kind": "train", "experiment": "bench", "node": run_id, "accelerator": "v2-8",
-              "capacity": "spot", "zones": [zone], "bundle_sha256": "0" * 64, "keep": False,
-              "budget_usd": budget_usd}
-    store.write_bytes(f"runs/{run_id}/run.json", json.dumps(record).encode())
-    store.write_bytes(f"runs/{run_id}/status.json", json.dumps({**LIVE_STATUS, "run_id": run_id}).encode())
+def seed_record(settings: Settings, store: Store, run_id: str, zone: str,
+                budget_usd: float | None = None) -> RunRecord:
+    """The record ``jobs.declare`` writes for a run in ``zone`` (its node request frozen in it)."""
+    up = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, run_id=run_id,
+                 job=job_argv(store, "0" * 64, run_id, "train"))
+    return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, [zone]), experiment="bench",
+                     bundle_sha256="0" * 64, budget_usd=budget_usd)
+
+
+def seed_run(settings: Settings, store: Store, run_id: str, zone: str, budget_usd: float | None = None) -> None:
+    """A run as ``jobs.declare`` leaves it (rewritten when it exists), plus the status of an agent in training."""
+    record = seed_record(settings, store, run_id, zone, budget_usd)
+    store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
+    runs.mark_active(store, run_id)
+    store.write_bytes(runs.status_key(run_id), json.dumps({**LIVE_STATUS, "run_id": run_id}).encode())
 
 
 def node_of(admin: AdminClient, run_id: str) -> dict[str, Any] | None:
@@ -283,7 +295,7 @@ def bench_passes(work: Path, runs: int, zone_counts: Sequence[int], passes: int)
             run_ids = [f"run-{i:04d}" for i in range(runs)]
             placed = [(zones[i % count], run_id) for i, run_id in enumerate(run_ids)]
             for zone, run_id in placed:
-                seed_run(w.store, run_id, zone)
+                seed_run(w.settings, w.store, run_id, zone)
             controller = w.controller()
             create = measure(w, controller.run_pass)
             wait_for(lambda: sum(n["state"] == "READY" for n in w.admin.nodes()) == runs, f"{runs} nodes READY")
@@ -322,10 +334,16 @@ def budget_and_bulk(w: World, controller: Controller, placed: Sequence[tuple[str
     """The same steady pass with a budget on every run, then with real-looking run folders."""
     runs = len(placed)
     for zone, run_id in placed:
-        seed_run(w.store, run_id, zone, budget_usd=1000.0)
+        seed_run(w.settings, w.store, run_id, zone, budget_usd=1000.0)
+    controller.release()
+    controller = w.controller()  # run.json is read once per controller: a new one sees the budgets
+    controller.run_pass()
     budget = [measure(w, controller.run_pass).seconds for _ in range(passes)]
     for zone, run_id in placed:
-        seed_run(w.store, run_id, zone)
+        seed_run(w.settings, w.store, run_id, zone)
+    controller.release()
+    controller = w.controller()
+    controller.run_pass()
     files = bulk_up_runs(Path(w.store.uri), [run_id for _, run_id in placed])
     first = measure(w, controller.run_pass)
     bulky = [measure(w, controller.run_pass) for _ in range(passes)]
@@ -388,7 +406,7 @@ def preemptions(w: World, controller: Controller, run_id: str, interval_s: float
                 rng: random.Random) -> list[tuple[float, float]]:
     """Preempt the run's node ``samples`` times under a watch loop: (notice -> PREEMPTED, PREEMPTED -> CreateNode)."""
     zone = w.settings.zones[0]
-    seed_run(w.store, run_id, zone)
+    seed_run(w.settings, w.store, run_id, zone)
     found = []
     with watch_loop(controller, interval_s):
         for boot in range(1, samples + 1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuops.controller.decide import Observed, Policy, decide
-from tpuops.controller.memory import Memory
+from tpuops.runs import AgentStatus, Memory, PendingCreate
 from tpuops.tpu import NodeState
 
 A, B = "us-central1-a", "us-central1-b"
@@ -18,22 +18,22 @@ POLICY = Policy(zones=(A, B), evidence_passes=2, max_crashes=2, hang_after_s=600
 READY, PREEMPTED, DELETING, CREATING = NodeState.READY, NodeState.PREEMPTED, NodeState.DELETING, NodeState.CREATING
 
 
-def status(attempt: int, step: int, exit_class: str | None = None, **fields: Any) -> dict[str, Any]:
-    return {"attempt": attempt, "step": step, "exit_class": exit_class, "phase": "done" if exit_class else "training",
-            **fields}
+def status(attempt: int, step: int, exit_class: str | None = None, **fields: Any) -> AgentStatus:
+    return AgentStatus.model_validate({"attempt": attempt, "step": step, "exit_class": exit_class,
+                                       "phase": "done" if exit_class else "training", **fields})
 
 
-def seen(state: NodeState, zone: str = A, agent: dict[str, Any] | None = None, **fields: Any) -> Observed:
+def seen(state: NodeState, zone: str = A, agent: AgentStatus | None = None, **fields: Any) -> Observed:
     """A pass whose listing shows the run's node in ``state``."""
     return Observed(listed=True, node_state=state, node_zone=zone, status=agent, **fields)
 
 
-def missing(agent: dict[str, Any] | None = None, **fields: Any) -> Observed:
+def missing(agent: AgentStatus | None = None, **fields: Any) -> Observed:
     """A pass whose listing worked and does not show the node."""
     return Observed(listed=True, status=agent, **fields)
 
 
-def unlisted(agent: dict[str, Any] | None = None) -> Observed:
+def unlisted(agent: AgentStatus | None = None) -> Observed:
     """A pass whose listing failed (a 503 storm): no evidence about the node."""
     return Observed(listed=False, status=agent)
 
@@ -58,8 +58,8 @@ def training(policy: Policy = POLICY, at: float = 100.0) -> Memory:
 def test_first_pass_creates_once_and_a_repeated_pass_does_not() -> None:
     memory = Memory()
     assert step(memory, missing(), 0.0) == [("create", A)]
-    assert (memory.attempts, memory.zone, memory.pending_create) == (1, A, {"zone": A, "at": 0.0})
-    memory.pending_create["operation"] = "operations/op-1"  # what applying the create adds
+    assert (memory.attempts, memory.zone, memory.pending_create) == (1, A, PendingCreate(zone=A, at=0.0))
+    memory.pending_create.operation = "operations/op-1"  # what applying the create adds
     assert step(memory, missing(create_result="running"), 1.0) == []  # the listing lags the create
     assert step(memory, seen(CREATING), 2.0) == []
     assert step(memory, seen(READY), 3.0) == []

@@ -29,9 +29,8 @@ from typing import Any, TypeVar
 import pytest
 from helpers import REPO, TF_PYTHON, poll, start_tf_emulator
 
-from tpuops import jobs
+from tpuops import jobs, runs
 from tpuops.config import Settings, load_settings
-from tpuops.controller import memory as memories
 from tpuops.controller.drive import Finished, drive
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, spent
@@ -135,10 +134,11 @@ class World:
         return self.work / "home" / "store" / "runs" / run
 
     def status(self, run: str) -> dict[str, Any]:
-        return jobs.read_status(self.store, run) or {}
+        status = runs.read_status(self.store, run)
+        return status.model_dump(mode="json") if status else {}
 
-    def memory(self, run: str) -> memories.Memory:
-        return memories.load(self.store, run)[0]
+    def memory(self, run: str) -> runs.Memory:
+        return runs.load_memory(self.store, run)[0]
 
     def node(self, run: str) -> dict[str, Any] | None:
         """The emulator's view of the run's node (state, uid, pgid, preempting), None when there is none."""
@@ -218,7 +218,7 @@ class Driving:
     run: str
     result: Finished | None = None
     error: BaseException | None = None
-    statuses: list[dict[str, Any]] = field(default_factory=list)
+    statuses: list[runs.AgentStatus] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self._drive, name=f"drive-{self.run}", daemon=True)
@@ -257,7 +257,7 @@ class CheckpointWatch:
         assert self.newest[-1] == STEPS
 
 
-def kinds(memory: memories.Memory, *wanted: str) -> list[str]:
+def kinds(memory: runs.Memory, *wanted: str) -> list[str]:
     return [e["kind"] for e in memory.events if not wanted or e["kind"] in wanted]
 
 
@@ -269,7 +269,7 @@ def not_billed(world: World, run: str) -> bool:
 
 def ended_cleanly(world: World, run: str, finished: Finished) -> None:
     """Succeeded at the full step count, no node left, none still billed in the cost ledger."""
-    assert (finished.outcome, finished.status.get("step")) == ("succeeded", STEPS), finished
+    assert (finished.outcome, finished.status.step) == ("succeeded", STEPS), finished
     assert world.status(run)["exit_class"] == "succeeded"
     assert world.node(run) is None
     assert not_billed(world, run)
@@ -334,7 +334,7 @@ def test_a_controller_killed_after_its_create_leaves_no_duplicate_node(world: Wo
     creates = world.creates()
     report: PassReport = world.controller("dies").run_pass(only=run)
     assert report.acted == [(run, "create", A)]
-    world.store.delete(f"runs/{run}/control.json")  # as if the pass had died just before its last line
+    world.store.delete(runs.control_key(run))  # as if the pass had died just before its last line
     finished = drive(world.controller("fresh"), run, poll_s=0.1, on_status=lambda _status: None)
     ended_cleanly(world, run, finished)
     assert world.creates() - creates == 1
@@ -473,8 +473,9 @@ def test_a_run_out_of_budget_is_stopped_checkpoints_on_the_way_out_and_loses_its
     driving = Driving(world.controller("spender"), run)
     poll_driving(driving, lambda: world.status(run).get("phase") == "training" and world.status(run)["step"] >= 40,
                  "training past the first evaluation")
-    record = jobs.read_record(world.store, run)
-    world.store.write_bytes(f"runs/{run}/run.json", json.dumps({**record, "budget_usd": 1e-6}).encode())
+    record = runs.read_record(world.store, run)
+    lowered = record.model_copy(update={"budget_usd": 1e-6})
+    world.store.write_bytes(runs.record_key(run), lowered.model_dump_json().encode())
     finished = driving.wait()
     assert finished.outcome == "budget-exhausted" and finished.reason.startswith("spent $")
     assert world.node(run) is None

@@ -6,6 +6,13 @@ from __future__ import annotations
 from enum import Enum
 
 
+class ValueEnum(str, Enum):
+    """A str enum whose members print as their JSON value, in f-strings too (Python 3.11 changed that)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 class Provider(str, Enum):
     LOCAL = "local"
     GCP = "gcp"

@@ -1,4 +1,4 @@
-"""Node lifecycle: ``up``, ``down`` and ``status`` as targeted reconcile passes.
+"""The one node engine: create, adopt, observe and delete TPU VMs for ``up``, ``down``, ``status`` and the controller.
 
 Invariants:
 - Validation happens in ``plan_up`` before any API call.
@@ -6,6 +6,10 @@ Invariants:
   for, started, or replaced when preempted), never duplicated, whichever configured zone it
   is in. A failed or interrupted ``up`` deletes what it created: no orphan.
 - ``down`` of a missing node is success. ``status`` costs one ListNodes per zone and page.
+- One node engine: the reconcile controller creates through ``create`` and observes through
+  ``list_zones`` too, so creating-and-recording, listing-and-closing-intervals and the failure
+  classes exist once. A create whose operation ends UNAVAILABLE, INTERNAL or DEADLINE_EXCEEDED
+  is transient here as in the controller: asked again (the one retry policy) after cleaning up.
 - Every node we create is recorded in the ledger before we wait on it, so a killed
   process leaves a record; every observed state is appended there.
 """
@@ -17,16 +21,20 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
 from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
-from tpuops.kinds import Capacity
+from tpuops.kinds import Capacity, ValueEnum
 from tpuops.ledger import Ledger, Sighting
 from tpuops.render import StartupContext, render_startup_script
+from tpuops.retry import call_with_retry
 from tpuops.tpu import NodeInfo, NodeRequest, NodeState, TpuApi
 
 Progress = Callable[[str], None]
+Listing = dict[str, dict[str, NodeInfo]]
+"""Nodes by zone, then by name, as one pass of ListNodes saw them."""
 
 
 def _quiet(_: str) -> None:
@@ -52,11 +60,19 @@ class UpResult:
     stockouts: list[str] = field(default_factory=list)
 
 
+class Deleted(ValueEnum):
+    """What ``down`` did with one node."""
+
+    DELETED = "deleted"
+    NOT_FOUND = "not found"
+    REQUESTED = "requested"  # --no-wait: deletion asked for, not waited on
+
+
 @dataclass(frozen=True)
 class DownResult:
     name: str
     zone: str | None
-    outcome: str  # "deleted" | "not found" | "requested"
+    outcome: Deleted
 
 
 def plan_up(
@@ -68,6 +84,7 @@ def plan_up(
     zone: str | None = None,
     runtime: str | None = None,
     run_id: str | None = None,
+    sweep_id: str | None = None,
     job: list[str] | None = None,
     extra_metadata: dict[str, str] | None = None,
 ) -> UpPlan:
@@ -75,7 +92,7 @@ def plan_up(
     naming.check_node_name(name)
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
     runtime_version = accelerators.resolve_runtime_version(acc, runtime)
-    labels = naming.labels_for(run_id=run_id, user=settings.labels)
+    labels = naming.labels_for(run_id=run_id, sweep_id=sweep_id, user=settings.labels)
     zones = [check_zone(zone)] if zone else list(settings.zones)
     script = render_startup_script(StartupContext(
         node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
@@ -98,18 +115,28 @@ class Provisioner:
         self.settings = settings
         self.ledger = ledger
         self.progress = progress
+        self._last_seen: dict[tuple[str, str], tuple[str, NodeState]] = {}  # what observe last recorded
 
     # -- observation -------------------------------------------------------------------------
 
     def observe(self, *nodes: NodeInfo) -> None:
-        """Append what we saw of our nodes to the ledger (one transaction)."""
+        """Append what we saw of our nodes to the ledger (one transaction).
+
+        A node seen again in the state this engine last recorded for it is skipped: the ledger
+        keeps transitions only, so a listing of unchanged nodes costs no ledger work.
+        """
+        fresh = [n for n in nodes if n.managed and self._last_seen.get((n.zone, n.name)) != (n.uid, n.state)]
+        if not fresh:
+            return
         self.ledger.observe_nodes(
             Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
                      capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
                      run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY))
-            for n in nodes if n.managed)
+            for n in fresh)
+        self._last_seen.update(((n.zone, n.name), (n.uid, n.state)) for n in fresh)
 
     def _gone(self, zone: str, name: str) -> None:
+        self._last_seen.pop((zone, name), None)
         self.ledger.mark_deleted(self.settings.project, zone, name)
 
     def _watch(self, zone: str, name: str) -> Callable[[], None]:
@@ -130,18 +157,38 @@ class Provisioner:
                 zones.append(record.zone)
         return zones
 
+    def list_zones(self, zones: Iterable[str]) -> tuple[Listing, dict[str, TpuopsError]]:
+        """One ListNodes per zone and page, zones in parallel: the nodes by zone and name, and the zones that failed.
+
+        What was seen goes to the ledger, and the open ledger intervals of nodes that a listed
+        zone no longer shows are closed: they stopped costing (their dead-man's switch, a
+        preemption that made them vanish). A zone whose listing failed is no evidence either way.
+        """
+        zones = list(dict.fromkeys(zones))
+
+        def one(zone: str) -> tuple[str, list[NodeInfo] | TpuopsError]:
+            try:
+                return zone, self.api.list_nodes(zone)
+            except TpuopsError as err:
+                return zone, err
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(zones)))) as pool:
+            results = list(pool.map(one, zones))
+        listed = {zone: {n.name: n for n in found} for zone, found in results if not isinstance(found, TpuopsError)}
+        failed = {zone: found for zone, found in results if isinstance(found, TpuopsError)}
+        self.observe(*(n for nodes in listed.values() for n in nodes.values()))
+        for zone, nodes in listed.items():
+            for record in self.ledger.nodes(self.settings.project, zone, open_only=True):
+                if record.name not in nodes:
+                    self._gone(zone, record.name)
+        return listed, failed
+
     def status(self) -> list[NodeInfo]:
         """Every node in the zones in view: one ListNodes per zone and page, in parallel."""
-        zones = self.zones_in_view()
-        with ThreadPoolExecutor(max_workers=min(8, len(zones))) as pool:
-            per_zone = list(pool.map(self.api.list_nodes, zones))
-        nodes = [node for zone_nodes in per_zone for node in zone_nodes]
-        self.observe(*nodes)
-        seen = {(n.zone, n.name) for n in nodes}
-        for record in self.ledger.nodes(self.settings.project, open_only=True):
-            if (record.zone, record.name) not in seen:
-                self._gone(record.zone, record.name)
-        return sorted(nodes, key=lambda n: (n.zone, n.name))
+        listed, failed = self.list_zones(self.zones_in_view())
+        if failed:
+            raise next(iter(failed.values()))
+        return sorted((n for nodes in listed.values() for n in nodes.values()), key=lambda n: (n.zone, n.name))
 
     def locate(self, name: str, zones: Iterable[str] | None = None) -> list[NodeInfo]:
         """The nodes called ``name`` in ``zones`` (default: every zone in view)."""
@@ -165,7 +212,8 @@ class Provisioner:
         stockouts: list[str] = []
         for zone in plan.zones:
             try:
-                node = self._create_in(zone, request, wait=wait)
+                node = call_with_retry(lambda zone=zone: self._create_in(zone, request, wait=wait),
+                                       deadline_s=self.settings.api_deadline_s, on_retry=self._retrying(zone))
             except CapacityError:
                 stockouts.append(zone)
                 self.progress(f"no capacity for {request.accelerator} ({request.capacity.value}) in {zone}")
@@ -204,9 +252,7 @@ class Provisioner:
             self.progress(f"queueing {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
             operation = self.api.create_queued_resource(zone, request.name, request, valid_until_s=valid_for_s)
             self._await(zone, request.name, operation)
-            self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
-                                    request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
-                                    sweep_id=request.labels.get(naming.SWEEP_KEY))
+            self._record(zone, request)
         if not wait:
             return UpResult(node=self._placeholder(zone, request), adopted=queued is not None)
         deadline = time.monotonic() + self.settings.operation_timeout_s + (valid_for_s or 0)
@@ -252,16 +298,34 @@ class Provisioner:
             return node
         return self._wait_state(node.zone, node.name, {NodeState.READY})
 
+    def _record(self, zone: str, request: NodeRequest) -> None:
+        self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
+                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
+                                sweep_id=request.labels.get(naming.SWEEP_KEY))
+
+    def create(self, zone: str, request: NodeRequest) -> Any:
+        """Ask for the node in ``zone`` and record it in the ledger at once; returns the operation.
+
+        The ledger has the node before anyone waits on it, so a process killed now leaves a
+        record. ``AlreadyExists`` when the name is taken there.
+        """
+        operation = self.api.create_node(zone, request)
+        self._record(zone, request)
+        return operation
+
+    def _retrying(self, zone: str) -> Callable[[BaseException, float], None]:
+        def say(err: BaseException, wait_s: float) -> None:
+            self.progress(f"the create in {zone} failed transiently ({err}); asking again in {wait_s:.0f} s")
+
+        return say
+
     def _create_in(self, zone: str, request: NodeRequest, *, wait: bool) -> NodeInfo | None:
         """Create in one zone; None if the name turned out to exist there already."""
         self.progress(f"creating {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
         try:
-            operation = self.api.create_node(zone, request)
+            operation = self.create(zone, request)
         except AlreadyExists:
             return None
-        self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
-                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
-                                sweep_id=request.labels.get(naming.SWEEP_KEY))
         if not wait:
             return self.api.get_node(zone, request.name)
         try:
@@ -337,16 +401,16 @@ class Provisioner:
             for name in names:
                 naming.check_node_name(name)
             targets = [(n.zone, n.name) for name in names for n in self.locate(name)]
-        results = [DownResult(name, None, "not found") for name in names or []
+        results = [DownResult(name, None, Deleted.NOT_FOUND) for name in names or []
                    if name not in {t[1] for t in targets}]
         def delete(target: tuple[str, str]) -> DownResult:
             zone, name = target
             if not wait:
                 self.api.delete_node(zone, name)
-                return DownResult(name, zone, "requested")
+                return DownResult(name, zone, Deleted.REQUESTED)
             deleted = self._delete_and_wait(zone, name)
             self._delete_queued(zone, name)
-            return DownResult(name, zone, "deleted" if deleted else "not found")
+            return DownResult(name, zone, Deleted.DELETED if deleted else Deleted.NOT_FOUND)
 
         if targets:
             with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:

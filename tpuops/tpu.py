@@ -22,6 +22,7 @@ from typing import Any
 from tpuops.errors import (
     AlreadyExists,
     CapacityError,
+    CreateResult,
     InvalidRequest,
     NotFound,
     PermissionDenied,
@@ -156,6 +157,26 @@ def _node_info(node: Any) -> NodeInfo:
         state=NodeState(node.state.name), health=node.health.name if node.health else "",
         labels=dict(node.labels), create_time=create_time, uid=str(node.id or ""),
     )
+
+
+# google.rpc.Code values that an operation's error may carry, onto the taxonomy.
+_TRANSIENT_CODES = {4, 13, 14}  # DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE
+_PERMISSION_CODES = {7, 16}  # PERMISSION_DENIED, UNAUTHENTICATED
+
+
+def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsError:
+    """The taxonomy's class for an error that ended a long-running operation (a google.rpc.Code)."""
+    if code == 8:  # RESOURCE_EXHAUSTED inside an operation: a stockout, or a quota
+        return QuotaError(message) if "quota" in message.lower() else CapacityError(message, zone=zone)
+    if code in _TRANSIENT_CODES:
+        return TransientError(message)
+    if code in _PERMISSION_CODES:
+        return PermissionDenied(message)
+    if code == 5:
+        return NotFound(message)
+    if code == 6:
+        return AlreadyExists(message)
+    return InvalidRequest(message)
 
 
 def _translate(err: Exception, *, in_operation: bool = False, zone: str | None = None) -> TpuopsError:
@@ -351,21 +372,21 @@ class TpuApi:
         except Exception as err:
             raise _translate(err, in_operation=True, zone=zone) from err
 
-    def operation_result(self, zone: str, name: str) -> tuple[str, str]:
-        """Where a create operation stands, without blocking: (running | ok | capacity | failed, message).
+    def operation_result(self, zone: str, name: str) -> tuple[CreateResult, str]:
+        """Where a create operation stands, without blocking: its ``CreateResult`` and the error's message.
 
         The controller keeps the operation's name across passes and asks once per pass, so a
-        stockout is noticed without anyone waiting on the operation.
+        stockout is noticed without anyone waiting on the operation. An error inside the
+        operation is classified like the same error raised by a call: UNAVAILABLE, INTERNAL or
+        DEADLINE_EXCEEDED is transient (RETRY), RESOURCE_EXHAUSTED a stockout unless it names a quota.
         """
         operation = self._call("GetOperation", lambda: self.client.get_operation({"name": name}), zone=zone)
         if not operation.done:
-            return "running", ""
+            return CreateResult.RUNNING, ""
         if not operation.HasField("error") or operation.error.code == 0:
-            return "ok", ""
-        message = operation.error.message
-        if operation.error.code == 8 and "quota" not in message.lower():
-            return "capacity", message
-        return "failed", message
+            return CreateResult.OK, ""
+        error = operation_error(operation.error.code, operation.error.message, zone)
+        return CreateResult.of(error), operation.error.message
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         return sorted(self._pages("ListAcceleratorTypes", zone, self.client.list_accelerator_types,

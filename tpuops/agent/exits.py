@@ -1,4 +1,4 @@
-"""How an agent process ends: the one mapping of exit class to exit code.
+"""How an agent process goes and ends: its phases, and the one mapping of exit class to exit code.
 
 The control plane learns the outcome of a run from ``status.json`` (field ``exit_class``) and,
 when it watches the process itself, from the exit code. Both carry the same information:
@@ -18,6 +18,10 @@ preempted      143    SIGTERM or the metadata server's ``instance/preempted`` ar
 
 Python's own exit code for an uncaught exception is 1, so an agent that dies outside our
 handlers still reads as "crashed". 143 is the shell's code for SIGTERM (128 + 15).
+
+This module is shared with the control plane (``tpuops.runs`` reads ``status.json`` with these
+enums), so it imports TensorFlow only inside ``classify``, which only the agent calls. Both enums
+are ``str`` enums: a member equals the string ``status.json`` holds.
 """
 
 import enum
@@ -25,12 +29,30 @@ import traceback
 from pathlib import Path
 from typing import Iterable
 
-import tensorflow as tf
-
 TRACEBACK_LINES = 60
 
 
-class ExitClass(enum.Enum):
+class _Value(str, enum.Enum):
+    """A str enum whose members print as their JSON value, in f-strings too (Python 3.11 changed that)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Phase(_Value):
+    """What the agent is doing (``status.json`` field ``phase``); DONE exactly when an exit class is set."""
+
+    STARTING = "starting"
+    LOADING = "loading"
+    TRAINING = "training"
+    CHECKPOINTING = "checkpointing"
+    EVALUATING = "evaluating"
+    SAVING = "saving"
+    PREDICTING = "predicting"
+    DONE = "done"
+
+
+class ExitClass(_Value):
     """The four outcomes a run can have; the value is what ``status.json`` says."""
 
     SUCCEEDED = "succeeded"
@@ -41,6 +63,11 @@ class ExitClass(enum.Enum):
     @property
     def code(self) -> int:
         return _CODES[self]
+
+    @property
+    def final(self) -> bool:
+        """The run cannot go on after this exit (succeeded, user-error); the others are retried."""
+        return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR)
 
 
 _CODES = {
@@ -59,11 +86,6 @@ class PreemptedExit(Exception):
     """Raised by the loops after the preemption checkpoint is safe: unwinds to the exit path."""
 
 
-# Errors TensorFlow raises when the model and the data disagree (shapes, dtypes, bad records)
-# or the model does not fit the device: retrying the same spec fails the same way.
-_USER_TF_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.ResourceExhaustedError)
-
-
 def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
     """Decide whether ``exc`` is the user's fault (never retried) or a crash (retried).
 
@@ -71,9 +93,14 @@ def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
     model/data mismatch, or when any frame of its traceback lies in the user's code
     (``user_roots``: the experiments directory and the entry point module's directory).
     """
+    import tensorflow as tf
+
+    # Errors TensorFlow raises when the model and the data disagree (shapes, dtypes, bad records)
+    # or the model does not fit the device: retrying the same spec fails the same way.
+    user_tf_errors = (tf.errors.InvalidArgumentError, tf.errors.ResourceExhaustedError)
     if isinstance(exc, PreemptedExit):
         return ExitClass.PREEMPTED
-    if isinstance(exc, (UserError, *_USER_TF_ERRORS)):
+    if isinstance(exc, (UserError, *user_tf_errors)):
         return ExitClass.USER_ERROR
     roots = [root.resolve() for root in user_roots]
     for frame, _ in traceback.walk_tb(exc.__traceback__):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,8 @@ from tpuops.cli.common import err_console, load_settings, print_json, print_tabl
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
-    from tpuops.controller.reconcile import Controller
+    from tpuops.controller.reconcile import PassReport
+
 
 
 def register(app: typer.Typer) -> None:
@@ -22,14 +23,9 @@ def register(app: typer.Typer) -> None:
     app.command("events")(events)
 
 
-def _controller(ctx: typer.Context, quiet: bool) -> Controller:
-    from tpuops.controller.reconcile import Controller
-    from tpuops.session import connect, open_ledger, store
-
-    settings = load_settings(ctx)
+def _say(quiet: bool) -> Callable[[str], None]:
     console = err_console()
-    say = (lambda _text: None) if quiet else (lambda text: console.print(text, markup=False, soft_wrap=True))
-    return Controller(settings, store(settings), connect(settings), open_ledger(settings), progress=say)
+    return (lambda _text: None) if quiet else (lambda text: console.print(text, markup=False, soft_wrap=True))
 
 
 def reconcile(
@@ -37,11 +33,9 @@ def reconcile(
     as_json: bool = typer.Option(False, "--json", help="Print the pass as JSON."),
 ) -> None:
     """One reconcile pass over every run: recover, restart, finish, reap. Safe to run from cron."""
-    controller = _controller(ctx, as_json)
-    try:
-        report = controller.run_pass()
-    finally:
-        controller.release()
+    from tpuops import api
+
+    report = api.reconcile(load_settings(ctx), progress=_say(as_json))
     if as_json:
         print_json(report.__dict__)
     else:
@@ -60,22 +54,16 @@ def watch(
     passes: int = typer.Option(0, "--passes", min=0, help="Stop after this many passes (0: run until Ctrl-C)."),
 ) -> None:
     """Reconcile in a loop: every preempted run comes back, every finished run's node goes."""
-    controller = _controller(ctx, False)
-    done = 0
+    from tpuops import api
+
+    def shown(done: int, report: PassReport) -> None:
+        if report.acted or report.reaped:
+            err_console().print(f"pass {done}: {len(report.acted)} action(s), {len(report.reaped)} reaped")
+
     try:
-        while True:
-            started = time.monotonic()
-            report = controller.run_pass()
-            done += 1
-            if report.acted or report.reaped:
-                err_console().print(f"pass {done}: {len(report.acted)} action(s), {len(report.reaped)} reaped")
-            if passes and done >= passes:
-                return
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        api.watch(load_settings(ctx), interval_s=interval, passes=passes, progress=_say(False), on_pass=shown)
     except KeyboardInterrupt:
         err_console().print("stopped watching; runs go on, 'tpuops watch' again picks them up")
-    finally:
-        controller.release()
 
 
 def events(
@@ -84,13 +72,9 @@ def events(
     as_json: bool = typer.Option(False, "--json", help="Print events as JSON."),
 ) -> None:
     """Every decision the controller took for a run: creates, preemptions, restarts, the end."""
-    from tpuops.controller import memory as memories
-    from tpuops.jobs import read_record
-    from tpuops.session import store
+    from tpuops import api
 
-    root = store(load_settings(ctx))
-    read_record(root, run_id)
-    memory, _ = memories.load(root, run_id)
+    memory = api.events(load_settings(ctx), run_id)
     if as_json:
         print_json({"run_id": run_id, "phase": memory.phase, "outcome": memory.outcome, "attempts": memory.attempts,
                     "preemptions": memory.preemptions, "restarts": memory.crashes, "events": memory.events})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +23,11 @@ from tpuops.cli.common import (
 )
 from tpuops.cli.nodes import capacity_flag
 
+if TYPE_CHECKING:
+    from tpuops.api import Started
+    from tpuops.controller.drive import Finished
+    from tpuops.runs import AgentStatus
+
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
@@ -30,15 +36,13 @@ def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
 
 
-def _describe(status: dict[str, Any]) -> str:
-    if status.get("command") == "infer":
-        return f"{status.get('phase', '?')}: {status.get('metrics', {}).get('predicted', 0)} records predicted"
-    step, total = status.get("step", 0), status.get("total_steps") or "?"
-    rate = status.get("examples_per_sec")
-    speed = f", {rate:.0f} examples/s" if isinstance(rate, int | float) and rate else ""
-    ckpt = status.get("last_checkpoint_step")
-    saved = f", checkpoint @ {ckpt}" if ckpt is not None else ""
-    return f"{status.get('phase', '?')}: step {step}/{total}{speed}{saved}"
+def _describe(status: AgentStatus) -> str:
+    if status.command == "infer":
+        return f"{status.phase}: {status.metrics.get('predicted', 0)} records predicted"
+    rate = status.examples_per_sec
+    speed = f", {rate:.0f} examples/s" if rate else ""
+    saved = f", checkpoint @ {status.last_checkpoint_step}" if status.last_checkpoint_step is not None else ""
+    return f"{status.phase}: step {status.step}/{status.total_steps or '?'}{speed}{saved}"
 
 
 def train(
@@ -58,83 +62,54 @@ def train(
     as_json: bool = JSON,
 ) -> None:
     """Train on a TPU VM: upload data and code, create the node, recover preemptions, tear down."""
-    from tpuops import jobs
+    from tpuops import api
     from tpuops.errors import UsageError
-    from tpuops.session import store
 
     if (spec is None) == (resume is None):
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
     settings = load_settings(ctx)
-    root = store(settings)
-    if resume:
-        jobs.plan_resume(settings, root, resume)
-        if not dry_run:
-            _reopen(root, resume)
-        run_id = resume
-    else:
-        assert spec is not None
-        plan = jobs.plan_train(settings, spec, root, run_id=name, accelerator=accelerator,
-                               capacity=capacity_flag(spot, preemptible, on_demand), keep=keep, budget_usd=budget)
-        run_id = plan.run_id
-        if dry_run:
-            print_json({"run": plan.record, "spec": plan.spec, "bundle": {"sha256": plan.bundle.sha256,
-                        "files": list(plan.bundle.files)}, "node": plan.up.request.body() | {"metadata": "..."}})
-            return
-        from tpuops.session import open_ledger
-
-        jobs.refuse_over_budget(settings, open_ledger(settings), plan)
-        with progress(f"declaring run {run_id}", quiet=as_json) as show:
-            jobs.declare(plan, root, settings, show)
-    if dry_run:
-        print_json({"run": jobs.read_record(root, run_id)})
+    capacity = capacity_flag(spot, preemptible, on_demand)
+    if dry_run and resume:
+        print_json({"run": api.plan_resume(settings, resume).model_dump(mode="json", exclude={"node": {"metadata"}})})
         return
-    _drive(settings, root, run_id, follow_log=follow_log, detach=detach, as_json=as_json)
+    if dry_run:
+        assert spec is not None
+        _print_plan(api.plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                                   budget_usd=budget), bundle=True)
+        return
+
+    def call(say: Callable[[str], None], on_status: Callable[[AgentStatus], None]) -> Finished | Started:
+        on_log = say if follow_log else None
+        if resume:
+            return api.resume(settings, resume, detach=detach, progress=say, on_status=on_status, on_log=on_log)
+        assert spec is not None
+        return api.train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                         budget_usd=budget, detach=detach, progress=say, on_status=on_status, on_log=on_log)
+
+    _report(_drive(resume or name or str(spec), as_json, call), as_json)
 
 
-def _reopen(root: Any, run_id: str) -> None:
-    """Make a run that ended crashed, failed or out of budget active again (its checkpoints stay)."""
-    import time
-
-    from tpuops.controller import memory as memories
-
-    memory, generation = memories.load(root, run_id)
-    if memory.phase == "finished":
-        memory.phase, memory.outcome, memory.reason, memory.crashes = "active", None, None, 0
-        memory.event(time.time(), "reopened", "tpuops train --resume")
-        memories.save(root, run_id, memory, generation)
+def _print_plan(plan: Any, *, bundle: bool) -> None:
+    shown: dict[str, Any] = {"run": plan.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
+                             "spec": plan.spec_json(), "node": plan.up.request.body() | {"metadata": "..."}}
+    if bundle:
+        shown["bundle"] = {"sha256": plan.bundle.sha256, "files": list(plan.bundle.files)}
+    print_json(shown)
 
 
-def _drive(settings: Any, root: Any, run_id: str, *, follow_log: bool, detach: bool, as_json: bool) -> None:
-    """Be the controller of this run until it ends (or only start it, with ``detach``); report."""
-    from tpuops import jobs
-    from tpuops.controller.drive import drive
-    from tpuops.controller.reconcile import Controller
-    from tpuops.session import connect, open_ledger
-
+def _drive(what: str, as_json: bool,
+           call: Callable[[Callable[[str], None], Callable[[AgentStatus], None]], Finished | Started]
+           ) -> Finished | Started:
+    """Run one library call that drives a run, with a progress line for its status and its events printed."""
     console = err_console()
     say = (lambda _text: None) if as_json else _printer(console)
-    with progress(f"{run_id}: starting", quiet=as_json) as show:
-        controller = Controller(settings, root, connect(settings), open_ledger(settings), progress=say)
-        if detach:
-            try:
-                controller.run_pass(only=run_id)
-            finally:
-                controller.release()
-            if as_json:
-                print_json({"run_id": run_id, "detached": True})
-            else:
-                console.print(f"run {run_id} started; 'tpuops watch' (or cron 'tpuops reconcile') drives it, "
-                              f"'tpuops status' and 'tpuops logs {run_id} -f' show it")
-            return
+    with progress(f"{what}: starting", quiet=as_json) as show:
         try:
-            finished = drive(controller, run_id, poll_s=max(settings.poll_interval_s, 0.5),
-                             on_status=lambda s: show(f"{run_id} {_describe(s)}"),
-                             on_log=say if follow_log else None)
+            return call(say, lambda status: show(f"{status.run_id} {_describe(status)}"))
         except KeyboardInterrupt:
-            console.print(f"stopped watching {run_id}; it goes on. 'tpuops watch' recovers it if preempted, "
-                          f"'tpuops logs {run_id} -f' follows it")
+            console.print(f"stopped watching {what}; it goes on. 'tpuops watch' recovers it if preempted, "
+                          f"'tpuops logs RUN -f' follows it")
             raise typer.Exit(130) from None
-    _report(finished, jobs.read_record(root, run_id), as_json)
 
 
 def infer(
@@ -155,38 +130,38 @@ def infer(
     as_json: bool = JSON,
 ) -> None:
     """Batch prediction (XLA-compiled) over TFRecords on a TPU VM; sharded outputs and a manifest."""
-    from tpuops import jobs
-    from tpuops.session import store
+    from tpuops import api
 
     settings = load_settings(ctx)
-    root = store(settings)
-    plan = jobs.plan_infer(settings, spec, root, checkpoint=checkpoint, inputs=inputs, output=output,
-                           run_id=name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
-                           num_shards=shards, batch_size=batch_size, keep=keep)
+    options = {"checkpoint": checkpoint, "inputs": inputs, "output": output, "name": name, "accelerator": accelerator,
+               "capacity": capacity_flag(spot, preemptible, on_demand), "num_shards": shards,
+               "batch_size": batch_size, "keep": keep}
     if dry_run:
-        print_json({"run": plan.record, "spec": plan.spec, "node": plan.up.request.body() | {"metadata": "..."}})
+        _print_plan(api.plan_infer(settings, spec, **options), bundle=False)  # type: ignore[arg-type]
         return
-    with progress(f"declaring run {plan.run_id}", quiet=as_json) as show:
-        jobs.declare(plan, root, settings, show)
-    _drive(settings, root, plan.run_id, follow_log=False, detach=False, as_json=as_json)
+    _report(_drive(name or str(spec), as_json, lambda say, on_status: api.infer(
+        settings, spec, progress=say, on_status=on_status, **options)), as_json)  # type: ignore[arg-type]
 
 
 def _printer(console: Any) -> Any:
     return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _report(finished: Any, record: dict[str, Any], as_json: bool) -> None:
-    status = finished.status or {}
-    metrics = status.get("metrics", {})
-    target = record.get("target")
-    met = None
-    if target and finished.outcome == "succeeded":
-        value = metrics.get("eval", {}).get(target["metric"])
-        met = value is not None and (target.get("at_least") is None or value >= target["at_least"]) and (
-            target.get("at_most") is None or value <= target["at_most"])
-    memory = finished.memory
+def _report(finished: Finished | Started, as_json: bool) -> None:
+    from tpuops.api import Started
+
+    if isinstance(finished, Started):
+        if as_json:
+            print_json({"run_id": finished.run_id, "detached": True})
+        else:
+            err_console().print(f"run {finished.run_id} started; 'tpuops watch' (or cron 'tpuops reconcile') "
+                                f"drives it, 'tpuops status' and 'tpuops logs {finished.run_id} -f' show it")
+        return
+    status, memory = finished.status, finished.memory
+    metrics = status.metrics
+    met = finished.target_met()
     if as_json:
-        print_json({"run_id": finished.run_id, "exit_class": finished.outcome, "step": status.get("step"),
+        print_json({"run_id": finished.run_id, "exit_class": finished.outcome.value, "step": status.step,
                     "metrics": metrics, "seconds": round(finished.seconds, 1), "target_met": met,
                     "message": finished.reason, "attempts": memory.attempts, "preemptions": memory.preemptions,
                     "restarts": memory.crashes})
@@ -196,11 +171,11 @@ def _report(finished: Any, record: dict[str, Any], as_json: bool) -> None:
                           for name, value in metrics.get(split, {}).items() if name != "step")
         if "predicted" in metrics:
             shown = f"{metrics['predicted']} records predicted (manifest.json written last)"
-        console.print(f"{finished.run_id}: {finished.outcome} at step {status.get('step', 0)} after "
+        console.print(f"{finished.run_id}: {finished.outcome} at step {status.step} after "
                       f"{finished.seconds:.0f} s, {memory.attempts} node(s), {memory.preemptions} preemption(s)"
                       + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
-        if met is not None:
-            console.print(f"target {target['metric']} {'met' if met else 'NOT met'}")
+        if met is not None and finished.record.target:
+            console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
     if finished.outcome != "succeeded":
         from tpuops.errors import UserJobError
 
@@ -212,40 +187,26 @@ def logs(
     run_id: str = typer.Argument(..., help="Run name."),
     follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends."),
 ) -> None:
-    """Print a run's log (the agent's, shipped to the store in chunks)."""
-    import time
+    """Print a run's log (the agent's, shipped to the store in chunks); -f follows it across preemptions."""
+    from tpuops import api
 
-    from tpuops import jobs
-    from tpuops.session import store
-
-    settings = load_settings(ctx)
-    root = store(settings)
-    jobs.read_record(root, run_id)
-    tail = jobs.LogTail(root, run_id)
-    while True:
-        for line in tail.new_lines():
-            typer.echo(line)
-        status = jobs.read_status(root, run_id) or {}
-        if not follow_log or status.get("exit_class") in jobs.TERMINAL:
-            for line in tail.new_lines():
-                typer.echo(line)
-            return
-        time.sleep(max(settings.poll_interval_s, 0.5))
+    for line in api.logs(load_settings(ctx), run_id, follow=follow_log):
+        typer.echo(line)
 
 
 def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print runs as JSON.")) -> None:
     """List runs in the store with phase, step and outcome."""
-    from tpuops import jobs
-    from tpuops.session import store
+    from tpuops import api
 
-    found = jobs.list_runs(store(load_settings(ctx)))
+    found = api.list_runs(load_settings(ctx))
     if as_json:
-        print_json({"runs": found})
+        print_json({"runs": [run.to_json() for run in found]})
         return
     print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy"),
-                [(r["run_id"], r.get("experiment"), r.get("accelerator"), r.get("capacity"), r["phase"],
-                  f"{r['step']}/{r.get('total_steps') or '?'}", r.get("exit_class") or "",
-                  _percent(r.get("metrics", {}).get("eval", {}).get("accuracy"))) for r in found])
+                [(r.run_id, r.record.experiment, r.record.node.accelerator, r.record.node.capacity.value, r.phase,
+                  f"{r.status.step if r.status else 0}/{(r.status.total_steps if r.status else None) or '?'}",
+                  str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None))
+                 for r in found])
 
 
 def _percent(value: float | None) -> str:

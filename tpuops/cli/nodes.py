@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,6 +22,9 @@ from tpuops.cli.common import (
     progress,
 )
 from tpuops.kinds import Capacity
+
+if TYPE_CHECKING:
+    from tpuops.provision import UpResult
 
 
 def register(app: typer.Typer) -> None:
@@ -53,33 +57,36 @@ def up(
     as_json: bool = JSON,
 ) -> None:
     """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
+    from tpuops import api
     from tpuops.provision import plan_up
-    from tpuops.session import provisioner
 
     settings = load_settings(ctx)
-    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity_flag(spot, preemptible, on_demand),
-                   zone=zone, runtime=runtime)
-    if dry_run and queued:
+    capacity = capacity_flag(spot, preemptible, on_demand)
+    if not dry_run:
+        with progress(f"creating {name}", quiet=as_json) as show:
+            result = api.up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime,
+                            wait=not no_wait, queued=queued, valid_for_s=valid_for, progress=show)
+        _report_up(result, as_json)
+        return
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+    if queued:
         from tpuops.tpu import TpuApi
 
         print_json({"zone": plan.zones[0], "queued_resource_id": name,
                     "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for)})
         return
-    if dry_run:
-        body = plan.request.body()
-        if as_json:
-            print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
-            return
-        shown = {**body, "metadata": {**body["metadata"], "startup-script": "<below>"}}
-        typer.echo(f"# CreateNode {plan.request.name} in {', '.join(plan.zones)} (first that has capacity)")
-        typer.echo(json.dumps(shown, indent=2))
-        typer.echo("# startup-script")
-        typer.echo(plan.startup_script, nl=False)
+    body = plan.request.body()
+    if as_json:
+        print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
         return
-    with progress(f"creating {name}", quiet=as_json) as show:
-        nodes = provisioner(settings, show)
-        result = (nodes.up_queued(plan, valid_for_s=valid_for, wait=not no_wait) if queued
-                  else nodes.up(plan, wait=not no_wait))
+    shown = {**body, "metadata": {**body["metadata"], "startup-script": "<below>"}}
+    typer.echo(f"# CreateNode {plan.request.name} in {', '.join(plan.zones)} (first that has capacity)")
+    typer.echo(json.dumps(shown, indent=2))
+    typer.echo("# startup-script")
+    typer.echo(plan.startup_script, nl=False)
+
+
+def _report_up(result: UpResult, as_json: bool) -> None:
     node = result.node
     if as_json:
         print_json({**node.to_json(), "adopted": result.adopted, "stockouts": result.stockouts})
@@ -94,14 +101,13 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print nodes and active runs as JSON."),
 ) -> None:
     """Nodes in the configured zones (state, health, capacity, age) and the runs still going."""
-    from tpuops.jobs import list_runs
-    from tpuops.session import provisioner, store
+    from tpuops import api
 
     settings = load_settings(ctx)
-    nodes = provisioner(settings).status()
-    active = [r for r in list_runs(store(settings)) if not r.get("exit_class")]
+    overview = api.status(settings)
+    nodes, active = overview.nodes, overview.runs
     if as_json:
-        print_json({"nodes": [n.to_json() for n in nodes], "runs": active})
+        print_json({"nodes": [n.to_json() for n in nodes], "runs": [r.to_json() for r in active]})
         return
     if nodes:
         rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
@@ -111,10 +117,10 @@ def status(
     else:
         err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
     if active:
+        rows = [r.to_json() for r in active]
         print_table("active runs", ("run", "phase", "step", "examples/s", "last checkpoint", "heartbeat"),
-                    [(r["run_id"], r["phase"], f"{r['step']}/{r.get('total_steps') or '?'}",
-                      r.get("examples_per_sec") or "", r.get("last_checkpoint_step") or "", r.get("heartbeat") or "")
-                     for r in active])
+                    [(r["run_id"], r["phase"], f"{r['step']}/{r['total_steps'] or '?'}", r["examples_per_sec"] or "",
+                      r["last_checkpoint_step"] or "", r["heartbeat"] or "") for r in rows])
 
 
 def down(
@@ -127,15 +133,11 @@ def down(
     as_json: bool = JSON,
 ) -> None:
     """Delete nodes and wait until they are gone; deleting a missing node is fine."""
+    from tpuops import api
     from tpuops.errors import UsageError
-    from tpuops.session import provisioner
 
     if orphans:
-        from tpuops.controller.reconcile import Controller
-        from tpuops.session import connect, open_ledger, store
-
-        settings = load_settings(ctx)
-        reaped = Controller(settings, store(settings), connect(settings), open_ledger(settings)).reap_orphans_now()
+        reaped = api.reap_orphans(load_settings(ctx))
         if as_json:
             print_json({"reaped": reaped})
         else:
@@ -148,8 +150,7 @@ def down(
             f"delete every tpuops node in {settings.project} ({', '.join(settings.zones)})?"):
         raise typer.Abort()
     with progress("deleting", quiet=as_json) as show:
-        results = provisioner(settings, show).down(
-            None if all_nodes else list(names or []), wait=not no_wait)
+        results = api.down(settings, None if all_nodes else list(names or []), wait=not no_wait, progress=show)
     if as_json:
         print_json({"results": [r.__dict__ for r in results]})
         return

@@ -1,7 +1,8 @@
 """The reconcile controller (docs/design.md, "Control flow: declare, then reconcile").
 
-``memory`` is what the controller remembers of each run (in the store, so any controller can
-pick it up), ``decide`` turns one run's desired and observed state into actions without any
-I/O, ``lease`` keeps two controllers off the same run, and ``reconcile`` runs a pass: read,
-decide, apply. A pass may be killed at any line; the next one finishes the job.
+What the controller remembers of each run is ``tpuops.runs.Memory`` (in the store, so any
+controller can pick it up); ``decide`` turns one run's desired and observed state into actions
+without any I/O, ``lease`` keeps two controllers off the same run, ``reconcile`` runs a pass (read,
+decide, apply) and ``drive`` runs passes for one run until it ends. A pass may be killed at any
+line; the next one finishes the job.
 """

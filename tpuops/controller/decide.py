@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpuops.controller.memory import Memory
 from tpuops.cost import format_usd
+from tpuops.errors import CreateResult
+from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunPhase
 from tpuops.tpu import NodeState
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
@@ -50,8 +51,8 @@ class Observed:
     listed: bool
     node_state: NodeState | None = None
     node_zone: str | None = None
-    status: dict | None = None
-    create_result: str | None = None  # None (no create in flight) | running | ok | capacity | failed | retry
+    status: AgentStatus | None = None
+    create_result: CreateResult | None = None  # None: no create in flight
     create_message: str = ""
     spent_usd: float | None = None
     budget_usd: float | None = None
@@ -68,8 +69,8 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
 
 
-def _finish(memory: Memory, now: float, outcome: str, reason: str) -> None:
-    memory.phase, memory.outcome, memory.reason = "finished", outcome, reason
+def _finish(memory: Memory, now: float, outcome: Outcome, reason: str) -> None:
+    memory.phase, memory.outcome, memory.reason = RunPhase.FINISHED, outcome, reason
     memory.pending_create = None
     memory.deleting = True  # a run reopened later (train --resume) gets its node back at once
     memory.event(now, "finished", f"{outcome}: {reason}")
@@ -95,7 +96,7 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     memory.deleting = False
     memory.ready_since = None
     memory.missing_passes = 0
-    memory.pending_create = {"zone": zone, "at": now}
+    memory.pending_create = PendingCreate(zone=zone, at=now)
     memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
     decision.actions.append(Action("create", zone))
 
@@ -107,7 +108,7 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
     if kind == "hang":
         memory.hangs += 1
     if memory.crashes > policy.max_crashes:
-        _finish(memory, now, "crashed", f"{message}; gave up after {policy.max_crashes} restarts")
+        _finish(memory, now, Outcome.CRASHED, f"{message}; gave up after {policy.max_crashes} restarts")
     else:
         memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
     # The node may be gone already (its dead-man's switch deletes it when the job ends): either
@@ -119,23 +120,22 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
 
 def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decision, policy: Policy) -> bool:
     """Act on an exit the agent reported that we have not handled yet; True if it decided the pass."""
-    status = observed.status or {}
-    attempt = int(status.get("attempt") or 0)
-    exit_class = status.get("exit_class")
-    if not exit_class or attempt <= memory.handled_agent_attempt:
+    status = observed.status
+    if status is None or status.exit_class is None or status.attempt <= memory.handled_agent_attempt:
         return False
-    memory.handled_agent_attempt = attempt
-    message = status.get("message") or exit_class
-    if exit_class in ("succeeded", "user-error"):
-        _finish(memory, now, exit_class, message if exit_class == "user-error" else f"step {status.get('step')}")
+    memory.handled_agent_attempt = status.attempt
+    message = status.message or str(status.exit_class)
+    if status.final:
+        user_error = status.exit_class == ExitClass.USER_ERROR
+        _finish(memory, now, Outcome.of_exit(status.exit_class), message if user_error else f"step {status.step}")
         if observed.node_zone and observed.node_state is not None and not policy.keep_node:
             decision.actions.append(Action("delete", observed.node_zone))
         return True
-    if exit_class == "crashed":
-        _restart(memory, observed, now, "crash", f"agent crashed at step {status.get('step')}: {message}",
+    if status.exit_class == ExitClass.CRASHED:
+        _restart(memory, observed, now, "crash", f"agent crashed at step {status.step}: {message}",
                  decision, policy)
         return True
-    memory.event(now, "notice", f"agent checkpointed at step {status.get('last_checkpoint_step')} on a "
+    memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on a "
                                 "preemption notice")
     return False
 
@@ -143,14 +143,14 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
 def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:
     """Update ``memory`` in place for this pass and say what to do."""
     decision = Decision()
-    if memory.phase == "finished":
-        keep = policy.keep_node and memory.outcome != "budget-exhausted"
+    if memory.finished:
+        keep = policy.keep_node and memory.outcome != Outcome.BUDGET_EXHAUSTED
         if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
             decision.actions.append(Action("delete", observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
             observed.spent_usd >= observed.budget_usd:
-        _finish(memory, now, "budget-exhausted",
+        _finish(memory, now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action("delete", observed.node_zone))
@@ -190,18 +190,18 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
 def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
     pending = memory.pending_create
     if pending is not None:
-        if observed.create_result == "capacity":
-            zone = pending["zone"]
-            memory.blocked_zones[zone] = now + policy.stockout_backoff_s
+        result = observed.create_result
+        if result == CreateResult.CAPACITY:
+            memory.blocked_zones[pending.zone] = now + policy.stockout_backoff_s
             memory.pending_create = None
-            memory.event(now, "stockout", f"no capacity in {zone}: {observed.create_message}")
+            memory.event(now, "stockout", f"no capacity in {pending.zone}: {observed.create_message}")
             _create(memory, policy, now, "failover after a stockout", decision)
-        elif observed.create_result == "failed":
-            _finish(memory, now, "failed", f"the create request failed: {observed.create_message}")
-        elif observed.create_result == "retry":
+        elif result == CreateResult.FAILED:
+            _finish(memory, now, Outcome.FAILED, f"the create request failed: {observed.create_message}")
+        elif result == CreateResult.RETRY:
             memory.pending_create = None
             _create(memory, policy, now, f"retrying a failed create request ({observed.create_message})", decision)
-        elif observed.create_result in (None, "ok"):
+        elif result in (None, CreateResult.OK):
             memory.pending_create = None
             memory.missing_passes += 1
         return
@@ -226,10 +226,10 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         memory.ready_since = now
         memory.progress_at, memory.progress_step = now, -1
         memory.event(now, "ready", f"node READY in {observed.node_zone}")
-    status = observed.status or {}
-    attempt = int(status.get("attempt") or 0)
-    live = attempt > memory.handled_agent_attempt and not status.get("exit_class")
-    step = int(status.get("step") or 0)
+    status = observed.status
+    live = status is not None and status.attempt > memory.handled_agent_attempt and status.exit_class is None
+    step = status.step if status is not None else 0
+    attempt = status.attempt if status is not None else 0
     if live and (attempt, step) > (memory.progress_attempt, memory.progress_step):
         memory.progress_attempt, memory.progress_step, memory.progress_at = attempt, step, now
     if not live and now - memory.ready_since > policy.boot_timeout_s:

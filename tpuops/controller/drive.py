@@ -9,21 +9,32 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from tpuops.controller import memory as memories
+from tpuops import runs
 from tpuops.controller.reconcile import Controller
-from tpuops.jobs import LogTail, read_record, read_status
+from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
 
 
 @dataclass
 class Finished:
+    """How a driven run ended: the controller's outcome and why, the agent's last status, the memory."""
+
     run_id: str
-    outcome: str
+    outcome: Outcome
     reason: str
-    status: dict[str, Any]
-    memory: memories.Memory
+    status: AgentStatus
+    memory: Memory
     seconds: float
+    record: RunRecord
+
+    def target_met(self) -> bool | None:
+        """Whether a succeeded training run reached its experiment's target (None: no target or no success)."""
+        target = self.record.target
+        if not target or self.outcome is not Outcome.SUCCEEDED:
+            return None
+        value = self.status.eval_metric(target["metric"])
+        return value is not None and (target.get("at_least") is None or value >= target["at_least"]) and (
+            target.get("at_most") is None or value <= target["at_most"])
 
 
 def drive(
@@ -31,32 +42,31 @@ def drive(
     run_id: str,
     *,
     poll_s: float,
-    on_status: Callable[[dict[str, Any]], None],
+    on_status: Callable[[AgentStatus], None],
     on_log: Callable[[str], None] | None = None,
 ) -> Finished:
     """Run passes for ``run_id`` until its memory says finished (whatever the number of preemptions)."""
     started = time.monotonic()
-    record = read_record(controller.store, run_id)
-    keep = bool(record.get("keep"))
-    tail = LogTail(controller.store, run_id) if on_log else None
+    record = runs.read_record(controller.store, run_id)
+    tail = runs.LogTail(controller.store, run_id) if on_log else None
     try:
         while True:
             controller.run_pass(only=run_id)
-            status = read_status(controller.store, run_id) or {}
-            if status:
+            status = runs.read_status(controller.store, run_id)
+            if status is not None:
                 on_status(status)
             if tail is not None and on_log is not None:
                 for line in tail.new_lines():
                     on_log(line)
-            memory, _ = memories.load(controller.store, run_id)
-            if memory.phase == "finished" and (keep or not _node_left(controller, record["node"], memory)):
-                return Finished(run_id, memory.outcome or "", memory.reason or "", status, memory,
-                                time.monotonic() - started)
+            memory, _ = runs.load_memory(controller.store, run_id)
+            if memory.finished and (record.keep or not _node_left(controller, record.node_name, memory)):
+                return Finished(run_id, Outcome(memory.outcome or Outcome.FAILED), memory.reason or "",
+                                status or AgentStatus(), memory, time.monotonic() - started, record)
             time.sleep(poll_s)
     finally:
         controller.release()  # 'tpuops watch' may take over at once (after Ctrl-C too)
 
 
-def _node_left(controller: Controller, node: str, memory: memories.Memory) -> bool:
+def _node_left(controller: Controller, node: str, memory: Memory) -> bool:
     """Whether the finished run's node still exists (its deletion is still going on)."""
     return memory.zone is not None and controller.api.find_node(memory.zone, node) is not None

@@ -2,6 +2,13 @@
 
 A lease is ``leases/<name>`` holding ``{"holder", "expires"}``, taken and renewed with a
 compare-and-swap on the object's generation, so two controllers racing for it cannot both win.
+
+A holder remembers the leases it holds (generation and expiry): while one has more than half its
+TTL left it is known to be ours without asking the store (nobody may take a live lease), and it
+is renewed with one compare-and-swap on the generation we wrote. So a controller that keeps its
+runs pays a store round trip per run once per half TTL, not on every pass. A ``tenure`` counts
+the times a lease had to be taken rather than renewed: what a holder cached about the run while
+it held the lease is only good for the same tenure.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 
 from tpuops.errors import NotFound, PreconditionFailed
 from tpuops.store import Store
@@ -20,6 +28,13 @@ def new_holder_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass
+class _Held:
+    generation: int
+    expires: float
+    tenure: int
+
+
 class Leases:
     """Take, renew and drop leases for one holder."""
 
@@ -27,10 +42,17 @@ class Leases:
         self.store = store
         self.holder = holder
         self.ttl_s = ttl_s
+        self._held: dict[str, _Held] = {}
+        self._tenures = 0
 
     def acquire(self, name: str, now: float | None = None) -> bool:
         """Take or renew the lease on ``name``; False when another live holder has it."""
         now = time.time() if now is None else now
+        held = self._held.get(name)
+        if held is not None and held.expires - now > self.ttl_s / 2:
+            return True  # ours for a while yet: a round trip per pass per run would be the pass's main cost
+        if held is not None and held.expires > now and self._write(name, held.generation, now, held.tenure):
+            return True
         key = f"leases/{name}"
         try:
             data, generation = self.store.read_versioned(key)
@@ -39,18 +61,31 @@ class Leases:
             generation, current = 0, None
         expires = float(current.get("expires", 0)) if current else 0.0
         if current and current.get("holder") != self.holder and expires > now:
+            self._held.pop(name, None)
             return False
-        if current and current.get("holder") == self.holder and expires - now > self.ttl_s / 2:
-            return True  # ours for a while yet: a write per pass per run would be the pass's main cost
+        ours = bool(current and current.get("holder") == self.holder and expires > now and held is not None)
+        if not ours:
+            self._tenures += 1
+        return self._write(name, generation, now, held.tenure if ours and held else self._tenures)
+
+    def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()
         try:
-            self.store.write_if_generation_match(key, body, generation)
+            written = self.store.write_if_generation_match(f"leases/{name}", body, generation)
         except PreconditionFailed:
+            self._held.pop(name, None)
             return False
+        self._held[name] = _Held(written, now + self.ttl_s, tenure)
         return True
+
+    def tenure(self, name: str) -> int | None:
+        """Which uninterrupted holding of ``name`` this is (None: not held)."""
+        held = self._held.get(name)
+        return held.tenure if held is not None else None
 
     def release(self, name: str) -> None:
         """Drop the lease if we hold it (so a successor need not wait for it to expire)."""
+        self._held.pop(name, None)
         key = f"leases/{name}"
         try:
             data, generation = self.store.read_versioned(key)

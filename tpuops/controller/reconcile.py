@@ -1,12 +1,32 @@
 """One reconcile pass: read desired and actual state, decide per run, apply, remember.
 
-Cost of a pass: one ListNodes per zone (and page) whatever the number of runs, plus one call
-per action and one GetOperation per create still in flight. Store reads per run: its record,
-its memory, its status and its lease.
+Desired state is the runs the store indexes as unfinished (``tpuops.runs``, ``index/active/``):
+a pass never lists a run's history, so its cost grows with the runs still going. Actual state is
+one ListNodes per zone (and page) whatever the number of runs, through the one node engine
+(``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
+action and one GetOperation per create still in flight. Every node is created through
+``Provisioner.create`` (the ledger has it before anyone waits), from the request frozen in the
+run's record: tpuops.toml changes never change a declared run's node.
+
+What a long-lived controller (``watch``) does not read again, so that a steady pass costs one
+listing of the index and the node listings, not a round trip per run:
+
+- a run's record: written once, read once per controller (a targeted pass reads it afresh);
+- its memory: only this lease holder writes it, so the copy it read or wrote is current for as
+  long as it keeps the lease (same tenure) and the run's index marker is unchanged (``reopen``
+  and ``declare`` rewrite it);
+- the agent's status: re-read when the node is not READY, its state changed, no agent status was
+  seen yet, in a targeted pass, and otherwise at most every ``status_refresh_s`` (default
+  ``min(hang_after_s, boot_timeout_s) / 12``, spread over passes per run). An agent that ends
+  lets its node delete itself (the node's state changes), so only hang detection and a kept
+  node's end wait for the refresh.
+
+The reads a pass does need (first passes, changed runs) go through a thread pool.
 
 Safe to kill at any line: nodes are named after their run, so a create repeated after a crash
 meets ALREADY_EXISTS and adopts; memory is written with compare-and-swap after the actions,
-so a pass that died before writing it is simply redone from what the cloud shows.
+so a pass that died before writing it is simply redone from what the cloud shows. A run is taken
+out of the index only once its memory says finished and its node is gone.
 
 Two controllers: a run is acted on only under its lease, and only when its memory is still the
 one read before this pass listed the nodes; otherwise another controller acted since, our
@@ -15,31 +35,22 @@ listing may predate that, and the run waits for the next pass.
 
 from __future__ import annotations
 
-import json
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from tpuops import naming
+from tpuops import runs
 from tpuops.config import Settings
-from tpuops.controller import memory as memories
 from tpuops.controller.decide import Action, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
-from tpuops.errors import (
-    AlreadyExists,
-    CapacityError,
-    NotFound,
-    PreconditionFailed,
-    Timeout,
-    TpuopsError,
-    TransientError,
-)
-from tpuops.jobs import node_request, read_status
+from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError
 from tpuops.ledger import Ledger
-from tpuops.provision import Provisioner
+from tpuops.naming import RUN_KEY
+from tpuops.provision import Listing, Provisioner
+from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
-from tpuops.tpu import NodeInfo, TpuApi
+from tpuops.tpu import NodeInfo, NodeState, TpuApi
 
 
 @dataclass
@@ -54,19 +65,46 @@ class PassReport:
     finished: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class _Run:
+    """What a pass read of one run before it listed the nodes."""
+
+    record: RunRecord
+    memory: Memory
+    generation: int
+
+
+@dataclass
+class _Seen:
+    """The controller's copies of one run's memory and status, and what they are good for."""
+
+    marker: int  # the index marker's generation when the memory was read
+    tenure: int | None  # the lease tenure it was read under (None: read without the lease)
+    memory: bytes
+    generation: int
+    status: AgentStatus | None = None
+    status_state: NodeState | None = None
+    status_due: float = 0.0  # monotonic time after which the status is read again
+
+
 class Controller:
     """Reconciles the runs of one store against one project's nodes."""
 
     def __init__(self, settings: Settings, store: Store, api: TpuApi, ledger: Ledger, *,
-                 holder: str | None = None, progress: Callable[[str], None] | None = None) -> None:
+                 holder: str | None = None, progress: Callable[[str], None] | None = None,
+                 status_refresh_s: float | None = None) -> None:
         self.settings = settings
         self.store = store
         self.api = api
         self.ledger = ledger
-        self.provisioner = Provisioner(api, settings, ledger)
+        self.nodes = Provisioner(api, settings, ledger)
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = progress or (lambda _text: None)
         self._held: set[str] = set()
+        self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
+        self._seen: dict[str, _Seen] = {}
+        self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
+                                 if status_refresh_s is None else status_refresh_s)
 
     def release(self) -> None:
         """Drop the leases this controller took, so that the next controller need not wait for them to expire.
@@ -78,121 +116,147 @@ class Controller:
             self.leases.release(run_id)
         self._held.clear()
 
-    def policy(self, record: dict[str, Any]) -> Policy:
+    def policy(self, record: RunRecord) -> Policy:
         s = self.settings
-        return Policy(zones=tuple(record.get("zones") or s.zones), max_crashes=s.max_restarts,
-                      hang_after_s=s.hang_after_s, boot_timeout_s=s.boot_timeout_s,
-                      stockout_backoff_s=s.stockout_backoff_s, keep_node=bool(record.get("keep")))
+        return Policy(zones=tuple(record.zones), max_crashes=s.max_restarts, hang_after_s=s.hang_after_s,
+                      boot_timeout_s=s.boot_timeout_s, stockout_backoff_s=s.stockout_backoff_s,
+                      keep_node=record.keep)
 
-    def _records(self, only: str | None) -> dict[str, dict[str, Any]]:
-        if only is not None:
-            return {only: json.loads(self.store.read_bytes(f"runs/{only}/run.json"))}
-        records = {}
-        for obj in self.store.list("runs/"):
-            parts = obj.key.split("/")
-            if len(parts) == 3 and parts[2] == "run.json":
-                records[parts[1]] = json.loads(self.store.read_bytes(obj.key))
-        return records
+    def _record(self, run_id: str, fresh: bool) -> RunRecord:
+        if fresh or run_id not in self._records:
+            self._records[run_id] = runs.read_record(self.store, run_id)
+        return self._records[run_id]
 
-    def _listing(self, zones: list[str], report: PassReport) -> dict[str, dict[str, NodeInfo]]:
-        listed: dict[str, dict[str, NodeInfo]] = {}
-        for zone in zones:
-            try:
-                listed[zone] = {n.name: n for n in self.api.list_nodes(zone)}
-            except TpuopsError as err:
-                report.unlisted_zones.append(zone)
-                self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
-        self.provisioner.observe(*(n for nodes in listed.values() for n in nodes.values()))
-        self._close_unlisted(listed)
-        return listed
+    def _read(self, run_id: str, marker: int | None) -> _Run | None:
+        """Record and memory of a run, from this controller's copies when they are still good."""
+        fresh = marker is None
+        try:
+            record = self._record(run_id, fresh)
+        except TpuopsError as err:
+            if runs.run_exists(self.store, run_id):
+                raise
+            self.progress(f"{run_id}: indexed but its record is gone ({err}); dropping it from the index")
+            runs.drop_active(self.store, run_id)
+            return None
+        seen = self._seen.get(run_id)
+        if (not fresh and seen is not None and seen.marker == marker and seen.tenure is not None
+                and seen.tenure == self.leases.tenure(run_id)):
+            return _Run(record, Memory.model_validate_json(seen.memory), seen.generation)
+        memory, generation = runs.load_memory(self.store, run_id)
+        self._remember(run_id, memory, generation, marker, None)
+        return _Run(record, memory, generation)
 
-    def _close_unlisted(self, listed: dict[str, dict[str, NodeInfo]]) -> None:
-        """End, in the ledger, the nodes a zone's listing no longer shows: they stopped costing.
-
-        Without this a node that went between two passes (its dead-man's switch, a vanished
-        preemption) would stay READY in the ledger and be billed up to now, forever.
-        """
-        project = self.settings.project
-        for zone, nodes in listed.items():
-            for record in self.ledger.nodes(project, zone, open_only=True):
-                if record.name not in nodes:
-                    self.ledger.mark_deleted(project, zone, record.name)
+    def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
+                  tenure: int | None) -> None:
+        seen = self._seen.get(run_id)
+        status = (seen.status, seen.status_state, seen.status_due) if seen else (None, None, 0.0)
+        self._seen[run_id] = _Seen(marker if marker is not None else (seen.marker if seen else -1), tenure,
+                                   memory.to_bytes(), generation, *status)
 
     def run_pass(self, only: str | None = None, now: float | None = None) -> PassReport:
-        """One pass over every run in the store (or only ``only``)."""
+        """One pass over every unfinished run in the store (or only ``only``, read afresh)."""
         report = PassReport()
-        records = self._records(only)
-        states = {run_id: memories.load(self.store, run_id) for run_id in records}
+        index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
+        read = runs.parallel_map(lambda run_id: self._read(run_id, index[run_id]), list(index))
+        states = {run_id: state for run_id, state in zip(index, read, strict=True) if state is not None}
         zones = list(self.settings.zones)
-        for run_id, record in records.items():
-            for zone in [*record.get("zones", []), states[run_id][0].zone]:
-                if zone and zone not in zones:
-                    zones.append(zone)
-        listed = self._listing(zones, report)
-        for run_id, record in records.items():
-            memory, generation = states[run_id]
-            node = self._find(listed, record["node"])
-            if memory.phase == "finished" and node is None:
+        for state in states.values():
+            zones.extend(z for z in (*state.record.zones, state.memory.zone) if z)
+        listed, failed = self.nodes.list_zones(zones)
+        for zone, err in failed.items():
+            report.unlisted_zones.append(zone)
+            self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
+        nodes = {run_id: _find(listed, state.record.node_name) for run_id, state in states.items()}
+        self._refresh_statuses(states, nodes, fresh=only is not None)
+        for run_id, state in states.items():
+            node = nodes[run_id]
+            if state.memory.finished and node is None:
+                if only is None and not failed:
+                    runs.drop_active(self.store, run_id)
+                    self._seen.pop(run_id, None)
                 continue
             report.runs += 1
             try:
-                self._under_lease(run_id, record, generation, node, listed, report, now)
+                self._under_lease(run_id, state, node, listed, report, now, index[run_id])
             except TpuopsError as err:
                 report.errors[run_id] = str(err)
+                self._seen.pop(run_id, None)
                 self.progress(f"{run_id}: {err}; the next pass tries again")
         if only is None:
-            self._reap_orphans(records, listed, report)
+            self._reap_orphans(set(states), listed, report)
         return report
 
-    def _under_lease(self, run_id: str, record: dict[str, Any], generation: int, node: NodeInfo | None,
-                     listed: dict[str, dict[str, NodeInfo]], report: PassReport, now: float | None) -> None:
+    def _refresh_statuses(self, states: dict[str, _Run], nodes: dict[str, NodeInfo | None], fresh: bool) -> None:
+        """Read, in parallel, the statuses this pass needs afresh (see the module docstring)."""
+        clock = time.monotonic()
+
+        def due(run_id: str) -> bool:
+            seen, node = self._seen.get(run_id), nodes[run_id]
+            state = node.state if node else None
+            return (fresh or seen is None or seen.status is None or state is not NodeState.READY
+                    or seen.status_state is not state or clock >= seen.status_due)
+
+        wanted = [run_id for run_id, state in states.items() if not (state.memory.finished and nodes[run_id] is None)
+                  and due(run_id)]
+        for run_id, status in zip(wanted, runs.parallel_map(lambda r: runs.read_status(self.store, r), wanted),
+                                  strict=True):
+            seen = self._seen.get(run_id)
+            if seen is None:
+                continue
+            node = nodes[run_id]
+            seen.status, seen.status_state = status, node.state if node else None
+            seen.status_due = clock + self.status_refresh_s * (0.5 + (zlib.crc32(run_id.encode()) % 512) / 1024)
+
+    def _under_lease(self, run_id: str, state: _Run, node: NodeInfo | None, listed: Listing, report: PassReport,
+                     now: float | None, marker: int | None) -> None:
+        seen = self._seen.get(run_id)
         if not self.leases.acquire(run_id):
             report.skipped_leased.append(run_id)
+            self._seen.pop(run_id, None)
             return
         self._held.add(run_id)
-        memory, current = memories.load(self.store, run_id)
-        if current != generation:
-            report.deferred.append(run_id)
-            return
-        self._reconcile_run(run_id, record, memory, generation, node, listed, report,
+        tenure = self.leases.tenure(run_id)
+        if seen is not None and seen.tenure is not None and seen.tenure == tenure:
+            memory, current = state.memory, state.generation  # nobody else may have written it meanwhile
+        else:
+            memory, current = runs.load_memory(self.store, run_id)
+            if current != state.generation:
+                report.deferred.append(run_id)
+                self._seen.pop(run_id, None)
+                return
+        if seen is not None:
+            seen.tenure = tenure
+        self._reconcile_run(run_id, state.record, memory, current, node, listed, report,
                             time.time() if now is None else now)
 
-    @staticmethod
-    def _find(listed: dict[str, dict[str, NodeInfo]], name: str) -> NodeInfo | None:
-        for nodes in listed.values():
-            if name in nodes:
-                return nodes[name]
-        return None
-
-    def _observe(self, run_id: str, record: dict[str, Any], memory: memories.Memory, node: NodeInfo | None,
-                 listed: dict[str, dict[str, NodeInfo]]) -> Observed:
-        zones = set(record.get("zones") or self.settings.zones) | ({memory.zone} if memory.zone else set())
-        status = read_status(self.store, run_id)
+    def _observe(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None,
+                 listed: Listing) -> Observed:
+        zones = set(record.zones) | ({memory.zone} if memory.zone else set())
+        seen = self._seen.get(run_id)
+        status = seen.status if seen is not None else runs.read_status(self.store, run_id)
         result, message = None, ""
         pending = memory.pending_create
-        if node is None and pending and pending.get("error"):
-            result, message = pending["error"], pending.get("message", "")
-        elif node is None and pending and pending.get("operation"):
+        if node is None and pending is not None and pending.error is not None:
+            result, message = pending.error, pending.message
+        elif node is None and pending is not None and pending.operation:
             try:
-                result, message = self.api.operation_result(pending["zone"], pending["operation"])
+                result, message = self.api.operation_result(pending.zone, pending.operation)
             except NotFound:
-                result = "ok"
+                result = CreateResult.OK
             except TpuopsError:
-                result = "running"
-        budget = record.get("budget_usd")
+                result = CreateResult.RUNNING
         spent = None
-        if budget is not None:  # a project budget is enforced at launch; a run's, also while it runs
+        if record.budget_usd is not None:  # a project budget is enforced at launch; a run's, also while it runs
             from tpuops.cost import catalog_for
             from tpuops.cost import spent as spent_usd
 
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, status=status, create_result=result,
-                        create_message=message, spent_usd=spent, budget_usd=budget)
+                        create_message=message, spent_usd=spent, budget_usd=record.budget_usd)
 
-    def _reconcile_run(self, run_id: str, record: dict[str, Any], memory: memories.Memory, generation: int,
-                       node: NodeInfo | None, listed: dict[str, dict[str, NodeInfo]], report: PassReport,
-                       now: float) -> None:
+    def _reconcile_run(self, run_id: str, record: RunRecord, memory: Memory, generation: int,
+                       node: NodeInfo | None, listed: Listing, report: PassReport, now: float) -> None:
         observed = self._observe(run_id, record, memory, node, listed)
         unchanged = memory.to_bytes()
         before = len(memory.events)
@@ -202,49 +266,50 @@ class Controller:
             report.acted.append((run_id, action.kind, action.zone))
         for event in memory.events[before:]:
             self.progress(f"{run_id}: {event['kind']}: {event['message']}")
-        if memory.phase == "finished":
-            report.finished[run_id] = memory.outcome or ""
-        if memory.to_bytes() == unchanged:
+        if memory.finished:
+            report.finished[run_id] = str(memory.outcome or "")
+        after = memory.to_bytes()
+        if after == unchanged:
             return
         try:
-            memories.save(self.store, run_id, memory, generation)
+            saved = runs.save_memory(self.store, run_id, memory, generation)
         except PreconditionFailed:
+            self._seen.pop(run_id, None)
             self.progress(f"{run_id}: its memory changed under us; the next pass redoes this one")
+            return
+        seen = self._seen.get(run_id)
+        if seen is not None:
+            seen.memory, seen.generation = after, saved
 
-    def _apply(self, run_id: str, record: dict[str, Any], memory: memories.Memory, action: Action,
-               now: float) -> None:
-        name = record["node"]
+    def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float) -> None:
+        name = record.node_name
         if action.kind == "delete":
             self.api.delete_node(action.zone, name)
             return
-        request = node_request(self.settings, self.store, record)
         try:
-            operation = self.api.create_node(action.zone, request)
+            operation = self.nodes.create(action.zone, record.node.request())
         except AlreadyExists:
             memory.event(now, "adopted", f"{name} already exists in {action.zone}")
             return
         except TpuopsError as err:
             memory.event(now, "create-failed", str(err))
             if memory.pending_create is not None:  # decided on by the next pass
-                memory.pending_create.update(error=_create_error(err), message=str(err))
+                memory.pending_create.error, memory.pending_create.message = CreateResult.of(err), str(err)
             return
         if memory.pending_create is not None:
-            memory.pending_create["operation"] = operation.operation.name
-        self.ledger.record_node(self.settings.project, action.zone, name, request.accelerator,
-                                request.capacity.value, run_id=run_id,
-                                sweep_id=request.labels.get(naming.SWEEP_KEY))
+            memory.pending_create.operation = operation.operation.name
 
-    def _reap_orphans(self, records: dict[str, dict[str, Any]], listed: dict[str, dict[str, NodeInfo]],
-                      report: PassReport, grace_s: float | None = None) -> None:
+    def _reap_orphans(self, active: set[str], listed: Listing, report: PassReport,
+                      grace_s: float | None = None) -> None:
         """Delete nodes labelled as a run's whose run the store does not know, once past the grace period."""
         grace = self.settings.orphan_grace_s if grace_s is None else grace_s
         for nodes in listed.values():
             for node in nodes.values():
-                run = node.labels.get(naming.RUN_KEY)
-                if not node.managed or run is None or run in records:
+                run = node.labels.get(RUN_KEY)
+                if not node.managed or run is None or run in active:
                     continue
                 age = node.age_s()
-                if age is not None and age < grace:
+                if (age is not None and age < grace) or runs.run_exists(self.store, run):
                     continue
                 self.progress(f"reaping orphan {node.name} in {node.zone} (run {run} is not in the store)")
                 self.api.delete_node(node.zone, node.name)
@@ -253,15 +318,13 @@ class Controller:
     def reap_orphans_now(self) -> list[str]:
         """``tpuops down --orphans``: reap without waiting for the grace period."""
         report = PassReport()
-        records = self._records(None)
-        self._reap_orphans(records, self._listing(list(self.settings.zones), report), report, grace_s=0.0)
+        listed, _ = self.nodes.list_zones(self.settings.zones)
+        self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
         return report.reaped
 
 
-def _create_error(err: TpuopsError) -> str:
-    """How ``decide`` treats a refused create request: fail over, try again, or give up (quota, 403, invalid)."""
-    if isinstance(err, CapacityError):
-        return "capacity"
-    if isinstance(err, TransientError | Timeout):
-        return "retry"
-    return "failed"
+def _find(listed: Listing, name: str) -> NodeInfo | None:
+    for nodes in listed.values():
+        if name in nodes:
+            return nodes[name]
+    return None

@@ -1,0 +1,126 @@
+"""Wall time of everyday commands: this tree against a baseline tree, side by side in one run.
+
+    .venv/bin/python bench/bench_cli.py [--baseline DIR] [--json]
+
+Times ``tpuops --help``, ``tpuops status`` with 0 and 200 nodes, and ``tpuops runs`` with 200 runs,
+each a fresh ``python -m tpuops`` process (what a user waits for), median of 3 repetitions after one
+warm-up. ``--baseline`` is a checkout of the commit to compare with (default ``$TPUOPS_BASELINE`` or
+/tmp/tpuops-baseline; ``git archive a052406 | tar -x -C DIR``); both trees run on this environment's
+packages, the baseline's ``tpuops`` first on ``PYTHONPATH``. The nodes live in one local emulator
+whose nodes run a one-line sleep; each tree has its own home (ledger) and a store seeded with runs
+in its own format (``bench_controller_scale._seed``). Goals: no slower than the baseline, ``--help``
+under 0.3 s. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+REPS = 3
+NODES = 200
+ZONE = "us-central1-b"
+SEED = """
+import sys
+sys.path.insert(0, {bench!r})
+from bench_controller_scale import _seed
+from tpuops.store import open_store
+_seed(open_store({store!r}), [f"run-{{i:04d}}" for i in range({runs})], [])
+"""
+
+
+def timed(tree: Path, env: dict[str, str], *args: str) -> float:
+    """Median wall seconds of ``python -m tpuops ARGS`` over REPS runs, after one warm-up."""
+    env = {**env, "PYTHONPATH": str(tree)}
+    times = []
+    for rep in range(REPS + 1):
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "tpuops", *args], env=env, capture_output=True, text=True,
+                              check=False, timeout=600)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"bench: tpuops {' '.join(args)} failed in {tree}:\n{done.stderr[-2000:]}")
+        if rep:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def make_nodes(endpoint: str, count: int) -> None:
+    from tpuops.kinds import Capacity
+    from tpuops.naming import labels_for
+    from tpuops.tpu import NodeRequest, TpuApi
+
+    api = TpuApi("tpuops-local", endpoint=endpoint, poll_interval_s=0.05)
+    for i in range(count):
+        api.create_node(ZONE, NodeRequest(name=f"node-{i:04d}", accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
+                                          capacity=Capacity.SPOT, labels=labels_for(),
+                                          metadata={"startup-script": "#!/bin/bash\nexec sleep 3600\n"}))
+    deadline = time.monotonic() + 300
+    while sum(n.state.value == "READY" for n in api.list_nodes(ZONE)) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit("bench: the nodes did not become READY")
+        time.sleep(0.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default=os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    baseline = Path(args.baseline)
+    if not (baseline / "tpuops" / "__init__.py").is_file():
+        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive a052406 | tar -x -C {baseline})")
+    from tpuops.emulator.control import start_background, stop
+
+    trees = {"baseline": baseline, "this tree": ROOT}
+    rows: list[tuple[str, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory(prefix="tpuops-cli-") as tmp:
+        work = Path(tmp)
+        info = start_background(work / "emulator", boot_delay_s=0.05, grace_s=1.0)
+        try:
+            envs = {}
+            for name, tree in trees.items():
+                home = work / name.replace(" ", "-")
+                config = home / "tpuops.toml"
+                home.mkdir()
+                config.write_text(f'zones = ["{ZONE}"]\nstore = "{home / "store"}"\n')
+                envs[name] = {**{k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")},
+                              "TPUOPS_HOME": str(home), "TPUOPS_CONFIG": str(config),
+                              "TPUOPS_TPU_ENDPOINT": info.endpoint}
+                subprocess.run([sys.executable, "-c", SEED.format(bench=str(BENCH), store=str(home / "store"),
+                                                                  runs=NODES)],
+                               env={**os.environ, "PYTHONPATH": str(tree)}, check=True, timeout=600)
+            rows.append(("tpuops --help", {n: timed(t, envs[n], "--help") for n, t in trees.items()}))
+            rows.append(("tpuops status, 0 nodes", {n: timed(t, envs[n], "status") for n, t in trees.items()}))
+            rows.append((f"tpuops runs, {NODES} runs", {n: timed(t, envs[n], "runs") for n, t in trees.items()}))
+            make_nodes(info.endpoint, NODES)
+            rows.append((f"tpuops status, {NODES} nodes", {n: timed(t, envs[n], "status")
+                                                           for n, t in trees.items()}))
+        finally:
+            stop(info.state_dir)
+    if args.json:
+        print(json.dumps({"reps": REPS, "rows": [{"command": c, **v} for c, v in rows]}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"command wall time, median of {REPS} fresh processes")
+    for column in ("command", "baseline s", "this tree s", "ratio"):
+        table.add_column(column)
+    for command, values in rows:
+        table.add_row(command, f"{values['baseline']:.3f}", f"{values['this tree']:.3f}",
+                      f"x{values['baseline'] / values['this tree']:.2f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

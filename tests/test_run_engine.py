@@ -1,0 +1,170 @@
+"""A run's node against the emulator: frozen at declare time, and a run the controller ended is not active.
+
+The nodes' "image python" is a stand-in that answers the startup script's TensorFlow check and
+then sleeps where the agent would train, so these tests cost no TensorFlow; the runs are
+declared by the real ``jobs.plan_train`` / ``jobs.declare`` and driven by real controller passes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import poll
+
+from tpuops import jobs, runs
+from tpuops.cli.main import run as cli_run
+from tpuops.config import Settings, load_settings
+from tpuops.controller.reconcile import Controller
+from tpuops.data.samples import digits
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.ledger import Ledger
+from tpuops.session import connect, store
+from tpuops.tpu import NodeState
+
+pytestmark = pytest.mark.emulator
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = "tpuops-local"
+A, B, C = "us-central1-a", "us-central1-b", "us-central1-c"
+FAKE_IMAGE = """#!/bin/sh
+case "$2" in
+  'import tensorflow as tf; print(tf.__version__)') echo 2.9.3 ;;
+  *access_token*) exec "{python}" "$@" ;;
+  *) exec sleep 3600 ;;
+esac
+"""
+
+
+@dataclass
+class World:
+    work: Path
+    info: EmulatorInfo
+    config: Path
+    env: dict[str, str]
+
+    @property
+    def admin(self) -> AdminClient:
+        return AdminClient(self.info.endpoint)
+
+    def settings(self) -> Settings:
+        """What a controller started now would load (tpuops.toml as it is now)."""
+        return load_settings(config_path=self.config, environ=self.env)
+
+    def controller(self, holder: str) -> Controller:
+        settings = self.settings()
+        return Controller(settings, store(settings), connect(settings), Ledger(settings.ledger_path), holder=holder)
+
+    def declare(self, run_id: str, **overrides: object) -> jobs.JobPlan:
+        settings = self.settings().model_copy(update=overrides)
+        plan = jobs.plan_train(settings, self.work / "experiments" / "digits_cnn.yaml", store(settings),
+                               run_id=run_id, base_dir=self.work)
+        jobs.declare(plan, store(settings), settings, lambda _text: None)
+        return plan
+
+    def node(self, run_id: str) -> dict | None:
+        return next((n for n in self.admin.nodes() if n["name"].endswith(f"/nodes/{run_id}")), None)
+
+
+def attribute(node: dict, key: str) -> str:
+    """A metadata attribute as the node itself sees it (its GCE-style metadata server)."""
+    request = urllib.request.Request(f"http://{node['metadata_host']}/computeMetadata/v1/instance/attributes/{key}",
+                                     headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read().decode()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    work = tmp_path_factory.mktemp("engine")
+    digits(work / "data" / "digits")
+    (work / "experiments").mkdir()
+    for name in ("digits_cnn.yaml", "models.py"):
+        shutil.copy(REPO / "experiments" / name, work / "experiments" / name)
+    image = work / "image-python"
+    image.write_text(FAKE_IMAGE.format(python=sys.executable))
+    image.chmod(0o755)
+    info = start_background(work / "home" / "emulator", boot_delay_s=0.1, grace_s=1.0, image_python=str(image))
+    config = work / "tpuops.toml"
+    config.write_text(f'zones = ["{A}", "{B}"]\naccelerator = "v3-8"\ncapacity = "spot"\n\n[labels]\nteam = "ml"\n')
+    env = {"TPUOPS_HOME": str(work / "home"), "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.05",
+           "TPUOPS_LEASE_TTL_S": "1"}
+    try:
+        yield World(work, info, config, env)
+    finally:
+        stop(info.state_dir)
+
+
+def test_a_preempted_run_comes_back_on_its_frozen_node_whatever_tpuops_toml_says_now(world: World) -> None:
+    plan = world.declare("frozen-1")
+    first = world.controller("first")
+    poll(lambda: first.run_pass(only="frozen-1") and (n := world.node("frozen-1")) and n["state"] == "READY",
+         "the run's first node READY", timeout_s=60)
+    original = world.node("frozen-1")
+    assert original is not None and f"/locations/{A}/" in original["name"]
+    first.release()
+
+    world.config.write_text(f'zones = ["{C}", "{B}"]\naccelerator = "v2-8"\ncapacity = "preemptible"\n'
+                            f'max_run_hours = 1\n\n[labels]\nteam = "other"\n')
+    later = world.controller("after-the-edit")  # 'tpuops watch' started after the edit, or on another machine
+    assert later.settings.accelerator == "v2-8" and later.settings.zones == [C, B]
+    world.admin.preempt(PROJECT, A, "frozen-1", grace_s=0.0)
+
+    def replaced() -> dict | None:
+        later.run_pass()
+        node = world.node("frozen-1")
+        return node if node and node["uid"] != original["uid"] and node["state"] == "READY" else None
+
+    again = poll(replaced, "the replacement node READY", timeout_s=60)
+    assert f"/locations/{A}/" in again["name"]
+    api = connect(later.settings)
+    info = api.get_node(A, "frozen-1")
+    want = plan.record.node
+    assert (info.accelerator, info.runtime, info.capacity) == (want.accelerator, want.runtime, want.capacity)
+    assert info.labels == want.labels and info.labels["team"] == "ml"
+    script = want.metadata["startup-script"]
+    assert attribute(again, "startup-script") == script and plan.bundle.sha256 in script
+    assert attribute(again, "tpuops-max-run-seconds") == want.metadata["tpuops-max-run-seconds"] == str(72 * 3600)
+    memory = runs.load_memory(store(later.settings), "frozen-1")[0]
+    assert (memory.preemptions, memory.attempts) == (1, 2)
+    ledger = Ledger(later.settings.ledger_path).nodes(PROJECT, run_id="frozen-1")
+    assert {(r.zone, r.accelerator, r.capacity) for r in ledger} == {(A, "v3-8", "spot")}
+    assert [n for n in api.list_nodes(C)] == []
+    for done in api.list_nodes(A):
+        api.delete_node(A, done.name)
+
+
+def test_status_never_shows_a_run_the_controller_ended_before_any_agent_status(
+        world: World, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """v3-8 is not offered in us-central1-c: the create is refused, the run ends failed, no agent ever ran."""
+    world.declare("refused-1", zones=[C])
+    controller = world.controller("refusing")
+    poll(lambda: controller.run_pass(only="refused-1") is not None
+         and runs.load_memory(store(controller.settings), "refused-1")[0].finished, "the run to finish", timeout_s=30)
+    controller.release()
+    assert runs.read_status(store(controller.settings), "refused-1") is None
+    for key, value in {**world.env, "TPUOPS_CONFIG": str(world.config)}.items():
+        monkeypatch.setenv(key, value)
+
+    def cli_json(*args: str) -> dict:
+        capsys.readouterr()
+        assert cli_run([*args, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    shown = cli_json("status")["runs"]
+    assert "refused-1" not in [r["run_id"] for r in shown] and all(not r["finished"] for r in shown)
+    listed = {r["run_id"]: r for r in cli_json("runs")["runs"]}
+    assert (listed["refused-1"]["phase"], listed["refused-1"]["outcome"]) == ("finished", "failed")
+    capsys.readouterr()
+    assert cli_run(["logs", "refused-1", "--follow"]) == 0  # ends at once: the run is over
+    assert runs.active_run_ids(store(controller.settings)).count("refused-1") == 1  # until a full pass drops it
+    controller.run_pass()
+    controller.release()
+    assert "refused-1" not in runs.active_run_ids(store(controller.settings))
+    assert NodeState.READY not in {n.state for n in connect(controller.settings).list_nodes(C)}

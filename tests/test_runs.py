@@ -1,0 +1,197 @@
+"""The run module's contract (``tpuops.runs``), on every store: local and fake-gcs-server.
+
+A run is declared once, read back typed, listed through its index (never through its history),
+followed, finished and reopened. The agent's status parses with and without the fields a newer
+agent adds (``evals``), and a record carries the frozen node request and an optional sweep id.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tpuops import runs
+from tpuops.errors import PreconditionFailed, UsageError
+from tpuops.kinds import Capacity
+from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
+from tpuops.store import LocalStore, Store, gcs_client
+from tpuops.store.gcs import GcsStore
+
+
+@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.unit),
+                        pytest.param("gcs", marks=pytest.mark.emulator)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    server = request.getfixturevalue("fake_gcs")
+    bucket = request.getfixturevalue("gcs_bucket")
+    return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
+
+
+def record(run_id: str, *, sweep: str | None = None, created: str = "2026-01-01T00:00:00+00:00") -> RunRecord:
+    node = NodeSpec(name=run_id, accelerator="v3-8", runtime="tpu-vm-tf-2.9.3", capacity=Capacity.SPOT,
+                    zones=["us-central1-a", "us-central1-b"], labels={"managed-by": "tpuops", "tpuops-run": run_id},
+                    metadata={"startup-script": "#!/bin/bash\necho hi\n"})
+    return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=node, experiment="digits", created=created, sweep=sweep)
+
+
+def declare(store: Store, run_id: str, **fields: object) -> RunRecord:
+    made = record(run_id, **fields)  # type: ignore[arg-type]
+    runs.declare(store, made, {"version": 1, "run_id": run_id})
+    return made
+
+
+def write_status(store: Store, run_id: str, **fields: object) -> None:
+    store.write_bytes(runs.status_key(run_id), json.dumps({"run_id": run_id, "attempt": 1, **fields}).encode())
+
+
+def finish(store: Store, run_id: str, outcome: Outcome) -> None:
+    memory, generation = runs.load_memory(store, run_id)
+    memory.phase, memory.outcome, memory.reason = RunPhase.FINISHED, outcome, "test"
+    runs.save_memory(store, run_id, memory, generation)
+
+
+def test_a_declared_run_reads_back_typed_with_its_frozen_node_and_sweep(store: Store) -> None:
+    made = declare(store, "r1", sweep="sw-1")
+    back = runs.read_record(store, "r1")
+    assert back == made
+    assert back.node.request().body()["acceleratorType"] == "v3-8"
+    assert back.zones == ["us-central1-a", "us-central1-b"] and back.sweep == "sw-1"
+    assert json.loads(store.read_bytes(runs.spec_key("r1"))) == {"version": 1, "run_id": "r1"}
+    assert runs.read_status(store, "r1") is None
+    assert runs.load_memory(store, "r1") == (Memory(), 0)
+
+
+def test_declaring_the_same_run_twice_is_a_no_op_and_another_run_of_that_name_is_refused(store: Store) -> None:
+    made = declare(store, "r1")
+    runs.declare(store, made, {"version": 1, "run_id": "r1"})
+    with pytest.raises(UsageError, match="exists with other content: choose another run name"):
+        runs.declare(store, made.model_copy(update={"experiment": "other"}), {"version": 1, "run_id": "r1"})
+    assert runs.read_record(store, "r1") == made
+
+
+def test_a_missing_run_and_a_malformed_document_are_one_clear_error(store: Store) -> None:
+    with pytest.raises(UsageError, match=r"no run 'ghost' in .*'tpuops runs' lists them"):
+        runs.read_record(store, "ghost")
+    declare(store, "r1")
+    store.write_bytes(runs.status_key("r1"), b'{"step": "many"}')
+    with pytest.raises(UsageError, match=r"status\.json: step: "):
+        runs.read_status(store, "r1")
+
+
+def test_an_old_status_and_a_new_one_with_evals_both_parse(store: Store) -> None:
+    declare(store, "r1")
+    write_status(store, "r1", phase="training", step=40, metrics={"eval": {"accuracy": 0.5}})
+    old = runs.read_status(store, "r1")
+    assert old is not None and old.evals == [] and old.phase is Phase.TRAINING
+    write_status(store, "r1", phase="done", step=80, exit_class="succeeded", some_future_field=1,
+                 evals=[{"step": 40, "metrics": {"accuracy": 0.5}}, {"step": 80, "metrics": {"accuracy": 0.9}}])
+    new = runs.read_status(store, "r1")
+    assert new is not None and [(e.step, e.metrics["accuracy"]) for e in new.evals] == [(40, 0.5), (80, 0.9)]
+    assert new.exit_class is ExitClass.SUCCEEDED and new.exit_class == "succeeded" and new.final
+
+
+def test_memory_is_saved_with_compare_and_swap(store: Store) -> None:
+    declare(store, "r1")
+    memory, generation = runs.load_memory(store, "r1")
+    memory.event(1.0, "create", "attempt 1")
+    saved = runs.save_memory(store, "r1", memory, generation)
+    with pytest.raises(PreconditionFailed):
+        runs.save_memory(store, "r1", memory, generation)
+    back, current = runs.load_memory(store, "r1")
+    assert current == saved and back.events == [{"at": 1.0, "kind": "create", "message": "attempt 1"}]
+
+
+@pytest.mark.parametrize(("memory_outcome", "exit_class", "finished"), [
+    (None, None, False),
+    (None, "preempted", False),  # the controller recreates it
+    (None, "crashed", False),  # the controller restarts it
+    (None, "succeeded", True),  # a detached run that no controller watched
+    (None, "user-error", True),
+    (Outcome.FAILED, None, True),  # ended by the controller before any agent wrote a status
+    (Outcome.BUDGET_EXHAUSTED, "preempted", True),
+])
+def test_is_finished_is_the_controllers_word_or_a_final_agent_exit(
+        memory_outcome: Outcome | None, exit_class: str | None, finished: bool) -> None:
+    memory = Memory()
+    if memory_outcome is not None:
+        memory.phase, memory.outcome = RunPhase.FINISHED, memory_outcome
+    status = AgentStatus.model_validate({"exit_class": exit_class}) if exit_class else None
+    assert runs.is_finished(memory, status) is finished
+
+
+def test_listing_goes_through_the_index_and_active_means_unfinished(store: Store) -> None:
+    for i, run_id in enumerate(("a", "b", "c", "d")):
+        declare(store, run_id, created=f"2026-01-01T00:00:0{i}+00:00")
+    write_status(store, "b", phase="training", step=7)
+    write_status(store, "c", phase="done", exit_class="succeeded")
+    finish(store, "d", Outcome.FAILED)  # quota refused at create: no agent status at all
+    store.write_bytes("runs/a/ckpt/ckpt-1.index", b"x")  # history under runs/ is never listed
+    assert [r.run_id for r in runs.list_runs(store)] == ["a", "b", "c", "d"]
+    active = runs.list_runs(store, active_only=True)
+    assert [(r.run_id, r.phase) for r in active] == [("a", "pending"), ("b", "training")]
+    listed = {r.run_id: r.to_json() for r in runs.list_runs(store)}
+    assert (listed["d"]["phase"], listed["d"]["outcome"], listed["d"]["finished"]) == ("finished", "failed", True)
+    assert (listed["c"]["outcome"], listed["c"]["exit_class"]) == ("succeeded", "succeeded")
+    assert "metadata" not in listed["a"]["node"]  # the startup script stays out of listings
+
+
+def test_a_store_from_before_the_index_is_indexed_on_first_use(store: Store) -> None:
+    for run_id in ("old-1", "old-2"):
+        store.write_bytes(runs.record_key(run_id), record(run_id).model_dump_json().encode())
+    finish(store, "old-2", Outcome.SUCCEEDED)
+    assert runs.active_run_ids(store) == ["old-1"]
+    assert runs.all_run_ids(store) == ["old-1", "old-2"]
+    assert store.exists("index/built")
+
+
+def test_reopen_makes_a_finished_run_active_and_indexed_again(store: Store) -> None:
+    declare(store, "r1")
+    finish(store, "r1", Outcome.BUDGET_EXHAUSTED)
+    runs.drop_active(store, "r1")
+    assert runs.active_run_ids(store) == []
+    assert runs.reopen(store, "r1", "tpuops train --resume") is True
+    memory = runs.load_memory(store, "r1")[0]
+    assert (memory.phase, memory.outcome, memory.events[-1]["kind"]) == (RunPhase.ACTIVE, None, "reopened")
+    assert runs.active_run_ids(store) == ["r1"]
+
+
+def write_log(store: Store, run_id: str, index: int, *lines: str) -> None:
+    store.write_bytes(f"{runs.logs_prefix(run_id)}{index:06d}.log", ("\n".join(lines) + "\n").encode())
+
+
+def test_logs_follow_goes_on_across_a_preemption_and_ends_when_the_run_ends(store: Store) -> None:
+    """Attempt 1 is preempted (exit class preempted), attempt 2 appends to the log, then the run ends."""
+    declare(store, "r1")
+    write_log(store, "r1", 0, "attempt 1 step 10")
+    script: list[Callable[[], None]] = [
+        lambda: write_status(store, "r1", phase="done", exit_class="preempted", step=20),
+        lambda: write_log(store, "r1", 1, "attempt 1 checkpointed at 20"),
+        lambda: (write_status(store, "r1", attempt=2, phase="training", step=20),
+                 write_log(store, "r1", 2, "attempt 2 resumed at 20")),
+        lambda: (write_log(store, "r1", 3, "attempt 2 step 40", "done"),
+                 write_status(store, "r1", attempt=2, phase="done", exit_class="succeeded", step=40)),
+    ]
+    polls: list[int] = []
+
+    def next_moment(_seconds: float) -> None:  # each poll of the follower moves the run on by one moment
+        polls.append(1)
+        if script:
+            script.pop(0)()
+
+    lines = list(runs.follow_logs(store, "r1", follow=True, poll_s=0.0, sleep=next_moment))
+    assert lines == ["attempt 1 step 10", "attempt 1 checkpointed at 20", "attempt 2 resumed at 20",
+                     "attempt 2 step 40", "done"]
+    assert script == [] and len(polls) == 4
+
+
+def test_logs_follow_ends_for_a_run_the_controller_ended_without_any_status(store: Store) -> None:
+    declare(store, "r1")
+    finish(store, "r1", Outcome.FAILED)
+    done = threading.Event()
+    lines = list(runs.follow_logs(store, "r1", follow=True, poll_s=0.0, sleep=lambda _s: done.set()))
+    assert lines == [] and not done.is_set()

@@ -1,0 +1,234 @@
+"""The library entry points: one call per command, for Python callers and for the CLI alike.
+
+Each function takes ``Settings`` (``tpuops.config.load_settings``) and wires what it needs through
+``tpuops.session``; the CLI parses its flags, calls exactly one of these and renders the result
+(docs/library.md lists them). Callbacks report progress: ``progress`` gets one line of text
+(controller events, uploads), ``on_status`` the agent's status each pass, ``on_log`` each new log
+line. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tpuops.config import Settings
+from tpuops.kinds import Capacity
+
+if TYPE_CHECKING:
+    from tpuops.controller.drive import Finished
+    from tpuops.controller.reconcile import Controller, PassReport
+    from tpuops.jobs import JobPlan
+    from tpuops.provision import DownResult, UpResult
+    from tpuops.runs import AgentStatus, Memory, Run, RunRecord
+    from tpuops.tpu import NodeInfo
+
+Say = Callable[[str], None]
+
+
+def _quiet(_text: str) -> None:
+    return None
+
+
+def controller(settings: Settings, progress: Say = _quiet) -> Controller:
+    """A reconcile controller for the configured store, API and ledger (call ``release()`` when done)."""
+    from tpuops.controller.reconcile import Controller
+    from tpuops.session import connect, open_ledger, store
+
+    return Controller(settings, store(settings), connect(settings), open_ledger(settings), progress=progress)
+
+
+def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
+               capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
+               sweep: str | None = None, base_dir: Path | None = None) -> JobPlan:
+    """What ``train`` would declare and create (``--dry-run``): validated, nothing written."""
+    from tpuops import jobs
+    from tpuops.session import store
+
+    return jobs.plan_train(settings, spec, store(settings), run_id=name, accelerator=accelerator, capacity=capacity,
+                           keep=keep, budget_usd=budget_usd, sweep=sweep, base_dir=base_dir)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A detached run after its first pass: ``tpuops watch`` (or cron ``tpuops reconcile``) drives it on."""
+
+    run_id: str
+
+
+def launch(settings: Settings, plan: JobPlan, *, detach: bool = False, progress: Say = _quiet,
+           on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
+    """Refuse it if over budget, declare the run, then drive it to its end (or make its first pass: ``detach``)."""
+    from tpuops import jobs
+    from tpuops.session import open_ledger, store
+
+    jobs.refuse_over_budget(settings, open_ledger(settings), plan)
+    jobs.declare(plan, store(settings), settings, progress)
+    return drive(settings, plan.run_id, detach=detach, progress=progress, on_status=on_status, on_log=on_log)
+
+
+def train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
+          capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
+          sweep: str | None = None, base_dir: Path | None = None, detach: bool = False, progress: Say = _quiet,
+          on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
+    """``tpuops train SPEC``: plan (as ``plan_train``), declare and drive a training run."""
+    plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                      budget_usd=budget_usd, sweep=sweep, base_dir=base_dir)
+    return launch(settings, plan, detach=detach, progress=progress, on_status=on_status, on_log=on_log)
+
+
+def plan_resume(settings: Settings, run_id: str) -> RunRecord:
+    """What ``train --resume RUN`` would drive again (``--dry-run``); refuses a run that ended for good."""
+    from tpuops import jobs
+    from tpuops.session import store
+
+    return jobs.plan_resume(store(settings), run_id)
+
+
+def plan_infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, output: str | None = None,
+               name: str | None = None, accelerator: str | None = None, capacity: Capacity | None = None,
+               num_shards: int = 1, batch_size: int = 256, keep: bool = False,
+               base_dir: Path | None = None) -> JobPlan:
+    """What ``infer`` would declare and create (``--dry-run``): validated, nothing written."""
+    from tpuops import jobs
+    from tpuops.session import store
+
+    return jobs.plan_infer(settings, spec, store(settings), checkpoint=checkpoint, inputs=inputs, output=output,
+                           run_id=name, accelerator=accelerator, capacity=capacity, num_shards=num_shards,
+                           batch_size=batch_size, keep=keep, base_dir=base_dir)
+
+
+def infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, output: str | None = None,
+          name: str | None = None, accelerator: str | None = None, capacity: Capacity | None = None,
+          num_shards: int = 1, batch_size: int = 256, keep: bool = False, base_dir: Path | None = None,
+          progress: Say = _quiet, on_status: Callable[[AgentStatus], None] | None = None) -> Finished | Started:
+    """``tpuops infer SPEC``: plan (as ``plan_infer``), declare and drive a batch prediction run."""
+    plan = plan_infer(settings, spec, checkpoint=checkpoint, inputs=inputs, output=output, name=name,
+                      accelerator=accelerator, capacity=capacity, num_shards=num_shards, batch_size=batch_size,
+                      keep=keep, base_dir=base_dir)
+    return launch(settings, plan, progress=progress, on_status=on_status)
+
+
+def resume(settings: Settings, run_id: str, *, detach: bool = False, progress: Say = _quiet,
+           on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
+    """``tpuops train --resume RUN``: reopen a run that did not end for good and drive it again."""
+    from tpuops import runs
+    from tpuops.session import store
+
+    plan_resume(settings, run_id)
+    runs.reopen(store(settings), run_id, "tpuops train --resume")
+    return drive(settings, run_id, detach=detach, progress=progress, on_status=on_status, on_log=on_log)
+
+
+def drive(settings: Settings, run_id: str, *, detach: bool = False, progress: Say = _quiet,
+          on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
+    """Be the controller of one declared run until it ends; with ``detach`` make its first pass only."""
+    from tpuops.controller.drive import drive as drive_run
+
+    control = controller(settings, progress)
+    if detach:
+        try:
+            control.run_pass(only=run_id)
+        finally:
+            control.release()
+        return Started(run_id)
+    return drive_run(control, run_id, poll_s=max(settings.poll_interval_s, 0.5),
+                     on_status=on_status or (lambda _status: None), on_log=on_log)
+
+
+def reconcile(settings: Settings, progress: Say = _quiet) -> PassReport:
+    """``tpuops reconcile``: one pass over every unfinished run (safe from cron)."""
+    control = controller(settings, progress)
+    try:
+        return control.run_pass()
+    finally:
+        control.release()
+
+
+def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, progress: Say = _quiet,
+          on_pass: Callable[[int, PassReport], None] | None = None,
+          sleep: Callable[[float], None] | None = None) -> int:
+    """``tpuops watch``: reconcile every ``interval_s`` (``passes`` of them, 0: until interrupted); passes made."""
+    import time
+
+    control = controller(settings, progress)
+    done = 0
+    try:
+        while not passes or done < passes:
+            started = time.monotonic()
+            report = control.run_pass()
+            done += 1
+            if on_pass is not None:
+                on_pass(done, report)
+            if passes and done >= passes:
+                break
+            (sleep or time.sleep)(max(0.0, interval_s - (time.monotonic() - started)))
+    finally:
+        control.release()
+    return done
+
+
+@dataclass(frozen=True)
+class Overview:
+    """``tpuops status``: the nodes in view and the runs still going."""
+
+    nodes: list[NodeInfo]
+    runs: list[Run]
+
+
+def status(settings: Settings) -> Overview:
+    """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
+    from tpuops import runs
+    from tpuops.session import provisioner, store
+
+    return Overview(nodes=provisioner(settings).status(), runs=runs.list_runs(store(settings), active_only=True))
+
+
+def list_runs(settings: Settings) -> list[Run]:
+    """``tpuops runs``: every run, oldest first."""
+    from tpuops import runs
+    from tpuops.session import store
+
+    return runs.list_runs(store(settings))
+
+
+def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[str]:
+    """``tpuops logs RUN [-f]``: its log lines; following goes on across preemptions until the run ends."""
+    from tpuops import runs
+    from tpuops.session import store
+
+    return runs.follow_logs(store(settings), run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5))
+
+
+def events(settings: Settings, run_id: str) -> Memory:
+    """``tpuops events RUN``: the controller's memory of the run, with its event log."""
+    from tpuops import runs
+    from tpuops.session import store
+
+    return runs.open_run(store(settings), run_id).memory
+
+
+def up(settings: Settings, name: str, *, accelerator: str | None = None, capacity: Capacity | None = None,
+       zone: str | None = None, runtime: str | None = None, wait: bool = True, queued: bool = False,
+       valid_for_s: float | None = None, progress: Say = _quiet) -> UpResult:
+    """``tpuops up NAME``: create (or adopt) a node and wait until it is READY."""
+    from tpuops.provision import plan_up
+    from tpuops.session import provisioner
+
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+    nodes = provisioner(settings, progress)
+    return nodes.up_queued(plan, valid_for_s=valid_for_s, wait=wait) if queued else nodes.up(plan, wait=wait)
+
+
+def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
+    """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
+    from tpuops.session import provisioner
+
+    return provisioner(settings, progress).down(names, wait=wait)
+
+
+def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:
+    """``tpuops down --orphans``: delete tpuops nodes whose run the store does not know, now."""
+    return controller(settings, progress).reap_orphans_now()

@@ -1,0 +1,73 @@
+"""Where a run's files are in the store, who writes each one, and when: the one place that says it.
+
+Every key below is relative to the store root (docs/design.md, "The store is the message bus")::
+
+    runs/<run>/run.json       the run record (``RunRecord``): kind, the frozen node request, bundle,
+                              limits, sweep. Written once by ``declare`` (compare-and-swap on
+                              generation 0), never rewritten.
+    runs/<run>/spec.json      the agent's run spec (schema: ``tpuops/agent/runspec.py``). Written once
+                              by ``declare`` before run.json; read by the agent at every start.
+    runs/<run>/status.json    the agent's status (``AgentStatus``): rewritten whole by the agent at
+                              every phase change and heartbeat, and by the node's bootstrap when it
+                              refuses a bundle. The control plane only reads it.
+    runs/<run>/control.json   the controller's memory (``Memory``): written with compare-and-swap by
+                              the lease holder after a pass that changed it, and by ``reopen``.
+    runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
+    runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
+                              final SavedModel and default inference output.
+    index/runs/<run>          empty marker of every run: written by ``declare`` after run.json, so
+                              listing runs costs one object per run, not every file of its history.
+    index/active/<run>        empty marker of an unfinished run: written by ``declare`` and
+                              ``reopen``, deleted by the controller once the run is finished and
+                              its node gone. A controller pass lists this prefix only, so its cost
+                              grows with the runs still going, not with history.
+    index/built               written once the two indexes cover every run (a store from before
+                              the index is indexed on first use by scanning ``runs/``).
+    leases/<run>              a controller's lease on the run (``tpuops.controller.lease``).
+
+A run exists once its run.json does; the markers are derived from the run documents and can be
+rebuilt from them (``rebuild_index``).
+"""
+
+from __future__ import annotations
+
+RUNS = "runs/"
+INDEX_RUNS = "index/runs/"
+INDEX_ACTIVE = "index/active/"
+INDEX_BUILT = "index/built"
+
+RECORD = "run.json"
+SPEC = "spec.json"
+STATUS = "status.json"
+CONTROL = "control.json"
+LOGS = "logs/"
+
+
+def run_key(run_id: str, name: str) -> str:
+    """The key of one of the run's files, e.g. ``run_key("r1", STATUS)``."""
+    return f"{RUNS}{run_id}/{name}"
+
+
+def record_key(run_id: str) -> str:
+    return run_key(run_id, RECORD)
+
+
+def spec_key(run_id: str) -> str:
+    return run_key(run_id, SPEC)
+
+
+def status_key(run_id: str) -> str:
+    return run_key(run_id, STATUS)
+
+
+def control_key(run_id: str) -> str:
+    return run_key(run_id, CONTROL)
+
+
+def logs_prefix(run_id: str) -> str:
+    return run_key(run_id, LOGS)
+
+
+def run_of(key: str, prefix: str) -> str:
+    """The run id a marker key names (``index/active/r1`` -> ``r1``)."""
+    return key[len(prefix):]

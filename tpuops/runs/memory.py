@@ -1,0 +1,77 @@
+"""What the controller remembers of a run: ``runs/<run>/control.json``.
+
+It holds the counters and evidence that decisions need across passes (attempts, preemptions,
+crashes, consecutive passes without a node, the last step progress, a create in flight, zones
+blocked by a stockout) and the run's event log (``tpuops events``). It is written with a
+compare-and-swap on its generation, by the lease holder (and by ``reopen``), so it never loses an
+update. ``phase`` FINISHED is the controller's word that the run is over: whatever the agent's
+status says, such a run is not active.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
+
+from tpuops.errors import CreateResult
+from tpuops.runs.models import Outcome, RunPhase
+
+MAX_EVENTS = 500
+
+
+class Event(TypedDict):
+    """One decision of the controller: when (epoch seconds), what, and why."""
+
+    at: float
+    kind: str
+    message: str
+
+
+class PendingCreate(BaseModel):
+    """A create the controller asked for and has not seen the result of yet."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    zone: str
+    at: float
+    operation: str | None = None  # the long-running operation, once the request was accepted
+    error: CreateResult | None = None  # the request itself was refused: how
+    message: str = ""
+
+
+class Memory(BaseModel):
+    """The controller's memory of one run (see the module docstring)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: RunPhase = RunPhase.ACTIVE
+    outcome: Outcome | None = None
+    reason: str | None = None
+    attempts: int = 0
+    preemptions: int = 0
+    crashes: int = 0
+    hangs: int = 0
+    zone: str | None = None
+    pending_create: PendingCreate | None = None
+    blocked_zones: dict[str, float] = Field(default_factory=dict)
+    handled_agent_attempt: int = 0
+    progress_attempt: int = 0  # progress is (agent attempt, step): a new attempt may resume below the old step
+    progress_step: int = -1
+    progress_at: float = 0.0
+    ready_since: float | None = None
+    missing_passes: int = 0
+    # The node is gone or going on purpose (we deleted it, the run finished, or no zone has capacity):
+    # when it is missing, create the next one at once and count no preemption.
+    deleting: bool = False
+    events: list[Event] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == RunPhase.FINISHED
+
+    def event(self, now: float, kind: str, message: str) -> None:
+        self.events.append(Event(at=now, kind=kind, message=message))
+        del self.events[:-MAX_EVENTS]
+
+    def to_bytes(self) -> bytes:
+        return (self.model_dump_json(indent=1) + "\n").encode()

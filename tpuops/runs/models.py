@@ -1,0 +1,159 @@
+"""Typed forms of a run's documents: its record (``run.json``) and the agent's status (``status.json``).
+
+Both are read leniently and written strictly: a key this version does not know is ignored when
+read (a newer agent or control plane may add fields), a value of the wrong type is a
+``UsageError`` naming the file. Enums are ``str`` enums, so a member equals the string the JSON
+holds. The controller's memory (``control.json``) is in ``tpuops.runs.memory``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tpuops.agent.exits import ExitClass, Phase
+from tpuops.errors import UsageError
+from tpuops.kinds import Capacity, ValueEnum
+from tpuops.tpu import NodeRequest
+
+__all__ = ["AgentStatus", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind", "RunPhase",
+           "RunRecord", "parse"]
+
+_DocT = TypeVar("_DocT", bound=BaseModel)
+
+
+class RunKind(ValueEnum):
+    """What the run's node runs: the agent's command."""
+
+    TRAIN = "train"
+    INFER = "infer"
+
+
+class RunPhase(ValueEnum):
+    """The run as the controller sees it: ACTIVE until it decided the run is over."""
+
+    ACTIVE = "active"
+    FINISHED = "finished"
+
+
+class Outcome(ValueEnum):
+    """How a finished run ended, as the controller decided it (``tpuops events``, ``runs``)."""
+
+    SUCCEEDED = "succeeded"
+    USER_ERROR = "user-error"
+    CRASHED = "crashed"
+    BUDGET_EXHAUSTED = "budget-exhausted"
+    FAILED = "failed"  # a create request was refused (quota, permission, invalid)
+
+    @classmethod
+    def of_exit(cls, exit_class: ExitClass) -> Outcome:
+        """The outcome a final agent exit (succeeded, user-error) or the last crash gives the run."""
+        return cls(exit_class.value)
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class NodeSpec(_Doc):
+    """The node request frozen into the run when it was declared: every recreate makes exactly this.
+
+    ``metadata`` holds the rendered startup script (its inputs: node, project, store root, the
+    job's command line, labels) and the limits that the config gave at declare time.
+    """
+
+    name: str
+    accelerator: str
+    runtime: str
+    capacity: Capacity
+    zones: list[str] = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    description: str = "created by tpuops"
+
+    @classmethod
+    def of(cls, request: NodeRequest, zones: list[str]) -> NodeSpec:
+        return cls(name=request.name, accelerator=request.accelerator, runtime=request.runtime,
+                   capacity=request.capacity, zones=list(zones), labels=dict(request.labels),
+                   metadata=dict(request.metadata), description=request.description)
+
+    def request(self) -> NodeRequest:
+        return NodeRequest(name=self.name, accelerator=self.accelerator, runtime=self.runtime,
+                           capacity=self.capacity, labels=dict(self.labels), metadata=dict(self.metadata),
+                           description=self.description)
+
+
+class RunRecord(_Doc):
+    """``run.json``: what the run is, the node it runs on (frozen) and its limits. Written once."""
+
+    run_id: str
+    kind: RunKind
+    node: NodeSpec
+    experiment: str | None = None
+    spec_file: str | None = None
+    bundle_sha256: str | None = None
+    created: str = ""
+    keep: bool = False
+    budget_usd: float | None = None
+    target: dict[str, Any] | None = None
+    sweep: str | None = None
+
+    @property
+    def node_name(self) -> str:
+        return self.node.name
+
+    @property
+    def zones(self) -> list[str]:
+        return self.node.zones
+
+
+class EvalPoint(_Doc):
+    """One evaluation the agent made: at which step, with which metrics."""
+
+    step: int
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class AgentStatus(_Doc):
+    """``status.json`` as the agent writes it (field meanings in ``tpuops/agent/status.py``)."""
+
+    run_id: str = ""
+    command: RunKind | None = None
+    attempt: int = 0
+    phase: Phase | str = Field(Phase.STARTING, union_mode="left_to_right")  # a newer agent may add phases
+    step: int = 0
+    total_steps: int | None = None
+    examples_per_sec: float | None = None
+    global_batch: int | None = None
+    replicas: int | None = None
+    device: str | None = None
+    resumed_from_step: int | None = None
+    last_checkpoint_step: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    evals: list[EvalPoint] = Field(default_factory=list)
+    started: str | None = None
+    heartbeat: str | None = None
+    exit_class: ExitClass | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """The agent ended the run for good (succeeded or user-error): nothing will restart it."""
+        return self.exit_class is not None and self.exit_class.final
+
+    def eval_metric(self, name: str) -> float | None:
+        value = self.metrics.get("eval", {}).get(name)
+        return float(value) if isinstance(value, int | float) else None
+
+
+def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:
+    """Parse one stored document; a malformed one is a ``UsageError`` naming it."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first.get("loc", ())) or "document"
+        raise UsageError(f"{where}: {field}: {first.get('msg', 'invalid value')}") from None

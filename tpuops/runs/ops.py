@@ -1,0 +1,291 @@
+"""Reading and writing runs in the store: declare, open, list, follow, reopen, and the index.
+
+Every function takes the ``Store`` it works on and keys come from ``layout`` only. Reads of
+several runs go through a thread pool (``MAX_READERS``), so listing N runs costs N/k round
+trips of wall time rather than N.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tpuops.errors import NotFound, PreconditionFailed, UsageError
+from tpuops.runs import layout
+from tpuops.runs.memory import Memory
+from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
+from tpuops.store import Store
+
+MAX_READERS = 16
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# -- single documents ------------------------------------------------------------------------------
+
+
+def put_once(store: Store, key: str, data: bytes) -> bool:
+    """Write ``key`` only if absent; True if written. An existing key with other bytes is an error."""
+    try:
+        store.write_if_generation_match(key, data, 0)
+        return True
+    except PreconditionFailed:
+        if store.read_bytes(key) != data:
+            raise UsageError(f"{store.uri_of(key)} exists with other content: choose another run name") from None
+        return False
+
+
+def declare(store: Store, record: RunRecord, spec: dict[str, Any]) -> None:
+    """Write the run's spec and record (each once), then index it: after this the run exists and is active."""
+    run_id = record.run_id
+    put_once(store, layout.spec_key(run_id), (json.dumps(spec, indent=2) + "\n").encode())
+    put_once(store, layout.record_key(run_id), (record.model_dump_json(indent=2) + "\n").encode())
+    store.write_bytes(layout.INDEX_RUNS + run_id, b"")
+    store.write_bytes(layout.INDEX_ACTIVE + run_id, b"")
+
+
+def read_record(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``UsageError`` when the store has no such run."""
+    key = layout.record_key(run_id)
+    try:
+        data = store.read_bytes(key)
+    except NotFound:
+        raise UsageError(f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)") from None
+    return parse(RunRecord, data, store.uri_of(key))
+
+
+def run_exists(store: Store, run_id: str) -> bool:
+    return store.exists(layout.record_key(run_id))
+
+
+def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None, int]:
+    """The agent's status and its generation; (None, 0) before the agent wrote one."""
+    key = layout.status_key(run_id)
+    try:
+        data, generation = store.read_versioned(key)
+    except NotFound:
+        return None, 0
+    return parse(AgentStatus, data, store.uri_of(key)), generation
+
+
+def read_status(store: Store, run_id: str) -> AgentStatus | None:
+    return read_status_versioned(store, run_id)[0]
+
+
+def load_memory(store: Store, run_id: str) -> tuple[Memory, int]:
+    """The controller's memory of the run and its generation (a fresh memory and 0 when there is none)."""
+    key = layout.control_key(run_id)
+    try:
+        data, generation = store.read_versioned(key)
+    except NotFound:
+        return Memory(), 0
+    return parse(Memory, data, store.uri_of(key)), generation
+
+
+def save_memory(store: Store, run_id: str, memory: Memory, generation: int) -> int:
+    """Write if nobody else did since ``generation``; raises PreconditionFailed otherwise."""
+    return store.write_if_generation_match(layout.control_key(run_id), memory.to_bytes(), generation)
+
+
+# -- a run as a whole ------------------------------------------------------------------------------
+
+
+def is_finished(memory: Memory, status: AgentStatus | None) -> bool:
+    """Whether the run is over: the controller finished it, or the agent ended it for good.
+
+    A preempted or crashed agent is not the end (the controller recreates or restarts it).
+    """
+    return memory.finished or (status is not None and status.final)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as stored: its record, the agent's latest status and the controller's memory."""
+
+    record: RunRecord
+    status: AgentStatus | None
+    memory: Memory
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def finished(self) -> bool:
+        return is_finished(self.memory, self.status)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How it ended: the controller's outcome, else a final exit the agent reported."""
+        if self.memory.outcome is not None:
+            return Outcome(self.memory.outcome)
+        if self.status is not None and self.status.final and self.status.exit_class is not None:
+            return Outcome.of_exit(self.status.exit_class)
+        return None
+
+    @property
+    def phase(self) -> str:
+        """What to show: finished, pending (no agent yet) or the agent's phase."""
+        if self.finished:
+            return RunPhase.FINISHED.value
+        return str(getattr(self.status.phase, "value", self.status.phase)) if self.status else "pending"
+
+    def to_json(self) -> dict[str, Any]:
+        status = self.status or AgentStatus()
+        return {
+            **self.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
+            "phase": self.phase, "outcome": self.outcome.value if self.outcome else None,
+            "finished": self.finished, "step": status.step, "total_steps": status.total_steps,
+            "exit_class": status.exit_class.value if status.exit_class else None,
+            "heartbeat": status.heartbeat, "metrics": status.metrics,
+            "examples_per_sec": status.examples_per_sec, "last_checkpoint_step": status.last_checkpoint_step,
+            "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
+            "restarts": self.memory.crashes,
+        }
+
+
+def open_run(store: Store, run_id: str) -> Run:
+    """Record, status and memory of one run (``UsageError`` if there is no such run)."""
+    record = read_record(store, run_id)
+    return Run(record, read_status(store, run_id), load_memory(store, run_id)[0])
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = MAX_READERS) -> list[R]:
+    """``[fn(x) for x in items]`` over a thread pool (store round trips overlap), in order."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def list_runs(store: Store, *, active_only: bool = False) -> list[Run]:
+    """Every run (or only the indexed unfinished ones), oldest first, read in parallel."""
+    ids = active_run_ids(store) if active_only else all_run_ids(store)
+    runs = [run for run in parallel_map(lambda run_id: _open_if_there(store, run_id), ids) if run is not None]
+    if active_only:
+        runs = [run for run in runs if not run.finished]
+    return sorted(runs, key=lambda run: (run.record.created, run.run_id))
+
+
+def _open_if_there(store: Store, run_id: str) -> Run | None:
+    """A run named by the index whose record is gone (deleted by hand) is skipped."""
+    try:
+        return open_run(store, run_id)
+    except UsageError:
+        if run_exists(store, run_id):
+            raise
+        return None
+
+
+def reopen(store: Store, run_id: str, reason: str) -> bool:
+    """Make a finished run active again (``train --resume``): its checkpoints stay; True if it was finished."""
+    memory, generation = load_memory(store, run_id)
+    reopened = memory.finished
+    if reopened:
+        memory.phase, memory.outcome, memory.reason, memory.crashes = RunPhase.ACTIVE, None, None, 0
+        memory.event(time.time(), "reopened", reason)
+        save_memory(store, run_id, memory, generation)
+    mark_active(store, run_id)
+    return reopened
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+
+class LogTail:
+    """Reads the agent's log chunks in order, each once (contract in ``tpuops/agent/logs.py``)."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.prefix = layout.logs_prefix(run_id)
+        self.seen = ""
+
+    def new_lines(self) -> list[str]:
+        names = sorted(o.key for o in self.store.list(self.prefix) if o.key.endswith(".log") and o.key > self.seen)
+        lines: list[str] = []
+        for key in names:
+            try:
+                lines.extend(self.store.read_bytes(key).decode(errors="replace").splitlines())
+            except NotFound:
+                break
+            self.seen = key
+        return lines
+
+
+def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float,
+                sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+    """The run's log lines; with ``follow``, keep yielding new ones until the run is finished.
+
+    A preemption or a crash is not the end: the controller brings the run back and its next
+    attempt appends to the same log. The run ends when ``is_finished`` says so; the lines
+    written before that are all yielded.
+    """
+    read_record(store, run_id)
+    tail = LogTail(store, run_id)
+    while True:
+        yield from tail.new_lines()
+        if not follow or is_finished(load_memory(store, run_id)[0], read_status(store, run_id)):
+            yield from tail.new_lines()
+            return
+        sleep(poll_s)
+
+
+# -- the index -------------------------------------------------------------------------------------
+
+
+def mark_active(store: Store, run_id: str) -> None:
+    store.write_bytes(layout.INDEX_ACTIVE + run_id, b"")
+
+
+def drop_active(store: Store, run_id: str) -> None:
+    store.delete(layout.INDEX_ACTIVE + run_id)
+
+
+def _indexed(store: Store, prefix: str) -> dict[str, int]:
+    ensure_index(store)
+    return {layout.run_of(obj.key, prefix): obj.generation for obj in store.list(prefix)}
+
+
+def active_index(store: Store) -> dict[str, int]:
+    """The runs still indexed as unfinished, with their marker's generation (one listing of ``index/active/``).
+
+    ``declare`` and ``reopen`` rewrite the marker, so a generation that changed since the last look
+    means the run was declared or reopened since: what a reader cached of it is stale.
+    """
+    return _indexed(store, layout.INDEX_ACTIVE)
+
+
+def active_run_ids(store: Store) -> list[str]:
+    """The runs still indexed as unfinished."""
+    return list(active_index(store))
+
+
+def all_run_ids(store: Store) -> list[str]:
+    return list(_indexed(store, layout.INDEX_RUNS))
+
+
+def ensure_index(store: Store) -> None:
+    if not store.exists(layout.INDEX_BUILT):
+        rebuild_index(store)
+
+
+def rebuild_index(store: Store) -> int:
+    """Index every run under ``runs/`` (one full listing); returns how many runs are active."""
+    ids = [obj.key.split("/")[1] for obj in store.list(layout.RUNS)
+           if obj.key.count("/") == 2 and obj.key.endswith("/" + layout.RECORD)]
+
+    def index(run_id: str) -> bool:
+        store.write_bytes(layout.INDEX_RUNS + run_id, b"")
+        active = not load_memory(store, run_id)[0].finished
+        if active:
+            mark_active(store, run_id)
+        return active
+
+    active = sum(parallel_map(index, ids))
+    store.write_bytes(layout.INDEX_BUILT, b"")
+    return active
