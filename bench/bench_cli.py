@@ -119,7 +119,7 @@ def main() -> None:
     for command, values in rows:
         table.add_row(command, f"{values['baseline']:.3f}", f"{values['this tree']:.3f}",
                       f"x{values['baseline'] / values['this tree']:.2f}")
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 if __name__ == "__main__":

@@ -323,8 +323,8 @@ def bench_passes(work: Path, runs: int, zone_counts: Sequence[int], passes: int)
                          ", ".join(f"{ops.get(k, 0)} {k} {spent.get(k, 0.0):.3f} s" for k in STORE_OPS),
                          f"{ops.get('listed', 0)} objects listed; ListNodes alone "
                          f"{median([s.seconds for s in listing]):.3f} s",
-                         f"{ops.get('writes', 0) / runs:.0f} fsync'd writes/run although nothing changed "
-                         "(lease renewal + memory rewrite)"))
+                         f"{ops.get('writes', 0) / runs:.2f} writes and {ops.get('reads', 0) / runs:.2f} reads/run "
+                         "although nothing changed"))
             rows += budget_and_bulk(w, controller, placed, passes, median(wall))
     return rows
 
@@ -354,7 +354,7 @@ def budget_and_bulk(w: World, controller: Controller, placed: Sequence[tuple[str
         (f"steady pass, {runs} runs with ckpt/logs/tb ({files + 3} objects each)",
          f"{median([s.seconds for s in bulky]):.3f} s (first pass {first.seconds:.3f} s)",
          f"bare runs: {bare_s:.3f} s",
-         f"lists {bulky[-1].store.get('listed', 0)} objects per pass to find {runs} run.json"),
+         f"lists {bulky[-1].store.get('listed', 0)} objects per pass for {runs} active runs"),
     ]
 
 

@@ -110,9 +110,13 @@ def test_a_preempted_run_comes_back_on_its_frozen_node_whatever_tpuops_toml_says
     assert original is not None and f"/locations/{A}/" in original["name"]
     first.release()
 
+    before = world.config.read_text()
     world.config.write_text(f'zones = ["{C}", "{B}"]\naccelerator = "v2-8"\ncapacity = "preemptible"\n'
                             f'max_run_hours = 1\n\n[labels]\nteam = "other"\n')
-    later = world.controller("after-the-edit")  # 'tpuops watch' started after the edit, or on another machine
+    try:
+        later = world.controller("after-the-edit")  # 'tpuops watch' started after the edit, or on another machine
+    finally:
+        world.config.write_text(before)  # the controller has read it: the edit is in its settings
     assert later.settings.accelerator == "v2-8" and later.settings.zones == [C, B]
     world.admin.preempt(PROJECT, A, "frozen-1", grace_s=0.0)
 
@@ -168,3 +172,32 @@ def test_status_never_shows_a_run_the_controller_ended_before_any_agent_status(
     controller.release()
     assert "refused-1" not in runs.active_run_ids(store(controller.settings))
     assert NodeState.READY not in {n.state for n in connect(controller.settings).list_nodes(C)}
+
+
+def test_a_watching_controller_rereads_a_ready_nodes_status_only_when_due_and_a_targeted_pass_always(
+        world: World) -> None:
+    """A node that stays READY when its agent ends (its dead-man's switch failed): a long-lived controller reads
+    the status again when it is due, a targeted pass (``train``'s own controller) at once."""
+    plan = world.declare("kept-1", zones=[A])
+    settings = world.settings()
+    root = store(settings)
+    watching = Controller(settings, root, connect(settings), Ledger(settings.ledger_path), holder="watching",
+                          status_refresh_s=3600.0)
+    poll(lambda: watching.run_pass() and (n := world.node("kept-1")) and n["state"] == "READY"
+         and runs.load_memory(root, "kept-1")[0].ready_since is not None, "the node READY and seen so", timeout_s=60)
+    root.write_bytes(runs.status_key("kept-1"), json.dumps({"run_id": "kept-1", "attempt": 1, "phase": "training",
+                                                             "step": 10}).encode())
+    watching.run_pass()  # the node is READY and was seen READY: its status is not due yet
+    root.write_bytes(runs.status_key("kept-1"), json.dumps({"run_id": "kept-1", "attempt": 1, "phase": "done",
+                                                             "step": 600, "exit_class": "succeeded"}).encode())
+    for _ in range(3):
+        report = watching.run_pass()
+        assert "kept-1" not in report.finished and world.node("kept-1")["state"] == "READY"
+    assert watching.run_pass(only="kept-1").finished == {"kept-1": "succeeded"}  # what 'train' and 'drive' run
+    assert runs.load_memory(root, "kept-1")[0].outcome == "succeeded"
+    assert plan.record.node.name == "kept-1"
+    poll(lambda: watching.run_pass() is not None and world.node("kept-1") is None, "the finished run's node to go",
+         timeout_s=60)
+    watching.run_pass()  # the first pass that lists no node takes the finished run out of the index
+    assert "kept-1" not in runs.active_run_ids(root)
+    watching.release()

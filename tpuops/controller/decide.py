@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from tpuops.cost import format_usd
 from tpuops.errors import CreateResult
+from tpuops.kinds import ValueEnum
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunPhase
 from tpuops.tpu import NodeState
 
@@ -58,9 +59,14 @@ class Observed:
     budget_usd: float | None = None
 
 
+class ActionKind(ValueEnum):
+    CREATE = "create"
+    DELETE = "delete"
+
+
 @dataclass(frozen=True)
 class Action:
-    kind: str  # create | delete
+    kind: ActionKind
     zone: str
 
 
@@ -98,7 +104,7 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     memory.missing_passes = 0
     memory.pending_create = PendingCreate(zone=zone, at=now)
     memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
-    decision.actions.append(Action("create", zone))
+    decision.actions.append(Action(ActionKind.CREATE, zone))
 
 
 def _restart(memory: Memory, observed: Observed, now: float, kind: str, message: str, decision: Decision,
@@ -115,7 +121,7 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
     # way the next pass that finds it missing recreates it without counting a preemption.
     memory.deleting = True
     if observed.node_zone and observed.node_state is not None:
-        decision.actions.append(Action("delete", observed.node_zone))
+        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
 
 
 def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decision, policy: Policy) -> bool:
@@ -129,7 +135,7 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
         user_error = status.exit_class == ExitClass.USER_ERROR
         _finish(memory, now, Outcome.of_exit(status.exit_class), message if user_error else f"step {status.step}")
         if observed.node_zone and observed.node_state is not None and not policy.keep_node:
-            decision.actions.append(Action("delete", observed.node_zone))
+            decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return True
     if status.exit_class == ExitClass.CRASHED:
         _restart(memory, observed, now, "crash", f"agent crashed at step {status.step}: {message}",
@@ -146,14 +152,14 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.finished:
         keep = policy.keep_node and memory.outcome != Outcome.BUDGET_EXHAUSTED
         if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
-            decision.actions.append(Action("delete", observed.node_zone))
+            decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
             observed.spent_usd >= observed.budget_usd:
         _finish(memory, now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
-            decision.actions.append(Action("delete", observed.node_zone))
+            decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
     if _agent_news(memory, observed, now, decision, policy):
         return decision
@@ -169,19 +175,19 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
     if state in (NodeState.PREEMPTED, NodeState.TERMINATED) and memory.deleting:
-        decision.actions.append(Action("delete", observed.node_zone or ""))
+        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
     elif state in (NodeState.PREEMPTED, NodeState.TERMINATED):
         memory.preemptions += 1
         memory.deleting = True
         memory.pending_create = None
         memory.event(now, "preempted", f"node {state.value} in {observed.node_zone} (preemption "
                                        f"{memory.preemptions}); deleting it to recreate")
-        decision.actions.append(Action("delete", observed.node_zone or ""))
+        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
     elif state is NodeState.READY:
         _ready(memory, observed, now, policy, decision)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
-        decision.actions.append(Action("delete", observed.node_zone or ""))
+        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision

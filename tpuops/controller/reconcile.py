@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from tpuops import runs
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, Observed, Policy, decide
+from tpuops.controller.decide import Action, ActionKind, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
 from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError
 from tpuops.ledger import Ledger
@@ -283,7 +283,7 @@ class Controller:
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float) -> None:
         name = record.node_name
-        if action.kind == "delete":
+        if action.kind is ActionKind.DELETE:
             self.api.delete_node(action.zone, name)
             return
         try:
