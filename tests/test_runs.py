@@ -18,8 +18,7 @@ from tpuops import runs
 from tpuops.errors import PreconditionFailed, UsageError
 from tpuops.kinds import Capacity
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
-from tpuops.store import LocalStore, Store, gcs_client
-from tpuops.store.gcs import GcsStore
+from tpuops.store import LocalStore, Store, open_store
 
 
 @pytest.fixture(params=[pytest.param("local", marks=pytest.mark.unit),
@@ -27,9 +26,8 @@ from tpuops.store.gcs import GcsStore
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "local":
         return LocalStore(tmp_path / "store")
-    server = request.getfixturevalue("fake_gcs")
-    bucket = request.getfixturevalue("gcs_bucket")
-    return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
+    endpoint = request.getfixturevalue("fake_gcs").endpoint
+    return open_store(f"gs://{request.getfixturevalue('gcs_bucket')}/root", gcs_endpoint=endpoint)
 
 
 def record(run_id: str, *, sweep: str | None = None, created: str = "2026-01-01T00:00:00+00:00") -> RunRecord:
