@@ -43,11 +43,10 @@ def open_ledger(settings: Settings) -> Ledger:
 
 
 def provisioner(settings: Settings, progress: Callable[[str], None] | None = None) -> Provisioner:
+    """The node engine for the configured project (``up``, ``down``, ``status``)."""
     from tpuops.provision import Provisioner
 
-    if progress is None:
-        return Provisioner(connect(settings), settings, open_ledger(settings))
-    return Provisioner(connect(settings), settings, open_ledger(settings), progress)
+    return Provisioner(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None))
 
 
 def store(settings: Settings) -> Store:
