@@ -13,6 +13,7 @@ it held the lease is only good for the same tenure.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -43,7 +44,7 @@ class Leases:
         self.holder = holder
         self.ttl_s = ttl_s
         self._held: dict[str, _Held] = {}
-        self._tenures = 0
+        self._tenures = itertools.count(1)  # next() is atomic: a pass takes leases from a thread pool
 
     def acquire(self, name: str, now: float | None = None) -> bool:
         """Take or renew the lease on ``name``; False when another live holder has it."""
@@ -64,9 +65,7 @@ class Leases:
             self._held.pop(name, None)
             return False
         ours = bool(current and current.get("holder") == self.holder and expires > now and held is not None)
-        if not ours:
-            self._tenures += 1
-        return self._write(name, generation, now, held.tenure if ours and held else self._tenures)
+        return self._write(name, generation, now, held.tenure if ours and held else next(self._tenures))
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()

@@ -39,6 +39,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -72,6 +73,14 @@ class _Run:
     record: RunRecord
     memory: Memory
     generation: int
+
+
+class _Skip(Enum):
+    LEASED = "leased elsewhere"
+    DEFERRED = "acted on by another controller during this pass"
+
+
+_LEASED, _DEFERRED = _Skip.LEASED, _Skip.DEFERRED
 
 
 @dataclass
@@ -168,16 +177,28 @@ class Controller:
             self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
         nodes = {run_id: _find(listed, state.record.node_name) for run_id, state in states.items()}
         self._refresh_statuses(states, nodes, fresh=only is not None)
+        live = []
         for run_id, state in states.items():
-            node = nodes[run_id]
-            if state.memory.finished and node is None:
-                if only is None and not failed:
-                    runs.drop_active(self.store, run_id)
-                    self._seen.pop(run_id, None)
-                continue
+            if not (state.memory.finished and nodes[run_id] is None):
+                live.append(run_id)
+            elif only is None and not failed:
+                runs.drop_active(self.store, run_id)
+                self._seen.pop(run_id, None)
+        taken = runs.parallel_map(lambda run_id: self._take(run_id, states[run_id]), live)
+        clock = time.time() if now is None else now
+        for run_id, took in zip(live, taken, strict=True):
             report.runs += 1
             try:
-                self._under_lease(run_id, state, node, listed, report, now, index[run_id])
+                if isinstance(took, TpuopsError):
+                    raise took
+                if took is _LEASED:
+                    report.skipped_leased.append(run_id)
+                elif took is _DEFERRED:
+                    report.deferred.append(run_id)
+                else:
+                    memory, generation = took
+                    self._reconcile_run(run_id, states[run_id].record, memory, generation, nodes[run_id], listed,
+                                        report, clock)
             except TpuopsError as err:
                 report.errors[run_id] = str(err)
                 self._seen.pop(run_id, None)
@@ -207,27 +228,28 @@ class Controller:
             seen.status, seen.status_state = status, node.state if node else None
             seen.status_due = clock + self.status_refresh_s * (0.5 + (zlib.crc32(run_id.encode()) % 512) / 1024)
 
-    def _under_lease(self, run_id: str, state: _Run, node: NodeInfo | None, listed: Listing, report: PassReport,
-                     now: float | None, marker: int | None) -> None:
-        seen = self._seen.get(run_id)
-        if not self.leases.acquire(run_id):
-            report.skipped_leased.append(run_id)
-            self._seen.pop(run_id, None)
-            return
-        self._held.add(run_id)
-        tenure = self.leases.tenure(run_id)
-        if seen is not None and seen.tenure is not None and seen.tenure == tenure:
-            memory, current = state.memory, state.generation  # nobody else may have written it meanwhile
-        else:
-            memory, current = runs.load_memory(self.store, run_id)
-            if current != state.generation:
-                report.deferred.append(run_id)
+    def _take(self, run_id: str, state: _Run) -> tuple[Memory, int] | _Skip | TpuopsError:
+        """Take (or keep) the run's lease and make sure its memory is still the one this pass read.
+
+        Runs in the pass's thread pool: a one-shot pass pays these round trips in parallel.
+        """
+        try:
+            seen = self._seen.get(run_id)
+            if not self.leases.acquire(run_id):
                 self._seen.pop(run_id, None)
-                return
-        if seen is not None:
-            seen.tenure = tenure
-        self._reconcile_run(run_id, state.record, memory, current, node, listed, report,
-                            time.time() if now is None else now)
+                return _LEASED
+            self._held.add(run_id)
+            tenure = self.leases.tenure(run_id)
+            if seen is None or seen.tenure is None or seen.tenure != tenure:
+                current = runs.load_memory(self.store, run_id)[1]
+                if current != state.generation:  # another controller acted since: our listing may predate it
+                    self._seen.pop(run_id, None)
+                    return _DEFERRED
+            if seen is not None:
+                seen.tenure = tenure  # nobody else may write the memory while this tenure lasts
+            return state.memory, state.generation
+        except TpuopsError as err:
+            return err
 
     def _observe(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None,
                  listed: Listing) -> Observed:
