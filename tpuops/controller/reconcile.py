@@ -45,7 +45,7 @@ from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError
+from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.ledger import Ledger
 from tpuops.naming import RUN_KEY
 from tpuops.provision import Listing, Provisioner
@@ -136,22 +136,29 @@ class Controller:
             self._records[run_id] = runs.read_record(self.store, run_id)
         return self._records[run_id]
 
-    def _read(self, run_id: str, marker: int | None) -> _Run | None:
-        """Record and memory of a run, from this controller's copies when they are still good."""
+    def _read(self, run_id: str, marker: int | None) -> _Run | TpuopsError | None:
+        """Record and memory of a run, from this controller's copies when they are still good.
+
+        None: the index names a run whose record is gone (it is dropped from the index); an error
+        is this run's alone, reported, and the next pass tries again.
+        """
         fresh = marker is None
         try:
-            record = self._record(run_id, fresh)
+            try:
+                record = self._record(run_id, fresh)
+            except UsageError as err:
+                if runs.run_exists(self.store, run_id):
+                    raise
+                self.progress(f"{run_id}: indexed but its record is gone ({err}); dropping it from the index")
+                runs.drop_active(self.store, run_id)
+                return None
+            seen = self._seen.get(run_id)
+            if (not fresh and seen is not None and seen.marker == marker and seen.tenure is not None
+                    and seen.tenure == self.leases.tenure(run_id)):
+                return _Run(record, Memory.model_validate_json(seen.memory), seen.generation)
+            memory, generation = runs.load_memory(self.store, run_id)
         except TpuopsError as err:
-            if runs.run_exists(self.store, run_id):
-                raise
-            self.progress(f"{run_id}: indexed but its record is gone ({err}); dropping it from the index")
-            runs.drop_active(self.store, run_id)
-            return None
-        seen = self._seen.get(run_id)
-        if (not fresh and seen is not None and seen.marker == marker and seen.tenure is not None
-                and seen.tenure == self.leases.tenure(run_id)):
-            return _Run(record, Memory.model_validate_json(seen.memory), seen.generation)
-        memory, generation = runs.load_memory(self.store, run_id)
+            return err
         self._remember(run_id, memory, generation, marker, None)
         return _Run(record, memory, generation)
 
@@ -166,8 +173,13 @@ class Controller:
         """One pass over every unfinished run in the store (or only ``only``, read afresh)."""
         report = PassReport()
         index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
-        read = runs.parallel_map(lambda run_id: self._read(run_id, index[run_id]), list(index))
-        states = {run_id: state for run_id, state in zip(index, read, strict=True) if state is not None}
+        read = dict(zip(index, runs.parallel_map(lambda run_id: self._read(run_id, index[run_id]), list(index)),
+                        strict=True))
+        states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
+        for run_id, err in read.items():
+            if isinstance(err, TpuopsError):
+                report.errors[run_id] = str(err)
+                self.progress(f"{run_id}: {err}; the next pass tries again")
         zones = list(self.settings.zones)
         for state in states.values():
             zones.extend(z for z in (*state.record.zones, state.memory.zone) if z)
