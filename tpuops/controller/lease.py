@@ -46,12 +46,17 @@ class Leases:
         self._held: dict[str, _Held] = {}
         self._tenures = itertools.count(1)  # next() is atomic: a pass takes leases from a thread pool
 
+    def known(self, name: str, now: float | None = None) -> bool:
+        """Whether ``name`` is ours for a while yet (more than half its TTL left): no round trip needed."""
+        held = self._held.get(name)
+        return held is not None and held.expires - (time.time() if now is None else now) > self.ttl_s / 2
+
     def acquire(self, name: str, now: float | None = None) -> bool:
         """Take or renew the lease on ``name``; False when another live holder has it."""
         now = time.time() if now is None else now
         held = self._held.get(name)
-        if held is not None and held.expires - now > self.ttl_s / 2:
-            return True  # ours for a while yet: a round trip per pass per run would be the pass's main cost
+        if self.known(name, now):
+            return True  # a round trip per pass per run would be the pass's main cost
         if held is not None and held.expires > now and self._write(name, held.generation, now, held.tenure):
             return True
         key = f"leases/{name}"

@@ -40,6 +40,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -52,6 +53,8 @@ from tpuops.provision import Listing, Provisioner
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
 from tpuops.tpu import NodeInfo, NodeState, TpuApi
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,7 +92,8 @@ class _Seen:
 
     marker: int  # the index marker's generation when the memory was read
     tenure: int | None  # the lease tenure it was read under (None: read without the lease)
-    memory: bytes
+    memory: Memory  # as read or last saved; a pass decides on this very object
+    saved: bytes  # its bytes as read or last saved
     generation: int
     status: AgentStatus | None = None
     status_state: NodeState | None = None
@@ -136,8 +140,16 @@ class Controller:
             self._records[run_id] = runs.read_record(self.store, run_id)
         return self._records[run_id]
 
+    def _cached(self, run_id: str, marker: int | None) -> _Run | None:
+        """Record and memory from this controller's copies, when they are still good (no I/O)."""
+        seen, record = self._seen.get(run_id), self._records.get(run_id)
+        if (marker is not None and record is not None and seen is not None and seen.marker == marker
+                and seen.tenure is not None and seen.tenure == self.leases.tenure(run_id)):
+            return _Run(record, seen.memory, seen.generation)
+        return None
+
     def _read(self, run_id: str, marker: int | None) -> _Run | TpuopsError | None:
-        """Record and memory of a run, from this controller's copies when they are still good.
+        """Record and memory of a run, read from the store.
 
         None: the index names a run whose record is gone (it is dropped from the index); an error
         is this run's alone, reported, and the next pass tries again.
@@ -152,10 +164,6 @@ class Controller:
                 self.progress(f"{run_id}: indexed but its record is gone ({err}); dropping it from the index")
                 runs.drop_active(self.store, run_id)
                 return None
-            seen = self._seen.get(run_id)
-            if (not fresh and seen is not None and seen.marker == marker and seen.tenure is not None
-                    and seen.tenure == self.leases.tenure(run_id)):
-                return _Run(record, Memory.model_validate_json(seen.memory), seen.generation)
             memory, generation = runs.load_memory(self.store, run_id)
         except TpuopsError as err:
             return err
@@ -167,14 +175,14 @@ class Controller:
         seen = self._seen.get(run_id)
         status = (seen.status, seen.status_state, seen.status_due) if seen else (None, None, 0.0)
         self._seen[run_id] = _Seen(marker if marker is not None else (seen.marker if seen else -1), tenure,
-                                   memory.to_bytes(), generation, *status)
+                                   memory, memory.to_bytes(), generation, *status)
 
     def run_pass(self, only: str | None = None, now: float | None = None) -> PassReport:
         """One pass over every unfinished run in the store (or only ``only``, read afresh)."""
         report = PassReport()
         index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
-        read = dict(zip(index, runs.parallel_map(lambda run_id: self._read(run_id, index[run_id]), list(index)),
-                        strict=True))
+        read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
+                                 lambda run_id: self._read(run_id, index[run_id]))
         states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
         for run_id, err in read.items():
             if isinstance(err, TpuopsError):
@@ -196,9 +204,11 @@ class Controller:
             elif only is None and not failed:
                 runs.drop_active(self.store, run_id)
                 self._seen.pop(run_id, None)
-        taken = runs.parallel_map(lambda run_id: self._take(run_id, states[run_id]), live)
+        taken = _inline_or_pooled(live, lambda run_id: self._kept(run_id, states[run_id]),
+                                  lambda run_id: self._take(run_id, states[run_id]))
         clock = time.time() if now is None else now
-        for run_id, took in zip(live, taken, strict=True):
+        for run_id in live:
+            took = taken[run_id]
             report.runs += 1
             try:
                 if isinstance(took, TpuopsError):
@@ -239,6 +249,15 @@ class Controller:
             node = nodes[run_id]
             seen.status, seen.status_state = status, node.state if node else None
             seen.status_due = clock + self.status_refresh_s * (0.5 + (zlib.crc32(run_id.encode()) % 512) / 1024)
+
+    def _kept(self, run_id: str, state: _Run) -> tuple[Memory, int] | None:
+        """The run's memory when its lease is known to be ours and the memory was read under it (no I/O)."""
+        seen = self._seen.get(run_id)
+        if (self.leases.known(run_id) and seen is not None and seen.tenure is not None
+                and seen.tenure == self.leases.tenure(run_id)):
+            self._held.add(run_id)
+            return state.memory, state.generation
+        return None
 
     def _take(self, run_id: str, state: _Run) -> tuple[Memory, int] | _Skip | TpuopsError:
         """Take (or keep) the run's lease and make sure its memory is still the one this pass read.
@@ -292,7 +311,8 @@ class Controller:
     def _reconcile_run(self, run_id: str, record: RunRecord, memory: Memory, generation: int,
                        node: NodeInfo | None, listed: Listing, report: PassReport, now: float) -> None:
         observed = self._observe(run_id, record, memory, node, listed)
-        unchanged = memory.to_bytes()
+        seen = self._seen.get(run_id)
+        unchanged = seen.saved if seen is not None and seen.memory is memory else memory.to_bytes()
         before = len(memory.events)
         decision = decide(memory, observed, now, self.policy(record))
         for action in decision.actions:
@@ -311,9 +331,8 @@ class Controller:
             self._seen.pop(run_id, None)
             self.progress(f"{run_id}: its memory changed under us; the next pass redoes this one")
             return
-        seen = self._seen.get(run_id)
         if seen is not None:
-            seen.memory, seen.generation = after, saved
+            seen.memory, seen.saved, seen.generation = memory, after, saved
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float) -> None:
         name = record.node_name
@@ -355,6 +374,15 @@ class Controller:
         listed, _ = self.nodes.list_zones(self.settings.zones)
         self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
         return report.reaped
+
+
+def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None],
+                      pooled: Callable[[str], T | None]) -> dict[str, T | None]:
+    """``inline`` for each id (no I/O: what is cached), then ``pooled`` in the thread pool for the ids it left."""
+    done = {run_id: inline(run_id) for run_id in ids}
+    rest = [run_id for run_id, value in done.items() if value is None]
+    done.update(zip(rest, runs.parallel_map(pooled, rest), strict=True))
+    return done
 
 
 def _find(listed: Listing, name: str) -> NodeInfo | None:
