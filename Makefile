@@ -8,8 +8,6 @@ TFVENV := .venv-tf29
 PY := $(VENV)/bin/python
 TFPY := $(TFVENV)/bin/python
 PIN_FILE := templates/requirements-tf29.txt
-# The data plane's interpreter: the tpu-vm-tf-2.9.x image runs Python 3.8; 3.9 and 3.10 also run TF 2.9.
-TF_PYTHONS := 3.8 3.9 3.10
 
 .PHONY: setup demo test lint tools clean
 
@@ -25,10 +23,10 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The data plane's runtime, built by the same code as 'tpuops runtime install' (Python 3.8, else 3.9/3.10).
 $(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
-	rm -rf $(TFVENV)
-	$$($(PY) -m tpuops.runtime_python $(TF_PYTHONS)) -m venv $(TFVENV)
-	$(TFPY) -m pip install --quiet -r $(PIN_FILE) pytest
+	$(VENV)/bin/tpuops runtime install --force --path $(TFVENV)
+	$(TFPY) -m pip install --quiet pytest
 	touch $@
 
 tools:
