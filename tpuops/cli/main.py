@@ -7,6 +7,7 @@ every ``TpuopsError`` into one line on stderr and its exit code, with no traceba
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import typer
 from tpuops.cli import control, cost, data, emulator, init, jobs, nodes, runtime, samples
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
+
+# google-api-core warns on every import under Python 3.10, which tpuops supports: not the user's concern.
+warnings.filterwarnings("ignore", message="You are using a non-supported Python version", category=FutureWarning)
 
 app = typer.Typer(
     name="tpuops",

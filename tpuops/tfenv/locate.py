@@ -50,17 +50,19 @@ def read_stamp(venv: Path) -> dict[str, Any] | None:
 
 
 def candidates(settings: Settings) -> list[Candidate]:
-    """The search order, each place marked found or not; an explicit ``tf_python`` is the only place."""
+    """The search order, each place marked found or not; an explicit ``tf_python`` is the only place.
+
+    The checkout's ``.venv-tf29`` is a place only when tpuops runs from a checkout.
+    """
     if settings.tf_python:
         python = Path(settings.tf_python).expanduser()
         return [Candidate("tf_python", python, python.is_file())]
     home = home_runtime(settings)
-    checkout = CHECKOUT / ".venv-tf29"
-    return [
-        Candidate("home", venv_python(home), read_stamp(home) is not None and venv_python(home).exists()),
-        Candidate("checkout", venv_python(checkout),
-                  (CHECKOUT / "pyproject.toml").is_file() and venv_python(checkout).exists()),
-    ]
+    found = [Candidate("home", venv_python(home), read_stamp(home) is not None and venv_python(home).exists())]
+    if (CHECKOUT / "pyproject.toml").is_file():
+        checkout = venv_python(CHECKOUT / ".venv-tf29")
+        found.append(Candidate("checkout", checkout, checkout.exists()))
+    return found
 
 
 def find(settings: Settings) -> Candidate | None:
