@@ -1,10 +1,11 @@
 """Test lanes: every collected test carries a lane marker, or collection fails.
 
-Loaded as a plugin (``-p lanes`` in pyproject's addopts, ``tests/`` on ``pythonpath``) by every
-pytest run of the repository, including the agent's tests under ``.venv-tf29``, so a new test
-cannot forget its lane. Lanes: ``unit`` (pure, fast, no server, no TensorFlow; ``make unit``),
-``emulator`` (starts a server of its own), ``tf`` (runs TensorFlow 2.9); ``slow`` comes on top.
-``unit`` excludes the other two, so ``-m unit`` never starts a server. Runs on Python 3.8 too.
+Its hook is imported by ``tests/conftest.py`` and ``tests/agent/conftest.py`` (``tests/`` is on
+pytest's ``pythonpath``), so every pytest run of the repository checks it, including the agent's
+tests under ``.venv-tf29``, and a new test cannot forget its lane. Lanes: ``unit`` (pure, fast,
+no server, no TensorFlow; ``make unit``), ``emulator`` (starts a server of its own), ``tf`` (runs
+TensorFlow 2.9); ``slow`` comes on top. ``unit`` excludes the other two, so ``-m unit`` never
+starts a server. Runs on Python 3.8 too.
 """
 
 from __future__ import annotations

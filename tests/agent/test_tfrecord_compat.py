@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.tf
+
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_PLANE_PYTHON = REPO / ".venv" / "bin" / "python"
 
