@@ -111,8 +111,8 @@ def _pip(python: str, args: list[str], progress: Progress) -> None:
         if line.startswith("Collecting "):
             collected += 1
             progress(f"pip: {line} ({collected} packages so far)")
-        elif line.startswith(("Installing collected packages", "Successfully installed")):
-            progress(f"pip: {line[:100]}")
+        elif line.startswith("Installing collected packages: "):
+            progress(f"pip: unpacking {len(line.split(','))} packages")
     if proc.wait() != 0:
         errors = [text for text in tail if text.startswith("ERROR")] or tail or ["no output"]
         raise TpuopsError(f"pip could not install the TF 2.9 pins: {errors[-1].strip()}")
