@@ -1,5 +1,6 @@
 # make demo  - train the digits CNN on a spot TPU VM of the local Cloud TPU emulator, end to end
 # make test  - install everything the tests need, lint, and run every test
+# make unit  - the unit lane only (pytest -m unit): no server, no TensorFlow, needs only .venv
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -8,10 +9,11 @@ TFVENV := .venv-tf29
 PY := $(VENV)/bin/python
 TFPY := $(TFVENV)/bin/python
 PIN_FILE := templates/requirements-tf29.txt
-# The data plane's interpreter: the tpu-vm-tf-2.9.x image runs Python 3.8; 3.9 and 3.10 also run TF 2.9.
-TF_PYTHONS := 3.8 3.9 3.10
 
-.PHONY: setup demo test lint tools clean
+# The control plane's unit lane also runs on the oldest and newest supported Python.
+COMPAT_PYTHONS := 3.10 3.13
+
+.PHONY: setup demo test unit compat lint tools clean
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp
 
@@ -25,10 +27,10 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The data plane's runtime, built by the same code as 'tpuops runtime install' (Python 3.8, else 3.9/3.10).
 $(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
-	rm -rf $(TFVENV)
-	$$($(PY) -m tpuops.runtime_python $(TF_PYTHONS)) -m venv $(TFVENV)
-	$(TFPY) -m pip install --quiet -r $(PIN_FILE) pytest
+	$(VENV)/bin/tpuops runtime install --force --path $(TFVENV)
+	$(TFPY) -m pip install --quiet pytest
 	touch $@
 
 tools:
@@ -39,7 +41,23 @@ tools:
 lint: setup
 	$(VENV)/bin/ruff check .
 
-test: setup tools lint
+unit: $(VENV)/.stamp
+	$(VENV)/bin/pytest -q -m unit tests
+
+# .venv-py310, .venv-py313: editable installs on those interpreters (PATH, pyenv or uv); a missing one is skipped, loudly.
+compat: $(VENV)/.stamp
+	@for v in $(COMPAT_PYTHONS); do \
+	  venv=.venv-py$${v/./}; \
+	  if [ ! -f $$venv/.stamp ] || [ pyproject.toml -nt $$venv/.stamp ]; then \
+	    py=$$($(PY) -c "from tpuops.tfenv.pythons import find_python; print(find_python(['$$v']))" 2>/dev/null) \
+	      || { echo "SKIPPED: the unit lane on Python $$v: no python$$v on PATH, under pyenv or through uv"; continue; }; \
+	    rm -rf $$venv && $$py -m venv $$venv && $$venv/bin/pip install --quiet -e '.[dev]' && touch $$venv/.stamp; \
+	  fi; \
+	  echo "unit lane on Python $$v ($$venv)"; \
+	  $$venv/bin/pytest -q -p no:cacheprovider -m unit tests; \
+	done
+
+test: setup tools lint compat
 	$(VENV)/bin/pytest -q tests
 	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 
@@ -58,4 +76,4 @@ demo: setup
 	$(TPUOPS) status
 
 clean:
-	rm -rf $(VENV) $(TFVENV) .tpuops-demo .pytest_cache
+	rm -rf $(VENV) $(TFVENV) .venv-py310 .venv-py313 .tpuops-demo .pytest_cache

@@ -246,7 +246,8 @@ def main() -> None:
     baseline = Path(args.baseline)
     if not (baseline / "tpuops" / "__init__.py").is_file():
         raise SystemExit(f"bench: no baseline tree at {baseline} (git archive a052406 | tar -x -C {baseline})")
-    from tpuops.store.fake_gcs import FakeGcsServer
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
 
     cases = [("gcs", 200, 0, None), ("gcs", 2000, 0, 1.0), ("local", 50, 2000, None), ("local", 50, 20000, 0.5)]
     if args.quick:

@@ -32,11 +32,13 @@ from tpuops import tfrecord
 from tpuops.data import convert, format_size, parse_size, upload
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, Source, utc_now
 from tpuops.store import gcs_client
-from tpuops.store.fake_gcs import FakeGcsServer
 from tpuops.store.files import crc32c_of_file
 from tpuops.store.gcs import GcsStore
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_gcs import FakeGcsServer  # noqa: E402 - test-only helper, found through the line above
+
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
 REPEATS = 2
 SDK_CHUNK = 100 << 20  # google-cloud-storage's default resumable chunk

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import pytest
 from conftest_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures: fake-gcs-server for the store tests)
 from helpers import poll
+from lanes import pytest_collection_modifyitems  # noqa: F401  (every test has a lane)
 
 T = TypeVar("T")
 

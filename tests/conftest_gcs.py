@@ -12,8 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-
-from tpuops.store.fake_gcs import FakeGcsServer
+from fake_gcs import FakeGcsServer
 
 _SERVER: FakeGcsServer | None = None
 

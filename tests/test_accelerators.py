@@ -16,6 +16,8 @@ from tpuops.accelerators import (
 )
 from tpuops.errors import UsageError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("text", "generation", "size", "chips", "hosts"),

@@ -12,6 +12,8 @@ import pytest
 from tpuops.cli.main import run
 from tpuops.tpu import NodeState, TpuApi
 
+pytestmark = pytest.mark.emulator
+
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()

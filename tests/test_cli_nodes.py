@@ -18,6 +18,8 @@ from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.tpu import TpuApi
 
+pytestmark = [pytest.mark.emulator, pytest.mark.tf]
+
 ZONES = ("us-central1-a", "us-central1-b")
 PROJECT = "tpuops-local"
 

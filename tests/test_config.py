@@ -10,6 +10,8 @@ from tpuops.config import load_settings, write_config
 from tpuops.errors import UsageError
 from tpuops.kinds import Capacity, Provider
 
+pytestmark = pytest.mark.unit
+
 
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "tpuops.toml"
@@ -25,14 +27,14 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
     assert settings.store_root == str(tmp_path / "store")
 
 
-def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+def test_precedence_env_over_file(tmp_path: Path) -> None:
     path = _write(tmp_path, 'project = "from-file"\nzones = ["europe-west4-a"]\naccelerator = "v2-8"\n')
     env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "from-env",
            "TPUOPS_ZONES": "us-central1-b, us-central1-a"}
-    settings = load_settings({"accelerator": "v3-8", "project": None}, config_path=path, environ=env)
+    settings = load_settings(config_path=path, environ=env)
     assert settings.project == "from-env"
     assert settings.zones == ["us-central1-b", "us-central1-a"]
-    assert settings.accelerator == "v3-8"
+    assert settings.accelerator == "v2-8"
     only_file = load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
     assert (only_file.project, only_file.zones, only_file.accelerator) == ("from-file", ["europe-west4-a"], "v2-8")
 
@@ -70,12 +72,12 @@ def test_env_value_error_names_the_environment(tmp_path: Path) -> None:
 
 
 def test_gcp_needs_project_and_bucket(tmp_path: Path) -> None:
-    env = {"TPUOPS_HOME": str(tmp_path)}
+    env = {"TPUOPS_HOME": str(tmp_path), "TPUOPS_PROVIDER": "gcp"}
     with pytest.raises(UsageError, match="provider 'gcp' needs a project"):
-        load_settings({"provider": "gcp"}, environ=env, config_path=None)
+        load_settings(environ=env, config_path=None)
     with pytest.raises(UsageError, match="expected a bucket URI"):
-        load_settings({"provider": "gcp", "project": "p-1", "store": "/tmp/x"}, environ=env, config_path=None)
-    ok = load_settings({"provider": "gcp", "project": "p-1", "store": "gs://b/x"}, environ=env, config_path=None)
+        load_settings(environ={**env, "TPUOPS_PROJECT": "p-1", "TPUOPS_STORE": "/tmp/x"}, config_path=None)
+    ok = load_settings(environ={**env, "TPUOPS_PROJECT": "p-1", "TPUOPS_STORE": "gs://b/x"}, config_path=None)
     assert ok.store_root == "gs://b/x"
 
 

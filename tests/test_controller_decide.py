@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tpuops.controller.decide import Observed, Policy, decide
 from tpuops.runs import AgentStatus, Memory, PendingCreate
 from tpuops.tpu import NodeState
+
+pytestmark = pytest.mark.unit
 
 A, B = "us-central1-a", "us-central1-b"
 POLICY = Policy(zones=(A, B), evidence_passes=2, max_crashes=2, hang_after_s=600.0, boot_timeout_s=300.0,

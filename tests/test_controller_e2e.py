@@ -41,6 +41,8 @@ from tpuops.ledger import Ledger
 from tpuops.session import connect
 from tpuops.store import Store, open_store
 
+pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
+
 PROJECT = "tpuops-local"
 A, B = "us-central1-a", "us-central1-b"
 STEPS = 200

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from lanes import LOCAL_AND_GCS
 
 from tpuops.controller.lease import Leases
 from tpuops.store import LocalStore, Store, gcs_client
@@ -19,7 +20,7 @@ TTL = 60.0
 T0 = 1_800_000_000.0
 
 
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=LOCAL_AND_GCS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "local":
         return LocalStore(tmp_path / "store")

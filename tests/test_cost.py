@@ -73,6 +73,7 @@ def catalog() -> Catalog:
 # -- intervals and prices (pure) ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_ready_time_is_billed_from_ready_to_the_next_other_state(catalog: Catalog) -> None:
     node = history(("CREATING", 0), ("READY", 60), ("DELETING", 3660), ("DELETED", 3670), capacity="on-demand")
     cost = node_cost(node, catalog, now=at(99_999))
@@ -81,6 +82,7 @@ def test_ready_time_is_billed_from_ready_to_the_next_other_state(catalog: Catalo
     assert (cost.free, cost.ready_now, cost.usd_per_hour) == (False, False, pytest.approx(V2_8_ON_DEMAND))
 
 
+@pytest.mark.unit
 def test_every_ready_stretch_counts_and_nothing_between(catalog: Catalog) -> None:
     node = history(("READY", 0), ("STOPPING", 1800), ("STOPPED", 1830), ("STARTING", 5000), ("READY", 5030),
                    ("DELETING", 6830), ("DELETED", 6840), capacity="on-demand")
@@ -89,6 +91,7 @@ def test_every_ready_stretch_counts_and_nothing_between(catalog: Catalog) -> Non
     assert node_cost(node, catalog, now=at(99_999)).usd == pytest.approx(V2_8_ON_DEMAND)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("capacity", ["spot", "preemptible"])
 def test_a_preemption_within_the_first_minute_is_free(catalog: Catalog, capacity: str) -> None:
     node = history(("READY", 0), ("PREEMPTED", FREE_PREEMPTION_S - 1), ("DELETED", 300), capacity=capacity)
@@ -97,6 +100,7 @@ def test_a_preemption_within_the_first_minute_is_free(catalog: Catalog, capacity
     assert (cost.ready_seconds, cost.usd) == (FREE_PREEMPTION_S - 1, 0.0)
 
 
+@pytest.mark.unit
 def test_a_preemption_after_the_first_minute_is_billed(catalog: Catalog) -> None:
     node = history(("READY", 0), ("PREEMPTED", 90), ("DELETED", 300))
     cost = node_cost(node, catalog, now=at(999))
@@ -104,12 +108,14 @@ def test_a_preemption_after_the_first_minute_is_billed(catalog: Catalog) -> None
     assert cost.usd == pytest.approx(90 / 3600 * V2_8_SPOT)
 
 
+@pytest.mark.unit
 def test_a_spot_node_deleted_within_a_minute_is_billed(catalog: Catalog) -> None:
     """The exemption is for preemption: a node we delete ourselves pays for its seconds."""
     node = history(("READY", 0), ("DELETING", 30), ("DELETED", 31))
     assert node_cost(node, catalog, now=at(999)).usd == pytest.approx(30 / 3600 * V2_8_SPOT)
 
 
+@pytest.mark.unit
 def test_an_open_interval_is_billed_up_to_now(catalog: Catalog) -> None:
     node = history(("CREATING", 0), ("READY", 100))
     cost = node_cost(node, catalog, now=at(100 + 7200))
@@ -121,6 +127,7 @@ def test_an_open_interval_is_billed_up_to_now(catalog: Catalog) -> None:
     assert report.total.usd_per_hour_now == pytest.approx(V2_8_SPOT)
 
 
+@pytest.mark.unit
 def test_a_node_that_just_became_ready_shows_in_the_burn_rate(catalog: Catalog) -> None:
     node = history(("CREATING", 0), ("READY", 100), accelerator="v3-8", capacity="on-demand")
     report = build_report([node], catalog, now=at(100))
@@ -128,6 +135,7 @@ def test_a_node_that_just_became_ready_shows_in_the_burn_rate(catalog: Catalog) 
     assert report.total.usd_per_hour_now == pytest.approx(V3_8_ON_DEMAND)
 
 
+@pytest.mark.unit
 def test_days_are_split_at_utc_midnight(catalog: Catalog) -> None:
     start = datetime(2024, 5, 1, 23, 0, tzinfo=UTC)
     node = history(("READY", (start - T0).total_seconds()), ("DELETING", (start - T0).total_seconds() + 9000),
@@ -137,12 +145,14 @@ def test_days_are_split_at_utc_midnight(catalog: Catalog) -> None:
     assert [d.usd for d in days] == [pytest.approx(V3_8_ON_DEMAND), pytest.approx(1.5 * V3_8_ON_DEMAND)]
 
 
+@pytest.mark.unit
 def test_a_multi_day_interval_fills_the_days_between() -> None:
     node = history(("READY", 0), ("DELETING", 3 * 86400))
     days = node_cost(node, default_catalog(), now=at(9 * 86400)).days
     assert [d.ready_seconds for d in days] == [12 * 3600, 86400, 86400, 12 * 3600]
 
 
+@pytest.mark.unit
 def test_since_counts_only_later_time_but_keeps_the_first_minute_rule(catalog: Catalog) -> None:
     since = at(3000)
     long = history(("READY", 0), ("DELETING", 7200), capacity="on-demand")
@@ -154,23 +164,27 @@ def test_since_counts_only_later_time_but_keeps_the_first_minute_rule(catalog: C
     assert [c.history.node.name for c in report.nodes] == ["n1", "n2"]  # n3 had no READY time after since
 
 
+@pytest.mark.unit
 def test_region_overrides_price_the_node_where_it_ran(catalog: Catalog) -> None:
     node = history(("READY", 0), ("DELETING", 3600), accelerator="v3-8", capacity="on-demand", zone=EU)
     assert node_cost(node, catalog, now=at(9999)).usd == pytest.approx(8.80)
 
 
+@pytest.mark.unit
 def test_user_overrides_change_the_bill(catalog: Catalog) -> None:
     node = history(("READY", 0), ("DELETING", 3600), capacity="on-demand")
     mine = catalog.with_overrides({"v2": {"on_demand": 1.0}})
     assert node_cost(node, mine, now=at(9999)).usd == pytest.approx(4.0)
 
 
+@pytest.mark.unit
 def test_an_accelerator_that_cannot_be_priced_is_a_usage_error(catalog: Catalog) -> None:
     node = history(("READY", 0), ("DELETING", 60), accelerator="v9-8")
     with pytest.raises(UsageError, match="accelerator 'v9-8' is not a Cloud TPU type"):
         node_cost(node, catalog, now=at(999))
 
 
+@pytest.mark.unit
 def test_the_report_sums_per_run_sweep_and_day(catalog: Catalog) -> None:
     nodes = [
         history(("READY", 0), ("DELETING", 3600), capacity="on-demand", run_id="r1", sweep_id="s1", node_id=1),
@@ -199,6 +213,7 @@ def test_the_report_sums_per_run_sweep_and_day(catalog: Catalog) -> None:
 # -- budgets --------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_projected_cost_prices_hours_of_one_node(catalog: Catalog) -> None:
     assert projected_cost("v3-8", "on-demand", EU, 10) == pytest.approx(88.0)
     assert projected_cost("v2-8", Capacity.PREEMPTIBLE, US, 2, catalog) == pytest.approx(2 * V2_8_SPOT)
@@ -206,6 +221,7 @@ def test_projected_cost_prices_hours_of_one_node(catalog: Catalog) -> None:
         projected_cost("v2-8", "spot", US, -1)
 
 
+@pytest.mark.unit
 def test_check_budget_allows_what_fits_and_refuses_the_rest() -> None:
     assert check_budget(spent=10.0, projected=5.0, budget=20.0) is None
     assert check_budget(spent=10.0, projected=10.0, budget=20.0) is None
@@ -217,6 +233,7 @@ def test_check_budget_allows_what_fits_and_refuses_the_rest() -> None:
         check_budget(spent=0.0, projected=1.0, budget=-5.0)
 
 
+@pytest.mark.unit
 def test_parse_since_takes_dates_and_times_in_utc() -> None:
     assert parse_since("2024-05-01") == datetime(2024, 5, 1, tzinfo=UTC)
     assert parse_since("2024-05-01T12:30") == datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
@@ -241,6 +258,7 @@ def _fill(ledger: Ledger) -> None:
     ledger.observe("other-project", US, "c", "READY", at(0))
 
 
+@pytest.mark.unit
 def test_histories_filter_and_spent_sums(tmp_path: Path, catalog: Catalog) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
     _fill(ledger)
@@ -276,6 +294,7 @@ def cost_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
     return invoke
 
 
+@pytest.mark.unit
 def test_cost_json_has_runs_days_nodes_and_totals(cost_cli: Callable[..., Any]) -> None:
     result = cost_cli("--json")
     assert result.exit_code == 0, result.output
@@ -293,6 +312,7 @@ def test_cost_json_has_runs_days_nodes_and_totals(cost_cli: Callable[..., Any]) 
     assert "usd_per_hour_now" not in report["days"][0]
 
 
+@pytest.mark.unit
 def test_cost_filters_by_run_and_since(cost_cli: Callable[..., Any]) -> None:
     by_run = json.loads(cost_cli("--json", "--run", "r1").stdout)
     assert [n["name"] for n in by_run["nodes"]] == ["a"]
@@ -301,6 +321,7 @@ def test_cost_filters_by_run_and_since(cost_cli: Callable[..., Any]) -> None:
     assert later["since"] == "2024-05-02T00:00:00+00:00"
 
 
+@pytest.mark.unit
 def test_cost_csv_is_one_row_per_node_and_day(cost_cli: Callable[..., Any]) -> None:
     result = cost_cli("--csv")
     assert result.exit_code == 0, result.output
@@ -311,6 +332,7 @@ def test_cost_csv_is_one_row_per_node_and_day(cost_cli: Callable[..., Any]) -> N
     assert float(rows[2]["ready_seconds"]) == 43200
 
 
+@pytest.mark.unit
 def test_cost_tables_show_runs_days_and_totals(cost_cli: Callable[..., Any]) -> None:
     result = cost_cli()
     assert result.exit_code == 0, result.output
@@ -322,6 +344,7 @@ def test_cost_tables_show_runs_days_and_totals(cost_cli: Callable[..., Any]) -> 
     assert len(totals) == 2 and all("58.36" in line for line in totals)
 
 
+@pytest.mark.unit
 def test_cost_rejects_bad_flags(cost_cli: Callable[..., Any]) -> None:
     bad_since = cost_cli("--since", "last week")
     assert isinstance(bad_since.exception, UsageError)
@@ -382,6 +405,7 @@ def _agree(ours: float, truth: float, abs_tolerance: float = 0.0) -> bool:
     return abs(ours - truth) <= max(0.02 * truth, abs_tolerance)
 
 
+@pytest.mark.emulator
 def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_admin: Any, tmp_path: Path,
                                                      catalog: Catalog) -> None:
     settings = _settings(tmp_path)

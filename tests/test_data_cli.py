@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_gcs import FakeGcsServer
 
 from tpuops.cli.main import run
-from tpuops.store.fake_gcs import FakeGcsServer
 
 
 def _csv(folder: Path, rows: int = 50) -> Path:
@@ -26,6 +26,7 @@ def _json(capsys: pytest.CaptureFixture[str], *args: str) -> object:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.unit
 def test_convert_upload_verify_ls_on_a_local_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, root = tmp_path / "out", tmp_path / "store"
     converted = _json(capsys, "data", "convert", str(_csv(tmp_path)), "--format", "csv", "--out", str(out),
@@ -43,6 +44,7 @@ def test_convert_upload_verify_ls_on_a_local_store(tmp_path: Path, capsys: pytes
     assert [(d["name"], d["records"], d["complete"]) for d in listed] == [("data/iris", 50, True)]
 
 
+@pytest.mark.unit
 def test_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     assert run(["data", "convert", str(_csv(tmp_path)), "-f", "csv", "-o", str(out), "--label-from", "species"]) == 0
@@ -55,6 +57,7 @@ def test_human_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().out.startswith("ok: 1 shards, 50 records")
 
 
+@pytest.mark.emulator
 def test_upload_to_gcs_through_the_emulator_variable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     fake_gcs: FakeGcsServer, gcs_bucket: str,
@@ -72,6 +75,7 @@ def test_upload_to_gcs_through_the_emulator_variable(
     assert [(d["name"], d["uri"]) for d in listed] == [("data/iris", uri)]
 
 
+@pytest.mark.unit
 def test_errors_are_one_line_with_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["data", "convert", str(tmp_path / "missing.csv"), "-f", "csv", "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
@@ -93,6 +97,7 @@ def test_errors_are_one_line_with_exit_codes(tmp_path: Path, capsys: pytest.Capt
     assert "--store" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_importing_the_cli_module_stays_light() -> None:
     heavy = ("numpy", "google.cloud.storage", "PIL")
     probe = f"import sys, tpuops.cli.data; print(sorted(m for m in {heavy!r} if m in sys.modules))"

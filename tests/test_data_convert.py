@@ -14,6 +14,8 @@ from tpuops.data.manifest import MANIFEST, parse_manifest
 from tpuops.errors import UsageError
 from tpuops.store.files import crc32c_of_file
 
+pytestmark = pytest.mark.unit
+
 
 def _records(folder: Path) -> list[dict[str, list]]:
     """Every record of the dataset in ``folder``, in manifest order, decoded."""

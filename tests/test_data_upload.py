@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_gcs import FakeGcsServer
+from lanes import LOCAL_AND_GCS
 
 from tpuops.data import convert, ls, region_warning, upload, verify
 from tpuops.data.manifest import MANIFEST, Manifest
 from tpuops.errors import NotFound, TransientError
 from tpuops.store import IntegrityError, LocalStore, Store, gcs_client
-from tpuops.store.fake_gcs import FakeGcsServer
 from tpuops.store.gcs import GcsStore
 
 CHUNK = 256 * 1024
@@ -45,7 +46,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Manifest]:
     return folder, _make_dataset(folder, seed=1)
 
 
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=LOCAL_AND_GCS)
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], Store]:
     """Stores at prefixes of one fresh root (a directory, or a bucket on the session's server)."""
     if request.param == "local":
@@ -168,6 +169,7 @@ print("DONE", flush=True)
 """
 
 
+@pytest.mark.emulator
 def test_sigkill_mid_upload_then_rerun_finishes_without_resending(
     dataset: tuple[Path, Manifest], fake_gcs: FakeGcsServer, gcs_bucket: str
 ) -> None:
@@ -201,6 +203,7 @@ def test_sigkill_mid_upload_then_rerun_finishes_without_resending(
     assert verify(store).ok
 
 
+@pytest.mark.emulator
 def test_server_restart_mid_upload_is_retried_to_success(dataset: tuple[Path, Manifest], tmp_path: Path) -> None:
     folder, manifest = dataset
     server = FakeGcsServer(backend="filesystem", root=tmp_path / "gcs")
@@ -241,6 +244,7 @@ def test_server_restart_mid_upload_is_retried_to_success(dataset: tuple[Path, Ma
         server.close()
 
 
+@pytest.mark.emulator
 def test_server_gone_ends_in_one_clear_error(dataset: tuple[Path, Manifest]) -> None:
     folder, _ = dataset
     with FakeGcsServer() as server:
@@ -252,6 +256,7 @@ def test_server_gone_ends_in_one_clear_error(dataset: tuple[Path, Manifest]) -> 
     assert "gs://gone/data/pets" in message and "connection failed" in message and "\n" not in message
 
 
+@pytest.mark.unit
 def test_local_dataset_must_be_complete(dataset: tuple[Path, Manifest], tmp_path: Path) -> None:
     folder, manifest = dataset
     broken = tmp_path / "broken"
@@ -266,6 +271,7 @@ def test_local_dataset_must_be_complete(dataset: tuple[Path, Manifest], tmp_path
     assert not (tmp_path / "dest").exists()
 
 
+@pytest.mark.unit
 def test_region_warning() -> None:
     assert region_warning("US-CENTRAL1", "us-central1-a") is None
     assert region_warning("us-central1", "US-CENTRAL1-B") is None
@@ -278,6 +284,7 @@ def test_region_warning() -> None:
     assert multi is not None and "multi-region" in multi
 
 
+@pytest.mark.emulator
 def test_upload_warns_when_the_bucket_is_in_another_region(
     dataset: tuple[Path, Manifest], fake_gcs: FakeGcsServer, gcs_bucket: str
 ) -> None:

@@ -15,6 +15,8 @@ from tpuops.ledger import Ledger
 from tpuops.provision import Provisioner, plan_up
 from tpuops.tpu import NodeState, TpuApi
 
+pytestmark = [pytest.mark.emulator, pytest.mark.tf]
+
 ZONE = "us-central1-a"
 
 

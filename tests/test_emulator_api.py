@@ -18,6 +18,8 @@ from google.cloud import tpu_v2
 
 from tpuops.emulator import catalog
 
+pytestmark = pytest.mark.emulator
+
 PROJECT = "proj-test"
 ZONE = "us-central1-b"
 PARENT = f"projects/{PROJECT}/locations/{ZONE}"

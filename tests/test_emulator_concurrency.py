@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
+
+pytestmark = pytest.mark.emulator
 
 PARENT = "projects/proj-test/locations/us-central1-b"
 COUNT = 64

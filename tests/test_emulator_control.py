@@ -12,6 +12,8 @@ import pytest
 from tpuops import errors
 from tpuops.emulator import control
 
+pytestmark = pytest.mark.emulator
+
 
 def test_start_status_ensure_stop(tmp_path):
     state_dir = tmp_path / "emu"

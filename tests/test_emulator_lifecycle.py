@@ -26,7 +26,8 @@ METADATA_FN = """
 md() { curl -s --noproxy '*' -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/$1"; }
 """
 
-pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the emulator's sandboxes need Linux /proc")
+pytestmark = [pytest.mark.emulator,
+              pytest.mark.skipif(not Path("/proc").is_dir(), reason="the emulator's sandboxes need Linux /proc")]
 
 
 def _create(client, finish, node_id, script=None, **fields):

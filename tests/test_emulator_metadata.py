@@ -10,6 +10,8 @@ import urllib.request
 import pytest
 from google.cloud import tpu_v2
 
+pytestmark = pytest.mark.emulator
+
 PROJECT = "proj-test"
 ZONE = "us-central1-b"
 PARENT = f"projects/{PROJECT}/locations/{ZONE}"

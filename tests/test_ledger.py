@@ -15,6 +15,8 @@ from tpuops.config import Capacity
 from tpuops.errors import NotFound, UsageError
 from tpuops.ledger import DELETED, SCHEMA_VERSION, Ledger
 
+pytestmark = pytest.mark.unit
+
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 P, Z = "proj", "us-central1-b"

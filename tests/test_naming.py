@@ -14,6 +14,8 @@ from tpuops.naming import (
     labels_for,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("name", ["a", "tpuops-run-1", "x" * 63, "a-b-c9", "n0"])
 def test_valid_node_names(name: str) -> None:

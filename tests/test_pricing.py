@@ -10,6 +10,8 @@ from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
 from tpuops.pricing import Catalog, default_catalog, region_of
 
+pytestmark = pytest.mark.unit
+
 US, EU, ELSEWHERE = "us-central1-b", "europe-west4-a", "asia-east1-c"
 
 

@@ -15,6 +15,8 @@ from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.tpu import TpuApi
 
+pytestmark = [pytest.mark.emulator, pytest.mark.tf]
+
 ZONE = "us-central1-a"
 
 

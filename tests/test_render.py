@@ -27,6 +27,8 @@ import pytest
 
 from tpuops.render import STARTUP_TEMPLATE, StartupContext, render_startup_script, render_template
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 PIN_FILE = REPO / "templates" / "requirements-tf29.txt"
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lanes import LOCAL_AND_GCS
 
 from tpuops import runs
 from tpuops.errors import PreconditionFailed, UsageError
@@ -21,8 +22,7 @@ from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase
 from tpuops.store import LocalStore, Store, open_store
 
 
-@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.unit),
-                        pytest.param("gcs", marks=pytest.mark.emulator)])
+@pytest.fixture(params=LOCAL_AND_GCS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "local":
         return LocalStore(tmp_path / "store")
@@ -104,6 +104,7 @@ def test_memory_is_saved_with_compare_and_swap(store: Store) -> None:
     assert current == saved and back.events == [{"at": 1.0, "kind": "create", "message": "attempt 1"}]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("memory_outcome", "exit_class", "finished"), [
     (None, None, False),
     (None, "preempted", False),  # the controller recreates it

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lanes import LOCAL_AND_GCS
 
 from tpuops.errors import NotFound, UsageError
 from tpuops.store import IntegrityError, LocalStore, PreconditionFailed, Store, gcs_client, open_store
@@ -34,7 +35,7 @@ class Stores:
     endpoint: str | None
 
 
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=LOCAL_AND_GCS)
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Stores:
     if request.param == "local":
         return Stores(lambda name: LocalStore(tmp_path / name), lambda name: str(tmp_path / name), None)
@@ -254,6 +255,7 @@ def test_uri_of_names_the_object(stores: Stores) -> None:
     assert stores.make("main").uri_of("runs/r1/spec.json") == stores.uri("main") + "/runs/r1/spec.json"
 
 
+@pytest.mark.unit
 def test_open_store_picks_the_implementation_by_scheme(tmp_path: Path) -> None:
     assert open_store(str(tmp_path)).uri == str(tmp_path)
     assert open_store(f"file://{tmp_path}").uri == str(tmp_path)
@@ -267,6 +269,7 @@ def test_open_store_picks_the_implementation_by_scheme(tmp_path: Path) -> None:
 # ----- the GCS adapter's error table (classification on status codes, not message text) -----
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("error", "expected", "retryable"),
     [
@@ -293,6 +296,7 @@ def test_gcs_errors_map_onto_the_taxonomy(error: str, expected: str, retryable: 
     assert str(converted).startswith("gs://b/k: ") and "\n" not in str(converted)
 
 
+@pytest.mark.unit
 def test_gcs_transport_and_credential_errors_map_onto_the_taxonomy() -> None:
     import requests
     from google.auth import exceptions as auth

@@ -18,6 +18,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tpuops import tfrecord
 from tpuops.store import IntegrityError
 
+pytestmark = pytest.mark.unit
+
 INT64_EDGES = [0, 1, 127, 128, 16383, 16384, 2**31, 2**63 - 1, -1, -128, -(2**31), -(2**63)]
 
 

@@ -12,6 +12,8 @@ from tpuops.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound
 from tpuops.kinds import Capacity
 from tpuops.tpu import NodeRequest, NodeState, TpuApi
 
+pytestmark = pytest.mark.emulator
+
 ZONE = "us-central1-a"
 
 

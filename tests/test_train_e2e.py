@@ -21,6 +21,8 @@ from helpers import TF_PYTHON, poll, start_tf_emulator
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
+pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "experiments" / "digits_cnn.yaml"
 ZONE = "us-central1-a"

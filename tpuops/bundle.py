@@ -4,6 +4,8 @@ The bundle is a gzip'd tar built byte-for-byte reproducibly (sorted names, fixed
 owners and modes, no gzip timestamp), so the same code always has the same sha256 and is
 uploaded once to ``bundles/<sha256>.tar.gz``. The run spec records the digest and the VM's
 bootstrap (``templates/fetch_bundle.py``) refuses to run a bundle whose bytes do not hash to it.
+The agent's sources come from the installed package (``tpuops.resources``), so a wheel ships
+the same agent as a checkout.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_ROOT.parent
-BOOTSTRAP = REPO_ROOT / "templates" / "fetch_bundle.py"
+from tpuops import resources
+
 _CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt")
 
 
@@ -33,14 +34,12 @@ class Bundle:
         return f"bundles/{self.sha256}.tar.gz"
 
 
-def _members(experiments_dir: Path) -> Iterable[tuple[str, Path]]:
-    yield "tpuops/__init__.py", PACKAGE_ROOT / "__init__.py"
-    for path in sorted((PACKAGE_ROOT / "agent").rglob("*.py")):
-        yield f"tpuops/agent/{path.relative_to(PACKAGE_ROOT / 'agent').as_posix()}", path
+def _members(experiments_dir: Path) -> Iterable[tuple[str, bytes]]:
+    yield from resources.agent_sources()
     for path in sorted(experiments_dir.rglob("*")):
         relative = path.relative_to(experiments_dir)
         if path.is_file() and path.suffix in _CODE_SUFFIXES and "__pycache__" not in relative.parts:
-            yield f"experiments/{relative.as_posix()}", path
+            yield f"experiments/{relative.as_posix()}", path.read_bytes()
 
 
 def build_bundle(experiments_dir: Path) -> Bundle:
@@ -48,8 +47,7 @@ def build_bundle(experiments_dir: Path) -> Bundle:
     raw = io.BytesIO()
     names = []
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, path in sorted(_members(experiments_dir)):
-            content = path.read_bytes()
+        for name, content in sorted(_members(experiments_dir)):
             info = tarfile.TarInfo(name)
             info.size = len(content)
             info.mode = 0o644
@@ -67,4 +65,4 @@ def build_bundle(experiments_dir: Path) -> Bundle:
 
 def bootstrap_source() -> str:
     """The Python (3.8, TF-only) program that fetches, checks and runs a bundle on the VM."""
-    return BOOTSTRAP.read_text()
+    return resources.template_text("fetch_bundle.py")

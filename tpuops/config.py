@@ -1,8 +1,9 @@
-"""Configuration: ``tpuops.toml`` + environment + flags, validated once into ``Settings``.
+"""Configuration: ``tpuops.toml`` + environment, validated once into ``Settings``.
 
-Precedence is flags > environment (``TPUOPS_<KEY>``, ``GOOGLE_CLOUD_PROJECT``) > the file >
-defaults. This module is the only place that reads the environment for settings; the
-library below it receives a ``Settings`` object and never looks at ``os.environ``.
+Precedence is environment (``TPUOPS_<KEY>``, ``GOOGLE_CLOUD_PROJECT``) > the file > defaults;
+a command's own flags (``up --zone``) override them for that command only. This module is the
+only place that reads the environment for settings; the library below it receives a
+``Settings`` object and never looks at ``os.environ``.
 A bad value becomes one ``UsageError`` line naming the key, the value, where it came
 from and what is allowed.
 """
@@ -60,7 +61,8 @@ class Settings(BaseModel):
     capacity: Capacity = Capacity.SPOT
     labels: dict[str, str] = Field(default_factory=dict)
     tpu_endpoint: str | None = None
-    image_python: str | None = None
+    tf_python: str | None = None
+    """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""
     home: Path = Path("~/.tpuops")
     poll_interval_s: float = Field(default=5.0, gt=0)
     operation_timeout_s: float = Field(default=1800.0, gt=0)
@@ -111,15 +113,14 @@ class Settings(BaseModel):
         return self.home / "emulator"
 
     @property
-    def emulated_image_python(self) -> str | None:
-        """The interpreter that plays the TPU VM image's python3 on the emulator.
+    def emulated_image_python(self) -> str:
+        """The interpreter that plays the TPU VM image's python3 on the emulator: the local TF 2.9 runtime.
 
-        ``image_python`` when set, else the checkout's TF 2.9 environment (``make setup``).
+        Raises ``UsageError`` (one line: how to get one) when there is none (``tpuops.tfenv``).
         """
-        if self.image_python:
-            return self.image_python
-        candidate = Path(__file__).resolve().parents[1] / ".venv-tf29" / "bin" / "python"
-        return str(candidate) if candidate.exists() else None
+        from tpuops.tfenv.locate import require
+
+        return str(require(self))
 
 
 _LIST_KEYS = {"zones"}
@@ -179,23 +180,14 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid TOML: {err}") from None
 
 
-def load_settings(
-    flags: Mapping[str, Any] | None = None,
-    *,
-    config_path: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Settings:
-    """Merge defaults, the config file, the environment and flags, then validate.
-
-    ``flags`` holds only options the user actually gave (``None`` values are ignored).
-    """
+def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Merge defaults, the config file (``config_path``, else the nearest one) and the environment; validate."""
     environ = os.environ if environ is None else environ
     path = config_path or find_config_file(environ=environ)
     layers: list[tuple[str, dict[str, Any]]] = [("default", {"home": str(default_home(environ))})]
     if path is not None:
         layers.append((str(path), _read_file(path)))
     layers.append(("environment", _from_env(environ)))
-    layers.append(("flag", {k: v for k, v in (flags or {}).items() if v is not None}))
 
     merged: dict[str, Any] = {}
     source: dict[str, str] = {}
@@ -216,7 +208,7 @@ def _finish(settings: Settings) -> Settings:
     if settings.provider is Provider.GCP:
         if settings.project == "tpuops-local":
             raise UsageError("project: provider 'gcp' needs a project (set project in tpuops.toml, "
-                             "GOOGLE_CLOUD_PROJECT or --project)")
+                             "GOOGLE_CLOUD_PROJECT)")
         if not settings.store.startswith("gs://"):
             raise UsageError(f"store: {settings.store!r} is not allowed with provider 'gcp' "
                              "(expected a bucket URI such as 'gs://my-bucket/tpuops')")

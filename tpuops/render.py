@@ -7,8 +7,9 @@ comment. ``q`` refuses ``None`` and NUL so that a missing value is a loud bug, n
 "None" or a silently truncated argument on the VM; ``StrictUndefined`` does the same for a
 variable the caller forgot.
 
-Templates live in the repository's ``templates/`` folder, next to the pin file that both the
-startup script and ``make setup`` install from.
+Templates are package data (``tpuops.resources``): the repository's ``templates/`` folder,
+next to the pin file that the startup script, ``tpuops runtime install`` and ``make setup``
+install from.
 """
 
 from __future__ import annotations
@@ -18,20 +19,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import jinja2
 
 from tpuops.accelerators import TF_VERSION_PREFIX
+from tpuops.resources import pin_file_text, template_text
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
-PIN_FILE = TEMPLATES_DIR / "requirements-tf29.txt"
 STARTUP_TEMPLATE = "startup.sh.j2"
-
-
-def pin_file_text() -> str:
-    """The TF 2.9 pin file, byte for byte: the startup script writes it to disk and pip-installs it."""
-    return PIN_FILE.read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -51,6 +45,7 @@ class StartupContext:
     """The interpreter on the VM that must import TF 2.9."""
     tf_version_prefix: str = TF_VERSION_PREFIX
     pin_file: str = field(default_factory=pin_file_text)
+    """The TF 2.9 pin file, byte for byte: the startup script writes it to disk and pip-installs it."""
 
     def __post_init__(self) -> None:
         if isinstance(self.job, str):
@@ -77,7 +72,7 @@ def _json(value: object) -> str:
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        loader=jinja2.FunctionLoader(template_text),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
+from lanes import pytest_collection_modifyitems  # noqa: F401  (every test has a lane)
 
 from agentrun import (
     CHECKPOINT_EVERY,

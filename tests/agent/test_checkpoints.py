@@ -6,6 +6,8 @@ import pytest
 import tensorflow as tf
 from tpuops.agent.checkpoints import Checkpointer, candidates, newest_valid
 
+pytestmark = pytest.mark.tf
+
 
 def _save_steps(directory: Path, steps: list) -> tf.Variable:
     weights = tf.Variable(tf.zeros([64]))

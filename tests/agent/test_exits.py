@@ -6,6 +6,8 @@ import pytest
 import tensorflow as tf
 from tpuops.agent.exits import ExitClass, PreemptedExit, UserError, classify, traceback_tail
 
+pytestmark = pytest.mark.tf
+
 
 def _raised(exc: BaseException) -> BaseException:
     try:

@@ -10,6 +10,8 @@ import tensorflow as tf
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
 import models
 
+pytestmark = pytest.mark.tf
+
 layers = tf.keras.layers
 
 

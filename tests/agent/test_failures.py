@@ -7,6 +7,8 @@ import pytest
 
 from agentrun import FEATURES, run_agent
 
+pytestmark = pytest.mark.tf
+
 USER_ERROR_EXIT = 3
 
 

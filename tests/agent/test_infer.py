@@ -10,6 +10,8 @@ import tensorflow as tf
 
 from agentrun import EVAL_EXAMPLES, AgentRun, run_agent
 
+pytestmark = pytest.mark.tf
+
 
 def _read_shards(prefix: Path, manifest: dict) -> List[dict]:
     rows = []

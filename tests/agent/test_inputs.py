@@ -9,6 +9,8 @@ from tpuops.agent.exits import UserError
 from tpuops.agent.inputs import Parser, count_records, list_files, padded_batches, train_dataset
 from tpuops.agent.runspec import DatasetSpec
 
+pytestmark = pytest.mark.tf
+
 RECORDS = 50  # 4 files of 12/13; batches of 8 do not divide an epoch
 BATCH = 8
 

@@ -10,6 +10,8 @@ from typing import ClassVar, Iterator, List
 import pytest
 from tpuops.agent.preemption import METADATA_PATH, PreemptionNotice, metadata_host
 
+pytestmark = pytest.mark.tf
+
 
 class _Metadata(http.server.BaseHTTPRequestHandler):
     value = "FALSE"

@@ -18,6 +18,8 @@ from tpuops.agent.runspec import DatasetSpec
 
 from agentrun import EXPERIMENTS, run_agent
 
+pytestmark = pytest.mark.tf
+
 SHAPE = (32, 32, 3)
 CLASSES = 2
 TRAIN_EXAMPLES = 96

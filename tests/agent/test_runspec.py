@@ -7,6 +7,8 @@ from typing import Any, Dict
 import pytest
 from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
 
+pytestmark = pytest.mark.tf
+
 FULL: Dict[str, Any] = {
     "version": 1,
     "run_id": "digits-0001",

@@ -10,6 +10,8 @@ from tpuops.agent.logs import ChunkedLogHandler
 from tpuops.agent.runtime import check_tensorflow
 from tpuops.agent.status import Status, previous_attempt
 
+pytestmark = pytest.mark.tf
+
 
 def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
     path = tmp_path / "status.json"

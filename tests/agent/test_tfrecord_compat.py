@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-CONTROL_PLANE_PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
+pytestmark = pytest.mark.tf
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL_PLANE_PYTHON = REPO / ".venv" / "bin" / "python"
 
 _CONTROL_PLANE = r"""
 import base64, json, sys
@@ -95,7 +99,7 @@ elif mode == "read":
 elif mode == "upload":
     from tpuops.data import upload, verify
     from tpuops.store import gcs_client
-    from tpuops.store.fake_gcs import FakeGcsServer
+    from fake_gcs import FakeGcsServer
     from tpuops.store.gcs import GcsStore
 
     with FakeGcsServer() as server:
@@ -111,6 +115,7 @@ def control_plane(mode: str, target: Path) -> str:
     assert CONTROL_PLANE_PYTHON.exists(), f"{CONTROL_PLANE_PYTHON} is missing: run 'make setup'"
     result = subprocess.run(
         [str(CONTROL_PLANE_PYTHON), "-c", _CONTROL_PLANE, mode, str(target)],
+        env={**os.environ, "PYTHONPATH": str(REPO / "tests")},  # fake_gcs: test-only, not in the package
         capture_output=True,
         text=True,
         timeout=120,

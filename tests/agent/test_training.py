@@ -9,6 +9,8 @@ import signal
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from agentrun import (
     CHECKPOINT_EVERY,
     EVAL_EXAMPLES,
@@ -18,6 +20,8 @@ from agentrun import (
     final_tensors,
     run_agent,
 )
+
+pytestmark = pytest.mark.tf
 
 PREEMPTED_EXIT = 143
 

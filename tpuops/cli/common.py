@@ -50,13 +50,13 @@ def out_console() -> Console:
     return console if console.is_terminal else Console(highlight=False, width=200)
 
 
-def load_settings(ctx: typer.Context, **flags: Any) -> Settings:
-    """Settings for this invocation: the global ``--config`` plus the command's own flags."""
+def load_settings(ctx: typer.Context) -> Settings:
+    """Settings for this invocation: the global ``--config``, else the nearest ``tpuops.toml``, and the environment."""
     from tpuops.config import load_settings as load
 
     state = ctx.find_root().obj
     config_path = state.config_path if isinstance(state, CliState) else None
-    return load(flags, config_path=config_path)
+    return load(config_path=config_path)
 
 
 def print_json(data: Any) -> None:

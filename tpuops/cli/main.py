@@ -7,14 +7,18 @@ every ``TpuopsError`` into one line on stderr and its exit code, with no traceba
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import typer
 
-from tpuops.cli import control, cost, data, emulator, init, jobs, nodes, samples
+from tpuops.cli import control, cost, data, emulator, init, jobs, nodes, runtime, samples
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
+
+# google-api-core warns on every import under Python 3.10, which tpuops supports: not the user's concern.
+warnings.filterwarnings("ignore", message="You are using a non-supported Python version", category=FutureWarning)
 
 app = typer.Typer(
     name="tpuops",
@@ -39,6 +43,7 @@ jobs.register(app)
 cost.register(app)
 control.register(app)
 app.add_typer(emulator.app, name="emulator")
+app.add_typer(runtime.app, name="runtime")
 data.app.command("sample")(samples.sample)
 app.add_typer(data.app, name="data")
 

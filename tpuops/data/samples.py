@@ -24,7 +24,7 @@ def digits(out_dir: Path, *, seed: int = 0, overwrite: bool = False) -> dict[str
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise UsageError("the digits sample needs scikit-learn: pip install scikit-learn") from None
+        raise UsageError("the digits sample needs scikit-learn: pip install 'tpuops[samples]'") from None
     data = load_digits()
     images = data.images.astype(np.float32)[..., np.newaxis]
     labels = data.target.astype(np.int64)

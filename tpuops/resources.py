@@ -1,0 +1,55 @@
+"""Package data: every file tpuops reads at run time from its own installation.
+
+Invariant: data files are read through ``importlib.resources`` from the installed package,
+never through a path relative to a checkout, so a wheel installed anywhere (pip, pipx, uv)
+behaves like the editable development install. The files:
+
+- ``tpuops/templates/``: the repository's top-level ``templates/`` folder, linked into the
+  package (a symlink in the checkout, real files in a wheel): the startup script template
+  ``startup.sh.j2``, the VM bootstrap ``fetch_bundle.py`` and the one TF 2.9 pin file
+  ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``).
+- ``tpuops/agent/**.py``: the data plane's sources, shipped to the VM inside each job bundle.
+- ``tpuops/prices.toml``: the price catalog (read by ``tpuops.pricing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import resources
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
+PACKAGE = "tpuops"
+PIN_FILE = "requirements-tf29.txt"
+
+
+def _package() -> Traversable:
+    return resources.files(PACKAGE)
+
+
+def template_text(name: str) -> str:
+    """The text of ``tpuops/templates/<name>``."""
+    return (_package() / "templates" / name).read_text(encoding="utf-8")
+
+
+def pin_file_text() -> str:
+    """The TF 2.9 pin file, byte for byte."""
+    return template_text(PIN_FILE)
+
+
+def agent_sources() -> Iterator[tuple[str, bytes]]:
+    """``(name, bytes)`` of ``tpuops/__init__.py`` and every ``.py`` under ``tpuops/agent``, names posix."""
+    package = _package()
+    yield f"{PACKAGE}/__init__.py", (package / "__init__.py").read_bytes()
+    yield from _python_files(package / "agent", f"{PACKAGE}/agent")
+
+
+def _python_files(folder: Traversable, prefix: str) -> Iterator[tuple[str, bytes]]:
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if entry.is_dir():
+            if entry.name != "__pycache__":
+                yield from _python_files(entry, f"{prefix}/{entry.name}")
+        elif entry.name.endswith(".py"):
+            yield f"{prefix}/{entry.name}", entry.read_bytes()
