@@ -57,14 +57,16 @@ def _page(items: list[dict[str, Any]], field: str, query: dict[str, str]) -> dic
 
 
 def _versioned(value: Any, version: str) -> Any:
-    """``@type`` URLs of the API version the caller used (v2alpha1 clients resolve v2alpha1 types)."""
+    """The answer in the API version the caller used: v2alpha1 clients resolve v2alpha1 ``@type`` URLs."""
     if version == "v2" or version == "v1":
         return value
     if isinstance(value, dict):
-        return {
-            key: (item.replace(".tpu.v2.", f".tpu.{version}.") if key == "@type" else _versioned(item, version))
-            for key, item in value.items()
-        }
+        out = {key: _versioned(item, version) for key, item in value.items()}
+        if "@type" in out:
+            out["@type"] = out["@type"].replace(".tpu.v2.", f".tpu.{version}.")
+        if out.get("apiVersion") == "V2":  # Node.ApiVersion of v2alpha1 has no V2
+            out["apiVersion"] = "V2_ALPHA1"
+        return out
     if isinstance(value, list):
         return [_versioned(item, version) for item in value]
     return value

@@ -59,6 +59,10 @@ _NODE_FIELDS = frozenset(
         "acceleratorConfig",
         "queuedResource",
         "multisliceNode",
+        # v2alpha1 only
+        "autocheckpointEnabled",
+        "bootDiskConfig",
+        "upcomingMaintenance",
     }
 )
 _SCHEDULING_FIELDS = frozenset({"preemptible", "reserved", "spot"})
