@@ -22,6 +22,8 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud (Google Cloud CLI) is not on PATH"),
 ]
 
+# bench/bench_conformance.py points the same steps at another emulator (the baseline) through this.
+OTHER_ENDPOINT = "TPUOPS_CONFORMANCE_ENDPOINT"
 # (step id, gcloud arguments, expected exit code, text the output must contain)
 STEPS: list[tuple[str, list[str], int, list[str]]] = [
     ("locations-list", ["compute", "tpus", "locations", "list"], 0, ["us-south1-a", "us-central2-b"]),
@@ -80,13 +82,14 @@ def gcloud_env(tmp_path_factory: pytest.TempPathFactory):
     from tpuops.emulator import control
 
     root = tmp_path_factory.mktemp("gcloud")
-    info = control.start_background(root / "emulator", boot_delay_s=0.1, grace_s=1.0, auth=False)
+    endpoint = os.environ.get(OTHER_ENDPOINT) or control.start_background(
+        root / "emulator", boot_delay_s=0.1, grace_s=1.0, auth=False).endpoint
     config = root / "cloudsdk"
     config.mkdir()
     env = {
         **os.environ,
         "CLOUDSDK_CONFIG": str(config),
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": info.endpoint + "/",
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": endpoint + "/",
         "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
         "CLOUDSDK_CORE_PROJECT": "proj-conformance",
         "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
@@ -100,7 +103,7 @@ def gcloud_env(tmp_path_factory: pytest.TempPathFactory):
 
 
 def run_gcloud(env: dict[str, str], args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["gcloud", *args], env=env, capture_output=True, text=True, timeout=180,
+    return subprocess.run(["gcloud", *args], check=False, env=env, capture_output=True, text=True, timeout=180,
                           cwd=Path(env["CLOUDSDK_CONFIG"]))
 
 

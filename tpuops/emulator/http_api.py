@@ -153,6 +153,7 @@ class RestApi:
             (ALL, "GET", operation, "GetOperation", self.get_operation),
             (ALL, "DELETE", operation, "DeleteOperation", self.delete_operation),
             (ALL, "POST", operation + ":cancel", "CancelOperation", self.cancel_operation),
+            (V1, "GET", _PROJECT, "GetProject", self._services.get_project),
             (V1, "GET", _PROJECT + r"/services/(?P<service>[^/:]+)", "GetService", self._services.get_service),
             (V1, "POST", _PROJECT + ":testIamPermissions", "TestIamPermissions", self._services.test_permissions),
             (

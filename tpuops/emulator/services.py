@@ -3,6 +3,7 @@
 Under provider local there is no Service Usage, IAM or Resource Manager to ask, so the
 emulator answers the three calls doctor makes, in their real shapes (all under ``/v1``):
 
+- ``GET projects/{p}`` (cloudresourcemanager): the project, ACTIVE;
 - ``GET projects/{p}/services/{service}`` (serviceusage): ``{name, state: ENABLED|DISABLED}``;
 - ``POST projects/{p}:testIamPermissions`` (cloudresourcemanager): the subset granted;
 - ``GET projects/{p}/serviceAccounts/{email}`` (iam): the account, or NOT_FOUND.
@@ -29,6 +30,11 @@ class ProjectServices:
 
     def __init__(self, faults: Faults) -> None:
         self._faults = faults
+
+    def get_project(self, req: Request) -> dict[str, Any]:
+        project = req.params["project"]
+        return {"projectId": project, "projectNumber": project_number(project), "lifecycleState": "ACTIVE",
+                "name": project}
 
     def get_service(self, req: Request) -> dict[str, Any]:
         project, service = req.params["project"], req.params["service"]
