@@ -40,6 +40,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 test: setup tools lint
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
 	$(VENV)/bin/pytest -q tests
 	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 

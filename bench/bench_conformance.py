@@ -49,9 +49,10 @@ def _run_suite(suite: str, endpoint: str | None) -> dict[str, object]:
 
 
 def _start_baseline(checkout: Path, state_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    proc = subprocess.Popen([sys.executable, "-m", "tpuops.emulator", "serve", "--port", "0", "--state-dir",
-                             str(state_dir), "--boot-delay", "0.1"], env=env, stdout=subprocess.PIPE,
+    # -S: no site packages, so the editable install of this checkout cannot shadow the baseline's
+    # package (the emulator needs the standard library only); -m finds it in the cwd.
+    proc = subprocess.Popen([sys.executable, "-S", "-m", "tpuops.emulator", "serve", "--port", "0", "--state-dir",
+                             str(state_dir), "--boot-delay", "0.1"], cwd=checkout, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
