@@ -373,14 +373,14 @@ def _guarded(name: str, check: Callable[[_Apis], Any], apis: _Apis) -> list[Chec
     return result if isinstance(result, list) else [result]
 
 
-def run_checks(settings: Settings) -> list[Check]:
-    """Every check, in a fixed order; API round trips run in parallel."""
+def run_checks(settings: Settings, *, parallel: bool = True) -> list[Check]:
+    """Every check, in a fixed order; API round trips run in parallel (``parallel=False``: one by one)."""
     apis = _Apis(settings)
     plan: list[tuple[str, Callable[[_Apis], Any]]] = [
         ("credentials", check_credentials), *_API_CHECKS,
         ("store", check_store), ("emulator", check_emulator), ("data-plane", check_data_plane),
     ]
-    with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+    with ThreadPoolExecutor(max_workers=len(plan) if parallel else 1) as pool:
         results = list(pool.map(lambda item: _guarded(item[0], item[1], apis), plan))
     return [check for group in results for check in group]
 

@@ -2,9 +2,15 @@
 
 Paths and verbs are those of ``google/cloud/tpu/v2/cloud_tpu.proto`` as the google-cloud-tpu
 REST transport calls them (``/v2/projects/{p}/locations/{zone}/nodes/{n}:stop`` ...), plus
-the location and ``google.longrunning`` mixins. ``RestApi.handle`` is independent of
-sockets: it takes a parsed request and returns a status and a JSON body, so the server
-module owns HTTP and this module owns the API.
+the location and ``google.longrunning`` mixins. ``/v2alpha1`` serves the same resources (and
+its extra RPCs: reservations, maintenance) with v2alpha1 ``@type`` URLs, as ``gcloud alpha``
+and the v2alpha1 clients expect; ``/v1`` serves the catalogue routes gcloud still uses
+(locations, acceleratorTypes, tensorflowVersions) and answers v1 node RPCs with the TPU Node
+deprecation error. The catalogue comes from ``tpuops.tpu_catalog``. A few ``/v1`` project
+routes stand in for Service Usage, Resource Manager and IAM (``services``) for ``tpuops doctor``.
+
+``RestApi.handle`` is independent of sockets: it takes a parsed request and returns a status
+and a JSON body, so the server module owns HTTP and this module owns the API.
 """
 
 from __future__ import annotations
