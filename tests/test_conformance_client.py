@@ -196,6 +196,9 @@ def _steps() -> list[tuple[str, Callable[[World], None]]]:
         assert got.state == tpu_v2alpha1.Node.State.READY
         listed = w.alpha("GET", f"{V5E}/nodes", tpu_v2alpha1.ListNodesResponse)
         assert [n.name for n in listed.nodes] == [f"{V5E}/nodes/alpha-node"]
+        raw = w.http.post(f"{w.endpoint}/v2alpha1/{V5E}/nodes/alpha-node:simulateMaintenanceEvent", json={},
+                          timeout=10).json()
+        assert _wait_alpha_op(w, raw["name"]).response.type_url.endswith("v2alpha1.Node")
 
     def alpha_queued_resources(w: World) -> None:
         body = {"tpu": {"nodeSpec": [{"parent": V5E, "nodeId": "alpha-qn", "node": {
