@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import poll
 
 pytestmark = [pytest.mark.emulator]
 
@@ -53,20 +54,17 @@ class World:
 
 
 def _wait_alpha_op(world: World, name: str) -> Any:
+    """Poll a v2alpha1 operation by path until done; parse it strictly (every ``@type`` must resolve)."""
+    from google.cloud.tpu_v2alpha1.types import cloud_tpu  # noqa: F401  (registers the v2alpha1 types)
     from google.longrunning import operations_pb2
-    from helpers import poll
+    from google.protobuf import json_format
 
     def done() -> Any:
         raw = world.http.get(f"{world.endpoint}/v2alpha1/{name}", timeout=10).json()
         return raw if raw.get("done") else None
 
-    raw = poll(done, f"operation {name}", timeout_s=30)
     operation = operations_pb2.Operation()
-    # Every @type must resolve to a v2alpha1 message: import them so the registry knows them.
-    from google.cloud.tpu_v2alpha1.types import cloud_tpu  # noqa: F401
-    from google.protobuf import json_format
-
-    json_format.Parse(json.dumps(raw), operation, ignore_unknown_fields=False)
+    json_format.Parse(json.dumps(poll(done, f"operation {name}", timeout_s=30)), operation, ignore_unknown_fields=False)
     return operation
 
 
@@ -154,8 +152,6 @@ def _steps() -> list[tuple[str, Callable[[World], None]]]:
         assert created.queueing_policy.valid_until_time.timestamp() > 0
 
     def get_queued_resource(w: World) -> None:
-        from helpers import poll
-
         name = f"{V2}/queuedResources/sample-qr"
         poll(lambda: w.client.get_queued_resource(name=name).state.state.name == "ACTIVE", "ACTIVE", 30)
 
@@ -170,8 +166,6 @@ def _steps() -> list[tuple[str, Callable[[World], None]]]:
         w.finish(w.client.reset_queued_resource(name=name))
 
     def delete_queued_resource(w: World) -> None:
-        from helpers import poll
-
         name = f"{V2}/queuedResources/sample-qr"
         poll(lambda: w.client.get_queued_resource(name=name).state.state.name == "ACTIVE", "ACTIVE again", 30)
         w.finish(w.client.delete_node(name=f"{V2}/nodes/qr-node"))
