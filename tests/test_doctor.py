@@ -128,6 +128,7 @@ def test_bucket_in_another_region(gcs_in_europe, tmp_path, monkeypatch, capsys):
         assert "europe-west4" in checks["store-region"]["detail"] and "us-central1" in checks["store-region"]["fix"]
         # fake-gcs-server does not answer testIamPermissions: doctor says the check applies on GCP only.
         assert checks["store-permissions"]["status"] == "WARN" and "GCP" in checks["store-permissions"]["detail"]
+        assert checks["vm-store-access"]["status"] == "WARN" and "GCP" in checks["vm-store-access"]["detail"]
 
         config = home / "tpuops.toml"
         config.write_text(config.read_text().replace("doctor-far", "doctor-missing"))

@@ -320,7 +320,7 @@ def check_store(apis: _Apis) -> list[Check]:
     if bucket is None:
         return [Check("store", FAIL, f"bucket gs://{bucket_name} does not exist",
                       "terraform apply in infra/ (or gcloud storage buckets create)")]
-    return [_bucket_region(apis, bucket), _bucket_permissions(bucket)]
+    return [_bucket_region(apis, bucket), _bucket_permissions(bucket), _vm_store_access(apis, bucket)]
 
 
 def _bucket_region(apis: _Apis, bucket: Any) -> Check:
@@ -347,6 +347,25 @@ def _bucket_permissions(bucket: Any) -> Check:
         return Check("store-permissions", FAIL, f"missing on gs://{bucket.name}: {', '.join(missing)}",
                      "grant roles/storage.objectAdmin on the bucket to your account")
     return Check("store-permissions", OK, f"all {len(STORE_PERMISSIONS)} storage permissions on gs://{bucket.name}")
+
+
+_WRITER_ROLES = ("roles/storage.objectAdmin", "roles/storage.objectUser", "roles/storage.objectCreator",
+                 "roles/storage.admin")
+
+
+def _vm_store_access(apis: _Apis, bucket: Any) -> Check:
+    """Whether the VM account holds a role on the bucket that lets it write objects."""
+    member = f"serviceAccount:{vm_service_account(apis.settings)}"
+    try:
+        policy = bucket.get_iam_policy(requested_policy_version=3, timeout=_HTTP_TIMEOUT_S)
+    except Exception as err:
+        return Check("vm-store-access", WARN, f"the IAM policy of gs://{bucket.name} is not answered here "
+                     f"({str(err).splitlines()[0][:80]}); it only applies on GCP", "")
+    roles = [b["role"] for b in policy.bindings if member in b.get("members", ())]
+    if any(role in _WRITER_ROLES or role.endswith("/tpuopsVmObjects") for role in roles):
+        return Check("vm-store-access", OK, f"{member.split(':', 1)[1]} may write gs://{bucket.name}")
+    return Check("vm-store-access", FAIL, f"{member.split(':', 1)[1]} has no role that writes gs://{bucket.name}",
+                 "terraform apply in infra/ (grants tpuopsVmObjects on the store prefix)")
 
 
 _API_CHECKS: tuple[tuple[str, Callable[[_Apis], Check]], ...] = (
