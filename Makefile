@@ -58,6 +58,7 @@ compat: $(VENV)/.stamp
 	done
 
 test: setup tools lint compat
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
 	$(VENV)/bin/pytest -q tests
 	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 

@@ -1,9 +1,14 @@
 output "store" {
-  value       = "gs://${google_storage_bucket.store.name}/tpuops"
+  value       = "gs://${google_storage_bucket.store.name}/${var.store_prefix}"
   description = "The value for `store` in tpuops.toml."
 }
 
 output "vm_service_account" {
   value       = google_service_account.vm.email
   description = "Service account the TPU VMs run as."
+}
+
+output "operator_role" {
+  value       = google_project_iam_custom_role.operator.name
+  description = "Custom role with exactly what a tpuops user needs."
 }

@@ -36,11 +36,12 @@ def emulator(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def tpu_client(emulator: Any) -> Any:
-    from google.auth.credentials import AnonymousCredentials
+    """The official client with the emulator's bearer token (tests of --no-auth make their own)."""
     from google.cloud import tpu_v2
+    from google.oauth2.credentials import Credentials
 
     return tpu_v2.TpuClient(
-        credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": emulator.endpoint}
+        credentials=Credentials(emulator.token), transport="rest", client_options={"api_endpoint": emulator.endpoint}
     )
 
 

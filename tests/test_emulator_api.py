@@ -16,7 +16,8 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
-from tpuops.emulator import catalog
+from tpuops.emulator import control
+from tpuops.tpu_catalog import load
 
 pytestmark = pytest.mark.emulator
 
@@ -147,8 +148,9 @@ def test_stop_and_start(tpu_client, finish):
 
 
 def test_stop_refuses_multi_host_nodes(tpu_client, finish):
-    finish(tpu_client.create_node(parent=PARENT, node_id="pod", node=_node(accelerator_type="v2-32")))
-    node = tpu_client.get_node(name=f"{PARENT}/nodes/pod")
+    pods = f"projects/{PROJECT}/locations/us-central1-a"  # v2 slices are offered there, not in us-central1-b
+    finish(tpu_client.create_node(parent=pods, node_id="pod", node=_node(accelerator_type="v2-32")))
+    node = tpu_client.get_node(name=f"{pods}/nodes/pod")
     assert len(node.network_endpoints) == 4
     with pytest.raises(exceptions.BadRequest) as refused:
         tpu_client.stop_node(request={"name": node.name})
@@ -157,9 +159,9 @@ def test_stop_refuses_multi_host_nodes(tpu_client, finish):
 
 def test_accelerator_types_and_runtime_versions(tpu_client):
     types = {item.type_: item for item in tpu_client.list_accelerator_types(parent=PARENT)}
-    assert {"v2-8", "v2-32", "v3-8", "v6e-8"} <= set(types)
-    assert not any(name.startswith("v4-") for name in types)
-    assert types["v3-32"].accelerator_configs[0].topology == "4x4"
+    assert {"v2-8", "v3-8", "v6e-8", "v6e-256"} <= set(types)
+    assert not any(name.startswith(("v4-", "v5p-")) or name in ("v2-32", "v3-32") for name in types)
+    assert types["v6e-16"].accelerator_configs[0].topology == "4x4"
     assert tpu_client.get_accelerator_type(name=f"{PARENT}/acceleratorTypes/v2-8").type_ == "v2-8"
     with pytest.raises(exceptions.NotFound):
         tpu_client.get_accelerator_type(name=f"{PARENT}/acceleratorTypes/v4-8")
@@ -176,12 +178,13 @@ def test_accelerator_types_and_runtime_versions(tpu_client):
 
 
 def test_catalogue_sizes():
-    assert catalog.ACCELERATORS["v2-512"].hosts == 64
-    assert catalog.ACCELERATORS["v4-4096"].topology == "8x16x16"
-    assert catalog.ACCELERATORS["v5litepod-8"].single_host
-    assert not catalog.ACCELERATORS["v5litepod-16"].single_host
-    assert catalog.accelerator_in_zone("v5p-8", "us-east5-a") is not None
-    assert catalog.accelerator_in_zone("v5p-8", "us-central1-c") is None
+    known = load()
+    assert known.accelerators["v2-512"].hosts == 64
+    assert known.accelerators["v4-4096"].topology == "8x16x16"
+    assert known.accelerators["v5litepod-8"].single_host
+    assert not known.accelerators["v5litepod-16"].single_host
+    assert known.offers("us-east5-a", "v5p-8")
+    assert not known.offers("us-central1-c", "v5p-8")
 
 
 def test_queued_resources(tpu_client, finish, wait_until):
@@ -348,7 +351,7 @@ def _raw(endpoint, method, path, body=None):
         endpoint + path,
         data=json.dumps(body).encode() if body is not None else None,
         method=method,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {control.token_for(endpoint)}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
+from google.oauth2.credentials import Credentials
 
 pytestmark = pytest.mark.emulator
 
@@ -17,7 +17,8 @@ COUNT = 64
 def test_64_concurrent_creates_and_deletes(emulator, tpu_client, emulator_admin, finish):
     def client():
         return tpu_v2.TpuClient(
-            credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": emulator.endpoint}
+            credentials=Credentials(emulator.token), transport="rest",
+            client_options={"api_endpoint": emulator.endpoint}
         )
 
     node = tpu_v2.Node(accelerator_type="v2-8", runtime_version="tpu-vm-tf-2.9.3", metadata={"startup-script": "true"})

@@ -21,7 +21,8 @@ def test_start_status_ensure_stop(tmp_path):
     info = control.start_background(state_dir, boot_delay_s=0.2, grace_s=2.0)
     try:
         assert info.endpoint.startswith("http://127.0.0.1:")
-        assert json.loads((state_dir / "emulator.json").read_text()) == {"pid": info.pid, "endpoint": info.endpoint}
+        assert json.loads((state_dir / "emulator.json").read_text()) == {
+                "pid": info.pid, "endpoint": info.endpoint, "auth": True}
         assert "tpuops emulator listening on " + info.endpoint in (state_dir / "emulator.log").read_text()
         assert control.status(state_dir) == info
         assert control.ensure_running(state_dir) == info

@@ -76,10 +76,11 @@ def image_emulator(tmp_path, monkeypatch):
 
 
 def test_startup_script_runs_in_its_sandbox_with_metadata(image_emulator, finish, wait_until):
-    from google.auth.credentials import AnonymousCredentials
+    from google.oauth2.credentials import Credentials
 
     client = tpu_v2.TpuClient(
-        credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": image_emulator.endpoint}
+        credentials=Credentials(image_emulator.token), transport="rest",
+        client_options={"api_endpoint": image_emulator.endpoint}
     )
     script = (
         METADATA_FN

@@ -96,7 +96,7 @@ def test_bad_user_overrides_are_one_usage_error(catalog: Catalog, overrides: dic
     ("accelerator", "capacity", "zone", "message"),
     [
         ("v7-8", "spot", US, "accelerator 'v7-8' is not a Cloud TPU type"),
-        ("v3-12", "spot", US, "powers of two"),
+        ("v3-12", "spot", US, "v3 comes in sizes"),
         ("tpu", "spot", US, "accelerator 'tpu' is not a Cloud TPU type"),
         ("v3-8", "reserved", US, "capacity 'reserved' is not one of spot, preemptible, on-demand"),
         ("v3-8", "spot", "us-central1", "zone 'us-central1' is not a zone name"),

@@ -3,8 +3,9 @@
 An accelerator type is ``<family>-<N>``. For v2, v3, v4 and v5p, N counts TensorCores (two per
 chip) and every host carries 4 chips: v3-8 is 4 chips on one host, v3-32 is 16 chips on 4 hosts.
 For v5e (``v5litepod-N``) and v6e, N counts chips: up to 8 chips sit on one host; a larger slice
-spans hosts of 4 chips each (v5litepod-16 is 4 hosts). Only power-of-two sizes are accepted: they
-are the slice shapes every zone offers, and refusing the rest here is cheaper than a 400 from the API.
+spans hosts of 4 chips each (v5litepod-16 is 4 hosts). The types, their sizes and the zones that
+offer them come from the shared Cloud TPU catalog (``tpu_catalog``), the one the emulator serves:
+refusing an unknown size here is cheaper than a 400 from the API.
 
 TensorFlow 2.9 runtime images exist for v2, v3 and v4 only (docs/cloud-tpu.md): ``tpu-vm-tf-2.9.x`` on a
 single host, ``-pod`` on a multi-host slice, and v4 adds ``-v4`` (``tpu-vm-tf-2.9.3-pod-v4``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tpuops import tpu_catalog
 from tpuops.errors import UsageError
 
 TF_VERSION = "2.9.3"
@@ -29,30 +31,6 @@ _TF29_RUNTIME = re.compile(
 )
 _ACCELERATOR = re.compile(r"(?P<family>[a-z0-9]+)-(?P<size>[1-9][0-9]*)")
 _EXAMPLES = "expected e.g. v2-8, v3-8, v3-32, v4-8"
-
-
-@dataclass(frozen=True)
-class _Family:
-    generation: str
-    min_size: int
-    max_size: int
-    counts_cores: bool
-    """True when N counts TensorCores (2 per chip), False when it counts chips."""
-    chips_on_one_host: int
-    """The most chips a single-host slice of this family has."""
-
-
-CHIPS_PER_HOST_IN_SLICE = 4
-"""Chips per host in a multi-host slice, for every family."""
-
-_FAMILIES: dict[str, _Family] = {
-    "v2": _Family("v2", 8, 512, counts_cores=True, chips_on_one_host=4),
-    "v3": _Family("v3", 8, 2048, counts_cores=True, chips_on_one_host=4),
-    "v4": _Family("v4", 8, 4096, counts_cores=True, chips_on_one_host=4),
-    "v5p": _Family("v5p", 8, 16384, counts_cores=True, chips_on_one_host=4),
-    "v5litepod": _Family("v5e", 1, 256, counts_cores=False, chips_on_one_host=8),
-    "v6e": _Family("v6e", 1, 256, counts_cores=False, chips_on_one_host=8),
-}
 _TF29_GENERATIONS = ("v2", "v3", "v4")
 
 
@@ -84,25 +62,29 @@ class Accelerator:
 
 
 def parse_accelerator(text: str) -> Accelerator:
-    """Parse and validate an accelerator type string.
+    """Parse and validate an accelerator type string against the Cloud TPU catalog.
 
     Raises:
         UsageError: not a Cloud TPU type, or a size the family does not come in.
     """
+    catalog = tpu_catalog.load()
     match = _ACCELERATOR.fullmatch(text)
-    family = _FAMILIES.get(match["family"]) if match else None
-    if match is None or family is None:
+    sizes = catalog.family_sizes(match["family"]) if match else []
+    if match is None or not sizes:
         raise UsageError(f"accelerator {text!r} is not a Cloud TPU type ({_EXAMPLES})")
-    size = int(match["size"])
-    if not family.min_size <= size <= family.max_size or size & (size - 1):
-        unit = "TensorCores" if family.counts_cores else "chips"
+    spec = catalog.accelerators.get(text)
+    if spec is None:
+        unit = "TensorCores" if catalog.accelerators[f"{match['family']}-{sizes[0]}"].counts_cores else "chips"
         raise UsageError(
-            f"accelerator {text!r} is not a Cloud TPU type: {match['family']} sizes ({unit}) are powers "
-            f"of two from {family.min_size} to {family.max_size}"
+            f"accelerator {text!r} is not a Cloud TPU type: {match['family']} comes in sizes ({unit}) "
+            f"{', '.join(map(str, sizes))}"
         )
-    chips = size // 2 if family.counts_cores else size
-    hosts = 1 if chips <= family.chips_on_one_host else chips // CHIPS_PER_HOST_IN_SLICE
-    return Accelerator(type=text, generation=family.generation, size=size, chips=chips, hosts=hosts)
+    return Accelerator(type=text, generation=spec.generation, size=spec.size, chips=spec.chips, hosts=spec.hosts)
+
+
+def zones_offering(acc: Accelerator | str) -> list[str]:
+    """The Cloud TPU zones that offer ``acc``, from the catalog."""
+    return tpu_catalog.load().zones_offering(_as_accelerator(acc).type)
 
 
 def _as_accelerator(acc: Accelerator | str) -> Accelerator:
@@ -143,14 +125,19 @@ def is_tf29_runtime(runtime: str) -> bool:
 def check_runtime_version(acc: Accelerator | str, runtime: str) -> str:
     """Reject a TF 2.9 runtime that cannot boot on ``acc``; return ``runtime`` unchanged otherwise.
 
-    Runtimes that are not TF 2.9 images pass through: a user who names another image knows
-    what they want, and the API will judge it.
+    Runtimes of the catalog that are not TF 2.9 images pass through: a user who names another
+    image knows what they want (the job itself then checks the VM's TensorFlow version).
 
     Raises:
-        UsageError: the TF 2.9 runtime is wrong for ``acc`` (the message names the right one),
-            or ``acc`` has no TF 2.9 image at all.
+        UsageError: ``runtime`` is not a Cloud TPU runtime version at all, the TF 2.9 runtime is
+            wrong for ``acc`` (the message names the right one), or ``acc`` has no TF 2.9 image.
     """
     acc = _as_accelerator(acc)
+    if runtime not in tpu_catalog.load().runtime_versions:
+        raise UsageError(
+            f"runtime version {runtime!r} is not a Cloud TPU runtime version "
+            f"(e.g. {default_runtime_version(acc) if acc.generation in _TF29_GENERATIONS else 'tpu-ubuntu2204-base'})"
+        )
     match = _TF29_RUNTIME.fullmatch(runtime)
     if match is None:
         return runtime

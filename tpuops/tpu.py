@@ -5,7 +5,8 @@ API nodes become ``NodeInfo`` with our own ``NodeState`` enum; google-api-core e
 become the taxonomy of ``tpuops.errors``; long-running operations become a bounded wait.
 Every call goes through the one retry policy, so a 503 storm is retried and a 400 is not.
 The same code drives real Cloud TPU (Application Default Credentials) and the emulator
-(an ``http://`` endpoint with anonymous credentials).
+(an ``http://`` endpoint with the emulator's bearer token, or anonymous credentials when it
+runs with ``--no-auth``).
 """
 
 from __future__ import annotations
@@ -179,14 +180,32 @@ def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsE
     return InvalidRequest(message)
 
 
+def _emulator_credentials(endpoint: str, token: str | None) -> Any:
+    """The local emulator's bearer token as OAuth credentials; anonymous when it needs none."""
+    from tpuops.emulator.control import token_for
+
+    token = token or token_for(endpoint)
+    if token is None:
+        from google.auth.credentials import AnonymousCredentials
+
+        return AnonymousCredentials()
+    from google.oauth2.credentials import Credentials
+
+    return Credentials(token)
+
+
 def _translate(err: Exception, *, in_operation: bool = False, zone: str | None = None) -> TpuopsError:
     """Map an SDK or transport error onto the taxonomy; parents, never transport-specific leaves."""
     from google.api_core import exceptions as gexc
     from requests import exceptions as rexc
 
     message = getattr(err, "message", None) or str(err)
+    from google.auth import exceptions as aexc
+
     if isinstance(err, rexc.RequestException):
         return TransientError(f"cannot reach the Cloud TPU API: {err}")
+    if isinstance(err, aexc.GoogleAuthError):
+        return PermissionDenied(f"the Cloud TPU API refused the credentials (HTTP 401): {err}")
     if isinstance(err, gexc.TooManyRequests):
         if not in_operation:
             return TransientError(f"the Cloud TPU API is rate limiting requests: {message}")
@@ -232,9 +251,11 @@ class TpuApi:
         poll_interval_s: float = 5.0,
         page_size: int = 1000,
         client: Any = None,
+        token: str | None = None,
     ) -> None:
         self.project = project
         self.endpoint = endpoint
+        self.token = token
         self.deadline_s = deadline_s
         self.poll_interval_s = poll_interval_s
         self.page_size = page_size
@@ -256,9 +277,7 @@ class TpuApi:
         if self.endpoint:
             kwargs["client_options"] = {"api_endpoint": self.endpoint}
             if self.endpoint.startswith("http://"):
-                from google.auth.credentials import AnonymousCredentials
-
-                kwargs["credentials"] = AnonymousCredentials()
+                kwargs["credentials"] = _emulator_credentials(self.endpoint, self.token)
         try:
             return tpu_v2.TpuClient(**kwargs)
         except Exception as err:  # google.auth raises DefaultCredentialsError when ADC is missing

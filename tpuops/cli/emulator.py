@@ -26,20 +26,29 @@ def start(
     port: int = typer.Option(0, help="Port on 127.0.0.1 (0: any free port)."),
     boot_delay: float = typer.Option(1.0, help="Seconds a node spends CREATING before READY."),
     grace: float = typer.Option(30.0, help="Seconds between the preemption notice (SIGTERM) and SIGKILL."),
+    no_auth: bool = typer.Option(False, "--no-auth", help="Serve without a bearer token (for gcloud and "
+                                 "other third-party clients): any local process can then use it."),
     as_json: bool = typer.Option(False, "--json", help="Print the endpoint as JSON."),
 ) -> None:
-    """Start the emulator in the background and print its endpoint."""
+    """Start the emulator in the background and print its endpoint.
+
+    Requests must carry the bearer token written to <home>/emulator/token (mode 0600); tpuops
+    sends it by itself.
+    """
     from tpuops.emulator.control import start_background, status
 
     settings = load_settings(ctx)
     info = status(settings.emulator_dir) or start_background(
         settings.emulator_dir, port, boot_delay_s=boot_delay, grace_s=grace,
-        image_python=settings.emulated_image_python)
+        image_python=settings.emulated_image_python, auth=not no_auth)
+    token_file = str(info.state_dir / "token") if info.token else None
     if as_json:
-        print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir)})
+        print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),
+                    "auth": info.token is not None, "token_file": token_file})
         return
     typer.echo(info.endpoint)
-    err_console().print(f"emulator running (pid {info.pid}); point a client at it with "
+    access = f"requests need the bearer token in {token_file}" if token_file else "no auth: anyone local may use it"
+    err_console().print(f"emulator running (pid {info.pid}; {access}); point a client at it with "
                         f"TPUOPS_TPU_ENDPOINT={info.endpoint}")
 
 

@@ -1,4 +1,4 @@
-"""``python -m tpuops.emulator serve --port P --state-dir D [--boot-delay S] [--grace S] [--image-python PATH]``.
+"""``python -m tpuops.emulator serve --port P --state-dir D [--token-file F] [--boot-delay S] [--grace S] ...``.
 
 Runs the emulator in the foreground and prints ``tpuops emulator listening on
 http://127.0.0.1:PORT`` once it accepts requests (``--port 0`` picks a free port).
@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--boot-delay", type=float, default=1.0, help="seconds from CREATING/STARTING to READY")
     serve.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL on preemption")
     serve.add_argument("--image-python", default=None, help="interpreter that plays the VM image's python3")
+    serve.add_argument("--token-file", default=None, help="bearer token every request must carry (omit: no auth)")
     return parser
 
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     config = EmulatorConfig(
         state_dir=state_dir, boot_delay_s=args.boot_delay, grace_s=args.grace, image_python=args.image_python
     )
-    return run(config, args.port)
+    return run(config, args.port, args.token_file)
 
 
 if __name__ == "__main__":

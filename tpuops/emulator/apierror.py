@@ -25,6 +25,7 @@ _CODES: dict[str, tuple[int, int]] = {
     "UNIMPLEMENTED": (12, 501),
     "INTERNAL": (13, 500),
     "UNAVAILABLE": (14, 503),
+    "UNAUTHENTICATED": (16, 401),
 }
 
 

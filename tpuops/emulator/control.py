@@ -1,10 +1,15 @@
 """Start, find and stop a background emulator, and talk to its admin API.
 
-One state directory holds one emulator: ``emulator.json`` ({pid, endpoint}) says which
-process serves it, ``emulator.log`` gets its output, and the sandboxes, ``billing.json``
-and ``process_groups.json`` live beside them. The emulator runs in its own session so it
-outlives the command that started it; ``stop`` ends it and every process group it started,
-even when the emulator itself has to be killed.
+One state directory holds one emulator: ``emulator.json`` ({pid, endpoint, auth}) says
+which process serves it, ``emulator.log`` gets its output, ``token`` (mode 0600) holds the
+bearer token every request must carry unless it was started with ``auth=False``, and the
+sandboxes, ``billing.json`` and ``process_groups.json`` live beside them. The emulator runs
+in its own session so it outlives the command that started it; ``stop`` ends it and every
+process group it started, even when the emulator itself has to be killed.
+
+Clients that know only an endpoint (``TpuApi``, ``AdminClient``) find its token through a
+per-user index (``index_dir()``, mode 0700: one file per port naming the state directory,
+never the token itself), so the token stays in the one file under ``$TPUOPS_HOME``.
 
 The CLI (``tpuops emulator ...``) and the test fixtures are thin layers over this module.
 """
@@ -14,15 +19,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tpuops
 from tpuops import errors
@@ -31,6 +39,7 @@ from tpuops.emulator.sandbox import kill_registered_groups
 
 INFO_FILE = "emulator.json"
 LOG_FILE = "emulator.log"
+TOKEN_FILE = "token"
 _LISTENING = re.compile(rb"tpuops emulator listening on (http://127\.0\.0\.1:\d+)")
 _POLL_S = 0.05
 # Emulators started by this process, so that their exit can be reaped (no zombies).
@@ -44,6 +53,8 @@ class EmulatorInfo:
     endpoint: str
     pid: int
     state_dir: Path
+    token: str | None = None
+    """The bearer token requests need; None when the emulator runs with --no-auth."""
 
 
 def _alive(pid: int) -> bool:
@@ -68,7 +79,63 @@ def status(state_dir: Path) -> EmulatorInfo | None:
     if not _alive(int(record["pid"])):
         (state_dir / INFO_FILE).unlink(missing_ok=True)
         return None
-    return EmulatorInfo(endpoint=record["endpoint"], pid=int(record["pid"]), state_dir=state_dir)
+    token = read_token(state_dir) if record.get("auth", True) else None
+    return EmulatorInfo(endpoint=record["endpoint"], pid=int(record["pid"]), state_dir=state_dir, token=token)
+
+
+def read_token(state_dir: Path) -> str | None:
+    """The token in ``state_dir``, if the file exists, is ours and nobody else may read it."""
+    path = Path(state_dir) / TOKEN_FILE
+    try:
+        info = path.stat()
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _write_token(state_dir: Path) -> Path:
+    path = state_dir / TOKEN_FILE
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_urlsafe(32))
+    return path
+
+
+def index_dir() -> Path:
+    """The per-user directory mapping emulator ports to state directories (mode 0700)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(base) / f"tpuops-emulators-{os.getuid()}"
+
+
+def _index(endpoint: str, state_dir: Path) -> None:
+    directory = index_dir()
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if directory.stat().st_uid != os.getuid() or directory.stat().st_mode & 0o077:
+        return
+    write_json_atomic(directory / f"{urlsplit(endpoint).port}.json", {"state_dir": str(state_dir)})
+
+
+def token_for(endpoint: str) -> str | None:
+    """The token of the emulator serving ``endpoint`` on this machine, if this user started it."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost"):
+        return None
+    directory = index_dir()
+    try:
+        if directory.stat().st_uid != os.getuid() or directory.stat().st_mode & 0o077:
+            return None
+    except OSError:
+        return None
+    record = read_json(directory / f"{parts.port}.json", None)
+    if not isinstance(record, dict) or "state_dir" not in record:
+        return None
+    running = read_json(Path(record["state_dir"]) / INFO_FILE, None)
+    if not isinstance(running, dict) or running.get("endpoint") != endpoint.rstrip("/"):
+        return None
+    return read_token(Path(record["state_dir"]))
 
 
 def start_background(
@@ -79,8 +146,12 @@ def start_background(
     grace_s: float = 30.0,
     image_python: str | None = None,
     timeout_s: float = 30.0,
+    auth: bool = True,
 ) -> EmulatorInfo:
     """Start an emulator for ``state_dir`` in its own session and wait until it answers.
+
+    With ``auth`` (the default) a fresh token is written to ``state_dir/token`` (0600) and
+    every request must carry it; ``auth=False`` serves anyone (for third-party clients).
 
     Raises:
         UsageError: the port is in use, or an emulator already serves ``state_dir``.
@@ -96,6 +167,11 @@ def start_background(
     command += ["--boot-delay", str(boot_delay_s), "--grace", str(grace_s)]
     if image_python:
         command += ["--image-python", str(image_python)]
+    token_path = state_dir / TOKEN_FILE
+    if auth:
+        command += ["--token-file", str(_write_token(state_dir))]
+    else:
+        token_path.unlink(missing_ok=True)
     # The package must import in the child even when tpuops is not installed (a checkout).
     package_root = str(Path(tpuops.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
@@ -108,13 +184,15 @@ def start_background(
     _CHILDREN[proc.pid] = proc
     try:
         endpoint = _wait_listening(proc, log_path, offset, port, time.monotonic() + timeout_s)
-        AdminClient(endpoint).wait_healthy(time.monotonic() + timeout_s)
+        token = read_token(state_dir) if auth else None
+        AdminClient(endpoint, token=token).wait_healthy(time.monotonic() + timeout_s)
     except BaseException:
         _terminate(proc.pid, timeout_s=5.0)
         kill_registered_groups(state_dir)
         raise
-    write_json_atomic(state_dir / INFO_FILE, {"pid": proc.pid, "endpoint": endpoint})
-    return EmulatorInfo(endpoint=endpoint, pid=proc.pid, state_dir=state_dir)
+    write_json_atomic(state_dir / INFO_FILE, {"pid": proc.pid, "endpoint": endpoint, "auth": auth})
+    _index(endpoint, state_dir)
+    return EmulatorInfo(endpoint=endpoint, pid=proc.pid, state_dir=state_dir, token=token)
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], log_path: Path, offset: int, port: int, deadline: float) -> str:
@@ -179,19 +257,22 @@ def _terminate(pid: int, timeout_s: float) -> None:
 class AdminClient:
     """The emulator's admin API (``/_admin``), with the standard library only.
 
-    Errors: InvalidRequest (400), NotFound (404), TransientError (unreachable),
-    TpuopsError (anything else).
+    Errors: InvalidRequest (400), NotFound (404), PermissionDenied (401: no or a wrong token),
+    TransientError (unreachable), TpuopsError (anything else). Without ``token`` it uses the
+    one ``token_for(endpoint)`` finds.
     """
 
-    def __init__(self, endpoint: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoint: str, timeout_s: float = 10.0, token: str | None = None) -> None:
         self.endpoint = endpoint.rstrip("/")
         self._timeout_s = timeout_s
+        self._token = token or token_for(self.endpoint)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            f"{self.endpoint}/_admin/{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        headers = {"Content-Type": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(f"{self.endpoint}/_admin/{path}", data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
                 return json.loads(response.read() or b"{}")
@@ -201,6 +282,8 @@ class AdminClient:
                 raise errors.InvalidRequest(message) from err
             if err.code == 404:
                 raise errors.NotFound(message) from err
+            if err.code == 401:
+                raise errors.PermissionDenied(message) from err
             raise errors.TpuopsError(f"emulator admin {method} {path} failed ({err.code}): {message}") from err
         except (urllib.error.URLError, OSError) as err:
             raise errors.TransientError(f"the emulator at {self.endpoint} is not reachable: {err}") from err

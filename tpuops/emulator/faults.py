@@ -1,4 +1,4 @@
-"""Faults injected on demand: stockouts, error storms, latency and random preemption.
+"""Faults injected on demand: stockouts, error storms, latency, random preemption, queued and project states.
 
 Set through ``POST /_admin/faults`` (keys given replace those keys, the others stay) and
 cleared with ``DELETE /_admin/faults``. Random draws use one RNG seeded by ``seed``, so a
@@ -32,6 +32,13 @@ class FaultConfig:
     latency_s: float = 0.0
     preempt_rate_per_s: float = 0.0
     seed: int | None = None
+    # Queued resources: stay ACCEPTED (never provisioned), or fail in these zones (FAILED).
+    hold_queued: bool = False
+    fail_queued_zones: list[str] = field(default_factory=list)
+    # Project-level answers (see ``services``): what is off, denied or missing.
+    disabled_services: list[str] = field(default_factory=list)
+    denied_permissions: list[str] = field(default_factory=list)
+    missing_service_accounts: list[str] = field(default_factory=list)
 
 
 class Faults:
@@ -77,6 +84,13 @@ class Faults:
         with self._lock:
             return zone in self._config.stockout_zones
 
+    def queued_outcome(self, zone: str) -> str | None:
+        """``hold`` (stay ACCEPTED), ``fail`` (FAILED) or None (provision as usual)."""
+        with self._lock:
+            if zone in self._config.fail_queued_zones:
+                return "fail"
+            return "hold" if self._config.hold_queued else None
+
     def injected_error(self) -> ApiError | None:
         """The error to answer this API call with, if one is due."""
         with self._lock:
@@ -107,7 +121,9 @@ def _check(config: FaultConfig) -> None:
         problems.append(f"error_code must be one of {sorted(INJECTABLE)}")
     if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0:
         problems.append("error_burst, latency_s and preempt_rate_per_s must not be negative")
-    if not isinstance(config.stockout_zones, list):
-        problems.append("stockout_zones must be a list of zones")
+    for name in ("stockout_zones", "fail_queued_zones", "disabled_services", "denied_permissions",
+                 "missing_service_accounts"):
+        if not isinstance(getattr(config, name), list):
+            problems.append(f"{name} must be a list of strings")
     if problems:
         raise ApiError("INVALID_ARGUMENT", "; ".join(problems) + ".")

@@ -10,12 +10,20 @@ one entry a line (JSON with ``?recursive=true``) and long-polls with
 
 The values live in a ``MetadataView`` that the emulator updates under its own lock; a change
 wakes every long-poll waiting on it.
+
+Only the node's own processes may ask: every server has a random secret, and its address
+(``host``, what the node's ``GCE_METADATA_HOST`` is set to) is ``127.0.0.1:PORT/<secret>``.
+Clients build ``http://$GCE_METADATA_HOST/computeMetadata/v1/...`` (google-auth, curl in the
+startup script, the agent), so the secret rides in the path; a request without it is 403.
+Another local user scanning ports learns nothing and cannot write guest attributes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -145,18 +153,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _checked_path(self) -> tuple[str, dict[str, str]] | None:
+        url = urlsplit(self.path)
+        secret = f"/{self.server.secret}"
+        if not hmac.compare_digest(url.path[: len(secret) + 1].encode(), (secret + "/").encode()):
+            self._reply(403, "This metadata server answers only the processes of its own node.\n")
+            return None
+        path = url.path[len(secret) :]
         if self.headers.get("Metadata-Flavor") != "Google" or self.headers.get("X-Forwarded-For"):
             self._reply(403, "Missing required header: Metadata-Flavor: Google\n")
             return None
-        url = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        if url.path in ("/", "/computeMetadata/", "/computeMetadata"):
+        if path in ("/", "/computeMetadata/", "/computeMetadata"):
             self._reply(200, "v1/\n")
             return None
-        if not url.path.startswith(PREFIX):
+        if not path.startswith(PREFIX):
             self._reply(404, "Not Found\n")
             return None
-        return url.path[len(PREFIX) :], query
+        return path[len(PREFIX) :], query
 
     def do_GET(self) -> None:
         checked = self._checked_path()
@@ -199,6 +212,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, view: MetadataView) -> None:
         self.view = view
+        self.secret = secrets.token_urlsafe(18)
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
@@ -215,8 +229,8 @@ class MetadataServer:
 
     @property
     def host(self) -> str:
-        """``127.0.0.1:<port>``, the value of ``GCE_METADATA_HOST``."""
-        return f"127.0.0.1:{self._server.server_address[1]}"
+        """``127.0.0.1:<port>/<secret>``, the value of ``GCE_METADATA_HOST``."""
+        return f"127.0.0.1:{self._server.server_address[1]}/{self._server.secret}"
 
     def close(self) -> None:
         """Stop serving, without blocking the caller (it may hold the emulator's lock)."""

@@ -1,13 +1,18 @@
 """Queued resources: requests for nodes that the emulator provisions when capacity allows.
 
 States follow the v2 API: ACCEPTED -> (WAITING_FOR_RESOURCES while the zone is stocked out)
--> PROVISIONING (nodes CREATING) -> ACTIVE (all nodes READY) -> SUSPENDED (a node was
-preempted or vanished). A queueing policy's ``validAfter*`` delays provisioning and
-``validUntil*`` fails a request still waiting when it expires. Deleting needs ``force``
-unless the request holds no running nodes (ACCEPTED, WAITING, FAILED, SUSPENDED); deleting
-ends its nodes. ``reset`` sends a SUSPENDED or FAILED request back to ACCEPTED.
+-> PROVISIONING (nodes CREATING) -> ACTIVE (all nodes READY) -> SUSPENDING (a node is being
+deleted) -> SUSPENDED (a node was preempted or is gone). A queueing policy's ``validAfter*``
+delays provisioning and ``validUntil*`` fails a request still waiting when it expires; the
+durations are answered as the absolute ``validAfterTime`` / ``validUntilTime`` the real API
+returns. Deleting needs ``force`` unless the request holds no running nodes (ACCEPTED,
+WAITING, FAILED, SUSPENDED, or every node gone); deleting ends its nodes. ``reset`` sends a
+SUSPENDED or FAILED request back to ACCEPTED. Faults make every state reachable: stockouts
+(WAITING_FOR_RESOURCES), ``hold_queued`` (stays ACCEPTED), ``fail_queued_zones`` (FAILED).
 
-Progress is made by a tick hook of the state (every ``tick_s``), under the state lock.
+A node's change moves its queued resource in the same step (a node listener of the state),
+so a request is SUSPENDED the moment its node's delete operation is done; time-driven
+moves (provisioning, expiry) are made by a tick hook. Both run under the state lock.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from tpuops.emulator.resources import NodeRequest, QueuedResource
 from tpuops.emulator.state import EmulatorState, check_zone
 from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_spec, parse_rfc3339
 
-_FIELDS = frozenset({"name", "createTime", "tpu", "spot", "guaranteed", "queueingPolicy", "state", "reservationName"})
+_FIELDS = frozenset(
+    {"name", "createTime", "tpu", "spot", "guaranteed", "bestEffort", "queueingPolicy", "state", "reservationName"}
+)
 _DELETABLE = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES", "FAILED", "SUSPENDED"})
 _RESETTABLE = frozenset({"SUSPENDED", "FAILED"})
 
@@ -33,6 +40,7 @@ class QueuedResources:
         self._state = state
         self._items: dict[tuple[str, str, str], QueuedResource] = {}
         state.add_tick_hook(self._tick)
+        state.add_node_listener(self._node_changed)
 
     def _get(self, project: str, zone: str, qr_id: str) -> QueuedResource:
         item = self._items.get((project, zone, qr_id))
@@ -71,7 +79,8 @@ class QueuedResources:
         check_zone(zone)
         with self._state.lock:
             item = self._get(project, zone, qr_id)
-            if not force and item.state not in _DELETABLE | {"DELETING"}:
+            nodes_left = any(key in self._state.nodes for key in item.node_keys)
+            if not force and nodes_left and item.state not in _DELETABLE | {"DELETING"}:
                 raise precondition(
                     f"Queued resource {item.name} is {item.state} and has nodes; delete them first or use force."
                 )
@@ -109,7 +118,7 @@ class QueuedResources:
         specs = (body.get("tpu") or {}).get("nodeSpec") or []
         if not specs:
             raise invalid("Field queued_resource.tpu.node_spec is required.")
-        tier = {key: body[key] for key in ("spot", "guaranteed") if key in body}
+        tier = {key: body[key] for key in ("spot", "guaranteed", "bestEffort") if key in body}
         requests = [self._parse_request(project, zone, raw, spot="spot" in tier) for raw in specs]
         policy = body.get("queueingPolicy") or {}
         now = time.time()
@@ -150,32 +159,60 @@ class QueuedResources:
         echo["node"] = spec.to_json()
         return NodeRequest(node_ids=node_ids, spec=spec, echo=echo)
 
+    def maintenance(self, project: str, zone: str, qr_id: str) -> dict[str, Any]:
+        """PerformMaintenanceQueuedResource (v2alpha1): an ACTIVE request's nodes stay READY."""
+        check_zone(zone)
+        with self._state.lock:
+            item = self._get(project, zone, qr_id)
+            if item.state != "ACTIVE":
+                raise precondition(f"Queued resource {item.name} cannot undergo maintenance in state {item.state}.")
+            op = self._state.ops.start(project, zone, item.name, "maintenance")
+            self._state.ops.succeed(op, QUEUED_RESOURCE_TYPE, item.to_json())
+            return op.to_json()
+
+    def _node_changed(self, key: tuple[str, str, str]) -> None:
+        owner = self._owner(key)
+        if owner is not None:
+            self._evaluate(owner)
+
     def _tick(self) -> None:
+        with self._state.lock:
+            for item in list(self._items.values()):
+                self._evaluate(item)
+
+    def _evaluate(self, item: QueuedResource) -> None:
+        """Move ``item`` to the state its nodes and policy call for (caller holds the lock)."""
         state = self._state
-        with state.lock:
-            for key, item in list(self._items.items()):
-                nodes = [state.nodes.get(node_key) for node_key in item.node_keys]
-                if item.state == "DELETING":
-                    if not any(nodes):
-                        del self._items[key]
-                        for op in item.delete_ops:
-                            state.ops.succeed(op, EMPTY_TYPE)
-                elif item.state in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
-                    self._try_provision(item, any(nodes))
-                elif item.state == "PROVISIONING":
-                    if all(node is not None and node.state == "READY" for node in nodes):
-                        item.state = "ACTIVE"
-                    elif not all(nodes):
-                        self._fail(item, "A node of the queued resource disappeared while it was provisioned.")
-                elif item.state == "ACTIVE" and any(node is None or node.state == "PREEMPTED" for node in nodes):
-                    item.state, item.state_initiator = "SUSPENDED", "SERVICE"
+        nodes = [state.nodes.get(node_key) for node_key in item.node_keys]
+        if item.state == "DELETING":
+            if not any(nodes):
+                del self._items[(item.project, item.zone, item.qr_id)]
+                for op in item.delete_ops:
+                    state.ops.succeed(op, EMPTY_TYPE)
+        elif item.state in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
+            self._try_provision(item, any(nodes))
+        elif item.state == "PROVISIONING":
+            if all(node is not None and node.state == "READY" for node in nodes):
+                item.state = "ACTIVE"
+            elif not all(nodes):
+                self._fail(item, "A node of the queued resource disappeared while it was provisioned.")
+        elif item.state in ("ACTIVE", "SUSPENDING"):
+            if any(node is None or node.state == "PREEMPTED" for node in nodes) and not any(
+                node is not None and node.state == "DELETING" for node in nodes
+            ):
+                item.state, item.state_initiator = "SUSPENDED", "SERVICE"
+            elif any(node is not None and node.state == "DELETING" for node in nodes):
+                item.state, item.state_initiator = "SUSPENDING", "SERVICE"
 
     def _try_provision(self, item: QueuedResource, leftovers: bool) -> None:
         now = time.time()
+        outcome = self._state.faults.queued_outcome(item.zone)
         if item.valid_until is not None and now > item.valid_until:
             self._fail(item, "The queued resource's validity window expired before capacity was found.")
-        elif leftovers or (item.valid_after is not None and now < item.valid_after):
+        elif leftovers or outcome == "hold" or (item.valid_after is not None and now < item.valid_after):
             return
+        elif outcome == "fail":
+            self._fail(item, f"Cloud TPU could not provision the queued resource in zone {item.zone}.")
         elif self._state.faults.stockout(item.zone):
             item.state = "WAITING_FOR_RESOURCES"
         else:

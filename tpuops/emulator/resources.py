@@ -8,6 +8,7 @@ Records are mutated only under the emulator's state lock.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ class Node:
     metadata_server: MetadataServer | None = None
     runs: list[ScriptRun] = field(default_factory=list)
     preempting: bool = False
+    sa_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     @property
     def name(self) -> str:
@@ -177,7 +179,18 @@ class QueuedResource:
             **self.tier,
         }
         if self.queueing_policy:
-            out["queueingPolicy"] = self.queueing_policy
+            out["queueingPolicy"] = self._policy_json()
         if self.reservation_name:
             out["reservationName"] = self.reservation_name
         return out
+
+    def _policy_json(self) -> dict[str, Any]:
+        """The queueing policy as the API answers it: durations become absolute times."""
+        policy = dict(self.queueing_policy)
+        if "validUntilDuration" in policy and self.valid_until is not None:
+            del policy["validUntilDuration"]
+            policy["validUntilTime"] = rfc3339(self.valid_until)
+        if "validAfterDuration" in policy and self.valid_after is not None:
+            del policy["validAfterDuration"]
+            policy["validAfterTime"] = rfc3339(self.valid_after)
+        return policy

@@ -1,8 +1,9 @@
-"""The emulator process: one HTTP server on 127.0.0.1 for the v2 API and the admin API.
+"""The emulator process: one HTTP server on 127.0.0.1 for the Cloud TPU API and the admin API.
 
 ``Emulator`` wires the parts together; ``serve`` runs it in the foreground until SIGTERM,
 SIGINT or ``POST /_admin/shutdown``, and on the way out ends every process group it
-started, closes the billing intervals and stops the metadata servers.
+started, closes the billing intervals and stops the metadata servers. Every request passes
+the ``auth`` check first (unless the emulator runs with ``--no-auth``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tpuops.emulator.admin import ADMIN_PREFIX, AdminApi
 from tpuops.emulator.apierror import ApiError
+from tpuops.emulator.auth import Authenticator
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.http_api import RestApi, parse_body
 from tpuops.emulator.queued import QueuedResources
@@ -32,10 +34,11 @@ log = logging.getLogger(__name__)
 class Emulator:
     """State, queued resources, faults, stats and the two APIs of one emulator."""
 
-    def __init__(self, config: EmulatorConfig) -> None:
+    def __init__(self, config: EmulatorConfig, token: str | None = None, token_file: str = "") -> None:
         self.faults = Faults()
         self.stats = RpcStats()
         self.state = EmulatorState(config, self.faults)
+        self.auth = Authenticator(token, token_file, self.state.node_for_token)
         self.queued = QueuedResources(self.state)
         self.rest = RestApi(self.state, self.queued, self.faults, self.stats)
         self.admin = AdminApi(self.state, self.faults, self.stats, self.request_shutdown)
@@ -100,6 +103,12 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        found = None if path.startswith(ADMIN_PREFIX) else app.rest.route(self.command, path)
+        refused = app.auth.check(self.headers, found[0] if found else None, found[2] if found else {})
+        if refused is not None:
+            log.info("%s %s -> %s %s", self.command, path, refused.http_status, refused.status)
+            self._send_json(refused.http_status, refused.http_body())
+            return
         try:
             if path.startswith(ADMIN_PREFIX):
                 try:
@@ -127,9 +136,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def run(config: EmulatorConfig, port: int) -> int:
-    """Run an emulator in the foreground; the process's exit code (2: port in use)."""
-    emulator = Emulator(config)
+def run(config: EmulatorConfig, port: int, token_file: str | None = None) -> int:
+    """Run an emulator in the foreground; the process's exit code (2: port in use).
+
+    ``token_file`` holds the bearer token every request must carry; None serves without auth.
+    """
+    token = None
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as err:
+            print(f"tpuops emulator: cannot read the token file {token_file}: {err.strerror}", file=sys.stderr)
+            return 1
+        if not token:
+            print(f"tpuops emulator: the token file {token_file} is empty", file=sys.stderr)
+            return 1
+    emulator = Emulator(config, token, token_file or "")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: emulator.request_shutdown())
     try:

@@ -19,6 +19,8 @@ sandbox reaper thread. Both check the node's generation before acting.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import random
@@ -32,6 +34,7 @@ from typing import Any
 from tpuops.emulator import catalog
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
 from tpuops.emulator.billing import BillingLedger
+from tpuops.emulator.catalog import check_zone
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.metadata import MetadataServer, MetadataView
 from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
@@ -41,6 +44,16 @@ from tpuops.emulator.scheduler import Scheduler
 from tpuops.emulator.wire import NodeSpec, check_resource_id, string_list, string_map
 
 log = logging.getLogger(__name__)
+
+
+def host_keys(uid: str, worker: int) -> dict[str, str]:
+    """The SSH host keys a TPU VM worker publishes as guest attributes (stable per node and worker)."""
+    keys = {}
+    for algorithm in ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"):
+        digest = hashlib.sha512(f"{uid}/{worker}/{algorithm}".encode()).digest()
+        blob = len(algorithm).to_bytes(4, "big") + algorithm.encode() + (32).to_bytes(4, "big") + digest[:32]
+        keys[f"hostkeys/{algorithm}"] = f"{algorithm} {base64.b64encode(blob).decode()}"
+    return keys
 
 UPDATABLE_PATHS = frozenset({"description", "tags", "labels", "metadata", "network_config.enable_external_ips"})
 
@@ -67,16 +80,6 @@ def stockout_error(zone: str) -> ApiError:
     )
 
 
-def check_zone(zone: str, *, allow_all: bool = False) -> None:
-    if allow_all and zone == "-":
-        return
-    if not catalog.zone_known(zone):
-        raise invalid(
-            f"Location {zone!r} is not a Cloud TPU zone of this emulator; "
-            f"known zones: {', '.join(sorted(catalog.ZONE_GENERATIONS))}."
-        )
-
-
 class EmulatorState:
     """All nodes and operations of one emulator, with their lifecycle."""
 
@@ -90,6 +93,7 @@ class EmulatorState:
         self.sandboxes = Sandboxes(config.state_dir, config.image_python)
         self.scheduler = Scheduler()
         self._tick_hooks: list[Callable[[], None]] = [self._random_preemptions]
+        self._node_listeners: list[Callable[[tuple[str, str, str]], None]] = []
         self._last_heartbeat = 0.0
         self.scheduler.call_later(config.tick_s, self._tick)
 
@@ -183,6 +187,7 @@ class EmulatorState:
             self.ops.fail(node.pending_op, ApiError("ABORTED", f"Node {node.name} was deleted."))
             node.pending_op = None
         generation = node.advance("DELETING")
+        self._changed(node.key)
         self.sandboxes.terminate(
             node.live_pgid, self.config.shutdown_wait_s, lambda: self._deleted(node.key, generation)
         )
@@ -290,10 +295,45 @@ class EmulatorState:
                 for node in sorted(self.nodes.values(), key=lambda n: n.name)
             ]
 
-    def guest_attributes(self, project: str, zone: str, node_id: str) -> dict[str, str]:
+    def guest_attributes(self, project: str, zone: str, node_id: str) -> list[dict[str, str]]:
+        """Per worker, its guest attributes by ``namespace/key``: the SSH host keys every TPU VM
+        publishes, and (worker 0) what the node's own processes wrote to the metadata server."""
+        check_zone(zone)
         with self.lock:
-            server = self.node(project, zone, node_id).metadata_server
-        return server.view.guest_attributes() if server else {}
+            node = self.node(project, zone, node_id)
+            server = node.metadata_server
+            workers = [host_keys(node.uid, worker) for worker in range(node.spec.accelerator.hosts)]
+        if server is not None:
+            workers[0].update(server.view.guest_attributes())
+        return workers
+
+    def maintenance(self, project: str, zone: str, node_id: str) -> dict[str, Any]:
+        """Simulate or perform a maintenance event: a READY node stays READY; the op returns it."""
+        check_zone(zone)
+        with self.lock:
+            node = self.node(project, zone, node_id)
+            if node.state != "READY":
+                raise precondition(f"Node {node.name} cannot undergo maintenance in state {node.state}.")
+            op = self.ops.start(project, zone, node.name, "maintenance")
+            self.ops.succeed(op, NODE_TYPE, node.to_json())
+            return op.to_json()
+
+    def add_node_listener(self, listener: Callable[[tuple[str, str, str]], None]) -> None:
+        """Call ``listener(key)`` under the lock whenever a node changes state, appears or goes away.
+
+        Whoever owns the node (a queued resource) moves in the same step as the node, never a
+        tick later.
+        """
+        self._node_listeners.append(listener)
+
+    def _changed(self, key: tuple[str, str, str]) -> None:
+        for listener in self._node_listeners:
+            listener(key)
+
+    def node_for_token(self, token: str) -> Node | None:
+        """The node whose service-account token ``token`` is (what a VM's own process presents)."""
+        with self.lock:
+            return next((node for node in self.nodes.values() if node.sa_token == token), None)
 
     def add_tick_hook(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` every tick (under no lock; it takes the lock itself)."""
@@ -322,6 +362,7 @@ class EmulatorState:
                 return
             node.advance("READY")
             node.preempting = False
+            self._changed(key)
             self.billing.open(
                 uid=node.uid,
                 name=node.name,
@@ -345,11 +386,11 @@ class EmulatorState:
                     "id": node.uid,
                     "zone": f"projects/{number}/zones/{node.zone}",
                     "maintenance-event": "NONE",
-                    # The VM's service account: the emulator's API ignores the token, but a script
-                    # that deletes its own node asks for one exactly as it would on GCP.
+                    # The VM's service account: its token lets the node's own processes get and
+                    # delete this node (and read operations), nothing else, as the custom role does.
                     "service-accounts/default/email": f"tpuops-vm@{node.project}.iam.gserviceaccount.com",
                     "service-accounts/default/token": json.dumps(
-                        {"access_token": "emulated-token", "expires_in": 3599, "token_type": "Bearer"}),
+                        {"access_token": node.sa_token, "expires_in": 3599, "token_type": "Bearer"}),
                 },
                 project={"project-id": node.project, "numeric-project-id": number},
                 attributes=node.system_attributes(),
@@ -376,6 +417,7 @@ class EmulatorState:
             del self.nodes[key]
             if node.pending_op is not None:
                 self.ops.fail(node.pending_op, stockout_error(node.zone))
+            self._changed(key)
 
     def _stopped(self, key: tuple[str, str, str], generation: int) -> None:
         with self.lock:
@@ -383,6 +425,7 @@ class EmulatorState:
             if node is None:
                 return
             node.advance("STOPPED")
+            self._changed(key)
             if node.pending_op is not None:
                 self.ops.succeed(node.pending_op, NODE_TYPE, node.to_json())
                 node.pending_op = None
@@ -395,6 +438,7 @@ class EmulatorState:
             del self.nodes[key]
             for op in node.delete_ops:
                 self.ops.succeed(op, EMPTY_TYPE)
+            self._changed(key)
             server = node.metadata_server
         if server is not None:
             server.close()
@@ -414,6 +458,7 @@ class EmulatorState:
             self._leave_ready(node, "preempted")
             node.advance("PREEMPTED")
             node.preempting = False
+            self._changed(key)
 
     def _leave_ready(self, node: Node, reason: str) -> None:
         if node.state == "READY":

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from tpuops.emulator import catalog
 from tpuops.emulator.apierror import invalid
+from tpuops.tpu_catalog import AcceleratorType
 
 T = TypeVar("T")
 
@@ -58,6 +59,10 @@ _NODE_FIELDS = frozenset(
         "acceleratorConfig",
         "queuedResource",
         "multisliceNode",
+        # v2alpha1 only
+        "autocheckpointEnabled",
+        "bootDiskConfig",
+        "upcomingMaintenance",
     }
 )
 _SCHEDULING_FIELDS = frozenset({"preemptible", "reserved", "spot"})
@@ -139,7 +144,7 @@ def page_size_of(query: dict[str, str]) -> int:
 class NodeSpec:
     """What a caller chose about a node: the writable fields of ``Node``, validated."""
 
-    accelerator: catalog.AcceleratorSpec
+    accelerator: AcceleratorType
     runtime_version: str
     description: str = ""
     labels: dict[str, str] = field(default_factory=dict)
@@ -220,7 +225,7 @@ def _scheduling(value: Any) -> dict[str, bool]:
     return {key: bool(flag) for key, flag in config.items() if flag}
 
 
-def _resolve_accelerator(body: dict[str, Any], zone: str, scheduling: dict[str, bool]) -> catalog.AcceleratorSpec:
+def _resolve_accelerator(body: dict[str, Any], zone: str, scheduling: dict[str, bool]) -> AcceleratorType:
     name = body.get("acceleratorType") or ""
     config = _object(body.get("acceleratorConfig"), "acceleratorConfig")
     if not name and config:
@@ -229,15 +234,12 @@ def _resolve_accelerator(body: dict[str, Any], zone: str, scheduling: dict[str, 
         name = from_config.name if from_config else f"{config_type} {config.get('topology', '')}"
     if not name:
         raise invalid("Either accelerator_type or accelerator_config must be set.")
-    spec = catalog.accelerator_in_zone(name, zone)
-    if spec is None:
-        preemptible = "true" if scheduling.get("preemptible") or scheduling.get("spot") else "false"
-        reserved = "true" if scheduling.get("reserved") else "false"
-        raise invalid(
-            f"Accelerator type {name} as preemptible ({preemptible}) and reserved ({reserved}) "
-            f"is not available in zone {zone}."
-        )
-    return spec
+    return catalog.accelerator_for(
+        name,
+        zone,
+        preemptible=bool(scheduling.get("preemptible") or scheduling.get("spot")),
+        reserved=bool(scheduling.get("reserved")),
+    )
 
 
 def parse_node_spec(body: Any, zone: str) -> NodeSpec:
@@ -255,8 +257,7 @@ def parse_node_spec(body: Any, zone: str) -> NodeSpec:
     runtime_version = body.get("runtimeVersion") or ""
     if not runtime_version:
         raise invalid("Field runtime_version is required.")
-    if runtime_version not in catalog.RUNTIME_VERSIONS:
-        raise invalid(f"Runtime version {runtime_version} is not available in zone {zone}.")
+    catalog.check_runtime_version(runtime_version, zone)
     scheduling = _scheduling(body.get("schedulingConfig"))
     disks = []
     for raw_disk in body.get("dataDisks") or []:
