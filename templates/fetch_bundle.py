@@ -6,6 +6,13 @@ Python 3.8 and the standard library, plus TensorFlow's gfile for gs:// URIs (the
 other Cloud Storage client). A bundle whose bytes do not hash to SHA256 never runs: the run's
 status says so (user-error) and the exit code is 3. Extraction refuses members that would land
 outside the bundle directory.
+
+TensorFlow is imported once per boot: a thread starts importing it (seconds) at once, while the
+bundle is fetched, checked and unpacked, and the agent then runs in this same process
+(``runpy``, as ``python -m tpuops.agent COMMAND SPEC_URI`` would), where its own import finds
+the module already loaded. The agent's exit code is this process's. The import thread is not a
+daemon, so a refusal exits only after it, never while TensorFlow is half-loaded. A preemption
+notice before the agent has installed its handler ends the process, as it always did.
 """
 
 import datetime
@@ -13,8 +20,14 @@ import hashlib
 import io
 import json
 import os
+import runpy
 import sys
 import tarfile
+import threading
+
+
+def _import_tensorflow():
+    import tensorflow  # noqa: F401
 
 
 def _gfile():
@@ -64,6 +77,7 @@ def extract(data, target):
 
 def main(argv):
     bundle_uri, sha256, spec_uri, status_uri, command = argv
+    threading.Thread(target=_import_tensorflow, name="tpuops-import-tensorflow").start()
     run_id = os.environ.get("TPUOPS_RUN_ID", "")
     data = read(bundle_uri)
     digest = hashlib.sha256(data).hexdigest()
@@ -80,8 +94,10 @@ def main(argv):
             refuse(status_uri, run_id, str(err))
         os.replace(partial, target)
     os.chdir(target)
-    env = dict(os.environ, PYTHONPATH=target + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    os.execve(sys.executable, [sys.executable, "-m", "tpuops.agent", command, spec_uri], env)
+    os.environ["PYTHONPATH"] = target + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sys.path.insert(0, target)
+    sys.argv = [sys.argv[0], command, spec_uri]
+    runpy.run_module("tpuops.agent", run_name="__main__", alter_sys=True)
 
 
 main(sys.argv[1:])
