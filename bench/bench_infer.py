@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -57,14 +58,18 @@ from tpuops.agent.runspec import DatasetSpec  # noqa: E402
 
 BATCHES = (256, 64)
 CKPT_SIZES_MB = (1, 16, 128)
-CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 200, 50, 64, 10
+CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 300, 100, 32, 10
 IMAGE = {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"}}
-TF_CHECK = (
-    "import importlib.metadata as m; "
-    "print(next((d.version for d in m.distributions() "
-    "if 'tensorflow' in (d.read_text('top_level.txt') or '').split()), ''))"
-)
 TF_IMPORT = "import tensorflow as tf; print(tf.__version__)"
+
+
+def startup_tf_check() -> str:
+    """The Python program the startup script runs to read the TensorFlow version (from the template)."""
+    template = (ROOT / "templates" / "startup.sh.j2").read_text()
+    found = re.search(r"^installed_tf\(\) \{\n  \"\$PYTHON\" -c '(.*?)' \|\| true$", template, re.M | re.S)
+    if found is None:
+        raise SystemExit("templates/startup.sh.j2 has no installed_tf() of the expected form")
+    return found.group(1)
 
 
 def median_time(runs: list[float]) -> float:
@@ -248,7 +253,7 @@ def bench_tf_check(reps: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {"metadata": [], "import": []}
     versions = {}
     for _ in range(reps):
-        for name, code in (("metadata", TF_CHECK), ("import", TF_IMPORT)):
+        for name, code in (("metadata", startup_tf_check()), ("import", TF_IMPORT)):
             started = time.perf_counter()
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             times[name].append(time.perf_counter() - started)
@@ -265,32 +270,10 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--examples", type=int, default=10240, help="images predicted per run")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
-    parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
-    try:
-        inference = bench_infer(work, args.examples, args.reps)
-        sizes = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
-        ckpt_loop = bench_ckpt_loop(args.reps)
-        tf_check = bench_tf_check(args.reps)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    figures = {
-        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)},
-        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"],
-        "ckpt_overhead": ckpt_loop["ours"]["blocked_share"],
-        "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,
-        "startup_tf_check_s": tf_check["metadata"],
-    }
-    details = {"infer": inference, "ckpt_save_by_size_mb": sizes, "ckpt_loop": ckpt_loop, "tf_check": tf_check}
-    if args.json:
-        print(json.dumps(dict(figures, details=details), indent=1))
-        return
+def render(details: dict[str, Any]) -> str:
+    """The table of ours vs baseline, and the load seen, from the details that ``--json`` prints."""
+    inference, sizes, ckpt_loop, tf_check = (details[key] for key in ("infer", "ckpt_save_by_size_mb", "ckpt_loop",
+                                                                       "tf_check"))
     rows = []
     for batch in map(str, BATCHES):
         rates = inference[batch]["examples_per_s"]
@@ -314,10 +297,41 @@ def main() -> None:
                  f"{ckpt_loop['direct']['wall_vs_without']:.3f}x", "-"))
     rows.append(("startup TF version check, s (vs import tensorflow)", str(tf_check["metadata"]),
                  str(tf_check["import"]), f"{tf_check['metadata'] / tf_check['import']:.3f}x"))
-    print(table(rows))
-    print("load average (1 min) during: infer " + str({b: inference[b]["load"] for b in map(str, BATCHES)})
-          + f", saves by size { {size: figure['load'] for size, figure in sizes.items()} }"
-          + f", checkpoint loop {ckpt_loop['load']}")
+    loads = {
+        "infer": {batch: inference[batch]["load"] for batch in map(str, BATCHES)},
+        "saves by size (MB)": {size: figure["load"] for size, figure in sizes.items()},
+        "checkpoint loop": ckpt_loop["load"],
+    }
+    return table(rows) + "\nload average (1 min) seen during each part: " + json.dumps(loads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--examples", type=int, default=20480, help="images predicted per run")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
+    parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
+    try:
+        inference = bench_infer(work, args.examples, args.reps)
+        sizes = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
+        ckpt_loop = bench_ckpt_loop(args.reps)
+        tf_check = bench_tf_check(args.reps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures = {
+        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)},
+        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"],
+        "ckpt_overhead": ckpt_loop["ours"]["blocked_share"],
+        "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,
+        "startup_tf_check_s": tf_check["metadata"],
+    }
+    details = {"infer": inference, "ckpt_save_by_size_mb": sizes, "ckpt_loop": ckpt_loop, "tf_check": tf_check}
+    if args.json:
+        print(json.dumps(dict(figures, details=details), indent=1))
+    else:
+        print(render(details))
 
 
 if __name__ == "__main__":
