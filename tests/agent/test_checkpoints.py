@@ -165,3 +165,20 @@ def test_a_copy_killed_midway_leaves_the_previous_checkpoint_newest(tmp_path: Pa
     checkpointer.save(20)
     assert not partial.exists(), "the next copy removes what the dead one left"
     assert [step for step, _ in candidates(str(store))] == [20, 10]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_background_save_keeps_the_values_of_its_step(tmp_path: Path, staged: bool) -> None:
+    """The step loop updates the variables in place while the write runs: the checkpoint has the old values."""
+    store = tmp_path / "store"
+    weights = tf.Variable(tf.fill([1 << 23], 1.0))  # 32 MB: the write is still running after save returns
+    staging = str(tmp_path / "staging") if staged else None
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), str(store), keep=2, every_steps=10, every_seconds=0,
+                                staging=staging)
+    checkpointer.save(10, background=True)
+    for _ in range(3):
+        weights.assign_add(tf.ones([1 << 23]))
+    checkpointer.wait()
+    assert checkpointer.stored_step == 10
+    saved = tf.train.load_checkpoint(str(store / "ckpt-10")).get_tensor("w/.ATTRIBUTES/VARIABLE_VALUE")
+    assert (saved == 1.0).all()

@@ -13,24 +13,25 @@ every tensor reads back with a matching CRC32C (the tensor bundle format checksu
 tensor), so a truncated ``.index`` or ``.data`` file is caught. Invalid candidates are logged
 and deleted, so the next save at that step starts clean and later attempts do not re-read them.
 
-Saving through a local staging directory (the default when the store is remote, ``gs://``):
-the manager writes the checkpoint to local disk, which is all the step loop waits for with
-``save(step, background=True)``; a copier thread then puts it into the store and prunes the
-store to the newest ``keep``. Invariants of the copy, which keep a half-copied checkpoint from
-ever being a candidate:
+Saving costs the step loop only a snapshot. ``save`` asks TF 2.9 for an asynchronous write
+(``CheckpointOptions(experimental_enable_async_checkpoint=True)``): the values are copied to host
+memory in the caller's thread, and TensorFlow writes them in a thread of its own. The snapshot
+is consistent because TF copies a variable's buffer before updating it while a read still holds
+it. When the store is remote (``gs://``) the write goes to a local staging directory and a
+finisher thread copies it into the store and prunes the store to the newest ``keep``.
+Invariants, which keep a half-written or half-copied checkpoint from ever being a candidate:
 
-* the data files are copied before the ``.index`` file, which alone makes a candidate;
-* on a local store every file is copied under a temporary name and renamed into place (a GCS
-  object appears only once its upload is complete); leftovers of a dead copier are removed by
-  the next one;
+* TensorFlow writes a checkpoint's ``.index`` after its data; the copy does the same, and on a
+  local store copies every file under a temporary name and renames it into place (a GCS object
+  appears only once its upload is complete); leftovers of a dead copy are removed by the next;
 * pruning deletes a checkpoint's index before its data;
-* at most one copy is in flight: the next save, ``wait()`` and a blocking ``save`` wait for it
-  and raise its error. The copier is not a daemon thread, so the interpreter does not exit
-  before it is done.
+* one save is in flight at most: the next save, ``wait()`` and a blocking ``save`` wait for it
+  and raise its error. A blocking ``save(step)`` (the preemption and final saves) returns only
+  once the checkpoint is whole in the store; ``stored_step`` is the newest step that is.
+  The writer and finisher threads are not daemons: the interpreter does not exit before them.
 
-A blocking ``save(step)`` (the preemption and final saves) returns only once the checkpoint is
-in the store. The save cost against the checkpoint size, and the SIGTERM save of 1 GB of
-variables, are measured by ``bench/bench_infer.py``.
+Save time against checkpoint size, the step-loop share of periodic saves and the SIGTERM save
+of 1 GB of variables are measured by ``bench/bench_infer.py``.
 """
 
 import hashlib
@@ -44,12 +45,14 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.paths import join
+from tpuops.agent.paths import join, write_whole
 
 log = logging.getLogger(__name__)
 
 _INDEX_NAME = re.compile(r"^ckpt-(\d+)\.index$")
 _COPY_SUFFIX = ".tmp-copy"
+# TF 2.9 copies the values to host memory in the caller's thread and writes them in its own.
+_ASYNC = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
 
 
 class TrainState:
@@ -149,9 +152,10 @@ def prune(directory: str, keep: int) -> None:
     found = candidates(directory)
     for _, prefix in found[keep:]:
         _delete(prefix)
-    kept = [prefix for _, prefix in reversed(found[:keep])]
-    if kept:
-        tf.compat.v1.train.update_checkpoint_state(directory, kept[-1], all_model_checkpoint_paths=kept)
+    kept = [prefix.rsplit("/", 1)[-1] for _, prefix in reversed(found[:keep])]
+    if kept:  # the state file tf.train.latest_checkpoint reads, in CheckpointManager's form
+        lines = [f'model_checkpoint_path: "{kept[-1]}"'] + [f'all_model_checkpoint_paths: "{name}"' for name in kept]
+        write_whole(join(directory, "checkpoint"), "\n".join(lines) + "\n")
 
 
 class Checkpointer:
@@ -186,8 +190,8 @@ class Checkpointer:
             max_to_keep=1 if self._staging else keep,
             checkpoint_name="ckpt",
         )
-        self._copier: Optional[threading.Thread] = None
-        self._copy_error: Optional[BaseException] = None
+        self._finisher: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
         self._last_time = time.monotonic()
         self.last_step: Optional[int] = None
         self.stored_step: Optional[int] = None  # the newest step known to be whole in ``directory``
@@ -219,8 +223,9 @@ class Checkpointer:
     def save(self, step: int, background: bool = False) -> str:
         """Write ``ckpt-<step>`` (at most once per step) and prune beyond ``keep``; returns its store prefix.
 
-        Blocking (the default), it returns once the checkpoint is in the store. With
-        ``background`` and a staging directory it returns once the local copy is written.
+        Blocking (the default), it returns once the checkpoint is whole in the store. With
+        ``background`` it returns once the values are snapshot: the write (and the copy into
+        the store) finish in other threads.
         """
         stored = join(self._directory, f"ckpt-{step}")
         if step == self.last_step:
@@ -228,36 +233,42 @@ class Checkpointer:
                 self.wait()
             return stored
         self.wait()
-        path = self._manager.save(checkpoint_number=step)
+        before = set(threading.enumerate())
+        path = self._manager.save(checkpoint_number=step, options=_ASYNC)
+        writers = [thread for thread in threading.enumerate() if thread not in before]
         self.last_step = step
         self._last_time = time.monotonic()
-        if self._staging is None:
-            self.stored_step = step
-            log.info("checkpoint saved at step %d: %s", step, path)
-            return path
-        self._copier = threading.Thread(target=self._copy, args=(path, step), name="tpuops-checkpoint-copy")
-        self._copier.start()
+        self._finisher = threading.Thread(
+            target=self._finish, args=(path, step, writers), name="tpuops-checkpoint-finish"
+        )
+        self._finisher.start()
         if not background:
             self.wait()
         return stored
 
     def wait(self) -> None:
-        """Wait for the copy in flight, if any; raises the error it failed with."""
-        if self._copier is not None:
-            self._copier.join()
-            self._copier = None
-        if self._copy_error is not None:
-            error, self._copy_error = self._copy_error, None
+        """Wait until the last save is whole in the store; raises the error it failed with."""
+        if self._finisher is not None:
+            self._finisher.join()
+            self._finisher = None
+        if self._error is not None:
+            error, self._error = self._error, None
             raise error
 
-    def _copy(self, path: str, step: int) -> None:
+    def _finish(self, path: str, step: int, writers: List[threading.Thread]) -> None:
         started = time.monotonic()
         try:
-            _remove_copy_leftovers(self._directory)
-            copy_checkpoint(path, self._directory)
-            prune(self._directory, self._keep)
+            for writer in writers:  # TensorFlow's own asynchronous checkpoint writer
+                writer.join()
+            if not tf.io.gfile.exists(path + ".index"):
+                raise RuntimeError(f"checkpoint {path} was not written; the log has the writer's error")
+            if self._staging is not None:
+                _remove_copy_leftovers(self._directory)
+                copy_checkpoint(path, self._directory)
+                prune(self._directory, self._keep)
         except Exception as err:  # raised in the training thread by the next save or wait()
-            self._copy_error = err
+            self._error = err
             return
         self.stored_step = step
-        log.info("checkpoint at step %d copied to %s in %.1f s", step, self._directory, time.monotonic() - started)
+        log.info("checkpoint at step %d is in %s (%.1f s after the snapshot)", step, self._directory,
+                 time.monotonic() - started)

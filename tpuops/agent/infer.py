@@ -116,7 +116,7 @@ def predict_call(model: tf.keras.Model, strategy: Any, jit_compile: bool) -> Any
     """``call(iterator, steps)``: the float32 outputs of the next ``steps`` batches, concatenated.
 
     ``iterator`` yields ``(inputs, mask)`` as ``inputs.padded_batches`` makes them (distributed
-    by ``strategy`` on a TPU). ``steps`` is a tensor, so a short call does not retrace.
+    by ``strategy`` on a TPU). ``steps`` is an int32 tensor, so a short call does not retrace.
     """
 
     def forward(batch: Any) -> tf.Tensor:
