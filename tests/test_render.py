@@ -3,7 +3,8 @@
 Each run is real bash in a temporary HOME, with the metadata server pointed at a closed port
 on 127.0.0.1 (so worker 0) or at a tiny local one, and a stub ``python3`` on PATH that
 reports a TensorFlow version and records ``-m pip`` calls: importing real TF here would cost
-seconds per run, and the emulator end-to-end tests run the real thing.
+seconds per run, and the emulator end-to-end tests run the real thing. One test runs the real
+interpreter against a fake installed TensorFlow to check the version is read without importing it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -259,6 +261,25 @@ def test_wrong_tensorflow_installs_the_pin_file(vm: Vm) -> None:
     assert context().pin_file.encode() == PIN_FILE.read_bytes()
     assert vm.marker()["tf_version"] == "2.9.3"
     assert (vm.state_dir / "job" / "started").exists()
+
+
+def test_reads_the_tf_version_from_metadata_without_importing_it(vm: Vm, tmp_path: Path) -> None:
+    """A real interpreter and an installed "tensorflow-cpu" whose import would leave a trace."""
+    site = tmp_path / "site"
+    (site / "tensorflow").mkdir(parents=True)
+    (site / "tensorflow" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'imported')!r}, 'w').close()\n__version__ = '2.9.3'\n")
+    info = site / "tensorflow_cpu-2.9.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow-cpu\nVersion: 2.9.3\n")
+    (info / "top_level.txt").write_text("tensorflow\n")
+    vm.env["PYTHONPATH"] = str(site)
+    done = vm.run(context(python=sys.executable))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert vm.marker()["tf_version"] == "2.9.3"
+    assert not (tmp_path / "imported").exists(), "the startup script imported TensorFlow"
+    assert not (vm.stub / "pip-args").exists()
 
 
 def test_gives_up_when_install_does_not_bring_tf29(vm: Vm) -> None:

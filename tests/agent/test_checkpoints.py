@@ -1,10 +1,16 @@
-"""Choosing the checkpoint to resume from: the newest one that reads back whole."""
+"""Choosing the checkpoint to resume from: the newest one that reads back whole; staged saves."""
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
 from tpuops.agent.checkpoints import Checkpointer, candidates, newest_valid
+
+from agentrun import REPO, RUN_TIMEOUT_S
 
 pytestmark = pytest.mark.tf
 
@@ -76,3 +82,105 @@ def test_checkpointer_restores_values_and_keeps_the_schedule(tmp_path: Path) -> 
     checkpointer.save(20)
     assert not checkpointer.due(20)
     assert [step for step, _ in candidates(str(tmp_path))] == [20, 10]
+
+
+def test_background_save_is_copied_into_the_store_and_pruned(tmp_path: Path) -> None:
+    store, staging = tmp_path / "store", tmp_path / "staging"
+    weights = tf.Variable(tf.zeros([64]))
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), str(store), keep=2, every_steps=10, every_seconds=0,
+                                staging=str(staging))
+    for step in (10, 20, 30):
+        weights.assign(tf.fill([64], float(step)))
+        assert checkpointer.save(step, background=True) == str(store / f"ckpt-{step}")
+        weights.assign(tf.fill([64], -1.0))  # the step loop goes on while the copy runs
+    checkpointer.wait()
+
+    assert checkpointer.stored_step == 30
+    assert [step for step, _ in candidates(str(store))] == [30, 20]
+    assert [step for step, _ in candidates(str(staging))] == [30], "staging keeps only what is being copied"
+    assert tf.train.latest_checkpoint(str(store)) == str(store / "ckpt-30")
+    restored = tf.Variable(tf.zeros([64]))
+    again = Checkpointer(tf.train.Checkpoint(w=restored), str(store), keep=2, every_steps=10, every_seconds=0,
+                         staging=str(tmp_path / "staging-2"))
+    assert again.restore_newest() == 30 and float(restored[0]) == 30.0
+
+
+def test_a_failed_copy_is_raised_by_the_next_save(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=tf.Variable(1.0)), str(store), keep=2, every_steps=10,
+                                every_seconds=0, staging=str(tmp_path / "staging"))
+    store.rmdir()
+    store.write_text("not a directory")
+    checkpointer.save(10, background=True)
+    with pytest.raises(tf.errors.OpError):
+        checkpointer.save(20)
+    assert checkpointer.stored_step is None
+
+
+_KILLED_COPY = """
+import sys, time
+from pathlib import Path
+import tensorflow as tf
+from tpuops.agent.checkpoints import Checkpointer
+
+store, staging, ready = sys.argv[1:]
+weights = tf.Variable(tf.zeros([1 << 20]))
+checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), store, keep=3, every_steps=10, every_seconds=0,
+                            staging=staging)
+weights.assign(tf.fill([1 << 20], 10.0))
+checkpointer.save(10)
+
+def copy_half_then_hang(source, target, overwrite=False):
+    data = Path(source).read_bytes()
+    Path(target).write_bytes(data[: len(data) // 2])
+    Path(ready).write_text(target)
+    time.sleep(600)
+
+tf.io.gfile.copy = copy_half_then_hang
+weights.assign(tf.fill([1 << 20], 20.0))
+checkpointer.save(20)
+"""
+
+
+def test_a_copy_killed_midway_leaves_the_previous_checkpoint_newest(tmp_path: Path) -> None:
+    store, staging, ready = tmp_path / "store", tmp_path / "staging", tmp_path / "ready"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_COPY, str(store), str(staging), str(ready)], env=env)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not ready.exists():
+            assert process.poll() is None, "the saving process died before the copy began"
+            assert time.monotonic() < deadline, "the copy never began"
+            time.sleep(0.02)
+    finally:
+        process.kill()
+        process.wait()
+
+    partial = Path(ready.read_text())
+    assert partial.exists() and partial.parent == store, "the kill left a half-copied file in the store"
+    assert [step for step, _ in candidates(str(store))] == [10], "a half-copied checkpoint is no candidate at all"
+    assert newest_valid(str(store)) == (10, str(store / "ckpt-10"))
+    weights = tf.Variable(tf.zeros([1 << 20]))
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), str(store), keep=3, every_steps=10, every_seconds=0,
+                                staging=str(staging))
+    assert checkpointer.restore_newest() == 10 and float(weights[0]) == 10.0
+    checkpointer.save(20)
+    assert not partial.exists(), "the next copy removes what the dead one left"
+    assert [step for step, _ in candidates(str(store))] == [20, 10]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_background_save_keeps_the_values_of_its_step(tmp_path: Path, staged: bool) -> None:
+    """The step loop updates the variables in place while the write runs: the checkpoint has the old values."""
+    store = tmp_path / "store"
+    weights = tf.Variable(tf.fill([1 << 23], 1.0))  # 32 MB: the write is still running after save returns
+    staging = str(tmp_path / "staging") if staged else None
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), str(store), keep=2, every_steps=10, every_seconds=0,
+                                staging=staging)
+    checkpointer.save(10, background=True)
+    for _ in range(3):
+        weights.assign_add(tf.ones([1 << 23]))
+    checkpointer.wait()
+    assert checkpointer.stored_step == 10
+    saved = tf.train.load_checkpoint(str(store / "ckpt-10")).get_tensor("w/.ATTRIBUTES/VARIABLE_VALUE")
+    assert (saved == 1.0).all()

@@ -1,12 +1,24 @@
-"""``infer`` writes sharded JSON Lines and a manifest that agree with Keras' own predictions."""
+"""``infer`` writes sharded JSON Lines and a manifest that agree with Keras' own predictions, and resumes.
+
+The resume tests run ``infer.run`` in this process with a notice that arrives before a chosen
+prediction call, so that the interruption falls at the same place every time.
+"""
 
 import json
 from pathlib import Path
-from typing import Callable, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tpuops.agent import infer
+from tpuops.agent.exits import PreemptedExit
+from tpuops.agent.infer import format_lines, shard_name
+from tpuops.agent.paths import RunPaths
+from tpuops.agent.preemption import PreemptionNotice
+from tpuops.agent.runspec import parse_spec
+from tpuops.agent.runtime import Runtime
+from tpuops.agent.status import Status
 
 from agentrun import EVAL_EXAMPLES, AgentRun, run_agent
 
@@ -57,3 +69,98 @@ def test_infer_writes_shards_and_manifest(
     predicted = np.array([row["output"] for row in rows], dtype=np.float32)
     np.testing.assert_allclose(predicted, expected, rtol=1e-4, atol=1e-5)
     assert (predicted.argmax(axis=1) == expected.argmax(axis=1)).all()
+
+
+class _NoticeAtCall(PreemptionNotice):
+    """A preemption notice that arrives just before the ``at``-th prediction call (counted from 1)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.checks = 0
+        self._at = at
+
+    def requested(self) -> bool:
+        self.checks += 1
+        if self.checks == self._at:
+            self.trigger("test notice")
+        return super().requested()
+
+
+def _infer_in_process(spec_path: Path, notice: PreemptionNotice) -> None:
+    spec = parse_spec(spec_path.read_text())
+    runtime = Runtime(tf.distribute.get_strategy(), "CPU", True)
+    paths = RunPaths(spec.store_root, spec.run_id)
+    tf.io.gfile.makedirs(paths.run_dir)
+    infer.run(spec, runtime, Status(paths.status, spec.run_id, "infer", 1), notice, paths)
+
+
+def _files(prefix: Path) -> Dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in prefix.iterdir() if path.name != "manifest.json"}
+
+
+def _infer_spec(make_spec: Callable[..., Path], run_id: str, model: Path, data_dir: Path, prefix: Path, **infer: Any):
+    settings = {"input": [str(data_dir / "eval-*.tfrecord")], "model": str(model), "output_prefix": str(prefix)}
+    return make_spec(run_id, infer=dict(settings, **infer))
+
+
+def test_resume_after_a_notice_redoes_no_written_shard(
+    make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
+) -> None:
+    model = reference_run.run_dir / "model"
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    settings = {"num_shards": 3, "batch_size": 32}  # 150 examples: 5 batches, shards of 1, 2 and 2 batches
+    _infer_in_process(_infer_spec(make_spec, "infer-whole", model, data_dir, whole, **settings), PreemptionNotice())
+
+    spec = _infer_spec(make_spec, "infer-resumed", model, data_dir, resumed, **settings)
+    with pytest.raises(PreemptedExit):
+        _infer_in_process(spec, _NoticeAtCall(3))  # calls: shard 0, shard 1, then the notice
+    assert sorted(_files(resumed)) == ["plan.json", shard_name(0, 3), shard_name(1, 3)], "no temporary file is left"
+    assert not (resumed / "manifest.json").exists()
+    kept = {name: (resumed / name).stat() for name in (shard_name(0, 3), shard_name(1, 3))}
+
+    notice = _NoticeAtCall(0)
+    _infer_in_process(spec, notice)
+    assert notice.checks == 1, "only the missing shard is predicted: one call"
+    for name, before in kept.items():
+        after = (resumed / name).stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), f"{name} was rewritten"
+    assert _files(resumed) == _files(whole)
+    manifest = json.loads((resumed / "manifest.json").read_text())
+    assert [shard["count"] for shard in manifest["shards"]] == [32, 64, 54]
+    assert _read_shards(resumed, manifest) == _read_shards(whole, json.loads((whole / "manifest.json").read_text()))
+
+
+def test_a_different_job_in_the_same_prefix_reuses_nothing(
+    make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "out"
+    model = reference_run.run_dir / "model"
+    spec = _infer_spec(make_spec, "infer-first", model, data_dir, prefix, num_shards=2, batch_size=32)
+    with pytest.raises(PreemptedExit):
+        _infer_in_process(spec, _NoticeAtCall(2))
+    assert (prefix / shard_name(0, 2)).exists()
+
+    spec = _infer_spec(make_spec, "infer-second", model, data_dir, prefix, num_shards=2, batch_size=50)
+    notice = _NoticeAtCall(0)
+    _infer_in_process(spec, notice)
+    assert notice.checks == 2, "the other job's shard is predicted again"
+    manifest = json.loads((prefix / "manifest.json").read_text())
+    assert [shard["count"] for shard in manifest["shards"]] == [50, 100]
+    assert sorted(p.name for p in prefix.glob("predictions-*")) == [shard_name(0, 2), shard_name(1, 2)]
+    assert json.loads((prefix / "plan.json").read_text())["batch_size"] == 50
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        np.array([[0.1, 1.0, 0.0], [1e-7, 3.4e38, -2.5]], dtype=np.float32),
+        np.array([[np.nan, np.inf, -np.inf]], dtype=np.float32),
+        np.array([0.25, 1.0], dtype=np.float32),
+        np.arange(8, dtype=np.float32).reshape(2, 2, 2),
+        np.zeros((2, 0), dtype=np.float32),
+        np.zeros((0, 4), dtype=np.float32),
+    ],
+)
+def test_format_lines_is_json_dumps_per_row(rows: np.ndarray) -> None:
+    expected = "".join(json.dumps({"index": 7 + i, "output": row.tolist()}) + "\n" for i, row in enumerate(rows))
+    assert format_lines(7, rows) == expected

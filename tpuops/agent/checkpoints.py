@@ -12,20 +12,47 @@ landed (the VM died between the data and the state write) and can miss a complet
 every tensor reads back with a matching CRC32C (the tensor bundle format checksums each
 tensor), so a truncated ``.index`` or ``.data`` file is caught. Invalid candidates are logged
 and deleted, so the next save at that step starts clean and later attempts do not re-read them.
+
+Saving costs the step loop only a snapshot. ``save`` asks TF 2.9 for an asynchronous write
+(``CheckpointOptions(experimental_enable_async_checkpoint=True)``): the values are copied to host
+memory in the caller's thread, and TensorFlow writes them in a thread of its own. The snapshot
+is consistent because TF copies a variable's buffer before updating it while a read still holds
+it. When the store is remote (``gs://``) the write goes to a local staging directory and a
+finisher thread copies it into the store and prunes the store to the newest ``keep``.
+Invariants, which keep a half-written or half-copied checkpoint from ever being a candidate:
+
+* TensorFlow writes a checkpoint's ``.index`` after its data; the copy does the same, and on a
+  local store copies every file under a temporary name and renames it into place (a GCS object
+  appears only once its upload is complete); leftovers of a dead copy are removed by the next;
+* pruning deletes a checkpoint's index before its data;
+* one save is in flight at most: the next save, ``wait()`` and a blocking ``save`` wait for it
+  and raise its error. A blocking ``save(step)`` (the preemption and final saves) returns only
+  once the checkpoint is whole in the store; ``stored_step`` is the newest step that is.
+  The writer and finisher threads are not daemons: the interpreter does not exit before them.
+
+Save time against checkpoint size, the step-loop share of periodic saves and the SIGTERM save
+of 1 GB of variables are measured by ``bench/bench_infer.py``.
 """
 
+import hashlib
 import logging
+import os
 import re
+import tempfile
+import threading
 import time
 from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.paths import join
+from tpuops.agent.paths import join, write_whole
 
 log = logging.getLogger(__name__)
 
 _INDEX_NAME = re.compile(r"^ckpt-(\d+)\.index$")
+_COPY_SUFFIX = ".tmp-copy"
+# TF 2.9 copies the values to host memory in the caller's thread and writes them in its own.
+_ASYNC = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
 
 
 class TrainState:
@@ -71,7 +98,8 @@ def problem(prefix: str) -> Optional[str]:
 
 
 def _delete(prefix: str) -> None:
-    for path in tf.io.gfile.glob(prefix + ".*"):
+    """Remove a checkpoint's files, its index first: a half-deleted checkpoint is no candidate."""
+    for path in sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda path: not path.endswith(".index")):
         tf.io.gfile.remove(path)
 
 
@@ -86,19 +114,87 @@ def newest_valid(directory: str) -> Optional[Tuple[int, str]]:
     return None
 
 
+def is_remote(directory: str) -> bool:
+    return "://" in directory
+
+
+def default_staging(directory: str) -> Optional[str]:
+    """Where checkpoints for ``directory`` are staged: a local directory for a remote store, else None."""
+    if not is_remote(directory):
+        return None
+    digest = hashlib.sha256(directory.encode("utf-8")).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "tpuops-checkpoints", digest)
+
+
+def copy_checkpoint(prefix: str, directory: str) -> str:
+    """Copy the checkpoint at ``prefix`` into ``directory``, its index last; returns the new prefix."""
+    name = prefix.rsplit("/", 1)[-1]
+    files = sorted(tf.io.gfile.glob(prefix + ".*"), key=lambda path: path.endswith(".index"))
+    if not files or not files[-1].endswith(".index"):
+        raise FileNotFoundError(f"checkpoint {prefix} has no index file: nothing to copy")
+    for source in files:
+        target = join(directory, source.rsplit("/", 1)[-1])
+        if is_remote(directory):
+            tf.io.gfile.copy(source, target, overwrite=True)
+        else:
+            tf.io.gfile.copy(source, target + _COPY_SUFFIX, overwrite=True)
+            tf.io.gfile.rename(target + _COPY_SUFFIX, target, overwrite=True)
+    return join(directory, name)
+
+
+def _remove_copy_leftovers(directory: str) -> None:
+    for path in tf.io.gfile.glob(join(directory, "ckpt-*" + _COPY_SUFFIX)):
+        tf.io.gfile.remove(path)
+
+
+def prune(directory: str, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints in ``directory``; the state file names those left."""
+    found = candidates(directory)
+    for _, prefix in found[keep:]:
+        _delete(prefix)
+    kept = [prefix.rsplit("/", 1)[-1] for _, prefix in reversed(found[:keep])]
+    if kept:  # the state file tf.train.latest_checkpoint reads, in CheckpointManager's form
+        lines = [f'model_checkpoint_path: "{kept[-1]}"'] + [f'all_model_checkpoint_paths: "{name}"' for name in kept]
+        write_whole(join(directory, "checkpoint"), "\n".join(lines) + "\n")
+
+
 class Checkpointer:
-    """Saves on a step and time schedule, and on demand; remembers the last step it saved."""
+    """Saves on a step and time schedule, and on demand; remembers the last step it saved.
+
+    ``staging``: a local directory to write checkpoints to before they are copied into
+    ``directory`` (see the module docstring); None picks ``default_staging(directory)``.
+    """
 
     def __init__(
-        self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, every_steps: int, every_seconds: float
+        self,
+        checkpoint: tf.train.Checkpoint,
+        directory: str,
+        keep: int,
+        every_steps: int,
+        every_seconds: float,
+        staging: Optional[str] = None,
     ) -> None:
         self._checkpoint = checkpoint
         self._directory = directory
+        self._keep = keep
         self._every_steps = every_steps
         self._every_seconds = every_seconds
-        self._manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
+        self._staging = staging or default_staging(directory)
+        if self._staging is not None:
+            if tf.io.gfile.exists(self._staging):
+                tf.io.gfile.rmtree(self._staging)
+            tf.io.gfile.makedirs(directory)
+        self._manager = tf.train.CheckpointManager(
+            checkpoint,
+            self._staging or directory,
+            max_to_keep=1 if self._staging else keep,
+            checkpoint_name="ckpt",
+        )
+        self._finisher: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
         self._last_time = time.monotonic()
         self.last_step: Optional[int] = None
+        self.stored_step: Optional[int] = None  # the newest step known to be whole in ``directory``
 
     def restore_newest(self) -> Optional[int]:
         """Restore the newest valid checkpoint; returns its step, or None for a fresh start."""
@@ -108,7 +204,7 @@ class Checkpointer:
         step, prefix = found
         # Optimizer slots do not exist yet; their values wait for creation (deferred restore).
         self._checkpoint.restore(prefix).assert_existing_objects_matched()
-        self.last_step = step
+        self.last_step = self.stored_step = step
         self._last_time = time.monotonic()
         return step
 
@@ -124,12 +220,55 @@ class Checkpointer:
         by_time = bool(self._every_seconds) and time.monotonic() - self._last_time >= self._every_seconds
         return by_steps or by_time
 
-    def save(self, step: int) -> str:
-        """Write ``ckpt-<step>`` (at most once per step) and prune beyond ``keep``."""
+    def save(self, step: int, background: bool = False) -> str:
+        """Write ``ckpt-<step>`` (at most once per step) and prune beyond ``keep``; returns its store prefix.
+
+        Blocking (the default), it returns once the checkpoint is whole in the store. With
+        ``background`` it returns once the values are snapshot: the write (and the copy into
+        the store) finish in other threads.
+        """
+        stored = join(self._directory, f"ckpt-{step}")
         if step == self.last_step:
-            return join(self._directory, f"ckpt-{step}")
-        path = self._manager.save(checkpoint_number=step)
+            if not background:
+                self.wait()
+            return stored
+        self.wait()
+        before = set(threading.enumerate())
+        path = self._manager.save(checkpoint_number=step, options=_ASYNC)
+        writers = [thread for thread in threading.enumerate() if thread not in before]
         self.last_step = step
         self._last_time = time.monotonic()
-        log.info("checkpoint saved at step %d: %s", step, path)
-        return path
+        self._finisher = threading.Thread(
+            target=self._finish, args=(path, step, writers), name="tpuops-checkpoint-finish"
+        )
+        self._finisher.start()
+        if not background:
+            self.wait()
+        return stored
+
+    def wait(self) -> None:
+        """Wait until the last save is whole in the store; raises the error it failed with."""
+        if self._finisher is not None:
+            self._finisher.join()
+            self._finisher = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _finish(self, path: str, step: int, writers: List[threading.Thread]) -> None:
+        started = time.monotonic()
+        try:
+            for writer in writers:  # TensorFlow's own asynchronous checkpoint writer
+                writer.join()
+            if not tf.io.gfile.exists(path + ".index"):
+                raise RuntimeError(f"checkpoint {path} was not written; the log has the writer's error")
+            if self._staging is not None:
+                _remove_copy_leftovers(self._directory)
+                copy_checkpoint(path, self._directory)
+                prune(self._directory, self._keep)
+        except Exception as err:  # raised in the training thread by the next save or wait()
+            self._error = err
+            return
+        self.stored_step = step
+        log.info("checkpoint at step %d is in %s (%.1f s after the snapshot)", step, self._directory,
+                 time.monotonic() - started)

@@ -2,28 +2,61 @@
 
 The model comes from ``infer.model``: a Keras SavedModel directory (``saved_model.pb``), or a
 checkpoint directory, in which case the entry point builds the model and the newest valid
-checkpoint (``checkpoints.newest_valid``) fills in its weights. Prediction runs in a
-``tf.function(jit_compile=True)`` on CPU; on a TPU ``strategy.run`` compiles it with XLA
-anyway. Batches are padded to one static size, so XLA compiles once.
+checkpoint (``checkpoints.newest_valid``) fills in its weights.
 
 Outputs, under ``output_prefix`` (default ``runs/<run>/predictions``):
 
 * ``predictions-SSSSS-of-NNNNN.jsonl``: one JSON object per example,
   ``{"index": i, "output": [...]}`` where ``i`` is the example's position in the sorted input
-  files and ``output`` the model's output row as floats. Batch ``b`` goes to shard ``b mod N``,
-  and lines within a shard are in ascending ``index``. JSON Lines, not TFRecords, because the
-  control plane reads results without TensorFlow.
+  files and ``output`` the model's output row as floats. Shard ``s`` holds the batches
+  ``[s * nb // N, (s + 1) * nb // N)`` of the ``nb`` batches, so shards are contiguous index
+  ranges in shard order and lines within a shard are in ascending ``index``. JSON Lines, not
+  TFRecords, because the control plane reads results without TensorFlow.
 * ``manifest.json``, written last and whole: ``{"run_id", "format": "jsonl", "model",
-  "inputs": [files], "shards": [{"path": name, "count": n}], "total": n, "created"}``. Shards
-  without a manifest are an unfinished attempt; a rerun overwrites them.
+  "inputs": [files], "shards": [{"path": name, "count": n}], "total": n, "created"}``.
+* ``plan.json``: what identifies the job, so that a rerun can keep finished shards (below).
 
-A preemption notice stops the loop at the next batch (exit class "preempted"); there is no
-partial resume, inference simply runs again.
+Where the time goes, and why the loop looks the way it does (``bench/bench_infer.py``):
+
+* On the CPU the forward pass runs as a plain TensorFlow graph: TF 2.9's XLA:CPU convolutions
+  are 2-3x slower than its oneDNN kernels. On a TPU ``strategy.run`` compiles it with XLA,
+  which the TPU requires.
+* One ``tf.function`` call predicts up to ``CALL_EXAMPLES`` examples: the iterator is read
+  inside the function and the outputs collected in a TensorArray, so the host pays one round
+  trip per call, not one per batch. Batches are padded to one static size (one compilation);
+  the number of real rows comes from the record count, never from a mask read back per batch.
+* A writer thread turns a call's output into JSON with one encoder call (not one per example)
+  and writes it. The loop hands outputs over through a bounded queue, so the device waits for
+  the writer only when the store stays slower than the device for longer than the queue holds.
+
+Invariants that make an interrupted job resumable without redoing finished shards:
+
+1. ``plan.json`` is written whole before any shard: the input files with their byte sizes, the
+   record total, the model (source and a sha256 of its index files, which checksum every
+   tensor), the batch size and the number of shards.
+2. A shard under its final name is complete: it is written as ``<name>.tmp-<pid>`` and
+   renamed once its last line is written. Temporary files of dead attempts are removed.
+3. Every shard under its final name belongs to the plan in ``plan.json``: a job whose plan
+   differs first removes ``manifest.json``, then the old plan's shards, and only then writes
+   its own plan.
+4. ``manifest.json`` is written last, when every shard of the plan is complete; shards without
+   a manifest are an unfinished job.
+
+A preemption notice stops the loop at the next call boundary (exit class "preempted"); the
+writer first finishes the shards whose rows are all queued. A rerun with the same plan keeps
+the complete shards and predicts from the first missing one: shards complete in order, so the
+complete ones are a prefix (a later shard found after a missing one is written again).
 """
 
+import concurrent.futures
+import hashlib
 import json
 import logging
-from typing import Any
+import os
+import queue
+import re
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,16 +71,37 @@ from tpuops.agent.status import Status, utc_now
 
 log = logging.getLogger(__name__)
 
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+# Examples per tf.function call: ~0.3 s of CPU work, a few ms on a TPU; a preemption notice
+# waits at most one call.
+CALL_EXAMPLES = 4096
+# Calls whose outputs may wait for the writer before the loop blocks.
+WRITER_QUEUE = 4
+# A shard, or (group 1 set) the temporary file of one being written.
+_SHARD_FILE = re.compile(r"^predictions-\d{5}-of-\d{5}\.jsonl(\.tmp-\d+)?$")
+_ENCODE = json.JSONEncoder().encode
+
 
 def shard_name(index: int, count: int) -> str:
     return f"predictions-{index:05d}-of-{count:05d}.jsonl"
 
 
-def load_model(spec: RunSpec, runtime: Runtime, source: str) -> tf.keras.Model:
-    """The Keras model in ``source``: a SavedModel dir, or a checkpoint dir plus the entry point."""
+def _sha256(paths: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path, "rb") as src:
+                digest.update(src.read())
+    return digest.hexdigest()
+
+
+def load_model(spec: RunSpec, runtime: Runtime, source: str) -> Tuple[tf.keras.Model, Dict[str, str]]:
+    """The Keras model in ``source`` (a SavedModel dir, or a checkpoint dir plus the entry point) and its identity."""
     with runtime.strategy.scope():
         if tf.io.gfile.exists(join(source, "saved_model.pb")):
-            return tf.keras.models.load_model(source, compile=False)
+            identity = _sha256([join(source, "saved_model.pb"), join(source, "variables", "variables.index")])
+            return tf.keras.models.load_model(source, compile=False), {"source": source, "sha256": identity}
         found = checkpoints.newest_valid(source)
         if found is None:
             raise UserError(f"infer.model: {source} holds neither a SavedModel nor a valid checkpoint")
@@ -55,69 +109,251 @@ def load_model(spec: RunSpec, runtime: Runtime, source: str) -> tf.keras.Model:
         model = entry.build_model(entry.load_entry_point(spec), spec, parser.input_signature(1), runtime.strategy)
     tf.train.Checkpoint(model=model).restore(found[1]).expect_partial()
     log.info("model restored from checkpoint %s (step %d)", found[1], found[0])
-    return model
+    return model, {"source": source, "checkpoint": found[1], "sha256": _sha256([found[1] + ".index"])}
 
 
-def _predict_fn(model: tf.keras.Model, runtime: Runtime) -> Any:
+def predict_call(model: tf.keras.Model, strategy: Any, jit_compile: bool) -> Any:
+    """``call(iterator, steps)``: the float32 outputs of the next ``steps`` batches, concatenated.
+
+    ``iterator`` yields ``(inputs, mask)`` as ``inputs.padded_batches`` makes them (distributed
+    by ``strategy`` on a TPU). ``steps`` is an int32 tensor, so a short call does not retrace.
+    """
+
     def forward(batch: Any) -> tf.Tensor:
         return tf.cast(model(batch, training=False), tf.float32)
 
-    if not runtime.on_tpu:
-        return tf.function(forward, jit_compile=True)
-    strategy = runtime.strategy
+    replica_fn = tf.function(forward, jit_compile=True) if jit_compile else forward
 
     @tf.function
-    def on_replicas(batch: Any) -> tf.Tensor:
-        return strategy.gather(strategy.run(forward, args=(batch,)), axis=0)
+    def call(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
+        outputs = tf.TensorArray(tf.float32, size=steps)
+        for step in tf.range(steps):
+            batch = next(iterator)[0]
+            outputs = outputs.write(step, strategy.gather(strategy.run(replica_fn, args=(batch,)), axis=0))
+        return outputs.concat()
 
-    return on_replicas
+    return call
+
+
+def format_lines(first_index: int, rows: np.ndarray) -> str:
+    """JSON Lines for ``rows`` numbered from ``first_index``: the text ``json.dumps`` gives row by row, faster."""
+    if rows.ndim == 2 and rows.size:
+        # One encoder call for the whole batch: the rows of a 2-D float array hold only numbers,
+        # so "], [" is exactly what separates them.
+        template, values = '{"index": %d, "output": [%s]}\n', _ENCODE(rows.tolist())[2:-2].split("], [")
+    else:
+        template, values = '{"index": %d, "output": %s}\n', [_ENCODE(row) for row in rows.tolist()]
+    return "".join([template % (first_index + i, value) for i, value in enumerate(values)])
+
+
+class ShardWriter:
+    """A thread that writes shards from a bounded queue of call outputs, in order.
+
+    ``open``, ``rows`` and ``commit`` only queue work; the first write error is raised by the
+    next of them (or by ``close``) in the caller's thread. ``close`` waits until the queue is
+    empty: shards whose ``commit`` was queued are renamed into place, a shard still open is
+    removed.
+    """
+
+    def __init__(self, prefix: str, depth: int = WRITER_QUEUE) -> None:
+        self._prefix = prefix
+        self._queue: queue.Queue[Optional[Tuple[Any, ...]]] = queue.Queue(depth)
+        self._error: Optional[BaseException] = None
+        self._file: Any = None
+        self._name = ""
+        self._thread = threading.Thread(target=self._run, name="tpuops-infer-writer", daemon=True)
+        self._thread.start()
+
+    def open(self, name: str) -> None:
+        self._put(("open", name))
+
+    def rows(self, outputs: Any, first_index: int, count: int) -> None:
+        """Queue the first ``count`` rows of ``outputs`` (a tensor or an array), numbered from ``first_index``."""
+        self._put(("rows", outputs, first_index, count))
+
+    def commit(self) -> None:
+        self._put(("commit",))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _put(self, item: Tuple[Any, ...]) -> None:
+        self._raise()
+        self._queue.put(item)
+
+    def _tmp(self) -> str:
+        return join(self._prefix, f"{self._name}.tmp-{os.getpid()}")
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            if self._error is None:
+                try:
+                    self._handle(item)
+                except Exception as err:  # reported in the caller's thread; the queue keeps draining
+                    self._error = err
+        self._discard()
+
+    def _handle(self, item: Tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "open":
+            self._name = item[1]
+            self._file = tf.io.gfile.GFile(self._tmp(), "w")
+            self._file.write("")  # GFile creates the file on the first write; an empty shard is a file too
+        elif kind == "rows":
+            outputs, first_index, count = item[1:]
+            rows = outputs.numpy() if hasattr(outputs, "numpy") else np.asarray(outputs)
+            self._file.write(format_lines(first_index, rows[:count]))
+        else:
+            self._file.close()
+            self._file = None
+            tf.io.gfile.rename(self._tmp(), join(self._prefix, self._name), overwrite=True)
+
+    def _discard(self) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.close()
+            tf.io.gfile.remove(self._tmp())
+        except tf.errors.OpError as err:
+            log.warning("could not remove the unfinished shard %s: %s", self._tmp(), err.message)
+        self._file = None
+
+
+def shard_batches(batches: int, shards: int) -> List[Tuple[int, int]]:
+    """The batch range ``[first, end)`` of each shard: contiguous, in order, sizes differing by at most one."""
+    return [(s * batches // shards, (s + 1) * batches // shards) for s in range(shards)]
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with tf.io.gfile.GFile(path) as src:
+            value = json.loads(src.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def describe_inputs(files: Sequence[str], previous: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The files with their byte sizes and the record total; the total is counted once per set of files."""
+    described = [{"path": path, "bytes": int(tf.io.gfile.stat(path).length)} for path in files]
+    if previous and previous.get("inputs") == described and isinstance(previous.get("total"), int):
+        return {"inputs": described, "total": previous["total"]}
+    return {"inputs": described, "total": inputs.count_records(files)}
+
+
+class Outputs:
+    """The output prefix of one job: its plan, shard names and ranges, which shards are complete, the manifest."""
+
+    def __init__(self, prefix: str, plan: Dict[str, Any]) -> None:
+        self.prefix = prefix
+        self.plan = plan
+        self.batch, self.total, count = plan["batch_size"], plan["total"], plan["num_shards"]
+        self.names = [shard_name(i, count) for i in range(count)]
+        self.ranges = shard_batches(-(-self.total // self.batch), count)
+        self.counts = [self.examples_before(end) - self.examples_before(first) for first, end in self.ranges]
+
+    def examples_before(self, batch: int) -> int:
+        """How many examples the batches before ``batch`` hold."""
+        return min(batch * self.batch, self.total)
+
+    def adopt(self) -> int:
+        """Make the prefix this plan's (invariants 2 and 3); returns how many leading shards are complete."""
+        tf.io.gfile.makedirs(self.prefix)
+        previous = _read_json(join(self.prefix, PLAN))
+        names = [name.rstrip("/") for name in tf.io.gfile.listdir(self.prefix)]
+        same = previous == self.plan
+        if not same and MANIFEST in names:
+            tf.io.gfile.remove(join(self.prefix, MANIFEST))
+        for name in names:
+            match = _SHARD_FILE.match(name)
+            if match and (match.group(1) or not same):
+                tf.io.gfile.remove(join(self.prefix, name))
+        if not same:
+            write_whole(join(self.prefix, PLAN), json.dumps(self.plan, indent=1))
+            return 0
+        done = 0
+        while done < len(self.names) and self.names[done] in names:
+            done += 1
+        return done
+
+    def write_manifest(self, run_id: str) -> None:
+        manifest = {
+            "run_id": run_id,
+            "format": "jsonl",
+            "model": self.plan["model"]["source"],
+            "inputs": [described["path"] for described in self.plan["inputs"]],
+            "shards": [{"path": name, "count": count} for name, count in zip(self.names, self.counts)],
+            "total": self.total,
+            "created": utc_now(),
+        }
+        write_whole(join(self.prefix, MANIFEST), json.dumps(manifest, indent=1))
+
+
+def predict_shards(
+    call: Any, iterator: Any, outputs: Outputs, first_shard: int, notice: PreemptionNotice, progress: Any = None
+) -> None:
+    """Predict the shards from ``first_shard`` on and write them; ``iterator`` starts at that shard's first batch.
+
+    ``progress(n)`` is told the number of examples before the next one to predict. A
+    preemption notice raises PreemptedExit at the next call boundary, after the writer is done.
+    """
+    per_call = max(1, CALL_EXAMPLES // outputs.batch)
+    writer = ShardWriter(outputs.prefix)
+    try:
+        for shard in range(first_shard, len(outputs.names)):
+            first, end = outputs.ranges[shard]
+            writer.open(outputs.names[shard])
+            while first < end:
+                if notice.requested():
+                    raise PreemptedExit(f"preempted ({notice.reason}) in shard {shard + 1} of {len(outputs.names)}")
+                steps = min(per_call, end - first)
+                start = outputs.examples_before(first)
+                rows = outputs.examples_before(first + steps) - start
+                writer.rows(call(iterator, tf.constant(steps, tf.int32)), start, rows)
+                first += steps
+                if progress is not None:
+                    progress(outputs.examples_before(first))
+            writer.commit()
+    finally:
+        writer.close()
 
 
 def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
-    """Predict over ``infer.input`` and write the shards and then the manifest."""
+    """Predict over ``infer.input`` and write the shards, then the manifest (see the module docstring)."""
     ispec = spec.require_infer()
     status.update(device=runtime.device, replicas=runtime.replicas, global_batch=ispec.batch_size)
     status.set_phase("loading")
     files = inputs.list_files(ispec.input, "infer.input")
     inputs.Parser(spec.dataset, with_label=False).check(files, "infer.input")
-    model = load_model(spec, runtime, ispec.model)
-    predict = _predict_fn(model, runtime)
-    batches = inputs.padded_batches(files, spec.dataset, ispec.batch_size, with_label=False)
-    if runtime.on_tpu:
-        batches = runtime.strategy.experimental_distribute_dataset(batches)
     prefix = ispec.output_prefix or paths.predictions
-    tf.io.gfile.makedirs(prefix)
-    names = [shard_name(i, ispec.num_shards) for i in range(ispec.num_shards)]
-    counts = [0] * ispec.num_shards
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        described = pool.submit(describe_inputs, files, _read_json(join(prefix, PLAN)))  # while the model loads
+        model, identity = load_model(spec, runtime, ispec.model)
+        plan = dict(described.result(), model=identity, batch_size=ispec.batch_size, num_shards=ispec.num_shards)
+    outputs = Outputs(prefix, plan)
+    done = outputs.adopt()
+    predicted = outputs.examples_before(outputs.ranges[done][0]) if done < len(outputs.names) else outputs.total
+    if done:
+        log.info("%d of %d shard(s) already under %s: not predicting them again", done, len(outputs.names), prefix)
     status.set_phase("predicting")
-    writers = [tf.io.gfile.GFile(join(prefix, name), "w") for name in names]
-    try:
-        total = 0
-        for number, (batch, mask) in enumerate(batches):
-            if notice.requested():
-                raise PreemptedExit(f"preempted ({notice.reason}) after {total} predictions")
-            valid = int(np.sum((runtime.strategy.gather(mask, axis=0) if runtime.on_tpu else mask).numpy()))
-            rows = predict(batch).numpy()[:valid]
-            shard = number % ispec.num_shards
-            writers[shard].write("".join(_line(total + i, row) for i, row in enumerate(rows)))
-            counts[shard] += valid
-            total += valid
-            status.update(metrics={"predicted": total})
-    finally:
-        for writer in writers:
-            writer.close()
-    manifest = {
-        "run_id": spec.run_id,
-        "format": "jsonl",
-        "model": ispec.model,
-        "inputs": files,
-        "shards": [{"path": name, "count": count} for name, count in zip(names, counts)],
-        "total": total,
-        "created": utc_now(),
-    }
-    write_whole(join(prefix, "manifest.json"), json.dumps(manifest, indent=1))
-    log.info("wrote %d predictions in %d shard(s) under %s", total, ispec.num_shards, prefix)
-
-
-def _line(index: int, row: Any) -> str:
-    return json.dumps({"index": index, "output": np.asarray(row).tolist()}) + "\n"
+    status.update(metrics={"predicted": predicted})
+    if done < len(outputs.names):
+        batches = inputs.padded_batches(files, spec.dataset, ispec.batch_size, with_label=False)
+        batches = batches.skip(outputs.ranges[done][0])
+        if runtime.on_tpu:
+            batches = runtime.strategy.experimental_distribute_dataset(batches)
+        call = predict_call(model, runtime.strategy, jit_compile=False)
+        predict_shards(
+            call, iter(batches), outputs, done, notice, lambda count: status.update(metrics={"predicted": count})
+        )
+    outputs.write_manifest(spec.run_id)
+    log.info("wrote %d predictions in %d shard(s) under %s", outputs.total, len(outputs.names), prefix)

@@ -1,0 +1,350 @@
+"""Benchmark the agent's inference path, its checkpoint cost and the boot-time TensorFlow check.
+
+Run:  .venv-tf29/bin/python bench/bench_infer.py [--json] [--examples 10240] [--reps 3] [--no-1gb]
+
+It runs in the data-plane environment (TF 2.9, Python 3.8) on the CPU. Each figure is ours
+next to its baseline, measured in the same run, repetitions interleaved, medians of ``--reps``:
+
+- inference, the CIFAR-10 CNN of ``experiments/models.py`` at batch 256 and 64: the agent's
+  path (``infer.predict_shards``: TFRecords of raw uint8 images -> parse -> several batches per
+  ``tf.function`` call -> JSON Lines shards and manifest, written by the writer thread) against
+  ``model.predict`` on the same images already decoded in memory (no reading, no parsing, no
+  writing), and against a plain ``tf.function`` loop over in-memory batches (latency per batch
+  of 64). Our path runs with XLA off (what the agent does on the CPU) and on. Ratios are the
+  median of each repetition's paired ratio (runs back to back). The record count the agent
+  takes while the model loads is timed on its own.
+- checkpoints: the time the step loop is blocked per save against the checkpoint size, for a
+  staged save copied to the store in the background (ours) and a direct synchronous save into
+  the store (the baseline, what the agent did before); the blocking save (the SIGTERM save: the
+  checkpoint is in the store when it returns), up to 1 GB of variables; and the share of a
+  training loop's time that checkpointing every ``CKPT_EVERY`` steps costs (time blocked in
+  ``save`` / loop time).
+- boot: reading the installed TensorFlow version with ``importlib.metadata`` (the startup
+  script) against ``import tensorflow`` (what it did before).
+
+Other processes share this machine: the load average seen during each part is printed.
+``--json`` prints one object whose keys name each figure (``infer_vs_predict``,
+``infer_latency64_vs_function``, ``ckpt_overhead``, ``sigterm_save_1gb_s``,
+``startup_tf_check_s``) plus the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import models  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tpuops.agent import infer, inputs  # noqa: E402
+from tpuops.agent.checkpoints import Checkpointer  # noqa: E402
+from tpuops.agent.preemption import PreemptionNotice  # noqa: E402
+from tpuops.agent.runspec import DatasetSpec  # noqa: E402
+
+BATCHES = (256, 64)
+CKPT_SIZES_MB = (1, 16, 128)
+CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 300, 100, 32, 10
+IMAGE = {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"}}
+TF_IMPORT = "import tensorflow as tf; print(tf.__version__)"
+
+
+def startup_tf_check() -> str:
+    """The Python program the startup script runs to read the TensorFlow version (from the template)."""
+    template = (ROOT / "templates" / "startup.sh.j2").read_text()
+    found = re.search(r"^installed_tf\(\) \{\n  \"\$PYTHON\" -c '(.*?)' \|\| true$", template, re.M | re.S)
+    if found is None:
+        raise SystemExit("templates/startup.sh.j2 has no installed_tf() of the expected form")
+    return found.group(1)
+
+
+def median_time(runs: list[float]) -> float:
+    return statistics.median(runs)
+
+
+def paired(numerators: list[float], denominators: list[float]) -> float:
+    """The median of the repetitions' ratios numerator / denominator."""
+    return round(statistics.median(numerators[i] / denominators[i] for i in range(len(numerators))), 3)
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def write_images(directory: Path, count: int) -> tuple[list[str], np.ndarray]:
+    """CIFAR-like raw uint8 image records in 4 files, and the same images as float32 in memory."""
+    images = np.random.default_rng(0).integers(0, 256, size=(count, 32, 32, 3), dtype=np.uint8)
+    paths = []
+    for shard in range(4):
+        path = directory / f"images-{shard}.tfrecord"
+        with tf.io.TFRecordWriter(str(path)) as out:
+            for image in images[shard::4]:
+                feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))
+                out.write(tf.train.Example(features=tf.train.Features(feature={"image": feature})).SerializeToString())
+        paths.append(str(path))
+    order = np.concatenate([np.arange(count)[shard::4] for shard in range(4)])  # file order, as the agent reads
+    return paths, images[order].astype(np.float32)
+
+
+def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
+    files, memory = write_images(work, examples)
+    spec = DatasetSpec.from_json({"features": IMAGE}, "dataset")
+    model = models.cifar10_cnn({})
+    model.build((None, 32, 32, 3))
+    strategy = tf.distribute.get_strategy()
+    calls = {jit: infer.predict_call(model, strategy, jit) for jit in (False, True)}
+    count_s = median_time([timed(lambda: inputs.count_records(files)) for _ in range(reps)])
+
+    def ours(batch: int, jit: bool) -> None:
+        prefix = tempfile.mkdtemp(dir=work)
+        plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
+        outputs = infer.Outputs(prefix, plan)
+        outputs.adopt()
+        batches = inputs.padded_batches(files, spec, batch, with_label=False)
+        infer.predict_shards(calls[jit], iter(batches), outputs, 0, PreemptionNotice())
+        outputs.write_manifest("bench")
+        shutil.rmtree(prefix)
+
+    def function_loop(batch: int) -> Callable[[], None]:
+        forward = tf.function(lambda images: model(images, training=False))
+        data = tf.data.Dataset.from_tensor_slices(memory).batch(batch).prefetch(2)
+
+        def run() -> None:
+            for images in data:
+                forward(images).numpy()
+
+        return run
+
+    result: dict[str, Any] = {"count_records_s": round(count_s, 3)}
+    for batch in BATCHES:
+        # Ours and its baselines run back to back and each repetition's ratios are paired, so that
+        # the load other processes put on the machine drifts as little as possible within a pair.
+        variants = {
+            "ours": lambda: ours(batch, False),  # noqa: B023 (called within this iteration)
+            "predict": lambda: model.predict(memory, batch_size=batch, verbose=0),  # noqa: B023
+            "function": function_loop(batch),
+            "ours_jit": lambda: ours(batch, True),  # noqa: B023
+        }
+        for fn in variants.values():
+            fn()  # trace, compile, warm the page cache
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        loads = [load()]
+        for _ in range(reps):
+            for name, fn in variants.items():
+                times[name].append(timed(fn))
+            loads.append(load())
+        medians = {name: median_time(runs) for name, runs in times.items()}
+        batches = -(-examples // batch)
+
+        result[str(batch)] = {
+            "examples_per_s": {name: round(examples / seconds) for name, seconds in medians.items()},
+            "ms_per_batch": {name: round(1000 * seconds / batches, 2) for name, seconds in medians.items()},
+            "ours_vs_predict": paired(times["predict"], times["ours"]),
+            "ours_jit_vs_predict": paired(times["predict"], times["ours_jit"]),
+            "ours_latency_vs_function": paired(times["ours"], times["function"]),
+            "load": loads,
+        }
+    return result
+
+
+def _variables(megabytes: int) -> list[tf.Variable]:
+    parts = max(1, megabytes // 128)
+    size = megabytes * 2**20 // 4 // parts
+    return [tf.Variable(tf.random.uniform([size])) for _ in range(parts)]
+
+
+def _checkpointer(checkpoint: tf.train.Checkpoint, store: Path, staged: bool) -> Checkpointer:
+    if store.exists():
+        shutil.rmtree(store)
+    staging = str(store.parent / (store.name + "-staging")) if staged else None
+    return Checkpointer(checkpoint, str(store), keep=2, every_steps=CKPT_EVERY, every_seconds=0, staging=staging)
+
+
+def bench_save_sizes(work: Path, reps: int, with_1gb: bool) -> dict[str, Any]:
+    """Seconds the caller is blocked per save, by checkpoint size: staged background vs direct."""
+    sizes: dict[str, Any] = {}
+    for megabytes in (*CKPT_SIZES_MB, *((1024,) if with_1gb else ())):
+        checkpoint = tf.train.Checkpoint(v=_variables(megabytes))
+        ours, direct, durable = [], [], []
+        loads = [load()]
+        for rep in range(reps):
+            staged = _checkpointer(checkpoint, work / "store-staged", staged=True)
+            ours.append(timed(lambda: staged.save(rep + 1, background=True)))  # noqa: B023
+            staged.wait()
+            sync = _checkpointer(checkpoint, work / "store-sync", staged=True)
+            durable.append(timed(lambda: sync.save(rep + 1)))  # noqa: B023
+            plain = _checkpointer(checkpoint, work / "store-direct", staged=False)
+            direct.append(timed(lambda: plain.save(rep + 1)))  # noqa: B023
+            loads.append(load())
+        sizes[str(megabytes)] = {
+            "ours_blocked_s": round(median_time(ours), 3),
+            "ours_blocking_save_s": round(median_time(durable), 3),  # the SIGTERM save
+            "direct_save_s": round(median_time(direct), 3),
+            "load": loads,
+        }
+        del checkpoint
+    return sizes
+
+
+def bench_ckpt_loop(reps: int) -> dict[str, Any]:
+    """A CIFAR-10 CNN training loop checkpointing every CKPT_EVERY steps: share of its time spent blocked in save.
+
+    Ours saves in the background through a staging directory; the baseline saves synchronously
+    into the store, as the agent did before.
+    """
+    model = models.cifar10_cnn({})
+    optimizer = tf.keras.optimizers.Adam()
+    images = tf.random.uniform([CKPT_BATCH, 32, 32, 3], maxval=255.0)
+    labels = tf.random.uniform([CKPT_BATCH], maxval=10, dtype=tf.int64)
+    step_var = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function
+    def train_call(steps: tf.Tensor) -> None:
+        for _ in tf.range(steps):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, model(images)))
+            optimizer.minimize(loss, model.trainable_variables, tape=tape)
+        step_var.assign_add(tf.cast(steps, tf.int64))
+
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+    work = Path(tempfile.mkdtemp(prefix="bench-ckpt-loop-"))
+
+    def loop(mode: str) -> tuple[float, float]:
+        checkpointer = None if mode == "none" else _checkpointer(checkpoint, work / mode, staged=mode == "ours")
+        blocked, started = 0.0, time.perf_counter()
+        for step in range(STEPS_PER_CALL, CKPT_STEPS + 1, STEPS_PER_CALL):
+            train_call(tf.constant(STEPS_PER_CALL))
+            if checkpointer is not None and step % CKPT_EVERY == 0:
+                blocked += timed(lambda: checkpointer.save(step, background=mode == "ours"))  # noqa: B023
+        total = time.perf_counter() - started
+        if checkpointer is not None:
+            checkpointer.wait()
+        return total, blocked
+
+    loop("none")
+    runs: dict[str, list[tuple[float, float]]] = {"none": [], "ours": [], "direct": []}
+    loads = [load()]
+    for _ in range(reps):
+        for mode in runs:
+            runs[mode].append(loop(mode))
+        loads.append(load())
+    shutil.rmtree(work)
+    none = median_time([total for total, _ in runs["none"]])
+    result: dict[str, Any] = {"loop_s_without": round(none, 3), "load": loads}
+    for mode in ("ours", "direct"):
+        result[mode] = {
+            "blocked_share": round(median_time([blocked / total for total, blocked in runs[mode]]), 4),
+            "wall_vs_without": round(median_time([total for total, _ in runs[mode]]) / none, 3),
+        }
+    return result
+
+
+def bench_tf_check(reps: int) -> dict[str, Any]:
+    """The startup script's TensorFlow version check, in a fresh interpreter: metadata vs import."""
+    times: dict[str, list[float]] = {"metadata": [], "import": []}
+    versions = {}
+    for _ in range(reps):
+        for name, code in (("metadata", startup_tf_check()), ("import", TF_IMPORT)):
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            times[name].append(time.perf_counter() - started)
+            versions[name] = done.stdout.strip()
+    assert versions["metadata"] == versions["import"], versions
+    return {name: round(median_time(runs), 3) for name, runs in times.items()}
+
+
+def table(rows: list[tuple[str, str, str, str]]) -> str:
+    header = ("figure", "ours", "baseline", "ours vs baseline")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(4)]
+    lines = ["  ".join(row[i].ljust(widths[i]) for i in range(4)) for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def render(details: dict[str, Any]) -> str:
+    """The table of ours vs baseline, and the load seen, from the details that ``--json`` prints."""
+    inference, sizes, ckpt_loop, tf_check = (details[key] for key in ("infer", "ckpt_save_by_size_mb", "ckpt_loop",
+                                                                       "tf_check"))
+    rows = []
+    for batch in map(str, BATCHES):
+        rates = inference[batch]["examples_per_s"]
+        rows.append((f"infer batch {batch}, examples/s (vs model.predict)", str(rates["ours"]), str(rates["predict"]),
+                     f"{inference[batch]['ours_vs_predict']:.3f}x"))
+        rows.append((f"infer batch {batch} with XLA, examples/s (vs predict)", str(rates["ours_jit"]),
+                     str(rates["predict"]), f"{inference[batch]['ours_jit_vs_predict']:.3f}x"))
+    per_batch = inference["64"]["ms_per_batch"]
+    rows.append(("ms per batch of 64 (vs plain tf.function loop)", str(per_batch["ours"]), str(per_batch["function"]),
+                 f"{inference['64']['ours_latency_vs_function']:.3f}x"))
+    rows.append(("record count while the model loads, s", str(inference["count_records_s"]), "-", "-"))
+    for megabytes, figure in sizes.items():
+        rows.append((f"step loop blocked per save, {megabytes} MB (vs direct)", str(figure["ours_blocked_s"]),
+                     str(figure["direct_save_s"]), f"{figure['ours_blocked_s'] / figure['direct_save_s']:.3f}x"))
+        rows.append((f"blocking save into the store, {megabytes} MB (vs direct)", str(figure["ours_blocking_save_s"]),
+                     str(figure["direct_save_s"]),
+                     f"{figure['ours_blocking_save_s'] / figure['direct_save_s']:.3f}x"))
+    rows.append((f"loop time blocked by saves every {CKPT_EVERY} steps", f"{ckpt_loop['ours']['blocked_share']:.2%}",
+                 f"{ckpt_loop['direct']['blocked_share']:.2%}", "-"))
+    rows.append(("loop wall time vs no checkpoints", f"{ckpt_loop['ours']['wall_vs_without']:.3f}x",
+                 f"{ckpt_loop['direct']['wall_vs_without']:.3f}x", "-"))
+    rows.append(("startup TF version check, s (vs import tensorflow)", str(tf_check["metadata"]),
+                 str(tf_check["import"]), f"{tf_check['metadata'] / tf_check['import']:.3f}x"))
+    loads = {
+        "infer": {batch: inference[batch]["load"] for batch in map(str, BATCHES)},
+        "saves by size (MB)": {size: figure["load"] for size, figure in sizes.items()},
+        "checkpoint loop": ckpt_loop["load"],
+    }
+    return table(rows) + "\nload average (1 min) seen during each part: " + json.dumps(loads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--examples", type=int, default=20480, help="images predicted per run")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
+    parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
+    try:
+        inference = bench_infer(work, args.examples, args.reps)
+        sizes = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
+        ckpt_loop = bench_ckpt_loop(args.reps)
+        tf_check = bench_tf_check(args.reps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures = {
+        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)},
+        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"],
+        "ckpt_overhead": ckpt_loop["ours"]["blocked_share"],
+        "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,
+        "startup_tf_check_s": tf_check["metadata"],
+    }
+    details = {"infer": inference, "ckpt_save_by_size_mb": sizes, "ckpt_loop": ckpt_loop, "tf_check": tf_check}
+    if args.json:
+        print(json.dumps(dict(figures, details=details), indent=1))
+    else:
+        print(render(details))
+
+
+if __name__ == "__main__":
+    main()
