@@ -160,7 +160,7 @@ class _Reports:
         except (OSError, ValueError):  # not written yet, or replaced under us: next poll
             return
         self._mtime, self.seen = mtime, True
-        fields = {key: report[key] for key in ("step", "last_checkpoint_step", "examples_per_sec") if key in report}
+        fields = {key: report[key] for key in ("step", "last_checkpoint_step", "resumed_from_step") if key in report}
         if report.get("total_steps"):
             fields["total_steps"] = report["total_steps"]
         self._status.update(**fields)

@@ -14,7 +14,8 @@ What the function must respect:
   batches of exactly ``batch_size`` rows with static shapes (``batch(..., drop_remainder=True)``,
   ``padded_batch`` with ``padded_shapes``): XLA and TPUs compile one shape, and the position is
   counted in batches. A dataset whose batch dimension is not static is refused (user-error).
-  For evaluation (``training=False``) a short last batch is allowed on the CPU.
+  For evaluation (``training=False``) the dataset must end (one pass; an endless one is
+  refused) and a short last batch is allowed on the CPU.
 * do not shard with ``input_context`` (the agent does), and do not ``repeat`` unless the stream
   stays a pure function of the arguments (a finite training dataset is repeated by the agent).
 * be deterministic: the same arguments must give the same batches in the same order (seeded
@@ -143,4 +144,6 @@ class UserInput:
             return inputs, labels, weights
 
         dataset = self._call(files, False, self._spec.seed)
+        if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+            raise UserError(f"input_fn {self._spec.input_fn}: with training=False it must return a finite dataset")
         return distribution_options(dataset.map(with_weights).prefetch(AUTOTUNE))

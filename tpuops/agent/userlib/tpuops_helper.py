@@ -105,7 +105,7 @@ class StepCheckpoint(tf.keras.callbacks.Callback):
                 continue
             step = int(self._step_variable.numpy())
             print(f"tpuops_helper: resumed from {path} at step {step}", flush=True)
-            _REPORT["last_checkpoint_step"] = step
+            _REPORT.update(last_checkpoint_step=step, resumed_from_step=step)
             return step
         return 0
 
