@@ -26,6 +26,7 @@ flags.add_argument("--epochs", type=int, default=5)
 flags.add_argument("--batch_size", type=int, default=128)
 flags.add_argument("--learning_rate", type=float, default=0.001)
 flags.add_argument("--steps_per_epoch", type=int, default=0, help="0: one pass over the training records")
+flags.add_argument("--pixel_max", type=float, default=255.0, help="the largest pixel value (255; 16 for digits)")
 args = flags.parse_args()
 
 
@@ -89,9 +90,7 @@ test = tf.data.TFRecordDataset(files("EVAL")).map(parse).batch(batch_size, drop_
 with strategy.scope():
     model = tf.keras.Sequential(
         [
-            tf.keras.layers.Rescaling(
-                1.0 / float(json.loads(os.environ["TPUOPS_HPARAMS"]).get("pixel_max", 255)), input_shape=shape
-            ),
+            tf.keras.layers.Rescaling(1.0 / args.pixel_max, input_shape=shape),
             tf.keras.layers.Conv2D(32, 3, activation="relu"),
             tf.keras.layers.MaxPooling2D(),
             tf.keras.layers.Conv2D(64, 3, activation="relu"),
@@ -116,4 +115,5 @@ model.fit(
     verbose=2,
 )
 loss, accuracy = model.evaluate(test, verbose=0)
-print(f"finished {args.epochs} epochs at step {int(model.optimizer.iterations.numpy())}: test accuracy {accuracy:.4f}")
+steps_done = int(model.optimizer.iterations.numpy())
+print(f"finished {args.epochs} epochs at step {steps_done}: test accuracy {accuracy:.4f}")

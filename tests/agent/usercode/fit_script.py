@@ -1,6 +1,8 @@
 """A user's own model.fit script for the script-mode tests, with the tpuops helper callbacks.
 
     python fit_script.py --epochs=3 --steps_per_epoch=20 [--batch=32]
+
+Flags it does not know (the other hparams, passed as flags too) are ignored.
 """
 
 import argparse
@@ -15,7 +17,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, required=True)
 parser.add_argument("--steps_per_epoch", type=int, required=True)
 parser.add_argument("--batch", type=int, default=32)
-args = parser.parse_args()
+args, _ = parser.parse_known_args()
 
 hparams = json.loads(os.environ["TPUOPS_HPARAMS"])
 features = json.loads(os.environ["TPUOPS_DATA_TRAIN_FEATURES"])
