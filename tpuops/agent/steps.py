@@ -92,6 +92,10 @@ class MultiStep:
         self._clock = _clock()
         self.train_call = tf.function(self._train_call)
 
+    # Set by the subclasses: the replica step, the evaluation call and its metrics.
+    eval_metrics: Any
+    _eval_call: Any
+
     def _replica_step(self, batch: Any) -> None:
         raise NotImplementedError
 
@@ -103,6 +107,15 @@ class MultiStep:
             with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
                 self._waited.assign_add(self._clock() - before)
             self._replica_step(batch)
+
+    def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
+        """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
+        self.eval_metrics.reset()
+        for count, batch in enumerate(dataset):
+            if max_batches is not None and count >= max_batches:
+                break
+            self._eval_call(batch)
+        return self.eval_metrics.results()
 
     def take_input_wait(self) -> float:
         """Seconds the steps waited for input since the last take."""
@@ -150,14 +163,6 @@ class Steps(MultiStep):
     def _eval_replicas(self, batch: Any) -> None:
         self._strategy.run(self._eval_step, args=batch)
 
-    def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
-        """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
-        self.eval_metrics.reset()
-        for count, batch in enumerate(dataset):
-            if max_batches is not None and count >= max_batches:
-                break
-            self._eval_call(batch)
-        return self.eval_metrics.results()
 
 
 class ModelMetrics:
@@ -191,7 +196,7 @@ class CompiledSteps(MultiStep):
 
     def __init__(self, strategy: Any, model: tf.keras.Model) -> None:
         self._model = model
-        self.train_metrics = ModelMetrics(model)
+        self.train_metrics = self.eval_metrics = ModelMetrics(model)
         super().__init__(strategy)
         self._eval_call = tf.function(lambda batch: strategy.run(model.test_step, args=(batch,)))
 
@@ -199,12 +204,6 @@ class CompiledSteps(MultiStep):
         self._strategy.run(self._model.train_step, args=(batch,))
 
     def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
-        """The model's metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
-        self.train_metrics.reset()
-        for count, batch in enumerate(dataset):
-            if max_batches is not None and count >= max_batches:
-                break
-            self._eval_call(batch)
-        results = self.train_metrics.results()
-        self.train_metrics.reset()
+        results = super().evaluate(dataset, max_batches)
+        self.train_metrics.reset()  # Keras keeps one set of metrics: training starts counting afresh
         return results
