@@ -8,7 +8,7 @@ import pytest
 
 from tpuops.errors import UsageError
 from tpuops.experiment import load_experiment
-from tpuops.usercode import check_input_fn, check_program, find_function
+from tpuops.usercode import check_experiment, check_input_fn, check_program, find_function
 
 pytestmark = pytest.mark.unit
 
@@ -82,3 +82,12 @@ def test_experiment_modes_and_their_rules(tmp_path: Path) -> None:
     bare.write_text("name: bare\nmodel: m:f\ndataset: {train: d}\n")
     with pytest.raises(UsageError, match=r"bare\.yaml: a model run needs batch and steps$"):
         load_experiment(bare)
+
+
+def test_every_example_passes_its_checks_and_says_what_runs() -> None:
+    for path in EXPERIMENTS.glob("*.yaml"):
+        check_experiment(load_experiment(path), EXPERIMENTS)
+    article = load_experiment(EXPERIMENTS / "article_cnn.yaml").what_runs()
+    assert article.startswith("script: python article_cnn.py plus --name=value for each of ['batch_size', 'epochs'")
+    text = load_experiment(EXPERIMENTS / "text_classifier.yaml").what_runs()
+    assert "fed by input function text_classifier:input_fn; 300 steps" in text

@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_ROOT.parent
 BOOTSTRAP = REPO_ROOT / "templates" / "fetch_bundle.py"
-_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt")
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".sh", ".toml", ".cfg")
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,16 @@ class Experiment(_Strict):
             return ["python", *shlex.split(self.script)]
         return list(self.command) if self.command is not None else None
 
+    def what_runs(self) -> str:
+        """One line for ``--dry-run``: the program, or the model and how it is fed."""
+        program = self.program
+        if program is not None:
+            flags = f" plus --name=value for each of {sorted(self.hparams)}" if self.hparams_as_flags else ""
+            return f"script: {shlex.join(program)}{flags} (in experiments/, with the TPUOPS_* environment)"
+        feed = f"input function {self.input}" if self.input else "the built-in TFRecord parser"
+        return (f"model {self.model}: its own train_step, loss and metrics if it comes back compiled, "
+                f"else the spec's loss and metrics; fed by {feed}; {self.steps} steps")
+
     @property
     def mode(self) -> str:
         """``script``, ``model+input_fn`` or ``model``: what the agent runs."""

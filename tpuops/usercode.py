@@ -17,6 +17,7 @@ import ast
 from pathlib import Path
 
 from tpuops.errors import UsageError
+from tpuops.experiment import Experiment
 
 INPUT_FN_KEYWORDS = ("training", "seed", "input_context")
 _PYTHONS = ("python", "python3")
@@ -82,3 +83,15 @@ def check_program(experiments_dir: Path, argv: list[str]) -> None:
     if looks_like_file and not (experiments_dir / program).is_file():
         raise UsageError(f"command: {program} is not in {experiments_dir} (the bundle ships that folder; "
                          "the command runs there)")
+
+
+def check_experiment(experiment: Experiment, experiments_dir: Path) -> None:
+    """Every piece of user code the experiment names, by mode (see ``tpuops.experiment``)."""
+    program = experiment.program
+    if program is not None:
+        check_program(experiments_dir, program)
+        return
+    assert experiment.model is not None
+    find_function(experiments_dir, experiment.model, "model")
+    if experiment.input:
+        check_input_fn(experiments_dir, experiment.input)
