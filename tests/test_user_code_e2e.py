@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-a"
-ARTICLE_EPOCHS, ARTICLE_STEPS_PER_EPOCH = 4, 400
+ARTICLE_EPOCHS, ARTICLE_STEPS_PER_EPOCH = 4, 500
 
 
 OUTCOMES = """

@@ -6,6 +6,7 @@ preemption notice, and a rerun resumes to exactly epochs x steps_per_epoch steps
 become exit classes.
 """
 
+import json
 import os
 import signal
 import sys
@@ -14,6 +15,10 @@ from typing import Callable, Iterator
 
 import pytest
 import tensorflow as tf
+from tpuops.agent import script
+from tpuops.agent.exits import UserError
+from tpuops.agent.paths import RunPaths
+from tpuops.agent.runspec import parse_spec
 
 from agentrun import AgentRun, run_agent
 
@@ -33,19 +38,6 @@ def _script(make_spec: Callable[..., Path], run_id: str, *command: str) -> Path:
     return make_spec(run_id, train=None, script={"command": ["python", "outcomes.py", *command]})
 
 
-def test_fit_script_with_the_helper_reports_and_checkpoints(make_spec: Callable[..., Path]) -> None:
-    run = run_agent(make_spec("fit-script", **FIT))
-    assert run.process.returncode == 0, run.output
-    status = run.status()
-    total = EPOCHS * STEPS_PER_EPOCH
-    assert status["exit_class"] == "succeeded"
-    assert (status["step"], status["total_steps"], status["last_checkpoint_step"]) == (total, total, total)
-    assert [e["step"] for e in status["evals"]] == [STEPS_PER_EPOCH * (n + 1) for n in range(EPOCHS)]
-    assert status["metrics"]["eval"]["accuracy"] >= 0.9 and "loss" in status["metrics"]["train"]
-    logs = run.logs()
-    assert "| finished at step 60" in logs and "fit_script.py --classes=4 --epochs=3" in logs
-
-
 def test_sigterm_reaches_the_script_which_checkpoints_and_resumes_to_the_exact_step(
     make_spec: Callable[..., Path],
 ) -> None:
@@ -62,38 +54,54 @@ def test_sigterm_reaches_the_script_which_checkpoints_and_resumes_to_the_exact_s
     resumed = run_agent(spec)
     assert resumed.process.returncode == 0, resumed.output
     done = resumed.status()
-    assert done["resumed_from_step"] == cut and done["step"] == EPOCHS * STEPS_PER_EPOCH
-    assert f"resumed from {run.run_dir / 'ckpt' / f'ckpt-{cut}'} at step {cut}" in resumed.logs()
+    total = EPOCHS * STEPS_PER_EPOCH
+    assert done["exit_class"] == "succeeded" and done["resumed_from_step"] == cut
+    assert (done["step"], done["total_steps"], done["last_checkpoint_step"]) == (total, total, total)
+    # one evaluation per epoch; the resumed epochs end cut % STEPS_PER_EPOCH steps later
+    shift = cut % STEPS_PER_EPOCH
+    expected = [s for s in range(STEPS_PER_EPOCH, total + 1, STEPS_PER_EPOCH) if s <= cut]
+    expected += [s + shift for s in range(STEPS_PER_EPOCH, total + 1, STEPS_PER_EPOCH) if cut < s + shift < total]
+    assert [e["step"] for e in done["evals"]] == [*expected, total]
+    assert done["metrics"]["eval"]["accuracy"] >= 0.9 and "loss" in done["metrics"]["train"]
+    logs = resumed.logs()
+    assert f"resumed from {run.run_dir / 'ckpt' / f'ckpt-{cut}'} at step {cut}" in logs
+    assert "fit_script.py --classes=4 --epochs=3" in logs and "| finished at step 60" in logs
     reader = tf.train.load_checkpoint(str(run.run_dir / "ckpt" / f"ckpt-{EPOCHS * STEPS_PER_EPOCH}"))
     assert reader.get_tensor("optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE") == EPOCHS * STEPS_PER_EPOCH
 
 
-@pytest.mark.parametrize(
-    ("mode", "code", "exit_class", "message"),
-    [
-        ("usage", 3, "user-error", "the script exited with code 2 (a usage error): not retried"),
-        ("crash", 1, "crashed", "the script exited with code 1"),
-        ("talk", 0, "succeeded", None),
-    ],
-)
-def test_exit_codes_become_exit_classes(
-    make_spec: Callable[..., Path], mode: str, code: int, exit_class: str, message: str
+def test_a_crash_is_reported_with_the_scripts_output_and_printed_lines_count_as_progress(
+    make_spec: Callable[..., Path],
 ) -> None:
-    run = run_agent(_script(make_spec, f"outcome-{mode}", mode))
-    assert run.process.returncode == code, run.output
-    status = run.status()
-    assert status["exit_class"] == exit_class
-    assert message is None or message in status["message"]
-    if mode == "crash":
-        assert "| RuntimeError: the script crashed on purpose" in run.logs()
-    if mode == "talk":
-        assert status["step"] == 5, "without the reporter every printed line is progress"
+    crashed = run_agent(_script(make_spec, "outcome-crash", "crash"))
+    assert crashed.process.returncode == 1, crashed.output
+    assert crashed.status()["exit_class"] == "crashed"
+    assert "the script exited with code 1" in crashed.status()["message"]
+    assert "| RuntimeError: the script crashed on purpose" in crashed.logs()
+    talked = run_agent(_script(make_spec, "outcome-talk", "talk"))
+    assert talked.status()["exit_class"] == "succeeded"
+    assert talked.status()["step"] == 5, "without the reporter every printed line is progress"
 
 
-def test_a_script_missing_from_the_bundle_is_a_user_error(make_spec: Callable[..., Path]) -> None:
-    run = run_agent(make_spec("no-script", train=None, script={"command": ["python", "absent.py"]}))
-    assert run.process.returncode == 3
-    assert "absent.py is not in the bundle's experiments directory" in run.status()["message"]
+def test_the_command_and_environment_the_script_gets(make_spec: Callable[..., Path], data_dir: Path) -> None:
+    spec = parse_spec(make_spec("env", **FIT).read_text())
+    assert spec.script is not None
+    argv = script.command(spec, spec.script)
+    assert argv[:2] == [sys.executable, "fit_script.py"] and "--epochs=3" in argv and "--optimizer=adam" in argv
+    env = script.environment(spec, spec.script, RunPaths(spec.store_root, "env"), 2, "/tmp/report.json")
+    assert env["TPUOPS_DATA_TRAIN"].split(",") == sorted(str(p) for p in data_dir.glob("train-*.tfrecord"))
+    assert json.loads(env["TPUOPS_DATA_TRAIN_FEATURES"])["x"] == {"dtype": "float32", "shape": [12], "encoding": None}
+    assert (env["TPUOPS_ATTEMPT"], env["TPUOPS_ALLOW_CPU"], env["TPUOPS_CHECKPOINT_EVERY_STEPS"]) == ("2", "1", "10")
+    assert env["TPUOPS_CHECKPOINT_DIR"].endswith("/runs/env/ckpt") and env["TPU_NAME"]
+    assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("tpuops/agent/userlib")
+    with pytest.raises(UserError, match=r"absent\.py is not in the bundle's experiments directory"):
+        script.run(
+            parse_spec(_script(make_spec, "absent", "x").read_text().replace("outcomes.py", "absent.py")),
+            None,
+            None,
+            None,
+            1,
+        )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -143,4 +151,3 @@ def test_helper_callback_saves_on_sigterm_and_restores_in_process(helper_env: Pa
     assert tf.train.latest_checkpoint(directory).endswith("ckpt-20")
     report = (helper_env / "report.json").read_text()
     assert '"step": 20' in report and '"last_checkpoint_step": 20' in report
-

@@ -4,12 +4,15 @@ Each mode has one uninterrupted reference run and one run stopped by SIGTERM and
 every tensor of the final checkpoints (weights, optimizer slots, step, data position) must match.
 """
 
+import logging
 import signal
 from pathlib import Path
 from typing import Callable, Dict
 
 import pytest
-import tensorflow as tf
+from tpuops.agent import userinput
+from tpuops.agent.exits import UserError
+from tpuops.agent.runspec import RunSpec, parse_spec
 
 from agentrun import CHECKPOINT_EVERY, TOTAL_STEPS, AgentRun, assert_identical, final_tensors, run_agent
 
@@ -72,13 +75,30 @@ def test_sigterm_resume_is_bit_identical(
     assert_identical(final_tensors(run.run_dir), final_tensors(references[mode].run_dir))
 
 
-def test_a_non_deterministic_input_fn_resumes_by_step_with_a_warning(make_spec: Callable[..., Path]) -> None:
-    first = run_agent(make_spec("unseeded", input_fn="testinputs:unseeded", train={"steps": 20}))
-    assert first.process.returncode == 0, first.output
-    resumed = run_agent(make_spec("unseeded", input_fn="testinputs:unseeded", train={"steps": 40}))
-    assert resumed.process.returncode == 0, resumed.output
-    assert resumed.status()["resumed_from_step"] == 20 and resumed.status()["step"] == 40
-    assert "the data position cannot be restored; resuming by step 20" in resumed.logs()
+@pytest.fixture(scope="module")
+def input_spec(make_spec: Callable[..., Path]) -> Callable[[str], RunSpec]:
+    def spec(input_fn: str) -> RunSpec:
+        return parse_spec(make_spec("in-process", input_fn=input_fn).read_text())
+
+    return spec
+
+
+def test_a_non_deterministic_input_fn_resumes_by_step_with_a_warning(
+    input_spec: Callable[[str], RunSpec], data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = input_spec("testinputs:unseeded")
+    user_input = userinput.UserInput(spec, userinput.load(spec), 32, 1)
+    files = sorted(str(path) for path in data_dir.glob("train-*.tfrecord"))
+    stored = user_input.fingerprint(files)
+    with caplog.at_level(logging.WARNING):
+        stream = user_input.train_dataset(files, 20, stored)
+    assert "the data position cannot be restored; resuming by step 20 on a fresh stream seeded 23" in caplog.text
+    assert next(iter(stream))[0].shape == (32, 12)
+    deterministic = input_spec("testinputs:blobs")
+    user_input = userinput.UserInput(deterministic, userinput.load(deterministic), 32, 1)
+    whole = [labels.numpy().tolist() for _, labels in user_input.train_dataset(files, 0, None).take(8)]
+    resumed = user_input.train_dataset(files, 5, user_input.fingerprint(files))
+    assert [labels.numpy().tolist() for _, labels in resumed.take(3)] == whole[5:], "resume lands on batch 5"
 
 
 @pytest.mark.parametrize(
@@ -90,10 +110,9 @@ def test_a_non_deterministic_input_fn_resumes_by_step_with_a_warning(make_spec: 
     ],
 )
 def test_input_fn_contract_violations_are_user_errors(
-    make_spec: Callable[..., Path], input_fn: str, expected: str
+    input_spec: Callable[[str], RunSpec], data_dir: Path, input_fn: str, expected: str
 ) -> None:
-    run = run_agent(make_spec("bad-" + input_fn.split(":")[1].replace("_", "-"), input_fn=input_fn))
-    assert run.process.returncode == 3, run.output
-    assert run.status()["exit_class"] == "user-error"
-    assert expected in run.status()["message"]
-    assert not tf.io.gfile.exists(str(run.run_dir / "ckpt"))
+    spec = input_spec(input_fn)
+    files = sorted(str(path) for path in data_dir.glob("train-*.tfrecord"))
+    with pytest.raises(UserError, match=expected):
+        userinput.UserInput(spec, userinput.load(spec), 32, 1).input_signature(files, 32)

@@ -31,9 +31,10 @@ TPUOPS_REPORT_FILE               a local file the helper's status reporter write
 ``PYTHONPATH`` starts with the helper module's directory (``userlib``: ``import tpuops_helper``)
 and ``experiments_dir``. With ``hparams_as_flags`` every hparam is appended as ``--name=value``.
 
-Outcome: exit 0 succeeded; exit 2 user-error (a usage error: never retried); after a
-preemption notice, whatever the code, preempted; anything else (an exception, a signal) crashed,
-which the controller retries per max_restarts. Progress: ``status.step`` is the reporter's step;
+Outcome: exit 0 succeeded (also after a preemption notice: the work is done); exit 2
+user-error (a usage error: never retried); any other code after a preemption notice
+preempted; anything else (an exception, a signal) crashed, which the controller retries per
+max_restarts. Progress: ``status.step`` is the reporter's step;
 a script without the reporter advances ``step`` by one per line it prints, so that hang
 detection sees a script that prints as alive and a silent, stuck one as hung.
 """
@@ -150,6 +151,7 @@ class _Reports:
         self._path = path
         self._status = status
         self._mtime: Optional[float] = None
+        self._saved: Optional[int] = None
         self.seen = False
 
     def merge(self) -> None:
@@ -165,7 +167,10 @@ class _Reports:
         fields = {key: report[key] for key in ("step", "last_checkpoint_step", "resumed_from_step") if key in report}
         if report.get("total_steps"):
             fields["total_steps"] = report["total_steps"]
-        self._status.update(**fields)
+        # A new checkpoint is news for the controller (as in the built-in loop): written at once.
+        saved = fields.get("last_checkpoint_step")
+        self._status.update(write=saved is not None and saved != self._saved, **fields)
+        self._saved = saved if saved is not None else self._saved
         for group, values in (report.get("metrics") or {}).items():
             self._status.set_metrics(group, values)
         for entry in report.get("evals") or []:
@@ -202,10 +207,10 @@ def run(spec: RunSpec, status: Status, notice: PreemptionNotice, paths: RunPaths
         code = _supervise(child, notice, reports, output, status)
         output.join(timeout=5)
         reports.merge()
+    if code == 0:  # finished, even if a notice came while it was wrapping up
+        return
     if notice.requested():
         raise PreemptedExit(f"preempted ({notice.reason}); the script exited with code {code}")
-    if code == 0:
-        return
     if code == USAGE_EXIT:
         raise UserError(f"the script exited with code {USAGE_EXIT} (a usage error): not retried")
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
