@@ -234,7 +234,7 @@ def test_dry_run_says_what_runs_for_each_mode(world: tuple[Path, EmulatorInfo]) 
         shown[example] = plan
     assert shown["article_cnn"]["runs"].startswith("script: python article_cnn.py plus --name=value")
     assert shown["article_cnn"]["spec"]["script"]["command"] == ["python", "article_cnn.py"]
-    assert "train" not in shown["article_cnn"]["spec"]
+    assert shown["article_cnn"]["spec"]["train"] is None
     assert shown["text_classifier"]["spec"]["input_fn"] == "text_classifier:input_fn"
     assert shown["text_classifier"]["spec"]["dataset"]["features"]["tokens"]["shape"] == [-1]
     assert "its own train_step" in shown["diabetes_regression"]["runs"]
