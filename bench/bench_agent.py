@@ -3,7 +3,9 @@
 Run:  .venv-tf29/bin/python bench/bench_agent.py [--steps 20] [--repeats 3] [--json]
 
 One model, one batch, one run, side by side (the CIFAR-10 CNN of the Cloud TPU Keras article,
-batch 256 of synthetic 32x32x3 images; every timing after a warm-up; medians of --repeats):
+batch 256 of synthetic 32x32x3 images; every timing after a warm-up; medians of --repeats).
+Each repeat runs every contender in blocks of 10 steps, taking turns in a rotating order, so
+that load from elsewhere on a shared machine lands on all of them alike:
 
 - ``train_vs_fit``: the agent's loop driving a compiled model (``CompiledSteps``: the model's
   own train_step, ``steps_per_call`` steps per tf.function call, the input-wait clock) vs
@@ -64,12 +66,6 @@ def memory_batches(images: np.ndarray, labels: np.ndarray) -> tf.data.Dataset:
     batches = images.astype(np.float32).reshape(-1, BATCH, *images.shape[1:])
     data = tf.data.Dataset.from_tensor_slices((batches, labels.reshape(-1, BATCH)))
     return data.repeat().prefetch(tf.data.AUTOTUNE)
-
-
-def timed(run: Callable[[int], float], steps: int) -> float:
-    """Examples per second of ``run(steps)`` (which returns the seconds it trained) after a warm-up call."""
-    run(STEPS_PER_CALL)
-    return steps * BATCH / run(steps)
 
 
 def agent_loop(dataset: tf.data.Dataset) -> Callable[[int], float]:
@@ -163,15 +159,26 @@ def main() -> None:
     # The helper prints a line per checkpoint: keep stdout for the results (--json).
     with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
         files = write_records(Path(scratch), images, labels)
-        for repeat in range(args.repeats):
-            memory = memory_batches(images, labels)
-            samples["fit"].append(timed(keras_fit(memory, lambda model: []), args.steps))
-            samples["agent"].append(timed(agent_loop(memory), args.steps))
-            directory = os.path.join(scratch, f"ckpt-{repeat}")
-            samples["fit_helper"].append(timed(keras_fit(memory, helper_callbacks(directory)), args.steps))
-            pipeline = train_dataset(files, spec, 0, BATCH, 0, RECORDS)
-            samples["pipeline"].append(timed(agent_loop(pipeline), args.steps))
-            samples["memory"].append(timed(agent_loop(memory), args.steps))
+        memory = memory_batches(images, labels)
+        runners = {
+            "fit": keras_fit(memory, lambda model: []),
+            "agent": agent_loop(memory),
+            "fit_helper": keras_fit(memory, helper_callbacks(os.path.join(scratch, "ckpt"))),
+            "pipeline": agent_loop(train_dataset(files, spec, 0, BATCH, 0, RECORDS)),
+            "memory": agent_loop(memory),
+        }
+        for run in runners.values():
+            run(STEPS_PER_CALL)  # warm-up: tracing, first batches
+        # Blocks of STEPS_PER_CALL steps, every runner in turn and the order rotating, so that a
+        # neighbour's load spike on a shared machine hits every runner alike.
+        names = list(runners)
+        for _ in range(args.repeats):
+            seconds = dict.fromkeys(names, 0.0)
+            for block in range(max(1, args.steps // STEPS_PER_CALL)):
+                for name in names[block % len(names) :] + names[: block % len(names)]:
+                    seconds[name] += runners[name](STEPS_PER_CALL)
+            for name in names:
+                samples[name].append(max(1, args.steps // STEPS_PER_CALL) * STEPS_PER_CALL * BATCH / seconds[name])
     median = {name: statistics.median(values) for name, values in samples.items()}
     results = {
         "examples_per_sec": {name: round(value, 1) for name, value in median.items()},
