@@ -21,7 +21,8 @@ the agent's loop is timed whole, including its per-call host round trips.
   uint8 images parsed, shuffled, batched, prefetched) vs the same batches from memory, each
   feeding the agent's loop. Goal >= 0.95.
 
-Throughput is examples per second; ratios are ours / baseline.
+Throughput is examples per second (medians over repeats); each ratio is the median of the
+per-block ratios, ours / baseline (the overhead is 1 minus that).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ from tpuops.agent.steps import CompiledSteps  # noqa: E402
 BATCH = 256
 RECORDS = 4 * BATCH
 STEPS_PER_CALL = 10
+# result key -> (ours, baseline): the ratio of their speeds, ours / baseline
+PAIRS = {
+    "train_vs_fit": ("agent", "fit"),
+    "script_callback_overhead": ("fit_helper", "fit"),
+    "pipeline_fed_vs_memory": ("pipeline", "memory"),
+}
 
 
 def compiled_model() -> tf.keras.Model:
@@ -156,6 +163,7 @@ def main() -> None:
         "dataset",
     )
     samples: dict[str, list[float]] = {name: [] for name in ("agent", "fit", "fit_helper", "pipeline", "memory")}
+    ratios: dict[str, list[float]] = {key: [] for key in PAIRS}
     # The helper prints a line per checkpoint: keep stdout for the results (--json).
     with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
         files = write_records(Path(scratch), images, labels)
@@ -169,22 +177,30 @@ def main() -> None:
         }
         for run in runners.values():
             run(STEPS_PER_CALL)  # warm-up: tracing, first batches
-        # Blocks of STEPS_PER_CALL steps, every runner in turn and the order rotating, so that a
-        # neighbour's load spike on a shared machine hits every runner alike.
+        # Blocks of STEPS_PER_CALL steps, every runner in turn and the order rotating: each block
+        # gives one paired ratio per comparison, measured seconds apart, so that load from
+        # elsewhere on a shared machine hits both sides alike; the result is their median.
         names = list(runners)
-        for _ in range(args.repeats):
+        blocks = max(1, args.steps // STEPS_PER_CALL)
+        for repeat in range(args.repeats):
             seconds = dict.fromkeys(names, 0.0)
-            for block in range(max(1, args.steps // STEPS_PER_CALL)):
-                for name in names[block % len(names) :] + names[: block % len(names)]:
-                    seconds[name] += runners[name](STEPS_PER_CALL)
+            for block in range(blocks):
+                turn = (repeat * blocks + block) % len(names)
+                took = {name: runners[name](STEPS_PER_CALL) for name in names[turn:] + names[:turn]}
+                for name in names:
+                    seconds[name] += took[name]
+                for key, (ours, base) in PAIRS.items():
+                    ratios[key].append(took[base] / took[ours])
             for name in names:
-                samples[name].append(max(1, args.steps // STEPS_PER_CALL) * STEPS_PER_CALL * BATCH / seconds[name])
+                samples[name].append(blocks * STEPS_PER_CALL * BATCH / seconds[name])
     median = {name: statistics.median(values) for name, values in samples.items()}
+    paired = {key: statistics.median(values) for key, values in ratios.items()}
     results = {
         "examples_per_sec": {name: round(value, 1) for name, value in median.items()},
-        "train_vs_fit": round(median["agent"] / median["fit"], 3),
-        "script_callback_overhead": round(1 - median["fit_helper"] / median["fit"], 4),
-        "pipeline_fed_vs_memory": round(median["pipeline"] / median["memory"], 3),
+        "train_vs_fit": round(paired["train_vs_fit"], 3),
+        "script_callback_overhead": round(1 - paired["script_callback_overhead"], 4),
+        "pipeline_fed_vs_memory": round(paired["pipeline_fed_vs_memory"], 3),
+        "blocks": len(ratios["train_vs_fit"]),
         "batch": BATCH,
         "steps": args.steps,
         "repeats": args.repeats,
@@ -201,7 +217,10 @@ def main() -> None:
     print(f"{'comparison':52} {'ours ex/s':>10} {'base ex/s':>10} {'result':>8}  goal")
     for title, ours, base, key, goal in rows:
         print(f"{title:52} {median[ours]:10.1f} {median[base]:10.1f} {results[key]:8.3f}  {goal}")
-    print(f"CPU, TensorFlow {tf.__version__}, batch {BATCH}, {args.steps} steps, median of {args.repeats}")
+    print(
+        f"CPU, TensorFlow {tf.__version__}, batch {BATCH}, {args.steps} steps x {args.repeats} repeats; "
+        f"results: median of {results['blocks']} paired {STEPS_PER_CALL}-step blocks"
+    )
 
 
 if __name__ == "__main__":
