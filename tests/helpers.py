@@ -29,3 +29,25 @@ def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s:
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:
     """An emulator whose nodes' python3 is the TF 2.9 environment, as on a tpu-vm-tf-2.9 image."""
     return start_background(state_dir, boot_delay_s=boot_delay_s, grace_s=grace_s, image_python=str(TF_PYTHON))
+
+
+# Run by TF_PYTHON with two checkpoint prefixes: exit 0 when every tensor is bit-identical.
+# How many saves a run made is bookkeeping, not state: a preempted run saves once more.
+COMPARE_CHECKPOINTS = """
+import sys
+import numpy as np
+import tensorflow as tf
+
+BOOKKEEPING = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE", "_CHECKPOINTABLE_OBJECT_GRAPH")
+
+def tensors(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name not in BOOKKEEPING}
+
+left, right = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert set(left) == set(right), sorted(set(left) ^ set(right))
+assert any("optimizer" in name for name in left), "optimizer slots must be compared"
+different = [name for name in left if not np.array_equal(left[name], right[name])]
+print(len(left), "tensors;", len(different), "different:", different[:5])
+sys.exit(1 if different else 0)
+"""

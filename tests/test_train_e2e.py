@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TF_PYTHON, poll, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, start_tf_emulator
 
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -27,24 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "experiments" / "digits_cnn.yaml"
 ZONE = "us-central1-a"
 
-COMPARE = """
-import sys
-import numpy as np
-import tensorflow as tf
-
-# How many saves a run made is bookkeeping, not state: a preempted run saves once more.
-BOOKKEEPING = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE", "_CHECKPOINTABLE_OBJECT_GRAPH")
-
-def tensors(prefix):
-    reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name not in BOOKKEEPING}
-
-left, right = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert set(left) == set(right), sorted(set(left) ^ set(right))
-different = [name for name in left if not np.array_equal(left[name], right[name])]
-print(len(left), "tensors;", len(different), "different:", different[:5])
-sys.exit(1 if different else 0)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +71,7 @@ def _nodes(info: EmulatorInfo) -> list[dict]:
 
 
 def _same_weights(work: Path, left: str, right: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TF_PYTHON), "-c", COMPARE, str(_run_dir(work, left) / "ckpt" / "ckpt-600"),
+    return subprocess.run([str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, str(_run_dir(work, left) / "ckpt" / "ckpt-600"),
                            str(_run_dir(work, right) / "ckpt" / "ckpt-600")], capture_output=True, text=True,
                           check=False)
 

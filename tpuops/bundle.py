@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tpuops import resources
 
-_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt")
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".sh", ".toml", ".cfg")
 
 
 @dataclass(frozen=True)

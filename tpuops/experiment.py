@@ -4,11 +4,26 @@ The YAML is what a person writes; the run spec (``tpuops/agent/runspec.py``) is 
 agent executes. Validation is strict and happens before anything is uploaded or created:
 an unknown key is rejected with a "did you mean" hint, because a misspelt ``check_point``
 that silently falls back to a default costs a preempted run its progress.
+
+Three ways to say what runs (``mode``):
+
+* ``model: module:function`` (the built-in loop; the entry point may return a compiled model,
+  whose own train_step, loss, metrics and optimizer then apply), with the built-in TFRecord
+  parser for the dataset's fixed-length features;
+* the same plus ``input: module:function``: the user's input function reads the records
+  (any schema, variable-length features padded by the function);
+* ``command: [argv...]`` (or the ``script: "train.py --flag x"`` shorthand for
+  ``["python", "train.py", "--flag", "x"]``): the user's own program in script mode, with
+  ``hparams_as_flags`` to pass hparams as ``--name=value``; ``model``, ``batch`` and ``steps``
+  are then not used (``steps``, when given, is shown as the run's total).
+
+Which functions and files those names point at is checked before launch by ``usercode``.
 """
 
 from __future__ import annotations
 
 import difflib
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +33,7 @@ from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
+_FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 
 class _Strict(BaseModel):
@@ -67,9 +83,13 @@ class Eval(_Strict):
 
 
 class Target(_Strict):
-    """A result the experiment promises; ``tpuops train`` reports whether it was met."""
+    """A result the experiment promises; ``tpuops train`` reports whether it was met.
 
-    metric: Literal["accuracy", "loss", "top5_accuracy"] = "accuracy"
+    ``metric`` is an eval metric name: one of METRICS for the built-in loss, or any name the
+    user's compiled model or script reports (e.g. ``mae``).
+    """
+
+    metric: str = Field(default="accuracy", pattern=r"^[A-Za-z_][\w.]*$")
     at_least: float | None = None
     at_most: float | None = None
 
@@ -78,11 +98,15 @@ class Experiment(_Strict):
     """One experiment: model, data, hyperparameters, schedule, and where it would like to run."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,40}$")
-    model: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    model: str | None = Field(default=None, pattern=_FUNCTION)
+    input: str | None = Field(default=None, pattern=_FUNCTION)
+    command: list[str] | None = Field(default=None, min_length=1)
+    script: str | None = Field(default=None, min_length=1)
+    hparams_as_flags: bool = False
     dataset: DatasetRef
     hparams: dict[str, Any] = Field(default_factory=dict)
-    batch: Batch
-    steps: int = Field(gt=0)
+    batch: Batch | None = None
+    steps: int | None = Field(default=None, gt=0)
     steps_per_call: int = Field(default=50, gt=0)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     eval: Eval = Field(default_factory=Eval)
@@ -93,6 +117,44 @@ class Experiment(_Strict):
     target: Target | None = None
     expected_hours: float = Field(default=1.0, gt=0)
     """How long one run is expected to take: what a budget is checked against before launch."""
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Experiment:
+        if self.command is not None and self.script is not None:
+            raise ValueError("give command or script, not both")
+        if self.program is not None:
+            if self.model is not None or self.input is not None:
+                raise ValueError("a script runs on its own: drop model and input, or drop command/script")
+            return self
+        if self.model is None:
+            raise ValueError("give model (module:function), or command/script to run your own program")
+        if self.batch is None or self.steps is None:
+            raise ValueError("a model run needs batch and steps")
+        return self
+
+    @property
+    def program(self) -> list[str] | None:
+        """Script mode's argv (``script`` expanded), or None when a model entry point runs."""
+        if self.script is not None:
+            return ["python", *shlex.split(self.script)]
+        return list(self.command) if self.command is not None else None
+
+    def what_runs(self) -> str:
+        """One line for ``--dry-run``: the program, or the model and how it is fed."""
+        program = self.program
+        if program is not None:
+            flags = f" plus --name=value for each of {sorted(self.hparams)}" if self.hparams_as_flags else ""
+            return f"script: {shlex.join(program)}{flags} (in experiments/, with the TPUOPS_* environment)"
+        feed = f"input function {self.input}" if self.input else "the built-in TFRecord parser"
+        return (f"model {self.model}: its own train_step, loss and metrics if it comes back compiled, "
+                f"else the spec's loss and metrics; fed by {feed}; {self.steps} steps")
+
+    @property
+    def mode(self) -> str:
+        """``script``, ``model+input_fn`` or ``model``: what the agent runs."""
+        if self.program is not None:
+            return "script"
+        return "model+input_fn" if self.input else "model"
 
 
 def _hint(key: str, allowed: list[str]) -> str:
@@ -121,6 +183,8 @@ def _one_line(err: ValidationError, where: str) -> str:
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "missing":
         return f"{where}: {key} is required"
+    if not loc:  # a rule across keys (which mode runs): the message says it all
+        return f"{where}: {message}"
     return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuops import accelerators, runs
-from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, SpecError, TrainSpec
+from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.bundle import Bundle, bootstrap_source, build_bundle
 from tpuops.config import Settings
 from tpuops.data.catalog import read_manifest
@@ -35,6 +35,7 @@ from tpuops.ledger import Ledger
 from tpuops.provision import UpPlan, plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.store import Store, open_store
+from tpuops.usercode import check_experiment
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -140,29 +141,43 @@ def plan_train(
     ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
+    check_experiment(experiment, spec_path.resolve().parent)
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     base = base_dir or Path.cwd()
     train = _dataset(experiment.dataset.train, store, base)
     evaluation = _dataset(experiment.dataset.eval, store, base) if experiment.dataset.eval else None
     features = _features(train.manifest, experiment.dataset.train)
-    if experiment.dataset.label not in features:
+    label = experiment.dataset.label if experiment.dataset.label in features else None
+    if label is None and experiment.mode == "model":  # an input_fn or a script may do without one
         raise UsageError(f"{spec_path}: dataset.label = {experiment.dataset.label!r} is not a feature of "
                          f"{experiment.dataset.train} (it has {', '.join(sorted(features))})")
     bundle = build_bundle(spec_path.resolve().parent)
-    dataset = DatasetSpec(features=features, label=experiment.dataset.label, train=train.patterns(store),
+    dataset = DatasetSpec(features=features, label=label, train=train.patterns(store),
                           eval=evaluation.patterns(store) if evaluation else [],
                           shuffle_buffer=experiment.dataset.shuffle_buffer, cache=experiment.dataset.cache)
-    spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-        per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
-        steps=experiment.steps,
-        steps_per_call=experiment.steps_per_call,
-        checkpoint_every_steps=experiment.checkpoint.every_steps,
-        checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
-        keep_checkpoints=experiment.checkpoint.keep,
-        eval_every_steps=experiment.eval.every_steps,
-        eval_steps=experiment.eval.steps,
-        metrics=tuple(experiment.eval.metrics),
-    ))
+    program = experiment.program
+    if program is not None:
+        spec = _run_spec(settings, store, run_id, experiment, dataset, script=ScriptSpec(
+            command=program,
+            hparams_as_flags=experiment.hparams_as_flags,
+            checkpoint_every_steps=experiment.checkpoint.every_steps,
+            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            keep_checkpoints=experiment.checkpoint.keep,
+            total_steps=experiment.steps,
+        ))
+    else:
+        assert experiment.batch is not None and experiment.steps is not None  # Experiment checks the mode
+        spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
+            per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
+            steps=experiment.steps,
+            steps_per_call=experiment.steps_per_call,
+            checkpoint_every_steps=experiment.checkpoint.every_steps,
+            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            keep_checkpoints=experiment.checkpoint.keep,
+            eval_every_steps=experiment.eval.every_steps,
+            eval_steps=experiment.eval.steps,
+            metrics=tuple(experiment.eval.metrics),
+        ))
     record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
                      capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep)
     datasets = tuple(d for d in (train, evaluation) if d is not None)
@@ -198,12 +213,14 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
 
 
 def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment, dataset: DatasetSpec, *,
-              train: TrainSpec | None = None, infer: InferSpec | None = None) -> RunSpec:
+              train: TrainSpec | None = None, infer: InferSpec | None = None,
+              script: ScriptSpec | None = None) -> RunSpec:
     return RunSpec(
         run_id=run_id,
         store_root=store.uri,
         dataset=dataset,
         entry_point=experiment.model,
+        input_fn=experiment.input,
         experiments_dir="experiments",
         hparams=dict(experiment.hparams),
         seed=experiment.seed,
@@ -211,6 +228,7 @@ def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experim
         allow_cpu_fallback=settings.provider is Provider.LOCAL,
         train=train,
         infer=infer,
+        script=script,
     )
 
 
@@ -246,6 +264,8 @@ def plan_infer(
     (local folder with manifest.json, or a store prefix).
     """
     experiment, run_id = _experiment_run(spec_path, run_id, "-infer")
+    if experiment.program is not None:
+        raise UsageError(f"{spec_path}: infer needs a model entry point; this experiment runs a script")
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     dataset = _dataset(inputs, store, base_dir or Path.cwd())
     features = _features(dataset.manifest, inputs)

@@ -115,6 +115,10 @@ def test_minimal_train_spec_gets_the_documented_defaults() -> None:
         ("hparams.optimizer", "adamw", "'adamw' is not one of"),
         ("hparams.learning_rate", "fast", "spec.hparams.learning_rate: expected int or float, got str"),
         ("infer.input", [], "infer.input: needs at least one file pattern"),
+        ("input_fn", "inputs.tokens", "spec.input_fn: 'inputs.tokens' is not 'module:function'"),
+        ("script", {"command": []}, "script.command: needs at least the program to run"),
+        ("script", {"command": ["python", "t.py"], "every": 1}, "script: unknown key(s) ['every']"),
+        ("dataset.features.image", {"dtype": "uint8", "shape": [-1], "encoding": "raw"}, "a raw feature has a fixed"),
     ],
 )
 def test_invalid_specs_name_the_offending_key(path: str, value: Any, message: str) -> None:
@@ -135,3 +139,22 @@ def test_commands_require_their_sections() -> None:
 def test_not_json_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="not valid JSON"):
         parse_spec("{'run_id': 1")
+
+
+def test_script_and_input_fn_sections() -> None:
+    spec = RunSpec.from_json(
+        dict(_with("train", ...), script={"command": ["python", "train.py"], "hparams_as_flags": True})
+    )
+    assert spec.script is not None and spec.script.command == ["python", "train.py"]
+    assert (spec.script.checkpoint_every_steps, spec.script.keep_checkpoints, spec.script.total_steps) == (
+        1000,
+        3,
+        None,
+    )
+    tokens = {"tokens": {"dtype": "int64", "shape": [-1]}, "label": {"dtype": "int64"}}
+    varlen = RunSpec.from_json(_with("dataset.features", tokens))
+    assert varlen.dataset.features["tokens"].variable_length
+    with pytest.raises(SpecError, match=r"\['tokens'\] are variable-length: .* name an input_fn"):
+        varlen.require_train()
+    with_input_fn = RunSpec.from_json(dict(_with("dataset.features", tokens), input_fn="inputs:tokens"))
+    assert with_input_fn.require_train().steps == 5000

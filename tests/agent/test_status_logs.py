@@ -8,7 +8,7 @@ import pytest
 from tpuops.agent.exits import ExitClass, UserError
 from tpuops.agent.logs import ChunkedLogHandler
 from tpuops.agent.runtime import check_tensorflow
-from tpuops.agent.status import Status, previous_attempt
+from tpuops.agent.status import Status, previous_attempt, previous_evals
 
 pytestmark = pytest.mark.tf
 
@@ -52,3 +52,16 @@ def test_only_tensorflow_2_9_is_accepted(version: str) -> None:
     check_tensorflow("2.9.3")
     with pytest.raises(UserError, match=r"needs TensorFlow 2\.9\.x, found " + version):
         check_tensorflow(version)
+
+
+def test_evals_accumulate_and_a_resumed_attempt_replaces_the_later_ones(tmp_path: Path) -> None:
+    path = str(tmp_path / "status.json")
+    first = Status(path, "r1", "train", attempt=1)
+    for step in (100, 200, 300):
+        first.add_eval(step, {"loss": 1.0 / step})
+    first.write()
+    assert previous_evals(path) == [{"step": s, "metrics": {"loss": 1.0 / s}} for s in (100, 200, 300)]
+    second = Status(path, "r1", "train", attempt=2, evals=previous_evals(path))
+    second.add_eval(200, {"loss": 0.5})  # resumed from step 150: the evaluations at 200 and 300 are redone
+    second.write()
+    assert [(e["step"], e["metrics"]["loss"]) for e in previous_evals(path)] == [(100, 0.01), (200, 0.5)]

@@ -9,4 +9,8 @@ The agent talks to the control plane only through the store (docs/design.md, "Th
 message bus"): it reads ``runs/<run>/spec.json`` (schema in ``runspec``) and writes
 ``status.json``, ``logs/``, ``ckpt/``, ``tb/`` and ``model/`` under ``runs/<run>/`` (layout in
 ``paths``). Exit codes and exit classes are defined in ``exits``.
+
+``train`` runs the built-in loop (``train``: a plain or a compiled Keras model, fed by the
+built-in parser or the user's ``input_fn``) or, in script mode, the user's own program
+(``script``), which can use the helper module shipped in ``userlib`` (``tpuops_helper``).
 """

@@ -1,7 +1,8 @@
 """Training checkpoints: what is saved, when, and which one a new attempt resumes from.
 
 A checkpoint is ``tf.train.Checkpoint(model, optimizer, step, data=(examples_seen,
-epoch_size))`` saved by a ``tf.train.CheckpointManager`` as ``<store>/runs/<run>/ckpt/ckpt-<step>``:
+epoch_size[, input_fingerprint]))`` saved by a ``tf.train.CheckpointManager`` as
+``<store>/runs/<run>/ckpt/ckpt-<step>``:
 the model and optimizer state plus the input position (``inputs``) is everything a
 deterministic step depends on, so a resumed run reproduces the uninterrupted one bit for bit.
 
@@ -58,13 +59,20 @@ _ASYNC = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
 class TrainState:
     """The counters a resume needs besides model and optimizer; host variables, not replicated."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_fingerprint: bool = False) -> None:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples_seen")
         self.epoch_size = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_size")
+        # The user input function's first-batch fingerprint (``userinput``); only in that mode,
+        # so built-in runs keep their checkpoint layout.
+        self.input_fingerprint = (
+            tf.Variable("", dtype=tf.string, trainable=False, name="input_fingerprint") if with_fingerprint else None
+        )
 
     def checkpoint(self, **objects: object) -> tf.train.Checkpoint:
         data = tf.train.Checkpoint(examples_seen=self.examples_seen, epoch_size=self.epoch_size)
+        if self.input_fingerprint is not None:
+            data.input_fingerprint = self.input_fingerprint
         return tf.train.Checkpoint(step=self.step, data=data, **objects)
 
     def advance(self, steps: int, global_batch: int) -> int:

@@ -23,34 +23,46 @@ log = logging.getLogger(__name__)
 BuildFn = Callable[[Dict[str, Any]], Any]
 
 
-def load_entry_point(spec: RunSpec) -> BuildFn:
-    """Import ``module:function`` from the experiments dir (or sys.path) and return the function."""
-    if spec.entry_point is None:
-        raise UserError("spec.entry_point is not set")
+def load_function(spec: RunSpec, name: str, what: str) -> Callable[..., Any]:
+    """Import ``name`` ("module:function") from the experiments dir (or sys.path); ``what`` names it in errors."""
     if spec.experiments_dir:
         directory = os.path.abspath(spec.experiments_dir)
         if not os.path.isdir(directory):
             raise UserError(f"experiments_dir {directory!r} is not a directory")
-        sys.path.insert(0, directory)
-    module_name, function_name = spec.entry_point.split(":")
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    module_name, function_name = name.split(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # whatever the user's module raises on import
-        raise UserError(f"entry point {spec.entry_point}: cannot import {module_name!r}: {err}") from err
+        raise UserError(f"{what} {name}: cannot import {module_name!r}: {err}") from err
     function = getattr(module, function_name, None)
     if not callable(function):
-        raise UserError(f"entry point {spec.entry_point}: {module_name!r} has no function {function_name!r}")
+        raise UserError(f"{what} {name}: {module_name!r} has no function {function_name!r}")
     return function
+
+
+def load_entry_point(spec: RunSpec) -> BuildFn:
+    """The model entry point ``build(hparams) -> tf.keras.Model``."""
+    if spec.entry_point is None:
+        raise UserError("spec.entry_point is not set")
+    return load_function(spec, spec.entry_point, "entry point")
 
 
 def user_roots(spec: RunSpec) -> List[Path]:
     """Where the user's code lives: tracebacks through these files are the user's errors."""
     roots = [Path(spec.experiments_dir)] if spec.experiments_dir else []
-    module = sys.modules.get(spec.entry_point.split(":")[0]) if spec.entry_point else None
-    module_file = getattr(module, "__file__", None)
-    if module_file:
-        roots.append(Path(module_file).parent)
+    for name in (spec.entry_point, spec.input_fn):
+        module = sys.modules.get(name.split(":")[0]) if name else None
+        module_file = getattr(module, "__file__", None)
+        if module_file:
+            roots.append(Path(module_file).parent)
     return roots
+
+
+def is_compiled(model: tf.keras.Model) -> bool:
+    """True when the user called ``compile()``: the agent then drives the model's own train_step."""
+    return getattr(model, "optimizer", None) is not None
 
 
 def build_model(build: BuildFn, spec: RunSpec, input_signature: Any, strategy: Any) -> tf.keras.Model:

@@ -144,7 +144,8 @@ class Parser:
             ) from err
 
 
-def _options(dataset: tf.data.Dataset) -> tf.data.Dataset:
+def distribution_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """Deterministic order, and sharding by data when the strategy distributes it."""
     options = tf.data.Options()
     options.deterministic = True
     # Multi-host: every host reads the whole stream and keeps its share of each global batch,
@@ -198,7 +199,7 @@ def train_dataset(
     batches = stream.batch(global_batch, drop_remainder=True).map(
         Parser(spec, with_label=True), num_parallel_calls=AUTOTUNE, deterministic=True
     )
-    return _options(batches.prefetch(AUTOTUNE))
+    return distribution_options(batches.prefetch(AUTOTUNE))
 
 
 def _pad_to(batch: int) -> Any:
@@ -225,4 +226,4 @@ def padded_batches(files: Sequence[str], spec: DatasetSpec, global_batch: int, w
     batches = tf.data.TFRecordDataset(list(files)).batch(global_batch).map(parser, num_parallel_calls=AUTOTUNE)
     if not with_label or spec.label is None:
         batches = batches.map(lambda inputs: (inputs,))
-    return _options(batches.map(_pad_to(global_batch)).prefetch(AUTOTUNE))
+    return distribution_options(batches.map(_pad_to(global_batch)).prefetch(AUTOTUNE))

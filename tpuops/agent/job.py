@@ -6,6 +6,9 @@ fail slowly (TPU initialisation, data, model) run. Every way out of the command 
 one ``except``: the exception is classified (``exits.classify``), ``status.json`` gets the
 exit class, a one-line message and, for user-error and crashed, the traceback; the process
 exits with the class's code.
+
+A ``train`` spec with a ``script`` section runs the user's program (``script``) instead of the
+built-in loop; the agent then never initialises the TPU itself (the program does).
 """
 
 import logging
@@ -15,14 +18,14 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
-from tpuops.agent import entry, infer, train
+from tpuops.agent import entry, infer, script, train
 from tpuops.agent.exits import ExitClass, UserError, classify, describe, traceback_tail
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
 from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
-from tpuops.agent.runtime import Runtime, connect
-from tpuops.agent.status import Status, Ticker, previous_attempt
+from tpuops.agent.runtime import Runtime, check_tensorflow, connect
+from tpuops.agent.status import Status, Ticker, previous_attempt, previous_evals
 
 log = logging.getLogger("tpuops.agent")
 
@@ -63,7 +66,8 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     chunks = ChunkedLogHandler(paths.logs)
     _start_logging(chunks)
     attempt = attempt or previous_attempt(paths.status) + 1
-    status = Status(paths.status, spec.run_id, command, attempt)
+    evals = previous_evals(paths.status) if command == "train" else []
+    status = Status(paths.status, spec.run_id, command, attempt, evals)
     status.write()
     tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
     for ticker in tickers:
@@ -72,7 +76,11 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())
     exit_class, message, trace = ExitClass.SUCCEEDED, None, None
     try:
-        COMMANDS[command](spec, connect(spec), status, notice, paths)
+        if command == "train" and spec.script is not None:
+            check_tensorflow()
+            script.run(spec, status, notice, paths, attempt)
+        else:
+            COMMANDS[command](spec, connect(spec), status, notice, paths)
     except BaseException as exc:  # every way out is classified and reported
         exit_class = classify(exc, entry.user_roots(spec))
         message = str(exc) if isinstance(exc, UserError) else describe(exc)

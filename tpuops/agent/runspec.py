@@ -13,8 +13,10 @@ Schema (version 1; "=" gives the default of an optional key)::
       "run_id": "digits-0001",           [A-Za-z0-9][A-Za-z0-9._-]*, names runs/<run_id>/
       "store_root": "gs://b/prefix",     the store root: gs://... on a VM, a local directory
                                          under the emulator; read and written with tf.io.gfile only
-      "entry_point": "models:digits_cnn",  "module:function"; required for train and for infer
-                                         from a checkpoint (see "Entry points" below)
+      "entry_point": "models:digits_cnn",  "module:function"; required for train (unless "script"
+                                         is set) and for infer from a checkpoint ("Entry points")
+      "input_fn": "inputs:tokens",       = null; "module:function" building the input pipeline
+                                         instead of the built-in parser ("Input functions")
       "experiments_dir": "experiments",  = null; a LOCAL directory put first on sys.path so the
                                          entry point module imports (relative: to the working
                                          directory); null: the module must already be importable
@@ -30,12 +32,22 @@ Schema (version 1; "=" gives the default of an optional key)::
                                          tf.config.experimental.enable_op_determinism()
       "allow_cpu_fallback": false,       = false; without a TPU the agent refuses to run unless true
       "heartbeat_seconds": 10,           = 10; status.json is rewritten at least this often
+      "script": {                        = null; script mode: `train` runs the user's own program
+                                         instead of the built-in loop (see ``script``)
+        "command": ["python", "train.py", "--epochs", "5"],  argv, run in experiments_dir
+        "hparams_as_flags": false,       = false; true appends --name=value per hparam
+        "checkpoint_every_steps": 1000,  = 1000; for the helper callback (TPUOPS_CHECKPOINT_EVERY_STEPS)
+        "checkpoint_every_seconds": 600, = 600; likewise (TPUOPS_CHECKPOINT_EVERY_SECONDS)
+        "keep_checkpoints": 3,           = 3; likewise (TPUOPS_KEEP_CHECKPOINTS)
+        "total_steps": null              = null; shown as status.total_steps when known
+      },
       "dataset": {
         "features": {                    name -> {"dtype": float32 | int64 | string | uint8,
                                          "shape": [ints] = [], "encoding": null | "raw" = null};
                                          fixed-length tf.train.Example features, see "Features"
           "image": {"dtype": "float32", "shape": [8, 8, 1]},
-          "label": {"dtype": "int64"}
+          "label": {"dtype": "int64"},
+          "tokens": {"dtype": "int64", "shape": [-1]}   variable length: input_fn or script only
         },
         "label": "label",                = null; the feature that is the target (required to
                                          train); every other feature is model input: the model
@@ -56,9 +68,10 @@ Schema (version 1; "=" gives the default of an optional key)::
         "eval_every_steps": 0,           = 0; 0: evaluate once, at the end
         "eval_steps": null,              = null; null: the whole eval set, else at most N batches
         "metrics": ["accuracy", "loss"], = ["accuracy", "loss"]; subset of accuracy, loss,
-                                         top5_accuracy
+                                         top5_accuracy (ignored for a compiled model)
         "loss": "sparse_categorical_crossentropy"  = that; or
-                                         "sparse_categorical_crossentropy_from_logits"
+                                         "sparse_categorical_crossentropy_from_logits" (ignored
+                                         for a compiled model)
       },
       "infer": {                         required by `infer`
         "input": ["gs://b/data/x/test-*.tfrecord"],   TFRecord patterns, same features
@@ -79,6 +92,18 @@ For sparse categorical losses the model outputs class probabilities (or logits w
 A model that draws random numbers in its forward pass (dropout) trains fine, but exact resume
 is only guaranteed for models whose training step is a deterministic function of weights,
 optimizer state and data.
+
+Compiled models: when the entry point returns a model on which it called ``compile()``
+(inside the strategy scope the agent calls it in), the agent trains with the model's own
+``train_step``/``test_step``, so compile()'s loss, loss weights, metrics and optimizer and an
+overridden ``train_step`` apply; hparams "optimizer"/"learning_rate" and train.loss/metrics
+are then not used, and the metric names in status are the model's (``compiled``).
+
+Input functions: ``input_fn`` names ``input_fn(file_patterns, batch_size, *, training, seed,
+input_context) -> tf.data.Dataset`` yielding ``(inputs, labels)`` or ``(inputs, labels,
+sample_weights)`` batches of exactly ``batch_size`` (the global batch) with static shapes;
+the built-in parser and dataset.features/label are then not used to read data
+(``userinput`` documents what the function must respect for exact resume).
 
 Features: without ``encoding`` a feature is a list of ``prod(shape)`` values of its dtype in
 the Example (``float_list``, ``int64_list``, ``bytes_list``). ``"encoding": "raw"`` is what
@@ -107,6 +132,7 @@ OPTIMIZERS = ("adam", "sgd", "momentum", "rmsprop")
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+VARLEN = -1  # a first shape dimension of -1: a variable-length feature
 _MISSING = object()
 _T = TypeVar("_T")
 
@@ -191,8 +217,11 @@ class FeatureSpec:
         obj = _fields(obj, cls, where)
         dtype = _choice(_get(obj, "dtype", (str,), where), FEATURE_DTYPES, where + ".dtype")
         shape = _get(obj, "shape", (list,), where, [])
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-            raise SpecError(f"{where}.shape: expected a list of positive integers")
+        if not all(
+            isinstance(d, int) and not isinstance(d, bool) and (d > 0 or (i == 0 and d == VARLEN))
+            for i, d in enumerate(shape)
+        ):
+            raise SpecError(f"{where}.shape: expected a list of positive integers (first may be -1: varlen)")
         encoding = _get(obj, "encoding", (str,), where, None)
         if encoding is not None:
             _choice(encoding, ENCODINGS, where + ".encoding")
@@ -200,7 +229,13 @@ class FeatureSpec:
             raise SpecError(f'{where}.dtype: uint8 needs "encoding": "raw" (an Example holds no uint8 list)')
         if dtype == "string" and encoding == "raw":
             raise SpecError(f"{where}.encoding: raw needs a numeric dtype, not string")
+        if encoding == "raw" and VARLEN in shape:
+            raise SpecError(f"{where}.shape: a raw feature has a fixed shape")
         return cls(dtype=dtype, shape=tuple(shape), encoding=encoding)
+
+    @property
+    def variable_length(self) -> bool:
+        return VARLEN in self.shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,6 +345,43 @@ class InferSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScriptSpec:
+    """Script mode: the user's own program, run unchanged with the tpuops environment."""
+
+    command: List[str]
+    hparams_as_flags: bool = False
+    checkpoint_every_steps: int = 1000
+    checkpoint_every_seconds: float = 600.0
+    keep_checkpoints: int = 3
+    total_steps: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> "ScriptSpec":
+        obj = _fields(obj, cls, where)
+        command = _str_list(obj, "command", where)
+        if not command:
+            raise SpecError(f"{where}.command: needs at least the program to run")
+        seconds = _get(obj, "checkpoint_every_seconds", (int, float), where, cls.checkpoint_every_seconds)
+        if seconds < 0:
+            raise SpecError(f"{where}.checkpoint_every_seconds: must be >= 0")
+        total = _get(obj, "total_steps", (int,), where, None)
+        return cls(
+            command=command,
+            hparams_as_flags=_get(obj, "hparams_as_flags", (bool,), where, False),
+            checkpoint_every_steps=_positive(
+                _get(obj, "checkpoint_every_steps", (int,), where, cls.checkpoint_every_steps),
+                where + ".checkpoint_every_steps",
+                zero_ok=True,
+            ),
+            checkpoint_every_seconds=float(seconds),
+            keep_checkpoints=_positive(
+                _get(obj, "keep_checkpoints", (int,), where, cls.keep_checkpoints), where + ".keep_checkpoints"
+            ),
+            total_steps=None if total is None else _positive(total, where + ".total_steps"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSpec:
     """The whole run spec; see the module docstring for the JSON form."""
 
@@ -317,6 +389,7 @@ class RunSpec:
     store_root: str
     dataset: DatasetSpec
     entry_point: Optional[str] = None
+    input_fn: Optional[str] = None
     experiments_dir: Optional[str] = None
     hparams: Dict[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0
@@ -326,6 +399,7 @@ class RunSpec:
     heartbeat_seconds: float = 10.0
     train: Optional[TrainSpec] = None
     infer: Optional[InferSpec] = None
+    script: Optional[ScriptSpec] = None
     version: int = SPEC_VERSION
 
     @classmethod
@@ -338,8 +412,10 @@ class RunSpec:
         if not _RUN_ID.match(run_id):
             raise SpecError(f"{where}.run_id: {run_id!r} must match {_RUN_ID.pattern}")
         entry_point = _get(obj, "entry_point", (str,), where, None)
-        if entry_point is not None and not _ENTRY_POINT.match(entry_point):
-            raise SpecError(f"{where}.entry_point: {entry_point!r} is not 'module:function'")
+        input_fn = _get(obj, "input_fn", (str,), where, None)
+        for key, value in (("entry_point", entry_point), ("input_fn", input_fn)):
+            if value is not None and not _ENTRY_POINT.match(value):
+                raise SpecError(f"{where}.{key}: {value!r} is not 'module:function'")
         store_root = _get(obj, "store_root", (str,), where)
         if not store_root:
             raise SpecError(f"{where}.store_root: must not be empty")
@@ -353,6 +429,7 @@ class RunSpec:
             store_root=store_root.rstrip("/"),
             dataset=DatasetSpec.from_json(_get(obj, "dataset", (dict,), where), "dataset"),
             entry_point=entry_point,
+            input_fn=input_fn,
             experiments_dir=_get(obj, "experiments_dir", (str,), where, None),
             hparams=dict(hparams),
             seed=_get(obj, "seed", (int,), where, 0),
@@ -362,18 +439,26 @@ class RunSpec:
             heartbeat_seconds=float(heartbeat),
             train=_optional_section(obj, "train", TrainSpec.from_json),
             infer=_optional_section(obj, "infer", InferSpec.from_json),
+            script=_optional_section(obj, "script", ScriptSpec.from_json),
         )
 
     def require_train(self) -> TrainSpec:
-        """The train section, checked for what training needs beyond the schema."""
+        """The train section, checked for what the built-in loop needs beyond the schema."""
         if self.train is None:
-            raise SpecError("spec: `train` needs a 'train' section")
+            raise SpecError("spec: `train` needs a 'train' section (or a 'script' section)")
         if not self.dataset.train:
             raise SpecError("dataset.train: `train` needs at least one file pattern")
-        if self.dataset.label is None:
-            raise SpecError("dataset.label: `train` needs a label feature")
         if self.entry_point is None:
             raise SpecError("spec.entry_point: `train` needs a model entry point")
+        if self.input_fn is None:
+            if self.dataset.label is None:
+                raise SpecError("dataset.label: `train` needs a label feature (or an input_fn)")
+            varlen = sorted(name for name, f in self.dataset.features.items() if f.variable_length)
+            if varlen:
+                raise SpecError(
+                    f"dataset.features: {varlen} are variable-length: the built-in parser reads fixed-length "
+                    "features only; name an input_fn that parses and pads them"
+                )
         return self.train
 
     def require_infer(self) -> InferSpec:

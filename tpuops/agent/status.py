@@ -9,6 +9,12 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
     last_checkpoint_step, metrics {"train": {...}, "eval": {...}, "predicted": n}
+    input_wait_ms  mean time a training step waited for its batch over the last call (the
+                 starvation measure: near 0 when the input pipeline keeps up), null before
+    evals        [{"step": int, "metrics": {name: float}}, ...] every evaluation of the run in
+                 step order, the periodic ones and the final one, carried over from earlier
+                 attempts (an evaluation at a step replaces the ones at that step and later,
+                 which a resumed attempt redoes); names are the model's for compiled models
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
     exit_class   null while running, else succeeded | user-error | preempted | crashed
     exit_code, message  one line saying why (for every non-success)
@@ -37,20 +43,39 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def previous_attempt(path: str) -> int:
-    """The attempt number recorded by the last agent that wrote ``path``; 0 when there was none."""
+def _previous(path: str) -> Dict[str, Any]:
     try:
         with tf.io.gfile.GFile(path) as src:
-            attempt = json.loads(src.read()).get("attempt", 0)
-    except (tf.errors.NotFoundError, ValueError, AttributeError):
-        return 0
+            doc = json.loads(src.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def previous_attempt(path: str) -> int:
+    """The attempt number recorded by the last agent that wrote ``path``; 0 when there was none."""
+    attempt = _previous(path).get("attempt", 0)
     return attempt if isinstance(attempt, int) else 0
+
+
+def previous_evals(path: str) -> List[Dict[str, Any]]:
+    """The evaluations recorded by earlier attempts of the run (well-formed entries only)."""
+    evals = _previous(path).get("evals")
+    if not isinstance(evals, list):
+        return []
+    return [
+        e
+        for e in evals
+        if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("metrics"), dict)
+    ]
 
 
 class Status:
     """The in-memory status document and its writer; safe to use from several threads."""
 
-    def __init__(self, path: str, run_id: str, command: str, attempt: int) -> None:
+    def __init__(
+        self, path: str, run_id: str, command: str, attempt: int, evals: Optional[List[Dict[str, Any]]] = None
+    ) -> None:
         self._path = path
         self._lock = threading.Lock()
         now = utc_now()
@@ -68,6 +93,8 @@ class Status:
             "resumed_from_step": None,
             "last_checkpoint_step": None,
             "metrics": {},
+            "input_wait_ms": None,
+            "evals": list(evals or []),
             "started": now,
             "heartbeat": now,
             "exit_class": None,
@@ -93,6 +120,12 @@ class Status:
     def set_metrics(self, group: str, values: Any) -> None:
         with self._lock:
             self._doc["metrics"] = dict(self._doc["metrics"], **{group: values})
+
+    def add_eval(self, step: int, metrics: Dict[str, float]) -> None:
+        """Record an evaluation at ``step``; it replaces any recorded at this step or later."""
+        with self._lock:
+            kept = [e for e in self._doc["evals"] if e["step"] < step]
+            self._doc["evals"] = [*kept, {"step": step, "metrics": dict(metrics)}]
 
     def finish(self, exit_class: ExitClass, message: Optional[str] = None, traceback: Optional[str] = None) -> None:
         """Record how the process ends; the file is final after this."""

@@ -4,13 +4,23 @@ The training call runs ``steps`` optimizer steps in one ``tf.function`` (``strat
 inside a ``tf.range`` loop): one host round trip per call instead of per step, which is what
 keeps a TPU busy. ``steps`` is a tensor, so a short last call does not retrace.
 
-Nothing here draws random numbers or reads the clock: a step is a function of the weights,
-the optimizer state and the batch, which is what makes exact resume possible.
+Two step builders share that call (``MultiStep``): ``Steps`` for a plain model (the loss,
+metrics and optimizer named in the spec) and ``CompiledSteps`` for a model the user compiled,
+whose own ``train_step``/``test_step`` run inside the call, exactly as ``model.fit`` runs them.
+
+Nothing in a step draws random numbers or reads the clock: a step is a function of the
+weights, the optimizer state and the batch, which is what makes exact resume possible. The
+call does read the clock around each ``next(iterator)``, outside the numerics, to measure how
+long each step waited for its batch (the starvation measure). TF 2.9 refuses ``tf.timestamp``
+while op determinism is on, so deterministic runs read the host clock through a
+``py_function`` instead (tens of microseconds per step).
 """
 
-from typing import Any, Dict, Sequence
+import time
+from typing import Any, Callable, Dict, Sequence
 
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
 
 from tpuops.agent.runspec import TrainSpec
 
@@ -59,11 +69,65 @@ class Metrics:
             metric.reset_state()
 
 
-class Steps:
-    """Builds the training and evaluation functions for one model under one strategy."""
+def _clock() -> Callable[[], tf.Tensor]:
+    """A clock op usable in the training call: tf.timestamp unless op determinism forbids it."""
+    if not tf_config.is_op_determinism_enabled():
+        return tf.timestamp
+
+    def host_clock() -> tf.Tensor:
+        now = tf.py_function(time.perf_counter, [], tf.float64)
+        now.set_shape([])
+        return now
+
+    return host_clock
+
+
+class MultiStep:
+    """The multi-step training call and its input-wait clock; subclasses give the replica step."""
+
+    def __init__(self, strategy: Any) -> None:
+        self._strategy = strategy
+        # A host variable (created outside the strategy scope): seconds spent in next(iterator).
+        self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait")
+        self._clock = _clock()
+        self.train_call = tf.function(self._train_call)
+
+    # Set by the subclasses: the replica step, the evaluation call and its metrics.
+    eval_metrics: Any
+    _eval_call: Any
+
+    def _replica_step(self, batch: Any) -> None:
+        raise NotImplementedError
+
+    def _train_call(self, iterator: Any, steps: tf.Tensor) -> None:
+        for _ in tf.range(steps):
+            before = self._clock()
+            with tf.control_dependencies([before]):
+                batch = next(iterator)
+            with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+                self._waited.assign_add(self._clock() - before)
+            self._replica_step(batch)
+
+    def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
+        """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
+        self.eval_metrics.reset()
+        for count, batch in enumerate(dataset):
+            if max_batches is not None and count >= max_batches:
+                break
+            self._eval_call(batch)
+        return self.eval_metrics.results()
+
+    def take_input_wait(self) -> float:
+        """Seconds the steps waited for input since the last take."""
+        waited = float(self._waited.numpy())
+        self._waited.assign(0.0)
+        return waited
+
+
+class Steps(MultiStep):
+    """Builds the training and evaluation functions for a plain model under one strategy."""
 
     def __init__(self, strategy: Any, model: tf.keras.Model, optimizer: Any, spec: TrainSpec, global_batch: int):
-        self._strategy = strategy
         self._model = model
         self._optimizer = optimizer
         self._global_batch = global_batch
@@ -74,23 +138,23 @@ class Steps:
         with strategy.scope():
             self.train_metrics = Metrics(spec.metrics, "train_")
             self.eval_metrics = Metrics(spec.metrics, "eval_")
-        self.train_call = tf.function(self._train_call)
+        super().__init__(strategy)
         self._eval_call = tf.function(self._eval_replicas)
 
-    def _train_step(self, inputs: Any, labels: tf.Tensor) -> None:
+    def _train_step(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> None:
         with tf.GradientTape() as tape:
             outputs = tf.cast(self._model(inputs, training=True), tf.float32)
             per_example = self._loss(labels, outputs)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self._global_batch)
+            weighted = per_example if weights is None else per_example * tf.cast(weights, tf.float32)
+            loss = tf.nn.compute_average_loss(weighted, global_batch_size=self._global_batch)
             if self._model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.cast(tf.add_n(self._model.losses), tf.float32))
         variables = self._model.trainable_variables
         self._optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        self.train_metrics.update(labels, outputs, per_example)
+        self.train_metrics.update(labels, outputs, per_example, weights)
 
-    def _train_call(self, iterator: Any, steps: tf.Tensor) -> None:
-        for _ in tf.range(steps):
-            self._strategy.run(self._train_step, args=next(iterator))
+    def _replica_step(self, batch: Any) -> None:
+        self._strategy.run(self._train_step, args=batch)
 
     def _eval_step(self, inputs: Any, labels: tf.Tensor, mask: tf.Tensor) -> None:
         outputs = tf.cast(self._model(inputs, training=False), tf.float32)
@@ -99,11 +163,47 @@ class Steps:
     def _eval_replicas(self, batch: Any) -> None:
         self._strategy.run(self._eval_step, args=batch)
 
+
+
+class ModelMetrics:
+    """The metrics of a compiled model under the names the model gives them (train and eval share them)."""
+
+    def __init__(self, model: tf.keras.Model) -> None:
+        self._model = model
+
+    def results(self) -> Dict[str, float]:
+        values: Dict[str, float] = {}
+        for metric in self._model.metrics:
+            result = metric.result()
+            if isinstance(result, dict):
+                values.update({name: float(value) for name, value in result.items()})
+            else:
+                values[metric.name] = float(result)
+        return values
+
+    def reset(self) -> None:
+        self._model.reset_metrics()
+
+
+class CompiledSteps(MultiStep):
+    """Drives a compiled model's own ``train_step``/``test_step`` inside the multi-step call.
+
+    Batches are ``(inputs, labels)`` or ``(inputs, labels, sample_weights)``; evaluation
+    batches carry the padding mask as sample weights, so padded rows count for nothing in
+    weighted metrics. (Keras' loss tracker averages the loss per batch, so over a padded last
+    batch the eval "loss" is scaled by the fraction of real rows; metrics are exact.)
+    """
+
+    def __init__(self, strategy: Any, model: tf.keras.Model) -> None:
+        self._model = model
+        self.train_metrics = self.eval_metrics = ModelMetrics(model)
+        super().__init__(strategy)
+        self._eval_call = tf.function(lambda batch: strategy.run(model.test_step, args=(batch,)))
+
+    def _replica_step(self, batch: Any) -> None:
+        self._strategy.run(self._model.train_step, args=(batch,))
+
     def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
-        """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
-        self.eval_metrics.reset()
-        for count, batch in enumerate(dataset):
-            if max_batches is not None and count >= max_batches:
-                break
-            self._eval_call(batch)
-        return self.eval_metrics.results()
+        results = super().evaluate(dataset, max_batches)
+        self.train_metrics.reset()  # Keras keeps one set of metrics: training starts counting afresh
+        return results

@@ -9,6 +9,12 @@ call starts at the resume step) stays bit-identical to an uninterrupted one.
 After the last step: a final checkpoint (so a run killed while evaluating or saving does not
 train again), the final evaluation, and the Keras SavedModel under ``runs/<run>/model``.
 A preemption notice that arrives after the last step is ignored: finishing is cheaper.
+
+The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
+``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
+comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
+Every evaluation is appended to status ``evals``; each call's mean input wait per step goes
+to status ``input_wait_ms``.
 """
 
 import logging
@@ -17,7 +23,7 @@ from typing import Any, Dict, List
 
 import tensorflow as tf
 
-from tpuops.agent import entry, inputs
+from tpuops.agent import entry, inputs, userinput
 from tpuops.agent.checkpoints import Checkpointer, TrainState
 from tpuops.agent.exits import PreemptedExit, UserError
 from tpuops.agent.paths import RunPaths
@@ -25,7 +31,7 @@ from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runspec import RunSpec
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
-from tpuops.agent.steps import Steps, make_optimizer
+from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -74,21 +80,37 @@ class _Run:
         )
         self.status.set_phase("loading")
         self.train_files = inputs.list_files(spec.dataset.train, "dataset.train")
-        parser = inputs.Parser(spec.dataset, with_label=True)
-        parser.check(self.train_files, "dataset.train")
-        if spec.dataset.eval:
-            eval_files = inputs.list_files(spec.dataset.eval, "dataset.eval")
-            parser.check(eval_files, "dataset.eval")
-            batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch, with_label=True)
-            self.eval_data = strategy.experimental_distribute_dataset(batches)
+        eval_files = inputs.list_files(spec.dataset.eval, "dataset.eval") if spec.dataset.eval else []
+        per_replica = self.tspec.per_replica_batch_size
+        self.user_input = None
+        if spec.input_fn:
+            self.user_input = userinput.UserInput(spec, userinput.load(spec), self.global_batch, self.runtime.replicas)
+            signature = self.user_input.input_signature(self.train_files, per_replica)
+            eval_batches = self.user_input.eval_dataset(eval_files) if eval_files else None
+        else:
+            parser = inputs.Parser(spec.dataset, with_label=True)
+            parser.check(self.train_files, "dataset.train")
+            eval_batches = None
+            if eval_files:
+                parser.check(eval_files, "dataset.eval")
+                eval_batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch, with_label=True)
+            signature = parser.input_signature(per_replica)
+        if eval_batches is not None:
+            self.eval_data = strategy.experimental_distribute_dataset(eval_batches)
         build = entry.load_entry_point(spec)
         with strategy.scope():
-            self.model = entry.build_model(
-                build, spec, parser.input_signature(self.tspec.per_replica_batch_size), strategy
+            self.model = entry.build_model(build, spec, signature, strategy)
+            compiled = entry.is_compiled(self.model)
+            optimizer = self.model.optimizer if compiled else make_optimizer(spec.hparams)
+        if compiled:
+            log.info(
+                "compiled model: training with its own train_step, loss, metrics and %s optimizer",
+                type(optimizer).__name__,
             )
-            optimizer = make_optimizer(spec.hparams)
-        self.steps = Steps(strategy, self.model, optimizer, self.tspec, self.global_batch)
-        self.state = TrainState()
+            self.steps: Any = CompiledSteps(strategy, self.model)
+        else:
+            self.steps = Steps(strategy, self.model, optimizer, self.tspec, self.global_batch)
+        self.state = TrainState(with_fingerprint=self.user_input is not None)
         self.ckpt = Checkpointer(
             self.state.checkpoint(model=self.model, optimizer=optimizer),
             self.paths.ckpt,
@@ -99,13 +121,31 @@ class _Run:
         resumed = self.ckpt.restore_newest()
         if resumed is None:
             log.info("fresh start at step 0")
+            if self.user_input is not None and self.state.input_fingerprint is not None:
+                self.state.input_fingerprint.assign(self.user_input.fingerprint(self.train_files))
         else:
             log.info("resumed from step %d", resumed)
             self.status.update(resumed_from_step=resumed, step=resumed, last_checkpoint_step=resumed, write=True)
         if int(self.state.step.numpy()) > self.tspec.steps:
             raise UserError(f"checkpoint step {int(self.state.step.numpy())} is beyond train.steps {self.tspec.steps}")
-        self.epoch_size = _epoch_size(self.state, self.train_files)
+        if self.user_input is None:
+            self.epoch_size = _epoch_size(self.state, self.train_files)
         self.writer = tf.summary.create_file_writer(self.paths.tb)
+
+    def _train_stream(self, step: int) -> Any:
+        if self.user_input is not None:
+            stored = self.state.input_fingerprint
+            return self.user_input.train_dataset(
+                self.train_files, step, stored.numpy().decode() if stored is not None else None
+            )
+        return inputs.train_dataset(
+            self.train_files,
+            self.spec.dataset,
+            self.spec.seed,
+            self.global_batch,
+            int(self.state.examples_seen.numpy()),
+            self.epoch_size,
+        )
 
     def _call_size(self, step: int) -> int:
         limits = [self.tspec.steps_per_call, self.tspec.steps - step]
@@ -121,14 +161,7 @@ class _Run:
         step = int(self.state.step.numpy())
         if step >= self.tspec.steps:
             return
-        dataset = inputs.train_dataset(
-            self.train_files,
-            self.spec.dataset,
-            self.spec.seed,
-            self.global_batch,
-            int(self.state.examples_seen.numpy()),
-            self.epoch_size,
-        )
+        dataset = self._train_stream(step)
         iterator = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
         self.status.set_phase("training")
         last_report = time.monotonic()
@@ -141,7 +174,9 @@ class _Run:
             metrics = self.steps.train_metrics.results()  # reading a result waits for the call
             step = self.state.advance(size, self.global_batch)
             self.status.update(
-                step=step, examples_per_sec=round(size * self.global_batch / (time.monotonic() - started), 1)
+                step=step,
+                examples_per_sec=round(size * self.global_batch / (time.monotonic() - started), 1),
+                input_wait_ms=round(1000.0 * self.steps.take_input_wait() / size, 3),
             )
             self.status.set_metrics("train", metrics)
             _scalars(self.writer, step, "train", metrics)
@@ -177,6 +212,7 @@ class _Run:
         results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
         log.info("eval at step %d: %s", step, results)
         self.status.set_metrics("eval", dict(results, step=step))
+        self.status.add_eval(step, results)
         _scalars(self.writer, step, "eval", results)
 
     def finish(self) -> None:

@@ -90,7 +90,8 @@ def train(
 
 
 def _print_plan(plan: Any, *, bundle: bool) -> None:
-    shown: dict[str, Any] = {"run": plan.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
+    shown: dict[str, Any] = {"runs": plan.experiment.what_runs(),
+                             "run": plan.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
                              "spec": plan.spec_json(), "node": plan.up.request.body() | {"metadata": "..."}}
     if bundle:
         shown["bundle"] = {"sha256": plan.bundle.sha256, "files": list(plan.bundle.files)}

@@ -36,3 +36,51 @@ def slow_mlp(hparams: dict) -> tf.keras.Model:
 
 def explodes(hparams: dict) -> tf.keras.Model:
     raise RuntimeError("boom from the user's model code")
+
+
+class ClippedSequential(tf.keras.Sequential):
+    """A user model with its own train_step: gradients clipped, their norm tracked as a metric."""
+
+    def __init__(self, layers: list) -> None:
+        super().__init__(layers)
+        self.grad_norm = tf.keras.metrics.Mean("grad_norm")
+
+    def train_step(self, data: tuple) -> dict:
+        x, y = data
+        with tf.GradientTape() as tape:
+            predictions = self(x, training=True)
+            loss = self.compiled_loss(y, predictions, regularization_losses=self.losses)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        clipped, norm = tf.clip_by_global_norm(gradients, 1.0)
+        self.optimizer.apply_gradients(zip(clipped, self.trainable_variables))
+        self.compiled_metrics.update_state(y, predictions)
+        self.grad_norm.update_state(norm)
+        return {m.name: m.result() for m in self.metrics}
+
+    @property
+    def metrics(self) -> list:
+        return [*super().metrics, self.grad_norm]
+
+
+def smoothed_crossentropy(labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+    """A custom loss: cross-entropy against labels smoothed by 0.1."""
+    onehot = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), tf.shape(probabilities)[-1])
+    return tf.keras.losses.categorical_crossentropy(onehot * 0.9 + 0.1 / 4.0, probabilities)
+
+
+def compiled_mlp(hparams: dict) -> tf.keras.Model:
+    """slow_mlp with its own train_step, compiled with a custom loss and metrics (inside the agent's scope)."""
+    model = ClippedSequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(hparams["features"],)),
+            Pause(),
+            tf.keras.layers.Dense(hparams.get("hidden", 16), activation="relu"),
+            tf.keras.layers.Dense(hparams["classes"], activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(0.01),
+        loss=smoothed_crossentropy,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy("acc")],
+    )
+    return model

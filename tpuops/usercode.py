@@ -1,0 +1,97 @@
+"""Check before launch that the user code an experiment names exists in its bundle, without importing it.
+
+The control plane cannot import the user's modules (they import TensorFlow 2.9, which does
+not run here), so it reads them with ``ast``: the module file must be in the experiments
+directory (what the bundle ships), the function must be defined at its top level, and an
+input function must accept ``(file_patterns, batch_size, *, training, seed, input_context)``.
+A script's ``.py`` file must be in the experiments directory too. Every failure is one
+``UsageError`` line, raised before anything is uploaded or created.
+
+What ``ast`` cannot see is left to the agent, which checks again at run time: a function
+made by assignment or decorator, a module that only exists in the VM's site-packages.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tpuops.errors import UsageError
+from tpuops.experiment import Experiment
+
+INPUT_FN_KEYWORDS = ("training", "seed", "input_context")
+_PYTHONS = ("python", "python3")
+
+
+def _module_file(experiments_dir: Path, module: str) -> Path | None:
+    base = experiments_dir.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_function(experiments_dir: Path, name: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The top-level definition of ``name`` ("module:function"); None when it is bound another way.
+
+    Raises:
+        UsageError: the module is not in ``experiments_dir``, does not parse, or never binds the name.
+    """
+    module, function = name.split(":")
+    source = _module_file(experiments_dir, module)
+    if source is None:
+        raise UsageError(f"{what} {name}: no module {module!r} in {experiments_dir} (the bundle ships that folder)")
+    try:
+        tree = ast.parse(source.read_text(), filename=str(source))
+    except SyntaxError as err:
+        raise UsageError(f"{what} {name}: {source} does not parse: {err.msg} (line {err.lineno})") from None
+    bound = False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
+            return node
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.ClassDef | ast.ImportFrom | ast.Import):
+            names |= {node.name} if isinstance(node, ast.ClassDef) else {a.asname or a.name for a in node.names}
+        bound = bound or function in names
+    if not bound:
+        raise UsageError(f"{what} {name}: {source.name} defines no function {function!r}")
+    return None
+
+
+def check_input_fn(experiments_dir: Path, name: str) -> None:
+    """``name`` must be callable as ``fn(file_patterns, batch_size, training=, seed=, input_context=)``."""
+    node = find_function(experiments_dir, name, "input")
+    if node is None:
+        return
+    args = node.args
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    keywords = set(positional[2:]) | {a.arg for a in args.kwonlyargs}
+    missing = [k for k in INPUT_FN_KEYWORDS if k not in keywords] if args.kwarg is None else []
+    if (len(positional) < 2 and args.vararg is None) or missing:
+        signature = ", ".join(positional + [a.arg for a in args.kwonlyargs])
+        raise UsageError(f"input {name}: has the signature ({signature}); expected "
+                         "input_fn(file_patterns, batch_size, *, training, seed, input_context)")
+
+
+def check_program(experiments_dir: Path, argv: list[str]) -> None:
+    """A script run as ``python X.py`` (or ``./X``) must be a file in the experiments directory."""
+    program = argv[1] if argv[0] in _PYTHONS and len(argv) > 1 else argv[0]
+    if argv[0] in _PYTHONS and len(argv) > 1 and program.startswith("-"):
+        return  # python -m module / -c code: nothing to look for
+    looks_like_file = program.endswith(".py") or "/" in program
+    if looks_like_file and not (experiments_dir / program).is_file():
+        raise UsageError(f"command: {program} is not in {experiments_dir} (the bundle ships that folder; "
+                         "the command runs there)")
+
+
+def check_experiment(experiment: Experiment, experiments_dir: Path) -> None:
+    """Every piece of user code the experiment names, by mode (see ``tpuops.experiment``)."""
+    program = experiment.program
+    if program is not None:
+        check_program(experiments_dir, program)
+        return
+    assert experiment.model is not None
+    find_function(experiments_dir, experiment.model, "model")
+    if experiment.input:
+        check_input_fn(experiments_dir, experiment.input)
