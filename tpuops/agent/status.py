@@ -9,6 +9,8 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
     last_checkpoint_step, metrics {"train": {...}, "eval": {...}, "predicted": n}
+    evals        every evaluation of this attempt, in order: [{"step": int, "metrics": {name: float}}]
+                 (what a sweep reports to its pruner as intermediate values)
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
     exit_class   null while running, else succeeded | user-error | preempted | crashed
     exit_code, message  one line saying why (for every non-success)
@@ -68,6 +70,7 @@ class Status:
             "resumed_from_step": None,
             "last_checkpoint_step": None,
             "metrics": {},
+            "evals": [],
             "started": now,
             "heartbeat": now,
             "exit_class": None,
@@ -93,6 +96,12 @@ class Status:
     def set_metrics(self, group: str, values: Any) -> None:
         with self._lock:
             self._doc["metrics"] = dict(self._doc["metrics"], **{group: values})
+
+    def add_eval(self, step: int, values: Dict[str, float]) -> None:
+        """Append one evaluation to the history; written with the next write."""
+        with self._lock:
+            entry = {"step": step, "metrics": {k: float(v) for k, v in values.items()}}
+            self._doc["evals"] = [*self._doc["evals"], entry]
 
     def finish(self, exit_class: ExitClass, message: Optional[str] = None, traceback: Optional[str] = None) -> None:
         """Record how the process ends; the file is final after this."""

@@ -177,6 +177,7 @@ class _Run:
         results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
         log.info("eval at step %d: %s", step, results)
         self.status.set_metrics("eval", dict(results, step=step))
+        self.status.add_eval(step, results)
         _scalars(self.writer, step, "eval", results)
 
     def finish(self) -> None:
