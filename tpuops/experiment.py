@@ -122,6 +122,8 @@ def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
     if first.get("type") == "extra_forbidden":
         return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if not loc:  # a rule over several keys: the whole spec is no value to echo
+        return f"{where}: {message}"
     if first.get("type") == "missing":
         return f"{where}: {key} is required"
     return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"

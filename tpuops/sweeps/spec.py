@@ -188,6 +188,11 @@ def load_sweep(path: Path) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as err:
+        first = err.errors()[0]
+        if tuple(first.get("loc", ()))[:1] == ("storage",) and first.get("type") != "extra_forbidden":
+            # Never echo the value: a URL given with a password must not be printed back.
+            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            raise UsageError(f"{path}: storage is not allowed: {message}") from None
         raise UsageError(one_line(err, str(path), SweepSpec)) from None
     if not experiment_path(path, spec).is_file():
         raise UsageError(f"{path}: experiment = {spec.experiment!r}: no such file "

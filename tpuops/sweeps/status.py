@@ -1,0 +1,105 @@
+"""What a sweep looks like now: one row per trial (params, state, step, objective, preemptions, cost), totals, best.
+
+Read-only: the study is opened without the sweep's lease, runs are read from the store and
+costs from the ledger. ``sweep status`` and ``sweep report`` both render this.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpuops.config import Settings
+from tpuops.controller import memory as memories
+from tpuops.cost import catalog_for, spent
+from tpuops.jobs import read_status
+from tpuops.ledger import Ledger
+from tpuops.store import Store
+from tpuops.sweeps import record as records
+from tpuops.sweeps import studies
+from tpuops.sweeps.spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    number: int
+    run_id: str
+    params: dict[str, Any]
+    state: str
+    step: int
+    value: float | None
+    """The objective told (COMPLETE), else the last intermediate value."""
+    intermediate: dict[int, float]
+    preemptions: int
+    restarts: int
+    cost_usd: float
+    ended: str | None
+
+
+@dataclass
+class SweepStatus:
+    name: str
+    phase: str
+    outcome: str | None
+    reason: str | None
+    waiting: str | None
+    last_pass: str | None
+    passes: int
+    metric: str
+    direction: str
+    wanted: int
+    parallel: int
+    budget_usd: float | None
+    spent_usd: float
+    trials: list[TrialRow] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    best: TrialRow | None = None
+    best_model: str | None = None
+    best_checkpoint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for row in out["trials"] + ([out["best"]] if out["best"] else []):
+            row["intermediate"] = {str(k): v for k, v in row["intermediate"].items()}
+        return out
+
+
+def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
+                 environ: Mapping[str, str] | None = None) -> SweepStatus:
+    record = records.read_record(store, name)
+    spec = SweepSpec.model_validate(record["spec"])
+    state, _ = records.load_state(store, name)
+    study = studies.load_study(spec, studies.open_storage(spec, store, environ=environ))
+    catalog = catalog_for(settings)
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        run_id = records.trial_run_id(name, trial.number)
+        memory, _ = memories.load(store, run_id)
+        status = read_status(store, run_id) or {}
+        values = dict(sorted(trial.intermediate_values.items()))
+        value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
+        rows.append(TrialRow(
+            number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
+            step=int(status.get("step") or 0), value=value, intermediate=values, preemptions=memory.preemptions,
+            restarts=memory.crashes, cost_usd=spent(ledger, catalog, project=settings.project, run_id=run_id),
+            ended=trial.user_attrs.get("ended")))
+    counts = Counter(row.state for row in rows)
+    complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
+    best = None
+    if complete:
+        pick = max if spec.objective.direction == "maximize" else min
+        best = pick(complete, key=lambda row: row.value or 0.0)
+    return SweepStatus(
+        name=name, phase=state.phase, outcome=state.outcome, reason=state.reason, waiting=state.waiting,
+        last_pass=state.last_pass, passes=state.passes, metric=spec.objective.metric,
+        direction=spec.objective.direction, wanted=spec.trials, parallel=spec.parallel, budget_usd=spec.budget_usd,
+        spent_usd=spent(ledger, catalog, project=settings.project, sweep_id=name), trials=rows,
+        counts={s: counts.get(s, 0) for s in ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")}, best=best,
+        best_model=store.uri_of(f"runs/{best.run_id}/model") if best else None,
+        best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None)
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
