@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,8 +108,7 @@ class World:
         return sorted({o.key.split("/")[1] for o in self.store.list("runs/")
                        if o.key.startswith(f"runs/{sweep}-t") and o.key.endswith("/run.json")})
 
-    def drive(self, sweep: str, controller: Controller, timeout_s: float = 240, every: int = 0,
-              during: Any = None) -> int:
+    def drive(self, sweep: str, controller: Controller, timeout_s: float = 240, every: int = 0) -> int:
         """Passes until the sweep ends and its nodes are gone; every ``every``-th pass a real ``tpuops reconcile``."""
         passes = 0
         deadline = time.monotonic() + timeout_s
@@ -120,8 +121,6 @@ class World:
                 assert done.returncode == 0, done.stderr
             else:
                 controller.run_pass()
-            if during is not None:
-                during()
             time.sleep(0.2)  # the pass interval (cron's would be minutes)
         controller.release()
         return passes
@@ -200,25 +199,35 @@ def test_preempted_trials_finish_from_their_checkpoints_with_the_same_params(wor
     world.start(world.sweep_file(sweep, SWEEP.format(name=sweep, pruner="none")))
     graces = [5.0, 0.0]
     preempted: list[str] = []
+    stop_event = threading.Event()
 
-    def preempt_one() -> None:
-        if not graces:
-            return
-        for run_id in world.run_ids(sweep):
-            status = read_status(world.store, run_id) or {}
-            node = next((n for n in world.nodes(sweep) if n["name"].endswith(run_id)), None)
-            if run_id in preempted or node is None or node["state"] != "READY" or node["preempting"]:
-                continue
-            if status.get("phase") == "training" and (status.get("last_checkpoint_step") or 0) >= 20:
+    def preempt_two() -> None:
+        """Poll fast, as the test plays the cloud: preempt two trials mid-training, after a checkpoint."""
+        while graces and not stop_event.is_set():
+            for run_id in world.run_ids(sweep):
+                status = read_status(world.store, run_id) or {}
+                mid = (status.get("last_checkpoint_step") or 0) >= 20 and status.get("step", 0) < STEPS - 10
+                if run_id in preempted or not mid or status.get("exit_class"):
+                    continue
+                node = next((n for n in world.nodes(sweep) if n["name"].endswith(run_id)), None)
+                if node is None or node["state"] != "READY" or node["preempting"]:
+                    continue
                 try:
                     world.admin.preempt(PROJECT, node["name"].split("/")[3], run_id, grace_s=graces[0])
                 except InvalidRequest:
                     continue
                 preempted.append(run_id)
                 graces.pop(0)
-                return
+                break
+            time.sleep(0.01)  # the polling interval of this fake cloud, not synchronisation
 
-    world.drive(sweep, world.controller(sweep), during=preempt_one)
+    thread = threading.Thread(target=preempt_two, daemon=True)
+    thread.start()
+    try:
+        world.drive(sweep, world.controller(sweep))
+    finally:
+        stop_event.set()
+        thread.join(10)
     result = world.status(sweep)
     assert not graces, f"the trials ended before both preemptions ({preempted})"
     assert (result.outcome, [t.state for t in result.trials]) == ("completed", ["COMPLETE"] * 4)
@@ -289,3 +298,44 @@ def test_sweep_status_json_matches_its_table(world: World, uninterrupted: SweepS
             assert f"{trial['value']:.4f}" in row
     assert "trials ended" in table.stdout and "4/4" in table.stdout
     assert poll(lambda: data["counts"]["COMPLETE"] + data["counts"]["PRUNED"] == 4, "counts")
+
+
+def test_the_report_has_valid_plots_and_an_html_page_that_chromium_opens(world: World, uninterrupted: SweepStatus,
+                                                                        tmp_path: Path) -> None:
+    from PIL import Image
+
+    out = tmp_path / "report"
+    done = world.tpuops("sweep", "report", "quiet", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert sorted(Path(f).name for f in data["files"]) == sorted(
+        ["history.png", "importances.png", "parallel.png", "intermediate.png", "cost.png", "report.html"])
+    assert set(data["importances"]) == {"learning_rate", "filters"}
+    for name in ("history", "importances", "parallel", "intermediate", "cost"):
+        path = out / f"{name}.png"
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            assert image.size == (700, 400) and len(set(image.convert("L").getdata())) > 20, name  # not blank
+        assert path.stat().st_size > 10_000, name
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 5 and "src='http" not in page and "<script" not in page
+    best = uninterrupted.best
+    assert best is not None and f"{best.value:.4f}" in page and best.run_id in page
+    table = world.tpuops("sweep", "report", "quiet")
+    for trial in data["trials"]:
+        row = next(line for line in table.stdout.splitlines() if trial["run_id"] in line)
+        assert trial["state"] in row and (trial["value"] is None or f"{trial['value']:.4f}" in row)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (make test installs the Debian package 'chromium'): "
+                    "the HTML page was not opened in a browser")
+    browser = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--dump-dom",
+         f"file://{out / 'report.html'}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert browser.returncode == 0, browser.stderr[-2000:]
+    assert "<table id=\"trials\">" in browser.stdout and browser.stdout.count("<tr>") == 5
+    assert "ERROR:CONSOLE" not in browser.stderr and "Uncaught" not in browser.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli import control, cost, data, emulator, init, jobs, nodes, samples, sweep
+from tpuops.cli import control, cost, data, emulator, init, jobs, nodes, samples, schedule, sweep
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
 
@@ -39,6 +39,7 @@ jobs.register(app)
 cost.register(app)
 control.register(app)
 sweep.register(app)
+schedule.register(app)
 app.add_typer(emulator.app, name="emulator")
 data.app.command("sample")(samples.sample)
 app.add_typer(data.app, name="data")

@@ -73,12 +73,12 @@ def status(
     _print_progress(result)
 
 
-def _status(ctx: typer.Context, name: str) -> SweepStatus:
+def _status(ctx: typer.Context, name: str, *, importances: bool = False) -> SweepStatus:
     from tpuops.session import open_ledger, store
     from tpuops.sweeps.status import sweep_status
 
     settings = load_settings(ctx)
-    return sweep_status(settings, store(settings), open_ledger(settings), name)
+    return sweep_status(settings, store(settings), open_ledger(settings), name, importances=importances)
 
 
 def _print_trials(result: SweepStatus) -> None:
@@ -148,7 +148,7 @@ def report(
     """Trials, the best trial and its model, and plots (PNG + one self-contained HTML page)."""
     from tpuops.sweeps.report import write_report
 
-    result = _status(ctx, name)
+    result = _status(ctx, name, importances=True)
     files = write_report(result, out) if out is not None else []
     if as_json:
         print_json({**result.to_json(), "files": [str(f) for f in files]})

@@ -58,6 +58,8 @@ class SweepStatus:
     best: TrialRow | None = None
     best_model: str | None = None
     best_checkpoint: str | None = None
+    importances: dict[str, float] = field(default_factory=dict)
+    """Optuna's fANOVA importance of each param (``sweep report`` only; needs two completed trials)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -67,7 +69,7 @@ class SweepStatus:
 
 
 def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
-                 environ: Mapping[str, str] | None = None) -> SweepStatus:
+                 environ: Mapping[str, str] | None = None, *, importances: bool = False) -> SweepStatus:
     record = records.read_record(store, name)
     spec = SweepSpec.model_validate(record["spec"])
     state, _ = records.load_state(store, name)
@@ -98,7 +100,22 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         spent_usd=spent(ledger, catalog, project=settings.project, sweep_id=name), trials=rows,
         counts={s: counts.get(s, 0) for s in ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")}, best=best,
         best_model=store.uri_of(f"runs/{best.run_id}/model") if best else None,
-        best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None)
+        best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None,
+        importances=param_importances(study) if importances else {})
+
+
+def param_importances(study: Any) -> dict[str, float]:
+    """fANOVA importances over the completed trials, seeded; empty when there are too few to tell."""
+    import optuna
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if len(complete) < 2:
+        return {}
+    try:
+        return dict(optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
+    except (ValueError, RuntimeError):  # e.g. a param that never varied
+        return {}
 
 
 def format_params(params: Mapping[str, Any]) -> str:
