@@ -1,6 +1,7 @@
 """Sweeps end to end on the emulator with real TF 2.9 trials, advanced only by reconcile passes (as cron would).
 
-The experiment is digits_cnn made small (60 steps, an evaluation and a checkpoint every 20 steps).
+The experiment is digits_cnn made small (60 steps, an evaluation and a checkpoint every 20 steps;
+400 for the pruning test, so that a pruned trial has something left to save).
 ``tpuops sweep start`` declares the sweep and makes the first pass; then the test runs passes
 (the library's ``Controller.run_pass`` in this process, and real ``tpuops reconcile``
 processes) until the sweep ends, while it plays the cloud: preemptions with and without notice.
@@ -52,7 +53,7 @@ space:
   filters: {{type: categorical, choices: [8, 16]}}
 objective: {{metric: accuracy, direction: maximize}}
 sampler: {{type: tpe, seed: 11, startup_trials: 4}}
-trials: 4
+trials: 3
 parallel: 2
 eval_every_steps: 20
 pruner: {{type: {pruner}, startup_trials: 2, warmup_steps: 20}}
@@ -135,6 +136,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (work / "experiments" / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
     source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
     (work / "experiments" / "small.yaml").write_text(_small_experiment(source))
+    (work / "experiments" / "medium.yaml").write_text(_small_experiment(source, steps=400)
+                                                      .replace("name: small", "name: medium"))
     (work / "experiments" / "long.yaml").write_text(_small_experiment(source, steps=100000, expected_hours=0.002)
                                                     .replace("name: small", "name: long"))
     config = work / "tpuops.toml"
@@ -167,9 +170,9 @@ def uninterrupted(world: World) -> SweepStatus:
 def test_the_digits_sweep_ends_driven_only_by_reconcile_passes(world: World, uninterrupted: SweepStatus) -> None:
     result = uninterrupted
     assert (result.phase, result.outcome) == ("finished", "completed")
-    assert [t.number for t in result.trials] == [0, 1, 2, 3]
+    assert [t.number for t in result.trials] == [0, 1, 2]
     assert {t.state for t in result.trials} <= {"COMPLETE", "PRUNED"} and result.counts["COMPLETE"] >= 2
-    assert world.run_ids("quiet") == [f"quiet-t000{n}" for n in range(4)]
+    assert world.run_ids("quiet") == [f"quiet-t000{n}" for n in range(3)]
     assert world.nodes("quiet") == []
     for trial in result.trials:
         assert set(trial.params) == {"learning_rate", "filters"}
@@ -230,8 +233,8 @@ def test_preempted_trials_finish_from_their_checkpoints_with_the_same_params(wor
         thread.join(10)
     result = world.status(sweep)
     assert not graces, f"the trials ended before both preemptions ({preempted})"
-    assert (result.outcome, [t.state for t in result.trials]) == ("completed", ["COMPLETE"] * 4)
-    assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(4)]
+    assert (result.outcome, [t.state for t in result.trials]) == ("completed", ["COMPLETE"] * 3)
+    assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(3)]
     assert [t.params for t in result.trials] == [t.params for t in uninterrupted.trials]
     for run_id in preempted:
         memory = memories.load(world.store, run_id)[0]
@@ -249,14 +252,14 @@ def test_a_clearly_bad_trial_is_pruned_and_loses_its_node(world: World) -> None:
         "space:\n  learning_rate: {type: float, low: 0.001, high: 0.02, log: true}\n"
         "  filters: {type: categorical, choices: [8, 16]}\n",
         "grid:\n  learning_rate: [0.003, 0.005, 30.0]\n").replace("type: tpe", "type: grid").replace(
-        "trials: 4", "trials: 3").replace("startup_trials: 2", "startup_trials: 1")
+        "small.yaml", "medium.yaml").replace("startup_trials: 2", "startup_trials: 1")
     world.start(world.sweep_file(sweep, text))
     world.drive(sweep, world.controller(sweep))
     result = world.status(sweep)
     assert [t.params["learning_rate"] for t in result.trials] == [0.003, 0.005, 30.0]
     assert [t.state for t in result.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     bad = result.trials[2]
-    assert min(bad.intermediate) < STEPS and bad.step < STEPS and "pruned at step" in (bad.ended or "")
+    assert max(bad.intermediate) < 400 and bad.step < 400 and "pruned at step" in (bad.ended or "")
     memory = memories.load(world.store, bad.run_id)[0]
     assert memory.outcome == "pruned" and world.nodes(sweep) == []
 
@@ -265,7 +268,7 @@ def test_a_budget_that_fits_three_trials_runs_three_and_ends_budget_exhausted(wo
     """Trials that would train for hours at $1 a second: three fit the budget's projection, the cap stops them."""
     sweep = "broke"
     text = SWEEP.format(name=sweep, pruner="none").replace("../experiments/small.yaml", "../experiments/long.yaml") \
-        .replace("parallel: 2", "parallel: 4").replace("trials: 4", "trials: 6")
+        .replace("parallel: 2", "parallel: 4").replace("trials: 3", "trials: 6")
     hourly = catalog_for(world.settings).price_per_hour("v3-8", "spot", A)
     projected = 0.002 * hourly  # expected_hours x the node's price
     world.start(world.sweep_file(sweep, text + f"budget_usd: {3.5 * projected}\n"))
@@ -296,8 +299,8 @@ def test_sweep_status_json_matches_its_table(world: World, uninterrupted: SweepS
         assert trial["state"] in row and str(trial["step"]) in row
         if trial["value"] is not None:
             assert f"{trial['value']:.4f}" in row
-    assert "trials ended" in table.stdout and "4/4" in table.stdout
-    assert poll(lambda: data["counts"]["COMPLETE"] + data["counts"]["PRUNED"] == 4, "counts")
+    assert "trials ended" in table.stdout and "3/3" in table.stdout
+    assert poll(lambda: data["counts"]["COMPLETE"] + data["counts"]["PRUNED"] == 3, "counts")
 
 
 def test_the_report_has_valid_plots_and_an_html_page_that_chromium_opens(world: World, uninterrupted: SweepStatus,

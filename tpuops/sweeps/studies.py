@@ -83,6 +83,9 @@ def _database(storage: DatabaseStorage, environ: Mapping[str, str] | None) -> Ba
     connect_args = {"password": password} if password is not None else {}
     try:
         return RDBStorage(storage.url, engine_kwargs={"connect_args": connect_args, "pool_pre_ping": True})
+    except ImportError as err:
+        raise UsageError(f"study database {storage.url}: its driver is not installed ({err.name}); "
+                         "pip install 'tpuops[postgres]' for PostgreSQL") from None
     except SQLAlchemyError as err:
         # The driver's message names host, user and database, never the password (it is not in the URL).
         first = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
