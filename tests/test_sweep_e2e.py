@@ -313,7 +313,9 @@ def test_the_report_has_valid_plots_and_an_html_page_that_chromium_opens(world: 
     data = json.loads(done.stdout)
     assert sorted(Path(f).name for f in data["files"]) == sorted(
         ["history.png", "importances.png", "parallel.png", "intermediate.png", "cost.png", "report.html"])
-    assert set(data["importances"]) == {"learning_rate", "filters"}
+    # fANOVA needs two completed trials whose objectives differ (small eval sets tie often).
+    values = {t["value"] for t in data["trials"] if t["state"] == "COMPLETE"}
+    assert set(data["importances"]) == ({"learning_rate", "filters"} if len(values) >= 2 else set())
     for name in ("history", "importances", "parallel", "intermediate", "cost"):
         path = out / f"{name}.png"
         with Image.open(path) as image:

@@ -56,7 +56,8 @@ def _importances(status: SweepStatus) -> Figure:
     ax.barh(names, [status.importances[n] for n in names], color="tab:purple")
     ax.set(title="parameter importances (fANOVA)", xlabel=f"importance for {status.metric}", xlim=(0, 1))
     if not names:
-        ax.text(0.5, 0.5, "needs two completed trials", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "needs two completed trials with different objectives", ha="center", va="center",
+                transform=ax.transAxes)
     return figure
 
 

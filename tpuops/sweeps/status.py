@@ -114,7 +114,7 @@ def param_importances(study: Any) -> dict[str, float]:
     try:
         return dict(optuna.importance.get_param_importances(
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
-    except (ValueError, RuntimeError):  # e.g. a param that never varied
+    except (ValueError, RuntimeError):  # e.g. every objective equal: "zero total variance"
         return {}
 
 
