@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tpuops.errors import UsageError
-from tpuops.sweeps.decide import RunView, SweepView, TrialView, decide, objective_of
+from tpuops.sweeps.decide import Endgame, RunView, SweepView, TrialView, decide, objective_of
 from tpuops.sweeps.spec import grid_points, load_sweep
 
 pytestmark = pytest.mark.unit
@@ -128,6 +128,22 @@ def test_spending_at_the_cap_stops_every_running_trial() -> None:
 def test_waiting_grid_points_are_not_counted_as_created() -> None:
     plan = decide(view(TrialView(0, "WAITING"), TrialView(1, "WAITING"), wanted=2))
     assert plan.launch == 2
+
+
+def test_the_endgame_promotes_the_leaders_once_the_sweep_nears_its_end() -> None:
+    rule = Endgame(leaders=1, at_budget_fraction=0.8, at_trials_fraction=0.5)
+    trials = (running(2, evals=((20, 0.6),), reported=20), running(3, evals=((20, 0.9),), reported=20))
+    early = decide(view(TrialView(0, "COMPLETE"), *trials, endgame=rule))
+    assert early.promote == []  # 1 of 4 trials ended: not yet
+    late = decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), *trials, endgame=rule))
+    assert late.promote == [3]  # the leader by its latest value
+    assert decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), *trials, endgame=rule,
+                       maximize=False)).promote == [2]
+    spent = decide(view(*trials, endgame=rule, budget_usd=10.0, spent_usd=8.5, projected_usd=0.1))
+    assert spent.promote == [3]  # 85 % of the budget spent
+    promoted = running(3, evals=((20, 0.9),), reported=20, on_demand=True)
+    assert decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), trials[0], promoted,
+                       endgame=rule)).promote == []  # the leader is on-demand already
 
 
 # -- the spec -------------------------------------------------------------------------------------

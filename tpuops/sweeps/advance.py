@@ -8,8 +8,9 @@ study exclusively, read the runs of its RUNNING trials only (finished trials cos
 2. tell trials whose runs finished;
 3. ask the pruner about running trials with new values; stop the pruned ones, then tell them PRUNED;
 4. stop what the plan stops (sweep stopped, budget reached, too many preemptions), then tell;
-5. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
-6. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
+5. endgame: move the leading trials to on-demand (record first, then the node goes at a checkpoint);
+6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
+7. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
 
 A run is stopped by finishing its controller memory (compare-and-swap, under the run's lease):
 the run pass that follows in the same reconcile pass deletes its node, which sends the agent
@@ -21,6 +22,8 @@ when the plan counts a free slot after adopting every RUNNING trial.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,14 +33,16 @@ from typing import TYPE_CHECKING, Any
 from tpuops.controller import memory as memories
 from tpuops.controller.lease import Leases
 from tpuops.cost import catalog_for, spent
-from tpuops.errors import PreconditionFailed, TpuopsError
+from tpuops.errors import NotFound, PreconditionFailed, TpuopsError
 from tpuops.jobs import read_status
+from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.store import Store
 from tpuops.sweeps import record as records
 from tpuops.sweeps import studies
-from tpuops.sweeps.decide import Plan, RunView, Stop, SweepView, TrialView, decide, tell_for
+from tpuops.sweeps.decide import Endgame, Plan, RunView, Stop, SweepView, TrialView, decide, tell_for
 from tpuops.sweeps.spec import SweepSpec
+from tpuops.tpu import TpuApi
 
 if TYPE_CHECKING:
     import optuna
@@ -54,6 +59,7 @@ class SweepPassReport:
     launched: list[str] = field(default_factory=list)  # run ids declared this pass
     told: dict[str, str] = field(default_factory=dict)  # run id -> state
     stopped: dict[str, str] = field(default_factory=dict)  # run id -> outcome
+    promoted: list[str] = field(default_factory=list)  # run ids moved to on-demand (endgame)
     ended: dict[str, str] = field(default_factory=dict)  # sweep -> outcome
     errors: dict[str, str] = field(default_factory=dict)  # sweep -> why
 
@@ -64,7 +70,9 @@ def lease_name(sweep: str) -> str:
 
 def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView | None:
     """What a trial's run shows: None when it was never declared."""
-    if not store.exists(f"runs/{run_id}/run.json"):
+    try:
+        record = json.loads(store.read_bytes(f"runs/{run_id}/run.json"))
+    except NotFound:
         return None
     memory, _ = memories.load(store, run_id)
     status = read_status(store, run_id) or {}
@@ -76,7 +84,7 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView
         final = float(value) if value is not None else None
     return RunView(finished=memory.phase == "finished", outcome=memory.outcome, reason=memory.reason or "",
                    step=int(status.get("step") or 0), evals=evals, final=final, preemptions=memory.preemptions,
-                   cost_usd=cost_usd)
+                   cost_usd=cost_usd, on_demand=record.get("capacity") == Capacity.ON_DEMAND.value)
 
 
 def stop_run(store: Store, leases: Leases, run_id: str, outcome: str, reason: str, now: float) -> bool:
@@ -97,12 +105,42 @@ def stop_run(store: Store, leases: Leases, run_id: str, outcome: str, reason: st
     return True
 
 
+def promote_run(store: Store, api: TpuApi, leases: Leases, run_id: str, now: float) -> bool:
+    """Endgame: recreate the run's node on-demand. The record changes first (what the next create asks for),
+    then the memory says the node goes on purpose, then the node is deleted (the agent checkpoints on
+    the notice) and the run pass recreates it from its checkpoint. False if this pass cannot."""
+    if not leases.acquire(run_id, now):
+        return False
+    data, generation = store.read_versioned(f"runs/{run_id}/run.json")
+    record = json.loads(data)
+    memory, memory_generation = memories.load(store, run_id)
+    if memory.phase == "finished" or record.get("capacity") == Capacity.ON_DEMAND.value:
+        return False
+    was = record["capacity"]
+    record.update(capacity=Capacity.ON_DEMAND.value, promoted_from=was)
+    try:
+        store.write_if_generation_match(f"runs/{run_id}/run.json", (json.dumps(record, indent=2) + "\n").encode(),
+                                        generation)
+        memory.deleting = True
+        memory.pending_create = None
+        memory.event(now, "promoted", f"endgame: moving from {was} to on-demand at the next checkpoint")
+        memories.save(store, run_id, memory, memory_generation)
+    except PreconditionFailed:
+        return False
+    if memory.zone:
+        with contextlib.suppress(NotFound):  # gone already: the run pass recreates it all the same
+            api.delete_node(memory.zone, run_id)
+    return True
+
+
 class SweepPass:
     """Advances every active sweep of one store; used by ``Controller.run_pass`` before it reconciles runs."""
 
     def __init__(self, settings: Settings, store: Store, ledger: Ledger, leases: Leases, *,
-                 held: set[str], progress: Callable[[str], None], environ: Mapping[str, str] | None = None) -> None:
+                 held: set[str], progress: Callable[[str], None], api: TpuApi | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
+        self.api = api
         self.store = store
         self.ledger = ledger
         self.leases = leases
@@ -141,7 +179,9 @@ class SweepPass:
             trials=tuple(views.values()), wanted=spec.trials, parallel=spec.parallel,
             max_preemptions=spec.max_preemptions, max_failures=spec.max_failures,
             objective_step=spec.objective.step, stopping=state.phase == "stopping", budget_usd=spec.budget_usd,
-            spent_usd=spent_usd, projected_usd=float(record["projected_usd"])))
+            spent_usd=spent_usd, projected_usd=float(record["projected_usd"]),
+            maximize=spec.objective.direction == "maximize",
+            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.api is not None else None))
         self._apply(name, spec, record, study, trials, views, plan, report, now)
         report.advanced.append(name)
         journal = getattr(storage, "_backend", None)
@@ -199,6 +239,12 @@ class SweepPass:
             has_values = view.reported >= 0 or any(r[0] == stop.number for r in plan.reports)
             told = tell_for(stop.number, run, spec.objective.step, has_values)
             self._tell(study, spec, trials[stop.number], told.state, told.value, told.why, told.failure, report)
+        for number in plan.promote:
+            run_id = records.trial_run_id(name, number)
+            if self.api is not None and promote_run(self.store, self.api, self.leases, run_id, now):
+                self.held.add(run_id)
+                report.promoted.append(run_id)
+                self.progress(f"sweep {name}: trial {number} promoted to on-demand (endgame)")
         for number in plan.adopt:
             self._declare(name, spec, record, study, number, report, adopted=True)
         for _ in range(plan.launch):

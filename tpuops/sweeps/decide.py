@@ -20,6 +20,9 @@ No I/O and no Optuna here, so every rule is tested without servers (``advance`` 
   what is left of the budget after what the running trials are still expected to cost.
 - Spending at or over the budget, or ``sweep stop``, stops every running trial (the node's
   deletion makes the agent checkpoint); the sweep ends once no trial runs.
+- Endgame (optional): once a set fraction of the budget is spent or of the trials has ended, the
+  leading running trials (by their latest value) still on spot or preemptible capacity are
+  promoted to on-demand, so the sweep's last results do not wait on spot capacity.
 """
 
 from __future__ import annotations
@@ -58,6 +61,15 @@ class RunView:
     """The objective from the run's final evaluation (None until it succeeded)."""
     preemptions: int = 0
     cost_usd: float = 0.0
+    on_demand: bool = False
+    """Its node is (or will be recreated as) on-demand: promoted already, or never spot."""
+
+
+@dataclass(frozen=True)
+class Endgame:
+    leaders: int
+    at_budget_fraction: float
+    at_trials_fraction: float
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,8 @@ class SweepView:
     spent_usd: float = 0.0
     projected_usd: float = 0.0
     """What one more trial is expected to cost (its node's price times the experiment's expected_hours)."""
+    maximize: bool = True
+    endgame: Endgame | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class Plan:
     tells: list[Tell] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     adopt: list[int] = field(default_factory=list)
+    promote: list[int] = field(default_factory=list)
     launch: int = 0
     waiting_reason: str | None = None
     ended: tuple[str, str] | None = None  # (completed | stopped | budget-exhausted | failed, reason)
@@ -175,6 +190,8 @@ def decide(view: SweepView) -> Plan:
             plan.prune_candidates.append(trial.number)
     failures = sum(t.failure for t in view.trials) + sum(t.failure for t in plan.tells)
     created = sum(t.state != "WAITING" for t in view.trials)
+    if not (view.stopping or over_budget):
+        plan.promote = _endgame(view, plan, running)
     blocked = _launch(view, plan, running, failures, created, over_budget)
     if running:
         return plan
@@ -205,6 +222,27 @@ def _launch(view: SweepView, plan: Plan, running: list[TrialView], failures: int
         committed += view.projected_usd
         plan.launch += 1
     return False
+
+
+def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]:
+    """The leading running trials to move to on-demand, once the sweep nears its end."""
+    rule = view.endgame
+    if rule is None:
+        return []
+    ended = sum(t.state in ("COMPLETE", "PRUNED", "FAIL") for t in view.trials) + len(plan.tells)
+    near = ended >= rule.at_trials_fraction * view.wanted or (
+        view.budget_usd is not None and view.spent_usd >= rule.at_budget_fraction * view.budget_usd)
+    if not near:
+        return []
+    stopped = {s.number for s in plan.stops}
+    scored = []
+    for trial in running:
+        if trial.run is None or trial.number in stopped or not trial.run.evals:
+            continue
+        latest = max(trial.run.evals)[1]  # the value at its highest step
+        scored.append((latest if view.maximize else -latest, trial))
+    scored.sort(key=lambda item: (-item[0], item[1].number))
+    return [t.number for _, t in scored[:rule.leaders] if t.run is not None and not t.run.on_demand]
 
 
 def _budget_text(view: SweepView) -> str:

@@ -147,6 +147,9 @@ def render_html(status: SweepStatus, images: dict[str, bytes]) -> str:
                  f"Checkpoints: <code>{e(status.best_checkpoint or '')}</code></p>") if best else \
         "<p class=best>No completed trial yet.</p>"
     budget = f" of a {format_usd(status.budget_usd)} budget" if status.budget_usd else ""
+    promoted = [t for t in status.trials if t.promoted]
+    endgame = (f"<p>Endgame: {len(promoted)} trial(s) promoted to on-demand; their on-demand nodes cost "
+               f"{e(format_usd(sum(t.on_demand_usd for t in promoted)))}.</p>") if promoted else ""
     outcome = f", {e(status.outcome)}: {e(status.reason or '')}" if status.outcome else ""
     figures = "".join(f"<figure><img alt='{name}' src='data:image/png;base64,"
                       f"{base64.b64encode(images[name]).decode()}'><figcaption>{name}</figcaption></figure>"
@@ -160,6 +163,7 @@ img{{max-width:520px}}</style></head>
 <p>{e(status.phase)}{outcome}. {len(status.trials)} of {status.wanted} trials; spent
 {e(format_usd(status.spent_usd))}{e(budget)}; objective: {e(status.direction)} {e(status.metric)}.</p>
 {best_html}
+{endgame}
 <table id=trials><thead><tr><th>trial</th><th>run</th><th>params</th><th>state</th><th>step</th>
 <th>{e(status.metric)}</th><th>preemptions</th><th>cost</th></tr></thead><tbody>{rows}</tbody></table>
 {figures}

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from tpuops.config import Settings
 from tpuops.controller import memory as memories
-from tpuops.cost import catalog_for, spent
+from tpuops.cost import catalog_for, node_cost, spent
 from tpuops.jobs import read_status
 from tpuops.ledger import Ledger
 from tpuops.store import Store
@@ -36,6 +37,10 @@ class TrialRow:
     restarts: int
     cost_usd: float
     ended: str | None
+    promoted: bool = False
+    """Moved to on-demand by the endgame."""
+    on_demand_usd: float = 0.0
+    """What its on-demand nodes cost (the price of the promotion)."""
 
 
 @dataclass
@@ -75,18 +80,22 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
     state, _ = records.load_state(store, name)
     study = studies.load_study(spec, studies.open_storage(spec, store, environ=environ))
     catalog = catalog_for(settings)
+    now = datetime.now(timezone.utc)
     rows = []
     for trial in study.get_trials(deepcopy=False):
         run_id = records.trial_run_id(name, trial.number)
         memory, _ = memories.load(store, run_id)
         status = read_status(store, run_id) or {}
+        histories = ledger.histories(settings.project, run_id=run_id)
+        on_demand = sum(node_cost(h, catalog, now).usd for h in histories if h.node.capacity == "on-demand")
+        promoted = any(e.get("kind") == "promoted" for e in memory.events)
         values = dict(sorted(trial.intermediate_values.items()))
         value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
         rows.append(TrialRow(
             number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
             step=int(status.get("step") or 0), value=value, intermediate=values, preemptions=memory.preemptions,
-            restarts=memory.crashes, cost_usd=spent(ledger, catalog, project=settings.project, run_id=run_id),
-            ended=trial.user_attrs.get("ended")))
+            restarts=memory.crashes, cost_usd=sum(node_cost(h, catalog, now).usd for h in histories),
+            ended=trial.user_attrs.get("ended"), promoted=promoted, on_demand_usd=on_demand))
     counts = Counter(row.state for row in rows)
     complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
     best = None
