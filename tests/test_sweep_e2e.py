@@ -10,7 +10,6 @@ processes) until the sweep ends, while it plays the cloud: preemptions with and 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, poll, start_tf_emulator
+from helpers import REPO, poll, tf_emulator_env
 
 from tpuops.config import Settings, load_settings
 from tpuops.controller import memory as memories
@@ -142,10 +141,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                                                     .replace("name: small", "name: long"))
     config = work / "tpuops.toml"
     config.write_text(f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n')  # a v3-8 (4 chips): $1/s
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
-               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(LEASE_TTL_S))
+    info, env = tf_emulator_env(work, config, LEASE_TTL_S)
     settings = load_settings(environ=env)
     try:
         yield World(work, info, env, settings, open_store(settings.store_root), AdminClient(info.endpoint))

@@ -12,6 +12,7 @@ from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, out_con
 if TYPE_CHECKING:
     from tpuops.sweeps.status import SweepStatus
 
+NAME = typer.Argument(..., help="Sweep name.")
 app = typer.Typer(help="Hyperparameter sweeps (Optuna) whose trials are spot TPU runs, advanced by reconcile passes.",
                   no_args_is_help=True)
 
@@ -61,7 +62,7 @@ def _print_plan(summary: dict[str, object], *, dry_run: bool) -> None:
 @app.command("status")
 def status(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="Sweep name."),
+    name: str = NAME,
     as_json: bool = JSON,
 ) -> None:
     """Trials (params, state, step, objective, preemptions, cost), progress, and spend against the budget."""
@@ -122,7 +123,7 @@ def _print_progress(result: SweepStatus) -> None:
 @app.command("stop")
 def stop(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="Sweep name."),
+    name: str = NAME,
     as_json: bool = JSON,
 ) -> None:
     """No new trials; the next pass stops the running ones (they checkpoint) and ends the sweep."""
@@ -141,7 +142,7 @@ def stop(
 @app.command("report")
 def report(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="Sweep name."),
+    name: str = NAME,
     out: Path | None = typer.Option(None, "--out", help="Write PNG plots and report.html into this folder."),
     as_json: bool = JSON,
 ) -> None:
