@@ -141,9 +141,12 @@ def test_the_endgame_promotes_the_leaders_once_the_sweep_nears_its_end() -> None
                        maximize=False)).promote == [2]
     spent = decide(view(*trials, endgame=rule, budget_usd=10.0, spent_usd=8.5, projected_usd=0.1))
     assert spent.promote == [3]  # 85 % of the budget spent
-    promoted = running(3, evals=((20, 0.9),), reported=20, on_demand=True)
-    assert decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), trials[0], promoted,
-                       endgame=rule)).promote == []  # the leader is on-demand already
+    promoted = running(3, evals=((20, 0.9),), reported=20, on_demand=True, promoted=True)
+    ended = (TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"))
+    assert decide(view(*ended, trials[0], promoted, endgame=rule)).promote == []  # one leader in all
+    assert decide(view(*ended, trials[0], endgame=rule, promoted=1)).promote == []  # ...even once it ended
+    two = Endgame(leaders=2, at_budget_fraction=0.8, at_trials_fraction=0.5)
+    assert decide(view(*ended, trials[0], promoted, endgame=two)).promote == [2]
 
 
 # -- the spec -------------------------------------------------------------------------------------

@@ -84,7 +84,8 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView
         final = float(value) if value is not None else None
     return RunView(finished=memory.phase == "finished", outcome=memory.outcome, reason=memory.reason or "",
                    step=int(status.get("step") or 0), evals=evals, final=final, preemptions=memory.preemptions,
-                   cost_usd=cost_usd, on_demand=record.get("capacity") == Capacity.ON_DEMAND.value)
+                   cost_usd=cost_usd, on_demand=record.get("capacity") == Capacity.ON_DEMAND.value,
+                   promoted="promoted_from" in record)
 
 
 def stop_run(store: Store, leases: Leases, run_id: str, outcome: str, reason: str, now: float) -> bool:
@@ -181,9 +182,12 @@ class SweepPass:
             objective_step=spec.objective.step, stopping=state.phase == "stopping", budget_usd=spec.budget_usd,
             spent_usd=spent_usd, projected_usd=float(record["projected_usd"]),
             maximize=spec.objective.direction == "maximize",
-            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.api is not None else None))
+            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.api is not None else None,
+            promoted=len(state.promoted)))
         self._apply(name, spec, record, study, trials, views, plan, report, now)
         report.advanced.append(name)
+        state.promoted = sorted({*state.promoted, *(int(r.rsplit("-t", 1)[1]) for r in report.promoted
+                                                   if r.startswith(f"{name}-t"))})
         journal = getattr(storage, "_backend", None)
         if journal is not None and hasattr(journal, "compact"):
             journal.compact()

@@ -22,7 +22,8 @@ No I/O and no Optuna here, so every rule is tested without servers (``advance`` 
   deletion makes the agent checkpoint); the sweep ends once no trial runs.
 - Endgame (optional): once a set fraction of the budget is spent or of the trials has ended, the
   leading running trials (by their latest value) still on spot or preemptible capacity are
-  promoted to on-demand, so the sweep's last results do not wait on spot capacity.
+  promoted to on-demand, ``leaders`` trials in all over the sweep, so that its last results do not
+  wait on spot capacity.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class RunView:
     cost_usd: float = 0.0
     on_demand: bool = False
     """Its node is (or will be recreated as) on-demand: promoted already, or never spot."""
+    promoted: bool = False
+    """The endgame promoted it."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class SweepView:
     """What one more trial is expected to cost (its node's price times the experiment's expected_hours)."""
     maximize: bool = True
     endgame: Endgame | None = None
+    promoted: int = 0
+    """Trials the endgame promoted so far, as the sweep's state remembers them (running or ended)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,9 @@ def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]
         latest = max(trial.run.evals)[1]  # the value at its highest step
         scored.append((latest if view.maximize else -latest, trial))
     scored.sort(key=lambda item: (-item[0], item[1].number))
-    return [t.number for _, t in scored[:rule.leaders] if t.run is not None and not t.run.on_demand]
+    promoted = max(view.promoted, sum(bool(t.run and t.run.promoted) for t in running))
+    left = max(0, rule.leaders - promoted)
+    return [t.number for _, t in scored if t.run is not None and not t.run.on_demand][:left]
 
 
 def _budget_text(view: SweepView) -> str:

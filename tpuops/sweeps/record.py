@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,6 +38,8 @@ class SweepState:
     last_pass: str | None = None
     waiting: str | None = None
     """Why the last pass launched nothing although trials were left (the budget), if it did."""
+    promoted: list[int] = field(default_factory=list)
+    """Trials the endgame moved to on-demand."""
 
     def to_bytes(self) -> bytes:
         return (json.dumps(asdict(self), indent=1, sort_keys=True) + "\n").encode()
