@@ -168,3 +168,37 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
     replayed = studies.load_study(spec.model_copy(update={"name": "replay"}),
                                   studies.open_storage(spec.model_copy(update={"name": "replay"}), replay)).get_trials()
     assert [t.params for t in replayed] == [t.params for t in trials]
+
+
+def _cli(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tpuops", *args], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_start_dry_run_writes_nothing_and_bad_input_is_one_line(world: tuple[Path, dict[str, str]]) -> None:
+    work, env = world
+    path = work / "sweeps" / "dry.yaml"
+    path.write_text(SPEC.format(name="dry", sampler="tpe", trials=4) + "budget_usd: 5\n")
+    done = _cli(work, env, "sweep", "start", str(path), "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert (plan["dry_run"], plan["trials"], plan["parallel"], plan["first_runs"]) == (True, 4, 2, ["dry-t0000",
+                                                                                                   "dry-t0001"])
+    assert plan["projected_usd_per_trial"] > 0 and plan["params"] == ["filters", "learning_rate"]
+    store = work / "home" / "store"
+    assert not (store / "sweeps").exists() and not (store / "runs").exists() and not (store / "bundles").exists()
+    for text, fragment in (
+        (SPEC.format(name="bad", sampler="tpe", trials=4).replace("parallel:", "paralell:"),
+         "unknown key 'paralell' (did you mean 'parallel'?)"),
+        (SPEC.format(name="bad", sampler="tpe", trials=4).replace("filters:", "filtres:"),
+         "'filtres' is not an hparam of digits_cnn.yaml"),
+        (SPEC.format(name="bad", sampler="tpe", trials=4) + "objective: {metric: f1}\n",
+         "objective.metric = 'f1' is not an eval metric"),
+    ):
+        path.write_text(text)
+        done = _cli(work, env, "sweep", "start", str(path))
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and fragment in lines[0], done.stderr
+        assert "Traceback" not in done.stderr and not (store / "sweeps").exists()
+    missing = _cli(work, env, "sweep", "status", "nope")
+    assert missing.returncode == 2 and "no sweep 'nope'" in missing.stderr
