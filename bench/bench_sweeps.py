@@ -67,7 +67,7 @@ def _seed_sweep(work: Path, w: Any, trials: int, running: int) -> None:
     path = work / "big.yaml"
     path.write_text(SWEEP.format(experiment=ROOT / "experiments" / "digits_cnn.yaml", trials=trials, running=running))
     plan = plan_sweep(w.settings, path, w.store, base_dir=work)
-    start_sweep(plan, w.store, w.settings, lambda _text: None)
+    start_sweep(plan, w.store, lambda _text: None)
     spec = plan.spec
     study = studies.load_study(spec, studies.open_storage(spec, w.store, exclusive=True))
     record = records.read_record(w.store, spec.name)

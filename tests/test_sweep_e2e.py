@@ -23,14 +23,13 @@ from typing import Any
 import pytest
 from helpers import REPO, poll, tf_emulator_env
 
+from tpuops import runs
 from tpuops.config import Settings, load_settings
-from tpuops.controller import memory as memories
 from tpuops.controller.reconcile import Controller
 from tpuops.cost import catalog_for, spent
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.errors import InvalidRequest
-from tpuops.jobs import read_status
 from tpuops.ledger import Ledger
 from tpuops.session import connect
 from tpuops.store import Store, open_store
@@ -150,7 +149,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _reported(world: World, run_id: str) -> float:
-    return float(read_status(world.store, run_id)["metrics"]["eval"]["accuracy"])
+    status = runs.read_status(world.store, run_id)
+    assert status is not None
+    return float(status.metrics["eval"]["accuracy"])
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +205,9 @@ def test_preempted_trials_finish_from_their_checkpoints_with_the_same_params(wor
         """Poll fast, as the test plays the cloud: preempt two trials mid-training, after a checkpoint."""
         while graces and not stop_event.is_set():
             for run_id in world.run_ids(sweep):
-                status = read_status(world.store, run_id) or {}
-                mid = (status.get("last_checkpoint_step") or 0) >= 20 and status.get("step", 0) < STEPS - 10
-                if run_id in preempted or not mid or status.get("exit_class"):
+                status = runs.read_status(world.store, run_id)
+                mid = status is not None and (status.last_checkpoint_step or 0) >= 20 and status.step < STEPS - 10
+                if run_id in preempted or not mid or status.exit_class:
                     continue
                 node = next((n for n in world.nodes(sweep) if n["name"].endswith(run_id)), None)
                 if node is None or node["state"] != "READY" or node["preempting"]:
@@ -233,10 +234,10 @@ def test_preempted_trials_finish_from_their_checkpoints_with_the_same_params(wor
     assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(3)]
     assert [t.params for t in result.trials] == [t.params for t in uninterrupted.trials]
     for run_id in preempted:
-        memory = memories.load(world.store, run_id)[0]
+        memory = runs.load_memory(world.store, run_id)[0]
         assert memory.preemptions >= 1 and memory.outcome == "succeeded"
-        status = read_status(world.store, run_id)
-        assert status["resumed_from_step"] and status["attempt"] >= 2
+        status = runs.read_status(world.store, run_id)
+        assert status is not None and status.resumed_from_step and status.attempt >= 2
     by_run = {t.run_id: t for t in result.trials}
     assert all(by_run[r].preemptions >= 1 and sorted(by_run[r].intermediate)[-1] == STEPS for r in preempted)
     assert world.nodes(sweep) == []
@@ -256,7 +257,7 @@ def test_a_clearly_bad_trial_is_pruned_and_loses_its_node(world: World) -> None:
     assert [t.state for t in result.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
     bad = result.trials[2]
     assert max(bad.intermediate) < 400 and bad.step < 400 and "pruned at step" in (bad.ended or "")
-    memory = memories.load(world.store, bad.run_id)[0]
+    memory = runs.load_memory(world.store, bad.run_id)[0]
     assert memory.outcome == "pruned" and world.nodes(sweep) == []
 
 
@@ -275,7 +276,7 @@ def test_a_budget_that_fits_three_trials_runs_three_and_ends_budget_exhausted(wo
     assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(3)]
     assert {t.state for t in result.trials} <= {"PRUNED", "FAIL"}  # stopped by the cap (PRUNED if it had values)
     for trial in result.trials:
-        memory = memories.load(world.store, trial.run_id)[0]
+        memory = runs.load_memory(world.store, trial.run_id)[0]
         assert memory.outcome == "budget-exhausted"
     budget = 3.5 * projected
     burn = 3 * hourly / 3600  # $/s of three READY nodes
@@ -355,11 +356,12 @@ def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world:
     promoted = [t for t in result.trials if t.promoted]
     assert len(promoted) == 1, result.trials
     trial = promoted[0]
-    record = json.loads(world.store.read_bytes(f"runs/{trial.run_id}/run.json"))
-    assert (record["capacity"], record["promoted_from"]) == ("on-demand", "spot")
+    record, memory = runs.read_record(world.store, trial.run_id), runs.load_memory(world.store, trial.run_id)[0]
+    assert (record.node.capacity, memory.capacity) == ("spot", "on-demand")  # the record stays as declared
+    assert "promoted" in [e["kind"] for e in memory.events]
     capacities = [h.node.capacity for h in Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)]
     assert capacities[0] == "spot" and capacities[-1] == "on-demand"
-    status = read_status(world.store, trial.run_id)
-    assert status["resumed_from_step"] and status["step"] == 400  # it went on from its checkpoint
+    status = runs.read_status(world.store, trial.run_id)
+    assert status is not None and status.resumed_from_step and status.step == 400  # on from its checkpoint
     assert 0 < trial.on_demand_usd < trial.cost_usd
-    assert memories.load(world.store, trial.run_id)[0].preemptions == 0  # a promotion is no preemption
+    assert runs.load_memory(world.store, trial.run_id)[0].preemptions == 0  # a promotion is no preemption

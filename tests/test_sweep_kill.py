@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+from tpuops import runs
 from tpuops.config import load_settings
-from tpuops.controller import memory as memories
 from tpuops.data.samples import digits
-from tpuops.jobs import read_record
 from tpuops.store import LocalStore
 from tpuops.sweeps import record as records
 from tpuops.sweeps import studies
@@ -74,15 +73,15 @@ def _finish_declared_runs(store: LocalStore, sweep: str) -> int:
         if not (parts[1].startswith(f"{sweep}-t") and parts[2] == "run.json"):
             continue
         run_id = parts[1]
-        memory, generation = memories.load(store, run_id)
-        if memory.phase == "finished":
+        memory, generation = runs.load_memory(store, run_id)
+        if memory.finished:
             continue
         value = _objective(json.loads(store.read_bytes(f"runs/{run_id}/spec.json"))["hparams"])
         status = {"step": 60, "exit_class": "succeeded", "metrics": {"eval": {"accuracy": value}},
                   "evals": [{"step": s, "metrics": {"accuracy": value * s / 60}} for s in (20, 40, 60)]}
         store.write_bytes(f"runs/{run_id}/status.json", json.dumps(status).encode())
-        memory.phase, memory.outcome = "finished", "succeeded"
-        memories.save(store, run_id, memory, generation)
+        memory.phase, memory.outcome = runs.RunPhase.FINISHED, runs.Outcome.SUCCEEDED
+        runs.save_memory(store, run_id, memory, generation)
         done += 1
     return done
 
@@ -104,7 +103,7 @@ def _start(work: Path, env: dict[str, str], name: str, sampler: str = "random") 
     path = work / "sweeps" / f"{name}.yaml"
     path.write_text(SPEC.format(name=name, sampler=sampler, trials=TRIALS))
     store = LocalStore(Path(settings.store_root))
-    start_sweep(plan_sweep(settings, path, store, base_dir=work), store, settings, lambda _text: None)
+    start_sweep(plan_sweep(settings, path, store, base_dir=work), store, lambda _text: None)
     return store
 
 
@@ -141,9 +140,10 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
     assert state.outcome == "completed"
     spec = SweepSpec.model_validate(records.read_record(store, sweep)["spec"])
     trials = studies.load_study(spec, studies.open_storage(spec, store)).get_trials()
-    runs = sorted({o.key.split("/")[1] for o in store.list("runs/") if o.key.endswith("/run.json")})
+    run_ids = sorted({o.key.split("/")[1] for o in store.list("runs/") if o.key.endswith("/run.json")})
     assert [t.number for t in trials] == list(range(TRIALS))
-    assert runs == [records.trial_run_id(sweep, n) for n in range(TRIALS)]
+    assert run_ids == [records.trial_run_id(sweep, n) for n in range(TRIALS)]
+    assert sorted(runs.all_run_ids(store)) == run_ids  # every trial run is indexed
     for trial in trials:
         run_id = records.trial_run_id(sweep, trial.number)
         spec_json = json.loads(store.read_bytes(f"runs/{run_id}/spec.json"))
@@ -152,7 +152,7 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
         assert trial.value == _objective(spec_json["hparams"])
         assert trial.intermediate_values == {20: pytest.approx(trial.value / 3), 40: pytest.approx(trial.value * 2 / 3),
                                              60: pytest.approx(trial.value)}
-        assert read_record(store, run_id)["sweep_id"] == sweep
+        assert runs.read_record(store, run_id).sweep == sweep
     # The same seed replays the same params, whatever the kills did to the passes.
     replay = _start(work, env, "replay")
     worker = _worker(work, env, "replay")

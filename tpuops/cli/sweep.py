@@ -25,7 +25,7 @@ def start(
     as_json: bool = JSON,
 ) -> None:
     """Declare the sweep and launch its first trials; every reconcile pass (cron, watch) advances it."""
-    from tpuops.cli.control import controller_for
+    from tpuops import api
     from tpuops.session import store
     from tpuops.sweeps.start import plan_sweep, start_sweep
 
@@ -37,12 +37,8 @@ def start(
         print_json({**summary, "dry_run": True}) if as_json else _print_plan(summary, dry_run=True)
         return
     say = (lambda _t: None) if as_json else (lambda t: err_console().print(t, markup=False, soft_wrap=True))
-    start_sweep(plan, root, settings, say)
-    controller = controller_for(settings, quiet=as_json)
-    try:
-        report = controller.run_pass()
-    finally:
-        controller.release()
+    start_sweep(plan, root, say)
+    report = api.reconcile(settings, progress=say)  # the first pass launches the first trials
     launched = report.sweeps.get("launched", [])
     if as_json:
         print_json({**summary, "launched": launched, "advanced_by": "tpuops reconcile"})

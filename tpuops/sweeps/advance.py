@@ -12,9 +12,10 @@ study exclusively, read the runs of its RUNNING trials only (finished trials cos
 6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
 7. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
 
-A run is stopped by finishing its controller memory (compare-and-swap, under the run's lease):
-the run pass that follows in the same reconcile pass deletes its node, which sends the agent
-the preemption notice, so it checkpoints on the way out. New runs get their nodes from that
+A run is stopped by finishing its controller memory (compare-and-swap, under the run's lease, then
+its index marker is rewritten so that a controller's cached copy is read again): the run pass
+that follows in the same reconcile pass deletes its node, which sends the agent the preemption
+notice, so it checkpoints on the way out. New runs get their nodes from that
 same run pass. Killed at any line, the next pass redoes what is missing: the journal is written
 before the run is declared, a declared run is never declared twice, and a trial is asked only
 when the plan counts a free slot after adopting every RUNNING trial.
@@ -23,20 +24,19 @@ when the plan counts a free slot after adopting every RUNNING trial.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from tpuops.controller import memory as memories
+from tpuops import runs
 from tpuops.controller.lease import Leases
 from tpuops.cost import catalog_for, spent
-from tpuops.errors import NotFound, PreconditionFailed, TpuopsError
-from tpuops.jobs import read_status
+from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.runs import ExitClass, Memory, Outcome, RunPhase
 from tpuops.store import Store
 from tpuops.sweeps import record as records
 from tpuops.sweeps import studies
@@ -71,66 +71,80 @@ def lease_name(sweep: str) -> str:
 def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView | None:
     """What a trial's run shows: None when it was never declared."""
     try:
-        record = json.loads(store.read_bytes(f"runs/{run_id}/run.json"))
-    except NotFound:
+        record = runs.read_record(store, run_id)
+    except UsageError:
+        if runs.run_exists(store, run_id):
+            raise
         return None
-    memory, _ = memories.load(store, run_id)
-    status = read_status(store, run_id) or {}
-    evals = tuple((int(e["step"]), float(e["metrics"][metric])) for e in status.get("evals") or []
-                  if metric in (e.get("metrics") or {}))
-    final = None
-    if status.get("exit_class") == "succeeded":
-        value = (status.get("metrics") or {}).get("eval", {}).get(metric)
-        final = float(value) if value is not None else None
-    return RunView(finished=memory.phase == "finished", outcome=memory.outcome, reason=memory.reason or "",
-                   step=int(status.get("step") or 0), evals=evals, final=final, preemptions=memory.preemptions,
-                   cost_usd=cost_usd, on_demand=record.get("capacity") == Capacity.ON_DEMAND.value,
-                   promoted="promoted_from" in record)
+    memory, _ = runs.load_memory(store, run_id)
+    status = runs.read_status(store, run_id)
+    evals = tuple((point.step, point.metrics[metric]) for point in (status.evals if status else [])
+                  if metric in point.metrics)
+    final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None
+    capacity = memory.capacity or record.node.capacity
+    return RunView(finished=memory.finished, outcome=memory.outcome.value if memory.outcome else None,
+                   reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
+                   preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
+                   promoted=memory.capacity is not None)
 
 
-def stop_run(store: Store, leases: Leases, run_id: str, outcome: str, reason: str, now: float) -> bool:
-    """Finish the run's controller memory (its node is deleted by the run pass); False if this pass cannot."""
-    if not leases.acquire(run_id, now):
+def _rewrite(store: Store, leases: Leases, run_id: str, change: Callable[[Memory], bool]) -> bool:
+    """Change the run's controller memory under its lease (compare-and-swap); False if this pass cannot.
+
+    The run's index marker is rewritten after, so a controller holding a copy of the memory reads it afresh.
+    """
+    if not leases.acquire(run_id):
         return False
-    memory, generation = memories.load(store, run_id)
-    if memory.phase == "finished":
-        return False  # it ended on its own meanwhile: the next pass tells it as it ended
-    memory.phase, memory.outcome, memory.reason = "finished", outcome, reason
-    memory.pending_create = None
-    memory.deleting = True
-    memory.event(now, "finished", f"{outcome}: {reason}")
+    memory, generation = runs.load_memory(store, run_id)
+    if memory.finished or not change(memory):
+        return False
     try:
-        memories.save(store, run_id, memory, generation)
+        runs.save_memory(store, run_id, memory, generation)
     except PreconditionFailed:
         return False
+    runs.mark_active(store, run_id)
     return True
 
 
+def stop_run(store: Store, leases: Leases, run_id: str, outcome: Outcome, reason: str, now: float) -> bool:
+    """Finish the run (its node is deleted by the run pass, so the agent checkpoints on the notice).
+
+    False if this pass cannot, or the run ended on its own meanwhile (the next pass tells it as it ended).
+    """
+    def finish(memory: Memory) -> bool:
+        memory.phase, memory.outcome, memory.reason = RunPhase.FINISHED, outcome, reason
+        memory.pending_create = None
+        memory.deleting = True
+        memory.event(now, "finished", f"{outcome.value}: {reason}")
+        return True
+
+    return _rewrite(store, leases, run_id, finish)
+
+
 def promote_run(store: Store, api: TpuApi, leases: Leases, run_id: str, now: float) -> bool:
-    """Endgame: recreate the run's node on-demand. The record changes first (what the next create asks for),
-    then the memory says the node goes on purpose, then the node is deleted (the agent checkpoints on
-    the notice) and the run pass recreates it from its checkpoint. False if this pass cannot."""
-    if not leases.acquire(run_id, now):
+    """Endgame: recreate the run's node on-demand. The memory says so first (what the next create asks
+    for, and that the node goes on purpose), then the node is deleted: the agent checkpoints on the
+    notice and the run pass recreates it from its checkpoint. False if this pass cannot."""
+    record = runs.read_record(store, run_id)
+    if record.node.capacity is Capacity.ON_DEMAND:
         return False
-    data, generation = store.read_versioned(f"runs/{run_id}/run.json")
-    record = json.loads(data)
-    memory, memory_generation = memories.load(store, run_id)
-    if memory.phase == "finished" or record.get("capacity") == Capacity.ON_DEMAND.value:
-        return False
-    was = record["capacity"]
-    record.update(capacity=Capacity.ON_DEMAND.value, promoted_from=was)
-    try:
-        store.write_if_generation_match(f"runs/{run_id}/run.json", (json.dumps(record, indent=2) + "\n").encode(),
-                                        generation)
+
+    def promote(memory: Memory) -> bool:
+        if memory.capacity is not None:
+            return False
+        memory.capacity = Capacity.ON_DEMAND
         memory.deleting = True
         memory.pending_create = None
-        memory.event(now, "promoted", f"endgame: moving from {was} to on-demand at the next checkpoint")
-        memories.save(store, run_id, memory, memory_generation)
-    except PreconditionFailed:
+        memory.event(now, "promoted", f"endgame: moving from {record.node.capacity.value} to on-demand at the next "
+                                      "checkpoint")
+        return True
+
+    if not _rewrite(store, leases, run_id, promote):
         return False
-    if memory.zone:
+    zone = runs.load_memory(store, run_id)[0].zone
+    if zone:
         with contextlib.suppress(NotFound):  # gone already: the run pass recreates it all the same
-            api.delete_node(memory.zone, run_id)
+            api.delete_node(zone, run_id)
     return True
 
 
@@ -233,7 +247,7 @@ class SweepPass:
                                                     f"({spec.objective.metric} {fresh.intermediate_values[step]:.4g})"))
         for stop in stops:
             run_id = records.trial_run_id(name, stop.number)
-            if not stop_run(self.store, self.leases, run_id, stop.outcome, stop.why, now):
+            if not stop_run(self.store, self.leases, run_id, Outcome(stop.outcome), stop.why, now):
                 continue
             self.held.add(run_id)
             report.stopped[run_id] = stop.outcome
@@ -288,7 +302,7 @@ class SweepPass:
         if frozen.user_attrs.get("run_id") != run_id:
             storage.set_trial_user_attr(trial_id, "run_id", run_id)
         params = studies.trial_params(frozen.params)
-        if records.declare_trial_run(self.store, record["template"], name, number, params):
+        if records.declare_trial_run(self.settings, self.store, record["template"], name, number, params):
             report.launched.append(run_id)
             verb = "adopted trial" if adopted else "trial"
             self.progress(f"sweep {name}: {verb} {number} -> run {run_id} {params}")

@@ -8,10 +8,10 @@
     sweeps-active/<sweep>       a marker while the sweep is unfinished: a pass lists this prefix
                                 only, so its cost does not grow with finished sweeps or their trials
 
-Trial N of sweep S is the run ``S-tNNNN``; its run spec is the template's with the trial's params
-over the experiment's hparams, its record carries ``sweep_id`` (node label, ledger rows) and
-``trial``. Declaring it is write-once: a pass that died half way through declaring is finished
-by the next one, and a run that exists is never declared again.
+Trial N of sweep S is the run ``S-tNNNN`` (``tpuops.runs``); its run spec is the template's with the
+trial's params over the experiment's hparams, its record carries ``sweep`` (node label, ledger rows).
+Declaring it is write-once: a pass that died half way through declaring is finished by the next
+one, and a run that exists is never declared again.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tpuops import runs
+from tpuops.config import Settings
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.runs import NodeSpec, RunRecord
 from tpuops.store import Store
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -116,35 +119,49 @@ def all_sweeps(store: Store) -> list[str]:
     return sorted({obj.key.split("/")[1] for obj in store.list("sweeps/") if obj.key.endswith("/sweep.json")})
 
 
-def trial_run(template: dict[str, Any], sweep: str, number: int, params: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The run spec and run record of trial ``number`` (the spec is a pure function of its inputs)."""
+def trial_run(settings: Settings, store: Store, template: dict[str, Any], sweep: str, number: int,
+              params: dict[str, Any]) -> tuple[RunRecord, dict[str, Any]]:
+    """The record and run spec of trial ``number``: the template's, renamed, with the trial's params.
+
+    The spec is a pure function of its inputs (so a repeated declare writes the same bytes); the
+    record's node request is rendered again for the trial's name, like ``jobs`` renders a run's.
+    """
+    from tpuops.jobs import job_argv
+    from tpuops.provision import plan_up
+
     run_id = trial_run_id(sweep, number)
     spec = copy.deepcopy(template["spec"])
     spec["run_id"] = run_id
     spec["hparams"] = {**spec.get("hparams", {}), **params}
-    record = copy.deepcopy(template["record"])
-    record.update(run_id=run_id, node=run_id, sweep_id=sweep, trial=number,
-                  created=datetime.now(UTC).isoformat(timespec="seconds"))
-    return _dump(spec), _dump(record)
+    base = RunRecord.model_validate(template["record"])
+    up = plan_up(settings, run_id, accelerator=base.node.accelerator, capacity=base.node.capacity,
+                 runtime=base.node.runtime, run_id=run_id, sweep_id=sweep,
+                 job=job_argv(store, base.bundle_sha256 or "", run_id, base.kind.value))
+    record = base.model_copy(update={"run_id": run_id, "node": NodeSpec.of(up.request, base.node.zones),
+                                     "created": datetime.now(UTC).isoformat(timespec="seconds"), "sweep": sweep})
+    return record, spec
 
 
-def declare_trial_run(store: Store, template: dict[str, Any], sweep: str, number: int,
+def declare_trial_run(settings: Settings, store: Store, template: dict[str, Any], sweep: str, number: int,
                       params: dict[str, Any]) -> bool:
     """Declare the trial's run unless it exists; True if this call declared it.
 
-    The spec goes first: a record is only ever written next to its spec, and the controller
-    acts only on runs with a record.
+    ``runs.declare`` writes the spec, then the record, then the index markers. A run whose record
+    exists was declared by an earlier pass, which may have died before the markers: they are
+    written again (idempotent), so the controller sees it.
     """
     run_id = trial_run_id(sweep, number)
-    spec, record = trial_run(template, sweep, number, params)
-    try:
-        store.write_if_generation_match(f"runs/{run_id}/spec.json", spec, 0)
-    except PreconditionFailed:
-        if store.read_bytes(f"runs/{run_id}/spec.json") != spec:
+    record, spec = trial_run(settings, store, template, sweep, number, params)
+    if runs.run_exists(store, run_id):
+        if store.read_bytes(runs.spec_key(run_id)) != (json.dumps(spec, indent=2) + "\n").encode():
             raise TpuopsError(f"run {run_id} exists with other parameters than trial {number} of "
-                              f"sweep {sweep}: refusing to adopt it") from None
-    try:
-        store.write_if_generation_match(f"runs/{run_id}/run.json", record, 0)
-    except PreconditionFailed:
+                              f"sweep {sweep}: refusing to adopt it")
+        store.write_bytes(runs.layout.INDEX_RUNS + run_id, b"")
+        if not runs.load_memory(store, run_id)[0].finished:
+            runs.mark_active(store, run_id)
         return False
+    try:
+        runs.declare(store, record, spec)
+    except UsageError as err:  # a spec with other bytes: never adopt a run of other params
+        raise TpuopsError(f"run {run_id}: {err}") from None
     return True

@@ -12,10 +12,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tpuops import runs
 from tpuops.config import Settings
-from tpuops.controller import memory as memories
 from tpuops.cost import catalog_for, node_cost, spent
-from tpuops.jobs import read_status
 from tpuops.ledger import Ledger
 from tpuops.store import Store
 from tpuops.sweeps import record as records
@@ -84,16 +83,16 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
     rows = []
     for trial in study.get_trials(deepcopy=False):
         run_id = records.trial_run_id(name, trial.number)
-        memory, _ = memories.load(store, run_id)
-        status = read_status(store, run_id) or {}
+        memory, _ = runs.load_memory(store, run_id)
+        status = runs.read_status(store, run_id)
         histories = ledger.histories(settings.project, run_id=run_id)
         on_demand = sum(node_cost(h, catalog, now).usd for h in histories if h.node.capacity == "on-demand")
-        promoted = any(e.get("kind") == "promoted" for e in memory.events)
+        promoted = memory.capacity is not None
         values = dict(sorted(trial.intermediate_values.items()))
         value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
         rows.append(TrialRow(
             number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
-            step=int(status.get("step") or 0), value=value, intermediate=values, preemptions=memory.preemptions,
+            step=status.step if status else 0, value=value, intermediate=values, preemptions=memory.preemptions,
             restarts=memory.crashes, cost_usd=sum(node_cost(h, catalog, now).usd for h in histories),
             ended=trial.user_attrs.get("ended"), promoted=promoted, on_demand_usd=on_demand))
     counts = Counter(row.state for row in rows)
