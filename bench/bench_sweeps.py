@@ -79,7 +79,7 @@ def _seed_sweep(work: Path, w: Any, trials: int, running: int) -> None:
         if number < trials - running:
             study.tell(trial, 0.9)
         else:
-            records.declare_trial_run(w.store, record["template"], spec.name, number,
+            records.declare_trial_run(w.settings, w.store, record["template"], spec.name, number,
                                       studies.trial_params(trial.params))
             status = {"step": 300, "attempt": 1, "phase": "training", "exit_class": None,
                       "evals": [{"step": s, "metrics": {"accuracy": 0.5}} for s in (100, 200, 300)]}
