@@ -193,5 +193,6 @@ def test_a_bad_spec_is_one_line(tmp_path: Path, text: str, fragment: str) -> Non
 
 
 def test_grids_are_enumerated_in_a_fixed_order() -> None:
+    assert grid_points({}) == []  # a sampled sweep enqueues nothing
     assert grid_points({"b": [1, 2], "a": ["x", "y"]}) == [
         {"a": "x", "b": 1}, {"a": "x", "b": 2}, {"a": "y", "b": 1}, {"a": "y", "b": 2}]

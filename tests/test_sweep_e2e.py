@@ -172,6 +172,7 @@ def test_the_digits_sweep_ends_driven_only_by_reconcile_passes(world: World, uni
     assert {t.state for t in result.trials} <= {"COMPLETE", "PRUNED"} and result.counts["COMPLETE"] >= 2
     assert world.run_ids("quiet") == [f"quiet-t000{n}" for n in range(3)]
     assert world.nodes("quiet") == []
+    assert len({trial.params["learning_rate"] for trial in result.trials}) == 3  # each trial drew its own
     for trial in result.trials:
         assert set(trial.params) == {"learning_rate", "filters"}
         spec = json.loads(world.store.read_bytes(f"runs/{trial.run_id}/spec.json"))

@@ -142,6 +142,7 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
     trials = studies.load_study(spec, studies.open_storage(spec, store)).get_trials()
     run_ids = sorted({o.key.split("/")[1] for o in store.list("runs/") if o.key.endswith("/run.json")})
     assert [t.number for t in trials] == list(range(TRIALS))
+    assert len({t.params["learning_rate"] for t in trials}) == TRIALS  # each trial drew its own
     assert run_ids == [records.trial_run_id(sweep, n) for n in range(TRIALS)]
     assert sorted(runs.all_run_ids(store)) == run_ids  # every trial run is indexed
     for trial in trials:

@@ -178,6 +178,8 @@ class SweepSpec(_Strict):
 
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every combination, in a fixed order (keys sorted, values as written): what tpuops enqueues."""
+    if not grid:
+        return []
     keys = sorted(grid)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
 

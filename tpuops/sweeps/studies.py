@@ -161,8 +161,10 @@ def load_study(spec: SweepSpec, storage: BaseStorage) -> optuna.Study:
 
 
 def ask(study: optuna.Study, spec: SweepSpec) -> optuna.trial.Trial:
-    """Ask for the next trial (an enqueued grid point first), its sampler seeded by its number."""
-    number = len(study.get_trials(deepcopy=False))
+    """Ask for the next trial (an enqueued grid point first), its sampler seeded by the number it will get."""
+    trials = study.get_trials(deepcopy=False)
+    waiting = [t.number for t in trials if t.state.name == "WAITING"]
+    number = min(waiting) if waiting else len(trials)
     study.sampler = sampler_for(spec, number)
     return study.ask(distributions(spec))
 
