@@ -33,10 +33,18 @@ $(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
 	$(TFPY) -m pip install --quiet pytest
 	touch $@
 
+# Debian packages the tests use: shellcheck, curl (required); PostgreSQL 15 (sweep study database),
+# chromium (the sweep report opened headless), cron (tpuops schedule) - their tests skip visibly without them.
 tools:
 	@command -v shellcheck >/dev/null && command -v curl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck curl >/dev/null; \
 	  else echo "shellcheck or curl is missing: sudo apt-get install shellcheck curl" >&2; exit 1; fi; }
+	@missing=""; ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v crontab >/dev/null || missing="$$missing cron"; \
+	  if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  elif [ -n "$$missing" ]; then echo "missing:$$missing (sudo apt-get install$$missing); their tests skip" >&2; fi
 
 lint: setup
 	$(VENV)/bin/ruff check .

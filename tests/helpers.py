@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,16 @@ def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: float = 20.0
+                    ) -> tuple[EmulatorInfo, dict[str, str]]:
+    """A TF emulator under ``work/home`` and the environment a ``tpuops`` process needs to drive it fast."""
+    info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
+    return info, env
 
 
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:

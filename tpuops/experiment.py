@@ -159,11 +159,13 @@ class Experiment(_Strict):
 
 def _hint(key: str, allowed: list[str]) -> str:
     close = difflib.get_close_matches(key, allowed, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (allowed: {', '.join(allowed)})" if allowed else ""
 
 
-def _allowed_at(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = Experiment
+def _allowed_at(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
+    model = root
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
         annotation = getattr(field, "annotation", None) if field else None
@@ -174,13 +176,16 @@ def _allowed_at(loc: tuple[Any, ...]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
-def _one_line(err: ValidationError, where: str) -> str:
+def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
+    """The first problem of a spec validated against ``root``, as one line ("did you mean" for unknown keys)."""
     first = err.errors()[0]
     loc = tuple(first.get("loc", ()))
     key = ".".join(str(part) for part in loc) or "spec"
     if first.get("type") == "extra_forbidden":
-        return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc))}"
+        return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if not loc:  # a rule over several keys: the whole spec is no value to echo
+        return f"{where}: {message}"
     if first.get("type") == "missing":
         return f"{where}: {key} is required"
     if not loc:  # a rule across keys (which mode runs): the message says it all
@@ -188,19 +193,25 @@ def _one_line(err: ValidationError, where: str) -> str:
     return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"
 
 
-def load_experiment(path: Path) -> Experiment:
-    """Read and validate an experiment YAML; every problem is one ``UsageError`` line."""
+def read_yaml_mapping(path: Path, what: str, keys: str) -> dict[str, Any]:
+    """A YAML file that must hold a mapping; every problem is one ``UsageError`` line."""
     import yaml
 
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such experiment spec") from None
+        raise UsageError(f"{path}: no such {what}") from None
     except yaml.YAMLError as err:
         raise UsageError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
-        raise UsageError(f"{path}: expected a mapping of keys (model, dataset, batch, steps, ...)")
+        raise UsageError(f"{path}: expected a mapping of keys ({keys}, ...)")
+    return raw
+
+
+def load_experiment(path: Path) -> Experiment:
+    """Read and validate an experiment YAML; every problem is one ``UsageError`` line."""
+    raw = read_yaml_mapping(path, "experiment spec", "model, dataset, batch, steps")
     try:
         return Experiment.model_validate(raw)
     except ValidationError as err:
-        raise UsageError(_one_line(err, str(path))) from None
+        raise UsageError(one_line(err, str(path), Experiment)) from None

@@ -314,6 +314,12 @@ def refuse_over_budget(settings: Settings, ledger: Ledger, plan: JobPlan) -> Non
 
 def declare(plan: JobPlan, store: Store, settings: Settings, progress: Callable[[str], None]) -> None:
     """Upload data and bundle, then write the run (spec, record, index): after this the run exists."""
+    upload_inputs(plan, store, progress)
+    runs.declare(store, plan.record, plan.spec_json())
+
+
+def upload_inputs(plan: JobPlan, store: Store, progress: Callable[[str], None]) -> None:
+    """Upload the plan's local datasets and its bundle, each only once (a sweep's trials share them)."""
     from tpuops.data.upload import upload
 
     for dataset in plan.datasets:
@@ -323,7 +329,6 @@ def declare(plan: JobPlan, store: Store, settings: Settings, progress: Callable[
     if not store.exists(plan.bundle.key):
         progress(f"uploading bundle {plan.bundle.sha256[:12]} ({len(plan.bundle.data)} bytes)")
         runs.ops.put_once(store, plan.bundle.key, plan.bundle.data)
-    runs.declare(store, plan.record, plan.spec_json())
 
 
 def plan_resume(store: Store, run_id: str) -> RunRecord:

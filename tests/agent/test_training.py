@@ -33,6 +33,9 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
     assert status["resumed_from_step"] is None and status["attempt"] == 1
     assert status["device"] == "CPU" and status["global_batch"] == 32
     assert status["metrics"]["eval"]["accuracy"] >= 0.95
+    last_eval = status["evals"][-1]
+    assert last_eval["step"] == TOTAL_STEPS
+    assert last_eval["metrics"]["accuracy"] == status["metrics"]["eval"]["accuracy"]
     # keep_checkpoints=3 of the periodic ones, the last being the final step
     assert reference_run.checkpoint_steps() == [
         TOTAL_STEPS - 2 * CHECKPOINT_EVERY,

@@ -44,7 +44,12 @@ def reconcile(
                             f"{len(report.errors)} error(s)")
         for run_id, why in report.errors.items():
             err_console().print(f"{run_id}: {why}", markup=False, soft_wrap=True)
-    if report.errors:
+        sweeps = report.sweeps
+        if sweeps.get("advanced") or sweeps.get("errors"):
+            err_console().print(f"{len(sweeps['advanced'])} sweep(s) advanced: {len(sweeps['launched'])} trial(s) "
+                                f"launched, {len(sweeps['told'])} told, {len(sweeps['stopped'])} stopped, "
+                                f"{len(sweeps['errors'])} error(s)")
+    if report.errors or report.sweeps.get("errors"):
         raise typer.Exit(1)
 
 

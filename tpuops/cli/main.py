@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli import control, cost, data, doctor, emulator, init, jobs, nodes, runtime, samples
+from tpuops.cli import control, cost, data, doctor, emulator, init, jobs, nodes, runtime, samples, schedule, sweep
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
 
@@ -43,6 +43,8 @@ jobs.register(app)
 cost.register(app)
 control.register(app)
 doctor.register(app)
+sweep.register(app)
+schedule.register(app)
 app.add_typer(emulator.app, name="emulator")
 app.add_typer(runtime.app, name="runtime")
 data.app.command("sample")(samples.sample)

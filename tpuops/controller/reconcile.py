@@ -35,12 +35,13 @@ listing may predate that, and the run waits for the next pass.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -67,6 +68,7 @@ class PassReport:
     reaped: list[str] = field(default_factory=list)
     unlisted_zones: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
+    sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep pass did (tpuops.sweeps.advance)
 
 
 @dataclass
@@ -178,8 +180,14 @@ class Controller:
                                    memory, memory.to_bytes(), generation, *status)
 
     def run_pass(self, only: str | None = None, now: float | None = None) -> PassReport:
-        """One pass over every unfinished run in the store (or only ``only``, read afresh)."""
+        """One pass over every unfinished run in the store (or only ``only``, read afresh).
+
+        A full pass first advances every unfinished sweep (``tpuops.sweeps.advance``), so that the
+        trials it launches get their nodes, and the trials it stops lose theirs, in this same pass.
+        """
         report = PassReport()
+        if only is None:
+            report.sweeps = self._advance_sweeps(now)
         index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
                                  lambda run_id: self._read(run_id, index[run_id]))
@@ -334,13 +342,25 @@ class Controller:
         if seen is not None:
             seen.memory, seen.saved, seen.generation = memory, after, saved
 
+    def _advance_sweeps(self, now: float | None) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from tpuops.sweeps.advance import SweepPass
+
+        sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
+                           api=self.api)
+        return asdict(sweeps.run(now))
+
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float) -> None:
         name = record.node_name
         if action.kind is ActionKind.DELETE:
             self.api.delete_node(action.zone, name)
             return
+        request = record.node.request()
+        if memory.capacity is not None:  # moved by a sweep's endgame (the record stays as declared)
+            request = dataclasses.replace(request, capacity=memory.capacity)
         try:
-            operation = self.nodes.create(action.zone, record.node.request())
+            operation = self.nodes.create(action.zone, request)
         except AlreadyExists:
             memory.event(now, "adopted", f"{name} already exists in {action.zone}")
             return

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 from tpuops.errors import CreateResult
+from tpuops.kinds import Capacity
 from tpuops.runs.models import Outcome, RunPhase
 
 MAX_EVENTS = 500
@@ -63,6 +64,8 @@ class Memory(BaseModel):
     # The node is gone or going on purpose (we deleted it, the run finished, or no zone has capacity):
     # when it is missing, create the next one at once and count no preemption.
     deleting: bool = False
+    capacity: Capacity | None = None
+    """Set by a sweep's endgame: the next node of this run is created with this capacity, not the record's."""
     events: list[Event] = Field(default_factory=list)
 
     @property

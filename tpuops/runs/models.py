@@ -45,6 +45,10 @@ class Outcome(ValueEnum):
     CRASHED = "crashed"
     BUDGET_EXHAUSTED = "budget-exhausted"
     FAILED = "failed"  # a create request was refused (quota, permission, invalid)
+    # A sweep ended the run (tpuops.sweeps): its pruner, 'sweep stop' or the sweep's budget, too many preemptions.
+    PRUNED = "pruned"
+    STOPPED = "stopped"
+    PREEMPTED_OUT = "preempted-out"
 
     @classmethod
     def of_exit(cls, exit_class: ExitClass) -> Outcome:

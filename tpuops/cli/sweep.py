@@ -1,0 +1,176 @@
+"""``tpuops sweep start|status|stop|report|list``: hyperparameter sweeps whose trials are runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, out_console, print_json, print_table
+
+if TYPE_CHECKING:
+    from tpuops.sweeps.status import SweepStatus
+
+NAME = typer.Argument(..., help="Sweep name.")
+app = typer.Typer(help="Hyperparameter sweeps (Optuna) whose trials are spot TPU runs, advanced by reconcile passes.",
+                  no_args_is_help=True)
+
+
+@app.command("start")
+def start(
+    ctx: typer.Context,
+    spec: Path = typer.Argument(..., help="Sweep spec, e.g. sweeps/digits_lr.yaml."),
+    dry_run: bool = DRY_RUN,
+    as_json: bool = JSON,
+) -> None:
+    """Declare the sweep and launch its first trials; every reconcile pass (cron, watch) advances it."""
+    from tpuops import api
+    from tpuops.session import store
+    from tpuops.sweeps.start import plan_sweep, start_sweep
+
+    settings = load_settings(ctx)
+    root = store(settings)
+    plan = plan_sweep(settings, spec, root)
+    summary = plan.summary()
+    if dry_run:
+        print_json({**summary, "dry_run": True}) if as_json else _print_plan(summary, dry_run=True)
+        return
+    say = (lambda _t: None) if as_json else (lambda t: err_console().print(t, markup=False, soft_wrap=True))
+    start_sweep(plan, root, say)
+    report = api.reconcile(settings, progress=say)  # the first pass launches the first trials
+    launched = report.sweeps.get("launched", [])
+    if as_json:
+        print_json({**summary, "launched": launched, "advanced_by": "tpuops reconcile"})
+        return
+    _print_plan(summary, dry_run=False)
+    err_console().print(f"launched {', '.join(launched) or 'nothing yet'}. The sweep advances with every "
+                        "'tpuops reconcile' pass, from any machine sharing the store: 'tpuops schedule install' "
+                        "runs one every 5 minutes (cron), or keep 'tpuops watch' running. "
+                        f"Follow it with 'tpuops sweep status {plan.spec.name}'.", soft_wrap=True)
+
+
+def _print_plan(summary: dict[str, object], *, dry_run: bool) -> None:
+    title = f"sweep {summary['sweep']}" + (" (dry run: nothing created)" if dry_run else "")
+    print_table(title, ("setting", "value"), [(k, v) for k, v in summary.items() if k != "sweep"])
+
+
+@app.command("status")
+def status(
+    ctx: typer.Context,
+    name: str = NAME,
+    as_json: bool = JSON,
+) -> None:
+    """Trials (params, state, step, objective, preemptions, cost), progress, and spend against the budget."""
+    result = _status(ctx, name)
+    if as_json:
+        print_json(result.to_json())
+        return
+    _print_trials(result)
+    _print_progress(result)
+
+
+def _status(ctx: typer.Context, name: str, *, importances: bool = False) -> SweepStatus:
+    from tpuops.session import open_ledger, store
+    from tpuops.sweeps.status import sweep_status
+
+    settings = load_settings(ctx)
+    return sweep_status(settings, store(settings), open_ledger(settings), name, importances=importances)
+
+
+def _print_trials(result: SweepStatus) -> None:
+    from tpuops.cost import format_usd
+    from tpuops.sweeps.status import format_params
+
+    title = f"sweep {result.name}: {result.phase}" + (f", {result.outcome} ({result.reason})" if result.outcome else "")
+    print_table(title, ("trial", "run", "params", "state", "step", result.metric, "preemptions", "cost"),
+                [(r.number, r.run_id, format_params(r.params), r.state, r.step,
+                  "" if r.value is None else f"{r.value:.4f}", r.preemptions, format_usd(r.cost_usd))
+                 for r in result.trials])
+
+
+def _print_progress(result: SweepStatus) -> None:
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    from tpuops.cost import format_usd
+
+    counts = result.counts
+    ended = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
+    table = Table.grid(padding=(0, 2))
+    table.add_row("trials ended", ProgressBar(total=result.wanted, completed=ended, width=30),
+                  f"{ended}/{result.wanted}: {counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
+                  f"{counts['FAIL']} failed; {counts['RUNNING']} running")
+    if result.budget_usd:
+        used = min(result.spent_usd, result.budget_usd)
+        table.add_row("spend", ProgressBar(total=result.budget_usd, completed=used, width=30),
+                      f"{format_usd(result.spent_usd)} of {format_usd(result.budget_usd)}")
+    else:
+        table.add_row("spend", "", format_usd(result.spent_usd))
+    if result.best is not None:
+        table.add_row("best", "", f"trial {result.best.number} {result.metric}={result.best.value:.4f} "
+                                  f"({result.best_model})")
+    if result.waiting:
+        table.add_row("waiting", "", result.waiting)
+    table.add_row("last pass", "", result.last_pass or "none yet")
+    out_console().print(table)
+
+
+@app.command("stop")
+def stop(
+    ctx: typer.Context,
+    name: str = NAME,
+    as_json: bool = JSON,
+) -> None:
+    """No new trials; the next pass stops the running ones (they checkpoint) and ends the sweep."""
+    from tpuops.session import store
+    from tpuops.sweeps.record import request_stop
+
+    state = request_stop(store(load_settings(ctx)), name)
+    if as_json:
+        print_json({"sweep": name, "phase": state.phase, "outcome": state.outcome})
+    elif state.phase == "finished":
+        err_console().print(f"sweep {name} had already ended ({state.outcome})")
+    else:
+        err_console().print(f"sweep {name} is stopping: the next 'tpuops reconcile' pass stops its running trials")
+
+
+@app.command("report")
+def report(
+    ctx: typer.Context,
+    name: str = NAME,
+    out: Path | None = typer.Option(None, "--out", help="Write PNG plots and report.html into this folder."),
+    as_json: bool = JSON,
+) -> None:
+    """Trials, the best trial and its model, and plots (PNG + one self-contained HTML page)."""
+    from tpuops.sweeps.report import write_report
+
+    result = _status(ctx, name, importances=True)
+    files = write_report(result, out) if out is not None else []
+    if as_json:
+        print_json({**result.to_json(), "files": [str(f) for f in files]})
+        return
+    _print_trials(result)
+    _print_progress(result)
+    for path in files:
+        err_console().print(f"wrote {path}", markup=False)
+
+
+@app.command("list")
+def list_sweeps(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """Every sweep in the store, with its phase and outcome."""
+    from tpuops.session import store
+    from tpuops.sweeps.record import all_sweeps, load_state
+
+    root = store(load_settings(ctx))
+    rows = [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()
+                               if k in ("phase", "outcome", "last_pass")}} for name in all_sweeps(root)]
+    if as_json:
+        print_json(rows)
+    else:
+        print_table("sweeps", ("sweep", "phase", "outcome", "last pass"),
+                    [(r["sweep"], r["phase"], r["outcome"], r["last_pass"]) for r in rows])
+
+
+def register(app_: typer.Typer) -> None:
+    app_.add_typer(app, name="sweep")

@@ -1,0 +1,268 @@
+"""The rules of a sweep pass, as a pure function: what the pass saw -> what to report, tell, stop, adopt, launch.
+
+No I/O and no Optuna here, so every rule is tested without servers (``advance`` applies the plan).
+
+- A RUNNING trial without a run (a pass died between ask and declare) is adopted: its run is
+  declared under its deterministic name; it is never asked again.
+- A trial's evaluations are reported in step order above its high-water mark (the highest step
+  it has reported), so a step recomputed after a restart is reported once.
+- A finished run is told: succeeded -> COMPLETE with the objective (at ``objective_step`` or the
+  final evaluation; none reported -> FAIL); user error, crash past the restarts, a refused
+  create -> FAIL, counted against ``max_failures``; stopped by the sweep (pruned, stopped,
+  out of budget) -> PRUNED, as Optuna does for a trial ended early; too many preemptions -> FAIL,
+  not counted as a failure of the code.
+- A running trial is never told on account of a preemption: its run is recovered from its
+  checkpoint by the controller. Past ``max_preemptions`` it is stopped.
+- A running trial with new values is a pruning candidate (the pruner compares trials at equal
+  steps, so a trial late because it was preempted is not pruned for it).
+- New trials are launched up to ``parallel`` at once and ``trials`` in all, while the sweep is
+  active, failures are under ``max_failures`` and the projected cost of one more trial fits in
+  what is left of the budget after what the running trials are still expected to cost.
+- Spending at or over the budget, or ``sweep stop``, stops every running trial (the node's
+  deletion makes the agent checkpoint); the sweep ends once no trial runs.
+- Endgame (optional): once a set fraction of the budget is spent or of the trials has ended, the
+  leading running trials (by their latest value) still on spot or preemptible capacity are
+  promoted to on-demand, ``leaders`` trials in all over the sweep, so that its last results do not
+  wait on spot capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tpuops.cost import format_usd
+
+TELL_FOR_OUTCOME = {
+    "succeeded": "COMPLETE",
+    "user-error": "FAIL",
+    "crashed": "FAIL",
+    "failed": "FAIL",
+    "cancelled": "FAIL",
+    "preempted-out": "FAIL",
+    "pruned": "PRUNED",
+    "stopped": "PRUNED",
+    "budget-exhausted": "PRUNED",
+}
+FAILURES = frozenset({"user-error", "crashed", "failed"})
+"""Run outcomes that count against ``max_failures`` (preemptions and the sweep's own stops do not)."""
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the pass read of a trial's run: its controller memory and its agent status."""
+
+    finished: bool
+    outcome: str | None = None
+    reason: str = ""
+    step: int = 0
+    evals: tuple[tuple[int, float], ...] = ()
+    """(step, objective metric) of every evaluation the status holds."""
+    final: float | None = None
+    """The objective from the run's final evaluation (None until it succeeded)."""
+    preemptions: int = 0
+    cost_usd: float = 0.0
+    on_demand: bool = False
+    """Its node is (or will be recreated as) on-demand: promoted already, or never spot."""
+    promoted: bool = False
+    """The endgame promoted it."""
+
+
+@dataclass(frozen=True)
+class Endgame:
+    leaders: int
+    at_budget_fraction: float
+    at_trials_fraction: float
+
+
+@dataclass(frozen=True)
+class TrialView:
+    number: int
+    state: str  # RUNNING | WAITING | COMPLETE | PRUNED | FAIL
+    reported: int = -1
+    """The high-water mark: the highest step reported for this trial (-1: none)."""
+    failure: bool = False
+    """A FAIL counted against ``max_failures``."""
+    run: RunView | None = None
+
+
+@dataclass(frozen=True)
+class SweepView:
+    trials: tuple[TrialView, ...]
+    wanted: int
+    parallel: int
+    max_preemptions: int
+    max_failures: int
+    objective_step: int | None = None
+    stopping: bool = False
+    budget_usd: float | None = None
+    spent_usd: float = 0.0
+    projected_usd: float = 0.0
+    """What one more trial is expected to cost (its node's price times the experiment's expected_hours)."""
+    maximize: bool = True
+    endgame: Endgame | None = None
+    promoted: int = 0
+    """Trials the endgame promoted so far, as the sweep's state remembers them (running or ended)."""
+
+
+@dataclass(frozen=True)
+class Tell:
+    number: int
+    state: str  # COMPLETE | FAIL | PRUNED
+    value: float | None
+    why: str
+    failure: bool
+
+
+@dataclass(frozen=True)
+class Stop:
+    number: int
+    outcome: str  # pruned | stopped | budget-exhausted | preempted-out
+    why: str
+
+
+@dataclass
+class Plan:
+    reports: list[tuple[int, int, float]] = field(default_factory=list)  # (trial, step, value)
+    prune_candidates: list[int] = field(default_factory=list)
+    tells: list[Tell] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+    adopt: list[int] = field(default_factory=list)
+    promote: list[int] = field(default_factory=list)
+    launch: int = 0
+    waiting_reason: str | None = None
+    ended: tuple[str, str] | None = None  # (completed | stopped | budget-exhausted | failed, reason)
+
+
+def _new_values(trial: TrialView, run: RunView) -> list[tuple[int, float]]:
+    by_step: dict[int, float] = {}
+    for step, value in run.evals:
+        if step > trial.reported and math.isfinite(value):
+            by_step[step] = value  # the latest of a recomputed step
+    return sorted(by_step.items())
+
+
+def objective_of(run: RunView, objective_step: int | None) -> float | None:
+    """The value to tell for a succeeded run; None when it reported none."""
+    if objective_step is not None:
+        at = [value for step, value in run.evals if step == objective_step]
+        if at:
+            return at[-1]
+    return run.final if run.final is not None and math.isfinite(run.final) else None
+
+
+def tell_for(number: int, run: RunView, objective_step: int | None, has_values: bool) -> Tell:
+    """How a finished run is told to Optuna (see the module docstring)."""
+    outcome = run.outcome or "failed"
+    state = TELL_FOR_OUTCOME.get(outcome, "FAIL")
+    why = f"{outcome}: {run.reason}" if run.reason else outcome
+    if state == "COMPLETE":
+        value = objective_of(run, objective_step)
+        if value is None:
+            return Tell(number, "FAIL", None, "the run succeeded but reported no objective value", True)
+        return Tell(number, "COMPLETE", value, why, False)
+    if state == "PRUNED" and not has_values and outcome != "pruned":
+        return Tell(number, "FAIL", None, why, False)  # stopped before its first value: nothing to keep
+    return Tell(number, state, None, why, outcome in FAILURES)
+
+
+def decide(view: SweepView) -> Plan:
+    plan = Plan()
+    over_budget = view.budget_usd is not None and view.spent_usd >= view.budget_usd
+    running: list[TrialView] = []
+    for trial in view.trials:
+        if trial.state != "RUNNING":
+            continue
+        run = trial.run
+        if run is None:
+            plan.adopt.append(trial.number)
+            running.append(trial)
+            continue
+        values = _new_values(trial, run)
+        plan.reports.extend((trial.number, step, value) for step, value in values)
+        if run.finished:
+            plan.tells.append(tell_for(trial.number, run, view.objective_step, trial.reported >= 0 or bool(values)))
+            continue
+        running.append(trial)
+        if run.preemptions > view.max_preemptions:
+            plan.stops.append(Stop(trial.number, "preempted-out",
+                                   f"preempted {run.preemptions} times (max_preemptions {view.max_preemptions})"))
+        elif view.stopping:
+            plan.stops.append(Stop(trial.number, "stopped", "the sweep was stopped"))
+        elif over_budget:
+            plan.stops.append(Stop(trial.number, "budget-exhausted", _budget_text(view)))
+        elif values:
+            plan.prune_candidates.append(trial.number)
+    failures = sum(t.failure for t in view.trials) + sum(t.failure for t in plan.tells)
+    created = sum(t.state != "WAITING" for t in view.trials)
+    if not (view.stopping or over_budget):
+        plan.promote = _endgame(view, plan, running)
+    blocked = _launch(view, plan, running, failures, created, over_budget)
+    if running:
+        return plan
+    if plan.launch == 0:
+        plan.ended = _end(view, failures, created, over_budget or blocked)
+    return plan
+
+
+def _launch(view: SweepView, plan: Plan, running: list[TrialView], failures: int, created: int,
+            over_budget: bool) -> bool:
+    """Set ``plan.launch``; True when the budget refused a launch."""
+    if view.stopping or over_budget or failures >= view.max_failures:
+        return over_budget
+    slots = min(view.parallel - len(running), view.wanted - created)
+    if slots <= 0:
+        return False
+    if view.budget_usd is None:
+        plan.launch = slots
+        return False
+    committed = view.spent_usd + sum(max(0.0, view.projected_usd - (t.run.cost_usd if t.run else 0.0))
+                                     for t in running)
+    for _ in range(slots):
+        if committed + view.projected_usd > view.budget_usd:
+            plan.waiting_reason = (f"a trial is projected to cost {format_usd(view.projected_usd)}; "
+                                   f"{format_usd(max(0.0, view.budget_usd - committed))} of the "
+                                   f"{format_usd(view.budget_usd)} budget is left after the running trials")
+            return True
+        committed += view.projected_usd
+        plan.launch += 1
+    return False
+
+
+def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]:
+    """The leading running trials to move to on-demand, once the sweep nears its end."""
+    rule = view.endgame
+    if rule is None:
+        return []
+    ended = sum(t.state in ("COMPLETE", "PRUNED", "FAIL") for t in view.trials) + len(plan.tells)
+    near = ended >= rule.at_trials_fraction * view.wanted or (
+        view.budget_usd is not None and view.spent_usd >= rule.at_budget_fraction * view.budget_usd)
+    if not near:
+        return []
+    stopped = {s.number for s in plan.stops}
+    scored = []
+    for trial in running:
+        if trial.run is None or trial.number in stopped or not trial.run.evals:
+            continue
+        latest = max(trial.run.evals)[1]  # the value at its highest step
+        scored.append((latest if view.maximize else -latest, trial))
+    scored.sort(key=lambda item: (-item[0], item[1].number))
+    promoted = max(view.promoted, sum(bool(t.run and t.run.promoted) for t in running))
+    left = max(0, rule.leaders - promoted)
+    return [t.number for _, t in scored if t.run is not None and not t.run.on_demand][:left]
+
+
+def _budget_text(view: SweepView) -> str:
+    return f"spent {format_usd(view.spent_usd)} of the {format_usd(view.budget_usd or 0.0)} budget"
+
+
+def _end(view: SweepView, failures: int, created: int, budget: bool) -> tuple[str, str] | None:
+    if view.stopping:
+        return "stopped", "stopped by 'tpuops sweep stop'"
+    if budget:
+        return "budget-exhausted", _budget_text(view)
+    if failures >= view.max_failures:
+        return "failed", f"{failures} trials failed (max_failures {view.max_failures})"
+    if created >= view.wanted:
+        return "completed", f"all {view.wanted} trials ended"
+    return None

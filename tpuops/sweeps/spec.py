@@ -1,0 +1,206 @@
+"""Sweep specs (``sweeps/*.yaml``): validated strictly, like experiments, before anything is written.
+
+A sweep names a base experiment (a path relative to the sweep file), a search space (or a grid),
+the objective, sampler, pruner, how many trials and how many at once, and its limits. Unknown keys
+are refused with a "did you mean" hint. The same spec and seed give the same trial sequence.
+
+Invariants: ``trials >= parallel >= 1``; a grid sweep has no search space and at most as many trials
+as grid points; a database URL never carries a password (it comes from the environment or a file
+only readable by its owner, see ``studies.database_password``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tpuops.errors import UsageError
+from tpuops.experiment import one_line, read_yaml_mapping
+from tpuops.kinds import Capacity
+
+SWEEP_NAME = r"^[a-z][a-z0-9-]{0,40}$"
+"""Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FloatParam(_Strict):
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError("a log scale needs low > 0 and no step")
+        return self
+
+
+class IntParam(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+    step: int = Field(default=1, gt=0)
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.log and (self.low <= 0 or self.step != 1):
+            raise ValueError("a log scale needs low > 0 and step 1")
+        return self
+
+
+class CategoricalParam(_Strict):
+    type: Literal["categorical"]
+    choices: list[str | int | float | bool] = Field(min_length=1)
+
+
+Param = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
+
+
+class Objective(_Strict):
+    metric: str = "accuracy"
+    """An eval metric the run reports (``metrics.eval`` of its status, and its ``evals`` history)."""
+    direction: Literal["maximize", "minimize"] = "maximize"
+    step: int | None = Field(default=None, gt=0)
+    """The value at this step (its evaluation); None: at the end of the run (the final evaluation)."""
+
+
+class Sampler(_Strict):
+    type: Literal["tpe", "random", "grid"] = "tpe"
+    seed: int = 0
+    startup_trials: int = Field(default=4, ge=0)
+    """TPE only: trials sampled at random before the model-based ones."""
+
+
+class Pruner(_Strict):
+    type: Literal["none", "median", "successive-halving", "hyperband"] = "none"
+    startup_trials: int = Field(default=2, ge=0)
+    """median: no pruning until this many trials completed."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """median: no pruning of a trial before this step."""
+    min_resource: int | Literal["auto"] = "auto"
+    """successive-halving, hyperband: the first rung (in steps)."""
+    reduction_factor: int = Field(default=3, ge=2)
+
+
+class StoreStorage(_Strict):
+    kind: Literal["store"] = "store"
+
+
+class DatabaseStorage(_Strict):
+    kind: Literal["database"]
+    url: str = Field(pattern=r"^[a-z0-9+]+://")
+    """An SQLAlchemy URL without password, e.g. ``postgresql+psycopg://optuna@db.internal:5432/optuna``."""
+    password_env: str | None = "TPUOPS_SWEEP_DB_PASSWORD"
+    password_file: str | None = None
+    """A file holding the password, readable by its owner only (mode 0600)."""
+
+    @model_validator(mode="after")
+    def _no_password(self) -> DatabaseStorage:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError:
+            raise ValueError("not an SQLAlchemy URL such as postgresql+psycopg://user@host:5432/db") from None
+        if parsed.password is not None:
+            raise ValueError("the URL carries a password: remove it and give password_env or password_file")
+        return self
+
+
+Storage = Annotated[StoreStorage | DatabaseStorage, Field(discriminator="kind")]
+
+
+class Endgame(_Strict):
+    """Move the leading trials from spot to on-demand at their next checkpoint near the end of the sweep."""
+
+    leaders: int = Field(default=1, ge=1)
+    at_budget_fraction: float = Field(default=0.8, gt=0, le=1)
+    """Promote once this fraction of the budget is spent ..."""
+    at_trials_fraction: float = Field(default=0.75, gt=0, le=1)
+    """... or once this fraction of the trials has finished."""
+
+
+class SweepSpec(_Strict):
+    name: str = Field(pattern=SWEEP_NAME)
+    experiment: str
+    """The base experiment, relative to the sweep file."""
+    space: dict[str, Param] = Field(default_factory=dict)
+    grid: dict[str, list[str | int | float | bool]] = Field(default_factory=dict)
+    objective: Objective = Field(default_factory=Objective)
+    sampler: Sampler = Field(default_factory=Sampler)
+    pruner: Pruner = Field(default_factory=Pruner)
+    trials: int = Field(gt=0, le=9999)
+    parallel: int = Field(default=1, gt=0)
+    eval_every_steps: int | None = Field(default=None, gt=0)
+    """How often trials evaluate (the intermediate values the pruner sees); default: the experiment's."""
+    capacity: Capacity | None = None
+    accelerator: str | None = None
+    budget_usd: float | None = Field(default=None, gt=0)
+    storage: Storage = Field(default_factory=StoreStorage)
+    max_preemptions: int = Field(default=20, ge=0)
+    """Preemptions one trial may take (recovered from its checkpoint each time) before it is given up."""
+    max_failures: int = Field(default=3, ge=1)
+    """Failed trials (user errors, crashes past the restarts) after which the sweep launches no more."""
+    endgame: Endgame | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> SweepSpec:
+        if bool(self.space) == bool(self.grid):
+            raise ValueError("give exactly one of space (sampled) and grid (every combination)")
+        if self.grid and self.sampler.type != "grid":
+            raise ValueError("a grid needs sampler.type: grid")
+        if self.space and self.sampler.type == "grid":
+            raise ValueError("sampler.type grid needs a grid, not a space")
+        if self.grid and self.trials > len(grid_points(self.grid)):
+            raise ValueError(f"trials ({self.trials}) exceeds the {len(grid_points(self.grid))} grid points")
+        if self.parallel > self.trials:
+            raise ValueError(f"parallel ({self.parallel}) exceeds trials ({self.trials})")
+        return self
+
+    @property
+    def params(self) -> list[str]:
+        return sorted(self.grid or self.space)
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, in a fixed order (keys sorted, values as written): what tpuops enqueues."""
+    if not grid:
+        return []
+    keys = sorted(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Read and validate a sweep YAML; every problem is one ``UsageError`` line."""
+    raw = read_yaml_mapping(path, "sweep spec", "name, experiment, space, trials")
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        if tuple(first.get("loc", ()))[:1] == ("storage",) and first.get("type") != "extra_forbidden":
+            # Never echo the value: a URL given with a password must not be printed back.
+            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            raise UsageError(f"{path}: storage is not allowed: {message}") from None
+        raise UsageError(one_line(err, str(path), SweepSpec)) from None
+    if not experiment_path(path, spec).is_file():
+        raise UsageError(f"{path}: experiment = {spec.experiment!r}: no such file "
+                         f"({experiment_path(path, spec)}); it is relative to the sweep file")
+    return spec
+
+
+def experiment_path(sweep_path: Path, spec: SweepSpec) -> Path:
+    return (sweep_path.resolve().parent / spec.experiment).resolve()

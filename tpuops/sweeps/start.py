@@ -1,0 +1,90 @@
+"""``tpuops sweep start``: validate a sweep, plan its trials' run template, then declare it.
+
+Planning has no side effects (``--dry-run`` prints it). Declaring uploads the experiment's data
+and bundle once, writes the sweep's record, creates its study, enqueues a grid's points (in
+``spec.grid_points`` order) and puts the sweep on the active list: from then on every reconcile
+pass, on any machine that shares the store, advances it. The trials' runs copy the template,
+so a pass needs neither the experiment file nor the data folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tpuops import jobs
+from tpuops.config import Settings
+from tpuops.cost import catalog_for
+from tpuops.errors import UsageError
+from tpuops.store import Store
+from tpuops.sweeps import record as records
+from tpuops.sweeps import studies
+from tpuops.sweeps.spec import SweepSpec, experiment_path, grid_points, load_sweep
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    spec: SweepSpec
+    job: jobs.JobPlan
+    projected_usd: float
+    """One trial: the node's price per hour times the experiment's ``expected_hours``."""
+
+    def record(self) -> dict[str, Any]:
+        return {"spec": self.spec.model_dump(mode="json"), "projected_usd": self.projected_usd,
+                "experiment": self.job.record.spec_file,
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "template": {"spec": self.job.spec_json(), "record": self.job.record.model_dump(mode="json")}}
+
+    def summary(self) -> dict[str, Any]:
+        spec = self.spec
+        return {"sweep": spec.name, "experiment": self.job.record.spec_file, "params": spec.params,
+                "trials": spec.trials, "parallel": spec.parallel, "sampler": spec.sampler.type,
+                "pruner": spec.pruner.type, "objective": spec.objective.model_dump(),
+                "accelerator": self.job.record.node.accelerator, "capacity": self.job.record.node.capacity.value,
+                "projected_usd_per_trial": round(self.projected_usd, 6), "budget_usd": spec.budget_usd,
+                "storage": spec.storage.kind, "first_runs": [records.trial_run_id(spec.name, n)
+                                                             for n in range(spec.parallel)]}
+
+
+def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path | None = None) -> SweepPlan:
+    """Validate the sweep, its experiment and its data; compute the trials' run template. Nothing is written."""
+    spec = load_sweep(path)
+    experiment = experiment_path(path, spec)
+    job = jobs.plan_train(settings, experiment, store, run_id=records.trial_run_id(spec.name, 0),
+                          accelerator=spec.accelerator, capacity=spec.capacity, base_dir=base_dir, sweep=spec.name)
+    train = job.spec.train
+    assert train is not None
+    metrics = list(train.metrics)
+    if spec.objective.metric not in metrics:
+        raise UsageError(f"{path}: objective.metric = {spec.objective.metric!r} is not an eval metric of "
+                         f"{experiment.name} (it reports {', '.join(metrics)})")
+    if not job.spec.dataset.eval:
+        raise UsageError(f"{path}: {experiment.name} has no dataset.eval: a sweep needs evaluations to compare trials")
+    unknown = sorted(set(spec.params) - {"learning_rate", "optimizer"} - set(job.spec.hparams))
+    if unknown:
+        raise UsageError(f"{path}: {unknown[0]!r} is not an hparam of {experiment.name} "
+                         f"(it has {', '.join(sorted(job.spec.hparams))})")
+    if spec.eval_every_steps:
+        job = dataclasses.replace(job, spec=dataclasses.replace(
+            job.spec, train=dataclasses.replace(train, eval_every_steps=spec.eval_every_steps)))
+    hourly = catalog_for(settings).price_per_hour(job.up.request.accelerator, job.up.request.capacity, job.up.zones[0])
+    return SweepPlan(spec=spec, job=job, projected_usd=hourly * job.experiment.expected_hours)
+
+
+def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None]) -> None:
+    """Upload, declare the sweep, create its study (and enqueue a grid): the next pass launches trials."""
+    spec = plan.spec
+    storage = studies.open_storage(spec, store)  # fails here, before anything is written, on a bad database
+    jobs.upload_inputs(plan.job, store, progress)
+    records.declare_sweep(store, spec.name, plan.record())
+    study = studies.create_study(spec, storage)
+    for point in grid_points(spec.grid)[:spec.trials]:
+        study.enqueue_trial(point, skip_if_exists=False)
+    records.mark_active(store, spec.name)
+    progress(f"sweep {spec.name} declared: {spec.trials} trials, {spec.parallel} at a time")

@@ -1,0 +1,130 @@
+"""What a sweep looks like now: one row per trial (params, state, step, objective, preemptions, cost), totals, best.
+
+Read-only: the study is opened without the sweep's lease, runs are read from the store and
+costs from the ledger. ``sweep status`` and ``sweep report`` both render this.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuops import runs
+from tpuops.config import Settings
+from tpuops.cost import catalog_for, node_cost, spent
+from tpuops.ledger import Ledger
+from tpuops.store import Store
+from tpuops.sweeps import record as records
+from tpuops.sweeps import studies
+from tpuops.sweeps.spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    number: int
+    run_id: str
+    params: dict[str, Any]
+    state: str
+    step: int
+    value: float | None
+    """The objective told (COMPLETE), else the last intermediate value."""
+    intermediate: dict[int, float]
+    preemptions: int
+    restarts: int
+    cost_usd: float
+    ended: str | None
+    promoted: bool = False
+    """Moved to on-demand by the endgame."""
+    on_demand_usd: float = 0.0
+    """What its on-demand nodes cost (the price of the promotion)."""
+
+
+@dataclass
+class SweepStatus:
+    name: str
+    phase: str
+    outcome: str | None
+    reason: str | None
+    waiting: str | None
+    last_pass: str | None
+    passes: int
+    metric: str
+    direction: str
+    wanted: int
+    parallel: int
+    budget_usd: float | None
+    spent_usd: float
+    trials: list[TrialRow] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    best: TrialRow | None = None
+    best_model: str | None = None
+    best_checkpoint: str | None = None
+    importances: dict[str, float] = field(default_factory=dict)
+    """Optuna's fANOVA importance of each param (``sweep report`` only; needs two completed trials)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for row in out["trials"] + ([out["best"]] if out["best"] else []):
+            row["intermediate"] = {str(k): v for k, v in row["intermediate"].items()}
+        return out
+
+
+def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
+                 environ: Mapping[str, str] | None = None, *, importances: bool = False) -> SweepStatus:
+    record = records.read_record(store, name)
+    spec = SweepSpec.model_validate(record["spec"])
+    state, _ = records.load_state(store, name)
+    study = studies.load_study(spec, studies.open_storage(spec, store, environ=environ))
+    catalog = catalog_for(settings)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        run_id = records.trial_run_id(name, trial.number)
+        memory, _ = runs.load_memory(store, run_id)
+        status = runs.read_status(store, run_id)
+        histories = ledger.histories(settings.project, run_id=run_id)
+        on_demand = sum(node_cost(h, catalog, now).usd for h in histories if h.node.capacity == "on-demand")
+        promoted = memory.capacity is not None
+        values = dict(sorted(trial.intermediate_values.items()))
+        value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
+        rows.append(TrialRow(
+            number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
+            step=status.step if status else 0, value=value, intermediate=values, preemptions=memory.preemptions,
+            restarts=memory.crashes, cost_usd=sum(node_cost(h, catalog, now).usd for h in histories),
+            ended=trial.user_attrs.get("ended"), promoted=promoted, on_demand_usd=on_demand))
+    counts = Counter(row.state for row in rows)
+    complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
+    best = None
+    if complete:
+        pick = max if spec.objective.direction == "maximize" else min
+        best = pick(complete, key=lambda row: row.value or 0.0)
+    return SweepStatus(
+        name=name, phase=state.phase, outcome=state.outcome, reason=state.reason, waiting=state.waiting,
+        last_pass=state.last_pass, passes=state.passes, metric=spec.objective.metric,
+        direction=spec.objective.direction, wanted=spec.trials, parallel=spec.parallel, budget_usd=spec.budget_usd,
+        spent_usd=spent(ledger, catalog, project=settings.project, sweep_id=name), trials=rows,
+        counts={s: counts.get(s, 0) for s in ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")}, best=best,
+        best_model=store.uri_of(f"runs/{best.run_id}/model") if best else None,
+        best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None,
+        importances=param_importances(study) if importances else {})
+
+
+def param_importances(study: Any) -> dict[str, float]:
+    """fANOVA importances over the completed trials, seeded; empty when there are too few to tell."""
+    import optuna
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if len(complete) < 2:
+        return {}
+    try:
+        return dict(optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
+    except (ValueError, RuntimeError):  # e.g. every objective equal: "zero total variance"
+        return {}
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))

@@ -1,0 +1,174 @@
+"""A sweep's Optuna study: its storage (store journal or database), sampler, pruner and search space.
+
+Optuna runs on the control plane only, ask-and-tell (never ``optimize()``). The study is named
+after the sweep, so ``optuna-dashboard`` over the same database (or a journal file exported with
+``tpuops sweep report``) opens it.
+
+Determinism: the sampler is rebuilt before every ask with a seed derived from the spec's seed
+and the trial's number, so whichever pass (on whichever machine) asks for trial N, it draws the
+same parameters given the same finished trials. Grids are enumerated by tpuops and enqueued once
+(``spec.grid_points``), never left to Optuna's GridSampler.
+
+Secrets: a database password comes from the environment variable or the owner-only file the
+spec names, goes to the driver as a connect argument, and is never part of a URL, a message,
+the store or a run spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tpuops.errors import TpuopsError, TransientError, UsageError
+from tpuops.store import Store
+from tpuops.sweeps.spec import CategoricalParam, DatabaseStorage, FloatParam, SweepSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+    from optuna.storages import BaseStorage
+
+
+def journal_prefix(sweep: str) -> str:
+    return f"sweeps/{sweep}/journal"
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+
+
+def database_password(storage: DatabaseStorage, environ: Mapping[str, str] | None = None) -> str | None:
+    """The password from ``password_file`` (mode 0600 or stricter) or ``password_env``; None when neither is set."""
+    if storage.password_file:
+        path = Path(storage.password_file).expanduser()
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            raise UsageError(f"storage.password_file {path}: no such file") from None
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UsageError(f"storage.password_file {path} is readable by others "
+                             f"(mode {stat.S_IMODE(info.st_mode):o}): chmod 600 {path}")
+        return path.read_text().strip()
+    env = os.environ if environ is None else environ
+    if storage.password_env and env.get(storage.password_env):
+        return env[storage.password_env]
+    return None
+
+
+def open_storage(spec: SweepSpec, store: Store, *, exclusive: bool = False,
+                 environ: Mapping[str, str] | None = None) -> BaseStorage:
+    """The sweep's Optuna storage; ``exclusive`` when the caller holds the sweep's lease (store journal)."""
+    _quiet_optuna()
+    if isinstance(spec.storage, DatabaseStorage):
+        return _database(spec.storage, environ)
+    from optuna.storages import JournalStorage
+
+    from tpuops.sweeps.journal import StoreJournal
+
+    return JournalStorage(StoreJournal(store, journal_prefix(spec.name), exclusive=exclusive))
+
+
+def _database(storage: DatabaseStorage, environ: Mapping[str, str] | None) -> BaseStorage:
+    from optuna.storages import RDBStorage
+    from sqlalchemy.exc import SQLAlchemyError
+
+    password = database_password(storage, environ)
+    connect_args = {"password": password} if password is not None else {}
+    try:
+        return RDBStorage(storage.url, engine_kwargs={"connect_args": connect_args, "pool_pre_ping": True})
+    except ImportError as err:
+        raise UsageError(f"study database {storage.url}: its driver is not installed ({err.name}); "
+                         "pip install 'tpuops[postgres]' for PostgreSQL") from None
+    except SQLAlchemyError as err:
+        # The driver's message names host, user and database, never the password (it is not in the URL).
+        first = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
+        raise TransientError(f"study database {storage.url}: {first}") from None
+
+
+def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if spec.grid:
+        return {name: CategoricalDistribution(list(values)) for name, values in sorted(spec.grid.items())}
+    out: dict[str, BaseDistribution] = {}
+    for name, param in sorted(spec.space.items()):
+        if isinstance(param, FloatParam):
+            out[name] = FloatDistribution(param.low, param.high, log=param.log, step=param.step)
+        elif isinstance(param, CategoricalParam):
+            out[name] = CategoricalDistribution(list(param.choices))
+        else:
+            out[name] = IntDistribution(param.low, param.high, log=param.log, step=param.step)
+    return out
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The sampler seed for trial ``number``: a function of the spec's seed and the number only."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{number}".encode()).digest()[:4], "big")
+
+
+def sampler_for(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    seed = trial_seed(spec.sampler.seed, number)
+    if spec.sampler.type == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.startup_trials)
+    return optuna.samplers.RandomSampler(seed=seed)  # random; a grid's trials are enqueued, fixed
+
+
+def pruner_for(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    import optuna
+
+    pruner = spec.pruner
+    if pruner.type == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_steps)
+    if pruner.type == "successive-halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=pruner.min_resource,
+                                                      reduction_factor=pruner.reduction_factor)
+    if pruner.type == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1 if pruner.min_resource == "auto" else pruner.min_resource,
+                                              reduction_factor=pruner.reduction_factor)
+    return optuna.pruners.NopPruner()
+
+
+def create_study(spec: SweepSpec, storage: BaseStorage) -> optuna.Study:
+    """Create the sweep's study (an existing one with that name is an error: sweep names are unique)."""
+    import optuna
+    from optuna.exceptions import DuplicatedStudyError
+
+    try:
+        return optuna.create_study(storage=storage, study_name=spec.name, direction=spec.objective.direction,
+                                   sampler=sampler_for(spec, 0), pruner=pruner_for(spec))
+    except DuplicatedStudyError:
+        raise UsageError(f"a study named {spec.name!r} exists already in the sweep's storage: "
+                         "choose another sweep name") from None
+
+
+def load_study(spec: SweepSpec, storage: BaseStorage) -> optuna.Study:
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler_for(spec, 0),
+                                 pruner=pruner_for(spec))
+    except KeyError:
+        raise TpuopsError(f"sweep {spec.name}: its study is missing from its storage") from None
+
+
+def ask(study: optuna.Study, spec: SweepSpec) -> optuna.trial.Trial:
+    """Ask for the next trial (an enqueued grid point first), its sampler seeded by the number it will get."""
+    trials = study.get_trials(deepcopy=False)
+    waiting = [t.number for t in trials if t.state.name == "WAITING"]
+    number = min(waiting) if waiting else len(trials)
+    study.sampler = sampler_for(spec, number)
+    return study.ask(distributions(spec))
+
+
+def trial_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Params as the run's hparams get them (numpy scalars made plain)."""
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}
