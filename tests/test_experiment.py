@@ -58,7 +58,7 @@ def test_a_bad_spec_is_one_line_naming_the_key(tmp_path: Path, change: dict, lin
 
 def test_a_missing_key_is_named(tmp_path: Path) -> None:
     without_steps = {k: v for k, v in MINIMAL.items() if k != "steps"}
-    with pytest.raises(UsageError, match=r"spec.yaml: steps is required$"):
+    with pytest.raises(UsageError, match=r"spec.yaml: a model run needs batch and steps$"):
         load_experiment(_spec(tmp_path, without_steps))
 
 

@@ -20,9 +20,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fake_gcs import FakeGcsServer
 
 from tpuops.bundle import bootstrap_source
-from tpuops.store.fake_gcs import FakeGcsServer
 
 FAKE_AGENT = """
 import json, os, sys, time
