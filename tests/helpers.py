@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from tpuops.emulator.control import EmulatorInfo, start_background
+from tpuops.config import Settings
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background
+from tpuops.store import Store
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +40,32 @@ def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: fl
     env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
                TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
     return info, env
+
+
+@dataclass
+class TfWorld:
+    """A working directory, an emulator running real TF 2.9 and what drives it: the base of the e2e worlds."""
+
+    work: Path
+    info: EmulatorInfo
+    env: dict[str, str]
+    settings: Settings
+    store: Store
+    admin: AdminClient
+
+    def tpuops(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """``tpuops ARGS`` as a user runs it: a separate process in the working directory."""
+        return subprocess.run([sys.executable, "-m", "tpuops", *args], cwd=self.work, env=self.env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def controller(self, holder: str, **overrides: Any) -> Any:
+        """A controller of this world's store, with ``overrides`` applied to its settings."""
+        from tpuops.controller.reconcile import Controller
+        from tpuops.ledger import Ledger
+        from tpuops.session import connect
+
+        settings = self.settings.model_copy(update=overrides)
+        return Controller(settings, self.store, connect(settings), Ledger(settings.ledger_path), holder=holder)
 
 
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:

@@ -27,6 +27,18 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
     assert settings.store_root == str(tmp_path / "store")
 
 
+def test_the_vm_service_account_reaches_the_create_body(tmp_path: Path) -> None:
+    from tpuops.provision import plan_up
+
+    email = "tpuops-vm@my-project.iam.gserviceaccount.com"
+    path = _write(tmp_path, f'service_account = "{email}"\n')
+    settings = load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
+    account = plan_up(settings, "n1").request.body()["serviceAccount"]
+    assert account == {"email": email, "scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+    default = plan_up(load_settings(environ={"TPUOPS_HOME": str(tmp_path)}, config_path=None), "n1")
+    assert "email" not in default.request.body()["serviceAccount"]
+
+
 def test_precedence_env_over_file(tmp_path: Path) -> None:
     path = _write(tmp_path, 'project = "from-file"\nzones = ["europe-west4-a"]\naccelerator = "v2-8"\n')
     env = {"TPUOPS_HOME": str(tmp_path), "GOOGLE_CLOUD_PROJECT": "from-env",
@@ -53,6 +65,7 @@ def test_tpuops_env_overrides_google_cloud_project(tmp_path: Path) -> None:
         ('tpu_endpoint = "localhost:1"', "tpu_endpoint = 'localhost:1' is not allowed: expected a URL"),
         ("poll_interval_s = -1", "poll_interval_s = -1 is not allowed"),
         ("capacity = ", "not valid TOML"),
+        ('service_account = "tpuops-vm"', "service_account = 'tpuops-vm' is not allowed"),
     ],
 )
 def test_bad_values_give_one_line_naming_key_and_value(tmp_path: Path, text: str, expected: str) -> None:

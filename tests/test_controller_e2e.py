@@ -27,19 +27,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from helpers import REPO, TF_PYTHON, poll, start_tf_emulator
+from helpers import REPO, TF_PYTHON, TfWorld, poll, start_tf_emulator
 
 from tpuops import jobs, runs
-from tpuops.config import Settings, load_settings
+from tpuops.config import load_settings
 from tpuops.controller.drive import Finished, drive
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, spent
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, stop
 from tpuops.errors import InvalidRequest
 from tpuops.ledger import Ledger
-from tpuops.session import connect
-from tpuops.store import Store, open_store
+from tpuops.store import open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -89,16 +88,8 @@ def _small_spec(text: str, *, name: str, steps: int, steps_per_call: int, every_
     return replaced + "expected_hours: 0.01\n"
 
 
-@dataclass
-class World:
+class World(TfWorld):
     """A working directory with data and experiments, an emulator running real TF 2.9, and helpers."""
-
-    work: Path
-    info: EmulatorInfo
-    env: dict[str, str]
-    settings: Settings
-    store: Store
-    admin: AdminClient
 
     @property
     def small(self) -> Path:
@@ -112,10 +103,6 @@ class World:
         """
         return self.work / "experiments" / "sparse.yaml"
 
-    def tpuops(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tpuops", *args], cwd=self.work, env=self.env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
-
     def launch(self, run: str, spec: Path | None = None, *flags: str) -> None:
         """``tpuops train --detach``: declare the run and create its node in one pass."""
         done = self.tpuops("train", str(spec or self.small), "--name", run, "--detach", "--json", *flags)
@@ -127,10 +114,6 @@ class World:
         settings = self.settings.model_copy(update=overrides)
         plan = jobs.plan_train(settings, self.small, self.store, run_id=run, base_dir=self.work)
         jobs.declare(plan, self.store, settings, lambda _text: None)
-
-    def controller(self, holder: str, **overrides: Any) -> Controller:
-        settings = self.settings.model_copy(update=overrides)
-        return Controller(settings, self.store, connect(settings), Ledger(settings.ledger_path), holder=holder)
 
     def run_dir(self, run: str) -> Path:
         return self.work / "home" / "store" / "runs" / run

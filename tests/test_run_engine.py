@@ -33,6 +33,7 @@ pytestmark = pytest.mark.emulator
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tpuops-local"
 A, B, C = "us-central1-a", "us-central1-b", "us-central1-c"
+VM_ACCOUNT = f"tpuops-vm@{PROJECT}.iam.gserviceaccount.com"
 FAKE_IMAGE = """#!/bin/sh
 case "$2" in
   'import tensorflow as tf; print(tf.__version__)') echo 2.9.3 ;;
@@ -92,7 +93,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     image.chmod(0o755)
     info = start_background(work / "home" / "emulator", boot_delay_s=0.1, grace_s=1.0, image_python=str(image))
     config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{A}", "{B}"]\naccelerator = "v3-8"\ncapacity = "spot"\n\n[labels]\nteam = "ml"\n')
+    config.write_text(f'zones = ["{A}", "{B}"]\naccelerator = "v3-8"\ncapacity = "spot"\n'
+                      f'service_account = "{VM_ACCOUNT}"\n\n[labels]\nteam = "ml"\n')
     env = {"TPUOPS_HOME": str(work / "home"), "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.05",
            "TPUOPS_LEASE_TTL_S": "1"}
     try:
@@ -112,7 +114,8 @@ def test_a_preempted_run_comes_back_on_its_frozen_node_whatever_tpuops_toml_says
 
     before = world.config.read_text()
     world.config.write_text(f'zones = ["{C}", "{B}"]\naccelerator = "v2-8"\ncapacity = "preemptible"\n'
-                            f'max_run_hours = 1\n\n[labels]\nteam = "other"\n')
+                            f'max_run_hours = 1\nservice_account = "other@{PROJECT}.iam.gserviceaccount.com"\n'
+                            f'\n[labels]\nteam = "other"\n')
     try:
         later = world.controller("after-the-edit")  # 'tpuops watch' started after the edit, or on another machine
     finally:
@@ -132,6 +135,8 @@ def test_a_preempted_run_comes_back_on_its_frozen_node_whatever_tpuops_toml_says
     want = plan.record.node
     assert (info.accelerator, info.runtime, info.capacity) == (want.accelerator, want.runtime, want.capacity)
     assert info.labels == want.labels and info.labels["team"] == "ml"
+    assert want.service_account == VM_ACCOUNT
+    assert api.client.get_node(name=api.node_path(A, "frozen-1")).service_account.email == VM_ACCOUNT
     script = want.metadata["startup-script"]
     assert attribute(again, "startup-script") == script and plan.bundle.sha256 in script
     assert attribute(again, "tpuops-max-run-seconds") == want.metadata["tpuops-max-run-seconds"] == str(72 * 3600)

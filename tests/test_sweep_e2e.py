@@ -12,27 +12,24 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, poll, tf_emulator_env
+from helpers import REPO, TfWorld, poll, tf_emulator_env
 
 from tpuops import runs
-from tpuops.config import Settings, load_settings
+from tpuops.config import load_settings
 from tpuops.controller.reconcile import Controller
 from tpuops.cost import catalog_for, spent
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, stop
 from tpuops.errors import InvalidRequest
 from tpuops.ledger import Ledger
-from tpuops.session import connect
-from tpuops.store import Store, open_store
+from tpuops.store import open_store
 from tpuops.sweeps import record as records
 from tpuops.sweeps.status import SweepStatus, sweep_status
 
@@ -68,19 +65,7 @@ def _small_experiment(text: str, steps: int = STEPS, expected_hours: float = 0.0
     return text + f"expected_hours: {expected_hours}\n"
 
 
-@dataclass
-class World:
-    work: Path
-    info: EmulatorInfo
-    env: dict[str, str]
-    settings: Settings
-    store: Store
-    admin: AdminClient
-
-    def tpuops(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tpuops", *args], cwd=self.work, env=self.env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
-
+class World(TfWorld):
     def sweep_file(self, name: str, text: str) -> Path:
         path = self.work / "sweeps" / f"{name}.yaml"
         path.write_text(text)
@@ -90,10 +75,6 @@ class World:
         done = self.tpuops("sweep", "start", str(path), "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
-
-    def controller(self, holder: str, **overrides: Any) -> Controller:
-        settings = self.settings.model_copy(update=overrides)
-        return Controller(settings, self.store, connect(settings), Ledger(settings.ledger_path), holder=holder)
 
     def status(self, sweep: str) -> SweepStatus:
         return sweep_status(self.settings, self.store, Ledger(self.settings.ledger_path), sweep)

@@ -60,6 +60,8 @@ class Settings(BaseModel):
     accelerator: str = "v3-8"
     capacity: Capacity = Capacity.SPOT
     labels: dict[str, str] = Field(default_factory=dict)
+    service_account: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
+    """The account TPU VMs run as (infra/'s ``vm_service_account``); none: the project's default account."""
     tpu_endpoint: str | None = None
     tf_python: str | None = None
     """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""

@@ -103,7 +103,8 @@ def plan_up(
         metadata["tpuops-max-run-seconds"] = str(int(settings.max_run_hours * 3600))
     metadata.update(extra_metadata or {})
     request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
-                          capacity=capacity or settings.capacity, labels=labels, metadata=metadata)
+                          capacity=capacity or settings.capacity, labels=labels, metadata=metadata,
+                          service_account=settings.service_account)
     return UpPlan(request=request, zones=zones)
 
 

@@ -114,8 +114,14 @@ class NodeRequest:
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     description: str = "created by tpuops"
+    service_account: str | None = None
+    """The VM's account email; None leaves the project's default compute account."""
 
     def body(self) -> dict[str, Any]:
+        # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
+        account: dict[str, Any] = {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+        if self.service_account:
+            account["email"] = self.service_account
         scheduling: dict[str, bool] = {}
         if self.capacity is Capacity.SPOT:
             scheduling["spot"] = True
@@ -128,8 +134,7 @@ class NodeRequest:
             "schedulingConfig": scheduling,
             "labels": dict(self.labels),
             "metadata": dict(self.metadata),
-            # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
-            "serviceAccount": {"scope": ["https://www.googleapis.com/auth/cloud-platform"]},
+            "serviceAccount": account,
         }
 
     def matches(self, node: NodeInfo) -> bool:

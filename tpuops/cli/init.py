@@ -22,6 +22,7 @@ def init(
     accelerator: str | None = typer.Option(None, help="Default accelerator type, e.g. v3-8."),
     capacity: Capacity | None = typer.Option(None, help="Default capacity."),
     label: list[str] | None = typer.Option(None, "--label", help="KEY=VALUE label put on every node."),
+    service_account: str | None = typer.Option(None, help="Account the TPU VMs run as (infra's vm_service_account)."),
     tpu_endpoint: str | None = typer.Option(None, help="Cloud TPU API endpoint (e.g. an emulator)."),
     path: Path = typer.Option(Path("tpuops.toml"), "--path", help="Where to write the file."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
@@ -34,6 +35,7 @@ def init(
     if labels:
         labels_for(user_labels=labels)
     values = {"provider": provider, "project": project, "zones": zone or None, "store": store,
-              "accelerator": accelerator, "capacity": capacity, "labels": labels, "tpu_endpoint": tpu_endpoint}
+              "accelerator": accelerator, "capacity": capacity, "labels": labels,
+              "service_account": service_account, "tpu_endpoint": tpu_endpoint}
     settings = write_config(path, values, force=force)
     err_console().print(f"wrote {path} (provider {settings.provider.value}, zones {', '.join(settings.zones)})")

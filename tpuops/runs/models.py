@@ -75,17 +75,19 @@ class NodeSpec(_Doc):
     labels: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, str] = Field(default_factory=dict)
     description: str = "created by tpuops"
+    service_account: str | None = None
 
     @classmethod
     def of(cls, request: NodeRequest, zones: list[str]) -> NodeSpec:
         return cls(name=request.name, accelerator=request.accelerator, runtime=request.runtime,
                    capacity=request.capacity, zones=list(zones), labels=dict(request.labels),
-                   metadata=dict(request.metadata), description=request.description)
+                   metadata=dict(request.metadata), description=request.description,
+                   service_account=request.service_account)
 
     def request(self) -> NodeRequest:
         return NodeRequest(name=self.name, accelerator=self.accelerator, runtime=self.runtime,
                            capacity=self.capacity, labels=dict(self.labels), metadata=dict(self.metadata),
-                           description=self.description)
+                           description=self.description, service_account=self.service_account)
 
 
 class RunRecord(_Doc):
