@@ -9,6 +9,7 @@ import pytest
 from tpuops.errors import UsageError
 from tpuops.sweeps.decide import Endgame, RunView, SweepView, TrialView, decide, objective_of
 from tpuops.sweeps.spec import grid_points, load_sweep
+from tpuops.sweeps.status import lost_to_recompute
 
 pytestmark = pytest.mark.unit
 
@@ -196,3 +197,9 @@ def test_grids_are_enumerated_in_a_fixed_order() -> None:
     assert grid_points({}) == []  # a sampled sweep enqueues nothing
     assert grid_points({"b": [1, 2], "a": ["x", "y"]}) == [
         {"a": "x", "b": 1}, {"a": "x", "b": 2}, {"a": "y", "b": 1}, {"a": "y", "b": 2}]
+
+
+def test_dollars_lost_are_the_share_of_cost_spent_on_steps_trained_twice() -> None:
+    assert lost_to_recompute(3.0, step=200, recomputed=100) == pytest.approx(1.0)
+    assert lost_to_recompute(3.0, step=200, recomputed=0) == 0.0
+    assert lost_to_recompute(0.0, step=0, recomputed=0) == 0.0

@@ -31,6 +31,7 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
     assert status["exit_class"] == "succeeded" and status["exit_code"] == 0
     assert status["phase"] == "done" and status["step"] == TOTAL_STEPS
     assert status["resumed_from_step"] is None and status["attempt"] == 1
+    assert status["recomputed_steps"] == 0
     assert status["device"] == "CPU" and status["global_batch"] == 32
     assert status["metrics"]["eval"]["accuracy"] >= 0.95
     last_eval = status["evals"][-1]
@@ -52,11 +53,13 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
 
 
 def _resume(spec: Path, killed: AgentRun, reference: AgentRun, expected_step: int) -> None:
+    reached = killed.status()["step"]  # as far as the killed attempt's last status says it got
     resumed = run_agent(spec)
     assert resumed.process.returncode == 0, resumed.output
     status = resumed.status()
     assert status["exit_class"] == "succeeded" and status["attempt"] == 2
     assert status["resumed_from_step"] == expected_step
+    assert status["recomputed_steps"] == reached - expected_step >= 0
     assert f"resumed from step {expected_step}" in resumed.logs()
     assert_identical(final_tensors(killed.run_dir), final_tensors(reference.run_dir))
 

@@ -152,6 +152,7 @@ class _Reports:
         self._status = status
         self._mtime: Optional[float] = None
         self._saved: Optional[int] = None
+        self._resumed: Optional[int] = None
         self.seen = False
 
     def merge(self) -> None:
@@ -164,7 +165,11 @@ class _Reports:
         except (OSError, ValueError):  # not written yet, or replaced under us: next poll
             return
         self._mtime, self.seen = mtime, True
-        fields = {key: report[key] for key in ("step", "last_checkpoint_step", "resumed_from_step") if key in report}
+        resumed = report.get("resumed_from_step")
+        if isinstance(resumed, int) and resumed != self._resumed:  # the script restored a checkpoint
+            self._status.resumed(resumed)
+            self._resumed = resumed
+        fields = {key: report[key] for key in ("step", "last_checkpoint_step") if key in report}
         if report.get("total_steps"):
             fields["total_steps"] = report["total_steps"]
         # A new checkpoint is news for the controller (as in the built-in loop): written at once.

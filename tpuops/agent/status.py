@@ -8,6 +8,9 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  predicting | done  ("done" exactly when exit_class is set)
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
+    recomputed_steps    steps trained again over the whole run: on each resume, how far the attempt
+                 before had gone past the checkpoint resumed from (as its last status says: steps
+                 after its last write are not counted)
     last_checkpoint_step, metrics {"train": {...}, "eval": {...}, "predicted": n}
     input_wait_ms  mean time a training step waited for its batch over the last call (the
                  starvation measure: near 0 when the input pipeline keeps up), null before
@@ -29,7 +32,7 @@ import json
 import logging
 import threading
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -58,6 +61,13 @@ def previous_attempt(path: str) -> int:
     return attempt if isinstance(attempt, int) else 0
 
 
+def previous_reach(path: str) -> Tuple[int, int]:
+    """(the step the last attempt reached, the steps recomputed before it): what resuming costs again."""
+    doc = _previous(path)
+    step, recomputed = doc.get("step"), doc.get("recomputed_steps")
+    return (step if isinstance(step, int) else 0, recomputed if isinstance(recomputed, int) else 0)
+
+
 def previous_evals(path: str) -> List[Dict[str, Any]]:
     """The evaluations recorded by earlier attempts of the run (well-formed entries only)."""
     evals = _previous(path).get("evals")
@@ -74,9 +84,16 @@ class Status:
     """The in-memory status document and its writer; safe to use from several threads."""
 
     def __init__(
-        self, path: str, run_id: str, command: str, attempt: int, evals: Optional[List[Dict[str, Any]]] = None
+        self,
+        path: str,
+        run_id: str,
+        command: str,
+        attempt: int,
+        evals: Optional[List[Dict[str, Any]]] = None,
+        reach: Tuple[int, int] = (0, 0),
     ) -> None:
         self._path = path
+        self._previous_step = reach[0]
         self._lock = threading.Lock()
         now = utc_now()
         self._doc: Dict[str, Any] = {
@@ -91,6 +108,7 @@ class Status:
             "replicas": None,
             "device": None,
             "resumed_from_step": None,
+            "recomputed_steps": reach[1],
             "last_checkpoint_step": None,
             "metrics": {},
             "input_wait_ms": None,
@@ -112,6 +130,13 @@ class Status:
             self._doc.update(fields)
         if write:
             self.write()
+
+    def resumed(self, step: int) -> None:
+        """This attempt starts from the checkpoint at ``step``; the steps the last one went past it are redone."""
+        with self._lock:
+            recomputed = self._doc["recomputed_steps"] + max(0, self._previous_step - step)
+        self.update(write=True, resumed_from_step=step, step=step, last_checkpoint_step=step,
+                    recomputed_steps=recomputed)
 
     def set_phase(self, phase: str) -> None:
         """Enter a phase; phase changes are written at once."""

@@ -125,7 +125,7 @@ class _Run:
                 self.state.input_fingerprint.assign(self.user_input.fingerprint(self.train_files))
         else:
             log.info("resumed from step %d", resumed)
-            self.status.update(resumed_from_step=resumed, step=resumed, last_checkpoint_step=resumed, write=True)
+            self.status.resumed(resumed)
         if int(self.state.step.numpy()) > self.tspec.steps:
             raise UserError(f"checkpoint step {int(self.state.step.numpy())} is beyond train.steps {self.tspec.steps}")
         if self.user_input is None:

@@ -135,6 +135,7 @@ class AgentStatus(_Doc):
     replicas: int | None = None
     device: str | None = None
     resumed_from_step: int | None = None
+    recomputed_steps: int = 0
     last_checkpoint_step: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     evals: list[EvalPoint] = Field(default_factory=list)

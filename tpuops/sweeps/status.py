@@ -40,6 +40,10 @@ class TrialRow:
     """Moved to on-demand by the endgame."""
     on_demand_usd: float = 0.0
     """What its on-demand nodes cost (the price of the promotion)."""
+    recomputed_steps: int = 0
+    """Steps trained again after preemptions and crashes (the agent counts them across attempts)."""
+    lost_usd: float = 0.0
+    """The share of ``cost_usd`` those steps took, cost taken as proportional to steps trained."""
 
 
 @dataclass
@@ -88,13 +92,15 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         histories = ledger.histories(settings.project, run_id=run_id)
         on_demand = sum(node_cost(h, catalog, now).usd for h in histories if h.node.capacity == "on-demand")
         promoted = memory.capacity is not None
+        cost = sum(node_cost(h, catalog, now).usd for h in histories)
+        step, recomputed = (status.step, status.recomputed_steps) if status else (0, 0)
         values = dict(sorted(trial.intermediate_values.items()))
         value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
         rows.append(TrialRow(
             number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
-            step=status.step if status else 0, value=value, intermediate=values, preemptions=memory.preemptions,
-            restarts=memory.crashes, cost_usd=sum(node_cost(h, catalog, now).usd for h in histories),
-            ended=trial.user_attrs.get("ended"), promoted=promoted, on_demand_usd=on_demand))
+            step=step, value=value, intermediate=values, preemptions=memory.preemptions,
+            restarts=memory.crashes, cost_usd=cost, ended=trial.user_attrs.get("ended"), promoted=promoted,
+            on_demand_usd=on_demand, recomputed_steps=recomputed, lost_usd=lost_to_recompute(cost, step, recomputed)))
     counts = Counter(row.state for row in rows)
     complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
     best = None
@@ -110,6 +116,12 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         best_model=store.uri_of(f"runs/{best.run_id}/model") if best else None,
         best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None,
         importances=param_importances(study) if importances else {})
+
+
+def lost_to_recompute(cost_usd: float, step: int, recomputed: int) -> float:
+    """Dollars of ``cost_usd`` spent on steps trained twice: ``recomputed`` of ``step + recomputed`` steps."""
+    trained = step + recomputed
+    return cost_usd * recomputed / trained if trained else 0.0
 
 
 def param_importances(study: Any) -> dict[str, float]:
