@@ -25,6 +25,8 @@ from agentrun import AgentRun, run_agent
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tpuops" / "agent" / "userlib"))
 import tpuops_helper
 
+pytestmark = pytest.mark.tf
+
 PREEMPTED_EXIT = 143
 EPOCHS, STEPS_PER_EPOCH = 3, 20
 FIT = {

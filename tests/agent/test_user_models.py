@@ -16,6 +16,8 @@ from tpuops.agent.runspec import RunSpec, parse_spec
 
 from agentrun import CHECKPOINT_EVERY, TOTAL_STEPS, AgentRun, assert_identical, final_tensors, run_agent
 
+pytestmark = pytest.mark.tf
+
 PREEMPTED_EXIT = 143
 MODES: Dict[str, Dict] = {
     "compiled": {"entry_point": "testmodels:compiled_mlp", "train": {"eval_every_steps": 60}},
