@@ -10,7 +10,6 @@ from tpuops.accelerators import (
     Accelerator,
     check_runtime_version,
     default_runtime_version,
-    is_tf29_runtime,
     parse_accelerator,
     resolve_runtime_version,
 )
@@ -83,7 +82,7 @@ def test_sizes_must_be_powers_of_two_in_range(text: str) -> None:
 def test_default_runtime_version(text: str, runtime: str) -> None:
     assert default_runtime_version(text) == runtime
     assert default_runtime_version(parse_accelerator(text)) == runtime
-    assert is_tf29_runtime(runtime)
+    assert check_runtime_version(text, runtime) == runtime
 
 
 def test_runtime_names_derive_from_the_one_tf_version() -> None:
@@ -132,20 +131,6 @@ def test_fitting_and_foreign_runtimes_pass_through(text: str, runtime: str) -> N
     assert check_runtime_version(text, runtime) == runtime
 
 
-@pytest.mark.parametrize(
-    ("runtime", "expected"),
-    [
-        ("tpu-vm-tf-2.9.1", True),
-        ("tpu-vm-tf-2.9.3-pod-v4", True),
-        ("tpu-vm-tf-2.10.0", False),
-        ("tpu-vm-tf-2.9", False),
-        ("tpu-vm-tf-2.90.1", False),
-        ("tpu-vm-tf-2.9.3-v4-pod", False),
-        ("tpu-vm-pt-2.0", False),
-    ],
-)
-def test_is_tf29_runtime(runtime: str, expected: bool) -> None:
-    assert is_tf29_runtime(runtime) is expected
 
 
 def test_resolve_runtime_version() -> None:

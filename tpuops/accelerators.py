@@ -117,11 +117,6 @@ def default_runtime_version(acc: Accelerator | str) -> str:
     return _runtime_name(TF_VERSION, acc)
 
 
-def is_tf29_runtime(runtime: str) -> bool:
-    """Whether ``runtime`` names a TF 2.9 TPU VM image (any patch release, any variant)."""
-    return _TF29_RUNTIME.fullmatch(runtime) is not None
-
-
 def check_runtime_version(acc: Accelerator | str, runtime: str) -> str:
     """Reject a TF 2.9 runtime that cannot boot on ``acc``; return ``runtime`` unchanged otherwise.
 
