@@ -66,7 +66,7 @@ compat: $(VENV)/.stamp
 	done
 
 test: setup tools lint compat
-	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
+	@if command -v terraform >/dev/null; then TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
 	$(VENV)/bin/pytest -q tests
 	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 
