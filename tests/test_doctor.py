@@ -72,13 +72,13 @@ def test_emulator_stopped_fails_with_the_fix(tmp_path, monkeypatch, capsys):
 def test_missing_runtime_and_denied_permissions_and_disabled_api(running, capsys, tmp_path, monkeypatch):
     home, info = running
     config = home / "tpuops.toml"
-    config.write_text(config.read_text() + f'image_python = "{sys.executable}"\n')  # a python without TF 2.9
+    config.write_text(config.read_text() + f'tf_python = "{sys.executable}"\n')  # a python without TF 2.9
     control.AdminClient(info.endpoint).set_faults(denied_permissions=["tpu.nodes.create"],
                                                   disabled_services=["tpu.googleapis.com"],
                                                   missing_service_accounts=["tpuops-vm@tpuops-local.iam.gserviceaccount.com"])
     code, checks, _ = _doctor(capsys)
     assert code == 1
-    assert checks["data-plane"]["status"] == "FAIL" and "make setup" in checks["data-plane"]["fix"]
+    assert checks["data-plane"]["status"] == "FAIL" and "tpuops runtime install" in checks["data-plane"]["fix"]
     assert checks["permissions"]["status"] == "FAIL" and "tpu.nodes.create" in checks["permissions"]["detail"]
     assert checks["apis"]["status"] == "FAIL" and "gcloud services enable tpu.googleapis.com" in checks["apis"]["fix"]
     assert checks["vm-service-account"]["status"] == "FAIL"
@@ -102,7 +102,7 @@ def gcs_in_europe(monkeypatch: pytest.MonkeyPatch):
     """A fake-gcs-server whose buckets are in EUROPE-WEST4 (its ``-location`` flag is server-wide)."""
     import subprocess
 
-    from tpuops.store import fake_gcs
+    import fake_gcs
 
     real_popen = subprocess.Popen
     monkeypatch.setattr(fake_gcs.subprocess, "Popen",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -280,23 +279,20 @@ def check_emulator(apis: _Apis) -> Check:
 
 
 def check_data_plane(apis: _Apis) -> Check:
-    python = apis.settings.emulated_image_python
+    from tpuops.tfenv.locate import find, home_runtime, tensorflow_version
+
     status = FAIL if apis.local else WARN
-    if not python or not Path(python).exists():
-        return Check("data-plane", status, f"no TF {TF_VERSION_PREFIX} runtime found (image_python unset and no "
-                     ".venv-tf29)", "make setup, or set image_python in tpuops.toml")
-    probe = ("import importlib.metadata as m\nfor d in ('tensorflow', 'tensorflow-cpu'):\n try: print(m.version(d)); "
-             "break\n except m.PackageNotFoundError: pass")
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return Check("data-plane", status, f"{python} does not run: {err}", "make setup")
-    version = done.stdout.strip()
-    if not version.startswith(TF_VERSION_PREFIX + "."):
-        found = f"TensorFlow {version}" if version else "no TensorFlow"
-        return Check("data-plane", status, f"{python} has {found}, not {TF_VERSION_PREFIX}",
-                     "make setup (installs templates/requirements-tf29.txt)")
-    return Check("data-plane", OK, f"TensorFlow {version} in {python}")
+    found = find(apis.settings)
+    if found is None:
+        where = apis.settings.tf_python or home_runtime(apis.settings)
+        return Check("data-plane", status, f"no TF {TF_VERSION_PREFIX} runtime found ({where})",
+                     "tpuops runtime install, or set tf_python in tpuops.toml")
+    version = tensorflow_version(found.python)
+    if not version or not version.startswith(TF_VERSION_PREFIX + "."):
+        what = f"TensorFlow {version}" if version else "no TensorFlow"
+        return Check("data-plane", status, f"{found.python} has {what}, not {TF_VERSION_PREFIX}",
+                     "tpuops runtime install --force, or point tf_python at a TF 2.9 venv")
+    return Check("data-plane", OK, f"TensorFlow {version} in {found.python} ({found.source})")
 
 
 def check_store(apis: _Apis) -> list[Check]:
