@@ -130,7 +130,7 @@ def infer(
     dry_run: bool = DRY_RUN,
     as_json: bool = JSON,
 ) -> None:
-    """Batch prediction (XLA-compiled) over TFRecords on a TPU VM; sharded outputs and a manifest."""
+    """Batch prediction (XLA on a TPU) over TFRecords; sharded outputs, a manifest, finished shards kept on rerun."""
     from tpuops import api
 
     settings = load_settings(ctx)
