@@ -8,15 +8,15 @@ import pytest
 from tpuops.agent.exits import ExitClass, UserError
 from tpuops.agent.logs import ChunkedLogHandler
 from tpuops.agent.runtime import check_tensorflow
-from tpuops.agent.status import Status, previous_attempt, previous_evals
+from tpuops.agent.status import Previous, Status
 
 pytestmark = pytest.mark.tf
 
 
 def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
     path = tmp_path / "status.json"
-    assert previous_attempt(str(path)) == 0
-    status = Status(str(path), "r1", "train", attempt=previous_attempt(str(path)) + 1)
+    assert Previous(str(path)).attempt == 0
+    status = Status(str(path), "r1", "train", attempt=Previous(str(path)).attempt + 1)
     status.update(step=5, total_steps=10)
     assert not path.exists(), "progress waits for the heartbeat"
     status.set_phase("training")
@@ -25,7 +25,7 @@ def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
     final = json.loads(path.read_text())
     assert (final["phase"], final["exit_class"], final["exit_code"]) == ("done", "user-error", 3)
     assert final["traceback"] == "Traceback ..." and final["heartbeat"].endswith("+00:00")
-    assert previous_attempt(str(path)) == 1
+    assert Previous(str(path)).attempt == 1
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"], "no temporary file is left behind"
     with pytest.raises(KeyError):
         status.update(stpe=1)
@@ -60,8 +60,8 @@ def test_evals_accumulate_and_a_resumed_attempt_replaces_the_later_ones(tmp_path
     for step in (100, 200, 300):
         first.add_eval(step, {"loss": 1.0 / step})
     first.write()
-    assert previous_evals(path) == [{"step": s, "metrics": {"loss": 1.0 / s}} for s in (100, 200, 300)]
-    second = Status(path, "r1", "train", attempt=2, evals=previous_evals(path))
+    assert Previous(path).evals == [{"step": s, "metrics": {"loss": 1.0 / s}} for s in (100, 200, 300)]
+    second = Status(path, "r1", "train", attempt=2, evals=Previous(path).evals)
     second.add_eval(200, {"loss": 0.5})  # resumed from step 150: the evaluations at 200 and 300 are redone
     second.write()
-    assert [(e["step"], e["metrics"]["loss"]) for e in previous_evals(path)] == [(100, 0.01), (200, 0.5)]
+    assert [(e["step"], e["metrics"]["loss"]) for e in Previous(path).evals] == [(100, 0.01), (200, 0.5)]

@@ -25,7 +25,7 @@ from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
 from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
 from tpuops.agent.runtime import Runtime, check_tensorflow, connect
-from tpuops.agent.status import Status, Ticker, previous_attempt, previous_evals, previous_reach
+from tpuops.agent.status import Previous, Status, Ticker
 
 log = logging.getLogger("tpuops.agent")
 
@@ -65,10 +65,12 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     paths = RunPaths(spec.store_root, spec.run_id)
     chunks = ChunkedLogHandler(paths.logs)
     _start_logging(chunks)
-    attempt = attempt or previous_attempt(paths.status) + 1
-    evals = previous_evals(paths.status) if command == "train" else []
-    reach = previous_reach(paths.status) if command == "train" else (0, 0)
-    status = Status(paths.status, spec.run_id, command, attempt, evals, reach)
+    previous = Previous(paths.status)
+    attempt = attempt or previous.attempt + 1
+    if command == "train":
+        status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach)
+    else:
+        status = Status(paths.status, spec.run_id, command, attempt)
     status.write()
     tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
     for ticker in tickers:

@@ -46,38 +46,32 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _previous(path: str) -> Dict[str, Any]:
-    try:
-        with tf.io.gfile.GFile(path) as src:
-            doc = json.loads(src.read())
-    except (tf.errors.NotFoundError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+class Previous:
+    """What the last attempt's status.json hands to the next attempt, read once."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            with tf.io.gfile.GFile(path) as src:
+                doc = json.loads(src.read())
+        except (tf.errors.NotFoundError, ValueError):
+            doc = {}
+        doc = doc if isinstance(doc, dict) else {}
+        self.attempt = _count(doc, "attempt")
+        """The attempt number the last agent recorded; 0 when there was none."""
+        self.reach = (_count(doc, "step"), _count(doc, "recomputed_steps"))
+        """(the step the last attempt reached, the steps recomputed before it): what resuming costs again."""
+        evals = doc.get("evals")
+        self.evals: List[Dict[str, Any]] = [
+            e
+            for e in (evals if isinstance(evals, list) else [])
+            if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("metrics"), dict)
+        ]
+        """The evaluations recorded by earlier attempts of the run (well-formed entries only)."""
 
 
-def previous_attempt(path: str) -> int:
-    """The attempt number recorded by the last agent that wrote ``path``; 0 when there was none."""
-    attempt = _previous(path).get("attempt", 0)
-    return attempt if isinstance(attempt, int) else 0
-
-
-def previous_reach(path: str) -> Tuple[int, int]:
-    """(the step the last attempt reached, the steps recomputed before it): what resuming costs again."""
-    doc = _previous(path)
-    step, recomputed = doc.get("step"), doc.get("recomputed_steps")
-    return (step if isinstance(step, int) else 0, recomputed if isinstance(recomputed, int) else 0)
-
-
-def previous_evals(path: str) -> List[Dict[str, Any]]:
-    """The evaluations recorded by earlier attempts of the run (well-formed entries only)."""
-    evals = _previous(path).get("evals")
-    if not isinstance(evals, list):
-        return []
-    return [
-        e
-        for e in evals
-        if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("metrics"), dict)
-    ]
+def _count(doc: Dict[str, Any], key: str) -> int:
+    value = doc.get(key)
+    return value if isinstance(value, int) else 0
 
 
 class Status:
