@@ -382,8 +382,8 @@ def _preempt_at(world: World, run: str, driving: Driving, ckpts: CheckpointWatch
             wanted = not fresh or phase in ("starting", "loading")
         elif moment == "training":
             wanted = fresh and phase == "training" and (status.get("last_checkpoint_step") or 0) >= at_checkpoint
-        elif moment == "checkpoint":  # a save of ``step`` runs in the background: not yet reported as stored
-            wanted = fresh and phase == "training" and step > (status.get("last_checkpoint_step") or 0)
+        elif moment == "checkpoint":
+            wanted = fresh and phase == "checkpointing"
         else:  # teardown: the last step is done, the agent evaluates and saves the model
             wanted = fresh and step == STEPS and phase in ("evaluating", "saving")
         return wanted and world.preempt(run, grace_s)

@@ -5,9 +5,7 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
 
     run_id, command ("train" | "infer"), attempt (1, 2, ... one per agent start),
     phase        starting | loading | training | checkpointing | evaluating | saving |
-                 predicting | done  ("done" exactly when exit_class is set); checkpointing is
-                 a blocking save (on the notice, after the last step): scheduled ones run in the
-                 background while the phase stays training
+                 predicting | done  ("done" exactly when exit_class is set)
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
     recomputed_steps    steps trained again over the whole run: on each resume, how far the attempt
