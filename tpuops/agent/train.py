@@ -1,8 +1,7 @@
 """``train``: load, resume, run multi-step calls, checkpoint, evaluate, save the model.
 
-The loop only ever stops at a call boundary. Between calls it: records progress, starts a
-background checkpoint when the schedule says so (the next call runs while it is written and
-copied to the store), evaluates every ``eval_every_steps`` and checks the
+The loop only ever stops at a call boundary. Between calls it: records progress, writes a
+checkpoint when the schedule says so, evaluates every ``eval_every_steps`` and checks the
 preemption notice. Call sizes are cut so that calls end on checkpoint and eval multiples;
 the result of a step does not depend on which call ran it, so a resumed run (whose first
 call starts at the resume step) stays bit-identical to an uninterrupted one.
@@ -178,7 +177,6 @@ class _Run:
                 step=step,
                 examples_per_sec=round(size * self.global_batch / (time.monotonic() - started), 1),
                 input_wait_ms=round(1000.0 * self.steps.take_input_wait() / size, 3),
-                last_checkpoint_step=self.ckpt.stored_step,
             )
             self.status.set_metrics("train", metrics)
             _scalars(self.writer, step, "train", metrics)
@@ -187,34 +185,21 @@ class _Run:
                 self.steps.train_metrics.reset()
                 last_report = time.monotonic()
             if self.ckpt.due(step):
-                self.checkpoint(step, background=True)
+                self.checkpoint(step)
             if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
                 self.evaluate(step)
                 self.status.set_phase("training")
 
-    def checkpoint(self, step: int, background: bool = False) -> None:
-        """Save at ``step``; the status only ever names a checkpoint that is whole in the store.
-
-        A scheduled save runs in the ``background``: the loop goes on once the values are
-        snapshot, and a later status write names it once its copy has landed. The status is
-        written at once all the same, so that its step never lags behind a stored checkpoint
-        (what a resumed attempt counts as recomputed). The saves that end an attempt
-        (preemption, the last step) block until the checkpoint is stored, including one
-        already running in the background for the same step.
-        """
-        if background:
-            self.ckpt.save(step, background=True)
-            self.status.update(last_checkpoint_step=self.ckpt.stored_step, write=True)
-            return
+    def checkpoint(self, step: int) -> None:
         self.status.set_phase("checkpointing")
         self.ckpt.save(step)
-        self.status.update(last_checkpoint_step=self.ckpt.stored_step, write=True)
+        self.status.update(last_checkpoint_step=step, write=True)
         if step < self.tspec.steps:
             self.status.set_phase("training")
 
     def _stop_for_preemption(self, step: int) -> None:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
-        if step > 0:
+        if step != self.ckpt.last_step and step > 0:
             self.checkpoint(step)
         raise PreemptedExit(
             f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.last_step}"
@@ -233,7 +218,8 @@ class _Run:
     def finish(self) -> None:
         """Final checkpoint, final evaluation, SavedModel."""
         step = int(self.state.step.numpy())
-        self.checkpoint(step)
+        if self.ckpt.last_step != step:
+            self.checkpoint(step)
         self.evaluate(step)
         self.writer.flush()
         self.status.set_phase("saving")
