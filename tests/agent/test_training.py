@@ -7,7 +7,7 @@ final checkpoint (weights, optimizer slots, step, data position) must be equal b
 import shutil
 import signal
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Dict
 
 import pytest
 
@@ -44,12 +44,25 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
         TOTAL_STEPS,
     ]
     assert (reference_run.run_dir / "model" / "saved_model.pb").is_file()
+    [attempt] = status["attempts"]
+    _assert_accounted(attempt)
+    assert attempt["recomputed_s"] == 0 and attempt["productive_s"] > 0 and attempt["eval_s"] > 0
     assert list((reference_run.run_dir / "tb").glob("events.out.tfevents.*"))
     logs = reference_run.logs()
     assert "fresh start at step 0" in logs and "counted 600 training records" in logs
     assert f"eval at step {TOTAL_STEPS}" in logs
     assert final_tensors(reference_run.run_dir)["step/.ATTRIBUTES/VARIABLE_VALUE"] == TOTAL_STEPS
     assert EVAL_EXAMPLES % 32, "the eval set must end in a padded batch"
+
+
+def _assert_accounted(attempt: Dict[str, Any]) -> None:
+    """An ended attempt's segments are disjoint parts of its wall time, in the order they happen."""
+    assert attempt["started_at"] <= attempt["agent_at"] <= attempt["first_step_at"] <= attempt["ended_at"]
+    segments = sum(attempt[f"{name}_s"] for name in ("setup", "productive", "recomputed", "checkpoint", "eval", "save"))
+    assert 0 < segments <= attempt["ended_at"] - attempt["started_at"] + 0.01
+    assert attempt["setup_s"] >= attempt["first_step_at"] - attempt["started_at"]
+    assert attempt["checkpoint_s"] > 0 and attempt["save_s"] > 0
+    assert 0 <= attempt["input_wait_s"] <= attempt["productive_s"] + attempt["recomputed_s"]
 
 
 def _resume(spec: Path, killed: AgentRun, reference: AgentRun, expected_step: int) -> None:
@@ -61,6 +74,11 @@ def _resume(spec: Path, killed: AgentRun, reference: AgentRun, expected_step: in
     assert status["resumed_from_step"] == expected_step
     assert status["recomputed_steps"] == reached - expected_step >= 0
     assert f"resumed from step {expected_step}" in resumed.logs()
+    first, second = status["attempts"]
+    assert (first["attempt"], second["attempt"]) == (1, 2) and second["started_at"] >= first["agent_at"]
+    _assert_accounted(second)
+    if status["recomputed_steps"] == 0:  # redone steps in the first call count as its setup (it compiles)
+        assert second["recomputed_s"] == 0
     assert_identical(final_tensors(killed.run_dir), final_tensors(reference.run_dir))
 
 

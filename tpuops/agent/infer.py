@@ -56,6 +56,7 @@ import os
 import queue
 import re
 import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -327,6 +328,20 @@ def predict_shards(
         writer.close()
 
 
+class _Progress:
+    """Told after every prediction call: the examples done go to status, the call's time to its clock."""
+
+    def __init__(self, status: Status) -> None:
+        self._status = status
+        self._last = time.monotonic()
+
+    def __call__(self, predicted: int) -> None:
+        now = time.monotonic()
+        self._status.clock.worked(now - self._last)
+        self._last = now
+        self._status.update(metrics={"predicted": predicted})
+
+
 def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
     """Predict over ``infer.input`` and write the shards, then the manifest (see the module docstring)."""
     ispec = spec.require_infer()
@@ -352,8 +367,7 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         if runtime.on_tpu:
             batches = runtime.strategy.experimental_distribute_dataset(batches)
         call = predict_call(model, runtime.strategy, jit_compile=False)
-        predict_shards(
-            call, iter(batches), outputs, done, notice, lambda count: status.update(metrics={"predicted": count})
-        )
-    outputs.write_manifest(spec.run_id)
+        predict_shards(call, iter(batches), outputs, done, notice, _Progress(status))
+    with status.clock.timed("save"):
+        outputs.write_manifest(spec.run_id)
     log.info("wrote %d predictions in %d shard(s) under %s", outputs.total, len(outputs.names), prefix)

@@ -68,9 +68,9 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     previous = Previous(paths.status)
     attempt = attempt or previous.attempt + 1
     if command == "train":
-        status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach)
+        status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach, previous.attempts)
     else:
-        status = Status(paths.status, spec.run_id, command, attempt)
+        status = Status(paths.status, spec.run_id, command, attempt, attempts=previous.attempts)
     status.write()
     tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
     for ticker in tickers:

@@ -18,6 +18,9 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  step order, the periodic ones and the final one, carried over from earlier
                  attempts (an evaluation at a step replaces the ones at that step and later,
                  which a resumed attempt redoes); names are the model's for compiled models
+    attempts     [{...}, ...] one entry per attempt of the run, in order, carried over like evals:
+                 where its seconds went (setup, productive, recomputed, checkpoint, eval, save,
+                 input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``)
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
     exit_class   null while running, else succeeded | user-error | preempted | crashed
     exit_code, message  one line saying why (for every non-success)
@@ -38,6 +41,7 @@ import tensorflow as tf
 
 from tpuops.agent.exits import ExitClass
 from tpuops.agent.paths import write_whole
+from tpuops.agent.timing import AttemptClock
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,11 @@ class Previous:
             if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("metrics"), dict)
         ]
         """The evaluations recorded by earlier attempts of the run (well-formed entries only)."""
+        attempts = doc.get("attempts")
+        self.attempts: List[Dict[str, Any]] = [
+            a for a in (attempts if isinstance(attempts, list) else []) if isinstance(a, dict) and _count(a, "attempt")
+        ]
+        """Earlier attempts' time accounting, for the goodput of the whole run (well-formed entries only)."""
 
 
 def _count(doc: Dict[str, Any], key: str) -> int:
@@ -85,9 +94,13 @@ class Status:
         attempt: int,
         evals: Optional[List[Dict[str, Any]]] = None,
         reach: Tuple[int, int] = (0, 0),
+        attempts: Optional[List[Dict[str, Any]]] = None,
     ) -> None:
         self._path = path
         self._previous_step = reach[0]
+        self._earlier_attempts = [a for a in attempts or [] if a.get("attempt") != attempt]
+        self.clock = AttemptClock(attempt)
+        """Where this attempt's seconds go; written with every status write."""
         self._lock = threading.Lock()
         now = utc_now()
         self._doc: Dict[str, Any] = {
@@ -107,6 +120,7 @@ class Status:
             "metrics": {},
             "input_wait_ms": None,
             "evals": list(evals or []),
+            "attempts": [],
             "started": now,
             "heartbeat": now,
             "exit_class": None,
@@ -132,6 +146,11 @@ class Status:
         self.update(write=True, resumed_from_step=step, step=step, last_checkpoint_step=step,
                     recomputed_steps=recomputed)
 
+    def trained(self, first_step: int, steps: int, seconds: float, input_wait: float) -> None:
+        """A call trained ``steps`` steps after ``first_step`` in ``seconds``; the clock learns which were redone."""
+        redone = min(max(self._previous_step - first_step, 0), steps) / steps if steps else 0.0
+        self.clock.worked(seconds, redone, input_wait)
+
     def set_phase(self, phase: str) -> None:
         """Enter a phase; phase changes are written at once."""
         self.update(write=True, phase=phase)
@@ -148,6 +167,7 @@ class Status:
 
     def finish(self, exit_class: ExitClass, message: Optional[str] = None, traceback: Optional[str] = None) -> None:
         """Record how the process ends; the file is final after this."""
+        self.clock.end()
         self.update(
             write=True,
             phase="done",
@@ -160,6 +180,7 @@ class Status:
     def write(self) -> None:
         with self._lock:
             self._doc["heartbeat"] = utc_now()
+            self._doc["attempts"] = [*self._earlier_attempts, self.clock.entry()]
             text = json.dumps(self._doc, indent=1, sort_keys=True)
             # Under the lock so that two writers cannot put an older document last.
             write_whole(self._path, text)

@@ -14,7 +14,8 @@ The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics,
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
 Every evaluation is appended to status ``evals``; each call's mean input wait per step goes
-to status ``input_wait_ms``.
+to status ``input_wait_ms``; where the attempt's seconds go (calls, checkpoints, evaluations,
+the SavedModel) to the status clock (``timing``).
 """
 
 import logging
@@ -172,11 +173,13 @@ class _Run:
             started = time.monotonic()
             self.steps.train_call(iterator, tf.constant(size, tf.int64))
             metrics = self.steps.train_metrics.results()  # reading a result waits for the call
+            elapsed, waited = time.monotonic() - started, self.steps.take_input_wait()
+            self.status.trained(step, size, elapsed, waited)
             step = self.state.advance(size, self.global_batch)
             self.status.update(
                 step=step,
-                examples_per_sec=round(size * self.global_batch / (time.monotonic() - started), 1),
-                input_wait_ms=round(1000.0 * self.steps.take_input_wait() / size, 3),
+                examples_per_sec=round(size * self.global_batch / elapsed, 1),
+                input_wait_ms=round(1000.0 * waited / size, 3),
             )
             self.status.set_metrics("train", metrics)
             _scalars(self.writer, step, "train", metrics)
@@ -192,7 +195,8 @@ class _Run:
 
     def checkpoint(self, step: int) -> None:
         self.status.set_phase("checkpointing")
-        self.ckpt.save(step)
+        with self.status.clock.timed("checkpoint"):
+            self.ckpt.save(step)
         self.status.update(last_checkpoint_step=step, write=True)
         if step < self.tspec.steps:
             self.status.set_phase("training")
@@ -209,7 +213,8 @@ class _Run:
         if self.eval_data is None:
             return
         self.status.set_phase("evaluating")
-        results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
+        with self.status.clock.timed("eval"):
+            results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
         log.info("eval at step %d: %s", step, results)
         self.status.set_metrics("eval", dict(results, step=step))
         self.status.add_eval(step, results)
@@ -223,9 +228,10 @@ class _Run:
         self.evaluate(step)
         self.writer.flush()
         self.status.set_phase("saving")
-        if tf.io.gfile.exists(self.paths.model):
-            tf.io.gfile.rmtree(self.paths.model)
-        self.model.save(self.paths.model, include_optimizer=False, options=SAVE_OPTIONS)
+        with self.status.clock.timed("save"):
+            if tf.io.gfile.exists(self.paths.model):
+                tf.io.gfile.rmtree(self.paths.model)
+            self.model.save(self.paths.model, include_optimizer=False, options=SAVE_OPTIONS)
         log.info("model saved to %s", self.paths.model)
 
 

@@ -1,0 +1,110 @@
+"""Where an attempt's seconds go: the agent's half of the goodput split (status ``attempts``).
+
+A TPU node is billed for every second it is READY; the control plane knows when it became
+READY and when billing stopped, the agent knows what it did in between. Each attempt (one
+agent start) reports one entry, carried over into later attempts' status like ``evals``::
+
+    attempt        the attempt number
+    started_at     unix seconds when the node's startup script began (``TPUOPS_BOOT_T0``, exported
+                   by the script; the agent's own start when run without it)
+    agent_at       unix seconds when the agent process began its command
+    first_step_at  unix seconds when the first training call (infer: prediction call) began, or null
+    ended_at       unix seconds when the agent finished (any exit class), null while it runs or
+                   when it was killed (the status heartbeat is then the last sign of life)
+    setup_s        script start -> end of the first call: bundle, TensorFlow import, TPU init, data
+                   checks, model build, restore, and the first call itself (it traces and compiles)
+    productive_s   calls that trained steps for the first time in the run (infer: predicted)
+    recomputed_s   calls that trained again steps an earlier attempt had already trained (lost to
+                   preemption: they were past its last checkpoint)
+    checkpoint_s, eval_s, save_s   checkpoint saves, evaluations, the final SavedModel
+    input_wait_s   how long the steps waited for input: a share of productive_s + recomputed_s,
+                   not a segment of its own
+
+Segments are disjoint stretches of the attempt's wall time; what they do not cover (status and
+summary writes between calls, an attempt that never reached its first call) is left for the
+control plane to call unaccounted. The clock is written from the main thread and read by the
+heartbeat thread, hence the lock.
+"""
+
+import os
+import threading
+import time
+from typing import Any, Dict, Optional
+
+SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save", "input_wait")
+
+
+def boot_time() -> float:
+    """When this boot's startup script began (unix seconds), else now."""
+    try:
+        return float(os.environ["TPUOPS_BOOT_T0"])
+    except (KeyError, ValueError):
+        return time.time()
+
+
+class AttemptClock:
+    """The time accounting of one attempt; ``entry()`` is its status ``attempts`` element."""
+
+    def __init__(self, attempt: int, started_at: Optional[float] = None) -> None:
+        self._lock = threading.Lock()
+        self._entry: Dict[str, Any] = {
+            "attempt": attempt,
+            "started_at": round(started_at if started_at is not None else boot_time(), 3),
+            "agent_at": round(time.time(), 3),
+            "first_step_at": None,
+            "ended_at": None,
+        }
+        self._entry.update({f"{name}_s": 0.0 for name in SEGMENTS})
+
+    def entry(self) -> Dict[str, Any]:
+        with self._lock:
+            return {key: round(value, 3) if isinstance(value, float) else value for key, value in self._entry.items()}
+
+    def add(self, segment: str, seconds: float) -> None:
+        if segment not in SEGMENTS:
+            raise KeyError(f"not a time segment: {segment}")
+        with self._lock:
+            self._entry[f"{segment}_s"] += max(0.0, seconds)
+
+    def worked(self, seconds: float, redone: float = 0.0, input_wait: float = 0.0) -> None:
+        """A call of ``seconds`` just ended; ``redone`` (0..1) of its steps had been trained before.
+
+        The attempt's first call closes setup: everything since the script began, the call included.
+        """
+        now = time.time()
+        with self._lock:
+            entry = self._entry
+            if entry["first_step_at"] is None:
+                entry["first_step_at"] = round(now - seconds, 3)
+                entry["setup_s"] = max(0.0, now - entry["started_at"])
+            else:
+                entry["recomputed_s"] += seconds * redone
+                entry["productive_s"] += seconds * (1.0 - redone)
+            entry["input_wait_s"] += max(0.0, input_wait)
+
+    def timed(self, segment: str) -> "_Timed":
+        """``with clock.timed("checkpoint"): ...`` adds the block's duration to ``segment``."""
+        return _Timed(self, segment)
+
+    def end(self) -> None:
+        """The attempt is over; an attempt that never reached a call spent it all on setup."""
+        now = time.time()
+        with self._lock:
+            entry = self._entry
+            entry["ended_at"] = round(now, 3)
+            if entry["first_step_at"] is None:
+                spent = sum(entry[f"{name}_s"] for name in ("checkpoint", "eval", "save"))
+                entry["setup_s"] = max(0.0, now - entry["started_at"] - spent)
+
+
+class _Timed:
+    def __init__(self, clock: AttemptClock, segment: str) -> None:
+        self._clock = clock
+        self._segment = segment
+        self._began = 0.0
+
+    def __enter__(self) -> None:
+        self._began = time.monotonic()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._clock.add(self._segment, time.monotonic() - self._began)
