@@ -100,6 +100,23 @@ def test_train_completes_with_target_accuracy_and_no_node_left(world: tuple[Path
     record = json.loads((_run_dir(work, reference) / "run.json").read_text())
     bundle = work / "home" / "store" / "bundles" / f"{record['bundle_sha256']}.tar.gz"
     assert bundle.exists() and spec["run_id"] == "ref"
+    code, out, err = _finish(_tpuops(work, info, "runs", "--json"))
+    assert code == 0, err
+    [listed] = [run for run in json.loads(out)["runs"] if run["run_id"] == reference]
+    split = _assert_split(listed["goodput"], attempts=1)
+    assert split["lost_s"] == 0 and split["recomputed_s"] == 0
+
+
+def _assert_split(split: dict, attempts: int) -> dict:
+    """A finished run's goodput: every billed second named, the emulator's boot delay seen as boot."""
+    parts = ("boot_s", "setup_s", "productive_s", "recomputed_s", "checkpoint_s", "eval_s", "save_s",
+             "idle_after_end_s", "unaccounted_s")
+    assert split["attempts"] == attempts
+    assert sum(split[name] for name in parts) == pytest.approx(split["billed_s"], abs=0.01)
+    assert 0 < split["productive_s"] < split["billed_s"] and split["goodput"] > 0
+    assert split["setup_s"] > 0 and split["checkpoint_s"] > 0 and split["eval_s"] > 0 and split["save_s"] > 0
+    assert abs(split["unaccounted_s"]) < 0.25 * split["billed_s"], split
+    return split
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
@@ -123,6 +140,7 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     result = json.loads(out)
     assert (result["exit_class"], result["step"], result["preemptions"], result["attempts"]) == \
            ("succeeded", 600, 1, 2)
+    assert _assert_split(result["goodput"], attempts=2)["lost_s"] > 0
     done = _status(work, run)
     assert done["attempt"] == 2
     if how == "sigterm":

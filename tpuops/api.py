@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -181,17 +182,21 @@ class Overview:
 def status(settings: Settings) -> Overview:
     """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
     from tpuops import runs
+    from tpuops.goodput import attach
     from tpuops.session import provisioner, store
 
-    return Overview(nodes=provisioner(settings).status(), runs=runs.list_runs(store(settings), active_only=True))
+    active = runs.list_runs(store(settings), active_only=True)
+    since = min((datetime.fromisoformat(r.record.created) for r in active if r.record.created), default=None)
+    return Overview(nodes=provisioner(settings).status(), runs=attach(settings, active, since=since))
 
 
 def list_runs(settings: Settings) -> list[Run]:
-    """``tpuops runs``: every run, oldest first."""
+    """``tpuops runs``: every run, oldest first, with its goodput."""
     from tpuops import runs
+    from tpuops.goodput import attach
     from tpuops.session import store
 
-    return runs.list_runs(store(settings))
+    return attach(settings, runs.list_runs(store(settings)))
 
 
 def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[str]:

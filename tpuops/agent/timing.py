@@ -10,7 +10,8 @@ agent start) reports one entry, carried over into later attempts' status like ``
     agent_at       unix seconds when the agent process began its command
     first_step_at  unix seconds when the first training call (infer: prediction call) began, or null
     ended_at       unix seconds when the agent finished (any exit class), null while it runs or
-                   when it was killed (the status heartbeat is then the last sign of life)
+                   when it was killed
+    seen_at        unix seconds of the entry's last write: a killed attempt's last sign of life
     setup_s        script start -> end of the first call: bundle, TensorFlow import, TPU init, data
                    checks, model build, restore, and the first call itself (it traces and compiles)
     productive_s   calls that trained steps for the first time in the run (infer: predicted)
@@ -58,7 +59,8 @@ class AttemptClock:
 
     def entry(self) -> Dict[str, Any]:
         with self._lock:
-            return {key: round(value, 3) if isinstance(value, float) else value for key, value in self._entry.items()}
+            entry = dict(self._entry, seen_at=time.time())
+        return {key: round(value, 3) if isinstance(value, float) else value for key, value in entry.items()}
 
     def add(self, segment: str, seconds: float) -> None:
         if segment not in SEGMENTS:

@@ -165,7 +165,8 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
         print_json({"run_id": finished.run_id, "exit_class": finished.outcome.value, "step": status.step,
                     "metrics": metrics, "seconds": round(finished.seconds, 1), "target_met": met,
                     "message": finished.reason, "attempts": memory.attempts, "preemptions": memory.preemptions,
-                    "restarts": memory.crashes})
+                    "restarts": memory.crashes,
+                    "goodput": finished.goodput.to_json() if finished.goodput else None})
     else:
         console = err_console()
         shown = ", ".join(f"{split} {name} {value:.4f}" for split in ("eval", "train")
@@ -175,6 +176,8 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
         console.print(f"{finished.run_id}: {finished.outcome} at step {status.step} after "
                       f"{finished.seconds:.0f} s, {memory.attempts} node(s), {memory.preemptions} preemption(s)"
                       + (f"; {shown}" if shown else ""), markup=False, soft_wrap=True)
+        if finished.goodput is not None:
+            console.print(finished.goodput.summary(), markup=False, soft_wrap=True)
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
     if finished.outcome != "succeeded":
@@ -203,10 +206,12 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
     if as_json:
         print_json({"runs": [run.to_json() for run in found]})
         return
-    print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy"),
+    print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy",
+                         "billed", "goodput"),
                 [(r.run_id, r.record.experiment, r.record.node.accelerator, r.record.node.capacity.value, r.phase,
                   f"{r.status.step if r.status else 0}/{(r.status.total_steps if r.status else None) or '?'}",
-                  str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None))
+                  str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None),
+                  f"{r.goodput.billed_s:.0f} s" if r.goodput else "", r.goodput.ratio_text() if r.goodput else "")
                  for r in found])
 
 

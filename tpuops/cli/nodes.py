@@ -118,9 +118,12 @@ def status(
         err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
     if active:
         rows = [r.to_json() for r in active]
-        print_table("active runs", ("run", "phase", "step", "examples/s", "last checkpoint", "heartbeat"),
+        print_table("active runs", ("run", "phase", "step", "examples/s", "input wait", "last checkpoint", "goodput",
+                                    "heartbeat"),
                     [(r["run_id"], r["phase"], f"{r['step']}/{r['total_steps'] or '?'}", r["examples_per_sec"] or "",
-                      r["last_checkpoint_step"] or "", r["heartbeat"] or "") for r in rows])
+                      "" if r["input_wait_ms"] is None else f"{r['input_wait_ms']:.1f} ms/step",
+                      r["last_checkpoint_step"] or "", "" if r["goodput"] is None else r["goodput"]["goodput"] or "",
+                      r["heartbeat"] or "") for r in rows])
 
 
 def down(

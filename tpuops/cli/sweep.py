@@ -61,7 +61,7 @@ def status(
     name: str = NAME,
     as_json: bool = JSON,
 ) -> None:
-    """Trials (params, state, step, objective, preemptions, cost, lost to redone steps), progress, spend vs budget."""
+    """Trials (params, state, step, objective, preemptions, cost, goodput, lost to interruptions), progress, spend."""
     result = _status(ctx, name)
     if as_json:
         print_json(result.to_json())
@@ -83,10 +83,11 @@ def _print_trials(result: SweepStatus) -> None:
     from tpuops.sweeps.status import format_params
 
     title = f"sweep {result.name}: {result.phase}" + (f", {result.outcome} ({result.reason})" if result.outcome else "")
-    print_table(title, ("trial", "run", "params", "state", "step", result.metric, "preemptions", "cost", "lost"),
+    print_table(title, ("trial", "run", "params", "state", "step", result.metric, "preemptions", "cost", "goodput",
+                        "lost"),
                 [(r.number, r.run_id, format_params(r.params), r.state, r.step,
                   "" if r.value is None else f"{r.value:.4f}", r.preemptions, format_usd(r.cost_usd),
-                  format_usd(r.lost_usd)) for r in result.trials])
+                  "" if r.goodput is None else f"{r.goodput:.2f}", format_usd(r.lost_usd)) for r in result.trials])
 
 
 def _print_progress(result: SweepStatus) -> None:

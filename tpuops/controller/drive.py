@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from tpuops import runs
 from tpuops.controller.reconcile import Controller
+from tpuops.cost import catalog_for
+from tpuops.goodput import Goodput, run_goodput
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
 
 
@@ -26,6 +28,7 @@ class Finished:
     memory: Memory
     seconds: float
     record: RunRecord
+    goodput: Goodput | None = None
 
     def target_met(self) -> bool | None:
         """Whether a succeeded training run reached its experiment's target (None: no target or no success)."""
@@ -61,7 +64,9 @@ def drive(
             memory, _ = runs.load_memory(controller.store, run_id)
             if memory.finished and (record.keep or not _node_left(controller, record.node_name, memory)):
                 return Finished(run_id, Outcome(memory.outcome or Outcome.FAILED), memory.reason or "",
-                                status or AgentStatus(), memory, time.monotonic() - started, record)
+                                status or AgentStatus(), memory, time.monotonic() - started, record,
+                                run_goodput(controller.ledger.histories(controller.settings.project, run_id=run_id),
+                                            status, catalog_for(controller.settings)))
             time.sleep(poll_s)
     finally:
         controller.release()  # 'tpuops watch' may take over at once (after Ctrl-C too)

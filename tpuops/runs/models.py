@@ -17,8 +17,8 @@ from tpuops.errors import UsageError
 from tpuops.kinds import Capacity, ValueEnum
 from tpuops.tpu import NodeRequest
 
-__all__ = ["AgentStatus", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind", "RunPhase",
-           "RunRecord", "parse"]
+__all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
+           "RunPhase", "RunRecord", "parse"]
 
 _DocT = TypeVar("_DocT", bound=BaseModel)
 
@@ -121,6 +121,32 @@ class EvalPoint(_Doc):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
+class AttemptTime(_Doc):
+    """Where one attempt's seconds went, as the agent measured them (``tpuops/agent/timing.py``).
+
+    Times are unix seconds on the VM's clock; a killed attempt has no ``ended_at`` and its
+    ``seen_at`` (the last status write) is its last sign of life.
+    """
+
+    attempt: int
+    started_at: float | None = None
+    agent_at: float | None = None
+    first_step_at: float | None = None
+    ended_at: float | None = None
+    seen_at: float | None = None
+    setup_s: float = 0.0
+    productive_s: float = 0.0
+    recomputed_s: float = 0.0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+    save_s: float = 0.0
+    input_wait_s: float = 0.0
+
+    @property
+    def last_alive(self) -> float | None:
+        return self.ended_at if self.ended_at is not None else self.seen_at
+
+
 class AgentStatus(_Doc):
     """``status.json`` as the agent writes it (field meanings in ``tpuops/agent/status.py``)."""
 
@@ -138,7 +164,10 @@ class AgentStatus(_Doc):
     recomputed_steps: int = 0
     last_checkpoint_step: int | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    input_wait_ms: float | None = None
     evals: list[EvalPoint] = Field(default_factory=list)
+    attempts: list[AttemptTime] = Field(default_factory=list)
+    """Empty from an agent older than the goodput split: its time is then unknown."""
     started: str | None = None
     heartbeat: str | None = None
     exit_class: ExitClass | None = None

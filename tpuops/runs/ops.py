@@ -12,13 +12,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.errors import NotFound, PreconditionFailed, UsageError
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
 from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
 from tpuops.store import Store
+
+if TYPE_CHECKING:
+    from tpuops.goodput import Goodput
 
 MAX_READERS = 16
 T = TypeVar("T")
@@ -109,6 +112,8 @@ class Run:
     record: RunRecord
     status: AgentStatus | None
     memory: Memory
+    goodput: Goodput | None = None
+    """Where its billed seconds went (``tpuops.goodput.attach`` fills it in from the ledger)."""
 
     @property
     def run_id(self) -> str:
@@ -144,7 +149,8 @@ class Run:
             "heartbeat": status.heartbeat, "metrics": status.metrics,
             "examples_per_sec": status.examples_per_sec, "last_checkpoint_step": status.last_checkpoint_step,
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
-            "restarts": self.memory.crashes,
+            "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
+            "goodput": self.goodput.to_json() if self.goodput else None,
         }
 
 

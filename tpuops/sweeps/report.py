@@ -140,7 +140,8 @@ def render_html(status: SweepStatus, images: dict[str, bytes]) -> str:
     rows = "".join(
         f"<tr><td>{t.number}</td><td>{e(t.run_id)}</td><td>{e(format_params(t.params))}</td><td>{t.state}</td>"
         f"<td>{t.step}</td><td>{'' if t.value is None else f'{t.value:.4f}'}</td><td>{t.preemptions}</td>"
-        f"<td>{e(format_usd(t.cost_usd))}</td><td>{t.recomputed_steps}</td><td>{e(format_usd(t.lost_usd))}</td></tr>"
+        f"<td>{e(format_usd(t.cost_usd))}</td><td>{'' if t.goodput is None else f'{t.goodput:.2f}'}</td>"
+        f"<td>{t.recomputed_steps}</td><td>{e(format_usd(t.lost_usd))}</td></tr>"
         for t in status.trials)
     best = status.best
     best_html = (f"<p class=best>Best: trial {best.number} ({e(best.run_id)}), {e(status.metric)} = {best.value:.4f} "
@@ -166,7 +167,8 @@ img{{max-width:520px}}</style></head>
 {best_html}
 {endgame}
 <table id=trials><thead><tr><th>trial</th><th>run</th><th>params</th><th>state</th><th>step</th>
-<th>{e(status.metric)}</th><th>preemptions</th><th>cost</th><th>steps redone</th><th>lost to redoing</th></tr>
+<th>{e(status.metric)}</th><th>preemptions</th><th>cost</th><th>goodput</th><th>steps redone</th>
+<th>lost to interruptions</th></tr>
 </thead><tbody>{rows}</tbody></table>
 {figures}
 </body></html>

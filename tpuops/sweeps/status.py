@@ -15,6 +15,7 @@ from typing import Any
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.cost import catalog_for, node_cost, spent
+from tpuops.goodput import run_goodput
 from tpuops.ledger import Ledger
 from tpuops.store import Store
 from tpuops.sweeps import record as records
@@ -43,7 +44,11 @@ class TrialRow:
     recomputed_steps: int = 0
     """Steps trained again after preemptions and crashes (the agent counts them across attempts)."""
     lost_usd: float = 0.0
-    """The share of ``cost_usd`` those steps took, cost taken as proportional to steps trained."""
+    """What interruptions cost (``tpuops.goodput``: redone steps, replacement boots and setups); from an
+    agent without time accounting, the share of ``cost_usd`` of the redone steps, cost taken as
+    proportional to steps trained."""
+    goodput: float | None = None
+    """Productive seconds / billed seconds (None: not known yet, or an agent without time accounting)."""
 
 
 @dataclass
@@ -94,13 +99,16 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         promoted = memory.capacity is not None
         cost = sum(node_cost(h, catalog, now).usd for h in histories)
         step, recomputed = (status.step, status.recomputed_steps) if status else (0, 0)
+        split = run_goodput(histories, status, catalog, now)
+        lost = split.lost_usd if split else lost_to_recompute(cost, step, recomputed)
         values = dict(sorted(trial.intermediate_values.items()))
         value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
         rows.append(TrialRow(
             number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
             step=step, value=value, intermediate=values, preemptions=memory.preemptions,
             restarts=memory.crashes, cost_usd=cost, ended=trial.user_attrs.get("ended"), promoted=promoted,
-            on_demand_usd=on_demand, recomputed_steps=recomputed, lost_usd=lost_to_recompute(cost, step, recomputed)))
+            on_demand_usd=on_demand, recomputed_steps=recomputed, lost_usd=lost,
+            goodput=split.goodput if split else None))
     counts = Counter(row.state for row in rows)
     complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
     best = None

@@ -1,0 +1,88 @@
+"""The goodput split: billed READY intervals and the agent's attempt clocks, laid over each other."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tpuops.cost import Interval
+from tpuops.goodput import Goodput, split
+from tpuops.runs import AgentStatus
+from tpuops.runs.models import AttemptTime, parse
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _attempt(number: int, started: float, ended: float | None, **seconds: float) -> AttemptTime:
+    last = ended if ended is not None else started + 1
+    return AttemptTime(attempt=number, started_at=_at(started).timestamp(),
+                       ended_at=None if ended is None else _at(ended).timestamp(), seen_at=_at(last).timestamp(),
+                       **{f"{name}_s": value for name, value in seconds.items()})
+
+
+def _parts(goodput: Goodput) -> float:
+    return sum(getattr(goodput, name) for name in Goodput.PARTS)
+
+
+def test_one_uninterrupted_attempt() -> None:
+    attempt = _attempt(1, 4.0, 95.0, setup=11.0, productive=70.0, checkpoint=3.0, eval=5.0, save=1.5, input_wait=2.0)
+    got = split([Interval(_at(0), _at(100))], [attempt], usd=1.0)
+    assert got is not None
+    assert (got.billed_s, got.boot_s, got.idle_after_end_s) == (100.0, 4.0, 5.0)
+    assert got.unaccounted_s == pytest.approx(100 - 4 - 11 - 70 - 3 - 5 - 1.5 - 5)
+    assert _parts(got) == pytest.approx(got.billed_s)
+    assert got.goodput == pytest.approx(0.70)
+    assert got.lost_s == 0 and got.lost_usd == 0
+    assert got.to_json()["goodput"] == 0.7 and got.to_json()["input_wait_s"] == 2.0
+
+
+def test_a_preemption_costs_the_tail_the_second_boot_and_setup_and_the_redone_steps() -> None:
+    first = _attempt(1, 2.0, 50.0, setup=10.0, productive=35.0, checkpoint=1.0)
+    second = _attempt(2, 63.0, 120.0, setup=8.0, productive=40.0, recomputed=5.0, checkpoint=1.0, save=1.0)
+    intervals = [Interval(_at(60), _at(122)), Interval(_at(0), _at(51))]  # any order
+    got = split(intervals, [second, first], usd=2.2)
+    assert got is not None and got.attempts == 2
+    assert got.billed_s == pytest.approx(113.0)
+    assert got.boot_s == pytest.approx(2.0 + 3.0)
+    assert got.idle_after_end_s == pytest.approx(1.0 + 2.0)
+    assert got.lost_s == pytest.approx(1.0 + 3.0 + 8.0 + 5.0)  # first's tail, second's boot and setup, redone
+    assert got.lost_usd == pytest.approx(2.2 * got.lost_s / got.billed_s)
+    assert _parts(got) == pytest.approx(got.billed_s)
+
+
+def test_an_interval_no_attempt_started_in_is_all_boot() -> None:
+    only = _attempt(1, 31.0, 80.0, setup=5.0, productive=40.0)
+    got = split([Interval(_at(0), _at(20)), Interval(_at(30), _at(81))], [only], usd=1.0)
+    assert got is not None
+    assert got.boot_s == pytest.approx(20.0 + 1.0)
+    assert _parts(got) == pytest.approx(71.0)
+
+
+def test_a_running_attempt_has_no_idle_tail_and_a_killed_one_ends_at_its_last_write() -> None:
+    killed = _attempt(1, 1.0, None, setup=5.0, productive=10.0)  # seen_at = started + 1 = 2 s
+    running = _attempt(2, 41.0, None, setup=5.0, productive=10.0)
+    got = split([Interval(_at(0), _at(30)), Interval(_at(40), _at(70), open=True)], [killed, running], usd=1.0)
+    assert got is not None
+    assert got.idle_after_end_s == pytest.approx(30.0 - 2.0)
+    assert _parts(got) == pytest.approx(60.0)
+
+
+def test_without_attempts_the_split_is_unknown_and_old_status_documents_still_parse() -> None:
+    assert split([Interval(_at(0), _at(10))], [], usd=1.0) is None
+    old = parse(AgentStatus, b'{"run_id": "r", "attempt": 2, "step": 5}', "status.json")
+    assert old.attempts == []
+    new = parse(AgentStatus, b'{"attempts": [{"attempt": 1, "productive_s": 2.5, "future_field": 1}]}', "s")
+    assert new.attempts[0].productive_s == 2.5 and new.attempts[0].last_alive is None
+
+
+def test_nothing_billed_yet_has_no_goodput_ratio() -> None:
+    got = split([], [_attempt(1, 0.0, None)], usd=0.0)
+    assert got is not None and got.goodput is None and got.ratio_text() == "?"
+    assert "goodput ?" in got.summary()

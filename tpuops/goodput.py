@@ -1,0 +1,174 @@
+"""Goodput: how much of a run's billed TPU time trained it, and where the rest went.
+
+``billed`` is what the cost report bills the run for: the READY intervals of its node
+incarnations in the ledger (``tpuops.cost``). The agent reports, per attempt, where its own
+seconds went (``AttemptTime``, measured on the VM from the startup script's start); this module
+lays the attempts over the billed intervals and names every second:
+
+    boot            READY -> the startup script's start (the VM and its services booting); an
+                    interval in which no attempt started is boot as a whole
+    setup, productive, recomputed, checkpoint, eval, save   as the agent measured them
+    idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
+                    when billing stopped: noticing the end, deleting the node, a preempted VM's
+                    last seconds
+    unaccounted     billed minus all of the above: work between calls (status, summaries), time
+                    after a killed agent's last write, and the ledger's observation lag (its
+                    interval edges are seen by polls). Negative when the agent measured more than
+                    the ledger billed (the edges were seen late by different amounts).
+
+so the parts sum to ``billed`` exactly. ``goodput = productive / billed``. ``lost`` is what the
+interruptions cost: recomputed steps, the boot and setup of every attempt after the first, and
+the billed tail of every attempt but the last; dollars are shared out in proportion to seconds.
+
+An attempt belongs to the interval it started in (or the nearest one: VM and ledger clocks
+differ by the observation lag). A status from an agent older than this accounting has no
+attempts: the split is then unknown (``None``), never guessed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from tpuops.cost import Interval, node_cost, ready_intervals
+from tpuops.ledger import NodeHistory
+from tpuops.pricing import Catalog
+from tpuops.runs import AgentStatus
+from tpuops.runs.models import AttemptTime
+
+if TYPE_CHECKING:
+    from tpuops.config import Settings
+    from tpuops.runs import Run
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+AGENT_SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save")
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """A run's billed seconds, split; the parts (``PARTS``) sum to ``billed_s``."""
+
+    billed_s: float
+    usd: float
+    boot_s: float = 0.0
+    setup_s: float = 0.0
+    productive_s: float = 0.0
+    recomputed_s: float = 0.0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+    save_s: float = 0.0
+    idle_after_end_s: float = 0.0
+    unaccounted_s: float = 0.0
+    input_wait_s: float = 0.0
+    """How long steps waited for input: a share of productive and recomputed, not a part."""
+    lost_s: float = 0.0
+    """What interruptions cost: recomputed, later attempts' boot and setup, interrupted tails."""
+    attempts: int = 0
+
+    PARTS = ("boot_s", "setup_s", "productive_s", "recomputed_s", "checkpoint_s", "eval_s", "save_s",
+             "idle_after_end_s", "unaccounted_s")
+
+    @property
+    def goodput(self) -> float | None:
+        return self.productive_s / self.billed_s if self.billed_s > 0 else None
+
+    @property
+    def lost_usd(self) -> float:
+        return self.usd * self.lost_s / self.billed_s if self.billed_s > 0 else 0.0
+
+    def ratio_text(self) -> str:
+        """The goodput as a table cell: '0.62' (or '?' before anything was billed)."""
+        goodput = self.goodput
+        return f"{goodput:.2f}" if goodput is not None else "?"
+
+    def summary(self) -> str:
+        """One line: the goodput, then every part of the billed seconds and what interruptions cost."""
+        shown = ", ".join(f"{name[:-2].replace('_', ' ')} {getattr(self, name):.1f} s" for name in self.PARTS)
+        return (f"goodput {self.ratio_text()}: {self.productive_s:.1f} s productive of {self.billed_s:.1f} s billed "
+                f"({shown}); lost to interruptions {self.lost_s:.1f} s, ${self.lost_usd:.4f}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) for f in fields(self)
+                               if isinstance(getattr(self, f.name), float)}
+        goodput = self.goodput
+        return {**out, "usd": round(self.usd, 6), "attempts": self.attempts,
+                "goodput": round(goodput, 4) if goodput is not None else None,
+                "lost_usd": round(self.lost_usd, 6)}
+
+
+def _owner(attempt: AttemptTime, intervals: Sequence[Interval]) -> int:
+    """The index of the interval ``attempt`` started in, else of the one whose start is nearest."""
+    started = attempt.started_at or 0.0
+    for index, interval in enumerate(intervals):
+        if interval.start.timestamp() <= started <= interval.end.timestamp():
+            return index
+    return min(range(len(intervals)), key=lambda i: abs(intervals[i].start.timestamp() - started))
+
+
+def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: float) -> Goodput | None:
+    """Lay ``attempts`` over the billed ``intervals`` (pure; see the module docstring)."""
+    if not attempts:
+        return None
+    ordered = sorted(intervals, key=lambda i: i.start)
+    billed = sum(interval.seconds for interval in ordered)
+    parts: dict[str, float] = defaultdict(float)
+    for segment in (*AGENT_SEGMENTS, "input_wait"):
+        parts[f"{segment}_s"] = sum(getattr(a, f"{segment}_s") for a in attempts)
+    owned: dict[int, list[AttemptTime]] = defaultdict(list)
+    if ordered:
+        for attempt in attempts:
+            owned[_owner(attempt, ordered)].append(attempt)
+    last = max(attempts, key=lambda a: a.attempt)
+    lost = parts["recomputed_s"] + sum(a.setup_s for a in attempts if a.attempt != min(x.attempt for x in attempts))
+    for index, interval in enumerate(ordered):
+        mine = sorted(owned.get(index, []), key=lambda a: a.attempt)
+        start, end = interval.start.timestamp(), interval.end.timestamp()
+        boot = interval.seconds if not mine else min(max(0.0, (mine[0].started_at or start) - start), interval.seconds)
+        ended = mine[-1].last_alive if mine else None
+        idle = 0.0 if ended is None or interval.open else min(max(0.0, end - ended), interval.seconds)
+        parts["boot_s"] += boot
+        parts["idle_after_end_s"] += idle
+        lost += boot if index > 0 else 0.0
+        lost += idle if last not in mine else 0.0
+    parts["unaccounted_s"] = billed - sum(parts[name] for name in Goodput.PARTS if name != "unaccounted_s")
+    return Goodput(billed_s=billed, usd=usd, lost_s=min(lost, billed), attempts=len(attempts), **parts)
+
+
+def run_goodput(histories: Iterable[NodeHistory], status: AgentStatus | None, catalog: Catalog,
+                now: datetime | None = None) -> Goodput | None:
+    """The goodput of one run from its nodes' ledger histories and its latest agent status."""
+    if status is None or not status.attempts:
+        return None
+    now = now or datetime.now(UTC)
+    intervals: list[Interval] = []
+    usd = 0.0
+    for history in histories:
+        intervals.extend(ready_intervals(history.transitions, now))
+        usd += node_cost(history, catalog, now).usd
+    return split(intervals, status.attempts, usd)
+
+
+def by_run(histories: Iterable[NodeHistory]) -> dict[str, list[NodeHistory]]:
+    """Ledger histories grouped by the run their node served (one ledger read for many runs)."""
+    grouped: dict[str, list[NodeHistory]] = defaultdict(list)
+    for history in histories:
+        if history.node.run_id:
+            grouped[history.node.run_id].append(history)
+    return grouped
+
+
+def attach(settings: Settings, found: list[Run], *, since: datetime | None = None) -> list[Run]:
+    """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
+    from tpuops.cost import catalog_for
+    from tpuops.session import open_ledger
+
+    if not found:
+        return found
+    histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
+    catalog, now = catalog_for(settings), datetime.now(UTC)
+    return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now))
+            for run in found]
