@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -468,14 +469,14 @@ class Observed:
     outcome: str = ""
 
 
-def digits_spec(work: Path, steps: int) -> Path:
+def digits_spec(work: Path, steps: int, checkpoint_every: int = CHECKPOINT_EVERY) -> Path:
     """experiments/ copied with a digits spec of ``steps`` steps (the bundle is built from that folder)."""
     folder = work / "experiments"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "models.py").write_bytes((ROOT / "experiments" / "models.py").read_bytes())
     spec = yaml.safe_load(DIGITS_SPEC.read_text())
     spec["steps"] = steps
-    spec["checkpoint"]["every_steps"] = CHECKPOINT_EVERY
+    spec["checkpoint"]["every_steps"] = checkpoint_every
     path = folder / "digits_bench.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -498,7 +499,7 @@ def preempt(w: World, case: Case) -> float:
 def run_case(w: World, work: Path, spec: Path, case: Case, preempt_at: int) -> Observed:
     """Train one digits run driven like ``tpuops train`` (drive), preempting it once past ``preempt_at``."""
     plan = plan_train(w.settings, spec, w.store, run_id=case.run_id, base_dir=work)
-    plan.spec["heartbeat_seconds"] = HEARTBEAT_S
+    plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=HEARTBEAT_S))
     declare(plan, w.store, w.settings, lambda _text: None)
     seen = Observed(case)
     failures: list[BaseException] = []

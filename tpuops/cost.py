@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
     from tpuops.config import Settings
+    from tpuops.goodput import Goodput
 
 FREE_PREEMPTION_S = 60.0
 """A spot or preemptible node preempted before this much READY time is not billed."""
@@ -124,9 +125,12 @@ class CostReport:
     days: tuple[Total, ...]
     total: Total
     catalog: Catalog
+    goodput: dict[str, Goodput] = field(default_factory=dict)
+    """Per run id: where its whole billed time went (runs whose agent reported its time accounting)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "goodput": {run_id: split.to_json() for run_id, split in sorted(self.goodput.items())},
             "currency": self.catalog.currency,
             "prices": {"source": self.catalog.source, "retrieved": self.catalog.retrieved.isoformat()},
             "now": self.now.isoformat(), "since": self.since.isoformat() if self.since else None,
@@ -366,9 +370,27 @@ def cost_report(
     since: datetime | None = None,
     now: datetime | None = None,
 ) -> CostReport:
-    """The cost of the configured project's nodes recorded in the local ledger."""
-    from tpuops.session import open_ledger
+    """The cost of the configured project's nodes recorded in the local ledger, with each run's goodput."""
+    from tpuops import runs
+    from tpuops.goodput import by_run, run_goodput
+    from tpuops.session import open_ledger, store
 
-    histories = open_ledger(settings).histories(settings.project, run_id=run_id, sweep_id=sweep_id,
-                                                alive_since=since)
-    return build_report(histories, catalog_for(settings), now or datetime.now(UTC), since)
+    ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
+    report = build_report(ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since),
+                          catalog, now, since)
+    run_ids = [total.key for total in report.runs if total.key]
+    if not run_ids:
+        return report
+    whole = by_run(ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id))
+    where = store(settings)
+
+    def status_of(rid: str) -> runs.AgentStatus | None:  # a malformed status costs its goodput, not the report
+        try:
+            return runs.read_status(where, rid)
+        except UsageError:
+            return None
+
+    statuses = runs.parallel_map(status_of, run_ids)
+    found = {rid: run_goodput(whole.get(rid, []), status, catalog, now)
+             for rid, status in zip(run_ids, statuses, strict=True)}
+    return replace(report, goodput={rid: split for rid, split in found.items() if split is not None})

@@ -353,6 +353,7 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         described = pool.submit(describe_inputs, files, _read_json(join(prefix, PLAN)))  # while the model loads
         model, identity = load_model(spec, runtime, ispec.model)
+        status.clock.loaded()
         plan = dict(described.result(), model=identity, batch_size=ispec.batch_size, num_shards=ispec.num_shards)
     outputs = Outputs(prefix, plan)
     done = outputs.adopt()

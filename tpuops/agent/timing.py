@@ -8,6 +8,8 @@ agent start) reports one entry, carried over into later attempts' status like ``
     started_at     unix seconds when the node's startup script began (``TPUOPS_BOOT_T0``, exported
                    by the script; the agent's own start when run without it)
     agent_at       unix seconds when the agent process began its command
+    loaded_at      unix seconds when the model was built and its checkpoint restored (infer: the model
+                   loaded), or null
     first_step_at  unix seconds when the first training call (infer: prediction call) began, or null
     ended_at       unix seconds when the agent finished (any exit class), null while it runs or
                    when it was killed
@@ -52,6 +54,7 @@ class AttemptClock:
             "attempt": attempt,
             "started_at": round(started_at if started_at is not None else boot_time(), 3),
             "agent_at": round(time.time(), 3),
+            "loaded_at": None,
             "first_step_at": None,
             "ended_at": None,
         }
@@ -67,6 +70,11 @@ class AttemptClock:
             raise KeyError(f"not a time segment: {segment}")
         with self._lock:
             self._entry[f"{segment}_s"] += max(0.0, seconds)
+
+    def loaded(self) -> None:
+        """The model is built and restored: what remains of setup is the data stream and the first call."""
+        with self._lock:
+            self._entry["loaded_at"] = round(time.time(), 3)
 
     def worked(self, seconds: float, redone: float = 0.0, input_wait: float = 0.0) -> None:
         """A call of ``seconds`` just ended; ``redone`` (0..1) of its steps had been trained before.

@@ -127,6 +127,7 @@ class _Run:
         else:
             log.info("resumed from step %d", resumed)
             self.status.resumed(resumed)
+        self.status.clock.loaded()
         if int(self.state.step.numpy()) > self.tspec.steps:
             raise UserError(f"checkpoint step {int(self.state.step.numpy())} is beyond train.steps {self.tspec.steps}")
         if self.user_input is None:

@@ -12,6 +12,7 @@ from tpuops.cli.common import load_settings, print_json, print_table
 
 if TYPE_CHECKING:
     from tpuops.cost import CostReport, Total
+    from tpuops.goodput import Goodput
 
 CSV_COLUMNS = ("day", "project", "zone", "node", "uid", "accelerator", "capacity", "run_id", "sweep_id",
                "ready_seconds", "usd")
@@ -58,13 +59,20 @@ def _cells(total: Total, label: str) -> list[str]:
     return cells
 
 
+def _goodput_cells(split: Goodput | None) -> list[str]:
+    """Goodput of the whole run and the dollars interruptions cost it ('' when the agent did not say)."""
+    return [split.ratio_text(), _money(split.lost_usd)] if split else ["", ""]
+
+
 def _print_tables(project: str, report: CostReport) -> None:
     since = f" since {report.since:%Y-%m-%d %H:%M} UTC" if report.since else ""
     currency = report.catalog.currency
     columns = ("nodes", "READY hours", currency)
     now = f"{currency}/h now"
-    print_table(f"cost by run in {project}{since}", ("run", *columns, now),
-                [*(_cells(t, t.key or "-") for t in report.runs), _cells(report.total, "total")])
+    print_table(f"cost by run in {project}{since}", ("run", *columns, now, "goodput", f"lost to interruptions, "
+                                                                                       f"{currency}"),
+                [*(_cells(t, t.key or "-") + _goodput_cells(report.goodput.get(t.key or "")) for t in report.runs),
+                 _cells(report.total, "total")])
     if report.sweeps:
         print_table("cost by sweep", ("sweep", *columns, now), [_cells(t, t.key or "-") for t in report.sweeps])
     grand = _cells(report.total, "total")[:len(columns) + 1]

@@ -131,6 +131,7 @@ class AttemptTime(_Doc):
     attempt: int
     started_at: float | None = None
     agent_at: float | None = None
+    loaded_at: float | None = None
     first_step_at: float | None = None
     ended_at: float | None = None
     seen_at: float | None = None
