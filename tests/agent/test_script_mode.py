@@ -65,6 +65,7 @@ def test_sigterm_reaches_the_script_which_checkpoints_and_resumes_to_the_exact_s
     expected += [s + shift for s in range(STEPS_PER_EPOCH, total + 1, STEPS_PER_EPOCH) if cut < s + shift < total]
     assert [e["step"] for e in done["evals"]] == [*expected, total]
     assert done["metrics"]["eval"]["accuracy"] >= 0.9 and "loss" in done["metrics"]["train"]
+    assert done["attempts"] == [], "the agent cannot time a script's steps: its goodput is unknown, not zero"
     logs = resumed.logs()
     assert f"resumed from {run.run_dir / 'ckpt' / f'ckpt-{cut}'} at step {cut}" in logs
     assert "fit_script.py --classes=4 --epochs=3" in logs and "| finished at step 60" in logs

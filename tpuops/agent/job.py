@@ -68,7 +68,8 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     previous = Previous(paths.status)
     attempt = attempt or previous.attempt + 1
     if command == "train":
-        status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach, previous.attempts)
+        status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach, previous.attempts,
+                        timed=spec.script is None)
     else:
         status = Status(paths.status, spec.run_id, command, attempt, attempts=previous.attempts)
     status.write()

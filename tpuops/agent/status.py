@@ -20,7 +20,8 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  which a resumed attempt redoes); names are the model's for compiled models
     attempts     [{...}, ...] one entry per attempt of the run, in order, carried over like evals:
                  where its seconds went (setup, productive, recomputed, checkpoint, eval, save,
-                 input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``)
+                 input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``);
+                 [] in script mode, where the agent does not see the program's steps
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
     exit_class   null while running, else succeeded | user-error | preempted | crashed
     exit_code, message  one line saying why (for every non-success)
@@ -95,12 +96,14 @@ class Status:
         evals: Optional[List[Dict[str, Any]]] = None,
         reach: Tuple[int, int] = (0, 0),
         attempts: Optional[List[Dict[str, Any]]] = None,
+        timed: bool = True,
     ) -> None:
         self._path = path
         self._previous_step = reach[0]
         self._earlier_attempts = [a for a in attempts or [] if a.get("attempt") != attempt]
         self.clock = AttemptClock(attempt)
-        """Where this attempt's seconds go; written with every status write."""
+        """Where this attempt's seconds go; written with every status write when ``timed``."""
+        self._timed = timed
         self._lock = threading.Lock()
         now = utc_now()
         self._doc: Dict[str, Any] = {
@@ -180,7 +183,8 @@ class Status:
     def write(self) -> None:
         with self._lock:
             self._doc["heartbeat"] = utc_now()
-            self._doc["attempts"] = [*self._earlier_attempts, self.clock.entry()]
+            if self._timed:
+                self._doc["attempts"] = [*self._earlier_attempts, self.clock.entry()]
             text = json.dumps(self._doc, indent=1, sort_keys=True)
             # Under the lock so that two writers cannot put an older document last.
             write_whole(self._path, text)
