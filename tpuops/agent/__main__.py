@@ -29,7 +29,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from tpuops.agent import job  # imports TensorFlow: seconds
 
-    return job.run(args.command, args.spec, args.attempt, notice)
+    return job.run(args.command, args.spec, args.attempt, notice, then_exit=True)
 
 
 if __name__ == "__main__":

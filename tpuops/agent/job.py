@@ -55,8 +55,17 @@ def _start_logging(chunks: logging.Handler) -> None:
         log.addHandler(handler)
 
 
-def run(command: str, spec_location: str, attempt: Optional[int], notice: PreemptionNotice) -> int:
-    """Run ``command`` ("train" or "infer") for the spec at ``spec_location``; returns the exit code."""
+def run(
+    command: str, spec_location: str, attempt: Optional[int], notice: PreemptionNotice, then_exit: bool = False
+) -> int:
+    """Run ``command`` ("train" or "infer") for the spec at ``spec_location``; returns the exit code.
+
+    With ``then_exit`` the process ends with that code as soon as the status is final and the log
+    shipped (``os._exit``), without tearing down the model, the input pipeline and TensorFlow:
+    that takes seconds, and they are billed (a preempted VM until it stops, a finished run until
+    its node is deleted). The failure is kept until then for the same reason: dropping it frees
+    the failed attempt's frames, and with them its input pipeline, before the status is written.
+    """
     try:
         spec = read_spec(spec_location)
     except UserError as err:
@@ -79,6 +88,7 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     notice.watch_metadata(metadata_host())
     log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())
     exit_class, message, trace = ExitClass.SUCCEEDED, None, None
+    failure: Optional[BaseException] = None
     try:
         if command == "train" and spec.script is not None:
             check_tensorflow()
@@ -86,6 +96,7 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
         else:
             COMMANDS[command](spec, connect(spec), status, notice, paths)
     except BaseException as exc:  # every way out is classified and reported
+        failure = exc
         exit_class = classify(exc, entry.user_roots(spec))
         message = str(exc) if isinstance(exc, UserError) else describe(exc)
         if exit_class in (ExitClass.USER_ERROR, ExitClass.CRASHED):
@@ -98,4 +109,10 @@ def run(command: str, spec_location: str, attempt: Optional[int], notice: Preemp
     status.finish(exit_class, message, trace)
     for ticker in tickers:
         ticker.stop()
+    if then_exit:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_class.code)
+    del failure
     return exit_class.code

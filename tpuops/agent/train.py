@@ -206,6 +206,7 @@ class _Run:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
         if step != self.ckpt.last_step and step > 0:
             self.checkpoint(step)
+        self.writer.flush()  # the process ends without tearing anything down (job.run)
         raise PreemptedExit(
             f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.last_step}"
         )
