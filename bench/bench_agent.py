@@ -62,7 +62,7 @@ import tensorflow as tf  # noqa: E402
 import tpuops_helper  # noqa: E402
 from models import cifar10_cnn  # noqa: E402
 
-from tpuops.agent.inputs import Parser, distribution_options, train_dataset  # noqa: E402
+from tpuops.agent.inputs import INTERLEAVE_CYCLE, Parser, distribution_options, train_dataset  # noqa: E402
 from tpuops.agent.runspec import DatasetSpec  # noqa: E402
 from tpuops.agent.steps import CompiledSteps  # noqa: E402
 
@@ -200,7 +200,7 @@ def repeated_pipeline(files: list[str], spec: DatasetSpec) -> tf.data.Dataset:
     the skip to a position) are left out.
     """
     names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))
-    records = names.interleave(tf.data.TFRecordDataset, cycle_length=len(files), block_length=1)
+    records = names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), INTERLEAVE_CYCLE))
     batches = records.shuffle(spec.shuffle_buffer).repeat().batch(BATCH, drop_remainder=True)
     parsed = batches.map(Parser(spec, with_label=True), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return distribution_options(parsed.prefetch(tf.data.AUTOTUNE))
