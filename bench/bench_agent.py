@@ -20,9 +20,24 @@ the agent's loop is timed whole, including its per-call host round trips.
 - ``pipeline_fed_vs_memory``: the agent's TFRecord pipeline (``inputs.train_dataset``: raw
   uint8 images parsed, shuffled, batched, prefetched) vs the same batches from memory, each
   feeding the agent's loop. Goal >= 0.95.
+- ``pipeline_vs_plain``: the agent's pipeline alone (no model; an epoch of EPOCH_COPIES x the
+  records in SHARDS files, read from the files every epoch, no cache) vs a plain TF pipeline
+  with the same shuffle buffer, the faster of ``TFRecordDataset -> shuffle -> repeat -> batch
+  -> map(parse_example on the batch) -> prefetch`` and its per-record twin ``... ->
+  map(parse_single_example) -> batch -> ...``; both decode the raw bytes to float32 images.
+  Goal >= 0.95. The baseline is named in the results. What the agent adds is what exact
+  resume needs (a seeded shuffle per epoch chained by ``flat_map``, a deterministic order),
+  the per-epoch file shuffle and interleave, and the record length check: this ratio is their
+  steady-state cost; ``exact_resume_overhead`` is the share of it exact resume takes alone (1 -
+  ratio against the same pipeline with ``repeat()`` and unseeded shuffles, no ``flat_map``).
+  The one-time cost of a resume, skipping up to an epoch of raw records, is
+  the difference in ``resume_first_batch_ms`` (seconds to the first batch of a
+  stream resumed at the last batch of an epoch, vs at its start).
 
 Throughput is examples per second (medians over repeats); each ratio is the median of the
-per-block ratios, ours / baseline (the overhead is 1 minus that).
+per-block ratios, ours / baseline (the overhead is 1 minus that). The pipelines alone take
+turns in blocks of PIPELINE_BLOCK batches, each block on a fresh iterator (an idle iterator
+would keep filling its buffers in the background, taking the CPU from the one being timed).
 """
 
 from __future__ import annotations
@@ -47,19 +62,29 @@ import tensorflow as tf  # noqa: E402
 import tpuops_helper  # noqa: E402
 from models import cifar10_cnn  # noqa: E402
 
-from tpuops.agent.inputs import train_dataset  # noqa: E402
+from tpuops.agent.inputs import INTERLEAVE_CYCLE, Parser, distribution_options, train_dataset  # noqa: E402
 from tpuops.agent.runspec import DatasetSpec  # noqa: E402
 from tpuops.agent.steps import CompiledSteps  # noqa: E402
 
 BATCH = 256
 RECORDS = 4 * BATCH
+SHARDS = 4
 STEPS_PER_CALL = 10
+PIPELINE_BLOCK = 100  # batches per timed block of the pipelines alone
+EPOCH_COPIES = 16  # the pipelines alone read an epoch of this many copies of the records
 # result key -> (ours, baseline): the ratio of their speeds, ours / baseline
 PAIRS = {
     "train_vs_fit": ("agent", "fit"),
     "script_callback_overhead": ("fit_helper", "fit"),
     "pipeline_fed_vs_memory": ("pipeline", "memory"),
 }
+# The pipelines alone: the agent's against each plain baseline.
+PIPELINE_PAIRS = {
+    "plain_batched_parse": ("pipeline_alone", "plain"),
+    "plain_per_record_parse": ("pipeline_alone", "plain_per_record"),
+}
+RESUME_PAIR = {"exact_resume": ("pipeline_alone", "pipeline_repeat")}
+RAW = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
 
 def compiled_model() -> tf.keras.Model:
@@ -130,15 +155,144 @@ def helper_callbacks(directory: str) -> Callable[[tf.keras.Model], list]:
 
 
 def write_records(folder: Path, images: np.ndarray, labels: np.ndarray) -> list[str]:
-    path = folder / "train-00000.tfrecord"
-    with tf.io.TFRecordWriter(str(path)) as out:
-        for index in range(len(labels)):  # zip(strict=) is Python 3.10; this runs on the VM's 3.8
-            feature = {
-                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[images[index].tobytes()])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])])),
-            }
-            out.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    return [str(path)]
+    """The examples in SHARDS files, as a sharded dataset is stored."""
+    paths = [str(folder / f"train-{shard:05d}.tfrecord") for shard in range(SHARDS)]
+    for shard, path in enumerate(paths):
+        with tf.io.TFRecordWriter(path) as out:
+            for index in range(shard, len(labels), SHARDS):
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[images[index].tobytes()])),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(labels[index])])),
+                }
+                out.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return paths
+
+
+def _decoded(image: tf.Tensor, label: tf.Tensor, shape: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.cast(tf.reshape(tf.io.decode_raw(image, tf.uint8), shape), tf.float32), label
+
+
+def plain_pipeline(files: list[str], per_record: bool) -> tf.data.Dataset:
+    """Plain TF with the agent's shuffle buffer: parse batches, or parse each record then batch."""
+    records = tf.data.TFRecordDataset(files).shuffle(RECORDS).repeat()
+    if per_record:
+
+        def parse_one(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            parsed = tf.io.parse_single_example(record, RAW)
+            return _decoded(parsed["image"], parsed["label"], [32, 32, 3])
+
+        batches = records.map(parse_one, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
+    else:
+
+        def parse_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            parsed = tf.io.parse_example(batch, RAW)
+            return _decoded(parsed["image"], parsed["label"], [-1, 32, 32, 3])
+
+        batches = records.batch(BATCH, drop_remainder=True).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def repeated_pipeline(files: list[str], spec: DatasetSpec) -> tf.data.Dataset:
+    """The agent's pipeline without what exact resume needs: epochs by ``repeat()``, unseeded shuffles.
+
+    Same files, file shuffle, interleave, shuffle buffer, parser and options as
+    ``inputs.train_dataset``; only the per-epoch seeded shuffles chained by ``flat_map`` (and
+    the skip to a position) are left out.
+    """
+    names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))
+    records = names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), INTERLEAVE_CYCLE))
+    batches = records.shuffle(spec.shuffle_buffer).repeat().batch(BATCH, drop_remainder=True)
+    parsed = batches.map(Parser(spec, with_label=True), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return distribution_options(parsed.prefetch(tf.data.AUTOTUNE))
+
+
+def drain(dataset: tf.data.Dataset) -> Callable[[int], float]:
+    """Seconds to pull ``count`` batches from a fresh iterator of ``dataset``, touching each."""
+
+    def run(count: int) -> float:
+        started = time.perf_counter()
+        dataset.take(count).reduce(tf.constant(0.0), lambda total, batch: total + batch[0][0, 0, 0, 0]).numpy()
+        return time.perf_counter() - started
+
+    return run
+
+
+def concatenated(files: list[str], copies: int, folder: Path) -> list[str]:
+    """Each file ``copies`` times over in one file (TFRecord files concatenate): a longer epoch."""
+    longer = []
+    for path in files:
+        target = folder / (Path(path).name + f".x{copies}")
+        target.write_bytes(Path(path).read_bytes() * copies)
+        longer.append(str(target))
+    return longer
+
+
+def first_batch_seconds(make: Callable[[int], tf.data.Dataset], examples_seen: int) -> float:
+    started = time.perf_counter()
+    next(iter(make(examples_seen)))
+    return time.perf_counter() - started
+
+
+def resume_first_batch(make: Callable[[int], tf.data.Dataset], epoch: int, repeats: int) -> dict[str, float]:
+    """Median seconds to the first batch of a stream resumed at an epoch's start and at its last batch.
+
+    The difference is what a resume pays once to skip up to an epoch of raw records.
+    """
+    positions = {"epoch_start": 0, "epoch_last_batch": epoch - BATCH}
+    times: dict[str, list[float]] = {name: [] for name in positions}
+    for _ in range(max(5, repeats)):
+        for name, examples_seen in positions.items():
+            times[name].append(first_batch_seconds(make, examples_seen))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def paired_blocks(
+    runners: dict[str, Callable[[int], float]],
+    pairs: dict[str, tuple[str, str]],
+    blocks: int,
+    repeats: int,
+    block: int,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median examples/s per runner and median paired ratio per pair, over rotating blocks.
+
+    Blocks of ``block`` steps, every runner in turn and the order rotating: each block gives one
+    paired ratio per comparison, measured seconds apart, so that load from elsewhere on a shared
+    machine hits both sides alike; the result is their median.
+    """
+    for run in runners.values():
+        run(min(block, STEPS_PER_CALL))  # warm-up: tracing, first batches
+    names = list(runners)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {key: [] for key in pairs}
+    for repeat in range(repeats):
+        seconds = dict.fromkeys(names, 0.0)
+        for index in range(blocks):
+            turn = (repeat * blocks + index) % len(names)
+            took = {name: runners[name](block) for name in names[turn:] + names[:turn]}
+            for name in names:
+                seconds[name] += took[name]
+            for key, (ours, base) in pairs.items():
+                ratios[key].append(took[base] / took[ours])
+        for name in names:
+            samples[name].append(blocks * block * BATCH / seconds[name])
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    return median, {key: statistics.median(values) for key, values in ratios.items()}
+
+
+def dataset_spec(cache: bool) -> DatasetSpec:
+    """Raw uint8 images and int64 labels, shuffled over a whole epoch."""
+    return DatasetSpec.from_json(
+        {
+            "features": {
+                "image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
+                "label": {"dtype": "int64"},
+            },
+            "label": "label",
+            "shuffle_buffer": RECORDS,
+            "cache": cache,
+        },
+        "dataset",
+    )
 
 
 def main() -> None:
@@ -150,20 +304,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(RECORDS, 32, 32, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, size=RECORDS).astype(np.int64)
-    spec = DatasetSpec.from_json(
-        {
-            "features": {
-                "image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"},
-                "label": {"dtype": "int64"},
-            },
-            "label": "label",
-            "shuffle_buffer": RECORDS,
-            "cache": True,
-        },
-        "dataset",
-    )
-    samples: dict[str, list[float]] = {name: [] for name in ("agent", "fit", "fit_helper", "pipeline", "memory")}
-    ratios: dict[str, list[float]] = {key: [] for key in PAIRS}
+    blocks = max(1, args.steps // STEPS_PER_CALL)
     # The helper prints a line per checkpoint: keep stdout for the results (--json).
     with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
         files = write_records(Path(scratch), images, labels)
@@ -172,35 +313,41 @@ def main() -> None:
             "fit": keras_fit(memory, lambda model: []),
             "agent": agent_loop(memory),
             "fit_helper": keras_fit(memory, helper_callbacks(os.path.join(scratch, "ckpt"))),
-            "pipeline": agent_loop(train_dataset(files, spec, 0, BATCH, 0, RECORDS)),
+            "pipeline": agent_loop(train_dataset(files, dataset_spec(True), 0, BATCH, 0, RECORDS)),
             "memory": agent_loop(memory),
         }
-        for run in runners.values():
-            run(STEPS_PER_CALL)  # warm-up: tracing, first batches
-        # Blocks of STEPS_PER_CALL steps, every runner in turn and the order rotating: each block
-        # gives one paired ratio per comparison, measured seconds apart, so that load from
-        # elsewhere on a shared machine hits both sides alike; the result is their median.
-        names = list(runners)
-        blocks = max(1, args.steps // STEPS_PER_CALL)
-        for repeat in range(args.repeats):
-            seconds = dict.fromkeys(names, 0.0)
-            for block in range(blocks):
-                turn = (repeat * blocks + block) % len(names)
-                took = {name: runners[name](STEPS_PER_CALL) for name in names[turn:] + names[:turn]}
-                for name in names:
-                    seconds[name] += took[name]
-                for key, (ours, base) in PAIRS.items():
-                    ratios[key].append(took[base] / took[ours])
-            for name in names:
-                samples[name].append(blocks * STEPS_PER_CALL * BATCH / seconds[name])
-    median = {name: statistics.median(values) for name, values in samples.items()}
-    paired = {key: statistics.median(values) for key, values in ratios.items()}
+        median, paired = paired_blocks(runners, PAIRS, blocks, args.repeats, STEPS_PER_CALL)
+        del runners
+
+        longer = concatenated(files, EPOCH_COPIES, Path(scratch))
+
+        def agent_at(examples_seen: int) -> tf.data.Dataset:
+            return train_dataset(longer, dataset_spec(False), 0, BATCH, examples_seen, EPOCH_COPIES * RECORDS)
+
+        pipelines = {
+            "pipeline_alone": drain(agent_at(0)),
+            "plain": drain(plain_pipeline(longer, per_record=False)),
+            "plain_per_record": drain(plain_pipeline(longer, per_record=True)),
+            "pipeline_repeat": drain(repeated_pipeline(longer, dataset_spec(False))),
+        }
+        alone, versus = paired_blocks(
+            pipelines, {**PIPELINE_PAIRS, **RESUME_PAIR}, blocks, args.repeats, PIPELINE_BLOCK
+        )
+        resume = resume_first_batch(agent_at, EPOCH_COPIES * RECORDS, args.repeats)
+    median.update(alone)
+    baseline = max(PIPELINE_PAIRS, key=lambda key: alone[PIPELINE_PAIRS[key][1]])
     results = {
         "examples_per_sec": {name: round(value, 1) for name, value in median.items()},
         "train_vs_fit": round(paired["train_vs_fit"], 3),
         "script_callback_overhead": round(1 - paired["script_callback_overhead"], 4),
         "pipeline_fed_vs_memory": round(paired["pipeline_fed_vs_memory"], 3),
-        "blocks": len(ratios["train_vs_fit"]),
+        "pipeline_vs_plain": round(versus[baseline], 3),
+        "pipeline_baseline": baseline,
+        "pipeline_vs_each_plain": {key: round(versus[key], 3) for key in PIPELINE_PAIRS},
+        "exact_resume_overhead": round(1 - versus["exact_resume"], 3),
+        "resume_first_batch_ms": {name: round(1000 * value, 1) for name, value in resume.items()},
+        "resume_epoch_records": EPOCH_COPIES * RECORDS,
+        "blocks": blocks * args.repeats,
         "batch": BATCH,
         "steps": args.steps,
         "repeats": args.repeats,
@@ -209,17 +356,28 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=1))
         return
+    plain = PIPELINE_PAIRS[baseline][1]
     rows = [
         ("training: agent loop (compiled model) vs model.fit", "agent", "fit", "train_vs_fit", ">= 1.0"),
         ("script mode: fit + helper callbacks vs fit", "fit_helper", "fit", "script_callback_overhead", "<= 0.02"),
         ("input: agent TFRecord pipeline vs memory", "pipeline", "memory", "pipeline_fed_vs_memory", ">= 0.95"),
+        (f"input alone: agent pipeline vs {baseline}", "pipeline_alone", plain, "pipeline_vs_plain", ">= 0.95"),
+        (
+            "input alone: exact resume, share of throughput",
+            "pipeline_alone",
+            "pipeline_repeat",
+            "exact_resume_overhead",
+            "-",
+        ),
     ]
-    print(f"{'comparison':52} {'ours ex/s':>10} {'base ex/s':>10} {'result':>8}  goal")
+    print(f"{'comparison':60} {'ours ex/s':>10} {'base ex/s':>10} {'result':>8}  goal")
     for title, ours, base, key, goal in rows:
-        print(f"{title:52} {median[ours]:10.1f} {median[base]:10.1f} {results[key]:8.3f}  {goal}")
+        print(f"{title:60} {median[ours]:10.1f} {median[base]:10.1f} {results[key]:8.3f}  {goal}")
     print(
         f"CPU, TensorFlow {tf.__version__}, batch {BATCH}, {args.steps} steps x {args.repeats} repeats; "
-        f"results: median of {results['blocks']} paired {STEPS_PER_CALL}-step blocks"
+        f"results: median of {results['blocks']} paired blocks ({STEPS_PER_CALL} steps; pipelines alone "
+        f"{PIPELINE_BLOCK} batches); first batch of a resumed stream (epoch of {EPOCH_COPIES * RECORDS} records): "
+        f"{results['resume_first_batch_ms']} ms"
     )
 
 

@@ -65,6 +65,18 @@ def test_resumed_stream_continues_exactly_where_the_step_left_off(files: List[st
         assert _labels(resumed, 20 - step) == whole[step:], f"resume at step {step}"
 
 
+def test_files_read_in_parallel_give_the_same_stream(files: List[str]) -> None:
+    """A URL (a bucket; here file://) is read with a parallel interleave, a local path sequentially."""
+    urls = ["file://" + name for name in files]
+    for cache in (False, True):
+        local, remote = (
+            train_dataset(names, _spec(cache=cache), seed=5, global_batch=BATCH, examples_seen=0, epoch_size=RECORDS)
+            for names in (files, urls)
+        )
+        assert _labels(remote, 14) == _labels(local, 14)
+    assert count_records(urls) == RECORDS
+
+
 def test_every_epoch_is_a_fresh_permutation(files: List[str]) -> None:
     stream = train_dataset(files, _spec(), seed=5, global_batch=RECORDS, examples_seen=0, epoch_size=RECORDS)
     first, second = _labels(stream, 2)

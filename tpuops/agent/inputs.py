@@ -9,9 +9,10 @@ checkpoint) and because distributed iterators on TPU are not all saveable.
 The training stream is a pure function of (files, seed, position):
 
 * files are listed per pattern, de-duplicated and sorted, so every attempt sees one order;
-* epoch ``e`` shuffles the file order, interleaves the files with a fixed cycle length
-  (``deterministic=True``), and shuffles records with a buffer seeded from ``(seed, e)`` with
-  ``reshuffle_each_iteration=False``: the order of an epoch never depends on what ran before;
+* epoch ``e`` shuffles the file order, interleaves the files with a fixed cycle length (in
+  order, also when the reads run in parallel), and shuffles records with a buffer seeded from
+  ``(seed, e)`` with ``reshuffle_each_iteration=False``: the order of an epoch never depends on
+  what ran before;
 * epochs are chained (``range(e0, inf).flat_map``), so batches run across epoch boundaries
   exactly as ``repeat()`` would;
 * the position is the number of records consumed, ``examples_seen = step x global_batch``
@@ -154,19 +155,25 @@ def distribution_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def _interleave(files: tf.data.Dataset, count: int) -> tf.data.Dataset:
-    return files.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(count, INTERLEAVE_CYCLE),
-        block_length=1,
-        num_parallel_calls=AUTOTUNE,
-        deterministic=True,
+def _interleave(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Dataset:
+    """Records of up to INTERLEAVE_CYCLE files in turn, one record from each.
+
+    Local files are interleaved sequentially: a parallel interleave hands every record across
+    threads, which halved the throughput of the whole pipeline on a CPU host (bench/bench_agent.py
+    ``pipeline_vs_plain``). Files in a bucket are read in parallel, where each read waits on the
+    network. In deterministic mode both give the very same order, so the choice never moves a
+    resumed stream.
+    """
+    remote = any("://" in name for name in files)
+    parallel: Dict[str, Any] = {"num_parallel_calls": AUTOTUNE, "deterministic": True} if remote else {}
+    return names.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), INTERLEAVE_CYCLE), block_length=1, **parallel
     )
 
 
 def count_records(files: Sequence[str]) -> int:
-    """Records in one pass over ``files`` (reads them all once, in parallel, without parsing)."""
-    records = _interleave(tf.data.Dataset.from_tensor_slices(list(files)), len(files))
+    """Records in one pass over ``files`` (reads them all once, without parsing)."""
+    records = _interleave(tf.data.Dataset.from_tensor_slices(list(files)), files)
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1).numpy())
 
 
@@ -181,7 +188,7 @@ def train_dataset(
     """The endless training stream of parsed global batches, starting after ``examples_seen`` records."""
     first_epoch, offset = divmod(examples_seen, epoch_size)
     file_list = list(files)
-    cached = _interleave(tf.data.Dataset.from_tensor_slices(file_list), len(file_list)).cache() if spec.cache else None
+    cached = _interleave(tf.data.Dataset.from_tensor_slices(file_list), file_list).cache() if spec.cache else None
 
     def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
         tf.random.set_seed(_DATA_GRAPH_SEED)  # only the graph of this function; see _DATA_GRAPH_SEED
@@ -190,7 +197,7 @@ def train_dataset(
             records = cached
         else:
             names = tf.data.Dataset.from_tensor_slices(file_list).shuffle(len(file_list), seed=epoch_seed)
-            records = _interleave(names, len(file_list))
+            records = _interleave(names, file_list)
         if spec.shuffle_buffer > 1:
             records = records.shuffle(spec.shuffle_buffer, seed=epoch_seed + 1, reshuffle_each_iteration=False)
         return records
