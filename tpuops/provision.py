@@ -49,6 +49,9 @@ class _Sighted(NamedTuple):
     gap: timedelta | None = None
 
 
+_PACES = 1
+"""How many former gaps between sightings a change may be dated before its sighting (``_changed_at``)."""
+
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
 
@@ -132,6 +135,7 @@ class Provisioner:
         self.ledger = ledger
         self.progress = progress
         self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
+        self._creating: dict[tuple[str, str], Any] = {}  # by (zone, name): our create operation, until READY
 
     # -- observation -------------------------------------------------------------------------
 
@@ -140,18 +144,21 @@ class Provisioner:
 
         A node seen again in the state this engine last recorded for it is skipped: the ledger
         keeps transitions only, so a listing of unchanged nodes costs no ledger work. A change
-        is stamped at the time it most likely happened (``_changed_at``), not when it was seen.
+        is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
+        it was seen.
         """
         now = datetime.now(UTC)
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
         if fresh:
-            self.ledger.observe_nodes(
+            sightings = [
                 Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
                          capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
                          run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         at=self._changed_at(n.zone, n.name, now))
-                for n in fresh)
+                         at=self._ready_at(n, now) if n.state is NodeState.READY else
+                         self._changed_at(n.zone, n.name, now))
+                for n in fresh]
+            self.ledger.observe_nodes(sightings)
         for n in nodes:
             if n.managed:
                 before = last.get((n.zone, n.name))
@@ -165,25 +172,47 @@ class Provisioner:
         all we know is that the change happened after the last sighting of the node as it was
         (or after we asked for it, ``create``) and before this one. Dated at the sighting, it is
         always late: READY time then ended one pass late after each preemption, and the ledger
-        billed 2.5-3.8 % more than Cloud TPU under churn. So it is dated half a look before the
-        sighting, a look being the gap it fell in, or the gap between the two sightings before
-        when that is shorter. For an observer that looks at a steady pace (the controller's
-        passes) that is the middle of the gap, off by at most half a pass and as often early as
-        late; for one that had stopped looking for a while (``up`` then nothing until ``status``),
-        the middle of a long gap could bill far less than Cloud TPU did, so it stays within half
-        its former pace of the sighting, on the safe side. With no earlier sighting (a new
-        process), the sighting's time it is.
+        billed 2.5-3.8 % more than Cloud TPU under churn. So it is dated in the middle of the
+        gap, but no further back than ``_PACES`` former look (the gap between the two
+        sightings before). For an observer that looks at a steady pace (the controller's
+        passes) that is the middle, off by at most half a pass and as often early as late; a
+        gap longer than twice the pace before it may mean that nobody was looking (``up``, then
+        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did,
+        so the date stays within one pace of the sighting, on the safe side. With no earlier
+        sighting (a new process), the sighting's time it is.
         """
         last = self._last_seen.get((zone, name))
         if last is None or last.at >= seen:
             return seen
-        gap = seen - last.at
-        return seen - (gap if last.gap is None else min(gap, last.gap)) / 2
+        back = (seen - last.at) / 2
+        return seen - (back if last.gap is None else min(back, _PACES * last.gap))
+
+    def _ready_at(self, node: NodeInfo, seen: datetime) -> datetime:
+        """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
+
+        A create operation is done when its node is READY, and says when (its endTime): one
+        GetOperation, once per node this engine created, dates the start of billing exactly. It
+        is kept within the gap since the last sighting, as a clock that is off cannot move it out.
+        """
+        guess = self._changed_at(node.zone, node.name, seen)
+        operation = self._creating.pop((node.zone, node.name), None)
+        if operation is None:
+            return guess
+        try:
+            self.api.refresh(operation, zone=node.zone)
+        except TpuopsError:
+            return guess
+        ended = operation_times(operation)[1]
+        last = self._last_seen.get((node.zone, node.name))
+        if ended is None or last is None:
+            return guess
+        return min(max(ended, last.at), seen)
 
     def _gone(self, zone: str, name: str, at: datetime | None = None) -> None:
         """Close the node's ledger incarnation: at ``at`` when known, else when it most likely went."""
         stamp = at or self._changed_at(zone, name, datetime.now(UTC))
         self._last_seen.pop((zone, name), None)
+        self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)
 
     def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None) -> bool:
@@ -387,6 +416,7 @@ class Provisioner:
         operation = self.api.create_node(zone, request)
         self._record(zone, request)
         self._last_seen[(zone, request.name)] = _Sighted("", None, asked)
+        self._creating[(zone, request.name)] = operation
         return operation
 
     def _retrying(self, zone: str) -> Callable[[BaseException, float], None]:

@@ -423,6 +423,10 @@ class TpuApi:
         except Exception as err:
             raise _translate(err, in_operation=True, zone=zone) from err
 
+    def refresh(self, operation: Any, *, zone: str) -> None:
+        """Bring ``operation`` up to date (one GetOperation, none once it is done)."""
+        self._call("GetOperation", operation.done, zone=zone)
+
     def operation_result(self, zone: str, name: str) -> tuple[CreateResult, str]:
         """Where a create operation stands, without blocking: its ``CreateResult`` and the error's message.
 
