@@ -213,9 +213,11 @@ def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decisi
     """The node is PREEMPTED or TERMINATED: replace it, counting a preemption unless we had let it go."""
     pending = memory.pending_create
     ours = pending is not None and observed.node_uid is not None and pending.replacing == observed.node_uid
-    if ours and pending is not None and pending.error is None:
-        return  # a listing from before the delete completed; its replacement is on its way
-    if memory.deleting or ours:
+    if ours and pending is not None and pending.error != CreateResult.RETRY:
+        # A listing from before the delete completed: the create went out (its failure, if any,
+        # is judged once the old node is no longer listed).
+        return
+    if memory.deleting or ours:  # ours: the delete's wait failed (RETRY), so the replacement is done again
         _replace(memory, observed, policy, now, "replacing the deleted node", decision)
         return
     memory.preemptions += 1

@@ -4,7 +4,10 @@ Desired state is the runs the store indexes as unfinished (``tpuops.runs``, ``in
 a pass never lists a run's history, so its cost grows with the runs still going. Actual state is
 one ListNodes per zone (and page) whatever the number of runs, through the one node engine
 (``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
-action and one GetOperation per create still in flight. Every node is created through
+action and one GetOperation per create still in flight. A replacement (a dead node deleted and
+its successor created in the same pass) also polls its delete until it completes: the pass waits
+for it (milliseconds on the emulator, the delete's duration on Cloud TPU), and the create goes out
+within about one round trip of the completion instead of a pass interval later. Every node is created through
 ``Provisioner.create`` (the ledger has it before anyone waits), from the request frozen in the
 run's record: tpuops.toml changes never change a declared run's node.
 
