@@ -139,15 +139,15 @@ class Provisioner:
 
     # -- observation -------------------------------------------------------------------------
 
-    def observe(self, *nodes: NodeInfo) -> None:
-        """Append what we saw of our nodes to the ledger (one transaction).
+    def observe(self, *nodes: NodeInfo, at: datetime | None = None) -> None:
+        """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
 
         A node seen again in the state this engine last recorded for it is skipped: the ledger
         keeps transitions only, so a listing of unchanged nodes costs no ledger work. A change
         is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
         it was seen.
         """
-        now = datetime.now(UTC)
+        now = at or datetime.now(UTC)
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
         if fresh:
