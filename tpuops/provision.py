@@ -215,7 +215,8 @@ class Provisioner:
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)
 
-    def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None) -> bool:
+    def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None,
+               timeout_s: float | None = None) -> bool:
         """Delete the node; False when it did not exist. With ``wait``, return once it is gone.
 
         Billing stops when the delete starts, which the delete operation dates (its
@@ -236,7 +237,7 @@ class Provisioner:
         if not wait:
             return True
         with contextlib.suppress(NotFound):
-            self.api.wait(operation, zone=zone, timeout_s=self.settings.operation_timeout_s,
+            self.api.wait(operation, zone=zone, timeout_s=timeout_s or self.settings.operation_timeout_s,
                           on_poll=on_poll, closely=on_poll is None)
         self._gone(zone, name, operation_times(operation)[1])
         return True

@@ -6,8 +6,9 @@ one ListNodes per zone (and page) whatever the number of runs, through the one n
 (``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
 action and one GetOperation per create still in flight. A replacement (a dead node deleted and
 its successor created in the same pass) also polls its delete until it completes: the pass waits
-for it (milliseconds on the emulator, the delete's duration on Cloud TPU), and the create goes out
-within about one round trip of the completion instead of a pass interval later. Every node is created through
+for it (milliseconds on the emulator, the delete's duration on Cloud TPU, at most
+``REPLACE_WAIT_S``), and the create goes out within about one round trip of the completion instead
+of a pass interval later. Every node is created through
 ``Provisioner.create`` (the ledger has it before anyone waits), from the request frozen in the
 run's record: tpuops.toml changes never change a declared run's node.
 
@@ -59,6 +60,9 @@ from tpuops.store import Store
 from tpuops.tpu import NodeInfo, NodeState, TpuApi
 
 T = TypeVar("T")
+
+REPLACE_WAIT_S = 300.0
+"""How long a pass waits for the delete of a node it replaces; past that, a later pass creates."""
 
 
 @dataclass
@@ -371,7 +375,8 @@ class Controller:
                 self.nodes.delete(action.zone, name)
                 return True
             try:
-                self.nodes.delete(action.zone, name, wait=True)
+                self.nodes.delete(action.zone, name, wait=True,
+                                  timeout_s=min(REPLACE_WAIT_S, self.settings.operation_timeout_s))
             except TpuopsError as err:
                 memory.event(now, "create-failed", f"the node it replaces is not deleted yet: {err}")
                 if memory.pending_create is not None:
