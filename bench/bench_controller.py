@@ -436,8 +436,8 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
             rows.append((f"preempt -> replacement CreateNode, watch every {interval:g} s",
                          f"{median(total):.2f} s median, max {max(total):.2f} (n={samples})",
                          f"PREEMPTED after {median(to_dead):.2f} s; CreateNode {median(to_create):.2f} s later",
-                         f"{median(to_create) / interval:.1f} intervals from PREEMPTED (a pass deletes, the next "
-                         "creates)"))
+                         f"{median(to_create) / interval:.1f} intervals from PREEMPTED (the pass that notices it "
+                         "deletes and creates)"))
         if not watchdog:
             return rows
         guarded = Controller(w.settings.model_copy(update={"max_run_hours": 72.0}), w.store, w.api, w.ledger)

@@ -118,10 +118,10 @@ def test_crashes_restart_from_the_checkpoint_up_to_max_crashes_then_finish_crash
     now = 200.0
     for attempt in range(1, POLICY.max_crashes + 1):
         crashed = status(attempt, 20 * attempt, "crashed", message="Segmentation fault")
-        assert step(memory, seen(READY, agent=crashed), now) == [("delete", A)]
+        # replaced in this pass: reconcile creates once the delete completed
+        assert step(memory, seen(READY, agent=crashed), now) == [("delete", A), ("create", A)]
         assert memory.phase == "active" and memory.crashes == attempt
-        assert step(memory, seen(DELETING, agent=crashed), now + 1) == []
-        assert step(memory, missing(agent=crashed), now + 2) == [("create", A)]  # at once: no evidence wait
+        assert step(memory, seen(CREATING, agent=crashed), now + 1) == []
         assert step(memory, seen(READY), now + 3) == []
         assert step(memory, seen(READY, agent=status(attempt + 1, 20 * attempt)), now + 4) == []
         now += 100
@@ -137,28 +137,70 @@ def test_a_crash_whose_node_already_deleted_itself_is_recreated_without_counting
     """The dead-man's switch deletes the node when the job ends, before the controller sees the crash."""
     memory = training()
     crashed = status(1, 40, "crashed", message="killed by the OOM killer")
-    assert step(memory, missing(agent=crashed), 200.0) == []
-    assert memory.crashes == 1
-    assert step(memory, missing(agent=crashed), 201.0) == [("create", A)]
-    assert (memory.attempts, memory.preemptions) == (2, 0)
+    assert step(memory, missing(agent=crashed), 200.0) == [("create", A)]  # at once: no evidence wait
+    assert (memory.crashes, memory.attempts, memory.preemptions) == (1, 2, 0)
+    assert step(memory, missing(agent=crashed), 201.0) == []  # the listing lags the create
     assert "vanished" not in kinds(memory)
 
 
-def test_preempted_node_counts_once_is_deleted_and_recreated_in_the_same_zone() -> None:
+def test_a_crash_seen_while_the_listing_failed_is_recreated_by_the_next_pass() -> None:
+    memory = training()
+    crashed = status(1, 40, "crashed", message="killed by the OOM killer")
+    assert step(memory, unlisted(agent=crashed), 200.0) == []  # the node may still be there: no create
+    assert memory.crashes == 1
+    assert step(memory, missing(agent=crashed), 201.0) == [("create", A)]
+    assert (memory.attempts, memory.preemptions) == (2, 0)
+
+
+def test_preempted_node_counts_once_and_is_replaced_in_the_same_pass_and_zone() -> None:
     memory = training()
     notice = status(1, 60, "preempted", last_checkpoint_step=60)
-    assert step(memory, seen(PREEMPTED, agent=notice), 200.0) == [("delete", A)]
-    assert memory.preemptions == 1 and memory.deleting
-    assert step(memory, seen(PREEMPTED, agent=notice), 201.0) == [("delete", A)]  # not counted twice
-    assert step(memory, seen(DELETING, agent=notice), 202.0) == []
-    assert step(memory, missing(agent=notice), 203.0) == [("create", A)]
+    assert step(memory, seen(PREEMPTED, agent=notice, node_uid="u1"), 200.0) == [("delete", A), ("create", A)]
     assert (memory.preemptions, memory.attempts, memory.zone) == (1, 2, A)
-    assert step(memory, seen(READY, agent=notice), 210.0) == []
+    assert memory.pending_create == PendingCreate(zone=A, at=200.0, replacing="u1")
+    assert [(e["kind"], e["at"]) for e in memory.events[-2:]] == [("preempted", 200.0), ("create", 200.0)]
+    # a listing taken before the delete completed still shows the old node: not counted twice
+    assert step(memory, seen(PREEMPTED, agent=notice, node_uid="u1"), 201.0) == []
+    assert step(memory, seen(DELETING, agent=notice, node_uid="u1"), 202.0) == []
+    assert step(memory, seen(CREATING, agent=notice, node_uid="u2"), 203.0) == []
+    assert memory.preemptions == 1
+    assert step(memory, seen(READY, agent=notice, node_uid="u2"), 210.0) == []
     assert step(memory, seen(READY, agent=status(2, 60)), 220.0) == []
     assert step(memory, seen(READY, agent=status(2, 200, "succeeded")), 300.0) == [("delete", A)]
     assert memory.outcome == "succeeded" and memory.preemptions == 1
     assert [k for k in kinds(memory) if k in ("create", "preempted", "vanished", "finished")] == \
         ["create", "preempted", "create", "finished"]
+
+
+def test_a_replacement_preempted_before_it_was_seen_ready_counts_as_a_preemption() -> None:
+    memory = training()
+    assert step(memory, seen(PREEMPTED, node_uid="u1"), 200.0) == [("delete", A), ("create", A)]
+    assert step(memory, seen(PREEMPTED, node_uid="u2"), 260.0) == [("delete", A), ("create", A)]
+    assert (memory.preemptions, memory.attempts) == (2, 3)
+    assert memory.pending_create is not None and memory.pending_create.replacing == "u2"
+
+
+def test_a_replacement_whose_delete_did_not_complete_is_done_again_without_counting() -> None:
+    memory = training()
+    assert step(memory, seen(PREEMPTED, node_uid="u1"), 200.0) == [("delete", A), ("create", A)]
+    assert memory.pending_create is not None
+    memory.pending_create.error = "retry"  # what reconcile remembers when the delete's wait failed
+    assert step(memory, seen(PREEMPTED, node_uid="u1"), 210.0) == [("delete", A), ("create", A)]
+    assert (memory.preemptions, memory.attempts) == (1, 3)
+    memory.pending_create.error = "retry"
+    assert step(memory, seen(DELETING, node_uid="u1"), 220.0) == []
+    assert step(memory, missing(create_result="retry"), 230.0) == [("create", A)]
+    assert (memory.preemptions, memory.attempts) == (1, 4)
+
+
+def test_with_every_zone_out_of_capacity_a_preempted_node_is_deleted_and_the_run_waits() -> None:
+    memory = training()
+    memory.blocked_zones = {A: 500.0, B: 500.0}
+    assert step(memory, seen(PREEMPTED, node_uid="u1"), 200.0) == [("delete", A)]
+    assert kinds(memory)[-2:] == ["preempted", "waiting"] and memory.deleting
+    assert step(memory, missing(), 210.0) == []
+    assert step(memory, missing(), 501.0) == [("create", A)]
+    assert (memory.preemptions, memory.attempts) == (1, 2)
 
 
 def test_a_vanished_node_needs_evidence_passes_in_a_row() -> None:
@@ -196,9 +238,9 @@ def test_no_step_progress_for_hang_after_s_restarts_the_run() -> None:
     memory = training()
     stuck = status(1, 20)
     assert step(memory, seen(READY, agent=stuck), 100.0 + POLICY.hang_after_s) == []  # at the limit
-    assert step(memory, seen(READY, agent=stuck), 101.0 + POLICY.hang_after_s) == [("delete", A)]
-    assert (memory.hangs, memory.crashes, memory.phase) == (1, 1, "active")
-    assert step(memory, missing(agent=stuck), 800.0) == [("create", A)]
+    assert step(memory, seen(READY, agent=stuck), 101.0 + POLICY.hang_after_s) == [("delete", A), ("create", A)]
+    assert (memory.hangs, memory.crashes, memory.phase, memory.attempts) == (1, 1, "active", 2)
+    assert step(memory, missing(agent=stuck), 800.0) == []  # the listing lags the create
     assert memory.preemptions == 0
 
 
@@ -207,16 +249,16 @@ def test_ready_without_an_agent_for_boot_timeout_s_restarts_the_run() -> None:
     assert step(memory, missing(), 0.0) == [("create", A)]
     assert step(memory, seen(READY), 10.0) == []
     assert step(memory, seen(READY), 10.0 + POLICY.boot_timeout_s) == []
-    assert step(memory, seen(READY), 11.0 + POLICY.boot_timeout_s) == [("delete", A)]
-    assert memory.hangs == 1 and "no agent on the READY node" in memory.events[-1]["message"]
+    assert step(memory, seen(READY), 11.0 + POLICY.boot_timeout_s) == [("delete", A), ("create", A)]
+    assert memory.hangs == 1 and "no agent on the READY node" in memory.events[-2]["message"]
 
 
 def test_a_new_attempt_that_resumes_below_the_killed_attempts_step_is_progress() -> None:
     """Attempt 1 reported step 180 and was SIGKILLed (no exit class); attempt 2 resumes at 160."""
     memory = training()
     assert step(memory, seen(READY, agent=status(1, 180)), 200.0) == []
-    assert step(memory, seen(PREEMPTED, agent=status(1, 180)), 210.0) == [("delete", A)]
-    assert step(memory, missing(agent=status(1, 180)), 220.0) == [("create", A)]
+    assert step(memory, seen(PREEMPTED, agent=status(1, 180)), 210.0) == [("delete", A), ("create", A)]
+    assert step(memory, seen(CREATING, agent=status(1, 180)), 220.0) == []
     assert step(memory, seen(READY, agent=status(1, 180)), 230.0) == []
     hang = POLICY.hang_after_s
     for n in range(1, 6):  # attempt 2 steps slowly from 160 towards 180, within hang_after_s each time
@@ -244,8 +286,7 @@ def test_after_a_failover_a_recreate_stays_in_the_zone_that_had_capacity() -> No
     step(memory, missing(), 0.0)
     assert step(memory, missing(create_result="capacity"), 5.0) == [("create", B)]
     assert step(memory, seen(READY, zone=B, agent=status(1, 20)), 10.0) == []
-    assert step(memory, seen(PREEMPTED, zone=B), 20.0) == [("delete", B)]
-    assert step(memory, missing(), 30.0) == [("create", B)]
+    assert step(memory, seen(PREEMPTED, zone=B), 20.0) == [("delete", B), ("create", B)]
 
 
 def test_a_refused_create_request_finishes_failed_and_a_transient_one_is_retried() -> None:

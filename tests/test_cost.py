@@ -35,7 +35,7 @@ from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
 from tpuops.provision import Provisioner, UpPlan, plan_up
-from tpuops.tpu import NodeState, TpuApi
+from tpuops.tpu import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState, TpuApi
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -351,6 +351,40 @@ def test_cost_rejects_bad_flags(cost_cli: Callable[..., Any]) -> None:
     assert "since 'last week' is not a date" in str(bad_since.exception)
     both = cost_cli("--json", "--csv")
     assert both.exit_code == 2 and "choose one of --json, --csv" in both.output
+
+
+# -- when a change is dated (Provisioner) -------------------------------------------------------
+
+
+def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
+    return NodeInfo(name="n", zone=US, project=P, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
+                    capacity=Capacity.SPOT, state=state, health="", labels={MANAGED_LABEL: MANAGED_VALUE},
+                    create_time=T0, uid=uid)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("looks", "preempted_seen", "dated"), [
+    ((0, 1, 2, 3), 4, 3.5),  # a steady observer: the middle of the gap
+    ((0, 1, 2, 3), 4.6, 4.6 - 0.8),  # one slow pass (up to twice the pace): still the middle
+    ((0, 0.1, 0.2), 30, 30 - 0.1),  # nobody looked for half a minute: one former pace back, not 15 s
+])
+def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, looks: tuple[float, ...],
+                                                            preempted_seen: float, dated: float) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    provisioner = Provisioner(TpuApi(P), _settings(tmp_path), ledger)
+    for look in looks:
+        provisioner.observe(_sighted(NodeState.READY), at=at(look))
+    provisioner.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
+    assert [(t.state, t.at) for t in ledger.transitions(P, US, "n")] == [
+        ("READY", at(0)), ("PREEMPTED", at(dated))]
+
+
+@pytest.mark.unit
+def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    Provisioner(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.READY), at=at(0))
+    Provisioner(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.PREEMPTED), at=at(9))
+    assert [t.at for t in ledger.transitions(P, US, "n")] == [at(0), at(9)]
 
 
 # -- agreement with the emulator's billing truth --------------------------------------------------

@@ -6,15 +6,16 @@ free. Here an incarnation's READY interval starts at a READY transition and ends
 transition of any other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
 an interval still open is billed up to ``now``. Daily totals split intervals at UTC midnight.
 
-Precision: the ledger holds what tpuops *observed*, stamped when a poll saw it, not when the
-state changed. Each edge of an interval is late by up to one poll interval plus the latency
-of the call that saw it: READY is seen by the create wait (``Provisioner.up`` polls every
-``poll_interval_s``), DELETING by the delete wait, PREEMPTED by the next ``status`` or
-``watch`` pass. Both edges being late by about the same amount, intervals are right to about
-one poll while tpuops is polling (tests/test_cost.py holds them within 2 % of the emulator's
-billing truth). A node nobody watches is billed until the next observation, an overestimate,
-which is the safe side for budgets; and a preemption never observed (the node went from READY
-straight to gone) cannot earn the first-minute exemption, so it is billed.
+Precision: the ledger holds transitions dated by ``Provisioner`` from the best evidence the API
+gives. A READY start is the end of the node's create operation (exact, when this process created
+it); a delete of ours is the delete operation's start (exact: billing stops when a delete starts);
+anything else (a preemption, a delete from inside the VM) is dated within the gap between the last
+sighting as it was and the first as it is, in its middle while tpuops watches at a steady pace, so
+that an edge is as often early as late by at most half a pass instead of always a pass late
+(tests/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the
+emulator's billing truth). A node nobody watches is billed until the next observation, on the safe
+side for budgets; and a preemption never observed (the node went from READY straight to gone)
+cannot earn the first-minute exemption, so it is billed.
 
 Design: everything that computes is a pure function of ledger rows (``NodeHistory``), a
 ``Catalog`` and ``now``, tested without a database or a server; ``spent`` and ``cost_report``

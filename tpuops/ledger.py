@@ -19,7 +19,9 @@ Invariants:
   Transitions are kept in the order they were observed. ``mark_deleted`` also appends a final
   ``DELETED`` transition, so every interval has an end.
 - Times are stored as UTC ISO-8601 with microseconds (they sort as text); callers pass
-  timezone-aware datetimes or ``None`` for now.
+  timezone-aware datetimes or ``None`` for now. A transition's time is when the state began as
+  well as the observer can tell (``Provisioner`` dates it between two sightings, or from the
+  delete operation), which is what the cost tracker bills from.
 
 Concurrency: each call opens its own connection (so a ``Ledger`` is safe to share between
 threads), the database is in WAL mode, and writers take the write lock up front
@@ -104,6 +106,8 @@ class Sighting:
     uid: str | None = None
     run_id: str | None = None
     sweep_id: str | None = None
+    at: datetime | None = None
+    """When the node entered ``state``, as well as the observer can tell; None: when the listing was recorded."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +296,7 @@ class Ledger:
             for s in seen:
                 record = self._record(conn, s.project, s.zone, s.name, s.accelerator, s.capacity, s.run_id,
                                       s.sweep_id, s.uid, stamp)
-                changed += self._append(conn, record.id, _text(s.state), stamp)
+                changed += self._append(conn, record.id, _text(s.state), stamp if s.at is None else _stamp(s.at))
         return changed
 
     def observe(

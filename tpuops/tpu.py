@@ -37,6 +37,9 @@ from tpuops.retry import call_with_retry
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
+CLOSE_POLL_S = 0.02
+"""The shortest pause between two polls of an operation that someone waits on closely (``TpuApi.wait``)."""
+
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "tpuops"
 
@@ -168,6 +171,22 @@ def _node_info(node: Any) -> NodeInfo:
 # google.rpc.Code values that an operation's error may carry, onto the taxonomy.
 _TRANSIENT_CODES = {4, 13, 14}  # DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE
 _PERMISSION_CODES = {7, 16}  # PERMISSION_DENIED, UNAUTHENTICATED
+
+
+def operation_times(operation: Any) -> tuple[datetime | None, datetime | None]:
+    """When the API says a long-running operation started and ended (its metadata's createTime and endTime).
+
+    None for a time the operation does not carry (not ended yet, or no metadata at all).
+    """
+    metadata = getattr(operation, "metadata", None)
+
+    def aware(field_name: str) -> datetime | None:
+        value = getattr(metadata, field_name, None) if metadata is not None else None
+        if not isinstance(value, datetime) or value.timestamp() <= 0:
+            return None
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+    return aware("create_time"), aware("end_time")
 
 
 def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsError:
@@ -377,24 +396,36 @@ class TpuApi:
         zone: str,
         timeout_s: float,
         on_poll: Callable[[], None] | None = None,
+        closely: bool = False,
     ) -> Any:
         """Poll ``operation`` until done; return its response or raise its error, translated.
 
         ``on_poll`` runs between polls (the CLI uses it to show the node's state). An error
         inside the operation is classified as an operation error: RESOURCE_EXHAUSTED there
         is a stockout (``CapacityError``) or a quota (``QuotaError``), not a rate limit.
+        ``closely`` is for a caller with its next request ready (a replacement's create after a
+        delete): polls follow each other ``CLOSE_POLL_S`` apart, spaced out to 2 % of the time
+        waited so far (at most ``poll_interval_s``), so that the next request goes out within
+        about one round trip of the completion without a long operation costing hundreds of polls.
         """
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while not self._call("GetOperation", operation.done, zone=zone):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise Timeout(f"operation {operation.operation.name} did not finish within {timeout_s:.0f} s")
             if on_poll is not None:
                 on_poll()
-            time.sleep(self.poll_interval_s)
+            pause = max(CLOSE_POLL_S, (now - started) / 50) if closely else self.poll_interval_s
+            time.sleep(min(pause, self.poll_interval_s))
         try:
             return operation.result(timeout=0)
         except Exception as err:
             raise _translate(err, in_operation=True, zone=zone) from err
+
+    def refresh(self, operation: Any, *, zone: str) -> None:
+        """Bring ``operation`` up to date (one GetOperation, none once it is done)."""
+        self._call("GetOperation", operation.done, zone=zone)
 
     def operation_result(self, zone: str, name: str) -> tuple[CreateResult, str]:
         """Where a create operation stands, without blocking: its ``CreateResult`` and the error's message.

@@ -3,9 +3,9 @@
 No I/O here, so every rule is tested without servers. The rules (docs/design.md, "Failure taxonomy"):
 
 - the agent said succeeded or user-error -> finish, delete the node; never retry a user error;
-- the agent said crashed -> restart from the checkpoint (delete, recreate), at most
+- the agent said crashed -> restart from the checkpoint (replace the node), at most
   ``max_crashes`` times, then finish as crashed;
-- the node is PREEMPTED or TERMINATED -> count a preemption, delete it, recreate it;
+- the node is PREEMPTED or TERMINATED -> count a preemption and replace it;
 - the node is missing although we made one -> only after ``evidence_passes`` passes in a row
   (a listing that lags or a flaky pass must not destroy a healthy run) count a vanished node
   and recreate; a zone whose listing failed is no evidence at all;
@@ -18,6 +18,12 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   retry); one that failed transiently is tried again on the next pass;
 - spending at or over the run's budget -> finish as budget-exhausted and delete the node
   (deletion sends the preemption notice, so the agent checkpoints).
+
+Replacing a node is one pass: the decision holds the DELETE of the dead node followed by the
+CREATE of its replacement, and ``reconcile`` waits for the delete to complete before it creates
+(same name), instead of leaving the create to the next pass. The create remembers the uid of the
+node it replaces, so a listing that still shows that node (taken before the delete completed) is
+told apart from a preemption of the replacement.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class Observed:
     listed: bool
     node_state: NodeState | None = None
     node_zone: str | None = None
+    node_uid: str | None = None
     status: AgentStatus | None = None
     create_result: CreateResult | None = None  # None: no create in flight
     create_message: str = ""
@@ -72,6 +79,8 @@ class Action:
 
 @dataclass
 class Decision:
+    """Actions to apply in order; a CREATE after a DELETE waits for that delete to complete."""
+
     actions: list[Action] = field(default_factory=list)
 
 
@@ -89,7 +98,8 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
     return open_zones[0] if open_zones else None
 
 
-def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Decision) -> None:
+def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Decision,
+            replacing: str | None = None) -> None:
     zone = _next_zone(memory, policy, now)
     if zone is None:
         memory.deleting = True  # the node is wanted: its absence while we wait is no preemption
@@ -102,9 +112,17 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     memory.deleting = False
     memory.ready_since = None
     memory.missing_passes = 0
-    memory.pending_create = PendingCreate(zone=zone, at=now)
+    memory.pending_create = PendingCreate(zone=zone, at=now, replacing=replacing)
     memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
     decision.actions.append(Action(ActionKind.CREATE, zone))
+
+
+def _replace(memory: Memory, observed: Observed, policy: Policy, now: float, why: str, decision: Decision) -> None:
+    """Delete the run's node and create its replacement in this same pass (see the module docstring)."""
+    memory.deleting = True  # if no zone has capacity, the node stays wanted and its absence is no preemption
+    memory.pending_create = None
+    decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
+    _create(memory, policy, now, why, decision, replacing=observed.node_uid)
 
 
 def _restart(memory: Memory, observed: Observed, now: float, kind: str, message: str, decision: Decision,
@@ -113,15 +131,20 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
     memory.crashes += 1
     if kind == "hang":
         memory.hangs += 1
+    # The node may be gone already (its dead-man's switch deletes it when the job ends): then the
+    # replacement is created at once, or, when this pass's listing failed, by the next pass.
+    memory.deleting = True
+    exists = bool(observed.node_zone) and observed.node_state is not None
     if memory.crashes > policy.max_crashes:
         _finish(memory, now, Outcome.CRASHED, f"{message}; gave up after {policy.max_crashes} restarts")
-    else:
-        memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
-    # The node may be gone already (its dead-man's switch deletes it when the job ends): either
-    # way the next pass that finds it missing recreates it without counting a preemption.
-    memory.deleting = True
-    if observed.node_zone and observed.node_state is not None:
-        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
+        if exists:
+            decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
+        return
+    memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
+    if exists:
+        _replace(memory, observed, policy, now, f"restart {memory.crashes} after a {kind}", decision)
+    elif observed.listed:
+        _create(memory, policy, now, f"restart {memory.crashes} after a {kind}", decision)
 
 
 def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decision, policy: Policy) -> bool:
@@ -174,23 +197,34 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
-    if state in (NodeState.PREEMPTED, NodeState.TERMINATED) and memory.deleting:
-        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
-    elif state in (NodeState.PREEMPTED, NodeState.TERMINATED):
-        memory.preemptions += 1
-        memory.deleting = True
-        memory.pending_create = None
-        memory.event(now, "preempted", f"node {state.value} in {observed.node_zone} (preemption "
-                                       f"{memory.preemptions}); deleting it to recreate")
-        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
+    if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+        _dead(memory, observed, now, policy, decision)
     elif state is NodeState.READY:
         _ready(memory, observed, now, policy, decision)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
-        decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
+        _replace(memory, observed, policy, now, "replacing the stopped node", decision)
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision
+
+
+def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
+    """The node is PREEMPTED or TERMINATED: replace it, counting a preemption unless we had let it go."""
+    pending = memory.pending_create
+    ours = pending is not None and observed.node_uid is not None and pending.replacing == observed.node_uid
+    if ours and pending is not None and pending.error != CreateResult.RETRY:
+        # A listing from before the delete completed: the create went out (its failure, if any,
+        # is judged once the old node is no longer listed).
+        return
+    if memory.deleting or ours:  # ours: the delete's wait failed (RETRY), so the replacement is done again
+        _replace(memory, observed, policy, now, "replacing the deleted node", decision)
+        return
+    memory.preemptions += 1
+    state = observed.node_state.value if observed.node_state else ""
+    memory.event(now, "preempted", f"node {state} in {observed.node_zone} (preemption {memory.preemptions}); "
+                                   "replacing it")
+    _replace(memory, observed, policy, now, "replacing the preempted node", decision)
 
 
 def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:

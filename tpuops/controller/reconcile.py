@@ -4,7 +4,11 @@ Desired state is the runs the store indexes as unfinished (``tpuops.runs``, ``in
 a pass never lists a run's history, so its cost grows with the runs still going. Actual state is
 one ListNodes per zone (and page) whatever the number of runs, through the one node engine
 (``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
-action and one GetOperation per create still in flight. Every node is created through
+action and one GetOperation per create still in flight. A replacement (a dead node deleted and
+its successor created in the same pass) also polls its delete until it completes: the pass waits
+for it (milliseconds on the emulator, the delete's duration on Cloud TPU, at most
+``REPLACE_WAIT_S``), and the create goes out within about one round trip of the completion instead
+of a pass interval later. Every node is created through
 ``Provisioner.create`` (the ledger has it before anyone waits), from the request frozen in the
 run's record: tpuops.toml changes never change a declared run's node.
 
@@ -56,6 +60,9 @@ from tpuops.store import Store
 from tpuops.tpu import NodeInfo, NodeState, TpuApi
 
 T = TypeVar("T")
+
+REPLACE_WAIT_S = 300.0
+"""How long a pass waits for the delete of a node it replaces; past that, a later pass creates."""
 
 
 @dataclass
@@ -313,7 +320,8 @@ class Controller:
 
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
-                        node_zone=node.zone if node else None, status=status, create_result=result,
+                        node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
+                        status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd)
 
     def _reconcile_run(self, run_id: str, record: RunRecord, memory: Memory, generation: int,
@@ -323,9 +331,11 @@ class Controller:
         unchanged = seen.saved if seen is not None and seen.memory is memory else memory.to_bytes()
         before = len(memory.events)
         decision = decide(memory, observed, now, self.policy(record))
-        for action in decision.actions:
-            self._apply(run_id, record, memory, action, now)
+        for index, action in enumerate(decision.actions):
+            replacing = any(later.kind is ActionKind.CREATE for later in decision.actions[index + 1:])
             report.acted.append((run_id, action.kind, action.zone))
+            if not self._apply(run_id, record, memory, action, now, replacing=replacing):
+                break
         for event in memory.events[before:]:
             self.progress(f"{run_id}: {event['kind']}: {event['message']}")
         if memory.finished:
@@ -351,11 +361,28 @@ class Controller:
                            api=self.api)
         return asdict(sweeps.run(now))
 
-    def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float) -> None:
+    def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,
+               replacing: bool = False) -> bool:
+        """Carry out one action; False when the ones after it must not run.
+
+        A delete that a create follows (a replacement, ``decide``) is waited for, closely, so that
+        the create goes out within about one round trip of its completion: the name is free only
+        then. If the wait fails, the create is left to the next pass, as a create that failed.
+        """
         name = record.node_name
         if action.kind is ActionKind.DELETE:
-            self.api.delete_node(action.zone, name)
-            return
+            if not replacing:
+                self.nodes.delete(action.zone, name)
+                return True
+            try:
+                self.nodes.delete(action.zone, name, wait=True,
+                                  timeout_s=min(REPLACE_WAIT_S, self.settings.operation_timeout_s))
+            except TpuopsError as err:
+                memory.event(now, "create-failed", f"the node it replaces is not deleted yet: {err}")
+                if memory.pending_create is not None:
+                    memory.pending_create.error, memory.pending_create.message = CreateResult.RETRY, str(err)
+                return False
+            return True
         request = record.node.request()
         if memory.capacity is not None:  # moved by a sweep's endgame (the record stays as declared)
             request = dataclasses.replace(request, capacity=memory.capacity)
@@ -363,14 +390,16 @@ class Controller:
             operation = self.nodes.create(action.zone, request)
         except AlreadyExists:
             memory.event(now, "adopted", f"{name} already exists in {action.zone}")
-            return
+            memory.pending_create = None  # the node there is the run's: the next pass judges its state
+            return True
         except TpuopsError as err:
             memory.event(now, "create-failed", str(err))
             if memory.pending_create is not None:  # decided on by the next pass
                 memory.pending_create.error, memory.pending_create.message = CreateResult.of(err), str(err)
-            return
+            return True
         if memory.pending_create is not None:
             memory.pending_create.operation = operation.operation.name
+        return True
 
     def _reap_orphans(self, active: set[str], listed: Listing, report: PassReport,
                       grace_s: float | None = None) -> None:
@@ -385,7 +414,7 @@ class Controller:
                 if (age is not None and age < grace) or runs.run_exists(self.store, run):
                     continue
                 self.progress(f"reaping orphan {node.name} in {node.zone} (run {run} is not in the store)")
-                self.api.delete_node(node.zone, node.name)
+                self.nodes.delete(node.zone, node.name)
                 report.reaped.append(node.name)
 
     def reap_orphans_now(self) -> list[str]:

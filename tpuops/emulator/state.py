@@ -370,10 +370,10 @@ class EmulatorState:
                 accelerator_type=node.spec.accelerator.name,
                 capacity=node.spec.capacity,
             )
-            self._start_guest(node)
-            if node.pending_op is not None:
+            if node.pending_op is not None:  # done when READY (its endTime is billing's start), before the guest boots
                 self.ops.succeed(node.pending_op, NODE_TYPE, node.to_json())
                 node.pending_op = None
+            self._start_guest(node)
 
     def _start_guest(self, node: Node) -> None:
         """Boot the 'VM': its metadata server (kept across restarts) and its startup script."""

@@ -38,6 +38,7 @@ class PendingCreate(BaseModel):
     operation: str | None = None  # the long-running operation, once the request was accepted
     error: CreateResult | None = None  # the request itself was refused: how
     message: str = ""
+    replacing: str | None = None  # uid of the node this create replaces (deleted in the same pass)
 
 
 class Memory(BaseModel):

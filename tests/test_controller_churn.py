@@ -1,0 +1,185 @@
+"""The controller under churn, on the emulator: replacements in one pass, and a ledger that bills what Cloud TPU bills.
+
+Four runs under one ``watch``-style loop of real ``Controller`` passes, preempted 0, 1, 3 and 10
+times, then told by their agent's status that they succeeded (the controller deletes the node).
+Their nodes run a startup script that exits at once: billing needs READY time, not TensorFlow,
+so the whole test takes about as long as the READY time of its busiest run (~50 s).
+
+Checked: each preemption is replaced in the pass that notices it (that pass deletes the node and
+creates its replacement, with the two events at that pass's time), and the cost ledger's READY
+seconds per run are within 2 % of the emulator's billing record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import poll
+
+from tpuops import runs
+from tpuops.config import Settings, load_settings
+from tpuops.controller.reconcile import Controller, PassReport
+from tpuops.cost import catalog_for, node_cost
+from tpuops.kinds import Capacity
+from tpuops.ledger import Ledger
+from tpuops.provision import plan_up
+from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.store import open_store
+from tpuops.tpu import TpuApi
+
+pytestmark = pytest.mark.emulator
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+PROJECT, ZONE = "tpuops-local", "us-central1-b"
+PASS_S = 0.05  # the loop's pause between passes
+HOLD_S = 4.0  # READY time each node accrues before it is preempted or the run ends
+SCENARIOS = {"churn-0": 0, "churn-1": 1, "churn-3": 3, "churn-10": 10}  # run -> preemptions
+QUICK_SCRIPT = "#!/bin/bash\nexit 0\n"
+LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
+
+
+def _accrue(seconds: float) -> None:
+    """Let billable READY time pass: the time itself is what is measured, not a synchronisation."""
+    time.sleep(seconds)
+
+
+def _settings(tmp_path: Path) -> Settings:
+    config = tmp_path / "tpuops.toml"
+    config.write_text("")
+    return load_settings(config_path=config, environ={
+        "TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE, "TPUOPS_POLL_INTERVAL_S": str(PASS_S),
+        "TPUOPS_OPERATION_TIMEOUT_S": "30", "TPUOPS_MAX_RUN_HOURS": "0"})
+
+
+def _declare(settings: Settings, store: Any, run_id: str) -> None:
+    """A train run as ``jobs.declare`` leaves it, its node's startup script swapped for one that exits at once."""
+    request = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE, run_id=run_id).request
+    request = dataclasses.replace(request, metadata={"startup-script": QUICK_SCRIPT})
+    record = RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="churn")
+    store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
+    store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate({**LIVE, "run_id": run_id})
+                      .model_dump_json().encode())
+    runs.mark_active(store, run_id)
+
+
+@dataclass
+class Watch:
+    """``tpuops watch`` in a thread: passes ``PASS_S`` apart until every run is finished and its node gone."""
+
+    controller: Controller
+    reports: list[PassReport] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="watch", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self.done.is_set():
+                self.reports.append(self.controller.run_pass())
+                self.done.wait(PASS_S)
+        except BaseException as err:
+            self.error = err
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=60)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def watched(emulator: Any, tmp_path: Path) -> Iterator[tuple[Settings, Any, Ledger, Watch]]:
+    settings = _settings(tmp_path)
+    store = open_store(settings.store_root)
+    ledger = Ledger(settings.ledger_path)
+    api = TpuApi(PROJECT, endpoint=emulator.endpoint, poll_interval_s=PASS_S, deadline_s=20)
+    for run_id in SCENARIOS:
+        _declare(settings, store, run_id)
+    # the status is read every pass: a real agent's end also shows as its node deleting itself
+    watch = Watch(Controller(settings, store, api, ledger, status_refresh_s=PASS_S))
+    try:
+        yield settings, store, ledger, watch
+    finally:
+        watch.done.set()
+
+
+def _ready_uid(admin: Any, run_id: str, not_in: set[str]) -> str | None:
+    """The uid of the run's node once it is READY and none of ``not_in``."""
+    node = next((n for n in admin.nodes() if n["name"].endswith(f"/nodes/{run_id}")), None)
+    if node is None or node["state"] != "READY" or node["preempting"] or node["uid"] in not_in:
+        return None
+    return str(node["uid"])
+
+
+def _play(admin: Any, store: Any, run_id: str, preemptions: int, failures: list[BaseException]) -> None:
+    """The cloud and the agent of one run: each node accrues ``HOLD_S`` and is preempted, the last one succeeds."""
+    try:
+        seen: set[str] = set()
+        for number in range(preemptions + 1):
+            seen.add(poll(lambda: _ready_uid(admin, run_id, seen), f"{run_id}: node {number + 1} READY",
+                          interval_s=0.1))
+            _accrue(HOLD_S)
+            if number < preemptions:
+                admin.preempt(PROJECT, ZONE, run_id, grace_s=0.0)
+        done = {**LIVE, "run_id": run_id, "phase": "done", "exit_class": "succeeded", "step": 1000}
+        store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate(done).model_dump_json().encode())
+    except BaseException as err:
+        failures.append(err)
+
+
+def test_churn_is_replaced_in_one_pass_and_billed_as_cloud_tpu_bills(
+        watched: tuple[Settings, Any, Ledger, Watch], emulator_admin: Any) -> None:
+    settings, store, ledger, watch = watched
+    failures: list[BaseException] = []
+    players = [threading.Thread(target=_play, args=(emulator_admin, store, run_id, count, failures))
+               for run_id, count in SCENARIOS.items()]
+    for player in players:
+        player.start()
+    for player in players:
+        player.join(timeout=120)
+    assert not failures, failures
+
+    def ended() -> bool:
+        memories = [runs.load_memory(store, run_id)[0] for run_id in SCENARIOS]
+        gone = not any(n["name"].rsplit("/", 1)[-1] in SCENARIOS for n in emulator_admin.nodes())
+        return gone and all(m.finished for m in memories)
+
+    poll(ended, "every run finished and its node gone")
+    watch.stop()
+
+    truth = emulator_admin.billing()
+    catalog = catalog_for(settings)
+    now = datetime.now(UTC)
+    apart: dict[str, tuple[float, float]] = {}  # run -> (ledger, billing) READY seconds
+    for run_id, preemptions in SCENARIOS.items():
+        memory = runs.load_memory(store, run_id)[0]
+        kinds = [e["kind"] for e in memory.events if e["kind"] in ("create", "preempted", "vanished", "finished")]
+        assert kinds == ["create", *["preempted", "create"] * preemptions, "finished"], (run_id, kinds)
+        assert (memory.outcome, memory.preemptions, memory.attempts) == ("succeeded", preemptions, preemptions + 1)
+        # the pass that noticed each preemption created the replacement (events at that pass's time)
+        noticed = [e["at"] for e in memory.events if e["kind"] == "preempted"]
+        created = [e["at"] for e in memory.events if e["kind"] == "create"][1:]
+        assert noticed == created, run_id
+        replaced = [r.acted for r in watch.reports if (run_id, "delete", ZONE) in r.acted
+                    and (run_id, "create", ZONE) in r.acted]
+        assert len(replaced) == preemptions, run_id
+
+        billed = [i for i in truth if i["node"].endswith(f"/nodes/{run_id}")]
+        assert len(billed) == preemptions + 1 and all(i["end"] is not None for i in billed)
+        truth_s = sum(i["seconds"] for i in billed)
+        ledger_s = sum(node_cost(h, catalog, now).ready_seconds for h in ledger.histories(PROJECT, run_id=run_id))
+        print(f"{run_id}: ledger {ledger_s:.3f} s, billing {truth_s:.3f} s ({ledger_s / truth_s - 1:+.2%})")
+        apart[run_id] = (ledger_s, truth_s)
+    assert all(abs(ours - billed) <= 0.02 * billed for ours, billed in apart.values()), apart
