@@ -225,14 +225,21 @@ class Driving:
 
 
 class CheckpointWatch:
-    """Records the newest checkpoint step each time it is looked at: it may only grow."""
+    """Records the newest complete checkpoint step each time it is looked at: it may only grow.
+
+    Complete means the agent said so (status ``last_checkpoint_step``: after a save returned, or
+    the step it resumed from). A ``.index`` that is still being written when a SIGKILL lands is
+    listed too; the next attempt finds it invalid and deletes it, which is no step back.
+    """
 
     def __init__(self, world: World, run: str) -> None:
         self.world, self.run = world, run
         self.newest: list[int] = []
+        self.confirmed = 0
 
     def look(self) -> int:
-        steps = self.world.ckpt_steps(self.run)
+        self.confirmed = max(self.confirmed, self.world.status(self.run).get("last_checkpoint_step") or 0)
+        steps = [step for step in self.world.ckpt_steps(self.run) if step <= self.confirmed]
         if steps and (not self.newest or self.newest[-1] != steps[-1]):
             self.newest.append(steps[-1])
         return self.newest[-1] if self.newest else 0
