@@ -377,12 +377,14 @@ def cost_report(
     from tpuops.session import open_ledger, store
 
     ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
-    report = build_report(ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since),
-                          catalog, now, since)
+    histories = ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since)
+    report = build_report(histories, catalog, now, since)
     run_ids = [total.key for total in report.runs if total.key]
     if not run_ids:
         return report
-    whole = by_run(ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id))
+    # Goodput covers each run whole: the nodes ``since`` leaves out count too (one more read only then).
+    whole = by_run(histories if since is None else ledger.histories(settings.project, run_id=run_id,
+                                                                      sweep_id=sweep_id))
     where = store(settings)
 
     def status_of(rid: str) -> runs.AgentStatus | None:  # a malformed status costs its goodput, not the report

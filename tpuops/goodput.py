@@ -122,8 +122,8 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
     if ordered:
         for attempt in attempts:
             owned[_owner(attempt, ordered)].append(attempt)
-    last = max(attempts, key=lambda a: a.attempt)
-    lost = parts["recomputed_s"] + sum(a.setup_s for a in attempts if a.attempt != min(x.attempt for x in attempts))
+    first, last = min(attempts, key=lambda a: a.attempt), max(attempts, key=lambda a: a.attempt)
+    lost = parts["recomputed_s"] + sum(a.setup_s for a in attempts if a is not first)
     for index, interval in enumerate(ordered):
         mine = sorted(owned.get(index, []), key=lambda a: a.attempt)
         start, end = interval.start.timestamp(), interval.end.timestamp()
