@@ -87,7 +87,7 @@ class MultiStep:
 
     def __init__(self, strategy: Any) -> None:
         self._strategy = strategy
-        # A host variable (created outside the strategy scope): seconds spent in next(iterator).
+        # A host variable (created outside the strategy scope): seconds this call spent in next(iterator).
         self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait")
         self._clock = _clock()
         self.train_call = tf.function(self._train_call)
@@ -99,7 +99,9 @@ class MultiStep:
     def _replica_step(self, batch: Any) -> None:
         raise NotImplementedError
 
-    def _train_call(self, iterator: Any, steps: tf.Tensor) -> None:
+    def _train_call(self, iterator: Any, steps: tf.Tensor) -> tf.Tensor:
+        """Train ``steps`` steps; returns the seconds they waited for input (reading it waits for the call)."""
+        self._waited.assign(0.0)
         for _ in tf.range(steps):
             before = self._clock()
             with tf.control_dependencies([before]):
@@ -107,6 +109,7 @@ class MultiStep:
             with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
                 self._waited.assign_add(self._clock() - before)
             self._replica_step(batch)
+        return self._waited.read_value()
 
     def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
         """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
@@ -116,12 +119,6 @@ class MultiStep:
                 break
             self._eval_call(batch)
         return self.eval_metrics.results()
-
-    def take_input_wait(self) -> float:
-        """Seconds the steps waited for input since the last take."""
-        waited = float(self._waited.numpy())
-        self._waited.assign(0.0)
-        return waited
 
 
 class Steps(MultiStep):

@@ -16,17 +16,19 @@ agent start) reports one entry, carried over into later attempts' status like ``
     seen_at        unix seconds of the entry's last write: a killed attempt's last sign of life
     setup_s        script start -> end of the first call: bundle, TensorFlow import, TPU init, data
                    checks, model build, restore, and the first call itself (it traces and compiles)
-    productive_s   calls that trained steps for the first time in the run (infer: predicted)
-    recomputed_s   calls that trained again steps an earlier attempt had already trained (lost to
+    productive_s   turns of the step loop that trained steps for the first time in the run: the
+                   call and the loop's bookkeeping after it (status, metrics once per heartbeat),
+                   as a step costs in any loop (infer: predicted)
+    recomputed_s   turns that trained again steps an earlier attempt had already trained (lost to
                    preemption: they were past its last checkpoint)
     checkpoint_s, eval_s, save_s   checkpoint saves, evaluations, the final SavedModel
     input_wait_s   how long the steps waited for input: a share of productive_s + recomputed_s,
                    not a segment of its own
 
-Segments are disjoint stretches of the attempt's wall time; what they do not cover (status and
-summary writes between calls, an attempt that never reached its first call) is left for the
-control plane to call unaccounted. The clock is written from the main thread and read by the
-heartbeat thread, hence the lock.
+Segments are disjoint stretches of the attempt's wall time (a checkpoint's or an evaluation's
+status writes belong to it); what they do not cover (the agent's exit after its last write, an
+attempt that never reached its first call) is left for the control plane to call unaccounted.
+The clock is written from the main thread and read by the heartbeat thread, hence the lock.
 """
 
 import os
@@ -77,9 +79,10 @@ class AttemptClock:
             self._entry["loaded_at"] = round(time.time(), 3)
 
     def worked(self, seconds: float, redone: float = 0.0, input_wait: float = 0.0) -> None:
-        """A call of ``seconds`` just ended; ``redone`` (0..1) of its steps had been trained before.
+        """A turn of the step loop (call and bookkeeping) of ``seconds`` ended; ``redone`` (0..1) of it was redone.
 
-        The attempt's first call closes setup: everything since the script began, the call included.
+        ``redone`` is the share of its steps an earlier attempt had trained. The attempt's first
+        turn closes setup: everything since the script began, that turn included.
         """
         now = time.time()
         with self._lock:

@@ -172,35 +172,41 @@ class _Run:
                 self._stop_for_preemption(step)
             size = self._call_size(step)
             started = time.monotonic()
-            self.steps.train_call(iterator, tf.constant(size, tf.int64))
-            metrics = self.steps.train_metrics.results()  # reading a result waits for the call
-            elapsed, waited = time.monotonic() - started, self.steps.take_input_wait()
-            self.status.trained(step, size, elapsed, waited)
-            step = self.state.advance(size, self.global_batch)
+            waited = float(self.steps.train_call(iterator, tf.constant(size, tf.int64)).numpy())
+            elapsed = time.monotonic() - started
+            first_step, step = step, self.state.advance(size, self.global_batch)
             self.status.update(
                 step=step,
                 examples_per_sec=round(size * self.global_batch / elapsed, 1),
                 input_wait_ms=round(1000.0 * waited / size, 3),
             )
-            self.status.set_metrics("train", metrics)
-            _scalars(self.writer, step, "train", metrics)
             if time.monotonic() - last_report >= self.spec.heartbeat_seconds or step == self.tspec.steps:
-                log.info("step %d/%d train %s", step, self.tspec.steps, metrics)
-                self.steps.train_metrics.reset()
+                self._report(step)
                 last_report = time.monotonic()
+            self.status.trained(first_step, size, time.monotonic() - started, waited)
             if self.ckpt.due(step):
                 self.checkpoint(step)
             if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
                 self.evaluate(step)
-                self.status.set_phase("training")
+
+    def _report(self, step: int) -> None:
+        """The training metrics since the last report, to status, TensorBoard and the log; then reset them.
+
+        Once per heartbeat, not per call: every read is a host round trip the steps wait behind.
+        """
+        metrics = self.steps.train_metrics.results()
+        self.status.set_metrics("train", metrics)
+        _scalars(self.writer, step, "train", metrics)
+        log.info("step %d/%d train %s", step, self.tspec.steps, metrics)
+        self.steps.train_metrics.reset()
 
     def checkpoint(self, step: int) -> None:
-        self.status.set_phase("checkpointing")
         with self.status.clock.timed("checkpoint"):
+            self.status.set_phase("checkpointing")
             self.ckpt.save(step)
-        self.status.update(last_checkpoint_step=step, write=True)
-        if step < self.tspec.steps:
-            self.status.set_phase("training")
+            self.status.update(last_checkpoint_step=step, write=True)
+            if step < self.tspec.steps:
+                self.status.set_phase("training")
 
     def _stop_for_preemption(self, step: int) -> None:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
@@ -214,13 +220,15 @@ class _Run:
     def evaluate(self, step: int) -> None:
         if self.eval_data is None:
             return
-        self.status.set_phase("evaluating")
         with self.status.clock.timed("eval"):
+            self.status.set_phase("evaluating")
             results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
-        log.info("eval at step %d: %s", step, results)
-        self.status.set_metrics("eval", dict(results, step=step))
-        self.status.add_eval(step, results)
-        _scalars(self.writer, step, "eval", results)
+            log.info("eval at step %d: %s", step, results)
+            self.status.set_metrics("eval", dict(results, step=step))
+            self.status.add_eval(step, results)
+            _scalars(self.writer, step, "eval", results)
+            if step < self.tspec.steps:
+                self.status.set_phase("training")
 
     def finish(self) -> None:
         """Final checkpoint, final evaluation, SavedModel."""
