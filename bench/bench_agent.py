@@ -10,6 +10,8 @@ that load from elsewhere on a shared machine lands on all of them alike:
 - ``train_vs_fit``: the agent's loop driving a compiled model (``CompiledSteps``: the model's
   own train_step, ``steps_per_call`` steps per tf.function call, the input-wait clock) vs
   ``model.compile(); model.fit()`` on the same in-memory batches. Goal >= 1.0.
+- ``builtin_vs_fit``: the same for the agent's built-in loop (``Steps``: a plain model, the
+  loss, metrics and optimizer named in the spec; the same ones fit gets). Goal >= 1.0.
 - ``script_callback_overhead``: ``model.fit`` with the two ``tpuops_helper`` callbacks (the
   step checkpoint with its schedule off, the status reporter) vs without; the share of fit's
   throughput they cost. Goal <= 0.02.
@@ -63,8 +65,8 @@ import tpuops_helper  # noqa: E402
 from models import cifar10_cnn  # noqa: E402
 
 from tpuops.agent.inputs import INTERLEAVE_CYCLE, Parser, distribution_options, train_dataset  # noqa: E402
-from tpuops.agent.runspec import DatasetSpec  # noqa: E402
-from tpuops.agent.steps import CompiledSteps  # noqa: E402
+from tpuops.agent.runspec import DatasetSpec, TrainSpec  # noqa: E402
+from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer  # noqa: E402
 
 BATCH = 256
 RECORDS = 4 * BATCH
@@ -75,6 +77,7 @@ EPOCH_COPIES = 16  # the pipelines alone read an epoch of this many copies of th
 # result key -> (ours, baseline): the ratio of their speeds, ours / baseline
 PAIRS = {
     "train_vs_fit": ("agent", "fit"),
+    "builtin_vs_fit": ("agent_builtin", "fit"),
     "script_callback_overhead": ("fit_helper", "fit"),
     "pipeline_fed_vs_memory": ("pipeline", "memory"),
 }
@@ -100,17 +103,23 @@ def memory_batches(images: np.ndarray, labels: np.ndarray) -> tf.data.Dataset:
     return data.repeat().prefetch(tf.data.AUTOTUNE)
 
 
-def agent_loop(dataset: tf.data.Dataset) -> Callable[[int], float]:
+def builtin_steps(strategy: tf.distribute.Strategy) -> Steps:
+    """The agent's built-in loop for a plain model: the loss, metrics and optimizer ``compiled_model`` uses."""
+    spec = TrainSpec(per_replica_batch_size=BATCH, steps=10**6, steps_per_call=STEPS_PER_CALL)
+    return Steps(strategy, cifar10_cnn({}), make_optimizer({"optimizer": "adam"}), spec, BATCH)
+
+
+def agent_loop(dataset: tf.data.Dataset, builtin: bool = False) -> Callable[[int], float]:
+    """The agent's multi-step call, driving a compiled model (``CompiledSteps``) or a plain one (``Steps``)."""
     strategy = tf.distribute.get_strategy()
-    model = compiled_model()
-    steps = CompiledSteps(strategy, model)
+    steps = builtin_steps(strategy) if builtin else CompiledSteps(strategy, compiled_model())
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
 
     def run(count: int) -> float:
         started = time.perf_counter()
         for start in range(0, count, STEPS_PER_CALL):
-            steps.train_call(iterator, tf.constant(min(STEPS_PER_CALL, count - start), tf.int64))
-        steps.train_metrics.results()  # waits for the last call
+            # as the agent's loop does: each call's input wait is read, which waits for the call
+            float(steps.train_call(iterator, tf.constant(min(STEPS_PER_CALL, count - start), tf.int64)).numpy())
         return time.perf_counter() - started
 
     return run
@@ -312,6 +321,7 @@ def main() -> None:
         runners = {
             "fit": keras_fit(memory, lambda model: []),
             "agent": agent_loop(memory),
+            "agent_builtin": agent_loop(memory, builtin=True),
             "fit_helper": keras_fit(memory, helper_callbacks(os.path.join(scratch, "ckpt"))),
             "pipeline": agent_loop(train_dataset(files, dataset_spec(True), 0, BATCH, 0, RECORDS)),
             "memory": agent_loop(memory),
@@ -339,6 +349,7 @@ def main() -> None:
     results = {
         "examples_per_sec": {name: round(value, 1) for name, value in median.items()},
         "train_vs_fit": round(paired["train_vs_fit"], 3),
+        "builtin_vs_fit": round(paired["builtin_vs_fit"], 3),
         "script_callback_overhead": round(1 - paired["script_callback_overhead"], 4),
         "pipeline_fed_vs_memory": round(paired["pipeline_fed_vs_memory"], 3),
         "pipeline_vs_plain": round(versus[baseline], 3),
@@ -359,6 +370,7 @@ def main() -> None:
     plain = PIPELINE_PAIRS[baseline][1]
     rows = [
         ("training: agent loop (compiled model) vs model.fit", "agent", "fit", "train_vs_fit", ">= 1.0"),
+        ("training: agent built-in loop (plain model) vs fit", "agent_builtin", "fit", "builtin_vs_fit", ">= 1.0"),
         ("script mode: fit + helper callbacks vs fit", "fit_helper", "fit", "script_callback_overhead", "<= 0.02"),
         ("input: agent TFRecord pipeline vs memory", "pipeline", "memory", "pipeline_fed_vs_memory", ">= 0.95"),
         (f"input alone: agent pipeline vs {baseline}", "pipeline_alone", plain, "pipeline_vs_plain", ">= 0.95"),
