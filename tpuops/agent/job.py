@@ -32,7 +32,8 @@ log = logging.getLogger("tpuops.agent")
 # Log chunks are objects in a bucket: one every 30 s keeps a day-long run at ~3000 of them.
 LOG_FLUSH_SECONDS = 30.0
 
-Command = Callable[[RunSpec, Runtime, Status, PreemptionNotice, RunPaths], None]
+# A command returns what must outlive its status (see ``run``): its state, torn down only by the exit.
+Command = Callable[[RunSpec, Runtime, Status, PreemptionNotice, RunPaths], object]
 COMMANDS: Dict[str, Command] = {"train": train.run, "infer": infer.run}
 
 
@@ -63,8 +64,9 @@ def run(
     With ``then_exit`` the process ends with that code as soon as the status is final and the log
     shipped (``os._exit``), without tearing down the model, the input pipeline and TensorFlow:
     that takes seconds, and they are billed (a preempted VM until it stops, a finished run until
-    its node is deleted). The failure is kept until then for the same reason: dropping it frees
-    the failed attempt's frames, and with them its input pipeline, before the status is written.
+    its node is deleted). The failure, or what the command returned, is kept until then for the
+    same reason: dropping it frees the attempt, and with it its input pipeline, before the status
+    is written.
     """
     try:
         spec = read_spec(spec_location)
@@ -89,12 +91,13 @@ def run(
     log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())
     exit_class, message, trace = ExitClass.SUCCEEDED, None, None
     failure: Optional[BaseException] = None
+    kept: object = None
     try:
         if command == "train" and spec.script is not None:
             check_tensorflow()
             script.run(spec, status, notice, paths, attempt)
         else:
-            COMMANDS[command](spec, connect(spec), status, notice, paths)
+            kept = COMMANDS[command](spec, connect(spec), status, notice, paths)
     except BaseException as exc:  # every way out is classified and reported
         failure = exc
         exit_class = classify(exc, entry.user_roots(spec))
@@ -114,5 +117,5 @@ def run(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exit_class.code)
-    del failure
+    del failure, kept
     return exit_class.code
