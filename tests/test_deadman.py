@@ -84,3 +84,15 @@ def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: Emula
         time.sleep(0.1)
     text = _log(emulator, provisioner, "dms-max").read_text()
     assert "job ran past 2s: stopped" in text and "deleting node dms-max" in text
+
+
+def test_keep_node_attribute_keeps_the_node(emulator: EmulatorInfo, tmp_path: Path) -> None:
+    provisioner = _provisioner(emulator, tmp_path)
+    plan = plan_up(provisioner.settings, "dms-keep", job=["/bin/sh", "-c", "exit 0"],
+                   extra_metadata={"tpuops-keep-node": "true"})
+    provisioner.up(plan)
+    log = _log(emulator, provisioner, "dms-keep")
+    _wait_for_line(log, "tpuops-keep-node is set: the node stays up")
+    assert "deleting node" not in log.read_text()
+    assert provisioner.api.find_node(ZONE, "dms-keep") is not None
+    provisioner.down(["dms-keep"])

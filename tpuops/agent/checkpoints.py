@@ -13,6 +13,8 @@ landed (the VM died between the data and the state write) and can miss a complet
 every tensor reads back with a matching CRC32C (the tensor bundle format checksums each
 tensor), so a truncated ``.index`` or ``.data`` file is caught. Invalid candidates are logged
 and deleted, so the next save at that step starts clean and later attempts do not re-read them.
+A local copy of the newest candidate, downloaded while TensorFlow imported (``prefetch``), is
+validated the same way before it is restored in place of the store's files.
 
 Saving costs the step loop only a snapshot. ``save`` asks TF 2.9 for an asynchronous write
 (``CheckpointOptions(experimental_enable_async_checkpoint=True)``): the values are copied to host
@@ -204,9 +206,22 @@ class Checkpointer:
         self.last_step: Optional[int] = None
         self.stored_step: Optional[int] = None  # the newest step known to be whole in ``directory``
 
-    def restore_newest(self) -> Optional[int]:
-        """Restore the newest valid checkpoint; returns its step, or None for a fresh start."""
-        found = newest_valid(self._directory)
+    def restore_newest(self, prefetched: Optional[Tuple[int, str]] = None) -> Optional[int]:
+        """Restore the newest valid checkpoint; returns its step, or None for a fresh start.
+
+        ``prefetched``: (step, local prefix) of a local copy of the store's newest checkpoint
+        (``prefetch``). It is restored when every tensor reads back; otherwise the store is read
+        as without it (a bad copy is no reason to delete the store's checkpoint).
+        """
+        found = None
+        if prefetched is not None:
+            reason = problem(prefetched[1])
+            if reason is None:
+                found = prefetched
+            else:
+                log.warning("prefetched copy %s is unusable (%s); reading the store", prefetched[1], reason)
+        if found is None:
+            found = newest_valid(self._directory)
         if found is None:
             return None
         step, prefix = found

@@ -9,12 +9,15 @@ exits with the class's code.
 
 A ``train`` spec with a ``script`` section runs the user's program (``script``) instead of the
 built-in loop; the agent then never initialises the TPU itself (the program does).
+
+What ``prefetch`` fetched while TensorFlow imported (spec, last status, newest checkpoint) is
+used in place of the store's reads; each piece it could not fetch is read from the store.
 """
 
 import logging
 import os
 import sys
-from typing import Callable, Dict, Optional
+from typing import Optional
 
 import tensorflow as tf
 
@@ -23,8 +26,9 @@ from tpuops.agent.exits import ExitClass, UserError, classify, describe, traceba
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
+from tpuops.agent.prefetch import Prefetch
 from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
-from tpuops.agent.runtime import Runtime, check_tensorflow, connect
+from tpuops.agent.runtime import check_tensorflow, connect
 from tpuops.agent.status import Previous, Status, Ticker
 
 log = logging.getLogger("tpuops.agent")
@@ -32,18 +36,15 @@ log = logging.getLogger("tpuops.agent")
 # Log chunks are objects in a bucket: one every 30 s keeps a day-long run at ~3000 of them.
 LOG_FLUSH_SECONDS = 30.0
 
-# A command returns what must outlive its status (see ``run``): its state, torn down only by the exit.
-Command = Callable[[RunSpec, Runtime, Status, PreemptionNotice, RunPaths], object]
-COMMANDS: Dict[str, Command] = {"train": train.run, "infer": infer.run}
 
-
-def read_spec(location: str) -> RunSpec:
-    """Read and parse the run spec at a local path or a gs:// URI."""
-    try:
-        with tf.io.gfile.GFile(location) as src:
-            text = src.read()
-    except tf.errors.OpError as err:
-        raise SpecError(f"cannot read the run spec {location}: {err.message}") from err
+def read_spec(location: str, text: Optional[str] = None) -> RunSpec:
+    """Parse the run spec ``text`` read from ``location`` (a local path or a gs:// URI); None reads it now."""
+    if text is None:
+        try:
+            with tf.io.gfile.GFile(location) as src:
+                text = src.read()
+        except tf.errors.OpError as err:
+            raise SpecError(f"cannot read the run spec {location}: {err.message}") from err
     return parse_spec(text)
 
 
@@ -57,9 +58,16 @@ def _start_logging(chunks: logging.Handler) -> None:
 
 
 def run(
-    command: str, spec_location: str, attempt: Optional[int], notice: PreemptionNotice, then_exit: bool = False
+    command: str,
+    spec_location: str,
+    attempt: Optional[int],
+    notice: PreemptionNotice,
+    then_exit: bool = False,
+    fetched: Optional[Prefetch] = None,
 ) -> int:
     """Run ``command`` ("train" or "infer") for the spec at ``spec_location``; returns the exit code.
+
+    ``fetched``: what was prefetched for this command and spec, if anything (module docstring).
 
     With ``then_exit`` the process ends with that code as soon as the status is final and the log
     shipped (``os._exit``), without tearing down the model, the input pipeline and TensorFlow:
@@ -68,15 +76,16 @@ def run(
     same reason: dropping it frees the attempt, and with it its input pipeline, before the status
     is written.
     """
+    spec_text, status_text = fetched.texts() if fetched is not None else (None, None)
     try:
-        spec = read_spec(spec_location)
+        spec = read_spec(spec_location, spec_text)
     except UserError as err:
         print(f"tpuops agent: {err}", file=sys.stderr)
         return ExitClass.USER_ERROR.code
     paths = RunPaths(spec.store_root, spec.run_id)
     chunks = ChunkedLogHandler(paths.logs)
     _start_logging(chunks)
-    previous = Previous(paths.status)
+    previous = Previous(paths.status, status_text)
     attempt = attempt or previous.attempt + 1
     if command == "train":
         status = Status(paths.status, spec.run_id, command, attempt, previous.evals, previous.reach, previous.attempts,
@@ -96,8 +105,10 @@ def run(
         if command == "train" and spec.script is not None:
             check_tensorflow()
             script.run(spec, status, notice, paths, attempt)
+        elif command == "train":
+            kept = train.run(spec, connect(spec), status, notice, paths, fetched)
         else:
-            kept = COMMANDS[command](spec, connect(spec), status, notice, paths)
+            infer.run(spec, connect(spec), status, notice, paths)
     except BaseException as exc:  # every way out is classified and reported
         failure = exc
         exit_class = classify(exc, entry.user_roots(spec))

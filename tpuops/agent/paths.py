@@ -10,12 +10,11 @@ Layout under ``<store_root>/runs/<run_id>/`` (docs/design.md, "The store is the 
     model/         the final Keras SavedModel, complete once status says succeeded
     predictions/   default output prefix of ``infer`` (``infer``)
 
-Paths are joined with "/" so that they work for ``gs://`` URIs and local paths alike.
+Paths are joined with "/" so that they work for ``gs://`` URIs and local paths alike. This
+module imports TensorFlow only when it writes: ``prefetch`` uses the paths before the import.
 """
 
 import os
-
-import tensorflow as tf
 
 
 def join(*parts: str) -> str:
@@ -45,6 +44,8 @@ def write_whole(path: str, data: str) -> None:
     readers still never see partial content. The temporary name never ends in the final
     name's suffix, so a reader that lists ``*.log`` or ``*.json`` does not pick it up.
     """
+    import tensorflow as tf  # loaded by then: a dictionary lookup (see the module docstring)
+
     tmp = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(tmp, "w") as out:
         out.write(data)

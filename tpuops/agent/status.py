@@ -54,10 +54,13 @@ def utc_now() -> str:
 class Previous:
     """What the last attempt's status.json hands to the next attempt, read once."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, text: Optional[str] = None) -> None:
+        """Read ``path``, or take its ``text`` when it was read already ("" for a missing file)."""
         try:
-            with tf.io.gfile.GFile(path) as src:
-                doc = json.loads(src.read())
+            if text is None:
+                with tf.io.gfile.GFile(path) as src:
+                    text = src.read()
+            doc = json.loads(text)
         except (tf.errors.NotFoundError, ValueError):
             doc = {}
         doc = doc if isinstance(doc, dict) else {}

@@ -20,7 +20,7 @@ the SavedModel) to the status clock (``timing``).
 
 import logging
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -29,6 +29,7 @@ from tpuops.agent.checkpoints import Checkpointer, TrainState
 from tpuops.agent.exits import PreemptedExit, UserError
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
+from tpuops.agent.prefetch import Prefetch
 from tpuops.agent.runspec import RunSpec
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
@@ -60,8 +61,10 @@ def _scalars(writer: Any, step: int, group: str, values: Dict[str, float]) -> No
 class _Run:
     """The state of one training attempt; ``run`` below is the only way in."""
 
-    def __init__(self, spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths):
+    def __init__(self, spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths,
+                 fetched: Optional[Prefetch] = None):
         self.spec = spec
+        self.fetched = fetched  # its checkpoint copy is read until the first call has restored the slots
         self.tspec = spec.require_train()
         self.runtime = runtime
         self.status = status
@@ -120,7 +123,7 @@ class _Run:
             every_steps=self.tspec.checkpoint_every_steps,
             every_seconds=self.tspec.checkpoint_every_seconds,
         )
-        resumed = self.ckpt.restore_newest()
+        resumed = self.ckpt.restore_newest(self.fetched.newest_checkpoint() if self.fetched else None)
         if resumed is None:
             log.info("fresh start at step 0")
             if self.user_input is not None and self.state.input_fingerprint is not None:
@@ -186,6 +189,9 @@ class _Run:
                 self._report(step)
                 last_report = time.monotonic()
             self.status.trained(first_step, size, time.monotonic() - started, waited)
+            if self.fetched is not None:  # the call created the optimizer slots: nothing reads the copy now
+                self.fetched.discard()
+                self.fetched = None
             if self.ckpt.due(step):
                 self.checkpoint(step)
             if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
@@ -247,14 +253,15 @@ class _Run:
         log.info("model saved to %s", self.paths.model)
 
 
-def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> _Run:
-    """Train the run described by ``spec`` to its last step; see the module docstring.
+def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths,
+        fetched: Optional[Prefetch] = None) -> _Run:
+    """Train the run described by ``spec`` to its last step; ``fetched``: see ``prefetch``.
 
     Returns the attempt for the caller to keep until the process ends (``job.run``): dropping it
     tears down the endless training stream, whose background threads take from a fraction of a
     second to 17 s to stop on a loaded host (measured), all of it billed before the status is final.
     """
-    attempt = _Run(spec, runtime, status, notice, paths)
+    attempt = _Run(spec, runtime, status, notice, paths, fetched)
     attempt.load()
     attempt.train()
     attempt.finish()
