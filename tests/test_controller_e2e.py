@@ -227,8 +227,8 @@ class Driving:
 class CheckpointWatch:
     """Records the newest complete checkpoint step each time it is looked at: it may only grow.
 
-    Complete means the agent said so (status ``last_checkpoint_step``: after a save returned, or
-    the step it resumed from). A ``.index`` that is still being written when a SIGKILL lands is
+    Complete means the agent said so (status ``last_checkpoint_step``: once a save is whole in the
+    store, or the step it resumed from). A ``.index`` that is still being written when a SIGKILL lands is
     listed too; the next attempt finds it invalid and deletes it, which is no step back.
     """
 
@@ -389,8 +389,8 @@ def _preempt_at(world: World, run: str, driving: Driving, ckpts: CheckpointWatch
             wanted = not fresh or phase in ("starting", "loading")
         elif moment == "training":
             wanted = fresh and phase == "training" and (status.get("last_checkpoint_step") or 0) >= at_checkpoint
-        elif moment == "checkpoint":
-            wanted = fresh and phase == "checkpointing"
+        elif moment == "checkpoint":  # a scheduled save being written while the steps go on
+            wanted = fresh and status.get("checkpoint_in_flight") is not None
         else:  # teardown: the last step is done, the agent evaluates and saves the model
             wanted = fresh and step == STEPS and phase in ("evaluating", "saving")
         return wanted and world.preempt(run, grace_s)
