@@ -36,8 +36,9 @@ Invariants, which keep a half-written or half-copied checkpoint from ever being 
   the write begins. Both are called before ``wait()`` returns, and a callback that raises fails
   the save like a failed write.
 
-Save time against checkpoint size, the step-loop share of periodic saves and the SIGTERM save
-of 1 GB of variables are measured by ``bench/bench_infer.py``.
+Save time against checkpoint size, the step-loop share of periodic saves (of a bare loop, and of
+the agent's own, ``--only agent-ckpt-loop``) and the SIGTERM save of 1 GB of variables are measured
+by ``bench/bench_infer.py``.
 """
 
 import hashlib
