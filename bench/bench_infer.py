@@ -1,6 +1,7 @@
 """Benchmark the agent's inference path, its checkpoint cost and the boot-time TensorFlow check.
 
 Run:  .venv-tf29/bin/python bench/bench_infer.py [--json] [--examples 10240] [--reps 3] [--no-1gb]
+      [--only infer,saves,ckpt-loop,agent-ckpt-loop,tf-check]
 
 It runs in the data-plane environment (TF 2.9, Python 3.8) on the CPU. Each figure is ours
 next to its baseline, measured in the same run, repetitions interleaved, medians of ``--reps``:
@@ -18,14 +19,20 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   the store (the baseline, what the agent did before); the blocking save (the SIGTERM save: the
   checkpoint is in the store when it returns), up to 1 GB of variables; and the share of a
   training loop's time that checkpointing every ``CKPT_EVERY`` steps costs (time blocked in
-  ``save`` / loop time).
+  ``save`` / loop time);
+- the agent's own step loop (``train._Run``: load, then ``train()``, the CIFAR-10 CNN on raw
+  uint8 TFRecords, a local store) checkpointing every ``CKPT_EVERY`` steps against the same loop
+  checkpointing never: the share of the loop's time its clock counts as checkpoint (the time
+  the loop is blocked by saves), and the loop's wall time (productive + checkpoint seconds of
+  the clock) against the loop without checkpoints. This part runs whatever agent code sits next
+  to the script, so the same file measures an older tree when copied into it.
 - boot: reading the installed TensorFlow version with ``importlib.metadata`` (the startup
   script) against ``import tensorflow`` (what it did before).
 
 Other processes share this machine: the load average seen during each part is printed.
 ``--json`` prints one object whose keys name each figure (``infer_vs_predict``,
-``infer_latency64_vs_function``, ``ckpt_overhead``, ``sigterm_save_1gb_s``,
-``startup_tf_check_s``) plus the details.
+``infer_latency64_vs_function``, ``ckpt_overhead``, ``agent_ckpt_share``, ``sigterm_save_1gb_s``,
+``startup_tf_check_s``; null for a part not run) plus the details. ``--only`` runs the named parts.
 """
 
 from __future__ import annotations
@@ -52,16 +59,20 @@ import models  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tpuops.agent import infer, inputs  # noqa: E402
+from tpuops.agent import infer, inputs, train  # noqa: E402
 from tpuops.agent.checkpoints import Checkpointer  # noqa: E402
+from tpuops.agent.paths import RunPaths  # noqa: E402
 from tpuops.agent.preemption import PreemptionNotice  # noqa: E402
-from tpuops.agent.runspec import DatasetSpec  # noqa: E402
+from tpuops.agent.runspec import DatasetSpec, parse_spec  # noqa: E402
+from tpuops.agent.runtime import connect  # noqa: E402
+from tpuops.agent.status import Status  # noqa: E402
 
 BATCHES = (256, 64)
 CKPT_SIZES_MB = (1, 16, 128)
 CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 300, 100, 32, 10
 IMAGE = {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"}}
 TF_IMPORT = "import tensorflow as tf; print(tf.__version__)"
+PARTS = ("infer", "saves", "ckpt-loop", "agent-ckpt-loop", "tf-check")
 
 
 def startup_tf_check() -> str:
@@ -92,16 +103,18 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def write_images(directory: Path, count: int) -> tuple[list[str], np.ndarray]:
-    """CIFAR-like raw uint8 image records in 4 files, and the same images as float32 in memory."""
+def write_images(directory: Path, count: int, labels: bool = False) -> tuple[list[str], np.ndarray]:
+    """CIFAR-like raw uint8 image records in 4 files (with a ``label`` 0..9), and the images as float32 in memory."""
     images = np.random.default_rng(0).integers(0, 256, size=(count, 32, 32, 3), dtype=np.uint8)
     paths = []
     for shard in range(4):
-        path = directory / f"images-{shard}.tfrecord"
+        path = directory / f"{'labelled' if labels else 'images'}-{shard}.tfrecord"
         with tf.io.TFRecordWriter(str(path)) as out:
-            for image in images[shard::4]:
-                feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))
-                out.write(tf.train.Example(features=tf.train.Features(feature={"image": feature})).SerializeToString())
+            for index, image in enumerate(images[shard::4]):
+                feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))}
+                if labels:
+                    feature["label"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[index % 10]))
+                out.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
         paths.append(str(path))
     order = np.concatenate([np.arange(count)[shard::4] for shard in range(4)])  # file order, as the agent reads
     return paths, images[order].astype(np.float32)
@@ -260,6 +273,59 @@ def bench_ckpt_loop(reps: int) -> dict[str, Any]:
     return result
 
 
+def _agent_spec(store: Path, files: list[str], run_id: str, every: int) -> str:
+    """A run spec for the agent's loop: the CIFAR-10 CNN, saves every ``every`` steps (0: never).
+
+    The run ends half a period after the last save, so that every save is followed by steps.
+    """
+    return json.dumps({
+        "version": 1, "run_id": run_id, "store_root": str(store), "entry_point": "models:cifar10_cnn",
+        "experiments_dir": str(ROOT / "experiments"), "hparams": {"optimizer": "adam", "learning_rate": 0.001},
+        "seed": 1, "allow_cpu_fallback": True, "heartbeat_seconds": 10,
+        "dataset": {"features": dict(IMAGE, label={"dtype": "int64"}), "label": "label", "train": files,
+                    "shuffle_buffer": 64},
+        "train": {"per_replica_batch_size": CKPT_BATCH, "steps": CKPT_STEPS + CKPT_EVERY // 2,
+                  "steps_per_call": STEPS_PER_CALL, "checkpoint_every_steps": every, "checkpoint_every_seconds": 0,
+                  "keep_checkpoints": 2},
+    })
+
+
+def bench_agent_ckpt_loop(work: Path, reps: int) -> dict[str, Any]:
+    """The agent's step loop (``train._Run.train``) saving every CKPT_EVERY steps vs never, by its own clock."""
+    files = write_images(work, 4 * CKPT_BATCH, labels=True)[0]
+
+    def loop(every: int, rep: int) -> tuple[float, float]:
+        run_id = f"loop-{every}-{rep}"
+        spec = parse_spec(_agent_spec(work / "store", files, run_id, every))
+        paths = RunPaths(spec.store_root, run_id)
+        tf.io.gfile.makedirs(paths.run_dir)
+        status = Status(paths.status, run_id, "train", 1)
+        attempt = train._Run(spec, connect(spec), status, PreemptionNotice(), paths)
+        attempt.load()
+        attempt.train()
+        clock = status.clock.entry()  # the first call is setup (it traces); the rest is the loop
+        attempt.ckpt.wait()
+        return clock["productive_s"] + clock["checkpoint_s"], clock["checkpoint_s"]
+
+    loop(0, -1)
+    runs: dict[int, list[tuple[float, float]]] = {CKPT_EVERY: [], 0: []}
+    loads = [load()]
+    for rep in range(reps):
+        for every in runs:
+            runs[every].append(loop(every, rep))
+        loads.append(load())
+    without = median_time([total for total, _ in runs[0]])
+    return {
+        "loop_s_without": round(without, 3),
+        "loop_s": round(median_time([total for total, _ in runs[CKPT_EVERY]]), 3),
+        "blocked_share": round(median_time([blocked / total for total, blocked in runs[CKPT_EVERY]]), 4),
+        "blocked_per_save_s": round(median_time([blocked for _, blocked in runs[CKPT_EVERY]]) / (CKPT_STEPS //
+                                                                                              CKPT_EVERY), 3),
+        "wall_vs_without": round(median_time([total for total, _ in runs[CKPT_EVERY]]) / without, 3),
+        "load": loads,
+    }
+
+
 def bench_tf_check(reps: int) -> dict[str, Any]:
     """The startup script's TensorFlow version check, in a fresh interpreter: metadata vs import."""
     times: dict[str, list[float]] = {"metadata": [], "import": []}
@@ -282,10 +348,7 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def render(details: dict[str, Any]) -> str:
-    """The table of ours vs baseline, and the load seen, from the details that ``--json`` prints."""
-    inference, sizes, ckpt_loop, tf_check = (details[key] for key in ("infer", "ckpt_save_by_size_mb", "ckpt_loop",
-                                                                       "tf_check"))
+def _infer_rows(inference: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
     for batch in map(str, BATCHES):
         rates = inference[batch]["examples_per_s"]
@@ -297,23 +360,57 @@ def render(details: dict[str, Any]) -> str:
     rows.append(("ms per batch of 64 (vs plain tf.function loop)", str(per_batch["ours"]), str(per_batch["function"]),
                  f"{inference['64']['ours_latency_vs_function']:.3f}x"))
     rows.append(("record count while the model loads, s", str(inference["count_records_s"]), "-", "-"))
+    return rows
+
+
+def _saves_rows(sizes: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows = []
     for megabytes, figure in sizes.items():
         rows.append((f"step loop blocked per save, {megabytes} MB (vs direct)", str(figure["ours_blocked_s"]),
                      str(figure["direct_save_s"]), f"{figure['ours_blocked_s'] / figure['direct_save_s']:.3f}x"))
         rows.append((f"blocking save into the store, {megabytes} MB (vs direct)", str(figure["ours_blocking_save_s"]),
                      str(figure["direct_save_s"]),
                      f"{figure['ours_blocking_save_s'] / figure['direct_save_s']:.3f}x"))
-    rows.append((f"loop time blocked by saves every {CKPT_EVERY} steps", f"{ckpt_loop['ours']['blocked_share']:.2%}",
-                 f"{ckpt_loop['direct']['blocked_share']:.2%}", "-"))
-    rows.append(("loop wall time vs no checkpoints", f"{ckpt_loop['ours']['wall_vs_without']:.3f}x",
-                 f"{ckpt_loop['direct']['wall_vs_without']:.3f}x", "-"))
-    rows.append(("startup TF version check, s (vs import tensorflow)", str(tf_check["metadata"]),
-                 str(tf_check["import"]), f"{tf_check['metadata'] / tf_check['import']:.3f}x"))
-    loads = {
-        "infer": {batch: inference[batch]["load"] for batch in map(str, BATCHES)},
-        "saves by size (MB)": {size: figure["load"] for size, figure in sizes.items()},
-        "checkpoint loop": ckpt_loop["load"],
-    }
+    return rows
+
+
+def _ckpt_loop_rows(ckpt_loop: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [(f"loop time blocked by saves every {CKPT_EVERY} steps", f"{ckpt_loop['ours']['blocked_share']:.2%}",
+             f"{ckpt_loop['direct']['blocked_share']:.2%}", "-"),
+            ("loop wall time vs no checkpoints", f"{ckpt_loop['ours']['wall_vs_without']:.3f}x",
+             f"{ckpt_loop['direct']['wall_vs_without']:.3f}x", "-")]
+
+
+def _agent_ckpt_loop_rows(agent: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [(f"agent loop time blocked by saves every {CKPT_EVERY} steps", f"{agent['blocked_share']:.2%}", "-", "-"),
+            ("agent loop blocked per save, s", str(agent["blocked_per_save_s"]), "-", "-"),
+            ("agent loop wall time (vs no checkpoints), s", str(agent["loop_s"]), str(agent["loop_s_without"]),
+             f"{agent['wall_vs_without']:.3f}x")]
+
+
+def _tf_check_rows(tf_check: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [("startup TF version check, s (vs import tensorflow)", str(tf_check["metadata"]),
+             str(tf_check["import"]), f"{tf_check['metadata'] / tf_check['import']:.3f}x")]
+
+
+def render(details: dict[str, Any]) -> str:
+    """The table of ours vs baseline, and the load seen, from the details that ``--json`` prints."""
+    rows: list[tuple[str, str, str, str]] = []
+    loads: dict[str, Any] = {}
+    if "infer" in details:
+        rows += _infer_rows(details["infer"])
+        loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)}
+    if "ckpt_save_by_size_mb" in details:
+        rows += _saves_rows(details["ckpt_save_by_size_mb"])
+        loads["saves by size (MB)"] = {size: fig["load"] for size, fig in details["ckpt_save_by_size_mb"].items()}
+    if "ckpt_loop" in details:
+        rows += _ckpt_loop_rows(details["ckpt_loop"])
+        loads["checkpoint loop"] = details["ckpt_loop"]["load"]
+    if "agent_ckpt_loop" in details:
+        rows += _agent_ckpt_loop_rows(details["agent_ckpt_loop"])
+        loads["agent checkpoint loop"] = details["agent_ckpt_loop"]["load"]
+    if "tf_check" in details:
+        rows += _tf_check_rows(details["tf_check"])
     return table(rows) + "\nload average (1 min) seen during each part: " + json.dumps(loads)
 
 
@@ -323,28 +420,41 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=20480, help="images predicted per run")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
     args = parser.parse_args()
+    parts = args.only.split(",")
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
     work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
+    details: dict[str, Any] = {}
     try:
-        inference = bench_infer(work, args.examples, args.reps)
-        sizes = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
-        ckpt_loop = bench_ckpt_loop(args.reps)
-        tf_check = bench_tf_check(args.reps)
+        if "infer" in parts:
+            details["infer"] = bench_infer(work, args.examples, args.reps)
+        if "saves" in parts:
+            details["ckpt_save_by_size_mb"] = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
+        if "ckpt-loop" in parts:
+            details["ckpt_loop"] = bench_ckpt_loop(args.reps)
+        if "agent-ckpt-loop" in parts:
+            details["agent_ckpt_loop"] = bench_agent_ckpt_loop(work, args.reps)
+        if "tf-check" in parts:
+            details["tf_check"] = bench_tf_check(args.reps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    inference, sizes = details.get("infer"), details.get("ckpt_save_by_size_mb", {})
     figures = {
-        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)},
-        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"],
-        "ckpt_overhead": ckpt_loop["ours"]["blocked_share"],
+        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)}
+        if inference else None,
+        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"] if inference else None,
+        "ckpt_overhead": details["ckpt_loop"]["ours"]["blocked_share"] if "ckpt_loop" in details else None,
+        "agent_ckpt_share": details["agent_ckpt_loop"]["blocked_share"] if "agent_ckpt_loop" in details else None,
         "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,
-        "startup_tf_check_s": tf_check["metadata"],
+        "startup_tf_check_s": details["tf_check"]["metadata"] if "tf_check" in details else None,
     }
-    details = {"infer": inference, "ckpt_save_by_size_mb": sizes, "ckpt_loop": ckpt_loop, "tf_check": tf_check}
     if args.json:
         print(json.dumps(dict(figures, details=details), indent=1))
     else:
         print(render(details))
-
 
 if __name__ == "__main__":
     main()

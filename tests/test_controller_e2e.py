@@ -227,8 +227,8 @@ class Driving:
 class CheckpointWatch:
     """Records the newest complete checkpoint step each time it is looked at: it may only grow.
 
-    Complete means the agent said so (status ``last_checkpoint_step``: after a save returned, or
-    the step it resumed from). A ``.index`` that is still being written when a SIGKILL lands is
+    Complete means the agent said so (status ``last_checkpoint_step``: once a save is whole in the
+    store, or the step it resumed from). A ``.index`` that is still being written when a SIGKILL lands is
     listed too; the next attempt finds it invalid and deletes it, which is no step back.
     """
 
@@ -378,19 +378,28 @@ def test_two_controllers_at_once_only_one_acts(world: World, reference: str) -> 
 
 def _preempt_at(world: World, run: str, driving: Driving, ckpts: CheckpointWatch, moment: str, grace_s: float,
                 after_attempt: int, at_checkpoint: int = 0) -> dict[str, Any]:
-    """Wait for ``moment`` of the agent after ``after_attempt``, preempt the node then; its final status."""
+    """Wait for ``moment`` of the agent after ``after_attempt``, preempt the node then; its final status.
+
+    The checkpoint moment is a scheduled save in flight while the steps go on, or, when the polls
+    missed it (the small model's saves take milliseconds), the first look after a save was stored.
+    """
+    stored_at_first_look: list[int] = []
 
     def due() -> bool:
         ckpts.look()
         status = world.status(run)
         fresh = status.get("attempt", 0) > after_attempt and not status.get("exit_class")
         phase, step = status.get("phase"), status.get("step", 0)
+        stored = status.get("last_checkpoint_step") or 0
         if moment == "boot":
             wanted = not fresh or phase in ("starting", "loading")
         elif moment == "training":
-            wanted = fresh and phase == "training" and (status.get("last_checkpoint_step") or 0) >= at_checkpoint
+            wanted = fresh and phase == "training" and stored >= at_checkpoint
         elif moment == "checkpoint":
-            wanted = fresh and phase == "checkpointing"
+            if fresh and phase == "training" and not stored_at_first_look:
+                stored_at_first_look.append(stored)
+            wanted = bool(stored_at_first_look) and fresh and (
+                status.get("checkpoint_in_flight") is not None or stored > stored_at_first_look[0])
         else:  # teardown: the last step is done, the agent evaluates and saves the model
             wanted = fresh and step == STEPS and phase in ("evaluating", "saving")
         return wanted and world.preempt(run, grace_s)

@@ -3,12 +3,13 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from tpuops.agent.checkpoints import Checkpointer, candidates, newest_valid
+from tpuops.agent.checkpoints import Checkpointer, candidates, newest_valid, problem
 
 from agentrun import REPO, RUN_TIMEOUT_S
 
@@ -115,6 +116,57 @@ def test_a_failed_copy_is_raised_by_the_next_save(tmp_path: Path) -> None:
     with pytest.raises(tf.errors.OpError):
         checkpointer.save(20)
     assert checkpointer.stored_step is None
+
+
+def test_on_stored_names_a_step_only_once_it_is_whole_in_the_store(tmp_path: Path) -> None:
+    """The callbacks status relies on: ``on_writing`` while the copy is pending, ``on_stored`` once it is whole."""
+    store = tmp_path / "store"
+    weights = tf.Variable(tf.fill([1 << 16], 10.0))
+    held, events = threading.Event(), []
+
+    def writing(step: int) -> None:
+        events.append(("writing", step))
+        assert held.wait(RUN_TIMEOUT_S), "the test never released the write"
+
+    def stored(step: int) -> None:
+        prefix = str(store / f"ckpt-{step}")
+        events.append(("stored", step, problem(prefix), tf.train.latest_checkpoint(str(store))))
+
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=weights), str(store), keep=2, every_steps=10, every_seconds=0,
+                                staging=str(tmp_path / "staging"), on_writing=writing, on_stored=stored)
+    checkpointer.save(10, background=True)
+    weights.assign(tf.fill([1 << 16], 20.0))  # the loop goes on while the save is held in flight
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not events:
+        assert time.monotonic() < deadline, "on_writing was never called"
+        time.sleep(0.01)
+    assert events == [("writing", 10)] and checkpointer.stored_step is None
+    assert candidates(str(store)) == [], "held before its copy: nothing is in the store yet"
+    held.set()
+    checkpointer.wait()
+    assert events == [("writing", 10), ("stored", 10, None, str(store / "ckpt-10"))]
+    assert checkpointer.stored_step == 10
+    checkpointer.save(20)  # blocking: both callbacks have run when it returns
+    assert events[2:] == [("writing", 20), ("stored", 20, None, str(store / "ckpt-20"))]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # TensorFlow's writer dies
+def test_a_failed_background_write_is_raised_by_wait_and_never_reported_stored(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    reported = []
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=tf.Variable(1.0)), str(store), keep=2, every_steps=10,
+                                every_seconds=0, on_stored=reported.append)
+    blocker = store / "ckpt-10.data-00000-of-00001"
+    (blocker / "in-the-way").mkdir(parents=True)  # TensorFlow's writer cannot move its data file into place
+    checkpointer.save(10, background=True)
+    with pytest.raises(RuntimeError, match="ckpt-10 was not written"):
+        checkpointer.wait()
+    assert reported == [] and checkpointer.stored_step is None
+    checkpointer.wait()  # raised once: the caller decides what follows
+    (blocker / "in-the-way").rmdir()
+    blocker.rmdir()
+    checkpointer.save(20)
+    assert reported == [20] and checkpointer.stored_step == 20
 
 
 _KILLED_COPY = """

@@ -4,16 +4,20 @@ Every resumed run is compared with the shared uninterrupted reference run: all t
 final checkpoint (weights, optimizer slots, step, data position) must be equal bit for bit.
 """
 
+import json
 import shutil
 import signal
+import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Set
 
 import pytest
+from tpuops.agent.checkpoints import newest_valid, problem
 
 from agentrun import (
     CHECKPOINT_EVERY,
     EVAL_EXAMPLES,
+    RUN_TIMEOUT_S,
     TOTAL_STEPS,
     AgentRun,
     assert_identical,
@@ -30,6 +34,7 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
     status = reference_run.status()
     assert status["exit_class"] == "succeeded" and status["exit_code"] == 0
     assert status["phase"] == "done" and status["step"] == TOTAL_STEPS
+    assert (status["last_checkpoint_step"], status["checkpoint_in_flight"]) == (TOTAL_STEPS, None)
     assert status["resumed_from_step"] is None and status["attempt"] == 1
     assert status["recomputed_steps"] == 0
     assert status["device"] == "CPU" and status["global_batch"] == 32
@@ -99,6 +104,47 @@ def test_sigterm_checkpoints_at_the_call_boundary_and_resumes_exactly(
     assert run.checkpoint_steps()[-1] == stopped_at, "the notice must be answered with a checkpoint"
     assert "preemption notice (signal SIGTERM)" in run.logs()
     _resume(spec, run, reference_run, stopped_at)
+
+
+def test_saves_in_flight_are_named_once_stored_and_sigterm_waits_for_them(make_spec: Callable[..., Path]) -> None:
+    """Scheduled saves run in the background; status names one only once its files are in the store.
+
+    96 MB of variables saved after every call keep a save in flight most of the time; the
+    SIGTERM lands while one is (or just was) written, and the preemption save must wait for it.
+    """
+    every = 7  # steps_per_call: a save after every call
+    spec = make_spec("in-flight", hparams={"hidden": 1 << 19},
+                     train={"checkpoint_every_steps": every, "keep_checkpoints": 5})
+    run = AgentRun(spec)
+    named: Set[int] = set()
+    writing: Set[int] = set()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while len(writing) < 2:
+        assert time.monotonic() < deadline, f"no two saves seen in flight (seen: {sorted(writing)})"
+        assert run.process.poll() is None, run.process.communicate()[0].decode()
+        try:
+            status = run.status()
+        except (FileNotFoundError, json.JSONDecodeError):  # not written yet
+            status = {}
+        saved, in_flight = status.get("last_checkpoint_step"), status.get("checkpoint_in_flight")
+        if saved is not None and saved not in named:
+            assert saved in run.checkpoint_steps(), f"status names ckpt-{saved} before it is in the store"
+            named.add(saved)
+        if in_flight is not None:
+            assert in_flight % every == 0 and in_flight not in named
+            writing.add(in_flight)
+        time.sleep(0.01)
+    run.signal(signal.SIGTERM)
+    assert run.wait() == PREEMPTED_EXIT, run.output
+    status = run.status()
+    stopped_at = status["step"]
+    assert status["exit_class"] == "preempted" and stopped_at >= max(writing)
+    assert (status["last_checkpoint_step"], status["checkpoint_in_flight"]) == (stopped_at, None)
+    assert named and max(named) < max(writing), "the save before the one in flight was named"
+    prefix = run.run_dir / "ckpt" / f"ckpt-{stopped_at}"
+    assert problem(str(prefix)) is None
+    assert newest_valid(str(run.run_dir / "ckpt")) == (stopped_at, str(prefix))
+    assert status["phase"] == "done" and status["attempts"][0]["checkpoint_s"] > 0
 
 
 def test_sigkill_resumes_from_the_last_periodic_checkpoint(

@@ -31,10 +31,16 @@ Invariants, which keep a half-written or half-copied checkpoint from ever being 
 * one save is in flight at most: the next save, ``wait()`` and a blocking ``save`` wait for it
   and raise its error. A blocking ``save(step)`` (the preemption and final saves) returns only
   once the checkpoint is whole in the store; ``stored_step`` is the newest step that is.
-  The writer and finisher threads are not daemons: the interpreter does not exit before them.
+  The writer and finisher threads are not daemons: the interpreter does not exit before them;
+* ``on_stored(step)`` is called (in the finisher thread) only once ``ckpt-<step>`` is whole in
+  the store, so whoever it tells (status ``last_checkpoint_step``) never names a checkpoint a
+  resumed attempt could not restore; ``on_writing(step)`` is called in the same thread when
+  the write begins. Both are called before ``wait()`` returns, and a callback that raises fails
+  the save like a failed write.
 
-Save time against checkpoint size, the step-loop share of periodic saves and the SIGTERM save
-of 1 GB of variables are measured by ``bench/bench_infer.py``.
+Save time against checkpoint size, the step-loop share of periodic saves (of a bare loop, and of
+the agent's own, ``--only agent-ckpt-loop``) and the SIGTERM save of 1 GB of variables are measured
+by ``bench/bench_infer.py``.
 """
 
 import hashlib
@@ -44,7 +50,7 @@ import re
 import tempfile
 import threading
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -173,6 +179,8 @@ class Checkpointer:
 
     ``staging``: a local directory to write checkpoints to before they are copied into
     ``directory`` (see the module docstring); None picks ``default_staging(directory)``.
+    ``on_writing`` and ``on_stored``: called with the step when its write begins and once it
+    is whole in the store (both in the finisher thread; see the module docstring).
     """
 
     def __init__(
@@ -183,8 +191,12 @@ class Checkpointer:
         every_steps: int,
         every_seconds: float,
         staging: Optional[str] = None,
+        on_writing: Optional[Callable[[int], None]] = None,
+        on_stored: Optional[Callable[[int], None]] = None,
     ) -> None:
         self._checkpoint = checkpoint
+        self._on_writing = on_writing
+        self._on_stored = on_stored
         self._directory = directory
         self._keep = keep
         self._every_steps = every_steps
@@ -281,6 +293,8 @@ class Checkpointer:
     def _finish(self, path: str, step: int, writers: List[threading.Thread]) -> None:
         started = time.monotonic()
         try:
+            if self._on_writing is not None:
+                self._on_writing(step)
             for writer in writers:  # TensorFlow's own asynchronous checkpoint writer
                 writer.join()
             if not tf.io.gfile.exists(path + ".index"):
@@ -289,9 +303,11 @@ class Checkpointer:
                 _remove_copy_leftovers(self._directory)
                 copy_checkpoint(path, self._directory)
                 prune(self._directory, self._keep)
+            self.stored_step = step
+            log.info("checkpoint at step %d is in %s (%.1f s after the snapshot)", step, self._directory,
+                     time.monotonic() - started)
+            if self._on_stored is not None:
+                self._on_stored(step)
         except Exception as err:  # raised in the training thread by the next save or wait()
+            log.error("checkpoint at step %d failed: %s", step, err)
             self._error = err
-            return
-        self.stored_step = step
-        log.info("checkpoint at step %d is in %s (%.1f s after the snapshot)", step, self._directory,
-                 time.monotonic() - started)

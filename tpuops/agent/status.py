@@ -11,7 +11,10 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     recomputed_steps    steps trained again over the whole run: on each resume, how far the attempt
                  before had gone past the checkpoint resumed from (as its last status says: steps
                  after its last write are not counted)
-    last_checkpoint_step, metrics {"train": {...}, "eval": {...}, "predicted": n}
+    last_checkpoint_step  the newest checkpoint known to be whole in the store (a resumed attempt
+                 never starts before it), null before the first; written once its copy is complete
+    checkpoint_in_flight  the step of the checkpoint being written in the background, else null
+    metrics      {"train": {...}, "eval": {...}, "predicted": n}
     input_wait_ms  mean time a training step waited for its batch over the last call (the
                  starvation measure: near 0 when the input pipeline keeps up), null before
     evals        [{"step": int, "metrics": {name: float}}, ...] every evaluation of the run in
@@ -123,6 +126,7 @@ class Status:
             "resumed_from_step": None,
             "recomputed_steps": reach[1],
             "last_checkpoint_step": None,
+            "checkpoint_in_flight": None,
             "metrics": {},
             "input_wait_ms": None,
             "evals": list(evals or []),

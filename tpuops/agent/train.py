@@ -10,6 +10,15 @@ After the last step: a final checkpoint (so a run killed while evaluating or sav
 train again), the final evaluation, and the Keras SavedModel under ``runs/<run>/model``.
 A preemption notice that arrives after the last step is ignored: finishing is cheaper.
 
+Scheduled checkpoints are saved in the background (``Checkpointer.save(background=True)``): the
+loop goes on once the values are snapshot, and waits only when the next save comes while the
+last one is still being written. The preemption and final checkpoints are blocking: the
+process does not go on (or exit) before they are whole in the store. Status
+``checkpoint_in_flight`` names the save being written, ``last_checkpoint_step`` the newest one
+whole in the store (set by the checkpointer's finisher thread, never before); the clock's
+checkpoint segment counts only the time the loop is blocked. An attempt that fails waits for
+the save in flight before it reports, so its last checkpoint is kept and named.
+
 The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
@@ -122,6 +131,8 @@ class _Run:
             keep=self.tspec.keep_checkpoints,
             every_steps=self.tspec.checkpoint_every_steps,
             every_seconds=self.tspec.checkpoint_every_seconds,
+            on_writing=lambda step: self.status.update(checkpoint_in_flight=step, write=True),
+            on_stored=lambda step: self.status.update(last_checkpoint_step=step, checkpoint_in_flight=None, write=True),
         )
         resumed = self.ckpt.restore_newest(self.fetched.newest_checkpoint() if self.fetched else None)
         if resumed is None:
@@ -193,7 +204,7 @@ class _Run:
                 self.fetched.discard()
                 self.fetched = None
             if self.ckpt.due(step):
-                self.checkpoint(step)
+                self.checkpoint(step, background=True)
             if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
                 self.evaluate(step)
 
@@ -208,21 +219,34 @@ class _Run:
         log.info("step %d/%d train %s", step, self.tspec.steps, metrics)
         self.steps.train_metrics.reset()
 
-    def checkpoint(self, step: int) -> None:
+    def checkpoint(self, step: int, background: bool = False) -> None:
+        """Save at ``step``; blocking, it returns once the checkpoint is whole in the store.
+
+        In the background the loop is blocked only for the snapshot (and for the save before
+        it, if that is still being written), so the phase stays "training"; the clock counts
+        only the blocked time either way. A blocking save is the last thing the loop does
+        (preemption, the end), so its phase "checkpointing" is left to the next phase.
+        """
         with self.status.clock.timed("checkpoint"):
-            self.status.set_phase("checkpointing")
-            self.ckpt.save(step)
-            self.status.update(last_checkpoint_step=step, write=True)
-            if step < self.tspec.steps:
-                self.status.set_phase("training")
+            if not background:
+                self.status.set_phase("checkpointing")
+            self.ckpt.save(step, background=background)
+
+    def abandon(self) -> None:
+        """The attempt fails: wait for the save in flight so that it is kept and named (its error is logged)."""
+        try:
+            self.ckpt.wait()
+        except Exception:
+            log.warning("the checkpoint in flight failed as well", exc_info=True)
+        self.status.update(checkpoint_in_flight=None)
 
     def _stop_for_preemption(self, step: int) -> None:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
-        if step != self.ckpt.last_step and step > 0:
+        if step > 0:  # waits for a save in flight, even one at this step
             self.checkpoint(step)
         self.writer.flush()  # the process ends without tearing anything down (job.run)
         raise PreemptedExit(
-            f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.last_step}"
+            f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.stored_step}"
         )
 
     def evaluate(self, step: int) -> None:
@@ -241,8 +265,7 @@ class _Run:
     def finish(self) -> None:
         """Final checkpoint, final evaluation, SavedModel."""
         step = int(self.state.step.numpy())
-        if self.ckpt.last_step != step:
-            self.checkpoint(step)
+        self.checkpoint(step)  # waits for the save in flight, even one at this step
         self.evaluate(step)
         self.writer.flush()
         self.status.set_phase("saving")
@@ -263,6 +286,10 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
     """
     attempt = _Run(spec, runtime, status, notice, paths, fetched)
     attempt.load()
-    attempt.train()
-    attempt.finish()
+    try:
+        attempt.train()
+        attempt.finish()
+    except BaseException:
+        attempt.abandon()
+        raise
     return attempt

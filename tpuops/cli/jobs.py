@@ -42,6 +42,8 @@ def _describe(status: AgentStatus) -> str:
     rate = status.examples_per_sec
     speed = f", {rate:.0f} examples/s" if rate else ""
     saved = f", checkpoint @ {status.last_checkpoint_step}" if status.last_checkpoint_step is not None else ""
+    if status.checkpoint_in_flight is not None:
+        saved += f", saving checkpoint @ {status.checkpoint_in_flight}"
     return f"{status.phase}: step {status.step}/{status.total_steps or '?'}{speed}{saved}"
 
 

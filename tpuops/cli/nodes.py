@@ -122,8 +122,15 @@ def status(
                                     "heartbeat"),
                     [(r["run_id"], r["phase"], f"{r['step']}/{r['total_steps'] or '?'}", r["examples_per_sec"] or "",
                       "" if r["input_wait_ms"] is None else f"{r['input_wait_ms']:.1f} ms/step",
-                      r["last_checkpoint_step"] or "", "" if r["goodput"] is None else r["goodput"]["goodput"] or "",
+                      _checkpoint_cell(r), "" if r["goodput"] is None else r["goodput"]["goodput"] or "",
                       r["heartbeat"] or "") for r in rows])
+
+
+def _checkpoint_cell(run: dict) -> str:
+    """The last checkpoint whole in the store, and the one being written if any: ``40 (saving 50)``."""
+    saved = str(run["last_checkpoint_step"] if run["last_checkpoint_step"] is not None else "")
+    in_flight = run.get("checkpoint_in_flight")
+    return f"{saved} (saving {in_flight})".strip() if in_flight is not None else saved
 
 
 def down(

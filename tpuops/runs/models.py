@@ -164,6 +164,8 @@ class AgentStatus(_Doc):
     resumed_from_step: int | None = None
     recomputed_steps: int = 0
     last_checkpoint_step: int | None = None
+    checkpoint_in_flight: int | None = None
+    """The step of the checkpoint being written in the background; None from an agent older than that."""
     metrics: dict[str, Any] = Field(default_factory=dict)
     input_wait_ms: float | None = None
     evals: list[EvalPoint] = Field(default_factory=list)
