@@ -9,7 +9,10 @@ controller are the real ones. ``tests/test_controller_churn.py`` shows the same 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -17,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import poll
 
 from tpuops import runs
 from tpuops.config import Settings
+from tpuops.controller import reconcile
 from tpuops.controller.reconcile import Controller, PassReport, _inline_or_pooled
 from tpuops.errors import AlreadyExists, CreateResult, NotFound, Timeout, TpuopsError, TransientError
 from tpuops.kinds import Capacity
@@ -109,10 +114,16 @@ class Cloud:
             self.set_state(name, NodeState.DELETING)
         return Operation(name, gate)
 
-    def wait(self, operation: Operation, *, zone: str, timeout_s: float, on_poll: Any = None,
-             closely: bool = False) -> None:
-        if not operation.gate.wait(timeout_s):
-            raise Timeout(f"the delete of {operation.node} did not finish within {timeout_s:.0f} s")
+    def wait(self, operation: Operation, *, zone: str, timeout_s: float,
+             on_poll: Callable[[], None] | None = None, closely: bool = False) -> None:
+        """As ``TpuApi.wait``: poll until done, ``on_poll`` between polls, ``Timeout`` past ``timeout_s``."""
+        self._log("wait", operation.node)
+        deadline = time.monotonic() + timeout_s
+        while not operation.gate.wait(self.poll_interval_s):
+            if time.monotonic() >= deadline:
+                raise Timeout(f"the delete of {operation.node} did not finish within {timeout_s:.0f} s")
+            if on_poll is not None:
+                on_poll()
         self.nodes.pop(operation.node, None)
 
     def refresh(self, operation: Operation, *, zone: str) -> None:
@@ -246,3 +257,30 @@ def test_one_runs_failure_is_its_own(world: World) -> None:
     report, _ = world.pass_calls()
     assert (report.errors, report.acted, report.finished) == ({}, [("run-a", "delete", ZONE)],
                                                               {"run-a": "succeeded"})
+
+
+def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (SIGINT) while a replacement waits for its delete: the pass raises at once, the run queued
+    behind it is not started, and the waiting run gives up its wait and leaves the create to the next pass."""
+    world.running("run-a", "run-b")
+    monkeypatch.setattr(reconcile, "MAX_ACTING", 1)  # run-b queues behind run-a
+    for run_id in ("run-a", "run-b"):
+        world.cloud.set_state(run_id, NodeState.PREEMPTED)
+    world.cloud.hold("run-a")  # never released
+
+    def press_ctrl_c() -> None:
+        poll(lambda: ("wait", "run-a") in [call[:2] for call in world.cloud.calls], "run-a waiting for its delete")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    waiting = threading.Thread(target=press_ctrl_c)
+    waiting.start()
+    before, started = len(world.cloud.calls), time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        world.controller.run_pass()
+    assert time.monotonic() - started < WAIT_S / 2  # not held until the wait's timeout
+    waiting.join()
+    poll(lambda: "create-failed" in [e["kind"] for e in runs.load_memory(world.store, "run-a")[0].events],
+         "run-a's worker to give up its wait and save that")
+    assert [rpc for rpc, name, _ in world.cloud.calls[before:] if name == "run-b"] == []  # never started
+    assert "run-a" in world.cloud.nodes  # still DELETING: its create waits for the next pass

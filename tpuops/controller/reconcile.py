@@ -63,7 +63,15 @@ from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import (
+    AlreadyExists,
+    CreateResult,
+    Interrupted,
+    NotFound,
+    PreconditionFailed,
+    TpuopsError,
+    UsageError,
+)
 from tpuops.ledger import Ledger
 from tpuops.naming import RUN_KEY
 from tpuops.provision import Listing, Provisioner
@@ -304,10 +312,15 @@ class Controller:
         decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
                    for run_id, (memory, _) in held.items()
                    if self._offline(run_id, states[run_id].record, memory, nodes[run_id])}
-        return _inline_or_pooled(
-            list(held), lambda run_id: self._settled(decided.get(run_id), held[run_id][0]),
-            lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], listed, now,
-                                     decided.get(run_id)), workers=MAX_ACTING)
+        stop = threading.Event()
+        try:
+            return _inline_or_pooled(
+                list(held), lambda run_id: self._settled(decided.get(run_id), held[run_id][0]),
+                lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], listed, now,
+                                         decided.get(run_id), stop), workers=MAX_ACTING)
+        except BaseException:
+            stop.set()  # Ctrl-C: no run is started any more, and the workers waiting on a delete give up
+            raise
 
     def _refresh_statuses(self, states: dict[str, _Run], nodes: dict[str, NodeInfo | None], fresh: bool) -> None:
         """Read, in parallel, the statuses this pass needs afresh (see the module docstring)."""
@@ -411,7 +424,7 @@ class Controller:
         return _Outcome(finished=str(memory.outcome or "") if memory.finished else None)
 
     def _act(self, run_id: str, record: RunRecord, memory: Memory, generation: int, node: NodeInfo | None,
-             listed: Listing, now: float, decided: _Decided | None) -> _Outcome:
+             listed: Listing, now: float, decided: _Decided | None, stop: threading.Event) -> _Outcome:
         """Apply the run's decision (taken here if observing needed I/O) and save its memory.
 
         Runs in a worker of the pass's pool, concurrently with other runs: it touches only this
@@ -425,7 +438,7 @@ class Controller:
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 outcome.acted.append((action.kind, action.zone))
-                if not self._apply(run_id, record, memory, action, now, replacing=replacing):
+                if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
                     break
             for event in memory.events[decided.before:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
@@ -467,12 +480,13 @@ class Controller:
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,
-               replacing: bool = False) -> bool:
+               replacing: bool, stop: threading.Event) -> bool:
         """Carry out one action; False when the ones after it must not run.
 
         A delete that a create follows (a replacement, ``decide``) is waited for, closely, so that
         the create goes out within about one round trip of its completion: the name is free only
-        then. If the wait fails, the create is left to the next pass, as a create that failed.
+        then. If the wait fails, or ``stop`` is set (the pass was interrupted), the create is left
+        to the next pass, as a create that failed.
         """
         name = record.node_name
         if action.kind is ActionKind.DELETE:
@@ -480,7 +494,7 @@ class Controller:
                 self.nodes.delete(action.zone, name)
                 return True
             try:
-                self.nodes.delete(action.zone, name, wait=True,
+                self.nodes.delete(action.zone, name, wait=True, closely=True, on_poll=_unless(stop),
                                   timeout_s=min(REPLACE_WAIT_S, self.settings.operation_timeout_s))
             except TpuopsError as err:
                 memory.event(now, "create-failed", f"the node it replaces is not deleted yet: {err}")
@@ -538,6 +552,16 @@ def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled:
     rest = [run_id for run_id, value in done.items() if value is None]
     done.update(zip(rest, runs.parallel_map(pooled, rest, workers), strict=True))
     return done  # type: ignore[return-value]  # every None was replaced by pooled's value
+
+
+def _unless(stop: threading.Event) -> Callable[[], None]:
+    """Between two polls of a wait: end it (``Interrupted``) once ``stop`` is set."""
+
+    def check() -> None:
+        if stop.is_set():
+            raise Interrupted("the pass was interrupted; the next one creates the replacement")
+
+    return check
 
 
 def _one_at_a_time(say: Callable[[str], None]) -> Callable[[str], None]:
