@@ -120,13 +120,17 @@ class _Decided:
         return not self.decision.actions and memory.to_bytes() == self.unchanged
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Outcome:
     """What a pass did with one run, merged into its ``PassReport`` by the pass's own thread, in index order."""
 
-    acted: list[tuple[str, str]] = field(default_factory=list)  # (action, zone)
+    acted: tuple[tuple[str, str], ...] = ()  # (action, zone)
     finished: str | None = None
     error: str | None = None
+
+
+_NOTHING = _Outcome()
+"""The outcome of most runs in most passes: one object, not one per run."""
 
 
 @dataclass
@@ -288,8 +292,8 @@ class Controller:
                 held[run_id] = took
         outcomes.update(self._reconcile(held, states, nodes, listed, clock))
         for run_id in live:
-            outcome = outcomes.get(run_id)
-            if outcome is None:
+            outcome = outcomes.get(run_id, _NOTHING)
+            if outcome is _NOTHING:
                 continue
             report.acted.extend((run_id, kind, zone) for kind, zone in outcome.acted)
             if outcome.finished is not None:
@@ -421,7 +425,7 @@ class Controller:
         """The outcome of a run decided with nothing to do (no I/O); None when it must be acted on."""
         if decided is None or not decided.quiet(memory):
             return None
-        return _Outcome(finished=str(memory.outcome or "") if memory.finished else None)
+        return _Outcome(finished=str(memory.outcome or "")) if memory.finished else _NOTHING
 
     def _act(self, run_id: str, record: RunRecord, memory: Memory, generation: int, node: NodeInfo | None,
              listed: Listing, now: float, decided: _Decided | None, stop: threading.Event) -> _Outcome:
@@ -431,23 +435,24 @@ class Controller:
         run's entry of ``_seen``, the Provisioner's and the ledger's state of this run's node
         (both thread-safe) and reports through its ``_Outcome`` and the locked ``progress``.
         """
-        outcome = _Outcome()
+        acted: list[tuple[str, str]] = []
+        finished = error = None
         try:
             decided = decided or self._decide(run_id, record, memory, node, listed, now)
             actions = decided.decision.actions
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
-                outcome.acted.append((action.kind, action.zone))
+                acted.append((action.kind, action.zone))
                 if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
                     break
             for event in memory.events[decided.before:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if memory.finished:
-                outcome.finished = str(memory.outcome or "")
+                finished = str(memory.outcome or "")
             self._save(run_id, memory, generation, decided.unchanged)
         except TpuopsError as err:
-            outcome.error = self._failed(run_id, err)
-        return outcome
+            error = self._failed(run_id, err)
+        return _Outcome(tuple(acted), finished, error)
 
     def _save(self, run_id: str, memory: Memory, generation: int, unchanged: bytes) -> None:
         """Write the run's memory if the pass changed it, compare-and-swap on the generation it was read at."""
