@@ -7,7 +7,9 @@ so the whole test takes about as long as the READY time of its busiest run (~50 
 
 Checked: each preemption is replaced in the pass that notices it (that pass deletes the node and
 creates its replacement, with the two events at that pass's time), and the cost ledger's READY
-seconds per run are within 2 % of the emulator's billing record.
+seconds per run are within 2 % of the emulator's billing record. And with one delete held
+(the emulator's ``hold_deletes``), as slow as a delete on Cloud TPU, another run's replacement
+still goes out in the same pass, while that pass waits for the held one.
 """
 
 from __future__ import annotations
@@ -183,3 +185,57 @@ def test_churn_is_replaced_in_one_pass_and_billed_as_cloud_tpu_bills(
         print(f"{run_id}: ledger {ledger_s:.3f} s, billing {truth_s:.3f} s ({ledger_s / truth_s - 1:+.2%})")
         apart[run_id] = (ledger_s, truth_s)
     assert all(abs(ours - billed) <= 0.02 * billed for ours, billed in apart.values()), apart
+
+
+def _node(admin: Any, run_id: str) -> dict[str, Any] | None:
+    return next((n for n in admin.nodes() if n["name"].endswith(f"/nodes/{run_id}")), None)
+
+
+def _events(store: Any, run_id: str) -> list[str]:
+    return [e["kind"] for e in runs.load_memory(store, run_id)[0].events]
+
+
+def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, emulator_admin: Any,
+                                                                 tmp_path: Path) -> None:
+    """Two runs preempted at once, the delete of the first in the index held: the second's replacement
+    goes out while the pass still waits for that delete; released, the first is replaced in the same pass."""
+    settings = _settings(tmp_path)
+    store = open_store(settings.store_root)
+    api = TpuApi(PROJECT, endpoint=emulator.endpoint, poll_interval_s=PASS_S, deadline_s=20)
+    controller = Controller(settings, store, api, Ledger(settings.ledger_path), status_refresh_s=0.0)
+    slow, quick = "held-1", "quick-1"  # the index lists the held one first
+    for run_id in (slow, quick):
+        _declare(settings, store, run_id)
+    poll(lambda: controller.run_pass() and all("ready" in _events(store, r) for r in (slow, quick)),
+         "both runs' nodes READY", interval_s=0.1)
+    first = {run_id: _node(emulator_admin, run_id)["uid"] for run_id in (slow, quick)}  # type: ignore[index]
+
+    emulator_admin.set_faults(hold_deletes=[slow])
+    for run_id in (slow, quick):
+        emulator_admin.preempt(PROJECT, ZONE, run_id, grace_s=0.0)
+    poll(lambda: all(_node(emulator_admin, r)["state"] == "PREEMPTED" for r in (slow, quick)),  # type: ignore[index]
+         "both nodes PREEMPTED")
+    reports: list[PassReport] = []
+    passing = threading.Thread(target=lambda: reports.append(controller.run_pass()), name="pass")
+    passing.start()
+    try:
+        # far less than the 30 s the pass may wait for the held delete before it gives up on it
+        replaced = poll(lambda: (node := _node(emulator_admin, quick)) is not None and node["uid"] != first[quick],
+                        "the quick run's replacement created", timeout_s=10)
+        assert replaced and passing.is_alive(), "the replacement was created by a later pass"
+        assert _node(emulator_admin, slow)["state"] == "DELETING"  # type: ignore[index]
+    finally:
+        emulator_admin.set_faults(hold_deletes=[])
+        passing.join(timeout=60)
+    assert not passing.is_alive() and len(reports) == 1
+    report = reports[0]
+    assert report.errors == {}
+    assert report.acted == [(slow, "delete", ZONE), (slow, "create", ZONE), (quick, "delete", ZONE),
+                            (quick, "create", ZONE)]
+    for run_id in (slow, quick):
+        poll(lambda run_id=run_id: _ready_uid(emulator_admin, run_id, {first[run_id]}), f"{run_id}: READY again",
+             interval_s=0.1)
+        poll(lambda run_id=run_id: controller.run_pass() is not None and _events(store, run_id)[-1] == "ready",
+             f"{run_id}: seen READY again", interval_s=0.1)
+        assert _events(store, run_id) == ["create", "ready", "preempted", "create", "ready"]
+    controller.release()

@@ -68,6 +68,8 @@ def test_admin_client_errors(emulator_admin):
         emulator_admin.set_faults(error_rate=2.0)
     with pytest.raises(errors.InvalidRequest):
         emulator_admin.set_faults(no_such_fault=1)
+    with pytest.raises(errors.InvalidRequest):
+        emulator_admin.set_faults(hold_deletes="a-node")  # a list of node ids
     assert emulator_admin.set_faults(latency_s=0.01, stockout_zones=["us-east1-d"])["stockout_zones"] == ["us-east1-d"]
     unreachable = control.AdminClient("http://127.0.0.1:1", timeout_s=2.0)
     with pytest.raises(errors.TransientError):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from google.api_core import exceptions
 from google.cloud import tpu_v2
 
 from tpuops import errors
@@ -228,6 +229,26 @@ def test_delete_ends_the_process_group(tpu_client, emulator, finish, wait_until)
 
     finish(tpu_client.delete_node(name=node.name))
     assert all(_gone(pid) for pid in pids)
+
+
+def test_a_held_delete_stays_deleting_until_released(tpu_client, emulator, emulator_admin, finish, wait_until):
+    script = "echo $$ > script.pid\nsleep 300\n"
+    held = _create(tpu_client, finish, "held", script)
+    free = _create(tpu_client, finish, "free", script)
+    pid_file = _sandbox(emulator, "held") / "script.pid"
+    wait_until(lambda: _read(pid_file))
+    assert emulator_admin.set_faults(hold_deletes=["held"])["hold_deletes"] == ["held"]
+
+    holding = tpu_client.delete_node(name=held.name)
+    wait_until(lambda: all(_gone(pid) for pid in _pids(pid_file.parent, "script.pid")))
+    finish(tpu_client.delete_node(name=free.name))  # the other node's delete is not held
+    assert tpu_client.get_node(name=held.name).state == tpu_v2.Node.State.DELETING
+    assert not holding.done()
+
+    emulator_admin.set_faults(hold_deletes=[])
+    finish(holding)
+    with pytest.raises(exceptions.NotFound):
+        tpu_client.get_node(name=held.name)
 
 
 def test_billing_records_ready_seconds_and_survives_restart(tpu_client, emulator, emulator_admin, finish):

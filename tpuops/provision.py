@@ -216,13 +216,14 @@ class Provisioner:
         self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)
 
     def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None,
-               timeout_s: float | None = None) -> bool:
+               timeout_s: float | None = None, closely: bool = False) -> bool:
         """Delete the node; False when it did not exist. With ``wait``, return once it is gone.
 
         Billing stops when the delete starts, which the delete operation dates (its
         createTime): the ledger ends the node's READY time there, kept within the local time
         of the request and its answer (a clock off between us and the API moves nothing). The
-        controller waits ``closely`` to create a replacement under the same name at once.
+        controller waits ``closely`` to create a replacement under the same name at once;
+        ``on_poll`` runs between polls, and what it raises ends the wait.
         """
         asked = datetime.now(UTC)
         operation = self.api.delete_node(zone, name)
@@ -238,7 +239,7 @@ class Provisioner:
             return True
         with contextlib.suppress(NotFound):
             self.api.wait(operation, zone=zone, timeout_s=timeout_s or self.settings.operation_timeout_s,
-                          on_poll=on_poll, closely=on_poll is None)
+                          on_poll=on_poll, closely=closely)
         self._gone(zone, name, operation_times(operation)[1])
         return True
 

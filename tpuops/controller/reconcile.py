@@ -5,7 +5,7 @@ a pass never lists a run's history, so its cost grows with the runs still going.
 one ListNodes per zone (and page) whatever the number of runs, through the one node engine
 (``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
 action and one GetOperation per create still in flight. A replacement (a dead node deleted and
-its successor created in the same pass) also polls its delete until it completes: the pass waits
+its successor created in the same pass) also polls its delete until it completes: the run waits
 for it (milliseconds on the emulator, the delete's duration on Cloud TPU, at most
 ``REPLACE_WAIT_S``), and the create goes out within about one round trip of the completion instead
 of a pass interval later. Every node is created through
@@ -27,6 +27,17 @@ listing of the index and the node listings, not a round trip per run:
 
 The reads a pass does need (first passes, changed runs) go through a thread pool.
 
+Concurrency: every run is decided in the pass's thread when observing it needs no I/O (its status
+is cached, no create operation to ask about, no budget to read from the ledger), and a run so
+decided with no action and nothing to save is done there: a steady pass starts no worker for its
+runs. The others are acted on concurrently, ``MAX_ACTING`` at a time, so one run's slow delete
+holds up no other run's actions, replacements included; the pass ends when the last of them is
+done. A worker touches only its own run: its ``_seen`` entry, its node's Provisioner and ledger
+state (keyed by node; the ledger opens a connection per call), its memory's compare-and-swap. It
+reports through its own ``_Outcome``, which the pass's thread merges into the ``PassReport`` in
+index order, so the report reads as a sequential pass's would; progress lines go through a lock,
+each whole, in the order things happened.
+
 Safe to kill at any line: nodes are named after their run, so a create repeated after a crash
 meets ALREADY_EXISTS and adopts; memory is written with compare-and-swap after the actions,
 so a pass that died before writing it is simply redone from what the cloud shows. A run is taken
@@ -40,6 +51,7 @@ listing may predate that, and the run waits for the next pass.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -49,9 +61,17 @@ from typing import Any, TypeVar
 
 from tpuops import runs
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, ActionKind, Observed, Policy, decide
+from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
 from tpuops.controller.lease import Leases, new_holder_id
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import (
+    AlreadyExists,
+    CreateResult,
+    Interrupted,
+    NotFound,
+    PreconditionFailed,
+    TpuopsError,
+    UsageError,
+)
 from tpuops.ledger import Ledger
 from tpuops.naming import RUN_KEY
 from tpuops.provision import Listing, Provisioner
@@ -63,6 +83,15 @@ T = TypeVar("T")
 
 REPLACE_WAIT_S = 300.0
 """How long a pass waits for the delete of a node it replaces; past that, a later pass creates."""
+
+MAX_ACTING = 16
+"""How many runs a pass acts on at once.
+
+A run's actions wait on the Cloud TPU API (a replacement waits for its delete: tens of seconds to
+minutes), so runs are acted on concurrently: one slow delete holds up no other run. The bound keeps
+a pass with hundreds of actions (a zone-wide preemption) from sending them all at once into the
+project's API rate quota; past it, runs wait for a free worker, not for the next pass.
+"""
 
 
 @dataclass
@@ -76,6 +105,32 @@ class PassReport:
     unlisted_zones: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
     sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep pass did (tpuops.sweeps.advance)
+
+
+@dataclass
+class _Decided:
+    """One run's decision, taken before any of its actions ran, and what applying it needs."""
+
+    decision: Decision
+    before: int  # how many events the memory had before the decision
+    unchanged: bytes  # the memory's bytes before the decision
+
+    def quiet(self, memory: Memory) -> bool:
+        """Nothing to do: no action, and no memory to save (the steady state of a run)."""
+        return not self.decision.actions and memory.to_bytes() == self.unchanged
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a pass did with one run, merged into its ``PassReport`` by the pass's own thread, in index order."""
+
+    acted: tuple[tuple[str, str], ...] = ()  # (action, zone)
+    finished: str | None = None
+    error: str | None = None
+
+
+_NOTHING = _Outcome()
+"""The outcome of most runs in most passes: one object, not one per run."""
 
 
 @dataclass
@@ -121,7 +176,7 @@ class Controller:
         self.ledger = ledger
         self.nodes = Provisioner(api, settings, ledger)
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
-        self.progress = progress or (lambda _text: None)
+        self.progress = _one_at_a_time(progress or (lambda _text: None))
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
@@ -222,27 +277,54 @@ class Controller:
         taken = _inline_or_pooled(live, lambda run_id: self._kept(run_id, states[run_id]),
                                   lambda run_id: self._take(run_id, states[run_id]))
         clock = time.time() if now is None else now
+        held: dict[str, tuple[Memory, int]] = {}
+        outcomes: dict[str, _Outcome] = {}
         for run_id in live:
             took = taken[run_id]
             report.runs += 1
-            try:
-                if isinstance(took, TpuopsError):
-                    raise took
-                if took is _LEASED:
-                    report.skipped_leased.append(run_id)
-                elif took is _DEFERRED:
-                    report.deferred.append(run_id)
-                else:
-                    memory, generation = took
-                    self._reconcile_run(run_id, states[run_id].record, memory, generation, nodes[run_id], listed,
-                                        report, clock)
-            except TpuopsError as err:
-                report.errors[run_id] = str(err)
-                self._seen.pop(run_id, None)
-                self.progress(f"{run_id}: {err}; the next pass tries again")
+            if isinstance(took, TpuopsError):
+                outcomes[run_id] = _Outcome(error=self._failed(run_id, took))
+            elif took is _LEASED:
+                report.skipped_leased.append(run_id)
+            elif took is _DEFERRED:
+                report.deferred.append(run_id)
+            else:
+                held[run_id] = took
+        outcomes.update(self._reconcile(held, states, nodes, listed, clock))
+        for run_id in live:
+            outcome = outcomes.get(run_id, _NOTHING)
+            if outcome is _NOTHING:
+                continue
+            report.acted.extend((run_id, kind, zone) for kind, zone in outcome.acted)
+            if outcome.finished is not None:
+                report.finished[run_id] = outcome.finished
+            if outcome.error is not None:
+                report.errors[run_id] = outcome.error
         if only is None:
             self._reap_orphans(set(states), listed, report)
         return report
+
+    def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
+                   nodes: dict[str, NodeInfo | None], listed: Listing, now: float) -> dict[str, _Outcome]:
+        """Decide for every run held, then act: runs with nothing to do inline, the others concurrently.
+
+        A run whose observation needs no I/O (``_offline``: the steady state) is decided in the
+        pass's thread, and done there when the decision has no action and changes nothing. The
+        others (an action, a memory to save, a create operation to ask about) go to a pool of
+        ``MAX_ACTING`` workers, so that one run's slow replacement does not hold up another's.
+        """
+        decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
+                   for run_id, (memory, _) in held.items()
+                   if self._offline(run_id, states[run_id].record, memory, nodes[run_id])}
+        stop = threading.Event()
+        try:
+            return _inline_or_pooled(
+                list(held), lambda run_id: self._settled(decided.get(run_id), held[run_id][0]),
+                lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], listed, now,
+                                         decided.get(run_id), stop), workers=MAX_ACTING)
+        except BaseException:
+            stop.set()  # Ctrl-C: no run is started any more, and the workers waiting on a delete give up
+            raise
 
     def _refresh_statuses(self, states: dict[str, _Run], nodes: dict[str, NodeInfo | None], fresh: bool) -> None:
         """Read, in parallel, the statuses this pass needs afresh (see the module docstring)."""
@@ -297,6 +379,11 @@ class Controller:
         except TpuopsError as err:
             return err
 
+    def _offline(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None) -> bool:
+        """Whether ``_observe`` needs no I/O for the run: its status is cached, no create operation
+        is to be asked about, no budget makes it read its spending from the ledger."""
+        return run_id in self._seen and not _asks(memory, node) and record.budget_usd is None
+
     def _observe(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None,
                  listed: Listing) -> Observed:
         zones = set(record.zones) | ({memory.zone} if memory.zone else set())
@@ -306,7 +393,7 @@ class Controller:
         pending = memory.pending_create
         if node is None and pending is not None and pending.error is not None:
             result, message = pending.error, pending.message
-        elif node is None and pending is not None and pending.operation:
+        elif pending is not None and _asks(memory, node):
             try:
                 result, message = self.api.operation_result(pending.zone, pending.operation)
             except NotFound:
@@ -324,25 +411,55 @@ class Controller:
                         status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd)
 
-    def _reconcile_run(self, run_id: str, record: RunRecord, memory: Memory, generation: int,
-                       node: NodeInfo | None, listed: Listing, report: PassReport, now: float) -> None:
+    def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
+                now: float) -> _Decided:
+        """Observe the run and decide: ``memory`` takes the decision, the actions are still to be applied."""
         observed = self._observe(run_id, record, memory, node, listed)
         seen = self._seen.get(run_id)
         unchanged = seen.saved if seen is not None and seen.memory is memory else memory.to_bytes()
         before = len(memory.events)
-        decision = decide(memory, observed, now, self.policy(record))
-        for index, action in enumerate(decision.actions):
-            replacing = any(later.kind is ActionKind.CREATE for later in decision.actions[index + 1:])
-            report.acted.append((run_id, action.kind, action.zone))
-            if not self._apply(run_id, record, memory, action, now, replacing=replacing):
-                break
-        for event in memory.events[before:]:
-            self.progress(f"{run_id}: {event['kind']}: {event['message']}")
-        if memory.finished:
-            report.finished[run_id] = str(memory.outcome or "")
+        return _Decided(decide(memory, observed, now, self.policy(record)), before, unchanged)
+
+    @staticmethod
+    def _settled(decided: _Decided | None, memory: Memory) -> _Outcome | None:
+        """The outcome of a run decided with nothing to do (no I/O); None when it must be acted on."""
+        if decided is None or not decided.quiet(memory):
+            return None
+        return _Outcome(finished=str(memory.outcome or "")) if memory.finished else _NOTHING
+
+    def _act(self, run_id: str, record: RunRecord, memory: Memory, generation: int, node: NodeInfo | None,
+             listed: Listing, now: float, decided: _Decided | None, stop: threading.Event) -> _Outcome:
+        """Apply the run's decision (taken here if observing needed I/O) and save its memory.
+
+        Runs in a worker of the pass's pool, concurrently with other runs: it touches only this
+        run's entry of ``_seen``, the Provisioner's and the ledger's state of this run's node
+        (both thread-safe) and reports through its ``_Outcome`` and the locked ``progress``.
+        """
+        acted: list[tuple[str, str]] = []
+        finished = error = None
+        try:
+            decided = decided or self._decide(run_id, record, memory, node, listed, now)
+            actions = decided.decision.actions
+            for index, action in enumerate(actions):
+                replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
+                acted.append((action.kind, action.zone))
+                if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
+                    break
+            for event in memory.events[decided.before:]:
+                self.progress(f"{run_id}: {event['kind']}: {event['message']}")
+            if memory.finished:
+                finished = str(memory.outcome or "")
+            self._save(run_id, memory, generation, decided.unchanged)
+        except TpuopsError as err:
+            error = self._failed(run_id, err)
+        return _Outcome(tuple(acted), finished, error)
+
+    def _save(self, run_id: str, memory: Memory, generation: int, unchanged: bytes) -> None:
+        """Write the run's memory if the pass changed it, compare-and-swap on the generation it was read at."""
         after = memory.to_bytes()
         if after == unchanged:
             return
+        seen = self._seen.get(run_id)
         try:
             saved = runs.save_memory(self.store, run_id, memory, generation)
         except PreconditionFailed:
@@ -351,6 +468,12 @@ class Controller:
             return
         if seen is not None:
             seen.memory, seen.saved, seen.generation = memory, after, saved
+
+    def _failed(self, run_id: str, err: TpuopsError) -> str:
+        """Forget what this controller knew of a run a pass could not finish; why, for the report."""
+        self._seen.pop(run_id, None)
+        self.progress(f"{run_id}: {err}; the next pass tries again")
+        return str(err)
 
     def _advance_sweeps(self, now: float | None) -> dict[str, Any]:
         from dataclasses import asdict
@@ -362,12 +485,13 @@ class Controller:
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,
-               replacing: bool = False) -> bool:
+               replacing: bool, stop: threading.Event) -> bool:
         """Carry out one action; False when the ones after it must not run.
 
         A delete that a create follows (a replacement, ``decide``) is waited for, closely, so that
         the create goes out within about one round trip of its completion: the name is free only
-        then. If the wait fails, the create is left to the next pass, as a create that failed.
+        then. If the wait fails, or ``stop`` is set (the pass was interrupted), the create is left
+        to the next pass, as a create that failed.
         """
         name = record.node_name
         if action.kind is ActionKind.DELETE:
@@ -375,7 +499,7 @@ class Controller:
                 self.nodes.delete(action.zone, name)
                 return True
             try:
-                self.nodes.delete(action.zone, name, wait=True,
+                self.nodes.delete(action.zone, name, wait=True, closely=True, on_poll=_unless(stop),
                                   timeout_s=min(REPLACE_WAIT_S, self.settings.operation_timeout_s))
             except TpuopsError as err:
                 memory.event(now, "create-failed", f"the node it replaces is not deleted yet: {err}")
@@ -425,13 +549,41 @@ class Controller:
         return report.reaped
 
 
-def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None],
-                      pooled: Callable[[str], T | None]) -> dict[str, T | None]:
-    """``inline`` for each id (no I/O: what is cached), then ``pooled`` in the thread pool for the ids it left."""
+def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,
+                      workers: int = runs.MAX_READERS) -> dict[str, T]:
+    """``inline`` for each id (no I/O: what is cached, or needs nothing done), then ``pooled`` in a
+    thread pool of ``workers`` for the ids it left (None); in the order of ``ids``."""
     done = {run_id: inline(run_id) for run_id in ids}
     rest = [run_id for run_id, value in done.items() if value is None]
-    done.update(zip(rest, runs.parallel_map(pooled, rest), strict=True))
-    return done
+    done.update(zip(rest, runs.parallel_map(pooled, rest, workers), strict=True))
+    return done  # type: ignore[return-value]  # every None was replaced by pooled's value
+
+
+def _unless(stop: threading.Event) -> Callable[[], None]:
+    """Between two polls of a wait: end it (``Interrupted``) once ``stop`` is set."""
+
+    def check() -> None:
+        if stop.is_set():
+            raise Interrupted("the pass was interrupted; the next one creates the replacement")
+
+    return check
+
+
+def _one_at_a_time(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` behind a lock: the runs a pass acts on concurrently report from their workers."""
+    lock = threading.Lock()
+
+    def locked(text: str) -> None:
+        with lock:
+            say(text)
+
+    return locked
+
+
+def _asks(memory: Memory, node: NodeInfo | None) -> bool:
+    """Whether the pass asks the API where the run's create stands: it is in flight, its node not listed yet."""
+    pending = memory.pending_create
+    return node is None and pending is not None and pending.error is None and bool(pending.operation)
 
 
 def _find(listed: Listing, name: str) -> NodeInfo | None:

@@ -7,7 +7,8 @@ POST     /_admin/preempt        {project, zone, node, grace_s?} -> the node (400
                                 preemptible and READY)
 GET      /_admin/faults         the faults in force
 POST     /_admin/faults         {stockout_zones, error_rate, error_code, error_burst, latency_s,
-                                preempt_rate_per_s, seed}: keys given replace those keys
+                                preempt_rate_per_s, seed, hold_deletes, ...} (``faults``): keys
+                                given replace those keys
 DELETE   /_admin/faults         back to no faults
 GET      /_admin/billing        {"intervals": [...]} READY intervals (see ``billing``)
 GET      /_admin/stats          {"counts": {"ListNodes": 3, ...}}

@@ -1,4 +1,4 @@
-"""Faults injected on demand: stockouts, error storms, latency, random preemption, queued and project states.
+"""Faults injected on demand: stockouts, error storms, latency, preemption, held deletes, queued and project states.
 
 Set through ``POST /_admin/faults`` (keys given replace those keys, the others stay) and
 cleared with ``DELETE /_admin/faults``. Random draws use one RNG seeded by ``seed``, so a
@@ -32,6 +32,8 @@ class FaultConfig:
     latency_s: float = 0.0
     preempt_rate_per_s: float = 0.0
     seed: int | None = None
+    # Deletes of these nodes (ids) stay DELETING until the id leaves the list: a delete as slow as chosen.
+    hold_deletes: list[str] = field(default_factory=list)
     # Queued resources: stay ACCEPTED (never provisioned), or fail in these zones (FAILED).
     hold_queued: bool = False
     fail_queued_zones: list[str] = field(default_factory=list)
@@ -84,6 +86,10 @@ class Faults:
         with self._lock:
             return zone in self._config.stockout_zones
 
+    def holds_delete(self, node_id: str) -> bool:
+        with self._lock:
+            return node_id in self._config.hold_deletes
+
     def queued_outcome(self, zone: str) -> str | None:
         """``hold`` (stay ACCEPTED), ``fail`` (FAILED) or None (provision as usual)."""
         with self._lock:
@@ -121,7 +127,7 @@ def _check(config: FaultConfig) -> None:
         problems.append(f"error_code must be one of {sorted(INJECTABLE)}")
     if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0:
         problems.append("error_burst, latency_s and preempt_rate_per_s must not be negative")
-    for name in ("stockout_zones", "fail_queued_zones", "disabled_services", "denied_permissions",
+    for name in ("stockout_zones", "hold_deletes", "fail_queued_zones", "disabled_services", "denied_permissions",
                  "missing_service_accounts"):
         if not isinstance(getattr(config, name), list):
             problems.append(f"{name} must be a list of strings")

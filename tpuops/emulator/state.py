@@ -7,6 +7,7 @@ Transitions (as on Cloud TPU, at emulator speed)::
     stop:    READY -> STOPPING --group ended--> STOPPED      (single-host nodes only)
     start:   STOPPED -> STARTING --boot delay--> READY
     delete:  any -> DELETING --group ended--> (removed)  (op done with Empty)
+             (a node the ``hold_deletes`` fault names stays DELETING until it is released)
     preempt: READY (preempted=TRUE, SIGTERM) --grace or group empty, SIGKILL--> PREEMPTED
 
 Entering READY starts the node's metadata server (once) and runs its ``startup-script``;
@@ -434,6 +435,9 @@ class EmulatorState:
         with self.lock:
             node = self._current(key, generation)
             if node is None:
+                return
+            if self.faults.holds_delete(node.node_id):  # looked at again every tick until released
+                self.scheduler.call_later(self.config.tick_s, lambda: self._deleted(key, generation))
                 return
             del self.nodes[key]
             for op in node.delete_ops:

@@ -26,6 +26,7 @@ from tpuops.runs.models import (
     RunRecord,
 )
 from tpuops.runs.ops import (
+    MAX_READERS,
     LogTail,
     Run,
     active_index,
@@ -51,7 +52,7 @@ from tpuops.runs.ops import (
 )
 
 __all__ = [
-    "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
+    "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
     "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
     "all_run_ids", "control_key", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "open_run", "parallel_map", "read_record",

@@ -162,12 +162,22 @@ def open_run(store: Store, run_id: str) -> Run:
 
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = MAX_READERS) -> list[R]:
-    """``[fn(x) for x in items]`` over a thread pool (store round trips overlap), in order."""
+    """``[fn(x) for x in items]`` over a thread pool (store round trips overlap), in order.
+
+    Interrupted (Ctrl-C) or failed, it starts no item not started yet and returns at once: the
+    items under way finish in their workers, nobody waits for them.
+    """
     items = list(items)
     if len(items) <= 1:
         return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(fn, items))
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+    try:
+        done = list(pool.map(fn, items))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return done
 
 
 def list_runs(store: Store, *, active_only: bool = False) -> list[Run]:
