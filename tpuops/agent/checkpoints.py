@@ -43,10 +43,8 @@ the agent's own, ``--only agent-ckpt-loop``) and the SIGTERM save of 1 GB of var
 by ``bench/bench_infer.py``.
 """
 
-import hashlib
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
@@ -54,11 +52,10 @@ from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.paths import join, write_whole
+from tpuops.agent.paths import CHECKPOINT_INDEX, join, local_directory, write_whole
 
 log = logging.getLogger(__name__)
 
-_INDEX_NAME = re.compile(r"^ckpt-(\d+)\.index$")
 _COPY_SUFFIX = ".tmp-copy"
 # TF 2.9 copies the values to host memory in the caller's thread and writes them in its own.
 _ASYNC = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
@@ -95,7 +92,7 @@ def candidates(directory: str) -> List[Tuple[int, str]]:
         return []
     found = []
     for name in tf.io.gfile.listdir(directory):
-        match = _INDEX_NAME.match(name)
+        match = CHECKPOINT_INDEX.match(name)
         if match:
             found.append((int(match.group(1)), join(directory, "ckpt-" + match.group(1))))
     return sorted(found, reverse=True)
@@ -138,8 +135,7 @@ def default_staging(directory: str) -> Optional[str]:
     """Where checkpoints for ``directory`` are staged: a local directory for a remote store, else None."""
     if not is_remote(directory):
         return None
-    digest = hashlib.sha256(directory.encode("utf-8")).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), "tpuops-checkpoints", digest)
+    return local_directory(os.path.join(tempfile.gettempdir(), "tpuops-checkpoints"), directory)
 
 
 def copy_checkpoint(prefix: str, directory: str) -> str:

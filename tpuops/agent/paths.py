@@ -14,13 +14,23 @@ Paths are joined with "/" so that they work for ``gs://`` URIs and local paths a
 module imports TensorFlow only when it writes: ``prefetch`` uses the paths before the import.
 """
 
+import hashlib
 import os
+import re
+
+CHECKPOINT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+"""The name of a checkpoint's index file under ``ckpt/``; group 1 is its step."""
 
 
 def join(*parts: str) -> str:
     """Join store path parts with "/" (os.path.join would use the local separator)."""
     head, *rest = parts
     return "/".join([head.rstrip("/"), *(part.strip("/") for part in rest)])
+
+
+def local_directory(root: str, location: str) -> str:
+    """A directory under ``root`` on this machine that belongs to the store ``location``, one per location."""
+    return os.path.join(root, hashlib.sha256(location.encode("utf-8")).hexdigest()[:16])
 
 
 class RunPaths:

@@ -32,11 +32,9 @@ metadata server, or ``STORAGE_EMULATOR_HOST`` without a token, as the bundle boo
 cannot share this one.
 """
 
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -45,7 +43,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
-from tpuops.agent.paths import RunPaths, join
+from tpuops.agent.paths import CHECKPOINT_INDEX, RunPaths, join, local_directory
 from tpuops.agent.preemption import metadata_host
 from tpuops.agent.runspec import SpecError, parse_spec
 
@@ -54,7 +52,6 @@ log = logging.getLogger(__name__)
 PREFETCH_ROOT = os.path.join(tempfile.gettempdir(), "tpuops-prefetch")
 # Per socket operation: a store that does not answer hands the attempt back to its gfile reads.
 _TIMEOUT_S = 10.0
-_INDEX_NAME = re.compile(r"^ckpt-(\d+)\.index$")
 _CHUNK = 1 << 20
 
 
@@ -111,7 +108,7 @@ class _Gcs:
 
 
 def _newest_index(names: List[str]) -> Optional[int]:
-    steps = [int(match.group(1)) for match in map(_INDEX_NAME.match, names) if match]
+    steps = [int(match.group(1)) for match in map(CHECKPOINT_INDEX.match, names) if match]
     return max(steps) if steps else None
 
 
@@ -224,5 +221,4 @@ class Prefetch:
 
 def copy_directory(directory: str) -> str:
     """Where the checkpoints of the store directory ``directory`` are copied: one place per run."""
-    digest = hashlib.sha256(directory.encode("utf-8")).hexdigest()[:16]
-    return os.path.join(PREFETCH_ROOT, digest)
+    return local_directory(PREFETCH_ROOT, directory)
