@@ -29,7 +29,8 @@ the agent's loop is timed whole, including its per-call host round trips.
   map(parse_single_example) -> batch -> ...``; both decode the raw bytes to float32 images.
   Goal >= 0.95. The baseline is named in the results. What the agent adds is what exact
   resume needs (a seeded shuffle per epoch chained by ``flat_map``, a deterministic order),
-  the per-epoch file shuffle and interleave, and the record length check: this ratio is their
+  the per-epoch file shuffle, and the record length check; it runs without tf.data's
+  autotuning model (``inputs.untuned``), the baseline with TF's defaults: this ratio is their
   steady-state cost; ``exact_resume_overhead`` is the share of it exact resume takes alone (1 -
   ratio against the same pipeline with ``repeat()`` and unseeded shuffles, no ``flat_map``).
   The one-time cost of a resume, skipping up to an epoch of raw records, is
@@ -64,7 +65,14 @@ import tensorflow as tf  # noqa: E402
 import tpuops_helper  # noqa: E402
 from models import cifar10_cnn  # noqa: E402
 
-from tpuops.agent.inputs import INTERLEAVE_CYCLE, Parser, distribution_options, train_dataset  # noqa: E402
+from tpuops.agent.inputs import (  # noqa: E402
+    Parser,
+    distribution_options,
+    file_records,
+    host_cores,
+    train_dataset,
+    untuned,
+)
 from tpuops.agent.runspec import DatasetSpec, TrainSpec  # noqa: E402
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer  # noqa: E402
 
@@ -204,15 +212,14 @@ def plain_pipeline(files: list[str], per_record: bool) -> tf.data.Dataset:
 def repeated_pipeline(files: list[str], spec: DatasetSpec) -> tf.data.Dataset:
     """The agent's pipeline without what exact resume needs: epochs by ``repeat()``, unseeded shuffles.
 
-    Same files, file shuffle, interleave, shuffle buffer, parser and options as
+    Same files, file shuffle, reads, shuffle buffer, parser and options as
     ``inputs.train_dataset``; only the per-epoch seeded shuffles chained by ``flat_map`` (and
     the skip to a position) are left out.
     """
-    names = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))
-    records = names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), INTERLEAVE_CYCLE))
+    records = file_records(tf.data.Dataset.from_tensor_slices(files).shuffle(len(files)), files)
     batches = records.shuffle(spec.shuffle_buffer).repeat().batch(BATCH, drop_remainder=True)
-    parsed = batches.map(Parser(spec, with_label=True), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return distribution_options(parsed.prefetch(tf.data.AUTOTUNE))
+    parsed = batches.map(Parser(spec, with_label=True), num_parallel_calls=host_cores(), deterministic=True)
+    return distribution_options(untuned(parsed.prefetch(tf.data.AUTOTUNE)))
 
 
 def drain(dataset: tf.data.Dataset) -> Callable[[int], float]:

@@ -12,7 +12,8 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   ``model.predict`` on the same images already decoded in memory (no reading, no parsing, no
   writing), and against a plain ``tf.function`` loop over in-memory batches (latency per batch
   of 64). Our path runs with XLA off (what the agent does on the CPU) and on. Ratios are the
-  median of each repetition's paired ratio (runs back to back). The record count the agent
+  median of the paired ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the
+  order rotating from round to round). The record count the agent
   takes while the model loads is timed on its own.
 - checkpoints: the time the step loop is blocked per save against the checkpoint size, for a
   staged save copied to the store in the background (ours) and a direct synchronous save into
@@ -73,6 +74,12 @@ CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 300, 100, 32, 10
 IMAGE = {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"}}
 TF_IMPORT = "import tensorflow as tf; print(tf.__version__)"
 PARTS = ("infer", "saves", "ckpt-loop", "agent-ckpt-loop", "tf-check")
+# Each inference repetition is this many rounds of every variant, in a rotating order. This
+# machine's two vCPUs now and then run two busy threads at well under twice one thread's speed
+# (a pure-Python busy loop in two processes: 4.4 vs 6.9 million iterations per 0.5 s, in
+# spells of seconds), which halves a whole prediction run's throughput, ours or Keras's alike;
+# more, shorter pairs let the median ratio compare runs that ran at the same speed.
+INFER_ROUNDS = 3
 
 
 def startup_tf_check() -> str:
@@ -163,9 +170,11 @@ def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
             fn()  # trace, compile, warm the page cache
         times: dict[str, list[float]] = {name: [] for name in variants}
         loads = [load()]
-        for _ in range(reps):
-            for name, fn in variants.items():
-                times[name].append(timed(fn))
+        names = list(variants)
+        for rep in range(reps * INFER_ROUNDS):
+            turn = rep % len(names)
+            for name in names[turn:] + names[:turn]:
+                times[name].append(timed(variants[name]))
             loads.append(load())
         medians = {name: median_time(runs) for name, runs in times.items()}
         batches = -(-examples // batch)

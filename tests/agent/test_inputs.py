@@ -56,25 +56,33 @@ def test_files_are_deduplicated_sorted_and_counted(files: List[str]) -> None:
         list_files([files[0] + ".missing"], "dataset.train")
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "bucket"])
 @pytest.mark.parametrize("cache", [False, True])
-def test_resumed_stream_continues_exactly_where_the_step_left_off(files: List[str], cache: bool) -> None:
+def test_resumed_stream_continues_exactly_where_the_step_left_off(files: List[str], cache: bool, remote: bool) -> None:
+    names = ["file://" + name for name in files] if remote else files
     spec = _spec(cache=cache)
-    whole = _labels(train_dataset(files, spec, seed=5, global_batch=BATCH, examples_seen=0, epoch_size=RECORDS), 20)
+    whole = _labels(train_dataset(names, spec, seed=5, global_batch=BATCH, examples_seen=0, epoch_size=RECORDS), 20)
     for step in (1, 6, 7, 13):  # 6 and 7 straddle the end of epoch 0, 13 the end of epoch 1
-        resumed = train_dataset(files, spec, seed=5, global_batch=BATCH, examples_seen=step * BATCH, epoch_size=RECORDS)
+        resumed = train_dataset(names, spec, seed=5, global_batch=BATCH, examples_seen=step * BATCH, epoch_size=RECORDS)
         assert _labels(resumed, 20 - step) == whole[step:], f"resume at step {step}"
 
 
-def test_files_read_in_parallel_give_the_same_stream(files: List[str]) -> None:
-    """A URL (a bucket; here file://) is read with a parallel interleave, a local path sequentially."""
+def _shard(label: int) -> int:
+    """The file a label was written to (np.array_split of 50: 13, 13, 12, 12)."""
+    return sum(label >= first for first in (13, 26, 38))
+
+
+def test_files_in_a_bucket_are_interleaved_and_local_files_read_one_after_another(files: List[str]) -> None:
+    """A URL (a bucket; here file://) is read four files at once, one record from each; a local path file by file."""
     urls = ["file://" + name for name in files]
-    for cache in (False, True):
-        local, remote = (
-            train_dataset(names, _spec(cache=cache), seed=5, global_batch=BATCH, examples_seen=0, epoch_size=RECORDS)
-            for names in (files, urls)
-        )
-        assert _labels(remote, 14) == _labels(local, 14)
-    assert count_records(urls) == RECORDS
+    unshuffled = _spec(shuffle_buffer=1)
+    remote, local = (
+        _labels(train_dataset(names, unshuffled, seed=5, global_batch=4, examples_seen=0, epoch_size=RECORDS), 1)[0]
+        for names in (urls, files)
+    )
+    assert sorted(_shard(label) for label in remote) == [0, 1, 2, 3]
+    assert len({_shard(label) for label in local}) == 1
+    assert count_records(urls) == count_records(files) == RECORDS
 
 
 def test_every_epoch_is_a_fresh_permutation(files: List[str]) -> None:

@@ -9,10 +9,10 @@ checkpoint) and because distributed iterators on TPU are not all saveable.
 The training stream is a pure function of (files, seed, position):
 
 * files are listed per pattern, de-duplicated and sorted, so every attempt sees one order;
-* epoch ``e`` shuffles the file order, interleaves the files with a fixed cycle length (in
-  order, also when the reads run in parallel), and shuffles records with a buffer seeded from
-  ``(seed, e)`` with ``reshuffle_each_iteration=False``: the order of an epoch never depends on
-  what ran before;
+* epoch ``e`` shuffles the file order, reads the files in it (local files one after another,
+  files in a bucket interleaved with a fixed cycle length, in order although the reads run in
+  parallel), and shuffles records with a buffer seeded from ``(seed, e)`` with
+  ``reshuffle_each_iteration=False``: the order of an epoch never depends on what ran before;
 * epochs are chained (``range(e0, inf).flat_map``), so batches run across epoch boundaries
   exactly as ``repeat()`` would;
 * the position is the number of records consumed, ``examples_seen = step x global_batch``
@@ -33,6 +33,7 @@ TPU infeed only ever see floats.
 """
 
 import math
+import os
 from typing import Any, Dict, List, Sequence, Tuple
 
 import tensorflow as tf
@@ -155,25 +156,48 @@ def distribution_options(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def _interleave(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Dataset:
-    """Records of up to INTERLEAVE_CYCLE files in turn, one record from each.
+def host_cores() -> int:
+    """Cores this process may run on (a container's CPU set, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
-    Local files are interleaved sequentially: a parallel interleave hands every record across
-    threads, which halved the throughput of the whole pipeline on a CPU host (bench/bench_agent.py
-    ``pipeline_vs_plain``). Files in a bucket are read in parallel, where each read waits on the
-    network. In deterministic mode both give the very same order, so the choice never moves a
-    resumed stream.
+
+def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """``dataset`` without tf.data's autotuning model; only for pipelines this module builds.
+
+    The model times every step of every element, and each record passes several steps
+    (read, shuffle, epoch chaining, batch): on a CPU host that bookkeeping cost 6 % of the
+    training stream's throughput (bench/bench_agent.py ``pipeline_vs_plain``). What it would
+    tune is set here instead: the parse runs on one thread per core, a bucket's files are all
+    read at once, and prefetch(AUTOTUNE) keeps sizing its buffer with its own autotuner
+    (``legacy_autotune``), which needs no model. User input functions keep TensorFlow's
+    defaults.
     """
-    remote = any("://" in name for name in files)
-    parallel: Dict[str, Any] = {"num_parallel_calls": AUTOTUNE, "deterministic": True} if remote else {}
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Dataset:
+    """The records of the files ``names`` yields, in a fixed order.
+
+    Files in a bucket are interleaved, INTERLEAVE_CYCLE read at once, one record from each in
+    turn: every read waits on the network. Local files are read one after another: any
+    interleave is one more step every record passes through, and on a CPU host that cost a
+    parallel interleave half of the whole pipeline's throughput and a sequential one 5-7 %
+    (bench/bench_agent.py ``pipeline_vs_plain``); the training stream's shuffled file order
+    and record buffer do the mixing.
+    """
+    if not any("://" in name for name in files):
+        return tf.data.TFRecordDataset(names)
+    cycle = min(len(files), INTERLEAVE_CYCLE)
     return names.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), INTERLEAVE_CYCLE), block_length=1, **parallel
+        tf.data.TFRecordDataset, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True
     )
 
 
 def count_records(files: Sequence[str]) -> int:
     """Records in one pass over ``files`` (reads them all once, without parsing)."""
-    records = _interleave(tf.data.Dataset.from_tensor_slices(list(files)), files)
+    records = file_records(tf.data.Dataset.from_tensor_slices(list(files)), files)
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1).numpy())
 
 
@@ -188,7 +212,7 @@ def train_dataset(
     """The endless training stream of parsed global batches, starting after ``examples_seen`` records."""
     first_epoch, offset = divmod(examples_seen, epoch_size)
     file_list = list(files)
-    cached = _interleave(tf.data.Dataset.from_tensor_slices(file_list), file_list).cache() if spec.cache else None
+    cached = file_records(tf.data.Dataset.from_tensor_slices(file_list), file_list).cache() if spec.cache else None
 
     def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
         tf.random.set_seed(_DATA_GRAPH_SEED)  # only the graph of this function; see _DATA_GRAPH_SEED
@@ -197,16 +221,16 @@ def train_dataset(
             records = cached
         else:
             names = tf.data.Dataset.from_tensor_slices(file_list).shuffle(len(file_list), seed=epoch_seed)
-            records = _interleave(names, file_list)
+            records = file_records(names, file_list)
         if spec.shuffle_buffer > 1:
             records = records.shuffle(spec.shuffle_buffer, seed=epoch_seed + 1, reshuffle_each_iteration=False)
         return records
 
     stream = tf.data.Dataset.range(first_epoch, _MAX_EPOCHS).flat_map(one_epoch).skip(offset)
     batches = stream.batch(global_batch, drop_remainder=True).map(
-        Parser(spec, with_label=True), num_parallel_calls=AUTOTUNE, deterministic=True
+        Parser(spec, with_label=True), num_parallel_calls=host_cores(), deterministic=True
     )
-    return distribution_options(batches.prefetch(AUTOTUNE))
+    return distribution_options(untuned(batches.prefetch(AUTOTUNE)))
 
 
 def _pad_to(batch: int) -> Any:
@@ -230,7 +254,7 @@ def _pad_to(batch: int) -> Any:
 def padded_batches(files: Sequence[str], spec: DatasetSpec, global_batch: int, with_label: bool) -> tf.data.Dataset:
     """One ordered pass over ``files`` in batches of exactly ``global_batch``: (inputs[, label], mask)."""
     parser = Parser(spec, with_label)
-    batches = tf.data.TFRecordDataset(list(files)).batch(global_batch).map(parser, num_parallel_calls=AUTOTUNE)
+    batches = tf.data.TFRecordDataset(list(files)).batch(global_batch).map(parser, num_parallel_calls=host_cores())
     if not with_label or spec.label is None:
         batches = batches.map(lambda inputs: (inputs,))
-    return distribution_options(batches.map(_pad_to(global_batch)).prefetch(AUTOTUNE))
+    return distribution_options(untuned(batches.map(_pad_to(global_batch)).prefetch(AUTOTUNE)))
