@@ -64,6 +64,7 @@ def _assert_accounted(attempt: Dict[str, Any]) -> None:
     """An ended attempt's segments are disjoint parts of its wall time, in the order they happen."""
     assert attempt["started_at"] <= attempt["agent_at"] <= attempt["loaded_at"] <= attempt["first_step_at"] \
         <= attempt["ended_at"]
+    assert attempt["started_at"] <= attempt["process_at"] < attempt["agent_at"], "the TensorFlow import is setup"
     segments = sum(attempt[f"{name}_s"] for name in ("setup", "productive", "recomputed", "checkpoint", "eval", "save"))
     assert 0 < segments <= attempt["ended_at"] - attempt["started_at"] + 0.01
     assert attempt["setup_s"] >= attempt["first_step_at"] - attempt["started_at"]

@@ -6,8 +6,10 @@ agent start) reports one entry, carried over into later attempts' status like ``
 
     attempt        the attempt number
     started_at     unix seconds when the node's startup script began (``TPUOPS_BOOT_T0``, exported
-                   by the script; the agent's own start when run without it)
-    agent_at       unix seconds when the agent process began its command
+                   by the script; the agent process's start when run without it)
+    process_at     unix seconds when the agent's process started, before it imported TensorFlow
+                   (from /proc; null where that is missing)
+    agent_at       unix seconds when the agent began its command, TensorFlow imported
     loaded_at      unix seconds when the model was built and its checkpoint restored (infer: the model
                    loaded), or null
     first_step_at  unix seconds when the first training call (infer: prediction call) began, or null
@@ -31,6 +33,7 @@ attempt that never reached its first call) is left for the control plane to call
 The clock is written from the main thread and read by the heartbeat thread, hence the lock.
 """
 
+import functools
 import os
 import threading
 import time
@@ -40,11 +43,28 @@ SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save", "
 
 
 def boot_time() -> float:
-    """When this boot's startup script began (unix seconds), else now."""
+    """When this boot's startup script began (unix seconds), else when this process started, else now."""
     try:
         return float(os.environ["TPUOPS_BOOT_T0"])
     except (KeyError, ValueError):
-        return time.time()
+        return process_start() or time.time()
+
+
+@functools.lru_cache(maxsize=None)
+def process_start() -> Optional[float]:
+    """When this process started (unix seconds, to the kernel's 10 ms), or None without Linux's /proc.
+
+    The agent is timed from inside, so its own start, and with it what the TensorFlow import
+    took, would be lost: the kernel keeps it (``starttime``, in clock ticks since boot). Read
+    once: every reading of the clocks would round a little differently.
+    """
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            since_boot = float(uptime.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (since_boot - started_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 class AttemptClock:
@@ -55,6 +75,7 @@ class AttemptClock:
         self._entry: Dict[str, Any] = {
             "attempt": attempt,
             "started_at": round(started_at if started_at is not None else boot_time(), 3),
+            "process_at": process_start(),
             "agent_at": round(time.time(), 3),
             "loaded_at": None,
             "first_step_at": None,

@@ -130,6 +130,8 @@ class AttemptTime(_Doc):
 
     attempt: int
     started_at: float | None = None
+    process_at: float | None = None
+    """When the agent's process started, before its TensorFlow import; None from an older agent."""
     agent_at: float | None = None
     loaded_at: float | None = None
     first_step_at: float | None = None
