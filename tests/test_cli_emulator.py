@@ -46,6 +46,17 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
             time.sleep(0.05)
         assert _cli(capsys, "emulator", "fault", "--clear")[0] == 0
 
+        code, out, _ = _cli(capsys, "emulator", "fault", "--hold-delete", "cli-emu", "--hold-queued",
+                            "--fail-queued", "us-central1-b", "--json")
+        held = json.loads(out)["faults"]
+        assert code == 0 and held["hold_deletes"] == ["cli-emu"] and held["hold_queued"] is True
+        assert held["fail_queued_zones"] == ["us-central1-b"] and held["stockout_zones"] == []
+        code, out, _ = _cli(capsys, "emulator", "fault", "--release-deletes", "--release-queued", "--json")
+        released = json.loads(out)["faults"]
+        assert (released["hold_deletes"], released["hold_queued"]) == ([], False)
+        assert released["fail_queued_zones"] == ["us-central1-b"], "a fault not named stays as it was"
+        assert _cli(capsys, "emulator", "fault", "--clear")[0] == 0
+
         assert _cli(capsys, "up", "cli-emu")[0] == 0
         assert _cli(capsys, "emulator", "preempt", "cli-emu", "--grace", "0.2")[0] == 0
         deadline = time.monotonic() + 20

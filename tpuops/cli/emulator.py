@@ -102,21 +102,37 @@ def fault(
     latency: float | None = typer.Option(None, help="Seconds added to every API request."),
     preempt_rate: float | None = typer.Option(None, help="Random preemptions per node per second."),
     seed: int | None = typer.Option(None, help="Seed of the fault dice."),
+    hold_delete: list[str] | None = typer.Option(
+        None, "--hold-delete", help="Node whose delete stays DELETING until released (repeatable)."
+    ),
+    release_deletes: bool = typer.Option(False, "--release-deletes", help="Let every held delete finish."),
+    hold_queued: bool | None = typer.Option(
+        None, "--hold-queued/--release-queued", help="Queued resources stay ACCEPTED (never provisioned), or not."
+    ),
+    fail_queued: list[str] | None = typer.Option(
+        None, "--fail-queued", help="Zone whose queued resources fail (repeatable)."
+    ),
     clear: bool = typer.Option(False, "--clear", help="Remove every fault."),
+    as_json: bool = typer.Option(False, "--json", help="Print the faults in force."),
 ) -> None:
-    """Inject faults: stockouts, error storms, latency, random preemption."""
+    """Inject faults: stockouts, error storms, latency, random preemption, slow deletes, stuck queues."""
     from tpuops.emulator.control import AdminClient
 
     _, endpoint = _running(ctx)
     admin = AdminClient(endpoint)
     if clear:
         admin.clear_faults()
-        err_console().print("faults cleared")
-        return
-    faults = {"stockout_zones": stockout or None, "error_rate": error_rate, "error_code": error_code,
-              "error_burst": error_burst, "latency_s": latency, "preempt_rate_per_s": preempt_rate, "seed": seed}
-    admin.set_faults(**{k: v for k, v in faults.items() if v is not None})
-    err_console().print("faults set")
+        in_force = admin.set_faults()
+    else:
+        faults = {"stockout_zones": stockout or None, "error_rate": error_rate, "error_code": error_code,
+                  "error_burst": error_burst, "latency_s": latency, "preempt_rate_per_s": preempt_rate, "seed": seed,
+                  "hold_deletes": [] if release_deletes else hold_delete or None, "hold_queued": hold_queued,
+                  "fail_queued_zones": fail_queued or None}
+        in_force = admin.set_faults(**{k: v for k, v in faults.items() if v is not None})
+    if as_json:
+        print_json({"faults": in_force})
+    else:
+        err_console().print("faults cleared" if clear else "faults set")
 
 
 @app.command()
