@@ -165,8 +165,10 @@ def test_a_failed_background_write_is_raised_by_wait_and_never_reported_stored(t
     checkpointer.wait()  # raised once: the caller decides what follows
     (blocker / "in-the-way").rmdir()
     blocker.rmdir()
+    checkpointer.save(10)  # the failed step again (a preemption at that step): written, not skipped
+    assert reported == [10] and checkpointer.stored_step == 10 and problem(str(store / "ckpt-10")) is None
     checkpointer.save(20)
-    assert reported == [20] and checkpointer.stored_step == 20
+    assert reported == [10, 20] and checkpointer.stored_step == 20
 
 
 _KILLED_COPY = """

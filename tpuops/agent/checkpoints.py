@@ -29,8 +29,9 @@ Invariants, which keep a half-written or half-copied checkpoint from ever being 
   appears only once its upload is complete); leftovers of a dead copy are removed by the next;
 * pruning deletes a checkpoint's index before its data;
 * one save is in flight at most: the next save, ``wait()`` and a blocking ``save`` wait for it
-  and raise its error. A blocking ``save(step)`` (the preemption and final saves) returns only
-  once the checkpoint is whole in the store; ``stored_step`` is the newest step that is.
+  and raise its error (once; a later save of the failed step writes it again). A blocking
+  ``save(step)`` (the preemption and final saves) returns only once the checkpoint is whole in
+  the store; ``stored_step`` is the newest step that is.
   The writer and finisher threads are not daemons: the interpreter does not exit before them;
 * ``on_stored(step)`` is called (in the finisher thread) only once ``ckpt-<step>`` is whole in
   the store, so whoever it tells (status ``last_checkpoint_step``) never names a checkpoint a
@@ -284,6 +285,7 @@ class Checkpointer:
             self._finisher = None
         if self._error is not None:
             error, self._error = self._error, None
+            self.last_step = self.stored_step  # its step was not saved: saving that step again writes it
             raise error
 
     def _finish(self, path: str, step: int, writers: List[threading.Thread]) -> None:

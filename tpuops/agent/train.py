@@ -233,7 +233,10 @@ class _Run:
             self.ckpt.save(step, background=background)
 
     def abandon(self) -> None:
-        """The attempt fails: wait for the save in flight so that it is kept and named (its error is logged)."""
+        """Wait for the save in flight so that it is kept and named; its error is logged, not raised.
+
+        For an attempt that fails, and before the preemption save, which replaces a failed one.
+        """
         try:
             self.ckpt.wait()
         except Exception:
@@ -242,7 +245,10 @@ class _Run:
 
     def _stop_for_preemption(self, step: int) -> None:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
-        if step > 0:  # waits for a save in flight, even one at this step
+        if step > 0:
+            # A background save that failed is logged, not fatal here: this blocking save, even of
+            # the same step, replaces it, and the attempt ends "preempted" as the notice says.
+            self.abandon()
             self.checkpoint(step)
         self.writer.flush()  # the process ends without tearing anything down (job.run)
         raise PreemptedExit(
