@@ -1,6 +1,6 @@
 """Goodput of a digits run on the emulator with 0, 1 and 3 preemptions, one recovery's timeline, a 24-h projection.
 
-Run:  .venv/bin/python bench/bench_goodput.py [--steps 72000] [--repeats 3] [--json]
+Run:  .venv/bin/python bench/bench_goodput.py [--steps 90000] [--repeats 3] [--json]
 
 Each repetition trains the digits CNN (``experiments/digits_cnn.yaml`` lengthened to ``--steps``
 steps, about three minutes billed on this machine, a checkpoint every 2,000 steps) three times,
@@ -156,7 +156,7 @@ def projection(outcome: Outcome) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=72000, help="training steps per run (~3 min billed)")
+    parser.add_argument("--steps", type=int, default=90000, help="training steps per run (~3 min billed on this machine)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     args = parser.parse_args()
