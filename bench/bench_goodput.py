@@ -156,7 +156,7 @@ def projection(outcome: Outcome) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=90000, help="training steps per run (~3 min billed on this machine)")
+    parser.add_argument("--steps", type=int, default=90000, help="training steps per run (~3 min billed here)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     args = parser.parse_args()
