@@ -165,10 +165,10 @@ def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """``dataset`` without tf.data's autotuning model; only for pipelines this module builds.
 
     The model times every step of every element, and each record passes several steps
-    (read, shuffle, epoch chaining, batch): on a CPU host that bookkeeping cost 6 % of the
+    (read, shuffle, epoch chaining, batch): on a CPU host that bookkeeping cost 6-9 % of the
     training stream's throughput (bench/bench_agent.py ``pipeline_vs_plain``). What it would
-    tune is set here instead: the parse runs on one thread per core, a bucket's files are all
-    read at once, and prefetch(AUTOTUNE) keeps sizing its buffer with its own autotuner
+    tune is set here instead: the parse runs on one thread per core, a bucket's files are
+    read INTERLEAVE_CYCLE at once, and prefetch(AUTOTUNE) keeps sizing its buffer with its own autotuner
     (``legacy_autotune``), which needs no model. User input functions keep TensorFlow's
     defaults.
     """
@@ -183,7 +183,7 @@ def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Datase
     Files in a bucket are interleaved, INTERLEAVE_CYCLE read at once, one record from each in
     turn: every read waits on the network. Local files are read one after another: any
     interleave is one more step every record passes through, and on a CPU host that cost a
-    parallel interleave half of the whole pipeline's throughput and a sequential one 5-7 %
+    parallel interleave half of the whole pipeline's throughput and a sequential one 5-10 %
     (bench/bench_agent.py ``pipeline_vs_plain``); the training stream's shuffled file order
     and record buffer do the mixing.
     """
