@@ -55,7 +55,8 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
         released = json.loads(out)["faults"]
         assert (released["hold_deletes"], released["hold_queued"]) == ([], False)
         assert released["fail_queued_zones"] == ["us-central1-b"], "a fault not named stays as it was"
-        assert _cli(capsys, "emulator", "fault", "--clear")[0] == 0
+        code, out, _ = _cli(capsys, "emulator", "fault", "--clear", "--json")
+        assert code == 0 and json.loads(out)["faults"]["fail_queued_zones"] == []
 
         assert _cli(capsys, "up", "cli-emu")[0] == 0
         assert _cli(capsys, "emulator", "preempt", "cli-emu", "--grace", "0.2")[0] == 0

@@ -121,8 +121,7 @@ def fault(
     _, endpoint = _running(ctx)
     admin = AdminClient(endpoint)
     if clear:
-        admin.clear_faults()
-        in_force = admin.set_faults()
+        in_force = admin.clear_faults()
     else:
         faults = {"stockout_zones": stockout or None, "error_rate": error_rate, "error_code": error_code,
                   "error_burst": error_burst, "latency_s": latency, "preempt_rate_per_s": preempt_rate, "seed": seed,

@@ -317,8 +317,9 @@ class AdminClient:
         """Set the given fault keys (others unchanged); returns the faults in force."""
         return self._call("POST", "faults", faults)["faults"]
 
-    def clear_faults(self) -> None:
-        self._call("DELETE", "faults")
+    def clear_faults(self) -> dict[str, Any]:
+        """Remove every fault; returns the faults in force (none)."""
+        return self._call("DELETE", "faults")["faults"]
 
     def billing(self) -> list[dict[str, Any]]:
         """Every READY interval of every node (the billing truth)."""
