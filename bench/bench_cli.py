@@ -55,9 +55,10 @@ def timed(tree: Path, env: dict[str, str], *args: str) -> float:
 
 
 def make_nodes(endpoint: str, count: int) -> None:
+    from tpuops.tpu import NodeRequest, TpuApi
+
     from tpuops.kinds import Capacity
     from tpuops.naming import labels_for
-    from tpuops.tpu import NodeRequest, TpuApi
 
     api = TpuApi("tpuops-local", endpoint=endpoint, poll_interval_s=0.05)
     for i in range(count):

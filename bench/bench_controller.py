@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from tpuops.tpu import TpuApi
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -71,7 +72,6 @@ from tpuops.ledger import Ledger
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import LocalStore, ObjectInfo, Store
-from tpuops.tpu import TpuApi
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 

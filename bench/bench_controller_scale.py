@@ -75,8 +75,9 @@ class ListingApi:
     def __init__(self, project: str, names: list[str]) -> None:
         from datetime import datetime, timezone
 
-        from tpuops.kinds import Capacity
         from tpuops.tpu import NodeInfo, NodeState
+
+        from tpuops.kinds import Capacity
 
         created = datetime.now(timezone.utc)
         self.nodes = [NodeInfo(name=n, zone=ZONE, project=project, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tpuops.tpu import NodeRequest, TpuApi
+
 from tpuops.emulator.control import AdminClient, start_background, stop
 from tpuops.kinds import Capacity
-from tpuops.tpu import NodeRequest, TpuApi
 
 ZONES = ["us-central1-a", "us-central1-b"]
 PROJECT = "tpuops-local"

@@ -61,11 +61,10 @@ class TfWorld:
     def controller(self, holder: str, **overrides: Any) -> Any:
         """A controller of this world's store, with ``overrides`` applied to its settings."""
         from tpuops.controller.reconcile import Controller
-        from tpuops.ledger import Ledger
-        from tpuops.session import connect
+        from tpuops.session import fleet
 
         settings = self.settings.model_copy(update=overrides)
-        return Controller(settings, self.store, connect(settings), Ledger(settings.ledger_path), holder=holder)
+        return Controller(settings, self.store, fleet(settings), holder=holder)
 
 
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from tpuops.cli.main import run
-from tpuops.tpu import NodeState, TpuApi
+from tpuops.emulator.control import token_for
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import NodeState
 
 pytestmark = pytest.mark.emulator
 
@@ -39,7 +41,8 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
         assert _cli(capsys, "emulator", "fault", "--stockout", "us-central1-a")[0] == 0
         code, _, err = _cli(capsys, "up", "cli-emu", "--no-wait")
         assert code == 0
-        api = TpuApi("tpuops-local", endpoint=started["endpoint"], poll_interval_s=0.05)
+        api = TpuApi("tpuops-local", endpoint=started["endpoint"], token=token_for(started["endpoint"]),
+                     poll_interval_s=0.05)
         deadline = time.monotonic() + 20
         while api.find_node("us-central1-a", "cli-emu") is not None:
             assert time.monotonic() < deadline, "a stocked-out create left a node"

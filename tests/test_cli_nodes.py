@@ -16,7 +16,8 @@ from helpers import poll, start_tf_emulator
 
 from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
-from tpuops.tpu import TpuApi
+from tpuops.providers.base import wait_for
+from tpuops.providers.cloud_tpu import TpuApi
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 
@@ -48,7 +49,7 @@ class Cli:
         return json.loads(out)
 
     def api(self) -> TpuApi:
-        return TpuApi(PROJECT, endpoint=self.emulator.endpoint, poll_interval_s=0.05)
+        return TpuApi(PROJECT, endpoint=self.emulator.endpoint, token=self.emulator.token, poll_interval_s=0.05)
 
     def nodes(self) -> list[tuple[str, str, str]]:
         api = self.api()
@@ -100,7 +101,7 @@ def cli(shared_emulator: EmulatorInfo, tmp_path: Path, monkeypatch: pytest.Monke
     for zone, name, _ in made.nodes():
         operation = api.delete_node(zone, name)
         if operation is not None:
-            api.wait(operation, zone=zone, timeout_s=30)
+            wait_for(api, operation, timeout_s=30)
 
 
 def _error_line(err: str) -> str:

@@ -30,12 +30,13 @@ from tpuops import runs
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, node_cost
+from tpuops.fleet import Fleet
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
-from tpuops.tpu import TpuApi
 
 pytestmark = pytest.mark.emulator
 
@@ -106,11 +107,11 @@ def watched(emulator: Any, tmp_path: Path) -> Iterator[tuple[Settings, Any, Ledg
     settings = _settings(tmp_path)
     store = open_store(settings.store_root)
     ledger = Ledger(settings.ledger_path)
-    api = TpuApi(PROJECT, endpoint=emulator.endpoint, poll_interval_s=PASS_S, deadline_s=20)
+    api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
     for run_id in SCENARIOS:
         _declare(settings, store, run_id)
     # the status is read every pass: a real agent's end also shows as its node deleting itself
-    watch = Watch(Controller(settings, store, api, ledger, status_refresh_s=PASS_S))
+    watch = Watch(Controller(settings, store, Fleet(api, settings, ledger), status_refresh_s=PASS_S))
     try:
         yield settings, store, ledger, watch
     finally:
@@ -201,8 +202,8 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
     goes out while the pass still waits for that delete; released, the first is replaced in the same pass."""
     settings = _settings(tmp_path)
     store = open_store(settings.store_root)
-    api = TpuApi(PROJECT, endpoint=emulator.endpoint, poll_interval_s=PASS_S, deadline_s=20)
-    controller = Controller(settings, store, api, Ledger(settings.ledger_path), status_refresh_s=0.0)
+    api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
+    controller = Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), status_refresh_s=0.0)
     slow, quick = "held-1", "quick-1"  # the index lists the held one first
     for run_id in (slow, quick):
         _declare(settings, store, run_id)

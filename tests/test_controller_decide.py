@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tpuops.controller.decide import Observed, Policy, decide
+from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, Memory, PendingCreate
-from tpuops.tpu import NodeState
 
 pytestmark = pytest.mark.unit
 

@@ -1,21 +1,19 @@
 """One reconcile pass, without a server: runs with nothing to do are settled in the pass's thread, the
 runs it acts on are acted on concurrently, and the report still reads in index order.
 
-The cloud here is ``Cloud``, an in-memory stand-in for ``TpuApi`` (one zone, nodes by name) whose
-deletes can be held until the test releases them; the store, the ledger, the leases and the
-controller are the real ones. ``tests/test_controller_churn.py`` shows the same on the emulator.
+The cloud here is the in-memory provider (``tpuops.providers.memory``, held to the same contract as
+the Cloud TPU adapter), whose deletes can be held until the test releases them; the fleet, the store,
+the ledger, the leases and the controller are the real ones. ``tests/test_controller_churn.py`` shows
+the same on the emulator.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +24,18 @@ from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller import reconcile
 from tpuops.controller.reconcile import Controller, PassReport, _inline_or_pooled
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, Timeout, TpuopsError, TransientError
+from tpuops.errors import TransientError
+from tpuops.fleet import Fleet
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.providers.memory import MemoryProvider
+from tpuops.providers.nodes import NodeState
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
-from tpuops.tpu import NodeInfo, NodeRequest, NodeState
 
 pytestmark = pytest.mark.unit
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 ZONE = "us-central1-b"
 WAIT_S = 10.0  # how long a held delete may hold a pass here before its wait fails
 LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
@@ -44,101 +43,10 @@ DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000}
 
 
 @dataclass
-class Operation:
-    """A long-running operation of ``Cloud`` on one node: done once its gate is open."""
-
-    node: str
-    gate: threading.Event
-
-    @property
-    def operation(self) -> Any:
-        return type("Name", (), {"name": f"operations/{self.node}"})
-
-
-class Cloud:
-    """Stands in for ``TpuApi`` in one zone: a create is answered at once (the node is CREATING until
-    ``set_state``), a delete completes at once unless ``hold`` gated it; every call is logged with its thread."""
-
-    poll_interval_s = 0.01
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, NodeInfo] = {}
-        self.calls: list[tuple[str, str, str]] = []  # (rpc, node, thread name)
-        self.failing: dict[str, TpuopsError] = {}  # node -> the error its delete raises
-        self.on_create: Callable[[str], None] = lambda _name: None
-        self._held: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-        self._uids = itertools.count(1)
-
-    def _log(self, rpc: str, name: str) -> None:
-        with self._lock:
-            self.calls.append((rpc, name, threading.current_thread().name))
-
-    def hold(self, name: str) -> threading.Event:
-        """Hold the next delete of ``name`` (DELETING) until the event returned is set."""
-        self._held[name] = threading.Event()
-        return self._held[name]
-
-    def set_state(self, name: str, state: NodeState) -> None:
-        self.nodes[name] = replace(self.nodes[name], state=state)
-
-    def list_nodes(self, zone: str) -> list[NodeInfo]:
-        self._log("ListNodes", "")
-        return list(self.nodes.values()) if zone == ZONE else []
-
-    def create_node(self, zone: str, request: NodeRequest) -> Operation:
-        self._log("CreateNode", request.name)
-        if request.name in self.nodes:
-            raise AlreadyExists(f"{request.name} exists")
-        self.nodes[request.name] = NodeInfo(
-            name=request.name, zone=zone, project="tpuops-local", accelerator=request.accelerator,
-            runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
-            labels=dict(request.labels), create_time=datetime.now(UTC), uid=str(next(self._uids)))
-        self.on_create(request.name)
-        done = threading.Event()
-        done.set()
-        return Operation(request.name, done)
-
-    def delete_node(self, zone: str, name: str) -> Operation | None:
-        self._log("DeleteNode", name)
-        if name in self.failing:
-            raise self.failing[name]
-        if name not in self.nodes:
-            return None
-        gate = self._held.pop(name, None)
-        if gate is None:
-            del self.nodes[name]
-            gate = threading.Event()
-            gate.set()
-        else:
-            self.set_state(name, NodeState.DELETING)
-        return Operation(name, gate)
-
-    def wait(self, operation: Operation, *, zone: str, timeout_s: float,
-             on_poll: Callable[[], None] | None = None, closely: bool = False) -> None:
-        """As ``TpuApi.wait``: poll until done, ``on_poll`` between polls, ``Timeout`` past ``timeout_s``."""
-        self._log("wait", operation.node)
-        deadline = time.monotonic() + timeout_s
-        while not operation.gate.wait(self.poll_interval_s):
-            if time.monotonic() >= deadline:
-                raise Timeout(f"the delete of {operation.node} did not finish within {timeout_s:.0f} s")
-            if on_poll is not None:
-                on_poll()
-        self.nodes.pop(operation.node, None)
-
-    def refresh(self, operation: Operation, *, zone: str) -> None:
-        return None
-
-    def operation_result(self, zone: str, name: str) -> tuple[CreateResult, str]:
-        self._log("GetOperation", name)
-        raise NotFound(name)  # done long ago and forgotten: the listing tells
-
-
-@dataclass
 class World:
     settings: Settings
     store: Any
-    cloud: Cloud
+    cloud: MemoryProvider
     controller: Controller
 
     def declare(self, *run_ids: str) -> None:
@@ -161,7 +69,7 @@ class World:
         first = self.controller.run_pass()
         assert sorted(first.acted) == [(run_id, "create", ZONE) for run_id in sorted(run_ids)], first
         for run_id in run_ids:
-            self.cloud.set_state(run_id, NodeState.READY)
+            self.cloud.set_state(ZONE, run_id, NodeState.READY)
         assert not self.controller.run_pass().acted
 
     def generations(self, *run_ids: str) -> list[int]:
@@ -178,8 +86,8 @@ class World:
 def world(tmp_path: Path) -> World:
     settings = Settings(zones=[ZONE], home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=3600.0,
                         operation_timeout_s=WAIT_S, max_run_hours=0)
-    store, cloud = open_store(settings.store_root), Cloud()
-    controller = Controller(settings, store, cloud, Ledger(settings.ledger_path), holder="test",  # type: ignore[arg-type]
+    store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
+    controller = Controller(settings, store, Fleet(cloud, settings, Ledger(settings.ledger_path)), holder="test",
                             status_refresh_s=0.0)
     return World(settings, store, cloud, controller)
 
@@ -220,8 +128,8 @@ def test_a_quiet_pass_costs_one_listing_and_writes_nothing(world: World) -> None
 def test_a_held_delete_does_not_hold_up_another_runs_replacement(world: World) -> None:
     world.running("run-a", "run-b", "run-c")
     for run_id in ("run-a", "run-b"):
-        world.cloud.set_state(run_id, NodeState.PREEMPTED)
-    gate = world.cloud.hold("run-a")
+        world.cloud.set_state(ZONE, run_id, NodeState.PREEMPTED)
+    gate = world.cloud.hold(ZONE, "run-a")
     world.cloud.on_create = lambda name: gate.set() if name == "run-b" else None  # a's delete ends after b's create
 
     report, calls = world.pass_calls()
@@ -242,8 +150,8 @@ def test_a_held_delete_does_not_hold_up_another_runs_replacement(world: World) -
 def test_one_runs_failure_is_its_own(world: World) -> None:
     world.running("run-a", "run-b", "run-c")
     world.status("run-a", DONE)  # a succeeded: its node is deleted, and that delete fails this pass
-    world.cloud.failing["run-a"] = TransientError("503 from DeleteNode")
-    world.cloud.set_state("run-b", NodeState.PREEMPTED)
+    world.cloud.faults[("DeleteNode", "run-a")] = TransientError("503 from DeleteNode")
+    world.cloud.set_state(ZONE, "run-b", NodeState.PREEMPTED)
     before = world.generations("run-a")
 
     report, _ = world.pass_calls()
@@ -253,7 +161,7 @@ def test_one_runs_failure_is_its_own(world: World) -> None:
     assert report.finished == {}  # its memory was not saved: the next pass decides again
     assert world.generations("run-a") == before
 
-    del world.cloud.failing["run-a"]
+    del world.cloud.faults[("DeleteNode", "run-a")]
     report, _ = world.pass_calls()
     assert (report.errors, report.acted, report.finished) == ({}, [("run-a", "delete", ZONE)],
                                                               {"run-a": "succeeded"})
@@ -266,16 +174,19 @@ def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
     world.running("run-a", "run-b")
     monkeypatch.setattr(reconcile, "MAX_ACTING", 1)  # run-b queues behind run-a
     for run_id in ("run-a", "run-b"):
-        world.cloud.set_state(run_id, NodeState.PREEMPTED)
-    world.cloud.hold("run-a")  # never released
+        world.cloud.set_state(ZONE, run_id, NodeState.PREEMPTED)
+    world.cloud.hold(ZONE, "run-a")  # never released
+
+    before = len(world.cloud.calls)
 
     def press_ctrl_c() -> None:
-        poll(lambda: ("wait", "run-a") in [call[:2] for call in world.cloud.calls], "run-a waiting for its delete")
+        poll(lambda: ("GetOperation", "run-a") in [call[:2] for call in world.cloud.calls[before:]],
+             "run-a waiting for its delete")
         os.kill(os.getpid(), signal.SIGINT)
 
     waiting = threading.Thread(target=press_ctrl_c)
     waiting.start()
-    before, started = len(world.cloud.calls), time.monotonic()
+    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         world.controller.run_pass()
     assert time.monotonic() - started < WAIT_S / 2  # not held until the wait's timeout
@@ -283,4 +194,4 @@ def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
     poll(lambda: "create-failed" in [e["kind"] for e in runs.load_memory(world.store, "run-a")[0].events],
          "run-a's worker to give up its wait and save that")
     assert [rpc for rpc, name, _ in world.cloud.calls[before:] if name == "run-b"] == []  # never started
-    assert "run-a" in world.cloud.nodes  # still DELETING: its create waits for the next pass
+    assert (ZONE, "run-a") in world.cloud.nodes  # still DELETING: its create waits for the next pass

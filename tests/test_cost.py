@@ -31,11 +31,13 @@ from tpuops.cost import (
     spent,
 )
 from tpuops.errors import UsageError
+from tpuops.fleet import Fleet
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
-from tpuops.provision import Provisioner, UpPlan, plan_up
-from tpuops.tpu import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState, TpuApi
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
+from tpuops.provision import UpPlan, plan_up
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -353,7 +355,7 @@ def test_cost_rejects_bad_flags(cost_cli: Callable[..., Any]) -> None:
     assert both.exit_code == 2 and "choose one of --json, --csv" in both.output
 
 
-# -- when a change is dated (Provisioner) -------------------------------------------------------
+# -- when a change is dated (Fleet) -------------------------------------------------------
 
 
 def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
@@ -371,7 +373,7 @@ def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
 def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, looks: tuple[float, ...],
                                                             preempted_seen: float, dated: float) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    provisioner = Provisioner(TpuApi(P), _settings(tmp_path), ledger)
+    provisioner = Fleet(TpuApi(P), _settings(tmp_path), ledger)
     for look in looks:
         provisioner.observe(_sighted(NodeState.READY), at=at(look))
     provisioner.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
@@ -382,8 +384,8 @@ def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, look
 @pytest.mark.unit
 def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    Provisioner(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.READY), at=at(0))
-    Provisioner(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.PREEMPTED), at=at(9))
+    Fleet(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.READY), at=at(0))
+    Fleet(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.PREEMPTED), at=at(9))
     assert [t.at for t in ledger.transitions(P, US, "n")] == [at(0), at(9)]
 
 
@@ -444,8 +446,9 @@ def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_adm
                                                      catalog: Catalog) -> None:
     settings = _settings(tmp_path)
     ledger = Ledger(settings.ledger_path)
-    api = TpuApi(settings.project, endpoint=emulator.endpoint, poll_interval_s=POLL_S, deadline_s=20)
-    provisioner = Provisioner(api, settings, ledger)
+    api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=POLL_S,
+                 deadline_s=20)
+    provisioner = Fleet(api, settings, ledger)
     plans = {
         "keep-spot": _plan(settings, "keep-spot", "v2-8", Capacity.SPOT, US, "r1"),
         "keep-od": _plan(settings, "keep-od", "v3-8", Capacity.ON_DEMAND, EU, "r2"),  # EU price override

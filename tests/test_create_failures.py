@@ -15,7 +15,7 @@ from tpuops.errors import (
     Timeout,
     TransientError,
 )
-from tpuops.tpu import operation_error
+from tpuops.providers.cloud_tpu import operation_error
 
 pytestmark = pytest.mark.unit
 

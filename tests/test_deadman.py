@@ -11,9 +11,11 @@ from helpers import start_tf_emulator
 
 from tpuops.config import load_settings
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.fleet import Fleet
 from tpuops.ledger import Ledger
-from tpuops.provision import Provisioner, plan_up
-from tpuops.tpu import NodeState, TpuApi
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import MetadataKey, NodeState
+from tpuops.provision import plan_up
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 
@@ -27,10 +29,10 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]
     stop(info.state_dir)
 
 
-def _provisioner(emulator: EmulatorInfo, home: Path) -> Provisioner:
+def _provisioner(emulator: EmulatorInfo, home: Path) -> Fleet:
     settings = load_settings(environ={"TPUOPS_HOME": str(home), "TPUOPS_ZONES": ZONE}, config_path=None)
-    api = TpuApi(settings.project, endpoint=emulator.endpoint, poll_interval_s=0.05)
-    return Provisioner(api, settings, Ledger(settings.ledger_path))
+    api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=0.05)
+    return Fleet(api, settings, Ledger(settings.ledger_path))
 
 
 @pytest.mark.parametrize("code", [0, 1, 3])
@@ -40,7 +42,7 @@ def test_finished_job_deletes_its_own_node(emulator: EmulatorInfo, tmp_path: Pat
     plan = plan_up(provisioner.settings, name, job=["/bin/sh", "-c", f"exit {code}"])
     provisioner.up(plan)
     deadline = time.monotonic() + 60
-    while provisioner.api.find_node(ZONE, name) is not None:
+    while provisioner.provider.find_node(ZONE, name) is not None:
         assert time.monotonic() < deadline, "the node did not delete itself"
         time.sleep(0.1)
     log = (emulator.state_dir / "nodes" / provisioner.settings.project / ZONE / name / "tpuops" / "startup.log")
@@ -48,7 +50,7 @@ def test_finished_job_deletes_its_own_node(emulator: EmulatorInfo, tmp_path: Pat
     assert f"job exited with {code}" in text and f"deleting node {name} in {ZONE}" in text
 
 
-def _log(emulator: EmulatorInfo, provisioner: Provisioner, name: str) -> Path:
+def _log(emulator: EmulatorInfo, provisioner: Fleet, name: str) -> Path:
     return emulator.state_dir / "nodes" / provisioner.settings.project / ZONE / name / "tpuops" / "startup.log"
 
 
@@ -70,16 +72,16 @@ def test_preempted_job_leaves_the_node_to_the_controller(emulator: EmulatorInfo,
     AdminClient(emulator.endpoint).preempt(provisioner.settings.project, ZONE, "dms-pre", grace_s=5.0)
     _wait_for_line(log, "job exited with 143 (preempted: TRUE)")
     assert "deleting node" not in log.read_text()
-    assert provisioner.api.get_node(ZONE, "dms-pre").state in (NodeState.READY, NodeState.PREEMPTED)
+    assert provisioner.provider.get_node(ZONE, "dms-pre").state in (NodeState.READY, NodeState.PREEMPTED)
     provisioner.down(["dms-pre"])
 
 
 def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: EmulatorInfo, tmp_path: Path) -> None:
     provisioner = _provisioner(emulator, tmp_path)
-    plan = plan_up(provisioner.settings, "dms-max", job=LOOP, extra_metadata={"tpuops-max-run-seconds": "2"})
+    plan = plan_up(provisioner.settings, "dms-max", job=LOOP, extra_metadata={MetadataKey.MAX_RUN_SECONDS.value: "2"})
     provisioner.up(plan)
     deadline = time.monotonic() + 60
-    while provisioner.api.find_node(ZONE, "dms-max") is not None:
+    while provisioner.provider.find_node(ZONE, "dms-max") is not None:
         assert time.monotonic() < deadline, "the node outlived its time limit"
         time.sleep(0.1)
     text = _log(emulator, provisioner, "dms-max").read_text()
@@ -89,10 +91,10 @@ def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: Emula
 def test_keep_node_attribute_keeps_the_node(emulator: EmulatorInfo, tmp_path: Path) -> None:
     provisioner = _provisioner(emulator, tmp_path)
     plan = plan_up(provisioner.settings, "dms-keep", job=["/bin/sh", "-c", "exit 0"],
-                   extra_metadata={"tpuops-keep-node": "true"})
+                   extra_metadata={MetadataKey.KEEP_NODE.value: "true"})
     provisioner.up(plan)
     log = _log(emulator, provisioner, "dms-keep")
     _wait_for_line(log, "tpuops-keep-node is set: the node stays up")
     assert "deleting node" not in log.read_text()
-    assert provisioner.api.find_node(ZONE, "dms-keep") is not None
+    assert provisioner.provider.find_node(ZONE, "dms-keep") is not None
     provisioner.down(["dms-keep"])

@@ -13,9 +13,12 @@ from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
+from tpuops.config import Settings
 from tpuops.emulator import control
 from tpuops.kinds import Capacity
-from tpuops.tpu import NodeRequest, TpuApi
+from tpuops.providers.base import wait_for
+from tpuops.providers.nodes import NodeRequest
+from tpuops.session import connect
 
 pytestmark = pytest.mark.emulator
 
@@ -66,9 +69,11 @@ def test_official_client_anonymous_fails_with_token_works(emulator, finish):
 
 
 def test_tpuops_client_finds_the_token_by_itself(emulator):
-    api = TpuApi("proj-test", endpoint=emulator.endpoint, poll_interval_s=0.05, deadline_s=10)
-    operation = api.create_node("us-central1-b", NodeRequest("mine", "v2-8", "tpu-vm-tf-2.9.3", Capacity.ON_DEMAND))
-    api.wait(operation, zone="us-central1-b", timeout_s=20)
+    api = connect(Settings(project="proj-test", tpu_endpoint=emulator.endpoint, poll_interval_s=0.05,
+                           api_deadline_s=10))
+    operation = api.create_node("us-central1-b", NodeRequest(name="mine", accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
+                                                             capacity=Capacity.ON_DEMAND))
+    wait_for(api, operation, timeout_s=20)
     assert api.get_node("us-central1-b", "mine").state.value == "READY"
     assert control.AdminClient(emulator.endpoint).health()["nodes"] == 1
 

@@ -20,6 +20,7 @@ from tpuops.config import Settings
 from tpuops.data.samples import digits
 from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
+from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import RunKind
 from tpuops.store import LocalStore
 
@@ -76,10 +77,10 @@ def test_the_record_freezes_the_node_request_at_plan_time(work: Path, settings: 
     assert record.node.labels == {"team": "ml", "managed-by": "tpuops", "tpuops-run": "digits-1",
                                   "tpuops-sweep": "sweep-7"}
     assert record.sweep == "sweep-7" and record.keep
-    assert record.node.metadata[jobs.KEEP_NODE_KEY] == "true"
+    assert record.node.metadata[MetadataKey.KEEP_NODE] == "true"
     script = record.node.metadata["startup-script"]
     assert made.bundle.sha256 in script and "runs/digits-1/spec.json" in script
-    assert made.up.request == record.node.request() and made.up.zones == ZONES
+    assert made.up.request == record.node and made.up.zones == ZONES
 
 
 def test_declare_writes_the_run_once_and_indexes_it(work: Path, settings: Settings, store: LocalStore) -> None:

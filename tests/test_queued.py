@@ -13,7 +13,7 @@ from helpers import start_tf_emulator
 
 from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
-from tpuops.tpu import TpuApi
+from tpuops.providers.cloud_tpu import TpuApi
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 
@@ -35,7 +35,7 @@ def test_queued_up_waits_out_a_stockout_and_down_removes_the_request(
         monkeypatch.setenv(key, value)
     (tmp_path / "none.toml").write_text("")
     admin = AdminClient(emulator.endpoint)
-    api = TpuApi("tpuops-local", endpoint=emulator.endpoint)
+    api = TpuApi("tpuops-local", endpoint=emulator.endpoint, token=emulator.token)
     admin.set_faults(stockout_zones=[ZONE])
 
     waited: list[str] = []

@@ -25,8 +25,8 @@ from tpuops.controller.reconcile import Controller
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.ledger import Ledger
-from tpuops.session import connect, store
-from tpuops.tpu import NodeState
+from tpuops.providers.nodes import NodeState
+from tpuops.session import connect, fleet, store
 
 pytestmark = pytest.mark.emulator
 
@@ -60,7 +60,7 @@ class World:
 
     def controller(self, holder: str) -> Controller:
         settings = self.settings()
-        return Controller(settings, store(settings), connect(settings), Ledger(settings.ledger_path), holder=holder)
+        return Controller(settings, store(settings), fleet(settings), holder=holder)
 
     def declare(self, run_id: str, **overrides: object) -> jobs.JobPlan:
         settings = self.settings().model_copy(update=overrides)
@@ -176,7 +176,7 @@ def test_status_never_shows_a_run_the_controller_ended_before_any_agent_status(
     controller.run_pass()
     controller.release()
     assert "refused-1" not in runs.active_run_ids(store(controller.settings))
-    assert NodeState.READY not in {n.state for n in connect(controller.settings).list_nodes(C)}
+    assert NodeState.READY not in {n.state for n in controller.nodes.provider.list_nodes(C)}
 
 
 def test_a_watching_controller_rereads_a_ready_nodes_status_only_when_due_and_a_targeted_pass_always(
@@ -186,7 +186,7 @@ def test_a_watching_controller_rereads_a_ready_nodes_status_only_when_due_and_a_
     plan = world.declare("kept-1", zones=[A])
     settings = world.settings()
     root = store(settings)
-    watching = Controller(settings, root, connect(settings), Ledger(settings.ledger_path), holder="watching",
+    watching = Controller(settings, root, fleet(settings), holder="watching",
                           status_refresh_s=3600.0)
     poll(lambda: watching.run_pass() and (n := world.node("kept-1")) and n["state"] == "READY"
          and runs.load_memory(root, "kept-1")[0].ready_since is not None, "the node READY and seen so", timeout_s=60)

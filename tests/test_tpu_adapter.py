@@ -10,7 +10,9 @@ import pytest
 
 from tpuops.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
 from tpuops.kinds import Capacity
-from tpuops.tpu import NodeRequest, NodeState, TpuApi
+from tpuops.providers.base import wait_for
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import NodeRequest, NodeState
 
 pytestmark = pytest.mark.emulator
 
@@ -24,12 +26,12 @@ def _request(name: str, capacity: Capacity = Capacity.SPOT, accelerator: str = "
 
 @pytest.fixture
 def api(emulator: Any) -> Iterator[TpuApi]:
-    yield TpuApi("proj-test", endpoint=emulator.endpoint, poll_interval_s=0.05, deadline_s=10)
+    yield TpuApi("proj-test", endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=0.05, deadline_s=10)
 
 
 def test_create_get_list_delete_round_trip(api: TpuApi) -> None:
-    result = api.wait(api.create_node(ZONE, _request("n-1", Capacity.PREEMPTIBLE)), zone=ZONE, timeout_s=30)
-    assert result.name.endswith("/nodes/n-1")
+    result = wait_for(api, api.create_node(ZONE, _request("n-1", Capacity.PREEMPTIBLE)), timeout_s=30)
+    assert result.target.endswith("/nodes/n-1")
     node = api.get_node(ZONE, "n-1")
     assert (node.state, node.capacity, node.accelerator, node.health) == (NodeState.READY, Capacity.PREEMPTIBLE,
                                                                           "v3-8", "HEALTHY")
@@ -37,42 +39,42 @@ def test_create_get_list_delete_round_trip(api: TpuApi) -> None:
     assert [n.name for n in api.list_nodes(ZONE)] == ["n-1"]
     operation = api.delete_node(ZONE, "n-1")
     assert operation is not None
-    api.wait(operation, zone=ZONE, timeout_s=30)
+    wait_for(api, operation, timeout_s=30)
     assert api.find_node(ZONE, "n-1") is None
     assert api.delete_node(ZONE, "n-1") is None
 
 
 def test_stop_and_start(api: TpuApi) -> None:
-    api.wait(api.create_node(ZONE, _request("n-2", Capacity.ON_DEMAND)), zone=ZONE, timeout_s=30)
-    api.wait(api.stop_node(ZONE, "n-2"), zone=ZONE, timeout_s=30)
+    wait_for(api, api.create_node(ZONE, _request("n-2", Capacity.ON_DEMAND)), timeout_s=30)
+    wait_for(api, api.stop_node(ZONE, "n-2"), timeout_s=30)
     assert api.get_node(ZONE, "n-2").state is NodeState.STOPPED
-    api.wait(api.start_node(ZONE, "n-2"), zone=ZONE, timeout_s=30)
+    wait_for(api, api.start_node(ZONE, "n-2"), timeout_s=30)
     assert api.get_node(ZONE, "n-2").state is NodeState.READY
 
 
 def test_errors_map_onto_the_taxonomy(api: TpuApi, emulator_admin: Any) -> None:
     with pytest.raises(NotFound):
         api.get_node(ZONE, "missing")
-    api.wait(api.create_node(ZONE, _request("n-3")), zone=ZONE, timeout_s=30)
+    wait_for(api, api.create_node(ZONE, _request("n-3")), timeout_s=30)
     with pytest.raises(AlreadyExists):
         api.create_node(ZONE, _request("n-3"))
     with pytest.raises(InvalidRequest, match="v2-8"):
         api.create_node("us-central2-b", _request("n-4", accelerator="v2-8"))
     emulator_admin.set_faults(stockout_zones=[ZONE])
     with pytest.raises(CapacityError) as stockout:
-        api.wait(api.create_node(ZONE, _request("n-5")), zone=ZONE, timeout_s=30)
+        wait_for(api, api.create_node(ZONE, _request("n-5")), timeout_s=30)
     assert stockout.value.zone == ZONE and "no more capacity" in str(stockout.value)
     assert api.find_node(ZONE, "n-5") is None
     emulator_admin.clear_faults()
     emulator_admin.set_faults(error_rate=1.0, error_code=503)
-    short = TpuApi("proj-test", endpoint=api.endpoint, poll_interval_s=0.05, deadline_s=1)
+    short = TpuApi("proj-test", endpoint=api.endpoint, token=api.token, poll_interval_s=0.05, deadline_s=1)
     with pytest.raises(TransientError):
         short.get_node(ZONE, "n-3")
     emulator_admin.clear_faults()
 
 
 def test_rate_limit_is_retried(api: TpuApi, emulator_admin: Any) -> None:
-    api.wait(api.create_node(ZONE, _request("n-6")), zone=ZONE, timeout_s=30)
+    wait_for(api, api.create_node(ZONE, _request("n-6")), timeout_s=30)
     emulator_admin.set_faults(error_burst=3, error_code=429)
     assert api.get_node(ZONE, "n-6").state is NodeState.READY
     assert api.calls.counts["GetNode"] == 4
@@ -81,7 +83,7 @@ def test_rate_limit_is_retried(api: TpuApi, emulator_admin: Any) -> None:
 def test_250_nodes_are_listed_across_pages(api: TpuApi) -> None:
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda i: api.create_node(ZONE, _request(f"p-{i:03d}")), range(250)))
-    small_pages = TpuApi("proj-test", endpoint=api.endpoint, page_size=100)
+    small_pages = TpuApi("proj-test", endpoint=api.endpoint, token=api.token, page_size=100)
     names = [n.name for n in small_pages.list_nodes(ZONE)]
     assert sorted(names) == [f"p-{i:03d}" for i in range(250)]
     assert small_pages.calls.counts["ListNodes"] == 3
@@ -98,13 +100,12 @@ def test_catalog_lists(api: TpuApi) -> None:
 def test_queued_resources(api: TpuApi) -> None:
     body = api.queued_body(ZONE, _request("q-node"), valid_until_s=3600)
     assert body["spot"] == {} and body["queueingPolicy"] == {"validUntilDuration": "3600s"}
-    api.wait(api.create_queued_resource(ZONE, "qr-1", _request("q-node"), valid_until_s=3600),
-             zone=ZONE, timeout_s=30)
+    wait_for(api, api.create_queued_resource(ZONE, "qr-1", _request("q-node"), valid_until_s=3600), timeout_s=30)
     queued = api.get_queued_resource(ZONE, "qr-1")
     assert queued.node_ids == ["q-node"] and queued.spot
     assert [q.name for q in api.list_queued_resources(ZONE)] == ["qr-1"]
     operation = api.delete_queued_resource(ZONE, "qr-1", force=True)
     assert operation is not None
-    api.wait(operation, zone=ZONE, timeout_s=30)
+    wait_for(api, operation, timeout_s=30)
     assert api.list_queued_resources(ZONE) == []
     assert api.delete_queued_resource(ZONE, "qr-1") is None

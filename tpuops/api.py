@@ -21,10 +21,10 @@ from tpuops.kinds import Capacity
 if TYPE_CHECKING:
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
+    from tpuops.fleet import DownResult, UpResult
     from tpuops.jobs import JobPlan
-    from tpuops.provision import DownResult, UpResult
+    from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
-    from tpuops.tpu import NodeInfo
 
 Say = Callable[[str], None]
 
@@ -34,11 +34,11 @@ def _quiet(_text: str) -> None:
 
 
 def controller(settings: Settings, progress: Say = _quiet) -> Controller:
-    """A reconcile controller for the configured store, API and ledger (call ``release()`` when done)."""
+    """A reconcile controller for the configured store and fleet (call ``release()`` when done)."""
     from tpuops.controller.reconcile import Controller
-    from tpuops.session import connect, open_ledger, store
+    from tpuops.session import fleet, store
 
-    return Controller(settings, store(settings), connect(settings), open_ledger(settings), progress=progress)
+    return Controller(settings, store(settings), fleet(settings), progress=progress)
 
 
 def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
@@ -183,11 +183,11 @@ def status(settings: Settings) -> Overview:
     """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
     from tpuops import runs
     from tpuops.goodput import attach
-    from tpuops.session import provisioner, store
+    from tpuops.session import fleet, store
 
     active = runs.list_runs(store(settings), active_only=True)
     since = min((datetime.fromisoformat(r.record.created) for r in active if r.record.created), default=None)
-    return Overview(nodes=provisioner(settings).status(), runs=attach(settings, active, since=since))
+    return Overview(nodes=fleet(settings).status(), runs=attach(settings, active, since=since))
 
 
 def list_runs(settings: Settings) -> list[Run]:
@@ -220,18 +220,18 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
        valid_for_s: float | None = None, progress: Say = _quiet) -> UpResult:
     """``tpuops up NAME``: create (or adopt) a node and wait until it is READY."""
     from tpuops.provision import plan_up
-    from tpuops.session import provisioner
+    from tpuops.session import fleet
 
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
-    nodes = provisioner(settings, progress)
+    nodes = fleet(settings, progress)
     return nodes.up_queued(plan, valid_for_s=valid_for_s, wait=wait) if queued else nodes.up(plan, wait=wait)
 
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
     """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
-    from tpuops.session import provisioner
+    from tpuops.session import fleet
 
-    return provisioner(settings, progress).down(names, wait=wait)
+    return fleet(settings, progress).down(names, wait=wait)
 
 
 def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:

@@ -63,6 +63,8 @@ class Settings(BaseModel):
     service_account: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
     """The account TPU VMs run as (infra/'s ``vm_service_account``); none: the project's default account."""
     tpu_endpoint: str | None = None
+    node_provider: str = "cloud-tpu"
+    """Which registered node provider makes the nodes (``tpuops.providers.registry``)."""
     tf_python: str | None = None
     """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""
     home: Path = Path("~/.tpuops")

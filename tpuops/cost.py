@@ -6,7 +6,7 @@ free. Here an incarnation's READY interval starts at a READY transition and ends
 transition of any other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
 an interval still open is billed up to ``now``. Daily totals split intervals at UTC midnight.
 
-Precision: the ledger holds transitions dated by ``Provisioner`` from the best evidence the API
+Precision: the ledger holds transitions dated by ``Fleet`` from the best evidence the API
 gives. A READY start is the end of the node's create operation (exact, when this process created
 it); a delete of ours is the delete operation's start (exact: billing stops when a delete starts);
 anything else (a preemption, a delete from inside the VM) is dated within the gap between the last
@@ -34,7 +34,7 @@ from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, Transition
 from tpuops.pricing import SPOT_PRICED, Catalog, default_catalog, parse_capacity
-from tpuops.tpu import NodeState
+from tpuops.providers.nodes import NodeState
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 

@@ -32,6 +32,7 @@ from tpuops.errors import NotFound, UsageError
 from tpuops.experiment import Experiment, load_experiment
 from tpuops.kinds import Capacity, Provider
 from tpuops.ledger import Ledger
+from tpuops.providers.nodes import MetadataKey
 from tpuops.provision import UpPlan, plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.store import Store, open_store
@@ -40,7 +41,6 @@ from tpuops.usercode import check_experiment
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-KEEP_NODE_KEY = "tpuops-keep-node"
 _AGENT_DTYPES = {"float": "float32", "int64": "int64"}
 
 
@@ -70,7 +70,7 @@ class JobPlan:
     @property
     def up(self) -> UpPlan:
         """The node the run asks for (the record's frozen request) and the zones to try in order."""
-        return UpPlan(request=self.record.node.request(), zones=list(self.record.node.zones))
+        return UpPlan(request=self.record.node, zones=list(self.record.node.zones))
 
     def spec_json(self) -> dict[str, Any]:
         return spec_json(self.spec)
@@ -202,7 +202,7 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
                  sweep_id=sweep, job=job_argv(store, bundle.sha256, run_id, kind.value),
-                 extra_metadata={KEEP_NODE_KEY: "true"} if keep else None)
+                 extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None)
     return RunRecord(
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,
         spec_file=str(spec_path), bundle_sha256=bundle.sha256,

@@ -20,7 +20,7 @@ Invariants:
   ``DELETED`` transition, so every interval has an end.
 - Times are stored as UTC ISO-8601 with microseconds (they sort as text); callers pass
   timezone-aware datetimes or ``None`` for now. A transition's time is when the state began as
-  well as the observer can tell (``Provisioner`` dates it between two sightings, or from the
+  well as the observer can tell (``Fleet`` dates it between two sightings, or from the
   delete operation), which is what the cost tracker bills from.
 
 Concurrency: each call opens its own connection (so a ``Ledger`` is safe to share between

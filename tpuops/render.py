@@ -23,6 +23,7 @@ from functools import cache
 import jinja2
 
 from tpuops.accelerators import TF_VERSION_PREFIX
+from tpuops.providers.nodes import MetadataKey
 from tpuops.resources import pin_file_text, template_text
 
 STARTUP_TEMPLATE = "startup.sh.j2"
@@ -90,7 +91,8 @@ def render_template(name: str, values: Mapping[str, object]) -> str:
 
 
 def render_startup_script(ctx: StartupContext) -> str:
-    """The bash startup script of one node (metadata key ``startup-script``)."""
+    """The bash startup script of one node (metadata ``MetadataKey.STARTUP_SCRIPT``); the node metadata keys
+    it reads come from ``MetadataKey`` (the template gets the enum as ``key``)."""
     context = {
         "project": ctx.project,
         "zone": ctx.zone,
@@ -113,5 +115,6 @@ def render_startup_script(ctx: StartupContext) -> str:
             "pin_file": ctx.pin_file,
             "job": list(ctx.job or ()),
             "context": context,
+            "key": MetadataKey,
         },
     )

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from tpuops.config import Settings
 from tpuops.kinds import Provider
 from tpuops.ledger import Ledger
-from tpuops.tpu import TpuApi
 
 if TYPE_CHECKING:
-    from tpuops.provision import Provisioner
+    from tpuops.fleet import Fleet
+    from tpuops.providers.base import NodeProvider
     from tpuops.store import Store
 
 
@@ -32,9 +32,24 @@ def tpu_endpoint(settings: Settings) -> str | None:
     return None
 
 
-def connect(settings: Settings) -> TpuApi:
-    return TpuApi(settings.project, endpoint=tpu_endpoint(settings), deadline_s=settings.api_deadline_s,
-                  poll_interval_s=settings.poll_interval_s)
+def connect(settings: Settings) -> NodeProvider:
+    """The configured node provider (``node_provider``, default Cloud TPU) on the configured endpoint.
+
+    A local endpoint's bearer token (the emulator's) is looked up here, the one place that knows
+    about the emulator, and handed to the provider.
+    """
+    from tpuops.providers.base import Connection
+    from tpuops.providers.registry import open_provider
+
+    endpoint = tpu_endpoint(settings)
+    token = None
+    if endpoint and endpoint.startswith("http://"):
+        from tpuops.emulator.control import token_for
+
+        token = token_for(endpoint)
+    return open_provider(settings.node_provider, Connection(
+        settings.project, endpoint=endpoint, token=token, deadline_s=settings.api_deadline_s,
+        poll_interval_s=settings.poll_interval_s))
 
 
 def open_ledger(settings: Settings) -> Ledger:
@@ -42,11 +57,11 @@ def open_ledger(settings: Settings) -> Ledger:
     return Ledger(settings.ledger_path)
 
 
-def provisioner(settings: Settings, progress: Callable[[str], None] | None = None) -> Provisioner:
-    """The node engine for the configured project (``up``, ``down``, ``status``)."""
-    from tpuops.provision import Provisioner
+def fleet(settings: Settings, progress: Callable[[str], None] | None = None) -> Fleet:
+    """The configured project's nodes: the one holder of the provider (``up``, ``down``, ``status``, the controller)."""
+    from tpuops.fleet import Fleet
 
-    return Provisioner(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None))
+    return Fleet(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None))
 
 
 def store(settings: Settings) -> Store:

@@ -24,7 +24,7 @@ from tpuops.cli.common import (
 from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
-    from tpuops.provision import UpResult
+    from tpuops.fleet import UpResult
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +58,7 @@ def up(
 ) -> None:
     """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
     from tpuops import api
+    from tpuops.providers.nodes import MetadataKey
     from tpuops.provision import plan_up
 
     settings = load_settings(ctx)
@@ -70,7 +71,7 @@ def up(
         return
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     if queued:
-        from tpuops.tpu import TpuApi
+        from tpuops.providers.cloud_tpu import TpuApi
 
         print_json({"zone": plan.zones[0], "queued_resource_id": name,
                     "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for)})
@@ -79,7 +80,7 @@ def up(
     if as_json:
         print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
         return
-    shown = {**body, "metadata": {**body["metadata"], "startup-script": "<below>"}}
+    shown = {**body, "metadata": {**body["metadata"], MetadataKey.STARTUP_SCRIPT.value: "<below>"}}
     typer.echo(f"# CreateNode {plan.request.name} in {', '.join(plan.zones)} (first that has capacity)")
     typer.echo(json.dumps(shown, indent=2))
     typer.echo("# startup-script")

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from tpuops.cost import format_usd
 from tpuops.errors import CreateResult
 from tpuops.kinds import ValueEnum
+from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunPhase
-from tpuops.tpu import NodeState
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.REIMAGING, NodeState.DELETING, NodeState.STOPPING, NodeState.UNHIDING}

@@ -74,4 +74,4 @@ def drive(
 
 def _node_left(controller: Controller, node: str, memory: Memory) -> bool:
     """Whether the finished run's node still exists (its deletion is still going on)."""
-    return memory.zone is not None and controller.api.find_node(memory.zone, node) is not None
+    return memory.zone is not None and controller.nodes.find(memory.zone, node) is not None

@@ -3,13 +3,13 @@
 Desired state is the runs the store indexes as unfinished (``tpuops.runs``, ``index/active/``):
 a pass never lists a run's history, so its cost grows with the runs still going. Actual state is
 one ListNodes per zone (and page) whatever the number of runs, through the one node engine
-(``Provisioner.list_zones``: ledger sightings and closed intervals included), plus one call per
+(``Fleet.list_zones``: ledger sightings and closed intervals included), plus one call per
 action and one GetOperation per create still in flight. A replacement (a dead node deleted and
 its successor created in the same pass) also polls its delete until it completes: the run waits
 for it (milliseconds on the emulator, the delete's duration on Cloud TPU, at most
 ``REPLACE_WAIT_S``), and the create goes out within about one round trip of the completion instead
 of a pass interval later. Every node is created through
-``Provisioner.create`` (the ledger has it before anyone waits), from the request frozen in the
+``Fleet.create`` (the ledger has it before anyone waits), from the request frozen in the
 run's record: tpuops.toml changes never change a declared run's node.
 
 What a long-lived controller (``watch``) does not read again, so that a steady pass costs one
@@ -32,7 +32,7 @@ is cached, no create operation to ask about, no budget to read from the ledger),
 decided with no action and nothing to save is done there: a steady pass starts no worker for its
 runs. The others are acted on concurrently, ``MAX_ACTING`` at a time, so one run's slow delete
 holds up no other run's actions, replacements included; the pass ends when the last of them is
-done. A worker touches only its own run: its ``_seen`` entry, its node's Provisioner and ledger
+done. A worker touches only its own run: its ``_seen`` entry, its node's Fleet and ledger
 state (keyed by node; the ledger opens a connection per call), its memory's compare-and-swap. It
 reports through its own ``_Outcome``, which the pass's thread merges into the ``PassReport`` in
 index order, so the report reads as a sequential pass's would; progress lines go through a lock,
@@ -50,7 +50,6 @@ listing may predate that, and the run waits for the next pass.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import zlib
@@ -72,12 +71,11 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.ledger import Ledger
+from tpuops.fleet import Fleet, Listing
 from tpuops.naming import RUN_KEY
-from tpuops.provision import Listing, Provisioner
+from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
-from tpuops.tpu import NodeInfo, NodeState, TpuApi
 
 T = TypeVar("T")
 
@@ -165,16 +163,15 @@ class _Seen:
 
 
 class Controller:
-    """Reconciles the runs of one store against one project's nodes."""
+    """Reconciles the runs of one store against one project's nodes (its ``Fleet``, and that fleet's ledger)."""
 
-    def __init__(self, settings: Settings, store: Store, api: TpuApi, ledger: Ledger, *,
+    def __init__(self, settings: Settings, store: Store, fleet: Fleet, *,
                  holder: str | None = None, progress: Callable[[str], None] | None = None,
                  status_refresh_s: float | None = None) -> None:
         self.settings = settings
         self.store = store
-        self.api = api
-        self.ledger = ledger
-        self.nodes = Provisioner(api, settings, ledger)
+        self.nodes = fleet
+        self.ledger = fleet.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = _one_at_a_time(progress or (lambda _text: None))
         self._held: set[str] = set()
@@ -395,7 +392,8 @@ class Controller:
             result, message = pending.error, pending.message
         elif pending is not None and _asks(memory, node):
             try:
-                result, message = self.api.operation_result(pending.zone, pending.operation)
+                operation = self.nodes.operation(pending.zone, pending.operation)
+                result, message = operation.result, operation.message
             except NotFound:
                 result = CreateResult.OK
             except TpuopsError:
@@ -432,7 +430,7 @@ class Controller:
         """Apply the run's decision (taken here if observing needed I/O) and save its memory.
 
         Runs in a worker of the pass's pool, concurrently with other runs: it touches only this
-        run's entry of ``_seen``, the Provisioner's and the ledger's state of this run's node
+        run's entry of ``_seen``, the Fleet's and the ledger's state of this run's node
         (both thread-safe) and reports through its ``_Outcome`` and the locked ``progress``.
         """
         acted: list[tuple[str, str]] = []
@@ -481,7 +479,7 @@ class Controller:
         from tpuops.sweeps.advance import SweepPass
 
         sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
-                           api=self.api)
+                           fleet=self.nodes)
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,
@@ -507,9 +505,9 @@ class Controller:
                     memory.pending_create.error, memory.pending_create.message = CreateResult.RETRY, str(err)
                 return False
             return True
-        request = record.node.request()
+        request = record.node
         if memory.capacity is not None:  # moved by a sweep's endgame (the record stays as declared)
-            request = dataclasses.replace(request, capacity=memory.capacity)
+            request = request.model_copy(update={"capacity": memory.capacity})
         try:
             operation = self.nodes.create(action.zone, request)
         except AlreadyExists:
@@ -522,7 +520,7 @@ class Controller:
                 memory.pending_create.error, memory.pending_create.message = CreateResult.of(err), str(err)
             return True
         if memory.pending_create is not None:
-            memory.pending_create.operation = operation.operation.name
+            memory.pending_create.operation = operation.name
         return True
 
     def _reap_orphans(self, active: set[str], listed: Listing, report: PassReport,

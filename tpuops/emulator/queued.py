@@ -22,7 +22,7 @@ from typing import Any
 
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
 from tpuops.emulator.operations import EMPTY_TYPE, QUEUED_RESOURCE_TYPE
-from tpuops.emulator.resources import NodeRequest, QueuedResource
+from tpuops.emulator.resources import QueuedNodeSpec, QueuedResource
 from tpuops.emulator.state import EmulatorState, check_zone
 from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_spec, parse_rfc3339
 
@@ -136,7 +136,7 @@ class QueuedResources:
         )
 
     @staticmethod
-    def _parse_request(project: str, zone: str, raw: dict[str, Any], *, spot: bool) -> NodeRequest:
+    def _parse_request(project: str, zone: str, raw: dict[str, Any], *, spot: bool) -> QueuedNodeSpec:
         parent = raw.get("parent") or ""
         if parent != f"projects/{project}/locations/{zone}":
             raise invalid(
@@ -157,7 +157,7 @@ class QueuedResources:
             check_resource_id("node", node_id)
         echo = {key: raw[key] for key in ("parent", "nodeId", "multisliceParams") if key in raw}
         echo["node"] = spec.to_json()
-        return NodeRequest(node_ids=node_ids, spec=spec, echo=echo)
+        return QueuedNodeSpec(node_ids=node_ids, spec=spec, echo=echo)
 
     def maintenance(self, project: str, zone: str, qr_id: str) -> dict[str, Any]:
         """PerformMaintenanceQueuedResource (v2alpha1): an ACTIVE request's nodes stay READY."""

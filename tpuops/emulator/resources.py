@@ -122,7 +122,7 @@ class Node:
 
 
 @dataclass
-class NodeRequest:
+class QueuedNodeSpec:
     """One entry of a queued resource's ``tpu.nodeSpec``, expanded to node ids."""
 
     node_ids: list[str]
@@ -138,7 +138,7 @@ class QueuedResource:
     zone: str
     qr_id: str
     create_time: float
-    requests: list[NodeRequest]
+    requests: list[QueuedNodeSpec]
     tier: dict[str, Any]
     queueing_policy: dict[str, Any]
     reservation_name: str = ""

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpuops.agent.exits import ExitClass, Phase
 from tpuops.errors import UsageError
-from tpuops.kinds import Capacity, ValueEnum
-from tpuops.tpu import NodeRequest
+from tpuops.kinds import ValueEnum
+from tpuops.providers.nodes import NodeRequest
 
 __all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
            "RunPhase", "RunRecord", "parse"]
@@ -60,34 +60,19 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class NodeSpec(_Doc):
-    """The node request frozen into the run when it was declared: every recreate makes exactly this.
+class NodeSpec(NodeRequest):
+    """The node request frozen into the run when it was declared, and the zones to try: every
+    recreate makes exactly this (it is the ``NodeRequest``, not a copy of it).
 
     ``metadata`` holds the rendered startup script (its inputs: node, project, store root, the
     job's command line, labels) and the limits that the config gave at declare time.
     """
 
-    name: str
-    accelerator: str
-    runtime: str
-    capacity: Capacity
     zones: list[str] = Field(min_length=1)
-    labels: dict[str, str] = Field(default_factory=dict)
-    metadata: dict[str, str] = Field(default_factory=dict)
-    description: str = "created by tpuops"
-    service_account: str | None = None
 
     @classmethod
     def of(cls, request: NodeRequest, zones: list[str]) -> NodeSpec:
-        return cls(name=request.name, accelerator=request.accelerator, runtime=request.runtime,
-                   capacity=request.capacity, zones=list(zones), labels=dict(request.labels),
-                   metadata=dict(request.metadata), description=request.description,
-                   service_account=request.service_account)
-
-    def request(self) -> NodeRequest:
-        return NodeRequest(name=self.name, accelerator=self.accelerator, runtime=self.runtime,
-                           capacity=self.capacity, labels=dict(self.labels), metadata=dict(self.metadata),
-                           description=self.description, service_account=self.service_account)
+        return cls(**request.model_dump(), zones=list(zones))
 
 
 class RunRecord(_Doc):

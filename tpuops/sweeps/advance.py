@@ -42,12 +42,12 @@ from tpuops.sweeps import record as records
 from tpuops.sweeps import studies
 from tpuops.sweeps.decide import Endgame, Plan, RunView, Stop, SweepView, TrialView, decide, tell_for
 from tpuops.sweeps.spec import SweepSpec
-from tpuops.tpu import TpuApi
 
 if TYPE_CHECKING:
     import optuna
 
     from tpuops.config import Settings
+    from tpuops.fleet import Fleet
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -121,10 +121,11 @@ def stop_run(store: Store, leases: Leases, run_id: str, outcome: Outcome, reason
     return _rewrite(store, leases, run_id, finish)
 
 
-def promote_run(store: Store, api: TpuApi, leases: Leases, run_id: str, now: float) -> bool:
+def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: float) -> bool:
     """Endgame: recreate the run's node on-demand. The memory says so first (what the next create asks
-    for, and that the node goes on purpose), then the node is deleted: the agent checkpoints on the
-    notice and the run pass recreates it from its checkpoint. False if this pass cannot."""
+    for, and that the node goes on purpose), then the node the run recorded is deleted through the
+    fleet, which dates the end of its billing in the ledger: the agent checkpoints on the notice and
+    the run pass recreates it from its checkpoint. False if this pass cannot."""
     record = runs.read_record(store, run_id)
     if record.node.capacity is Capacity.ON_DEMAND:
         return False
@@ -144,7 +145,7 @@ def promote_run(store: Store, api: TpuApi, leases: Leases, run_id: str, now: flo
     zone = runs.load_memory(store, run_id)[0].zone
     if zone:
         with contextlib.suppress(NotFound):  # gone already: the run pass recreates it all the same
-            api.delete_node(zone, run_id)
+            fleet.delete(zone, record.node_name)
     return True
 
 
@@ -152,10 +153,10 @@ class SweepPass:
     """Advances every active sweep of one store; used by ``Controller.run_pass`` before it reconciles runs."""
 
     def __init__(self, settings: Settings, store: Store, ledger: Ledger, leases: Leases, *,
-                 held: set[str], progress: Callable[[str], None], api: TpuApi | None = None,
+                 held: set[str], progress: Callable[[str], None], fleet: Fleet | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         self.settings = settings
-        self.api = api
+        self.fleet = fleet
         self.store = store
         self.ledger = ledger
         self.leases = leases
@@ -196,7 +197,7 @@ class SweepPass:
             objective_step=spec.objective.step, stopping=state.phase == "stopping", budget_usd=spec.budget_usd,
             spent_usd=spent_usd, projected_usd=float(record["projected_usd"]),
             maximize=spec.objective.direction == "maximize",
-            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.api is not None else None,
+            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
             promoted=len(state.promoted)))
         self._apply(name, spec, record, study, trials, views, plan, report, now)
         report.advanced.append(name)
@@ -259,7 +260,7 @@ class SweepPass:
             self._tell(study, spec, trials[stop.number], told.state, told.value, told.why, told.failure, report)
         for number in plan.promote:
             run_id = records.trial_run_id(name, number)
-            if self.api is not None and promote_run(self.store, self.api, self.leases, run_id, now):
+            if self.fleet is not None and promote_run(self.store, self.fleet, self.leases, run_id, now):
                 self.held.add(run_id)
                 report.promoted.append(run_id)
                 self.progress(f"sweep {name}: trial {number} promoted to on-demand (endgame)")

@@ -1,149 +1,38 @@
-"""The Cloud TPU adapter: google-cloud-tpu (tpu_v2, REST transport) behind typed calls.
+"""The Cloud TPU provider: google-cloud-tpu (tpu_v2, REST transport) behind ``NodeProvider``.
 
 This is the only module that touches the SDK. It owns three conversions, each done once:
 API nodes become ``NodeInfo`` with our own ``NodeState`` enum; google-api-core exceptions
-become the taxonomy of ``tpuops.errors``; long-running operations become a bounded wait.
-Every call goes through the one retry policy, so a 503 storm is retried and a 400 is not.
-The same code drives real Cloud TPU (Application Default Credentials) and the emulator
-(an ``http://`` endpoint with the emulator's bearer token, or anonymous credentials when it
-runs with ``--no-auth``).
+become the taxonomy of ``tpuops.errors``; long-running operations become ``Operation``
+snapshots (``tpuops.providers.base.wait_for`` waits on any provider's). Every call goes through the
+one retry policy, so a 503 storm is retried and a 400 is not. The same code drives real Cloud TPU
+(Application Default Credentials) and the emulator (an ``http://`` endpoint with the emulator's
+bearer token, given by the caller, or anonymous credentials when there is none: ``--no-auth``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Any
 
 from tpuops.errors import (
     AlreadyExists,
     CapacityError,
-    CreateResult,
     InvalidRequest,
     NotFound,
     PermissionDenied,
     QuotaError,
-    Timeout,
     TpuopsError,
     TransientError,
 )
 from tpuops.kinds import Capacity
+from tpuops.providers.base import Connection
+from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 from tpuops.retry import call_with_retry
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
-
-CLOSE_POLL_S = 0.02
-"""The shortest pause between two polls of an operation that someone waits on closely (``TpuApi.wait``)."""
-
-MANAGED_LABEL = "managed-by"
-MANAGED_VALUE = "tpuops"
-
-
-class NodeState(str, Enum):
-    """Node states of the v2 API, plus GONE for a node that no longer exists."""
-
-    UNSPECIFIED = "STATE_UNSPECIFIED"
-    CREATING = "CREATING"
-    READY = "READY"
-    RESTARTING = "RESTARTING"
-    REIMAGING = "REIMAGING"
-    DELETING = "DELETING"
-    REPAIRING = "REPAIRING"
-    STOPPED = "STOPPED"
-    STOPPING = "STOPPING"
-    STARTING = "STARTING"
-    PREEMPTED = "PREEMPTED"
-    TERMINATED = "TERMINATED"
-    HIDING = "HIDING"
-    HIDDEN = "HIDDEN"
-    UNHIDING = "UNHIDING"
-    UNKNOWN = "UNKNOWN"
-    GONE = "GONE"
-
-    @property
-    def is_dead(self) -> bool:
-        """A node in this state will never run work again: delete and recreate it."""
-        return self in (NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.GONE)
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What we know of one node, independent of the SDK's types."""
-
-    name: str
-    zone: str
-    project: str
-    accelerator: str
-    runtime: str
-    capacity: Capacity
-    state: NodeState
-    health: str
-    labels: dict[str, str]
-    create_time: datetime | None
-    uid: str = ""
-
-    @property
-    def managed(self) -> bool:
-        return self.labels.get(MANAGED_LABEL) == MANAGED_VALUE
-
-    def age_s(self, now: datetime | None = None) -> float | None:
-        if self.create_time is None:
-            return None
-        return ((now or datetime.now(UTC)) - self.create_time).total_seconds()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "zone": self.zone, "project": self.project,
-            "accelerator": self.accelerator, "runtime": self.runtime, "capacity": self.capacity.value,
-            "state": self.state.value, "health": self.health, "labels": self.labels,
-            "create_time": self.create_time.isoformat() if self.create_time else None,
-            "managed": self.managed, "uid": self.uid,
-        }
-
-
-@dataclass(frozen=True)
-class NodeRequest:
-    """A node to create; ``body()`` is exactly the REST body sent to CreateNode."""
-
-    name: str
-    accelerator: str
-    runtime: str
-    capacity: Capacity
-    labels: dict[str, str] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-    description: str = "created by tpuops"
-    service_account: str | None = None
-    """The VM's account email; None leaves the project's default compute account."""
-
-    def body(self) -> dict[str, Any]:
-        # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
-        account: dict[str, Any] = {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
-        if self.service_account:
-            account["email"] = self.service_account
-        scheduling: dict[str, bool] = {}
-        if self.capacity is Capacity.SPOT:
-            scheduling["spot"] = True
-        elif self.capacity is Capacity.PREEMPTIBLE:
-            scheduling["preemptible"] = True
-        return {
-            "description": self.description,
-            "acceleratorType": self.accelerator,
-            "runtimeVersion": self.runtime,
-            "schedulingConfig": scheduling,
-            "labels": dict(self.labels),
-            "metadata": dict(self.metadata),
-            "serviceAccount": account,
-        }
-
-    def matches(self, node: NodeInfo) -> bool:
-        """Whether an existing node is this request already made (so it may be adopted)."""
-        return (node.managed and node.accelerator == self.accelerator and node.runtime == self.runtime
-                and node.capacity is self.capacity)
 
 
 def _capacity_of(scheduling: Any) -> Capacity:
@@ -173,20 +62,32 @@ _TRANSIENT_CODES = {4, 13, 14}  # DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE
 _PERMISSION_CODES = {7, 16}  # PERMISSION_DENIED, UNAUTHENTICATED
 
 
-def operation_times(operation: Any) -> tuple[datetime | None, datetime | None]:
-    """When the API says a long-running operation started and ended (its metadata's createTime and endTime).
+def _aware(value: Any) -> datetime | None:
+    """A timestamp of the API as an aware datetime; None when unset (the epoch) or missing."""
+    if not isinstance(value, datetime) or value.timestamp() <= 0:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
-    None for a time the operation does not carry (not ended yet, or no metadata at all).
-    """
-    metadata = getattr(operation, "metadata", None)
 
-    def aware(field_name: str) -> datetime | None:
-        value = getattr(metadata, field_name, None) if metadata is not None else None
-        if not isinstance(value, datetime) or value.timestamp() <= 0:
-            return None
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+def _metadata(raw: Any) -> Any:
+    """An operation's ``OperationMetadata`` (createTime, endTime) unpacked from its Any; None if it has none."""
+    from google.api_core import protobuf_helpers
+    from google.cloud import tpu_v2
 
-    return aware("create_time"), aware("end_time")
+    if not raw.HasField("metadata") or not raw.metadata.type_url.endswith("OperationMetadata"):
+        return None
+    return protobuf_helpers.from_any_pb(tpu_v2.OperationMetadata, raw.metadata)
+
+
+def _operation(raw: Any, zone: str, metadata: Any = None) -> Operation:
+    """A ``google.longrunning.Operation`` as our snapshot; ``metadata`` when the caller has it unpacked."""
+    meta = metadata if metadata is not None else _metadata(raw)
+    error = None
+    if raw.done and raw.HasField("error") and raw.error.code != 0:
+        error = operation_error(raw.error.code, raw.error.message, zone)
+    return Operation(name=raw.name, zone=zone, done=raw.done, target=getattr(meta, "target", ""),
+                     started=_aware(getattr(meta, "create_time", None)), ended=_aware(getattr(meta, "end_time", None)),
+                     error=error)
 
 
 def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsError:
@@ -204,11 +105,8 @@ def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsE
     return InvalidRequest(message)
 
 
-def _emulator_credentials(endpoint: str, token: str | None) -> Any:
+def _emulator_credentials(token: str | None) -> Any:
     """The local emulator's bearer token as OAuth credentials; anonymous when it needs none."""
-    from tpuops.emulator.control import token_for
-
-    token = token or token_for(endpoint)
     if token is None:
         from google.auth.credentials import AnonymousCredentials
 
@@ -264,7 +162,8 @@ class CallCounter:
 
 
 class TpuApi:
-    """Typed Cloud TPU calls for one project; safe to share between threads."""
+    """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes`` and ``QueuesNodes``);
+    safe to share between threads. ``token``: the emulator's bearer token, for an ``http://`` endpoint."""
 
     def __init__(
         self,
@@ -287,6 +186,11 @@ class TpuApi:
         self._client = client
         self._client_lock = threading.Lock()
 
+    @classmethod
+    def connect(cls, connection: Connection) -> TpuApi:
+        return cls(connection.project, endpoint=connection.endpoint, token=connection.token,
+                   deadline_s=connection.deadline_s, poll_interval_s=connection.poll_interval_s)
+
     @property
     def client(self) -> Any:
         with self._client_lock:
@@ -301,7 +205,7 @@ class TpuApi:
         if self.endpoint:
             kwargs["client_options"] = {"api_endpoint": self.endpoint}
             if self.endpoint.startswith("http://"):
-                kwargs["credentials"] = _emulator_credentials(self.endpoint, self.token)
+                kwargs["credentials"] = _emulator_credentials(self.token)
         try:
             return tpu_v2.TpuClient(**kwargs)
         except Exception as err:  # google.auth raises DefaultCredentialsError when ADC is missing
@@ -357,91 +261,52 @@ class TpuApi:
         except NotFound:
             return None
 
-    def create_node(self, zone: str, request: NodeRequest) -> Any:
-        """Start creating a node; returns the operation. ``AlreadyExists`` if the id is taken."""
+    def create_node(self, zone: str, request: NodeRequest) -> Operation:
+        """Start creating a node; ``AlreadyExists`` if the id is taken."""
         from google.cloud import tpu_v2
 
         body = request.body()
         if self.endpoint:
             # The node's dead-man's switch deletes it through this same API (templates/startup.sh.j2).
-            body["metadata"]["tpuops-tpu-api"] = self.endpoint
+            body["metadata"][MetadataKey.TPU_API.value] = self.endpoint
         node = tpu_v2.Node.from_json(json.dumps(body))
-        return self._call("CreateNode", lambda: self.client.create_node(
-            parent=self.parent(zone), node_id=request.name, node=node), zone=zone)
+        return self._started("CreateNode", zone, lambda: self.client.create_node(
+            parent=self.parent(zone), node_id=request.name, node=node))
 
-    def delete_node(self, zone: str, name: str) -> Any | None:
-        """Start deleting; returns the operation, or None when the node does not exist (success)."""
+    def delete_node(self, zone: str, name: str) -> Operation | None:
+        """Start deleting; None when the node does not exist (success)."""
         try:
-            return self._call("DeleteNode", lambda: self.client.delete_node(name=self.node_path(zone, name)),
-                              zone=zone)
+            return self._started("DeleteNode", zone, lambda: self.client.delete_node(name=self.node_path(zone, name)))
         except NotFound:
             return None
 
-    def stop_node(self, zone: str, name: str) -> Any:
+    def stop_node(self, zone: str, name: str) -> Operation:
         from google.cloud import tpu_v2
 
-        return self._call("StopNode", lambda: self.client.stop_node(
-            request=tpu_v2.StopNodeRequest(name=self.node_path(zone, name))), zone=zone)
+        return self._started("StopNode", zone, lambda: self.client.stop_node(
+            request=tpu_v2.StopNodeRequest(name=self.node_path(zone, name))))
 
-    def start_node(self, zone: str, name: str) -> Any:
+    def start_node(self, zone: str, name: str) -> Operation:
         from google.cloud import tpu_v2
 
-        return self._call("StartNode", lambda: self.client.start_node(
-            request=tpu_v2.StartNodeRequest(name=self.node_path(zone, name))), zone=zone)
+        return self._started("StartNode", zone, lambda: self.client.start_node(
+            request=tpu_v2.StartNodeRequest(name=self.node_path(zone, name))))
 
-    def wait(
-        self,
-        operation: Any,
-        *,
-        zone: str,
-        timeout_s: float,
-        on_poll: Callable[[], None] | None = None,
-        closely: bool = False,
-    ) -> Any:
-        """Poll ``operation`` until done; return its response or raise its error, translated.
+    def _started(self, rpc: str, zone: str, call: Callable[[], Any]) -> Operation:
+        """One call that starts a long-running operation, as our snapshot of the operation it returned."""
+        started = self._call(rpc, call, zone=zone)
+        return _operation(started.operation, zone, started.metadata)
 
-        ``on_poll`` runs between polls (the CLI uses it to show the node's state). An error
-        inside the operation is classified as an operation error: RESOURCE_EXHAUSTED there
-        is a stockout (``CapacityError``) or a quota (``QuotaError``), not a rate limit.
-        ``closely`` is for a caller with its next request ready (a replacement's create after a
-        delete): polls follow each other ``CLOSE_POLL_S`` apart, spaced out to 2 % of the time
-        waited so far (at most ``poll_interval_s``), so that the next request goes out within
-        about one round trip of the completion without a long operation costing hundreds of polls.
+    def operation(self, zone: str, name: str) -> Operation:
+        """Where an operation stands (one GetOperation, never blocking).
+
+        The controller keeps a create's operation name across passes and asks once per pass, so
+        a stockout is noticed without anyone waiting on it. An error inside the operation is
+        classified like the same error raised by a call, except that RESOURCE_EXHAUSTED there is
+        a stockout (``CapacityError``) unless it names a quota, not a rate limit.
         """
-        started = time.monotonic()
-        deadline = started + timeout_s
-        while not self._call("GetOperation", operation.done, zone=zone):
-            now = time.monotonic()
-            if now >= deadline:
-                raise Timeout(f"operation {operation.operation.name} did not finish within {timeout_s:.0f} s")
-            if on_poll is not None:
-                on_poll()
-            pause = max(CLOSE_POLL_S, (now - started) / 50) if closely else self.poll_interval_s
-            time.sleep(min(pause, self.poll_interval_s))
-        try:
-            return operation.result(timeout=0)
-        except Exception as err:
-            raise _translate(err, in_operation=True, zone=zone) from err
-
-    def refresh(self, operation: Any, *, zone: str) -> None:
-        """Bring ``operation`` up to date (one GetOperation, none once it is done)."""
-        self._call("GetOperation", operation.done, zone=zone)
-
-    def operation_result(self, zone: str, name: str) -> tuple[CreateResult, str]:
-        """Where a create operation stands, without blocking: its ``CreateResult`` and the error's message.
-
-        The controller keeps the operation's name across passes and asks once per pass, so a
-        stockout is noticed without anyone waiting on the operation. An error inside the
-        operation is classified like the same error raised by a call: UNAVAILABLE, INTERNAL or
-        DEADLINE_EXCEEDED is transient (RETRY), RESOURCE_EXHAUSTED a stockout unless it names a quota.
-        """
-        operation = self._call("GetOperation", lambda: self.client.get_operation({"name": name}), zone=zone)
-        if not operation.done:
-            return CreateResult.RUNNING, ""
-        if not operation.HasField("error") or operation.error.code == 0:
-            return CreateResult.OK, ""
-        error = operation_error(operation.error.code, operation.error.message, zone)
-        return CreateResult.of(error), operation.error.message
+        return _operation(self._call("GetOperation", lambda: self.client.get_operation({"name": name}), zone=zone),
+                          zone)
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         return sorted(self._pages("ListAcceleratorTypes", zone, self.client.list_accelerator_types,
@@ -466,14 +331,14 @@ class TpuApi:
         return body
 
     def create_queued_resource(self, zone: str, qr_id: str, request: NodeRequest, *,
-                               valid_until_s: float | None = None) -> Any:
+                               valid_until_s: float | None = None) -> Operation:
         """Queue a node; returns the operation (done once the request is accepted)."""
         from google.cloud import tpu_v2
 
         resource = tpu_v2.QueuedResource.from_json(json.dumps(self.queued_body(zone, request,
                                                                                valid_until_s=valid_until_s)))
-        return self._call("CreateQueuedResource", lambda: self.client.create_queued_resource(
-            parent=self.parent(zone), queued_resource_id=qr_id, queued_resource=resource), zone=zone)
+        return self._started("CreateQueuedResource", zone, lambda: self.client.create_queued_resource(
+            parent=self.parent(zone), queued_resource_id=qr_id, queued_resource=resource))
 
     def get_queued_resource(self, zone: str, qr_id: str) -> QueuedInfo:
         resource = self._call("GetQueuedResource", lambda: self.client.get_queued_resource(
@@ -484,32 +349,17 @@ class TpuApi:
         return list(self._pages("ListQueuedResources", zone, self.client.list_queued_resources,
                                 "queued_resources", _queued_info))
 
-    def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = False) -> Any | None:
+    def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = False) -> Operation | None:
         """Start deleting (``force`` also deletes its nodes); None when it does not exist."""
         from google.cloud import tpu_v2
 
         request = tpu_v2.DeleteQueuedResourceRequest(name=f"{self.parent(zone)}/queuedResources/{qr_id}",
                                                      force=force)
         try:
-            return self._call("DeleteQueuedResource",
-                              lambda: self.client.delete_queued_resource(request=request), zone=zone)
+            return self._started("DeleteQueuedResource", zone,
+                                 lambda: self.client.delete_queued_resource(request=request))
         except NotFound:
             return None
-
-
-@dataclass(frozen=True)
-class QueuedInfo:
-    """A queued resource: its id, zone, state (ACCEPTED, ACTIVE, FAILED, SUSPENDED, ...) and node ids."""
-
-    name: str
-    zone: str
-    state: str
-    node_ids: list[str]
-    spot: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "zone": self.zone, "state": self.state, "node_ids": self.node_ids,
-                "spot": self.spot}
 
 
 def _queued_info(resource: Any) -> QueuedInfo:
