@@ -14,7 +14,6 @@ still goes out in the same pass, while that pass waits for the held one.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -66,7 +65,7 @@ def _settings(tmp_path: Path) -> Settings:
 def _declare(settings: Settings, store: Any, run_id: str) -> None:
     """A train run as ``jobs.declare`` leaves it, its node's startup script swapped for one that exits at once."""
     request = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE, run_id=run_id).request
-    request = dataclasses.replace(request, metadata={"startup-script": QUICK_SCRIPT})
+    request = request.model_copy(update={"metadata": {"startup-script": QUICK_SCRIPT}})
     record = RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="churn")
     store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
     store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate({**LIVE, "run_id": run_id})

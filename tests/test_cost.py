@@ -424,8 +424,8 @@ def _settings(tmp_path: Path) -> Settings:
 def _plan(settings: Settings, name: str, accelerator: str, capacity: Capacity, zone: str,
           run_id: str | None) -> UpPlan:
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, run_id=run_id)
-    return dataclasses.replace(plan, request=dataclasses.replace(plan.request,
-                                                                 metadata={"startup-script": QUICK_SCRIPT}))
+    script = {"startup-script": QUICK_SCRIPT}
+    return dataclasses.replace(plan, request=plan.request.model_copy(update={"metadata": script}))
 
 
 def _truth_usd(interval: dict[str, Any], catalog: Catalog) -> float:
