@@ -55,12 +55,13 @@ def timed(tree: Path, env: dict[str, str], *args: str) -> float:
 
 
 def make_nodes(endpoint: str, count: int) -> None:
-    from tpuops.tpu import NodeRequest, TpuApi
-
+    from tpuops.emulator.control import token_for
     from tpuops.kinds import Capacity
     from tpuops.naming import labels_for
+    from tpuops.providers.cloud_tpu import TpuApi
+    from tpuops.providers.nodes import NodeRequest
 
-    api = TpuApi("tpuops-local", endpoint=endpoint, poll_interval_s=0.05)
+    api = TpuApi("tpuops-local", endpoint=endpoint, token=token_for(endpoint), poll_interval_s=0.05)
     for i in range(count):
         api.create_node(ZONE, NodeRequest(name=f"node-{i:04d}", accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
                                           capacity=Capacity.SPOT, labels=labels_for(),

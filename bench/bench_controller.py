@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from tpuops.tpu import TpuApi
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -66,9 +65,11 @@ from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, node_cost
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.fleet import Fleet
 from tpuops.jobs import declare, job_argv, plan_train
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import LocalStore, ObjectInfo, Store
@@ -158,7 +159,7 @@ class World:
     admin: AdminClient
 
     def controller(self) -> Controller:
-        return Controller(self.settings, self.store, self.api, self.ledger)
+        return Controller(self.settings, self.store, Fleet(self.api, self.settings, self.ledger))
 
 
 @contextlib.contextmanager
@@ -169,7 +170,8 @@ def world(home: Path, zones: Sequence[str], emulator: dict[str, Any], **settings
         config = Settings(zones=list(zones), home=home, tpu_endpoint=info.endpoint, **settings)
         root = Path(config.store_root)
         root.mkdir(parents=True, exist_ok=True)
-        yield World(info, config, CountingStore(root), TpuApi(PROJECT, endpoint=info.endpoint, poll_interval_s=0.05),
+        yield World(info, config, CountingStore(root), TpuApi(PROJECT, endpoint=info.endpoint, token=info.token,
+                                                                   poll_interval_s=0.05),
                     Ledger(config.ledger_path), AdminClient(info.endpoint))
     finally:
         stop(info.state_dir)
@@ -440,7 +442,8 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
                          "deletes and creates)"))
         if not watchdog:
             return rows
-        guarded = Controller(w.settings.model_copy(update={"max_run_hours": 72.0}), w.store, w.api, w.ledger)
+        guarded_settings = w.settings.model_copy(update={"max_run_hours": 72.0})
+        guarded = Controller(guarded_settings, w.store, Fleet(w.api, guarded_settings, w.ledger))
         (to_dead, _), = preemptions(w, guarded, "lat-watchdog", intervals[0], 1, rng)
         rows.append(("preempt -> PREEMPTED, startup script with its max-run watchdog", f"{to_dead:.2f} s",
                      f"without the watchdog (max_run_hours = 0): {median(dead):.2f} s",

@@ -1,6 +1,6 @@
 """How a reconcile pass scales with runs: this tree's controller against a baseline tree, in one run.
 
-    .venv/bin/python bench/bench_controller_scale.py [--baseline DIR] [--quick] [--json]
+    .venv/bin/python bench/bench_controller_scale.py [--baseline DIR] [--quick] [--goals] [--only gcs|local] [--json]
 
 ``--baseline`` is a checkout of the commit to compare with (default: ``$TPUOPS_BASELINE`` or
 /tmp/tpuops-baseline; make one with ``git archive a052406 | tar -x -C DIR``). Each case runs in a
@@ -70,14 +70,17 @@ class Counting:
 
 
 class ListingApi:
-    """Stands in for TpuApi: one zone whose listing shows a READY node for each active run."""
+    """Stands in for the node provider: one zone whose listing shows a READY node for each active run."""
 
     def __init__(self, project: str, names: list[str]) -> None:
         from datetime import datetime, timezone
 
-        from tpuops.tpu import NodeInfo, NodeState
-
         from tpuops.kinds import Capacity
+
+        try:
+            from tpuops.providers.nodes import NodeInfo, NodeState
+        except ImportError:  # a baseline tree from before the provider seam (c4ce28f and older)
+            from tpuops.tpu import NodeInfo, NodeState
 
         created = datetime.now(timezone.utc)
         self.nodes = [NodeInfo(name=n, zone=ZONE, project=project, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
@@ -157,10 +160,21 @@ def _seed(store: Any, active: list[str], finished: list[str]) -> None:
         put("index/built", b"")
 
 
+def _controller(settings: Any, store: Any, api: ListingApi, **options: Any) -> Any:
+    """This tree's controller holds a Fleet over the provider; a baseline's takes the API and a ledger."""
+    from tpuops.controller.reconcile import Controller
+    from tpuops.ledger import Ledger
+
+    try:
+        from tpuops.fleet import Fleet
+    except ImportError:
+        return Controller(settings, store, api, Ledger(settings.ledger_path), **options)
+    return Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), **options)  # type: ignore[arg-type]
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     from tpuops.config import Settings
     from tpuops.controller.reconcile import Controller
-    from tpuops.ledger import Ledger
     from tpuops.store import open_store
 
     home = Path(args.home)
@@ -172,7 +186,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     seeded = time.perf_counter() - started
     store = Counting(inner)
     api = ListingApi(settings.project, active)
-    controller = Controller(settings, store, api, Ledger(settings.ledger_path), holder="bench")  # type: ignore[arg-type]
+    controller = _controller(settings, store, api, holder="bench")
     first = []
     for _ in range(2):  # adopt the nodes, then notice them READY: from here on a pass changes nothing
         started = time.perf_counter()
@@ -189,8 +203,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     due = []
     if "status_refresh_s" in inspect.signature(Controller).parameters:  # this tree: every status due every pass
         controller.release()
-        eager = Controller(settings, store, api, Ledger(settings.ledger_path), holder="bench-eager",  # type: ignore[arg-type]
-                           status_refresh_s=0.0)
+        eager = _controller(settings, store, api, holder="bench-eager", status_refresh_s=0.0)
         eager.run_pass()
         for _ in range(REPS):
             started = time.perf_counter()
@@ -233,6 +246,7 @@ def main() -> None:
     parser.add_argument("--baseline", default=os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline"))
     parser.add_argument("--quick", action="store_true", help="200 active on GCS, 2,000 finished + 50 active")
     parser.add_argument("--goals", action="store_true", help="only the two cases with goals (the largest)")
+    parser.add_argument("--only", choices=("gcs", "local"), help="only the cases on this store")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
@@ -255,6 +269,8 @@ def main() -> None:
         cases = [("gcs", 200, 0, None), ("local", 50, 2000, None)]
     if args.goals:
         cases = [case for case in cases if case[3] is not None]
+    if args.only:
+        cases = [case for case in cases if case[0] == args.only]
     rows = []
     with FakeGcsServer(backend="memory") as gcs:
         for store_kind, active, finished, goal in cases:

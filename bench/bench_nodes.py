@@ -25,10 +25,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tpuops.tpu import NodeRequest, TpuApi
-
 from tpuops.emulator.control import AdminClient, start_background, stop
 from tpuops.kinds import Capacity
+from tpuops.providers.base import wait_for
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import NodeRequest
 
 ZONES = ["us-central1-a", "us-central1-b"]
 PROJECT = "tpuops-local"
@@ -78,7 +79,7 @@ def main() -> None:
             rows.append(("tpuops --help", f"{helped:.3f} s", f"python -c pass {floor:.3f} s",
                          f"{'met' if helped < 0.3 else 'MISSED'} (< 0.3 s)"))
 
-            api = TpuApi(PROJECT, endpoint=info.endpoint, poll_interval_s=0.05)
+            api = TpuApi(PROJECT, endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)
             admin.reset_stats()
             empty = _wall([tpuops, "status", "--json"], env, args.repeat)
             lists_empty = admin.stats().get("ListNodes", 0) / args.repeat
@@ -90,13 +91,13 @@ def main() -> None:
 
             def create(i: int) -> None:
                 zone = ZONES[i % len(ZONES)]
-                api.wait(api.create_node(zone, request(i)), zone=zone, timeout_s=120)
+                wait_for(api, api.create_node(zone, request(i)), timeout_s=120)
 
             def delete(i: int) -> None:
                 zone = ZONES[i % len(ZONES)]
                 operation = api.delete_node(zone, request(i).name)
                 if operation is not None:
-                    api.wait(operation, zone=zone, timeout_s=120)
+                    wait_for(api, operation, timeout_s=120)
 
             with ThreadPoolExecutor(max_workers=16) as pool:
                 list(pool.map(create, range(args.listed)))

@@ -33,7 +33,6 @@ from typing import Any
 
 from bench_controller import fake_image, measure, wait_for, world
 
-from tpuops.controller.reconcile import Controller
 from tpuops.data.samples import digits
 from tpuops.store import LocalStore
 from tpuops.sweeps import record as records
@@ -95,7 +94,7 @@ def bench_pass(work: Path, trials: int, running: int) -> dict[str, Any]:
     digits(home / "data" / "digits")
     with world(home, [ZONE], emulator, max_run_hours=0) as w:
         _seed_sweep(home, w, trials, running)
-        controller = Controller(w.settings, w.store, w.api, w.ledger)
+        controller = w.controller()
         controller.run_pass()  # creates the running trials' nodes; the first sweep pass compacts the journal
         wait_for(lambda: sum(n["state"] == "READY" for n in w.admin.nodes()) == running, f"{running} nodes READY")
         controller.run_pass()

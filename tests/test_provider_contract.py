@@ -1,0 +1,140 @@
+"""The ``NodeProvider`` contract (tpuops/providers/base.py), run against every registered provider.
+
+Each test receives a provider opened through the registry, as ``tpuops`` opens one: the Cloud TPU
+adapter over the emulator (the official client over HTTP) and the in-memory provider. The tests
+never ask which one they got. A create's operation may be done at once or later, and a node may be
+CREATING or READY once its create is done: the contract promises neither, so no test assumes it.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pytest
+
+from tpuops.errors import AlreadyExists, CreateResult, NotFound
+from tpuops.kinds import Capacity
+from tpuops.naming import labels_for
+from tpuops.providers.base import Connection, NodeProvider, wait_for
+from tpuops.providers.nodes import NodeRequest, NodeState
+from tpuops.providers.registry import PROVIDERS, open_provider
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+PROJECT = "proj-test"
+ZONE, OTHER_ZONE = "us-central1-b", "us-central1-f"  # both offer v3-8
+WAIT_S = 30.0
+
+
+@pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.unit),
+                        pytest.param("cloud-tpu", marks=pytest.mark.emulator)])
+def provider(request: pytest.FixtureRequest) -> NodeProvider:
+    connection = Connection(PROJECT, deadline_s=10, poll_interval_s=0.02)
+    if request.param == "cloud-tpu":
+        emulator = request.getfixturevalue("emulator")
+        connection = Connection(PROJECT, endpoint=emulator.endpoint, token=emulator.token, deadline_s=10,
+                                poll_interval_s=0.02)
+    return open_provider(request.param, connection)
+
+
+def _request(name: str, capacity: Capacity = Capacity.SPOT) -> NodeRequest:
+    return NodeRequest(name=name, accelerator="v3-8", runtime="tpu-vm-tf-2.9.3", capacity=capacity,
+                       labels=labels_for(run_id=name, user={"team": "ml"}))
+
+
+@dataclass
+class Made:
+    """A node made through the provider, and when we asked for it."""
+
+    name: str
+    asked: datetime
+
+
+def _make(provider: NodeProvider, name: str, zone: str = ZONE, capacity: Capacity = Capacity.SPOT) -> Made:
+    asked = datetime.now(UTC)
+    wait_for(provider, provider.create_node(zone, _request(name, capacity)), timeout_s=WAIT_S)
+    return Made(name, asked)
+
+
+@pytest.mark.unit
+def test_the_registry_names_each_provider_once() -> None:
+    assert sorted(PROVIDERS) == ["cloud-tpu", "memory"]
+
+
+def test_a_created_node_is_found_and_listed_as_requested(provider: NodeProvider) -> None:
+    _make(provider, "c-1")
+    node = provider.find_node(ZONE, "c-1")
+    assert node is not None
+    assert (node.name, node.zone, node.project) == ("c-1", ZONE, PROJECT)
+    assert (node.accelerator, node.runtime, node.capacity) == ("v3-8", "tpu-vm-tf-2.9.3", Capacity.SPOT)
+    assert node.managed and node.labels["tpuops-run"] == "c-1" and node.labels["team"] == "ml"
+    assert node.state in (NodeState.CREATING, NodeState.READY) and node.uid
+    assert [n.name for n in provider.list_nodes(ZONE)] == ["c-1"]
+    assert provider.list_nodes(OTHER_ZONE) == []
+
+
+@pytest.mark.parametrize("capacity", list(Capacity))
+def test_every_capacity_comes_back_as_asked(provider: NodeProvider, capacity: Capacity) -> None:
+    _make(provider, "cap-1", capacity=capacity)
+    node = provider.find_node(ZONE, "cap-1")
+    assert node is not None and node.capacity is capacity
+
+
+def test_a_taken_name_is_refused_and_nothing_more_is_made(provider: NodeProvider) -> None:
+    _make(provider, "taken")
+    with pytest.raises(AlreadyExists):
+        provider.create_node(ZONE, _request("taken", Capacity.ON_DEMAND))
+    assert [(n.name, n.capacity) for n in provider.list_nodes(ZONE)] == [("taken", Capacity.SPOT)]
+
+
+def test_a_name_is_taken_per_zone(provider: NodeProvider) -> None:
+    _make(provider, "twin", ZONE)
+    _make(provider, "twin", OTHER_ZONE)
+    assert [n.zone for n in provider.list_nodes(ZONE)] == [ZONE]
+    assert [n.zone for n in provider.list_nodes(OTHER_ZONE)] == [OTHER_ZONE]
+
+
+def test_delete_is_idempotent(provider: NodeProvider) -> None:
+    _make(provider, "d-1")
+    operation = provider.delete_node(ZONE, "d-1")
+    assert operation is not None
+    wait_for(provider, operation, timeout_s=WAIT_S)
+    assert provider.find_node(ZONE, "d-1") is None
+    assert provider.list_nodes(ZONE) == []
+    assert provider.delete_node(ZONE, "d-1") is None
+
+
+def test_a_missing_node_is_none_not_an_error(provider: NodeProvider) -> None:
+    assert provider.find_node(ZONE, "never-made") is None
+    assert provider.delete_node(ZONE, "never-made") is None
+
+
+def test_an_operation_reports_its_node_its_outcome_and_when_it_started(provider: NodeProvider) -> None:
+    asked = datetime.now(UTC)
+    created = provider.create_node(ZONE, _request("op-1"))
+    assert created.zone == ZONE and created.target.endswith("/nodes/op-1")
+    done = wait_for(provider, created, timeout_s=WAIT_S)
+    again = provider.operation(ZONE, created.name)
+    for operation in (done, again):
+        assert operation.done and operation.error is None and operation.result is CreateResult.OK
+        assert operation.name == created.name and operation.target.endswith("/nodes/op-1")
+        assert operation.started is not None and operation.ended is not None
+        assert operation.started <= operation.ended
+    deleted = provider.delete_node(ZONE, "op-1")
+    assert deleted is not None and deleted.started is not None
+    assert deleted.started >= asked.replace(microsecond=0)  # the provider's clock: to the second
+
+
+def test_an_unknown_operation_is_not_found(provider: NodeProvider) -> None:
+    with pytest.raises(NotFound):
+        provider.operation(ZONE, f"projects/{PROJECT}/locations/{ZONE}/operations/operation-never")
+
+
+def test_calls_from_many_threads_at_once(provider: NodeProvider) -> None:
+    names = [f"par-{i:02d}" for i in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        operations = list(pool.map(lambda name: provider.create_node(ZONE, _request(name)), names))
+        list(pool.map(lambda operation: wait_for(provider, operation, timeout_s=WAIT_S), operations))
+    assert sorted(n.name for n in provider.list_nodes(ZONE)) == names
+    assert len({n.uid for n in provider.list_nodes(ZONE)}) == len(names)
