@@ -77,10 +77,10 @@ class ListingApi:
 
         from tpuops.kinds import Capacity
 
-        try:
-            from tpuops.providers.nodes import NodeInfo, NodeState
-        except ImportError:  # a baseline tree from before the provider seam (c4ce28f and older)
+        try:  # a baseline tree from before the provider seam (c4ce28f and older) has the types in tpu.py
             from tpuops.tpu import NodeInfo, NodeState
+        except ImportError:
+            from tpuops.providers.nodes import NodeInfo, NodeState
 
         created = datetime.now(timezone.utc)
         self.nodes = [NodeInfo(name=n, zone=ZONE, project=project, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
@@ -165,11 +165,12 @@ def _controller(settings: Any, store: Any, api: ListingApi, **options: Any) -> A
     from tpuops.controller.reconcile import Controller
     from tpuops.ledger import Ledger
 
-    try:
-        from tpuops.fleet import Fleet
-    except ImportError:
-        return Controller(settings, store, api, Ledger(settings.ledger_path), **options)
-    return Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), **options)  # type: ignore[arg-type]
+    ledger = Ledger(settings.ledger_path)
+    if "ledger" in inspect.signature(Controller).parameters:  # the editable install answers imports of new modules
+        return Controller(settings, store, api, ledger, **options)
+    from tpuops.fleet import Fleet
+
+    return Controller(settings, store, Fleet(api, settings, ledger), **options)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
