@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuops.errors import AlreadyExists, CreateResult, NotFound
+from tpuops.errors import AlreadyExists, CreateResult, NotFound, UsageError
 from tpuops.kinds import Capacity
 from tpuops.naming import labels_for
 from tpuops.providers.base import Connection, NodeProvider, wait_for
@@ -138,3 +138,10 @@ def test_calls_from_many_threads_at_once(provider: NodeProvider) -> None:
         list(pool.map(lambda operation: wait_for(provider, operation, timeout_s=WAIT_S), operations))
     assert sorted(n.name for n in provider.list_nodes(ZONE)) == names
     assert len({n.uid for n in provider.list_nodes(ZONE)}) == len(names)
+
+
+@pytest.mark.unit
+def test_an_unknown_provider_is_one_line_naming_the_known_ones() -> None:
+    with pytest.raises(UsageError) as raised:
+        open_provider("gke", Connection(PROJECT))
+    assert str(raised.value) == "unknown node provider 'gke': expected one of cloud-tpu, memory"

@@ -7,7 +7,8 @@ sandboxes, ``billing.json`` and ``process_groups.json`` live beside them. The em
 in its own session so it outlives the command that started it; ``stop`` ends it and every
 process group it started, even when the emulator itself has to be killed.
 
-Clients that know only an endpoint (``TpuApi``, ``AdminClient``) find its token through a
+Clients that know only an endpoint (``tpuops.session.connect`` for the Cloud TPU provider,
+``AdminClient``) find its token through a
 per-user index (``index_dir()``, mode 0700: one file per port naming the state directory,
 never the token itself), so the token stays in the one file under ``$TPUOPS_HOME``.
 
