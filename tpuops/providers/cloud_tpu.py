@@ -173,17 +173,12 @@ class TpuApi:
         deadline_s: float = 120.0,
         poll_interval_s: float = 5.0,
         page_size: int = 1000,
-        client: Any = None,
         token: str | None = None,
     ) -> None:
-        self.project = project
-        self.endpoint = endpoint
-        self.token = token
-        self.deadline_s = deadline_s
-        self.poll_interval_s = poll_interval_s
-        self.page_size = page_size
+        self.project, self.endpoint, self.token = project, endpoint, token
+        self.deadline_s, self.poll_interval_s, self.page_size = deadline_s, poll_interval_s, page_size
         self.calls = CallCounter()
-        self._client = client
+        self._client: Any = None
         self._client_lock = threading.Lock()
 
     @classmethod
