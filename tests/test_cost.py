@@ -31,13 +31,13 @@ from tpuops.cost import (
     spent,
 )
 from tpuops.errors import UsageError
-from tpuops.fleet import Fleet
+from tpuops.fleet import Fleet, UpPlan
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
-from tpuops.provision import UpPlan, plan_up
+from tpuops.provision import plan_up
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 

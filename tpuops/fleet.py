@@ -35,8 +35,7 @@ from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, T
 from tpuops.kinds import ValueEnum
 from tpuops.ledger import Ledger, Sighting
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, wait_for
-from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
-from tpuops.provision import UpPlan
+from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation
 from tpuops.retry import call_with_retry
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -63,6 +62,18 @@ _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
 def _quiet(_: str) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    """A validated node request, the zones to try in order, and its startup script."""
+
+    request: NodeRequest
+    zones: list[str]
+
+    @property
+    def startup_script(self) -> str:
+        return self.request.metadata[MetadataKey.STARTUP_SCRIPT.value]
 
 
 @dataclass

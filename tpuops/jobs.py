@@ -30,10 +30,11 @@ from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
 from tpuops.errors import NotFound, UsageError
 from tpuops.experiment import Experiment, load_experiment
+from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity, Provider
 from tpuops.ledger import Ledger
 from tpuops.providers.nodes import MetadataKey
-from tpuops.provision import UpPlan, plan_up
+from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.store import Store, open_store
 from tpuops.usercode import check_experiment

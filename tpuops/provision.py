@@ -1,31 +1,18 @@
 """Plan a node: validate everything a create needs and render its request, without calling anything.
 
 ``plan_up`` is what ``up`` (and ``--dry-run``) and every run's declaration use; the ``Fleet``
-(``tpuops.fleet``) makes the plan real. Invariant: a plan is validated before any API call, and
-its node metadata uses the keys of ``MetadataKey`` only.
+(``tpuops.fleet``, which defines ``UpPlan``, its input) makes the plan real. Invariant: a plan is
+validated before any API call, and its node metadata uses the keys of ``MetadataKey`` only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
+from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey, NodeRequest
 from tpuops.render import StartupContext, render_startup_script
-
-
-@dataclass(frozen=True)
-class UpPlan:
-    """A validated node request, the zones to try in order, and its startup script."""
-
-    request: NodeRequest
-    zones: list[str]
-
-    @property
-    def startup_script(self) -> str:
-        return self.request.metadata[MetadataKey.STARTUP_SCRIPT.value]
 
 
 def plan_up(
