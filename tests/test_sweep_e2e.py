@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from helpers import REPO, TfWorld, poll, tf_emulator_env
 from tpuops import runs
 from tpuops.config import load_settings
 from tpuops.controller.reconcile import Controller
-from tpuops.cost import catalog_for, spent
+from tpuops.cost import catalog_for, node_cost, spent
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, stop
 from tpuops.errors import InvalidRequest
@@ -349,3 +350,11 @@ def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world:
     assert status is not None and status.resumed_from_step and status.step == MEDIUM  # on from its checkpoint
     assert 0 < trial.on_demand_usd < trial.cost_usd
     assert runs.load_memory(world.store, trial.run_id)[0].preemptions == 0  # a promotion is no preemption
+    # The promotion deleted the spot node through the Fleet: the ledger ended its READY time where billing did.
+    catalog, now = catalog_for(world.settings), datetime.now(timezone.utc)
+    ours = {h.node.uid: node_cost(h, catalog, now).ready_seconds
+            for h in Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)}
+    billed = {i["node_uid"]: i["seconds"] for i in world.admin.billing()
+              if i["node"].endswith(f"/nodes/{record.node_name}")}
+    assert len(billed) == 2 and set(ours) == set(billed), (ours, billed)
+    assert all(abs(ours[uid] - seconds) <= 0.02 * seconds for uid, seconds in billed.items()), (ours, billed)

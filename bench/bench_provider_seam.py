@@ -1,0 +1,74 @@
+"""How many package files a node provider is named in: this tree against a baseline tree, in one run.
+
+    .venv/bin/python bench/bench_provider_seam.py [--baseline DIR] [--json]
+
+A new provider has to touch every file that names the one it stands next to. In this tree each
+registered provider (``tpuops.providers.registry.PROVIDERS``) is counted: the files under
+``tpuops/`` that name its module or its class. In the baseline (``--baseline``, default
+``$TPUOPS_BASELINE`` or /tmp/tpuops-baseline; make one with ``git archive c4ce28f | tar -x -C DIR``),
+which has no registry, the one adapter is counted the same way (``tpuops.tpu``, ``TpuApi``): those
+files import the adapter or its types, and a second provider would have to be threaded through each.
+The count is of text, so it is exact: one run, no repetitions. Goal: 2 files for a new provider.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL = 2
+
+
+def naming_files(tree: Path, patterns: list[str]) -> list[str]:
+    """The package's files (tpuops/**/*.py) in which any of ``patterns`` (regular expressions) occurs."""
+    found = re.compile("|".join(patterns))
+    return sorted(str(path.relative_to(tree)) for path in (tree / "tpuops").rglob("*.py")
+                  if found.search(path.read_text(encoding="utf-8")))
+
+
+def this_tree() -> list[dict[str, object]]:
+    from tpuops.providers.registry import PROVIDERS
+
+    rows = []
+    for name, connect in PROVIDERS.items():
+        cls = connect.__self__  # type: ignore[attr-defined]  # every entry is a provider's connect classmethod
+        module = cls.__module__
+        files = naming_files(ROOT, [rf"\b{re.escape(module)}\b", rf"\b{cls.__name__}\b"])
+        rows.append({"tree": "this tree", "provider": name, "files": files, "count": len(files)})
+    return rows
+
+
+def baseline_tree(baseline: Path) -> dict[str, object]:
+    files = naming_files(baseline, [r"\btpuops\.tpu\b", r"from tpuops import tpu\b", r"\bTpuApi\b"])
+    return {"tree": "baseline", "provider": "cloud tpu (tpu.py)", "files": files, "count": len(files)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default=os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    baseline = Path(args.baseline)
+    if not (baseline / "tpuops" / "__init__.py").is_file():
+        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive c4ce28f | tar -x -C {baseline})")
+    rows = [baseline_tree(baseline), *this_tree()]
+    if args.json:
+        print(json.dumps({"goal_files": GOAL, "rows": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"package files that name a node provider (goal for a new one: {GOAL})")
+    for column in ("tree", "provider", "files", "which"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["tree"]), str(row["provider"]), str(row["count"]), ", ".join(row["files"]))  # type: ignore[arg-type]
+    Console(width=200).print(table)
+
+
+if __name__ == "__main__":
+    main()
