@@ -2,11 +2,16 @@
 
 A real implementation of ``NodeProvider`` (held to the same contract suite as the Cloud TPU
 adapter), not a mock: nodes live in a dict by (zone, name). A create is answered at once, its
-operation done and the node CREATING until someone moves it (``set_state``: what the planning
+operation done and the node CREATING until someone moves it (``set_state``: what a
 simulation and the controller's tests do to play boot, preemption and loss); a delete removes the
 node at once unless ``hold`` gated it, in which case the node is DELETING and its operation runs
-until the gate opens. ``faults`` makes one call on one node raise an error of the taxonomy.
-``calls`` logs every call as (rpc, node, thread name), so tests can say what a pass asked.
+until the gate opens (the next call of any kind then sees the node gone). ``faults`` makes one
+call on one node raise an error of the taxonomy. ``calls`` logs every call as (rpc, node, thread
+name), so tests can say what a pass asked.
+
+It lives in the package, not under tests/: it is registered (``node_provider = "memory"``), a
+simulation of a plan can drive the controller through it, and it is the worked example of a provider
+that is one module and one registration line.
 
 Thread-safe: one lock around the nodes, the operations and the log.
 """
@@ -50,6 +55,7 @@ class MemoryProvider:
         """Called with the node's name after each create (a test's hook into the moment)."""
         self._held: dict[tuple[str, str], threading.Event] = {}
         self._operations: dict[str, _Pending] = {}
+        self._gated: dict[str, _Pending] = {}  # held deletes not seen to end yet
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
 
@@ -58,8 +64,14 @@ class MemoryProvider:
         return cls(connection.project, poll_interval_s=connection.poll_interval_s)
 
     def _call(self, rpc: str, name: str) -> None:
+        """Log the call, end the held deletes whose gate opened, and raise the call's fault if any."""
         with self._lock:
             self.calls.append((rpc, name, threading.current_thread().name))
+            for operation, pending in list(self._gated.items()):
+                if pending.gate is not None and pending.gate.is_set():
+                    self.nodes.pop(pending.node, None)
+                    pending.ended = datetime.now(UTC)
+                    del self._gated[operation]
             fault = self.faults.get((rpc, name))
         if fault is not None:
             raise fault
@@ -119,15 +131,14 @@ class MemoryProvider:
         if pending is None:
             raise NotFound(f"operation {name} not found")
         with self._lock:
-            if pending.ended is None and pending.gate is not None and pending.gate.is_set():
-                self.nodes.pop(pending.node, None)
-                pending.ended = datetime.now(UTC)
             return self._snapshot(name, pending)
 
     def _start(self, node: tuple[str, str], now: datetime, gate: threading.Event | None) -> Operation:
         name = f"projects/{self.project}/locations/{node[0]}/operations/operation-{next(self._ids)}"
         pending = _Pending(node, now, gate, None if gate is not None else now)
         self._operations[name] = pending
+        if gate is not None:
+            self._gated[name] = pending
         return self._snapshot(name, pending)
 
     def _snapshot(self, name: str, pending: _Pending) -> Operation:
