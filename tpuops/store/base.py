@@ -14,7 +14,9 @@ manifest can be checked against either implementation.
 
 Implementations convert their own failures into ``tpuops.errors`` (plus the two classes
 below) and retry transient ones themselves; callers never see an SDK or OS exception for a
-failure of the store. All methods are safe to call from several threads.
+failure of the store. All methods are safe to call from several threads. A store pickles (so
+what holds one, such as a sweep's journal, crosses to another process): the copy reaches the same
+objects through connections of its own.
 """
 
 from __future__ import annotations
