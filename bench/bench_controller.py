@@ -198,7 +198,7 @@ def seed_record(settings: Settings, store: Store, run_id: str, zone: str,
                 budget_usd: float | None = None) -> RunRecord:
     """The record ``jobs.declare`` writes for a run in ``zone`` (its node request frozen in it)."""
     up = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, run_id=run_id,
-                 job=job_argv(store, "0" * 64, run_id, "train"))
+                 job=job_argv(store.uri, "0" * 64, run_id, "train"))
     return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, [zone]), experiment="bench",
                      bundle_sha256="0" * 64, budget_usd=budget_usd)
 

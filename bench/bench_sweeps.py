@@ -36,11 +36,12 @@ from bench_controller import fake_image, measure, wait_for, world
 from tpuops.controller.reconcile import Controller
 from tpuops.data.samples import digits
 from tpuops.store import LocalStore
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
 from tpuops.sweeps.local_postgres import LocalPostgres, find_bindir
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.start import plan_sweep, start_sweep
+from tpuops.sweeps.template import trial_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-a"  # offers v3-8, the digits experiment's accelerator
@@ -70,20 +71,19 @@ def _seed_sweep(work: Path, w: Any, trials: int, running: int) -> None:
     start_sweep(plan, w.store, lambda _text: None)
     spec = plan.spec
     study = studies.load_study(spec, studies.open_storage(spec, w.store, exclusive=True))
-    record = records.read_record(w.store, spec.name)
+    sweep = sweep_ops.read_sweep(w.store, spec.name)
     for number in range(trials):
         trial = studies.ask(study, spec)
-        trial.set_user_attr("run_id", records.trial_run_id(spec.name, number))
+        trial.set_user_attr("run_id", trial_run_id(spec.name, number))
         for step in (100, 200, 300):
             trial.report(0.5 + number / (10 * trials), step)
         if number < trials - running:
             study.tell(trial, 0.9)
         else:
-            records.declare_trial_run(w.settings, w.store, record["template"], spec.name, number,
-                                      studies.trial_params(trial.params))
+            sweep_ops.declare_trial_run(w.store, sweep, number, studies.trial_params(trial.params))
             status = {"step": 300, "attempt": 1, "phase": "training", "exit_class": None,
                       "evals": [{"step": s, "metrics": {"accuracy": 0.5}} for s in (100, 200, 300)]}
-            w.store.write_bytes(f"runs/{records.trial_run_id(spec.name, number)}/status.json",
+            w.store.write_bytes(f"runs/{trial_run_id(spec.name, number)}/status.json",
                                 json.dumps(status).encode())
 
 

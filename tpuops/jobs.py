@@ -35,6 +35,7 @@ from tpuops.ledger import Ledger
 from tpuops.provision import UpPlan, plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.store import Store, open_store
+from tpuops.store.base import uri_under
 from tpuops.usercode import check_experiment
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -190,10 +191,15 @@ def _checked(plan: JobPlan) -> JobPlan:
     return plan
 
 
-def job_argv(store: Store, bundle_sha256: str, run_id: str, command: str) -> list[str]:
-    """What the startup script runs on worker 0: the bootstrap that checks and starts the bundle."""
-    return ["python3", "-c", bootstrap_source(), store.uri_of(f"bundles/{bundle_sha256}.tar.gz"), bundle_sha256,
-            store.uri_of(runs.spec_key(run_id)), store.uri_of(runs.status_key(run_id)), command]
+def job_argv(store_uri: str, bundle_sha256: str, run_id: str, command: str) -> list[str]:
+    """What the startup script runs on worker 0: the bootstrap that checks and starts the bundle.
+
+    It takes the store's URI, not the store, so that a sweep's frozen template renders it for
+    each trial without opening anything.
+    """
+    return ["python3", "-c", bootstrap_source(), uri_under(store_uri, f"bundles/{bundle_sha256}.tar.gz"),
+            bundle_sha256, uri_under(store_uri, runs.spec_key(run_id)), uri_under(store_uri, runs.status_key(run_id)),
+            command]
 
 
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
@@ -201,7 +207,7 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
             budget_usd: float | None, sweep: str | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
-                 sweep_id=sweep, job=job_argv(store, bundle.sha256, run_id, kind.value),
+                 sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={KEEP_NODE_KEY: "true"} if keep else None)
     return RunRecord(
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,

@@ -202,10 +202,8 @@ def _open_if_there(store: Store, run_id: str) -> Run | None:
 def reopen(store: Store, run_id: str, reason: str) -> bool:
     """Make a finished run active again (``train --resume``): its checkpoints stay; True if it was finished."""
     memory, generation = load_memory(store, run_id)
-    reopened = memory.finished
+    reopened = memory.reopen(time.time(), reason)
     if reopened:
-        memory.phase, memory.outcome, memory.reason, memory.crashes = RunPhase.ACTIVE, None, None, 0
-        memory.event(time.time(), "reopened", reason)
         save_memory(store, run_id, memory, generation)
     mark_active(store, run_id)
     return reopened

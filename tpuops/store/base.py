@@ -52,7 +52,7 @@ class Store(abc.ABC):
 
     def uri_of(self, key: str) -> str:
         """The full URI of ``key`` (for messages and for readers such as ``tf.io.gfile``)."""
-        return f"{self.uri.rstrip('/')}/{check_key(key)}"
+        return uri_under(self.uri, key)
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:
@@ -146,6 +146,11 @@ class Store(abc.ABC):
     def crc32c_of(self, key: str) -> str:
         """The stored object's crc32c (base64, big endian). Raises NotFound if absent."""
         return self.stat(key).crc32c
+
+
+def uri_under(root: str, key: str) -> str:
+    """The URI of ``key`` in the store at ``root``, for those who hold a store's URI but not the store."""
+    return f"{root.rstrip('/')}/{check_key(key)}"
 
 
 def check_key(key: str) -> str:
