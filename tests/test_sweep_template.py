@@ -24,7 +24,6 @@ from tpuops.ledger import Ledger
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec
 from tpuops.store import LocalStore
-from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps.advance import SweepPass
 from tpuops.sweeps.models import SweepRecord
 from tpuops.sweeps.start import plan_sweep, start_sweep

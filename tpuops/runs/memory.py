@@ -1,4 +1,4 @@
-"""What the controller remembers of a run: ``runs/<run>/control.json``.
+"""What the controller remembers of a run: ``runs/<run>/memory.json``.
 
 It holds the counters and evidence that decisions need across passes (attempts, preemptions,
 crashes, consecutive passes without a node, the last step progress, a create in flight, zones

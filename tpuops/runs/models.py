@@ -3,7 +3,7 @@
 Both are read leniently and written strictly: a key this version does not know is ignored when
 read (a newer agent or control plane may add fields), a value of the wrong type is a
 ``UsageError`` naming the file. Enums are ``str`` enums, so a member equals the string the JSON
-holds. The controller's memory (``control.json``) is in ``tpuops.runs.memory``, how a run ended
+holds. The controller's memory (``memory.json``) is in ``tpuops.runs.memory``, how a run ended
 (``Outcome``) in ``tpuops.runs.outcome``.
 """
 

@@ -21,7 +21,7 @@ of them is the ending of a run:
 Every mapping of a run's ending is a table keyed by ``Outcome``, with an entry for each member
 (tests check it): ``COUNTS_AS_FAILURE`` here, and the Optuna trial state a trial is told with
 (``tpuops/sweeps/decide.py``, ``TRIAL_STATE``). ``Outcome`` is a str enum: a member equals the
-string control.json holds.
+string memory.json holds.
 """
 
 from __future__ import annotations

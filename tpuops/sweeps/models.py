@@ -6,7 +6,7 @@ The enums are ``str`` enums, so a member equals the string the JSON holds.
 
 A "record" is the document that declares a thing, written once: ``RunRecord`` (``run.json``)
 declares a run, ``SweepRecord`` (``sweep.json``) a sweep. What changes afterwards is state: a
-run's ``Memory`` (``control.json``), a sweep's ``SweepState`` (``state.json``).
+run's ``Memory`` (``memory.json``), a sweep's ``SweepState`` (``state.json``).
 """
 
 from __future__ import annotations
