@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -310,8 +311,6 @@ def test_gcs_transport_and_credential_errors_map_onto_the_taxonomy() -> None:
 
 
 def test_a_store_pickles_and_its_copy_reads_and_writes_the_same_objects(store: Store) -> None:
-    import pickle
-
     store.write_bytes("a", b"one")
     copy = pickle.loads(pickle.dumps(store))
     assert copy.uri == store.uri

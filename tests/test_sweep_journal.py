@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import local_or_gcs_store
 from lanes import LOCAL_AND_GCS
 from optuna.storages import BaseStorage, JournalStorage
 from optuna.testing.pytest_storages import StorageTestCase
 
-from tpuops.store import LocalStore, Store, gcs_client
-from tpuops.store.gcs import GcsStore
+from tpuops.store import Store
 from tpuops.sweeps.journal import StoreJournal
 
 THREADS, APPENDS = 10, 20
@@ -31,11 +31,7 @@ _COUNTER = iter(range(10**6))
 
 @pytest.fixture(params=LOCAL_AND_GCS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "local":
-        return LocalStore(tmp_path / "store")
-    server = request.getfixturevalue("fake_gcs")
-    bucket = request.getfixturevalue("gcs_bucket")
-    return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
+    return local_or_gcs_store(request, tmp_path)
 
 
 def _journal(store: Store) -> StoreJournal:

@@ -48,14 +48,15 @@ class SweepState(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     phase: SweepPhase = SweepPhase.ACTIVE
-    outcome: SweepOutcome | None = None
-    reason: str | None = None
     passes: int = 0
     last_pass: str | None = None
     waiting: str | None = None
     """Why the last pass launched nothing although trials were left (the budget), if it did."""
     promoted: list[int] = Field(default_factory=list)
     """Trials the endgame moved to on-demand."""
+    outcome: SweepOutcome | None = None
+    """How it ended, once FINISHED, and why (``reason``)."""
+    reason: str | None = None
 
     @property
     def finished(self) -> bool:
