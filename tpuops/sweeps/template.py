@@ -20,7 +20,7 @@ import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
 
 from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.jobs import job_argv
@@ -72,6 +72,13 @@ class TrialTemplate(BaseModel):
     project: str
     store_root: str
     """The store root as the config named it when the startup script was rendered."""
+
+    @field_validator("record")
+    @classmethod
+    def _of_a_sweep(cls, record: RunRecord) -> RunRecord:
+        if not record.sweep:
+            raise ValueError("the template's run record names no sweep")
+        return record
 
     @property
     def sweep(self) -> str:
