@@ -65,11 +65,12 @@ from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, node_cost
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
-from tpuops.jobs import declare, job_argv, plan_train
+from tpuops.jobs import declare, plan_train
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore, ObjectInfo, Store
 from tpuops.tpu import TpuApi
 

@@ -19,10 +19,10 @@ from tpuops import runs
 from tpuops.config import Settings, load_settings
 from tpuops.controller.lease import Leases
 from tpuops.data.samples import digits
-from tpuops.jobs import job_argv
 from tpuops.ledger import Ledger
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec
+from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore
 from tpuops.sweeps.advance import SweepPass
 from tpuops.sweeps.models import SweepRecord

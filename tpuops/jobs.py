@@ -24,7 +24,7 @@ from typing import Any
 
 from tpuops import accelerators, runs
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
-from tpuops.bundle import Bundle, bootstrap_source, build_bundle
+from tpuops.bundle import Bundle, build_bundle
 from tpuops.config import Settings
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
@@ -34,8 +34,8 @@ from tpuops.kinds import Capacity, Provider
 from tpuops.ledger import Ledger
 from tpuops.provision import UpPlan, plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
+from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
-from tpuops.store.base import uri_under
 from tpuops.usercode import check_experiment
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -189,17 +189,6 @@ def plan_train(
 def _checked(plan: JobPlan) -> JobPlan:
     plan.spec_json()  # the agent's parser must accept it now, not on the node
     return plan
-
-
-def job_argv(store_uri: str, bundle_sha256: str, run_id: str, command: str) -> list[str]:
-    """What the startup script runs on worker 0: the bootstrap that checks and starts the bundle.
-
-    It takes the store's URI, not the store, so that a sweep's frozen template renders it for
-    each trial without opening anything.
-    """
-    return ["python3", "-c", bootstrap_source(), uri_under(store_uri, f"bundles/{bundle_sha256}.tar.gz"),
-            bundle_sha256, uri_under(store_uri, runs.spec_key(run_id)), uri_under(store_uri, runs.status_key(run_id)),
-            command]
 
 
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,

@@ -23,10 +23,10 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
 
 from tpuops.agent.runspec import RunSpec, SpecError
-from tpuops.jobs import job_argv
 from tpuops.naming import RUN_KEY
 from tpuops.render import StartupContext, render_startup_script
 from tpuops.runs import RunRecord
+from tpuops.runs.job import job_argv
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 STARTUP_SCRIPT = "startup-script"
