@@ -12,13 +12,16 @@ study exclusively, read the runs of its RUNNING trials only (finished trials cos
 6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
 7. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
 
-A run is stopped by finishing its controller memory (compare-and-swap, under the run's lease, then
-its index marker is rewritten so that a controller's cached copy is read again): the run pass
-that follows in the same reconcile pass deletes its node, which sends the agent the preemption
-notice, so it checkpoints on the way out. New runs get their nodes from that
-same run pass. Killed at any line, the next pass redoes what is missing: the journal is written
-before the run is declared, a declared run is never declared twice, and a trial is asked only
-when the plan counts a free slot after adopting every RUNNING trial.
+A trial's run comes from the sweep's frozen template (``SweepRecord.template.for_trial``), never
+from this pass's ``Settings`` (which serve cost accounting only). A run is stopped or promoted by
+its memory's own transitions (``Memory.finish``, ``Memory.promote``), applied with
+compare-and-swap under the run's lease; then its index marker is rewritten so that a controller's
+cached copy is read again. After a stop, the run pass that follows in the same reconcile pass
+deletes its node, which sends the agent the preemption notice, so it checkpoints on the way out.
+New runs get their nodes from that same run pass. Killed at any line, the next pass redoes what
+is missing: the journal is written before the run is declared, a declared run is never declared
+twice, and a trial is asked only when the plan counts a free slot after adopting every RUNNING
+trial.
 """
 
 from __future__ import annotations
