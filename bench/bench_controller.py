@@ -66,12 +66,13 @@ from tpuops.cost import catalog_for, node_cost
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
-from tpuops.jobs import declare, job_argv, plan_train
+from tpuops.jobs import declare, plan_train
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore, ObjectInfo, Store
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -200,7 +201,7 @@ def seed_record(settings: Settings, store: Store, run_id: str, zone: str,
                 budget_usd: float | None = None) -> RunRecord:
     """The record ``jobs.declare`` writes for a run in ``zone`` (its node request frozen in it)."""
     up = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, run_id=run_id,
-                 job=job_argv(store, "0" * 64, run_id, "train"))
+                 job=job_argv(store.uri, "0" * 64, run_id, "train"))
     return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, [zone]), experiment="bench",
                      bundle_sha256="0" * 64, budget_usd=budget_usd)
 

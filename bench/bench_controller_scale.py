@@ -145,7 +145,7 @@ def _seed(store: Any, active: list[str], finished: list[str]) -> None:
                                                                    "phase": "done" if done else "training"}).encode())
         if done:
             control = {"phase": "finished", "outcome": "succeeded", "attempts": 1, "zone": ZONE}
-            put(f"runs/{run_id}/control.json", json.dumps(control).encode())
+            put(f"runs/{run_id}/memory.json", json.dumps(control).encode())
             for name in HISTORY:
                 if name != "status.json":
                     put(f"runs/{run_id}/{name}", b"x")

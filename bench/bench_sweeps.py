@@ -14,6 +14,9 @@ Measures, side by side in one run (3 repetitions, medians; nothing is asserted):
    opens it) and from one kept open: the journal in the store (tpuops, local store), PostgreSQL 15
    (a throwaway server, ``tpuops.sweeps.local_postgres``) and Optuna's own ``JournalFileBackend``
    on a local file (the baseline: no object store, one machine).
+3. 10 threads x 20 appends through one journal backend: how many logs a fresh reader finds (all
+   200 is Optuna's promise for a backend) and the wall time, the store journal against Optuna's
+   ``JournalFileBackend``.
 
 Not measured (left for later): the digits sweep with parallel 1 vs 4 and with the median pruner
 vs without (real TF trials, minutes each).
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +39,13 @@ from bench_controller import fake_image, measure, wait_for, world
 
 from tpuops.data.samples import digits
 from tpuops.store import LocalStore
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
+from tpuops.sweeps.journal import StoreJournal
 from tpuops.sweeps.local_postgres import LocalPostgres, find_bindir
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.start import plan_sweep, start_sweep
+from tpuops.sweeps.template import trial_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-a"  # offers v3-8, the digits experiment's accelerator
@@ -69,20 +75,19 @@ def _seed_sweep(work: Path, w: Any, trials: int, running: int) -> None:
     start_sweep(plan, w.store, lambda _text: None)
     spec = plan.spec
     study = studies.load_study(spec, studies.open_storage(spec, w.store, exclusive=True))
-    record = records.read_record(w.store, spec.name)
+    sweep = sweep_ops.read_sweep(w.store, spec.name)
     for number in range(trials):
         trial = studies.ask(study, spec)
-        trial.set_user_attr("run_id", records.trial_run_id(spec.name, number))
+        trial.set_user_attr("run_id", trial_run_id(spec.name, number))
         for step in (100, 200, 300):
             trial.report(0.5 + number / (10 * trials), step)
         if number < trials - running:
             study.tell(trial, 0.9)
         else:
-            records.declare_trial_run(w.settings, w.store, record["template"], spec.name, number,
-                                      studies.trial_params(trial.params))
+            sweep_ops.declare_trial_run(w.store, sweep, number, studies.trial_params(trial.params))
             status = {"step": 300, "attempt": 1, "phase": "training", "exit_class": None,
                       "evals": [{"step": s, "metrics": {"accuracy": 0.5}} for s in (100, 200, 300)]}
-            w.store.write_bytes(f"runs/{records.trial_run_id(spec.name, number)}/status.json",
+            w.store.write_bytes(f"runs/{trial_run_id(spec.name, number)}/status.json",
                                 json.dumps(status).encode())
 
 
@@ -163,6 +168,41 @@ def bench_storages(work: Path, trials: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _append_from_threads(backend: Any, threads: int, appends: int) -> float:
+    """Seconds for ``threads`` threads to append ``appends`` one-log batches each through one ``backend``."""
+    def write(tag: int) -> None:
+        for i in range(appends):
+            backend.append_logs([{"writer": tag, "i": i}])
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(write, range(threads)))
+    return time.perf_counter() - started
+
+
+def bench_concurrent_appends(work: Path, threads: int, appends: int) -> list[dict[str, Any]]:
+    """Many threads appending through one journal backend: what a fresh reader finds, and the wall time."""
+    from optuna.storages.journal import JournalFileBackend
+
+    store = LocalStore(work / "appends")
+    cases: list[tuple[str, Callable[[str], tuple[Any, Callable[[], Any]]]]] = [
+        ("journal in the store (tpuops, local store)",
+         lambda n: (StoreJournal(store, n), lambda: StoreJournal(store, n))),
+        ("Optuna JournalFileBackend (baseline)",
+         lambda n: (JournalFileBackend(str(work / f"{n}.log")), lambda: JournalFileBackend(str(work / f"{n}.log")))),
+    ]
+    rows = []
+    for label, make in cases:
+        seconds, readable = [], []
+        for rep in range(REPS):
+            backend, reader = make(f"appends-{len(rows)}-{rep}")
+            seconds.append(_append_from_threads(backend, threads, appends))
+            readable.append(len(list(reader().read_logs(0))))
+        rows.append({"backend": label, "appends": threads * appends, "readable": min(readable),
+                     "ms": round(_median(seconds) * 1000, 1)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -175,7 +215,9 @@ def main() -> None:
         work = Path(tmp)
         passes = [bench_pass(work, trials, run) for trials, run in shapes]
         storages = bench_storages(work, 20 if args.quick else 50)
-    result = {"passes": passes, "storages": storages, "reps": REPS, "seconds": round(time.monotonic() - started)}
+        appends = bench_concurrent_appends(work, 10, 20)
+    result = {"passes": passes, "storages": storages, "appends": appends, "reps": REPS,
+              "seconds": round(time.monotonic() - started)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -199,6 +241,14 @@ def main() -> None:
         table.add_column(column)
     for r in storages:
         table.add_row(r["storage"], r["open"], f"{r['ms_per_trial']:.2f}", f"{r['ms_per_trial'] / base:.1f}x")
+    console.print(table)
+    base = next(r["ms"] for r in appends if r["backend"].startswith("Optuna"))
+    table = Table(title="10 threads x 20 appends through one journal backend, medians of 3",
+                  caption="readable: logs a fresh reader finds (fewest of 3); ratio: wall / Optuna JournalFileBackend")
+    for column in ("backend", "appends", "readable", "wall ms", "ratio"):
+        table.add_column(column)
+    for r in appends:
+        table.add_row(r["backend"], str(r["appends"]), str(r["readable"]), f"{r['ms']:.1f}", f"{r['ms'] / base:.1f}x")
     console.print(table)
     print(f"python {sys.version.split()[0]}; total {result['seconds']} s", file=sys.stderr)
 

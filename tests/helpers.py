@@ -32,6 +32,19 @@ def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s:
         time.sleep(interval_s)
 
 
+def local_or_gcs_store(request: Any, tmp_path: Path) -> Store:
+    """The store a ``LOCAL_AND_GCS``-parametrized fixture stands for: a fresh local one, or one in a fresh bucket
+    on the session's fake-gcs-server."""
+    from tpuops.store import LocalStore, gcs_client
+    from tpuops.store.gcs import GcsStore
+
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    server = request.getfixturevalue("fake_gcs")
+    bucket = request.getfixturevalue("gcs_bucket")
+    return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
+
+
 def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: float = 20.0
                     ) -> tuple[EmulatorInfo, dict[str, str]]:
     """A TF emulator under ``work/home`` and the environment a ``tpuops`` process needs to drive it fast."""

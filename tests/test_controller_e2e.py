@@ -326,7 +326,7 @@ def test_a_controller_killed_after_its_create_leaves_no_duplicate_node(world: Wo
     creates = world.creates()
     report: PassReport = world.controller("dies").run_pass(only=run)
     assert report.acted == [(run, "create", A)]
-    world.store.delete(runs.control_key(run))  # as if the pass had died just before its last line
+    world.store.delete(runs.memory_key(run))  # as if the pass had died just before its last line
     finished = drive(world.controller("fresh"), run, poll_s=0.1, on_status=lambda _status: None)
     ended_cleanly(world, run, finished)
     assert world.creates() - creates == 1

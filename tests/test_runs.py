@@ -104,6 +104,35 @@ def test_memory_is_saved_with_compare_and_swap(store: Store) -> None:
     assert current == saved and back.events == [{"at": 1.0, "kind": "create", "message": "attempt 1"}]
 
 
+def test_a_memory_in_its_legacy_file_is_read_and_the_next_save_moves_it_to_memory_json(store: Store) -> None:
+    declare(store, "old")
+    legacy = Memory(attempts=2, preemptions=1)
+    store.write_bytes(runs.layout.run_key("old", runs.layout.LEGACY_MEMORY), legacy.to_bytes())
+    memory, generation = runs.load_memory(store, "old")
+    assert (memory.attempts, memory.preemptions, generation) == (2, 1, 0)
+    memory.finish(5.0, Outcome.STOPPED, "by a sweep")
+    runs.save_memory(store, "old", memory, generation)
+    assert runs.load_memory(store, "old")[0].outcome is Outcome.STOPPED
+    assert store.exists(runs.memory_key("old"))
+
+
+@pytest.mark.unit
+def test_memory_owns_its_transitions_finish_promote_and_reopen() -> None:
+    memory = Memory()
+    assert memory.promote(1.0, Capacity.ON_DEMAND, Capacity.SPOT)
+    assert (memory.capacity, memory.deleting, memory.events[-1]["message"]) == (
+        Capacity.ON_DEMAND, True, "endgame: moving from spot to on-demand at the next checkpoint")
+    assert not memory.promote(2.0, Capacity.ON_DEMAND, Capacity.SPOT)  # once
+    assert not memory.reopen(3.0, "not finished")
+    memory.pending_create = None
+    memory.finish(4.0, Outcome.PRUNED, "pruned at step 40")
+    assert (memory.phase, memory.outcome, memory.events[-1]["message"]) == (
+        RunPhase.FINISHED, Outcome.PRUNED, "pruned: pruned at step 40")
+    assert not memory.promote(5.0, Capacity.ON_DEMAND, Capacity.SPOT)
+    assert memory.reopen(6.0, "train --resume")
+    assert (memory.phase, memory.outcome, memory.reason, memory.crashes) == (RunPhase.ACTIVE, None, None, 0)
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize(("memory_outcome", "exit_class", "finished"), [
     (None, None, False),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -307,3 +308,12 @@ def test_gcs_transport_and_credential_errors_map_onto_the_taxonomy() -> None:
     assert isinstance(convert_error(requests.ConnectionError("refused"), "gs://b"), TransientError)
     assert isinstance(convert_error(auth.DefaultCredentialsError("none"), "gs://b"), PermissionDenied)
     assert convert_error(ValueError("a bug, not a failure of the store"), "gs://b") is None
+
+
+def test_a_store_pickles_and_its_copy_reads_and_writes_the_same_objects(store: Store) -> None:
+    store.write_bytes("a", b"one")
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.uri == store.uri
+    assert copy.read_bytes("a") == b"one"
+    copy.write_bytes("b", b"two")
+    assert store.read_bytes("b") == b"two"

@@ -6,8 +6,19 @@ from pathlib import Path
 
 import pytest
 
+from tpuops.agent.exits import ExitClass
 from tpuops.errors import UsageError
-from tpuops.sweeps.decide import Endgame, RunView, SweepView, TrialView, decide, objective_of
+from tpuops.runs.outcome import COUNTS_AS_FAILURE, OUTCOME_OF_EXIT, Outcome
+from tpuops.sweeps.decide import (
+    TRIAL_STATE,
+    Endgame,
+    RunView,
+    SweepView,
+    TrialState,
+    TrialView,
+    decide,
+    objective_of,
+)
 from tpuops.sweeps.spec import grid_points, load_sweep
 from tpuops.sweeps.status import lost_to_recompute
 
@@ -24,11 +35,11 @@ def view(*trials: TrialView, **limits: object) -> SweepView:
 
 def running(number: int, **run: object) -> TrialView:
     reported = run.pop("reported", -1)
-    return TrialView(number, "RUNNING", reported=int(reported), run=RunView(**{"finished": False, **run}))
+    return TrialView(number, TrialState.RUNNING, reported=int(reported), run=RunView(**{"finished": False, **run}))
 
 
 def finished(number: int, outcome: str, **run: object) -> TrialView:
-    return TrialView(number, "RUNNING", run=RunView(finished=True, outcome=outcome, **run))
+    return TrialView(number, TrialState.RUNNING, run=RunView(finished=True, outcome=Outcome(outcome), **run))
 
 
 def test_a_new_sweep_launches_up_to_parallel() -> None:
@@ -37,13 +48,13 @@ def test_a_new_sweep_launches_up_to_parallel() -> None:
 
 
 def test_launches_stop_at_the_number_of_trials() -> None:
-    trials = [TrialView(n, "COMPLETE") for n in range(3)]
+    trials = [TrialView(n, TrialState.COMPLETE) for n in range(3)]
     assert decide(view(*trials)).launch == 1
     assert decide(view(*trials, running(3))).launch == 0
 
 
 def test_a_running_trial_without_a_run_is_adopted_and_takes_its_slot() -> None:
-    plan = decide(view(TrialView(0, "RUNNING", run=None)))
+    plan = decide(view(TrialView(0, TrialState.RUNNING, run=None)))
     assert plan.adopt == [0] and plan.launch == 1
 
 
@@ -86,29 +97,30 @@ def test_a_stopped_trial_without_values_fails_and_a_success_without_objective_fa
 
 
 def test_the_objective_at_a_step_is_that_evaluation() -> None:
-    run = RunView(finished=True, outcome="succeeded", evals=((20, 0.3), (40, 0.7), (60, 0.8)), final=0.8)
+    run = RunView(finished=True, outcome=Outcome.SUCCEEDED, evals=((20, 0.3), (40, 0.7), (60, 0.8)), final=0.8)
     assert objective_of(run, 40) == 0.7 and objective_of(run, None) == 0.8 and objective_of(run, 30) == 0.8
 
 
 def test_failures_stop_launches_and_end_the_sweep_failed() -> None:
-    failed = [TrialView(0, "FAIL", failure=True), TrialView(1, "FAIL", failure=True)]
+    failed = [TrialView(0, TrialState.FAIL, failure=True), TrialView(1, TrialState.FAIL, failure=True)]
     plan = decide(view(*failed))
     assert plan.launch == 0 and plan.ended is not None and plan.ended[0] == "failed"
-    plan = decide(view(TrialView(0, "FAIL", failure=True), finished(1, "user-error")))
+    plan = decide(view(TrialView(0, TrialState.FAIL, failure=True), finished(1, "user-error")))
     assert plan.launch == 0 and plan.ended is not None and plan.ended[0] == "failed"
 
 
 def test_all_trials_ended_completes_the_sweep() -> None:
-    plan = decide(view(*(TrialView(n, s) for n, s in enumerate(["COMPLETE", "PRUNED", "COMPLETE"])),
+    plan = decide(view(*(TrialView(n, TrialState(s)) for n, s in enumerate(["COMPLETE", "PRUNED", "COMPLETE"])),
                        finished(3, "succeeded", final=0.5)))
     assert plan.ended == ("completed", "all 4 trials ended") and plan.launch == 0
 
 
 def test_stop_stops_running_trials_then_ends() -> None:
-    plan = decide(view(running(0), TrialView(1, "COMPLETE"), stopping=True))
+    plan = decide(view(running(0), TrialView(1, TrialState.COMPLETE), stopping=True))
     assert [(s.number, s.outcome) for s in plan.stops] == [(0, "stopped")] and plan.launch == 0
     assert plan.ended is None  # ends once nothing runs
-    assert decide(view(TrialView(1, "COMPLETE"), stopping=True)).ended == ("stopped", "stopped by 'tpuops sweep stop'")
+    stopped = decide(view(TrialView(1, TrialState.COMPLETE), stopping=True)).ended
+    assert stopped == ("stopped", "stopped by 'tpuops sweep stop'")
 
 
 def test_a_launch_must_fit_the_budget_after_what_running_trials_will_still_cost() -> None:
@@ -116,7 +128,7 @@ def test_a_launch_must_fit_the_budget_after_what_running_trials_will_still_cost(
     limits = {"budget_usd": 10.0, "projected_usd": 3.0, "parallel": 4, "wanted": 8}
     plan = decide(view(running(0, cost_usd=1.0), running(1, cost_usd=1.0), spent_usd=2.0, **limits))
     assert plan.launch == 1 and plan.waiting_reason is not None and "$3.00" in plan.waiting_reason
-    plan = decide(view(TrialView(0, "COMPLETE"), TrialView(1, "COMPLETE"), spent_usd=8.0, **limits))
+    plan = decide(view(TrialView(0, TrialState.COMPLETE), TrialView(1, TrialState.COMPLETE), spent_usd=8.0, **limits))
     assert plan.launch == 0 and plan.ended is not None and plan.ended[0] == "budget-exhausted"
 
 
@@ -127,23 +139,23 @@ def test_spending_at_the_cap_stops_every_running_trial() -> None:
 
 
 def test_waiting_grid_points_are_not_counted_as_created() -> None:
-    plan = decide(view(TrialView(0, "WAITING"), TrialView(1, "WAITING"), wanted=2))
+    plan = decide(view(TrialView(0, TrialState.WAITING), TrialView(1, TrialState.WAITING), wanted=2))
     assert plan.launch == 2
 
 
 def test_the_endgame_promotes_the_leaders_once_the_sweep_nears_its_end() -> None:
     rule = Endgame(leaders=1, at_budget_fraction=0.8, at_trials_fraction=0.5)
     trials = (running(2, evals=((20, 0.6),), reported=20), running(3, evals=((20, 0.9),), reported=20))
-    early = decide(view(TrialView(0, "COMPLETE"), *trials, endgame=rule))
+    early = decide(view(TrialView(0, TrialState.COMPLETE), *trials, endgame=rule))
     assert early.promote == []  # 1 of 4 trials ended: not yet
-    late = decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), *trials, endgame=rule))
+    late = decide(view(TrialView(0, TrialState.COMPLETE), TrialView(1, TrialState.PRUNED), *trials, endgame=rule))
     assert late.promote == [3]  # the leader by its latest value
-    assert decide(view(TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"), *trials, endgame=rule,
+    assert decide(view(TrialView(0, TrialState.COMPLETE), TrialView(1, TrialState.PRUNED), *trials, endgame=rule,
                        maximize=False)).promote == [2]
     spent = decide(view(*trials, endgame=rule, budget_usd=10.0, spent_usd=8.5, projected_usd=0.1))
     assert spent.promote == [3]  # 85 % of the budget spent
     promoted = running(3, evals=((20, 0.9),), reported=20, on_demand=True, promoted=True)
-    ended = (TrialView(0, "COMPLETE"), TrialView(1, "PRUNED"))
+    ended = (TrialView(0, TrialState.COMPLETE), TrialView(1, TrialState.PRUNED))
     assert decide(view(*ended, trials[0], promoted, endgame=rule)).promote == []  # one leader in all
     assert decide(view(*ended, trials[0], endgame=rule, promoted=1)).promote == []  # ...even once it ended
     two = Endgame(leaders=2, at_budget_fraction=0.8, at_trials_fraction=0.5)
@@ -203,3 +215,16 @@ def test_dollars_lost_are_the_share_of_cost_spent_on_steps_trained_twice() -> No
     assert lost_to_recompute(3.0, step=200, recomputed=100) == pytest.approx(1.0)
     assert lost_to_recompute(3.0, step=200, recomputed=0) == 0.0
     assert lost_to_recompute(0.0, step=0, recomputed=0) == 0.0
+
+
+def test_every_run_ending_has_one_trial_state_and_one_failure_verdict() -> None:
+    assert set(TRIAL_STATE) == set(Outcome) == set(COUNTS_AS_FAILURE)
+    assert {o for o, failure in COUNTS_AS_FAILURE.items() if failure} == {
+        Outcome.USER_ERROR, Outcome.CRASHED, Outcome.FAILED}
+
+
+def test_an_agent_exit_ends_a_run_unless_it_was_a_preemption() -> None:
+    assert {e: OUTCOME_OF_EXIT.get(e) for e in ExitClass} == {
+        ExitClass.SUCCEEDED: Outcome.SUCCEEDED, ExitClass.USER_ERROR: Outcome.USER_ERROR,
+        ExitClass.CRASHED: Outcome.CRASHED, ExitClass.PREEMPTED: None}
+    assert all(Outcome.of_exit(e) is OUTCOME_OF_EXIT[e] for e in OUTCOME_OF_EXIT)

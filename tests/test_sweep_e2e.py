@@ -31,7 +31,7 @@ from tpuops.emulator.control import AdminClient, stop
 from tpuops.errors import InvalidRequest
 from tpuops.ledger import Ledger
 from tpuops.store import open_store
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps.status import SweepStatus, sweep_status
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
@@ -81,7 +81,7 @@ class World(TfWorld):
         return sweep_status(self.settings, self.store, Ledger(self.settings.ledger_path), sweep)
 
     def phase(self, sweep: str) -> str:
-        return records.load_state(self.store, sweep)[0].phase
+        return sweep_ops.load_state(self.store, sweep)[0].phase
 
     def nodes(self, sweep: str) -> list[dict[str, Any]]:
         return [n for n in self.admin.nodes() if f"/nodes/{sweep}-t" in n["name"]]

@@ -24,10 +24,10 @@ from tpuops import runs
 from tpuops.config import load_settings
 from tpuops.data.samples import digits
 from tpuops.store import LocalStore
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
-from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.start import plan_sweep, start_sweep
+from tpuops.sweeps.template import trial_run_id
 
 pytestmark = pytest.mark.emulator
 
@@ -128,7 +128,7 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
     twins = [_worker(work, env, holder) for holder in ("left", "right")]
     try:
         deadline = time.monotonic() + 120
-        while records.load_state(store, sweep)[0].phase != "finished":
+        while sweep_ops.load_state(store, sweep)[0].phase != "finished":
             assert time.monotonic() < deadline, "the twin passes did not finish the sweep"
             _finish_declared_runs(store, sweep)
             time.sleep(0.05)  # the pace of this fake data plane
@@ -136,17 +136,17 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
         for twin in twins:
             twin.kill()
             twin.wait(10)
-    state = records.load_state(store, sweep)[0]
+    state = sweep_ops.load_state(store, sweep)[0]
     assert state.outcome == "completed"
-    spec = SweepSpec.model_validate(records.read_record(store, sweep)["spec"])
+    spec = sweep_ops.read_sweep(store, sweep).spec
     trials = studies.load_study(spec, studies.open_storage(spec, store)).get_trials()
     run_ids = sorted({o.key.split("/")[1] for o in store.list("runs/") if o.key.endswith("/run.json")})
     assert [t.number for t in trials] == list(range(TRIALS))
     assert len({t.params["learning_rate"] for t in trials}) == TRIALS  # each trial drew its own
-    assert run_ids == [records.trial_run_id(sweep, n) for n in range(TRIALS)]
+    assert run_ids == [trial_run_id(sweep, n) for n in range(TRIALS)]
     assert sorted(runs.all_run_ids(store)) == run_ids  # every trial run is indexed
     for trial in trials:
-        run_id = records.trial_run_id(sweep, trial.number)
+        run_id = trial_run_id(sweep, trial.number)
         spec_json = json.loads(store.read_bytes(f"runs/{run_id}/spec.json"))
         assert trial.state.name == "COMPLETE" and trial.user_attrs["run_id"] == run_id
         assert {k: spec_json["hparams"][k] for k in trial.params} == trial.params
@@ -159,7 +159,7 @@ def test_killed_passes_and_twin_passes_keep_trial_and_run_counts_exact(world: tu
     worker = _worker(work, env, "replay")
     try:
         deadline = time.monotonic() + 120
-        while records.load_state(replay, "replay")[0].phase != "finished":
+        while sweep_ops.load_state(replay, "replay")[0].phase != "finished":
             assert time.monotonic() < deadline, "the replay did not finish"
             _finish_declared_runs(replay, "replay")
             time.sleep(0.05)

@@ -150,7 +150,7 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     compared = _same_weights(work, reference, run)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert [n for n in _nodes(info) if n.get("name", "").endswith(f"/{run}")] == []
-    control = json.loads((_run_dir(work, run) / "control.json").read_text())
+    control = json.loads((_run_dir(work, run) / "memory.json").read_text())
     assert [e["kind"] for e in control["events"] if e["kind"] in ("create", "preempted", "vanished", "finished")] \
         == ["create", "preempted", "create", "finished"]
 
@@ -178,7 +178,7 @@ def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[P
     code, _, err = _finish(_tpuops(work, info, "train", str(spec), "--name", "broken-1"))
     assert code == 1
     assert "run broken-1 ended user-error" in err.splitlines()[-1]
-    control = json.loads((_run_dir(work, "broken-1") / "control.json").read_text())
+    control = json.loads((_run_dir(work, "broken-1") / "memory.json").read_text())
     assert control["attempts"] == 1 and control["outcome"] == "user-error"
     status = _status(work, "broken-1")
     assert status["exit_class"] == "user-error"

@@ -196,7 +196,7 @@ def test_script_outcomes_through_the_controller(world: tuple[Path, EmulatorInfo]
     for mode, (outcome, attempts, event) in expected.items():
         code, result, err = _finish(procs[mode], timeout=240)
         assert result["exit_class"] == outcome and result["attempts"] == attempts, (result, err)
-        control = json.loads((_run_dir(work, f"outcome-{mode}") / "control.json").read_text())
+        control = json.loads((_run_dir(work, f"outcome-{mode}") / "memory.json").read_text())
         kinds = [e["kind"] for e in control["events"]]
         assert (event in kinds) if event else not {"crash", "hang"} & set(kinds)
         assert (code == 0) == (outcome == "succeeded")

@@ -24,7 +24,7 @@ from typing import Any
 
 from tpuops import accelerators, runs
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
-from tpuops.bundle import Bundle, bootstrap_source, build_bundle
+from tpuops.bundle import Bundle, build_bundle
 from tpuops.config import Settings
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
@@ -36,6 +36,7 @@ from tpuops.ledger import Ledger
 from tpuops.providers.nodes import MetadataKey
 from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
+from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
 from tpuops.usercode import check_experiment
 
@@ -191,18 +192,12 @@ def _checked(plan: JobPlan) -> JobPlan:
     return plan
 
 
-def job_argv(store: Store, bundle_sha256: str, run_id: str, command: str) -> list[str]:
-    """What the startup script runs on worker 0: the bootstrap that checks and starts the bundle."""
-    return ["python3", "-c", bootstrap_source(), store.uri_of(f"bundles/{bundle_sha256}.tar.gz"), bundle_sha256,
-            store.uri_of(runs.spec_key(run_id)), store.uri_of(runs.status_key(run_id)), command]
-
-
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
             spec_path: Path, accelerator: str, capacity: Capacity | None, bundle: Bundle, *, keep: bool,
             budget_usd: float | None, sweep: str | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
-                 sweep_id=sweep, job=job_argv(store, bundle.sha256, run_id, kind.value),
+                 sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None)
     return RunRecord(
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,

@@ -182,7 +182,9 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
             console.print(finished.goodput.summary(), markup=False, soft_wrap=True)
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
-    if finished.outcome != "succeeded":
+    from tpuops.runs import Outcome
+
+    if finished.outcome is not Outcome.SUCCEEDED:
         from tpuops.errors import UserJobError
 
         raise UserJobError(f"run {finished.run_id} ended {finished.outcome}: {finished.reason or 'see tpuops logs'}")

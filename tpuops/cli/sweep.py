@@ -125,12 +125,12 @@ def stop(
 ) -> None:
     """No new trials; the next pass stops the running ones (they checkpoint) and ends the sweep."""
     from tpuops.session import store
-    from tpuops.sweeps.record import request_stop
+    from tpuops.sweeps.ops import request_stop
 
     state = request_stop(store(load_settings(ctx)), name)
     if as_json:
         print_json({"sweep": name, "phase": state.phase, "outcome": state.outcome})
-    elif state.phase == "finished":
+    elif state.finished:
         err_console().print(f"sweep {name} had already ended ({state.outcome})")
     else:
         err_console().print(f"sweep {name} is stopping: the next 'tpuops reconcile' pass stops its running trials")
@@ -161,7 +161,7 @@ def report(
 def list_sweeps(ctx: typer.Context, as_json: bool = JSON) -> None:
     """Every sweep in the store, with its phase and outcome."""
     from tpuops.session import store
-    from tpuops.sweeps.record import all_sweeps, load_state
+    from tpuops.sweeps.ops import all_sweeps, load_state
 
     root = store(load_settings(ctx))
     rows = [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()

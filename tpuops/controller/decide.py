@@ -34,7 +34,7 @@ from tpuops.cost import format_usd
 from tpuops.errors import CreateResult
 from tpuops.kinds import ValueEnum
 from tpuops.providers.nodes import NodeState
-from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunPhase
+from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.REIMAGING, NodeState.DELETING, NodeState.STOPPING, NodeState.UNHIDING}
@@ -84,13 +84,6 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
 
 
-def _finish(memory: Memory, now: float, outcome: Outcome, reason: str) -> None:
-    memory.phase, memory.outcome, memory.reason = RunPhase.FINISHED, outcome, reason
-    memory.pending_create = None
-    memory.deleting = True  # a run reopened later (train --resume) gets its node back at once
-    memory.event(now, "finished", f"{outcome}: {reason}")
-
-
 def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
     open_zones = [z for z in policy.zones if memory.blocked_zones.get(z, 0.0) <= now]
     if memory.zone in open_zones:
@@ -136,7 +129,7 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
     memory.deleting = True
     exists = bool(observed.node_zone) and observed.node_state is not None
     if memory.crashes > policy.max_crashes:
-        _finish(memory, now, Outcome.CRASHED, f"{message}; gave up after {policy.max_crashes} restarts")
+        memory.finish(now, Outcome.CRASHED, f"{message}; gave up after {policy.max_crashes} restarts")
         if exists:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
         return
@@ -156,7 +149,7 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
     message = status.message or str(status.exit_class)
     if status.final:
         user_error = status.exit_class == ExitClass.USER_ERROR
-        _finish(memory, now, Outcome.of_exit(status.exit_class), message if user_error else f"step {status.step}")
+        memory.finish(now, Outcome.of_exit(status.exit_class), message if user_error else f"step {status.step}")
         if observed.node_zone and observed.node_state is not None and not policy.keep_node:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return True
@@ -179,7 +172,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
             observed.spent_usd >= observed.budget_usd:
-        _finish(memory, now, Outcome.BUDGET_EXHAUSTED,
+        memory.finish(now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
@@ -237,7 +230,7 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
             memory.event(now, "stockout", f"no capacity in {pending.zone}: {observed.create_message}")
             _create(memory, policy, now, "failover after a stockout", decision)
         elif result == CreateResult.FAILED:
-            _finish(memory, now, Outcome.FAILED, f"the create request failed: {observed.create_message}")
+            memory.finish(now, Outcome.FAILED, f"the create request failed: {observed.create_message}")
         elif result == CreateResult.RETRY:
             memory.pending_create = None
             _create(memory, policy, now, f"retrying a failed create request ({observed.create_message})", decision)

@@ -7,12 +7,12 @@ on by the agent (``AgentStatus``) and looked at by people (``open_run``, ``list_
 CLI use only this package to touch a run's files.
 
 Invariants: run.json and spec.json are written once and never change; only the controller's lease
-holder (and ``reopen``) writes control.json, with compare-and-swap; a run is finished when the
+holder (and ``reopen``) writes memory.json, with compare-and-swap; a run is finished when the
 controller says so (``Memory.phase``) or the agent ended it for good (succeeded, user-error) —
 ``is_finished`` is the one test of that.
 """
 
-from tpuops.runs.layout import control_key, logs_prefix, record_key, spec_key, status_key
+from tpuops.runs.layout import logs_prefix, memory_key, record_key, spec_key, status_key
 from tpuops.runs.memory import Event, Memory, PendingCreate
 from tpuops.runs.models import (
     AgentStatus,
@@ -54,8 +54,8 @@ from tpuops.runs.ops import (
 __all__ = [
     "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
     "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
-    "all_run_ids", "control_key", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
-    "list_runs", "load_memory", "logs_prefix", "mark_active", "open_run", "parallel_map", "read_record",
+    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
+    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_record",
     "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "run_exists", "save_memory",
     "spec_key", "status_key",
 ]

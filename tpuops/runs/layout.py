@@ -10,8 +10,11 @@ Every key below is relative to the store root (docs/design.md, "The store is the
     runs/<run>/status.json    the agent's status (``AgentStatus``): rewritten whole by the agent at
                               every phase change and heartbeat, and by the node's bootstrap when it
                               refuses a bundle. The control plane only reads it.
-    runs/<run>/control.json   the controller's memory (``Memory``): written with compare-and-swap by
-                              the lease holder after a pass that changed it, and by ``reopen``.
+    runs/<run>/memory.json    the controller's memory of the run (``Memory``): written with
+                              compare-and-swap by the lease holder after a pass that changed it,
+                              and by ``reopen``. A run of a store from before this name has its
+                              memory in ``control.json``: read there until the memory is next
+                              written (as memory.json).
     runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
@@ -39,7 +42,9 @@ INDEX_BUILT = "index/built"
 RECORD = "run.json"
 SPEC = "spec.json"
 STATUS = "status.json"
-CONTROL = "control.json"
+MEMORY = "memory.json"
+LEGACY_MEMORY = "control.json"
+"""Where the memory was kept before it was named after what it is; read only."""
 LOGS = "logs/"
 
 
@@ -60,8 +65,8 @@ def status_key(run_id: str) -> str:
     return run_key(run_id, STATUS)
 
 
-def control_key(run_id: str) -> str:
-    return run_key(run_id, CONTROL)
+def memory_key(run_id: str) -> str:
+    return run_key(run_id, MEMORY)
 
 
 def logs_prefix(run_id: str) -> str:

@@ -1,4 +1,4 @@
-"""What the controller remembers of a run: ``runs/<run>/control.json``.
+"""What the controller remembers of a run: ``runs/<run>/memory.json``.
 
 It holds the counters and evidence that decisions need across passes (attempts, preemptions,
 crashes, consecutive passes without a node, the last step progress, a create in flight, zones
@@ -6,6 +6,10 @@ blocked by a stockout) and the run's event log (``tpuops events``). It is writte
 compare-and-swap on its generation, by the lease holder (and by ``reopen``), so it never loses an
 update. ``phase`` FINISHED is the controller's word that the run is over: whatever the agent's
 status says, such a run is not active.
+
+The memory owns its transitions: ``finish`` (the controller's decisions and a sweep's stops),
+``promote`` (a sweep's endgame) and ``reopen`` (``train --resume``). Each is written once, here,
+and says in its event why; callers decide *whether*, never *how*.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing_extensions import TypedDict
 
 from tpuops.errors import CreateResult
 from tpuops.kinds import Capacity
-from tpuops.runs.models import Outcome, RunPhase
+from tpuops.runs.models import RunPhase
+from tpuops.runs.outcome import Outcome
 
 MAX_EVENTS = 500
 
@@ -72,6 +77,34 @@ class Memory(BaseModel):
     @property
     def finished(self) -> bool:
         return self.phase == RunPhase.FINISHED
+
+    def finish(self, now: float, outcome: Outcome, reason: str) -> None:
+        """End the run: its node goes (a run reopened later, ``train --resume``, gets a new one at once)."""
+        self.phase, self.outcome, self.reason = RunPhase.FINISHED, outcome, reason
+        self.pending_create = None
+        self.deleting = True
+        self.event(now, "finished", f"{outcome}: {reason}")
+
+    def promote(self, now: float, capacity: Capacity, was: Capacity) -> bool:
+        """Recreate the run's next node with ``capacity`` instead of the record's ``was``; its node goes on purpose.
+
+        False (and nothing changes) when the run is finished or was promoted already.
+        """
+        if self.finished or self.capacity is not None:
+            return False
+        self.capacity = capacity
+        self.deleting = True
+        self.pending_create = None
+        self.event(now, "promoted", f"endgame: moving from {was.value} to {capacity.value} at the next checkpoint")
+        return True
+
+    def reopen(self, now: float, reason: str) -> bool:
+        """Make a finished run active again, its restarts counted afresh; False if it was not finished."""
+        if not self.finished:
+            return False
+        self.phase, self.outcome, self.reason, self.crashes = RunPhase.ACTIVE, None, None, 0
+        self.event(now, "reopened", reason)
+        return True
 
     def event(self, now: float, kind: str, message: str) -> None:
         self.events.append(Event(at=now, kind=kind, message=message))

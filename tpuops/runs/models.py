@@ -3,7 +3,8 @@
 Both are read leniently and written strictly: a key this version does not know is ignored when
 read (a newer agent or control plane may add fields), a value of the wrong type is a
 ``UsageError`` naming the file. Enums are ``str`` enums, so a member equals the string the JSON
-holds. The controller's memory (``control.json``) is in ``tpuops.runs.memory``.
+holds. The controller's memory (``memory.json``) is in ``tpuops.runs.memory``, how a run ended
+(``Outcome``) in ``tpuops.runs.outcome``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tpuops.agent.exits import ExitClass, Phase
 from tpuops.errors import UsageError
 from tpuops.kinds import ValueEnum
 from tpuops.providers.nodes import NodeRequest
+from tpuops.runs.outcome import Outcome
 
 __all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
            "RunPhase", "RunRecord", "parse"]
@@ -35,25 +37,6 @@ class RunPhase(ValueEnum):
 
     ACTIVE = "active"
     FINISHED = "finished"
-
-
-class Outcome(ValueEnum):
-    """How a finished run ended, as the controller decided it (``tpuops events``, ``runs``)."""
-
-    SUCCEEDED = "succeeded"
-    USER_ERROR = "user-error"
-    CRASHED = "crashed"
-    BUDGET_EXHAUSTED = "budget-exhausted"
-    FAILED = "failed"  # a create request was refused (quota, permission, invalid)
-    # A sweep ended the run (tpuops.sweeps): its pruner, 'sweep stop' or the sweep's budget, too many preemptions.
-    PRUNED = "pruned"
-    STOPPED = "stopped"
-    PREEMPTED_OUT = "preempted-out"
-
-    @classmethod
-    def of_exit(cls, exit_class: ExitClass) -> Outcome:
-        """The outcome a final agent exit (succeeded, user-error) or the last crash gives the run."""
-        return cls(exit_class.value)
 
 
 class _Doc(BaseModel):

@@ -80,18 +80,26 @@ def read_status(store: Store, run_id: str) -> AgentStatus | None:
 
 
 def load_memory(store: Store, run_id: str) -> tuple[Memory, int]:
-    """The controller's memory of the run and its generation (a fresh memory and 0 when there is none)."""
-    key = layout.control_key(run_id)
+    """The controller's memory of the run and its generation (a fresh memory and 0 when there is none).
+
+    A memory still in its legacy file (``layout.LEGACY_MEMORY``) comes with generation 0: the next
+    save creates memory.json, with compare-and-swap like any other.
+    """
+    key = layout.memory_key(run_id)
     try:
         data, generation = store.read_versioned(key)
     except NotFound:
-        return Memory(), 0
+        legacy = layout.run_key(run_id, layout.LEGACY_MEMORY)
+        try:
+            return parse(Memory, store.read_bytes(legacy), store.uri_of(legacy)), 0
+        except NotFound:
+            return Memory(), 0
     return parse(Memory, data, store.uri_of(key)), generation
 
 
 def save_memory(store: Store, run_id: str, memory: Memory, generation: int) -> int:
     """Write if nobody else did since ``generation``; raises PreconditionFailed otherwise."""
-    return store.write_if_generation_match(layout.control_key(run_id), memory.to_bytes(), generation)
+    return store.write_if_generation_match(layout.memory_key(run_id), memory.to_bytes(), generation)
 
 
 # -- a run as a whole ------------------------------------------------------------------------------
@@ -202,10 +210,8 @@ def _open_if_there(store: Store, run_id: str) -> Run | None:
 def reopen(store: Store, run_id: str, reason: str) -> bool:
     """Make a finished run active again (``train --resume``): its checkpoints stay; True if it was finished."""
     memory, generation = load_memory(store, run_id)
-    reopened = memory.finished
+    reopened = memory.reopen(time.time(), reason)
     if reopened:
-        memory.phase, memory.outcome, memory.reason, memory.crashes = RunPhase.ACTIVE, None, None, 0
-        memory.event(time.time(), "reopened", reason)
         save_memory(store, run_id, memory, generation)
     mark_active(store, run_id)
     return reopened

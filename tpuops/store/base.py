@@ -14,7 +14,9 @@ manifest can be checked against either implementation.
 
 Implementations convert their own failures into ``tpuops.errors`` (plus the two classes
 below) and retry transient ones themselves; callers never see an SDK or OS exception for a
-failure of the store. All methods are safe to call from several threads.
+failure of the store. All methods are safe to call from several threads. A store pickles (so
+what holds one, such as a sweep's journal, crosses to another process): the copy reaches the same
+objects through connections of its own.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class Store(abc.ABC):
 
     def uri_of(self, key: str) -> str:
         """The full URI of ``key`` (for messages and for readers such as ``tf.io.gfile``)."""
-        return f"{self.uri.rstrip('/')}/{check_key(key)}"
+        return uri_under(self.uri, key)
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:
@@ -144,6 +146,11 @@ class Store(abc.ABC):
     def crc32c_of(self, key: str) -> str:
         """The stored object's crc32c (base64, big endian). Raises NotFound if absent."""
         return self.stat(key).crc32c
+
+
+def uri_under(root: str, key: str) -> str:
+    """The URI of ``key`` in the store at ``root``, for those who hold a store's URI but not the store."""
+    return f"{root.rstrip('/')}/{check_key(key)}"
 
 
 def check_key(key: str) -> str:

@@ -20,7 +20,7 @@ import contextlib
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import google_crc32c
 
@@ -53,9 +53,19 @@ T = TypeVar("T")
 MIB = 1 << 20
 DEFAULT_CHUNK_SIZE = 100 * MIB  # as transfer_manager: fewer round trips; memory is workers x chunk
 MULTIPART_LIMIT = 8 * MIB  # google-cloud-storage sends a known size up to this in one request
+_PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 _CHUNK_MULTIPLE = 256 * 1024  # Cloud Storage requires resumable chunks in multiples of 256 KiB
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _reopen(bucket: str, prefix: str, endpoint: str | None, chunk_size: int, resumable_threshold: int,
+            deadline_s: float) -> GcsStore:
+    """How a pickled ``GcsStore`` comes back: the same objects, through a client of its own."""
+    from tpuops.store import gcs_client
+
+    return GcsStore(bucket, prefix, client=gcs_client(endpoint), chunk_size=chunk_size,
+                    resumable_threshold=resumable_threshold, deadline_s=deadline_s)
 
 
 class GcsStore(Store):
@@ -93,6 +103,13 @@ class GcsStore(Store):
         self._threshold = resumable_threshold
         self._deadline_s = deadline_s
         self._on_retry = on_retry
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The client does not pickle: the copy makes its own, against the same endpoint (an
+        # emulator's explicitly, Cloud Storage's through the SDK default). ``on_retry`` stays behind.
+        endpoint = self._client.api_endpoint
+        return _reopen, (self._bucket.name, self._prefix, None if endpoint == _PUBLIC_ENDPOINT else endpoint,
+                         self._chunk_size, self._threshold, self._deadline_s)
 
     @property
     def uri(self) -> str:

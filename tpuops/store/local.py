@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import google_crc32c
 
@@ -55,6 +55,9 @@ class LocalStore(Store):
         self._root = Path(root).absolute()
         self._crc_cache: dict[tuple[str, int, int, int], str] = {}
         self._crc_lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return LocalStore, (self._root,)
 
     @property
     def uri(self) -> str:

@@ -1,10 +1,13 @@
 """Hyperparameter sweeps: Optuna studies whose trials are tpuops runs, advanced by reconcile passes.
 
-``spec`` validates ``sweeps/*.yaml``; ``journal`` keeps an Optuna journal in the store with
-compare-and-swap; ``studies`` opens a sweep's study (store journal or an RDB URL) and builds its
-sampler and pruner; ``decide`` is the pure rule book of a pass (what to report, tell, stop and
-launch); ``advance`` is the pass itself (inside ``tpuops reconcile``); ``record`` is the sweep's
-own state in the store; ``report`` renders tables, PNGs and one HTML page; ``schedule`` installs
+``spec`` validates ``sweeps/*.yaml``; ``template`` is the trial template frozen at ``sweep start``
+(every trial's run comes from it, never from the config of the moment); ``models`` holds the typed
+sweep record (``sweep.json``) and state (``state.json``), ``ops`` reads and writes them;
+``journal`` keeps an Optuna journal in the store with compare-and-swap; ``studies`` opens a
+sweep's study (store journal or an RDB URL) and builds its sampler and pruner; ``trials`` is what
+a pass does to the study's trials, through Optuna's public API; ``decide`` is the pure rule book
+of a pass (what to report, tell, stop and launch); ``advance`` is the pass itself (inside
+``tpuops reconcile``); ``report`` renders tables, PNGs and one HTML page; ``schedule`` installs
 the cron or systemd timer that runs the passes.
 
 Sources of truth (docs/design.md): the store holds trial <-> run, run status, cost and retries;

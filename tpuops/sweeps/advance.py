@@ -12,13 +12,16 @@ study exclusively, read the runs of its RUNNING trials only (finished trials cos
 6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
 7. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
 
-A run is stopped by finishing its controller memory (compare-and-swap, under the run's lease, then
-its index marker is rewritten so that a controller's cached copy is read again): the run pass
-that follows in the same reconcile pass deletes its node, which sends the agent the preemption
-notice, so it checkpoints on the way out. New runs get their nodes from that
-same run pass. Killed at any line, the next pass redoes what is missing: the journal is written
-before the run is declared, a declared run is never declared twice, and a trial is asked only
-when the plan counts a free slot after adopting every RUNNING trial.
+A trial's run comes from the sweep's frozen template (``SweepRecord.template.for_trial``), never
+from this pass's ``Settings`` (which serve cost accounting only). A run is stopped or promoted by
+its memory's own transitions (``Memory.finish``, ``Memory.promote``), applied with
+compare-and-swap under the run's lease; then its index marker is rewritten so that a controller's
+cached copy is read again. After a stop, the run pass that follows in the same reconcile pass
+deletes its node, which sends the agent the preemption notice, so it checkpoints on the way out.
+New runs get their nodes from that same run pass. Killed at any line, the next pass redoes what
+is missing: the journal is written before the run is declared, a declared run is never declared
+twice, and a trial is asked only when the plan counts a free slot after adopting every RUNNING
+trial.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tpuops import runs
 from tpuops.controller.lease import Leases
@@ -36,15 +39,29 @@ from tpuops.cost import catalog_for, spent
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
-from tpuops.runs import ExitClass, Memory, Outcome, RunPhase
+from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
-from tpuops.sweeps.decide import Endgame, Plan, RunView, Stop, SweepView, TrialView, decide, tell_for
+from tpuops.sweeps.decide import (
+    Endgame,
+    Plan,
+    RunView,
+    Stop,
+    SweepView,
+    Tell,
+    TrialState,
+    TrialView,
+    decide,
+    tell_for,
+)
+from tpuops.sweeps.models import SweepOutcome, SweepPhase, SweepRecord
 from tpuops.sweeps.spec import SweepSpec
+from tpuops.sweeps.template import trial_run_id
+from tpuops.sweeps.trials import FAILURE_ATTR, PassStudy, state_of
 
 if TYPE_CHECKING:
-    import optuna
+    from optuna.trial import FrozenTrial
 
     from tpuops.config import Settings
     from tpuops.fleet import Fleet
@@ -57,10 +74,10 @@ class SweepPassReport:
     advanced: list[str] = field(default_factory=list)
     skipped_leased: list[str] = field(default_factory=list)
     launched: list[str] = field(default_factory=list)  # run ids declared this pass
-    told: dict[str, str] = field(default_factory=dict)  # run id -> state
-    stopped: dict[str, str] = field(default_factory=dict)  # run id -> outcome
+    told: dict[str, TrialState] = field(default_factory=dict)  # run id -> state
+    stopped: dict[str, Outcome] = field(default_factory=dict)  # run id -> outcome
     promoted: list[str] = field(default_factory=list)  # run ids moved to on-demand (endgame)
-    ended: dict[str, str] = field(default_factory=dict)  # sweep -> outcome
+    ended: dict[str, SweepOutcome] = field(default_factory=dict)  # sweep -> outcome
     errors: dict[str, str] = field(default_factory=dict)  # sweep -> why
 
 
@@ -82,7 +99,7 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView
                   if metric in point.metrics)
     final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None
     capacity = memory.capacity or record.node.capacity
-    return RunView(finished=memory.finished, outcome=memory.outcome.value if memory.outcome else None,
+    return RunView(finished=memory.finished, outcome=memory.outcome,
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
                    promoted=memory.capacity is not None)
@@ -112,10 +129,7 @@ def stop_run(store: Store, leases: Leases, run_id: str, outcome: Outcome, reason
     False if this pass cannot, or the run ended on its own meanwhile (the next pass tells it as it ended).
     """
     def finish(memory: Memory) -> bool:
-        memory.phase, memory.outcome, memory.reason = RunPhase.FINISHED, outcome, reason
-        memory.pending_create = None
-        memory.deleting = True
-        memory.event(now, "finished", f"{outcome.value}: {reason}")
+        memory.finish(now, outcome, reason)
         return True
 
     return _rewrite(store, leases, run_id, finish)
@@ -129,18 +143,8 @@ def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: fl
     record = runs.read_record(store, run_id)
     if record.node.capacity is Capacity.ON_DEMAND:
         return False
-
-    def promote(memory: Memory) -> bool:
-        if memory.capacity is not None:
-            return False
-        memory.capacity = Capacity.ON_DEMAND
-        memory.deleting = True
-        memory.pending_create = None
-        memory.event(now, "promoted", f"endgame: moving from {record.node.capacity.value} to on-demand at the next "
-                                      "checkpoint")
-        return True
-
-    if not _rewrite(store, leases, run_id, promote):
+    if not _rewrite(store, leases, run_id,
+                    lambda memory: memory.promote(now, Capacity.ON_DEMAND, record.node.capacity)):
         return False
     zone = runs.load_memory(store, run_id)[0].zone
     if zone:
@@ -167,7 +171,7 @@ class SweepPass:
 
     def run(self, now: float | None = None) -> SweepPassReport:
         report = SweepPassReport()
-        for name in records.active_sweeps(self.store):
+        for name in sweep_ops.active_sweeps(self.store):
             try:
                 self._advance(name, report, time.time() if now is None else now)
             except TpuopsError as err:
@@ -176,79 +180,77 @@ class SweepPass:
         return report
 
     def _advance(self, name: str, report: SweepPassReport, now: float) -> None:
-        state, generation = records.load_state(self.store, name)
-        if state.phase == "finished":
-            records.save_state(self.store, name, state, generation)  # drops the stale active marker
+        state, generation = sweep_ops.load_state(self.store, name)
+        if state.finished:
+            sweep_ops.save_state(self.store, name, state, generation)  # drops the stale active marker
             return
         if not self.leases.acquire(lease_name(name), now):
             report.skipped_leased.append(name)
             return
         self.held.add(lease_name(name))
-        record = records.read_record(self.store, name)
-        spec = SweepSpec.model_validate(record["spec"])
-        storage = studies.open_storage(spec, self.store, exclusive=True, environ=self.environ)
-        study = studies.load_study(spec, storage)
-        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        views = self._views(spec, trials.values())
+        sweep = sweep_ops.read_sweep(self.store, name)
+        spec = sweep.spec
+        storage, journal = studies.open_journaled(spec, self.store, exclusive=True, environ=self.environ)
+        study = PassStudy(spec, storage)
+        views = self._views(spec, study.trials())
         spent_usd = spent(self.ledger, self.catalog, project=self.settings.project, sweep_id=name)
         plan = decide(SweepView(
             trials=tuple(views.values()), wanted=spec.trials, parallel=spec.parallel,
             max_preemptions=spec.max_preemptions, max_failures=spec.max_failures,
-            objective_step=spec.objective.step, stopping=state.phase == "stopping", budget_usd=spec.budget_usd,
-            spent_usd=spent_usd, projected_usd=float(record["projected_usd"]),
+            objective_step=spec.objective.step, stopping=state.phase is SweepPhase.STOPPING,
+            budget_usd=spec.budget_usd, spent_usd=spent_usd, projected_usd=sweep.projected_usd,
             maximize=spec.objective.direction == "maximize",
             endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
             promoted=len(state.promoted)))
-        self._apply(name, spec, record, study, trials, views, plan, report, now)
+        self._apply(sweep, study, views, plan, report, now)
         report.advanced.append(name)
         state.promoted = sorted({*state.promoted, *(int(r.rsplit("-t", 1)[1]) for r in report.promoted
                                                    if r.startswith(f"{name}-t"))})
-        journal = getattr(storage, "_backend", None)
-        if journal is not None and hasattr(journal, "compact"):
+        if journal is not None:
             journal.compact()
         state.passes += 1
         state.last_pass = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
         state.waiting = plan.waiting_reason
         if plan.ended is not None:
-            state.phase, (state.outcome, state.reason) = "finished", plan.ended
-            report.ended[name] = state.outcome
+            state.finish(*plan.ended)
+            report.ended[name] = plan.ended[0]
             self.progress(f"sweep {name}: {state.outcome}: {state.reason}")
         try:
-            records.save_state(self.store, name, state, generation)
+            sweep_ops.save_state(self.store, name, state, generation)
         except PreconditionFailed:
             self.progress(f"sweep {name}: its state changed during the pass ('sweep stop'); the next pass sees it")
 
-    def _views(self, spec: SweepSpec, trials: Any) -> dict[int, TrialView]:
+    def _views(self, spec: SweepSpec, trials: list[FrozenTrial]) -> dict[int, TrialView]:
         views = {}
         for trial in trials:
             run = None
-            if trial.state.name == "RUNNING":
-                run_id = records.trial_run_id(spec.name, trial.number)
+            state = state_of(trial)
+            if state is TrialState.RUNNING:
+                run_id = trial_run_id(spec.name, trial.number)
                 cost = spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id)
                 run = run_view(self.store, run_id, spec.objective.metric, cost)
             reported = max(trial.intermediate_values, default=-1)
-            views[trial.number] = TrialView(trial.number, trial.state.name, reported=reported,
-                                            failure=bool(trial.user_attrs.get("failure")), run=run)
+            views[trial.number] = TrialView(trial.number, state, reported=reported,
+                                            failure=bool(trial.user_attrs.get(FAILURE_ATTR)), run=run)
         return views
 
-    def _apply(self, name: str, spec: SweepSpec, record: dict[str, Any], study: optuna.Study,
-               trials: dict[int, Any], views: dict[int, TrialView], plan: Plan, report: SweepPassReport,
-               now: float) -> None:
-        storage = study._storage
+    def _apply(self, sweep: SweepRecord, study: PassStudy, views: dict[int, TrialView], plan: Plan,
+               report: SweepPassReport, now: float) -> None:
+        spec, name = sweep.spec, sweep.name
         for number, step, value in plan.reports:
-            storage.set_trial_intermediate_value(trials[number]._trial_id, step, value)
+            study.report(number, step, value)
         for tell in plan.tells:
-            self._tell(study, spec, trials[tell.number], tell.state, tell.value, tell.why, tell.failure, report)
+            self._tell(study, spec, tell, report)
         stops = list(plan.stops)
         for number in plan.prune_candidates:
-            fresh = storage.get_trial(trials[number]._trial_id)
-            if study.pruner.prune(study, fresh):
-                step = max(fresh.intermediate_values)
-                stops.append(Stop(number, "pruned", f"pruned at step {step} "
-                                                    f"({spec.objective.metric} {fresh.intermediate_values[step]:.4g})"))
+            judged = study.pruned_at(number)
+            if judged is not None:
+                step, value = judged
+                why = f"pruned at step {step} ({spec.objective.metric} {value:.4g})"
+                stops.append(Stop(number, Outcome.PRUNED, why))
         for stop in stops:
-            run_id = records.trial_run_id(name, stop.number)
-            if not stop_run(self.store, self.leases, run_id, Outcome(stop.outcome), stop.why, now):
+            run_id = trial_run_id(name, stop.number)
+            if not stop_run(self.store, self.leases, run_id, stop.outcome, stop.why, now):
                 continue
             self.held.add(run_id)
             report.stopped[run_id] = stop.outcome
@@ -256,54 +258,29 @@ class SweepPass:
             view = views[stop.number]
             run = RunView(finished=True, outcome=stop.outcome, reason=stop.why)
             has_values = view.reported >= 0 or any(r[0] == stop.number for r in plan.reports)
-            told = tell_for(stop.number, run, spec.objective.step, has_values)
-            self._tell(study, spec, trials[stop.number], told.state, told.value, told.why, told.failure, report)
+            self._tell(study, spec, tell_for(stop.number, run, spec.objective.step, has_values), report)
         for number in plan.promote:
-            run_id = records.trial_run_id(name, number)
+            run_id = trial_run_id(name, number)
             if self.fleet is not None and promote_run(self.store, self.fleet, self.leases, run_id, now):
                 self.held.add(run_id)
                 report.promoted.append(run_id)
                 self.progress(f"sweep {name}: trial {number} promoted to on-demand (endgame)")
         for number in plan.adopt:
-            self._declare(name, spec, record, study, number, report, adopted=True)
+            self._declare(sweep, study, number, report, adopted=True)
         for _ in range(plan.launch):
-            trial = studies.ask(study, spec)
-            self._declare(name, spec, record, study, trial.number, report, adopted=False)
+            self._declare(sweep, study, study.ask(), report, adopted=False)
 
-    def _tell(self, study: optuna.Study, spec: SweepSpec, trial: Any, state: str, value: float | None, why: str,
-              failure: bool, report: SweepPassReport) -> None:
-        from optuna.trial import TrialState
+    def _tell(self, study: PassStudy, spec: SweepSpec, tell: Tell, report: SweepPassReport) -> None:
+        study.tell(tell.number, tell.state, tell.value, tell.why, tell.failure)
+        report.told[trial_run_id(spec.name, tell.number)] = tell.state
+        self.progress(f"sweep {spec.name}: trial {tell.number} {tell.state}"
+                      + (f" {spec.objective.metric}={tell.value:.4g}" if tell.value is not None else f" ({tell.why})"))
 
-        storage = study._storage
-        storage.set_trial_user_attr(trial._trial_id, "ended", why)
-        if failure:
-            storage.set_trial_user_attr(trial._trial_id, "failure", True)
-        study.tell(trial.number, value if state == "COMPLETE" else None, state=TrialState[state],
-                   skip_if_finished=True)
-        run_id = records.trial_run_id(spec.name, trial.number)
-        report.told[run_id] = state
-        self.progress(f"sweep {spec.name}: trial {trial.number} {state}"
-                      + (f" {spec.objective.metric}={value:.4g}" if value is not None else f" ({why})"))
-
-    def _declare(self, name: str, spec: SweepSpec, record: dict[str, Any], study: optuna.Study, number: int,
-                 report: SweepPassReport, *, adopted: bool) -> None:
-        import optuna
-
-        storage = study._storage
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-        frozen = storage.get_trial(trial_id)
-        missing = {k: d for k, d in studies.distributions(spec).items() if k not in frozen.params}
-        if missing:  # the ask died between creating the trial and drawing its params: draw them now
-            study.sampler = studies.sampler_for(spec, number)
-            live = optuna.trial.Trial(study, trial_id)
-            for key, distribution in missing.items():
-                live._suggest(key, distribution)
-            frozen = storage.get_trial(trial_id)
-        run_id = records.trial_run_id(name, number)
-        if frozen.user_attrs.get("run_id") != run_id:
-            storage.set_trial_user_attr(trial_id, "run_id", run_id)
-        params = studies.trial_params(frozen.params)
-        if records.declare_trial_run(self.settings, self.store, record["template"], name, number, params):
+    def _declare(self, sweep: SweepRecord, study: PassStudy, number: int, report: SweepPassReport, *,
+                 adopted: bool) -> None:
+        run_id = trial_run_id(sweep.name, number)
+        params = study.params(number, run_id)
+        if sweep_ops.declare_trial_run(self.store, sweep, number, params):
             report.launched.append(run_id)
             verb = "adopted trial" if adopted else "trial"
-            self.progress(f"sweep {name}: {verb} {number} -> run {run_id} {params}")
+            self.progress(f"sweep {sweep.name}: {verb} {number} -> run {run_id} {params}")

@@ -1,6 +1,9 @@
 """The rules of a sweep pass, as a pure function: what the pass saw -> what to report, tell, stop, adopt, launch.
 
 No I/O and no Optuna here, so every rule is tested without servers (``advance`` applies the plan).
+Trial states are ``TrialState``, named as Optuna names them (``tpuops.sweeps.study`` turns one into
+the other, and its test fails if Optuna renames one); a run's ending is ``tpuops.runs.Outcome``,
+told as ``TRIAL_STATE`` says.
 
 - A RUNNING trial without a run (a pass died between ask and declare) is adopted: its run is
   declared under its deterministic name; it is never asked again.
@@ -30,22 +33,38 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from tpuops.cost import format_usd
+from tpuops.kinds import ValueEnum
+from tpuops.runs.outcome import COUNTS_AS_FAILURE, Outcome
+from tpuops.sweeps.models import SweepOutcome
 
-TELL_FOR_OUTCOME = {
-    "succeeded": "COMPLETE",
-    "user-error": "FAIL",
-    "crashed": "FAIL",
-    "failed": "FAIL",
-    "cancelled": "FAIL",
-    "preempted-out": "FAIL",
-    "pruned": "PRUNED",
-    "stopped": "PRUNED",
-    "budget-exhausted": "PRUNED",
-}
-FAILURES = frozenset({"user-error", "crashed", "failed"})
-"""Run outcomes that count against ``max_failures`` (preemptions and the sweep's own stops do not)."""
+
+class TrialState(ValueEnum):
+    """The states of an Optuna trial that a sweep meets, by Optuna's names."""
+
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+
+
+ENDED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL})
+
+TRIAL_STATE = MappingProxyType({
+    Outcome.SUCCEEDED: TrialState.COMPLETE,
+    Outcome.USER_ERROR: TrialState.FAIL,
+    Outcome.CRASHED: TrialState.FAIL,
+    Outcome.FAILED: TrialState.FAIL,
+    Outcome.PREEMPTED_OUT: TrialState.FAIL,
+    Outcome.PRUNED: TrialState.PRUNED,
+    Outcome.STOPPED: TrialState.PRUNED,
+    Outcome.BUDGET_EXHAUSTED: TrialState.PRUNED,
+})
+"""How a trial whose run ended is told (see the module docstring); ``COUNTS_AS_FAILURE`` says which FAILs
+count against ``max_failures``."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +72,7 @@ class RunView:
     """What the pass read of a trial's run: its controller memory and its agent status."""
 
     finished: bool
-    outcome: str | None = None
+    outcome: Outcome | None = None
     reason: str = ""
     step: int = 0
     evals: tuple[tuple[int, float], ...] = ()
@@ -78,7 +97,7 @@ class Endgame:
 @dataclass(frozen=True)
 class TrialView:
     number: int
-    state: str  # RUNNING | WAITING | COMPLETE | PRUNED | FAIL
+    state: TrialState
     reported: int = -1
     """The high-water mark: the highest step reported for this trial (-1: none)."""
     failure: bool = False
@@ -108,7 +127,7 @@ class SweepView:
 @dataclass(frozen=True)
 class Tell:
     number: int
-    state: str  # COMPLETE | FAIL | PRUNED
+    state: TrialState  # an ended one
     value: float | None
     why: str
     failure: bool
@@ -117,7 +136,7 @@ class Tell:
 @dataclass(frozen=True)
 class Stop:
     number: int
-    outcome: str  # pruned | stopped | budget-exhausted | preempted-out
+    outcome: Outcome  # pruned | stopped | budget-exhausted | preempted-out
     why: str
 
 
@@ -131,7 +150,7 @@ class Plan:
     promote: list[int] = field(default_factory=list)
     launch: int = 0
     waiting_reason: str | None = None
-    ended: tuple[str, str] | None = None  # (completed | stopped | budget-exhausted | failed, reason)
+    ended: tuple[SweepOutcome, str] | None = None  # (how, why)
 
 
 def _new_values(trial: TrialView, run: RunView) -> list[tuple[int, float]]:
@@ -153,17 +172,17 @@ def objective_of(run: RunView, objective_step: int | None) -> float | None:
 
 def tell_for(number: int, run: RunView, objective_step: int | None, has_values: bool) -> Tell:
     """How a finished run is told to Optuna (see the module docstring)."""
-    outcome = run.outcome or "failed"
-    state = TELL_FOR_OUTCOME.get(outcome, "FAIL")
-    why = f"{outcome}: {run.reason}" if run.reason else outcome
-    if state == "COMPLETE":
+    outcome = run.outcome or Outcome.FAILED
+    state = TRIAL_STATE[outcome]
+    why = f"{outcome}: {run.reason}" if run.reason else outcome.value
+    if state is TrialState.COMPLETE:
         value = objective_of(run, objective_step)
         if value is None:
-            return Tell(number, "FAIL", None, "the run succeeded but reported no objective value", True)
-        return Tell(number, "COMPLETE", value, why, False)
-    if state == "PRUNED" and not has_values and outcome != "pruned":
-        return Tell(number, "FAIL", None, why, False)  # stopped before its first value: nothing to keep
-    return Tell(number, state, None, why, outcome in FAILURES)
+            return Tell(number, TrialState.FAIL, None, "the run succeeded but reported no objective value", True)
+        return Tell(number, TrialState.COMPLETE, value, why, False)
+    if state is TrialState.PRUNED and not has_values and outcome is not Outcome.PRUNED:
+        return Tell(number, TrialState.FAIL, None, why, False)  # stopped before its first value: nothing to keep
+    return Tell(number, state, None, why, COUNTS_AS_FAILURE[outcome])
 
 
 def decide(view: SweepView) -> Plan:
@@ -171,7 +190,7 @@ def decide(view: SweepView) -> Plan:
     over_budget = view.budget_usd is not None and view.spent_usd >= view.budget_usd
     running: list[TrialView] = []
     for trial in view.trials:
-        if trial.state != "RUNNING":
+        if trial.state != TrialState.RUNNING:
             continue
         run = trial.run
         if run is None:
@@ -185,16 +204,16 @@ def decide(view: SweepView) -> Plan:
             continue
         running.append(trial)
         if run.preemptions > view.max_preemptions:
-            plan.stops.append(Stop(trial.number, "preempted-out",
+            plan.stops.append(Stop(trial.number, Outcome.PREEMPTED_OUT,
                                    f"preempted {run.preemptions} times (max_preemptions {view.max_preemptions})"))
         elif view.stopping:
-            plan.stops.append(Stop(trial.number, "stopped", "the sweep was stopped"))
+            plan.stops.append(Stop(trial.number, Outcome.STOPPED, "the sweep was stopped"))
         elif over_budget:
-            plan.stops.append(Stop(trial.number, "budget-exhausted", _budget_text(view)))
+            plan.stops.append(Stop(trial.number, Outcome.BUDGET_EXHAUSTED, _budget_text(view)))
         elif values:
             plan.prune_candidates.append(trial.number)
     failures = sum(t.failure for t in view.trials) + sum(t.failure for t in plan.tells)
-    created = sum(t.state != "WAITING" for t in view.trials)
+    created = sum(t.state != TrialState.WAITING for t in view.trials)
     if not (view.stopping or over_budget):
         plan.promote = _endgame(view, plan, running)
     blocked = _launch(view, plan, running, failures, created, over_budget)
@@ -234,7 +253,7 @@ def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]
     rule = view.endgame
     if rule is None:
         return []
-    ended = sum(t.state in ("COMPLETE", "PRUNED", "FAIL") for t in view.trials) + len(plan.tells)
+    ended = sum(t.state in ENDED for t in view.trials) + len(plan.tells)
     near = ended >= rule.at_trials_fraction * view.wanted or (
         view.budget_usd is not None and view.spent_usd >= rule.at_budget_fraction * view.budget_usd)
     if not near:
@@ -256,13 +275,13 @@ def _budget_text(view: SweepView) -> str:
     return f"spent {format_usd(view.spent_usd)} of the {format_usd(view.budget_usd or 0.0)} budget"
 
 
-def _end(view: SweepView, failures: int, created: int, budget: bool) -> tuple[str, str] | None:
+def _end(view: SweepView, failures: int, created: int, budget: bool) -> tuple[SweepOutcome, str] | None:
     if view.stopping:
-        return "stopped", "stopped by 'tpuops sweep stop'"
+        return SweepOutcome.STOPPED, "stopped by 'tpuops sweep stop'"
     if budget:
-        return "budget-exhausted", _budget_text(view)
+        return SweepOutcome.BUDGET_EXHAUSTED, _budget_text(view)
     if failures >= view.max_failures:
-        return "failed", f"{failures} trials failed (max_failures {view.max_failures})"
+        return SweepOutcome.FAILED, f"{failures} trials failed (max_failures {view.max_failures})"
     if created >= view.wanted:
-        return "completed", f"all {view.wanted} trials ended"
+        return SweepOutcome.COMPLETED, f"all {view.wanted} trials ended"
     return None

@@ -21,12 +21,18 @@ Invariants:
 - ``exclusive``: the caller holds the sweep's lease, so nobody else writes. Reads then never go
   back to the store after the load, and a lost compare-and-swap means the lease was lost:
   ``JournalConflict``, the pass stops for that sweep and the next one starts afresh.
+
+What Optuna's journal backends promise, this one keeps: many threads may share one backend
+(every read and append holds its lock, so the logs read and the next segment number move
+together), many processes may append at once (the compare-and-swap above), and it pickles (the
+store and the prefix travel; the unpickled copy loads the journal afresh, with a lock of its own).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend
@@ -52,10 +58,14 @@ class StoreJournal(BaseJournalBackend):
         self.store = store
         self.prefix = prefix.rstrip("/") + "/"
         self.exclusive = exclusive
+        self._lock = threading.RLock()
         self._logs: list[dict[str, Any]] = []
         self._next = 0  # the next segment number
         self._base = 0  # the snapshot the load started from
         self._load()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reopen, (self.store, self.prefix, self.exclusive)
 
     def _key(self, kind: str, number: int) -> str:
         return f"{self.prefix}{kind}{number:010d}.{'jsonl' if kind == SNAPSHOT else 'json'}"
@@ -82,12 +92,17 @@ class StoreJournal(BaseJournalBackend):
             self._next += 1
 
     def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
-        if not self.exclusive:
-            self._catch_up()
-        return self._logs[log_number_from:]
+        with self._lock:
+            if not self.exclusive:
+                self._catch_up()
+            return self._logs[log_number_from:]
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         body = json.dumps(logs, separators=(",", ":")).encode()
+        with self._lock:
+            self._append(body, logs)
+
+    def _append(self, body: bytes, logs: list[dict[str, Any]]) -> None:
         while True:
             try:
                 self.store.write_if_generation_match(self._key(SEGMENT, self._next), body, 0)
@@ -114,12 +129,21 @@ class StoreJournal(BaseJournalBackend):
 
         Returns whether it compacted (only past ``COMPACT_AFTER`` segments since the last snapshot).
         """
-        if not self.exclusive or self.segments_since_snapshot < COMPACT_AFTER:
-            return False
+        with self._lock:
+            if not self.exclusive or self.segments_since_snapshot < COMPACT_AFTER:
+                return False
+            self._snapshot()
+            return True
+
+    def _snapshot(self) -> None:
         body = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in self._logs).encode()
         # A snapshot already there was written by a pass that died before moving the head: the same logs.
         with contextlib.suppress(PreconditionFailed):
             self.store.write_if_generation_match(self._key(SNAPSHOT, self._next), body, 0)
         self.store.write_bytes(self.prefix + HEAD, json.dumps({"snapshot": self._next}).encode())
         self._base = self._next
-        return True
+
+
+def _reopen(store: Store, prefix: str, exclusive: bool) -> StoreJournal:
+    """How a pickled journal comes back: loaded afresh from its store (see the module docstring)."""
+    return StoreJournal(store, prefix, exclusive=exclusive)

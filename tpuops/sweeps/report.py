@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.cost import format_usd
+from tpuops.sweeps.decide import TrialState
 from tpuops.sweeps.status import SweepStatus, TrialRow, format_params
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PLOTS = ("history", "importances", "parallel", "intermediate", "cost")
-_COLORS = {"COMPLETE": "tab:blue", "PRUNED": "tab:orange", "FAIL": "tab:red", "RUNNING": "tab:gray"}
+_COLORS = {TrialState.COMPLETE: "tab:blue", TrialState.PRUNED: "tab:orange", TrialState.FAIL: "tab:red",
+           TrialState.RUNNING: "tab:gray"}
 
 
 def _figure() -> tuple[Figure, Any]:
@@ -38,8 +40,9 @@ def _figure() -> tuple[Figure, Any]:
 
 def _history(status: SweepStatus) -> Figure:
     figure, ax = _figure()
-    done = [t for t in status.trials if t.state == "COMPLETE" and t.value is not None]
-    ax.scatter([t.number for t in done], [t.value for t in done], color=_COLORS["COMPLETE"], label="trial", zorder=3)
+    done = [t for t in status.trials if t.state is TrialState.COMPLETE and t.value is not None]
+    ax.scatter([t.number for t in done], [t.value for t in done], color=_COLORS[TrialState.COMPLETE], label="trial",
+               zorder=3)
     best: list[float] = []
     pick = max if status.direction == "maximize" else min
     for trial in done:
@@ -77,7 +80,7 @@ def _parallel(status: SweepStatus) -> Figure:
     from matplotlib import colormaps
 
     figure, ax = _figure()
-    rows = [t for t in status.trials if t.state == "COMPLETE" and t.value is not None]
+    rows = [t for t in status.trials if t.state is TrialState.COMPLETE and t.value is not None]
     names = sorted({k for t in rows for k in t.params})
     axes = [*names, status.metric]
     if rows:
@@ -99,7 +102,8 @@ def _intermediate(status: SweepStatus) -> Figure:
         if trial.intermediate:
             steps = sorted(trial.intermediate)
             ax.plot(steps, [trial.intermediate[s] for s in steps], marker=".", color=_COLORS.get(trial.state, "k"),
-                    linestyle="--" if trial.state == "PRUNED" else "-", label=f"t{trial.number} {trial.state.lower()}")
+                    linestyle="--" if trial.state is TrialState.PRUNED else "-",
+                    label=f"t{trial.number} {trial.state.lower()}")
     ax.set(title="intermediate values per trial", xlabel="step", ylabel=status.metric)
     if any(t.intermediate for t in status.trials):
         ax.legend(loc="best", fontsize="small", ncol=2)

@@ -3,8 +3,9 @@
 Planning has no side effects (``--dry-run`` prints it). Declaring uploads the experiment's data
 and bundle once, writes the sweep's record, creates its study, enqueues a grid's points (in
 ``spec.grid_points`` order) and puts the sweep on the active list: from then on every reconcile
-pass, on any machine that shares the store, advances it. The trials' runs copy the template,
-so a pass needs neither the experiment file nor the data folder.
+pass, on any machine that shares the store, advances it. The trials' runs come from the frozen
+template (``tpuops.sweeps.template``), so a pass needs neither the experiment file, nor the data
+folder, nor the config of the moment.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from tpuops.config import Settings
 from tpuops.cost import catalog_for
 from tpuops.errors import UsageError
 from tpuops.store import Store
-from tpuops.sweeps import record as records
-from tpuops.sweeps import studies
+from tpuops.sweeps import ops, studies
+from tpuops.sweeps.models import SweepRecord
 from tpuops.sweeps.spec import SweepSpec, experiment_path, grid_points, load_sweep
+from tpuops.sweeps.template import TrialTemplate, trial_run_id
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -32,14 +34,14 @@ UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 class SweepPlan:
     spec: SweepSpec
     job: jobs.JobPlan
+    template: TrialTemplate
     projected_usd: float
     """One trial: the node's price per hour times the experiment's ``expected_hours``."""
 
-    def record(self) -> dict[str, Any]:
-        return {"spec": self.spec.model_dump(mode="json"), "projected_usd": self.projected_usd,
-                "experiment": self.job.record.spec_file,
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                "template": {"spec": self.job.spec_json(), "record": self.job.record.model_dump(mode="json")}}
+    def record(self) -> SweepRecord:
+        return SweepRecord(spec=self.spec, template=self.template, projected_usd=self.projected_usd,
+                           experiment=self.job.record.spec_file,
+                           created=datetime.now(UTC).isoformat(timespec="seconds"))
 
     def summary(self) -> dict[str, Any]:
         spec = self.spec
@@ -48,15 +50,14 @@ class SweepPlan:
                 "pruner": spec.pruner.type, "objective": spec.objective.model_dump(),
                 "accelerator": self.job.record.node.accelerator, "capacity": self.job.record.node.capacity.value,
                 "projected_usd_per_trial": round(self.projected_usd, 6), "budget_usd": spec.budget_usd,
-                "storage": spec.storage.kind, "first_runs": [records.trial_run_id(spec.name, n)
-                                                             for n in range(spec.parallel)]}
+                "storage": spec.storage.kind, "first_runs": [trial_run_id(spec.name, n) for n in range(spec.parallel)]}
 
 
 def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path | None = None) -> SweepPlan:
     """Validate the sweep, its experiment and its data; compute the trials' run template. Nothing is written."""
     spec = load_sweep(path)
     experiment = experiment_path(path, spec)
-    job = jobs.plan_train(settings, experiment, store, run_id=records.trial_run_id(spec.name, 0),
+    job = jobs.plan_train(settings, experiment, store, run_id=trial_run_id(spec.name, 0),
                           accelerator=spec.accelerator, capacity=spec.capacity, base_dir=base_dir, sweep=spec.name)
     train = job.spec.train
     assert train is not None
@@ -74,7 +75,9 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
         job = dataclasses.replace(job, spec=dataclasses.replace(
             job.spec, train=dataclasses.replace(train, eval_every_steps=spec.eval_every_steps)))
     hourly = catalog_for(settings).price_per_hour(job.up.request.accelerator, job.up.request.capacity, job.up.zones[0])
-    return SweepPlan(spec=spec, job=job, projected_usd=hourly * job.experiment.expected_hours)
+    template = TrialTemplate(record=job.record, spec=job.spec, project=settings.project,
+                             store_root=settings.store_root)
+    return SweepPlan(spec=spec, job=job, template=template, projected_usd=hourly * job.experiment.expected_hours)
 
 
 def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None]) -> None:
@@ -82,9 +85,9 @@ def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None]) 
     spec = plan.spec
     storage = studies.open_storage(spec, store)  # fails here, before anything is written, on a bad database
     jobs.upload_inputs(plan.job, store, progress)
-    records.declare_sweep(store, spec.name, plan.record())
+    ops.declare_sweep(store, plan.record())
     study = studies.create_study(spec, storage)
     for point in grid_points(spec.grid)[:spec.trials]:
         study.enqueue_trial(point, skip_if_exists=False)
-    records.mark_active(store, spec.name)
+    ops.mark_active(store, spec.name)
     progress(f"sweep {spec.name} declared: {spec.trials} trials, {spec.parallel} at a time")

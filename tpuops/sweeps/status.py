@@ -18,9 +18,12 @@ from tpuops.cost import catalog_for, node_cost, spent
 from tpuops.goodput import run_goodput
 from tpuops.ledger import Ledger
 from tpuops.store import Store
-from tpuops.sweeps import record as records
+from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
-from tpuops.sweeps.spec import SweepSpec
+from tpuops.sweeps.decide import TrialState
+from tpuops.sweeps.models import SweepOutcome, SweepPhase
+from tpuops.sweeps.template import trial_run_id
+from tpuops.sweeps.trials import ENDED_ATTR, state_of
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class TrialRow:
     number: int
     run_id: str
     params: dict[str, Any]
-    state: str
+    state: TrialState
     step: int
     value: float | None
     """The objective told (COMPLETE), else the last intermediate value."""
@@ -54,8 +57,8 @@ class TrialRow:
 @dataclass
 class SweepStatus:
     name: str
-    phase: str
-    outcome: str | None
+    phase: SweepPhase
+    outcome: SweepOutcome | None
     reason: str | None
     waiting: str | None
     last_pass: str | None
@@ -81,17 +84,21 @@ class SweepStatus:
         return out
 
 
+_COUNTED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED, TrialState.FAIL, TrialState.WAITING)
+"""The trial states ``sweep status`` counts, in the order it shows them."""
+
+
 def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
                  environ: Mapping[str, str] | None = None, *, importances: bool = False) -> SweepStatus:
-    record = records.read_record(store, name)
-    spec = SweepSpec.model_validate(record["spec"])
-    state, _ = records.load_state(store, name)
+    spec = sweep_ops.read_sweep(store, name).spec
+    state, _ = sweep_ops.load_state(store, name)
     study = studies.load_study(spec, studies.open_storage(spec, store, environ=environ))
     catalog = catalog_for(settings)
     now = datetime.now(timezone.utc)
     rows = []
     for trial in study.get_trials(deepcopy=False):
-        run_id = records.trial_run_id(name, trial.number)
+        run_id = trial_run_id(name, trial.number)
+        trial_state = state_of(trial)
         memory, _ = runs.load_memory(store, run_id)
         status = runs.read_status(store, run_id)
         histories = ledger.histories(settings.project, run_id=run_id)
@@ -102,15 +109,15 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         split = run_goodput(histories, status, catalog, now)
         lost = split.lost_usd if split else lost_to_recompute(cost, step, recomputed)
         values = dict(sorted(trial.intermediate_values.items()))
-        value = trial.value if trial.state.name == "COMPLETE" else (values[max(values)] if values else None)
+        value = trial.value if trial_state is TrialState.COMPLETE else (values[max(values)] if values else None)
         rows.append(TrialRow(
-            number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial.state.name,
+            number=trial.number, run_id=run_id, params=studies.trial_params(trial.params), state=trial_state,
             step=step, value=value, intermediate=values, preemptions=memory.preemptions,
-            restarts=memory.crashes, cost_usd=cost, ended=trial.user_attrs.get("ended"), promoted=promoted,
+            restarts=memory.crashes, cost_usd=cost, ended=trial.user_attrs.get(ENDED_ATTR), promoted=promoted,
             on_demand_usd=on_demand, recomputed_steps=recomputed, lost_usd=lost,
             goodput=split.goodput if split else None))
     counts = Counter(row.state for row in rows)
-    complete = [row for row in rows if row.state == "COMPLETE" and row.value is not None]
+    complete = [row for row in rows if row.state is TrialState.COMPLETE and row.value is not None]
     best = None
     if complete:
         pick = max if spec.objective.direction == "maximize" else min
@@ -120,7 +127,7 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, name: str,
         last_pass=state.last_pass, passes=state.passes, metric=spec.objective.metric,
         direction=spec.objective.direction, wanted=spec.trials, parallel=spec.parallel, budget_usd=spec.budget_usd,
         spent_usd=spent(ledger, catalog, project=settings.project, sweep_id=name), trials=rows,
-        counts={s: counts.get(s, 0) for s in ("COMPLETE", "RUNNING", "PRUNED", "FAIL", "WAITING")}, best=best,
+        counts={s: counts.get(s, 0) for s in _COUNTED}, best=best,
         best_model=store.uri_of(f"runs/{best.run_id}/model") if best else None,
         best_checkpoint=store.uri_of(f"runs/{best.run_id}/ckpt") if best else None,
         importances=param_importances(study) if importances else {})
@@ -136,7 +143,7 @@ def param_importances(study: Any) -> dict[str, float]:
     """fANOVA importances over the completed trials, seeded; empty when there are too few to tell."""
     import optuna
 
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    complete = [t for t in study.get_trials(deepcopy=False) if state_of(t) is TrialState.COMPLETE]
     if len(complete) < 2:
         return {}
     try:

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.storages import BaseStorage
 
+    from tpuops.sweeps.journal import StoreJournal
+
 
 def journal_prefix(sweep: str) -> str:
     return f"sweeps/{sweep}/journal"
@@ -65,14 +67,21 @@ def database_password(storage: DatabaseStorage, environ: Mapping[str, str] | Non
 def open_storage(spec: SweepSpec, store: Store, *, exclusive: bool = False,
                  environ: Mapping[str, str] | None = None) -> BaseStorage:
     """The sweep's Optuna storage; ``exclusive`` when the caller holds the sweep's lease (store journal)."""
+    return open_journaled(spec, store, exclusive=exclusive, environ=environ)[0]
+
+
+def open_journaled(spec: SweepSpec, store: Store, *, exclusive: bool = False,
+                   environ: Mapping[str, str] | None = None) -> tuple[BaseStorage, StoreJournal | None]:
+    """The storage and, when the study is kept in the store, its journal (which the lease holder compacts)."""
     _quiet_optuna()
     if isinstance(spec.storage, DatabaseStorage):
-        return _database(spec.storage, environ)
+        return _database(spec.storage, environ), None
     from optuna.storages import JournalStorage
 
     from tpuops.sweeps.journal import StoreJournal
 
-    return JournalStorage(StoreJournal(store, journal_prefix(spec.name), exclusive=exclusive))
+    journal = StoreJournal(store, journal_prefix(spec.name), exclusive=exclusive)
+    return JournalStorage(journal), journal
 
 
 def _database(storage: DatabaseStorage, environ: Mapping[str, str] | None) -> BaseStorage:

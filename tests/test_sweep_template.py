@@ -1,0 +1,142 @@
+"""A sweep's trials come from the template frozen at ``sweep start``, never from the config of the moment.
+
+Editing ``tpuops.toml`` mid-sweep (zones, labels, service account, accelerator, project, run-time
+limit) changes no later trial's node request: each trial's node is exactly the one the config of
+``sweep start`` plans for that trial's name. A ``sweep.json`` from before the template froze the
+project and store root still gives the same trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from tpuops import runs
+from tpuops.config import Settings, load_settings
+from tpuops.controller.lease import Leases
+from tpuops.data.samples import digits
+from tpuops.ledger import Ledger
+from tpuops.provision import plan_up
+from tpuops.runs import NodeSpec
+from tpuops.runs.job import job_argv
+from tpuops.store import LocalStore
+from tpuops.sweeps.advance import SweepPass
+from tpuops.sweeps.models import SweepRecord
+from tpuops.sweeps.start import plan_sweep, start_sweep
+from tpuops.sweeps.template import trial_run_id
+
+pytestmark = pytest.mark.unit
+
+SWEEP = """
+name: frozen
+experiment: ../experiments/digits_cnn.yaml
+space:
+  learning_rate: {type: float, low: 0.001, high: 0.1, log: true}
+sampler: {type: random, seed: 5}
+trials: 4
+parallel: 2
+"""
+BEFORE = """
+project = "before-project"
+zones = ["us-central1-a", "us-central1-b"]
+accelerator = "v3-8"
+labels = {team = "vision"}
+service_account = "trainer@before-project.iam.gserviceaccount.com"
+max_run_hours = 10
+"""
+AFTER = """
+project = "after-project"
+zones = ["europe-west4-a"]
+accelerator = "v2-8"
+labels = {team = "speech", cost-center = "42"}
+service_account = "other@after-project.iam.gserviceaccount.com"
+max_run_hours = 2
+"""
+
+
+class Work:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / "tpuops.toml"
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")},
+                    "TPUOPS_HOME": str(root / "home"), "TPUOPS_STORE": str(root / "store")}
+
+    def settings(self, text: str) -> Settings:
+        self.config.write_text(text)
+        return load_settings(config_path=self.config, environ=self.env)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Work:
+    digits(tmp_path / "data" / "digits")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "experiments" / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
+    experiment = (REPO / "experiments" / "digits_cnn.yaml").read_text()
+    assert "accelerator: v3-8\n" in experiment  # the config names the accelerator, not the experiment
+    (tmp_path / "experiments" / "digits_cnn.yaml").write_text(experiment.replace("accelerator: v3-8\n", ""))
+    (tmp_path / "sweeps" / "frozen.yaml").write_text(SWEEP)
+    return Work(tmp_path)
+
+
+def _pass(settings: Settings, store: LocalStore) -> None:
+    ledger = Ledger(settings.ledger_path)
+    SweepPass(settings, store, ledger, Leases(store, "test", ttl_s=60), held=set(), progress=lambda _: None).run()
+
+
+def _finish(store: LocalStore, run_id: str) -> None:
+    memory, generation = runs.load_memory(store, run_id)
+    memory.finish(0.0, runs.Outcome.SUCCEEDED, "test")
+    runs.save_memory(store, run_id, memory, generation)
+
+
+def _planned(settings: Settings, store: LocalStore, record: runs.RunRecord) -> NodeSpec:
+    """The node the given config plans for this run, as ``jobs`` plans any run's."""
+    up = plan_up(settings, record.run_id, accelerator=settings.accelerator, capacity=record.node.capacity,
+                 run_id=record.run_id, sweep_id=record.sweep,
+                 job=job_argv(store.uri, record.bundle_sha256 or "", record.run_id, record.kind.value))
+    return NodeSpec.of(up.request, up.zones)
+
+
+def test_editing_the_config_mid_sweep_changes_no_later_trials_node(work: Work) -> None:
+    before = work.settings(BEFORE)
+    store = LocalStore(Path(before.store_root))
+    start_sweep(plan_sweep(before, work.root / "sweeps" / "frozen.yaml", store, base_dir=work.root), store,
+                lambda _: None)
+    _pass(before, store)
+    first = [runs.read_record(store, trial_run_id("frozen", n)) for n in (0, 1)]
+    after = work.settings(AFTER)
+    for record in first:
+        _finish(store, record.run_id)
+    _pass(after, store)
+    later = [runs.read_record(store, trial_run_id("frozen", n)) for n in (2, 3)]
+    for record in first + later:
+        node = record.node
+        assert (node.zones, node.accelerator, node.service_account, node.labels["team"]) == (
+            ["us-central1-a", "us-central1-b"], "v3-8", "trainer@before-project.iam.gserviceaccount.com", "vision")
+        assert "cost-center" not in node.labels and node.metadata["tpuops-max-run-seconds"] == "36000"
+        assert "before-project" in node.metadata["startup-script"]
+        assert "after-project" not in node.metadata["startup-script"]
+        assert node == _planned(before, store, record)
+        assert node != _planned(after, store, record)
+
+
+def test_trial_zero_of_the_template_is_the_planned_run_and_an_old_sweep_json_gives_the_same_trials(
+        work: Work) -> None:
+    settings = work.settings(BEFORE)
+    store = LocalStore(Path(settings.store_root))
+    plan = plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", store, base_dir=work.root)
+    template = plan.template
+    zero = template.for_trial(0, {})
+    assert zero.record.node == plan.job.record.node and zero.spec == plan.job.spec
+    trial = template.for_trial(7, {"learning_rate": 0.02})
+    assert (trial.record.run_id, trial.spec.run_id, trial.record.node.name) == ("frozen-t0007",) * 3
+    assert trial.spec.hparams == {**plan.job.spec.hparams, "learning_rate": 0.02}
+    current = json.loads(plan.record().to_bytes())
+    old = {**current, "template": {k: current["template"][k] for k in ("record", "spec")}}
+    assert SweepRecord.model_validate(old).template.for_trial(7, {"learning_rate": 0.02}).record.node == \
+        trial.record.node

@@ -1,0 +1,136 @@
+"""A sweep's documents in the store, next to its study and its runs: every read and write of them.
+
+    sweeps/<sweep>/sweep.json   the ``SweepRecord``, written once (compare-and-swap on generation 0):
+                                the validated spec, the frozen trial template (a run record and a
+                                run spec, with the node request frozen at ``sweep start``), the
+                                projected cost of one trial, when it started
+    sweeps/<sweep>/state.json   the ``SweepState``: phase (active | stopping | finished), outcome,
+                                reason, last pass; changed with compare-and-swap
+    sweeps/<sweep>/journal/     the study, when it is kept in the store (``tpuops.sweeps.journal``)
+    sweeps-active/<sweep>       a marker while the sweep is unfinished: a pass lists this prefix
+                                only, so its cost does not grow with finished sweeps or their trials
+
+Trial N of sweep S is the run ``S-tNNNN`` (``tpuops.runs``), made by ``TrialTemplate.for_trial``;
+its record carries ``sweep`` (node label, ledger rows). Declaring it is write-once: a pass that
+died half way through declaring is finished by the next one, and a run that exists is never
+declared again.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tpuops import runs
+from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.runs.models import parse
+from tpuops.store import Store
+from tpuops.sweeps.models import SweepPhase, SweepRecord, SweepState
+from tpuops.sweeps.template import run_spec_json, trial_run_id
+
+ACTIVE = "sweeps-active/"
+SWEEPS = "sweeps/"
+RECORD = "sweep.json"
+STATE = "state.json"
+
+
+def record_key(name: str) -> str:
+    return f"{SWEEPS}{name}/{RECORD}"
+
+
+def state_key(name: str) -> str:
+    return f"{SWEEPS}{name}/{STATE}"
+
+
+def declare_sweep(store: Store, record: SweepRecord) -> None:
+    """Write the sweep's record and state; a sweep of that name existing already is an error."""
+    name = record.name
+    try:
+        store.write_if_generation_match(record_key(name), record.to_bytes(), 0)
+    except PreconditionFailed:
+        raise UsageError(f"a sweep named {name!r} exists already in {store.uri}: choose another name "
+                         f"('tpuops sweep status {name}' shows it)") from None
+    store.write_if_generation_match(state_key(name), SweepState().to_bytes(), 0)
+
+
+def mark_active(store: Store, name: str) -> None:
+    """Put the sweep on the list a pass advances (after its study exists)."""
+    store.write_bytes(ACTIVE + name, b"")
+
+
+def read_sweep(store: Store, name: str) -> SweepRecord:
+    """The sweep's record; ``UsageError`` when there is no such sweep or its record is malformed."""
+    key = record_key(name)
+    try:
+        data = store.read_bytes(key)
+    except NotFound:
+        raise UsageError(f"no sweep {name!r} in {store.uri} ('tpuops sweep list' lists them)") from None
+    return parse(SweepRecord, data, store.uri_of(key))
+
+
+def load_state(store: Store, name: str) -> tuple[SweepState, int]:
+    """The sweep's state and its generation (a fresh state and 0 when there is none)."""
+    key = state_key(name)
+    try:
+        data, generation = store.read_versioned(key)
+    except NotFound:
+        return SweepState(), 0
+    return parse(SweepState, data, store.uri_of(key)), generation
+
+
+def save_state(store: Store, name: str, state: SweepState, generation: int) -> int:
+    """Compare-and-swap; PreconditionFailed when someone else (``sweep stop``) wrote it since."""
+    new = store.write_if_generation_match(state_key(name), state.to_bytes(), generation)
+    if state.finished:
+        store.delete(ACTIVE + name)
+    return new
+
+
+def request_stop(store: Store, name: str) -> SweepState:
+    """``sweep stop``: no new trials; the next pass stops the running ones (they checkpoint) and ends the sweep."""
+    read_sweep(store, name)
+    for _ in range(10):
+        state, generation = load_state(store, name)
+        if state.phase is not SweepPhase.ACTIVE:
+            return state
+        state.phase = SweepPhase.STOPPING
+        try:
+            save_state(store, name, state, generation)
+        except PreconditionFailed:
+            continue  # a pass wrote it meanwhile: read again
+        return state
+    raise TpuopsError(f"sweep {name}: its state kept changing; try again")
+
+
+def active_sweeps(store: Store) -> list[str]:
+    return [obj.key[len(ACTIVE):] for obj in store.list(ACTIVE)]
+
+
+def all_sweeps(store: Store) -> list[str]:
+    return sorted({obj.key.split("/")[1] for obj in store.list(SWEEPS) if obj.key.endswith("/" + RECORD)})
+
+
+def declare_trial_run(store: Store, sweep: SweepRecord, number: int, params: dict[str, Any]) -> bool:
+    """Declare the trial's run unless it exists; True if this call declared it.
+
+    ``runs.declare`` writes the spec, then the record, then the index markers. A run whose record
+    exists was declared by an earlier pass, which may have died before the markers: they are
+    written again (idempotent), so the controller sees it. Its spec must be the trial's (compared
+    as JSON, not as bytes, so a run declared by an older version with other key order is adopted).
+    """
+    run_id = trial_run_id(sweep.name, number)
+    trial = sweep.template.for_trial(number, params)
+    spec = run_spec_json(trial.spec)
+    if runs.run_exists(store, run_id):
+        if json.loads(store.read_bytes(runs.spec_key(run_id))) != spec:
+            raise TpuopsError(f"run {run_id} exists with other parameters than trial {number} of "
+                              f"sweep {sweep.name}: refusing to adopt it")
+        store.write_bytes(runs.layout.INDEX_RUNS + run_id, b"")
+        if not runs.load_memory(store, run_id)[0].finished:
+            runs.mark_active(store, run_id)
+        return False
+    try:
+        runs.declare(store, trial.record, spec)
+    except UsageError as err:  # a spec with other bytes: never adopt a run of other params
+        raise TpuopsError(f"run {run_id}: {err}") from None
+    return True

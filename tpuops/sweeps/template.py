@@ -1,0 +1,102 @@
+"""A sweep's frozen trial template: every trial's run, made from what ``sweep start`` froze and nothing else.
+
+``sweep start`` plans trial 0 as ``jobs.plan_train`` plans any run, from the config of that moment,
+and freezes the result here: its run record (the node request: accelerator, runtime, capacity,
+zones, labels, service account, metadata), its run spec, and the two config values its startup
+script was rendered with that the record does not hold (project, store root). ``for_trial`` makes
+trial N's run from these alone, with no ``Settings``: editing ``tpuops.toml`` mid-sweep changes
+no later trial, as editing it changes no declared run.
+
+Trial N differs from trial 0 only in what carries its name: the run id, the node name, the run
+label, and the startup script (rendered again for that name, with the frozen values), plus the
+trial's params over the experiment's hparams. ``for_trial(0, {})`` gives back trial 0's node
+exactly (a test holds it to that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timezone
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
+
+from tpuops.agent.runspec import RunSpec, SpecError
+from tpuops.naming import RUN_KEY
+from tpuops.render import StartupContext, render_startup_script
+from tpuops.runs import RunRecord
+from tpuops.runs.job import job_argv
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+STARTUP_SCRIPT = "startup-script"
+
+
+def trial_run_id(sweep: str, number: int) -> str:
+    """The run of trial ``number``: ``<sweep>-tNNNN``."""
+    return f"{sweep}-t{number:04d}"
+
+
+def _parse_run_spec(value: Any) -> RunSpec:
+    if isinstance(value, RunSpec):
+        return value
+    try:
+        return RunSpec.from_json(value)
+    except SpecError as err:
+        raise ValueError(str(err)) from None
+
+
+def run_spec_json(spec: RunSpec) -> dict[str, Any]:
+    """The run spec as JSON (what ``spec.json`` holds)."""
+    return json.loads(json.dumps(dataclasses.asdict(spec)))
+
+
+FrozenRunSpec = Annotated[RunSpec, PlainValidator(_parse_run_spec), PlainSerializer(run_spec_json)]
+"""A ``RunSpec`` in a pydantic document: checked by the agent's own parser, written as ``spec.json`` is."""
+
+
+class TrialRun(NamedTuple):
+    """One trial's run: what ``runs.declare`` writes."""
+
+    record: RunRecord
+    spec: RunSpec
+
+
+class TrialTemplate(BaseModel):
+    """What every trial's run copies (see the module docstring)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    record: RunRecord
+    spec: FrozenRunSpec
+    project: str
+    store_root: str
+    """The store root as the config named it when the startup script was rendered."""
+
+    @field_validator("record")
+    @classmethod
+    def _of_a_sweep(cls, record: RunRecord) -> RunRecord:
+        if not record.sweep:
+            raise ValueError("the template's run record names no sweep")
+        return record
+
+    @property
+    def sweep(self) -> str:
+        return self.record.sweep or ""
+
+    def for_trial(self, number: int, params: dict[str, Any]) -> TrialRun:
+        """Trial ``number``'s run with ``params`` over the hparams: a function of the template and these only
+        (but for the record's ``created``, the moment it was made)."""
+        run_id = trial_run_id(self.sweep, number)
+        node = self.record.node
+        labels = {**node.labels, RUN_KEY: run_id}
+        script = render_startup_script(StartupContext(
+            node_name=run_id, project=self.project, zone=node.zones[0], accelerator_type=node.accelerator,
+            store_root=self.store_root, run_id=run_id, labels=labels,
+            job=job_argv(self.spec.store_root, self.record.bundle_sha256 or "", run_id, self.record.kind.value)))
+        trial_node = node.model_copy(update={"name": run_id, "labels": labels,
+                                             "metadata": {**node.metadata, STARTUP_SCRIPT: script}})
+        record = self.record.model_copy(update={"run_id": run_id, "node": trial_node,
+                                                "created": datetime.now(UTC).isoformat(timespec="seconds")})
+        spec = dataclasses.replace(self.spec, run_id=run_id, hparams={**self.spec.hparams, **params})
+        return TrialRun(record, spec)
