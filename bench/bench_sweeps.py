@@ -12,7 +12,7 @@ Measures, side by side in one run (3 repetitions, medians; nothing is asserted):
    reads that grow with the running trials, not with the finished ones.
 2. Ask+tell round trip per trial, 50 trials, each from a freshly opened storage (as a cron pass
    opens it) and from one kept open: the journal in the store (tpuops, local store), PostgreSQL 15
-   (a throwaway server, ``tpuops.sweeps.local_postgres``) and Optuna's own ``JournalFileBackend``
+   (a throwaway server, ``tests/local_postgres.py``) and Optuna's own ``JournalFileBackend``
    on a local file (the baseline: no object store, one machine).
 
 Not measured (left for later): the digits sweep with parallel 1 vs 4 and with the median pruner
@@ -38,7 +38,6 @@ from tpuops.data.samples import digits
 from tpuops.store import LocalStore
 from tpuops.sweeps import record as records
 from tpuops.sweeps import studies
-from tpuops.sweeps.local_postgres import LocalPostgres, find_bindir
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.start import plan_sweep, start_sweep
 
@@ -141,6 +140,9 @@ def bench_storages(work: Path, trials: int) -> list[dict[str, Any]]:
         ("Optuna JournalFileBackend (baseline)",
          lambda n: ((lambda: JournalStorage(JournalFileBackend(str(work / f"{n}.log")))), spec(n))),
     ]
+    sys.path.insert(0, str(ROOT / "tests"))
+    from local_postgres import LocalPostgres, find_bindir  # test-only helper (tests/local_postgres.py)
+
     server = None
     if find_bindir() is not None:
         server = LocalPostgres().start()

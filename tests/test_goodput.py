@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tpuops.cost import Interval
-from tpuops.goodput import Goodput, split
 from tpuops.runs import AgentStatus
+from tpuops.runs.goodput import Goodput, split
 from tpuops.runs.models import AttemptTime, parse
 
 pytestmark = pytest.mark.unit

@@ -19,11 +19,15 @@ from tpuops.config import Settings
 from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
+    # The types these calls return, named here too so that the CLI renders them importing only this module.
+    from tpuops.accounting import CostAndGoodput as CostAndGoodput
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
+    from tpuops.cost import Total as Total
     from tpuops.jobs import JobPlan
     from tpuops.provision import DownResult, UpResult
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
+    from tpuops.runs.goodput import Goodput as Goodput
     from tpuops.tpu import NodeInfo
 
 Say = Callable[[str], None]
@@ -63,9 +67,10 @@ def launch(settings: Settings, plan: JobPlan, *, detach: bool = False, progress:
            on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
     """Refuse it if over budget, declare the run, then drive it to its end (or make its first pass: ``detach``)."""
     from tpuops import jobs
-    from tpuops.session import open_ledger, store
+    from tpuops.accounting import refuse_over_budget
+    from tpuops.session import store
 
-    jobs.refuse_over_budget(settings, open_ledger(settings), plan)
+    refuse_over_budget(settings, plan)
     jobs.declare(plan, store(settings), settings, progress)
     return drive(settings, plan.run_id, detach=detach, progress=progress, on_status=on_status, on_log=on_log)
 
@@ -182,21 +187,21 @@ class Overview:
 def status(settings: Settings) -> Overview:
     """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
     from tpuops import runs
-    from tpuops.goodput import attach
+    from tpuops.accounting import attach_goodput
     from tpuops.session import provisioner, store
 
     active = runs.list_runs(store(settings), active_only=True)
     since = min((datetime.fromisoformat(r.record.created) for r in active if r.record.created), default=None)
-    return Overview(nodes=provisioner(settings).status(), runs=attach(settings, active, since=since))
+    return Overview(nodes=provisioner(settings).status(), runs=attach_goodput(settings, active, since=since))
 
 
 def list_runs(settings: Settings) -> list[Run]:
     """``tpuops runs``: every run, oldest first, with its goodput."""
     from tpuops import runs
-    from tpuops.goodput import attach
+    from tpuops.accounting import attach_goodput
     from tpuops.session import store
 
-    return attach(settings, runs.list_runs(store(settings)))
+    return attach_goodput(settings, runs.list_runs(store(settings)))
 
 
 def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[str]:
@@ -237,3 +242,16 @@ def down(settings: Settings, names: list[str] | None, *, wait: bool = True, prog
 def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:
     """``tpuops down --orphans``: delete tpuops nodes whose run the store does not know, now."""
     return controller(settings, progress).reap_orphans_now()
+
+
+def cost(settings: Settings, *, run_id: str | None = None, sweep_id: str | None = None,
+         since: datetime | str | None = None) -> CostAndGoodput:
+    """``tpuops cost``: what the ledger's nodes cost per run, sweep and UTC day, with each run's goodput.
+
+    ``since`` may be text as the command takes it (2024-05-01, 2024-05-01T12:00; UTC when no zone).
+    """
+    from tpuops.accounting import cost_report
+    from tpuops.cost import parse_since
+
+    return cost_report(settings, run_id=run_id, sweep_id=sweep_id,
+                       since=parse_since(since) if isinstance(since, str) else since)

@@ -36,11 +36,12 @@ def start(
     sends it by itself.
     """
     from tpuops.emulator.control import start_background, status
+    from tpuops.session import emulated_image_python
 
     settings = load_settings(ctx)
     info = status(settings.emulator_dir) or start_background(
         settings.emulator_dir, port, boot_delay_s=boot_delay, grace_s=grace,
-        image_python=settings.emulated_image_python, auth=not no_auth)
+        image_python=emulated_image_python(settings), auth=not no_auth)
     token_file = str(info.state_dir / "token") if info.token else None
     if as_json:
         print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),

@@ -10,7 +10,7 @@ import typer
 from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, print_json, print_table
 
 if TYPE_CHECKING:
-    from tpuops.sweeps.schedule import Schedule
+    from tpuops.schedule import Schedule
 
 app = typer.Typer(help="Run 'tpuops reconcile' every few minutes (cron, or a systemd user timer), with a lock.",
                   no_args_is_help=True)
@@ -19,7 +19,7 @@ SYSTEMD = typer.Option(False, "--systemd", help="A systemd user timer instead of
 
 def _schedule(ctx: typer.Context, every: int = 5) -> Schedule:
     from tpuops.config import find_config_file
-    from tpuops.sweeps.schedule import Schedule
+    from tpuops.schedule import Schedule
 
     settings = load_settings(ctx)
     state = ctx.find_root().obj
@@ -37,7 +37,7 @@ def install(
     as_json: bool = JSON,
 ) -> None:
     """Install the schedule: one pass every --every minutes with this config, never two at once (flock)."""
-    from tpuops.sweeps import schedule
+    from tpuops import schedule
 
     plan = schedule.install(_schedule(ctx, every), systemd=systemd, dry_run=dry_run)
     if as_json:
@@ -52,7 +52,7 @@ def install(
 @app.command("uninstall")
 def uninstall(ctx: typer.Context, systemd: bool = SYSTEMD, as_json: bool = JSON) -> None:
     """Remove the schedule of this config's home (other crontab lines stay)."""
-    from tpuops.sweeps import schedule
+    from tpuops import schedule
 
     found = schedule.uninstall(_schedule(ctx), systemd=systemd)
     if as_json:
@@ -64,7 +64,7 @@ def uninstall(ctx: typer.Context, systemd: bool = SYSTEMD, as_json: bool = JSON)
 @app.command("status")
 def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     """What is installed, and what the last scheduled pass did."""
-    from tpuops.sweeps import schedule
+    from tpuops import schedule
 
     info = schedule.status(_schedule(ctx))
     if as_json:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from tpuops import runs
 from tpuops.controller.reconcile import Controller
 from tpuops.cost import catalog_for
-from tpuops.goodput import Goodput, run_goodput
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
+from tpuops.runs.goodput import Goodput, run_goodput
 
 
 @dataclass

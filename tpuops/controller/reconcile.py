@@ -62,7 +62,6 @@ from typing import Any, TypeVar
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
-from tpuops.controller.lease import Leases, new_holder_id
 from tpuops.errors import (
     AlreadyExists,
     CreateResult,
@@ -77,6 +76,7 @@ from tpuops.naming import RUN_KEY
 from tpuops.provision import Listing, Provisioner
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
+from tpuops.store.lease import Leases, new_holder_id
 from tpuops.tpu import NodeInfo, NodeState, TpuApi
 
 T = TypeVar("T")

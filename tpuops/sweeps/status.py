@@ -15,8 +15,8 @@ from typing import Any
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.cost import catalog_for, node_cost, spent
-from tpuops.goodput import run_goodput
 from tpuops.ledger import Ledger
+from tpuops.runs.goodput import run_goodput
 from tpuops.store import Store
 from tpuops.sweeps import record as records
 from tpuops.sweeps import studies

@@ -29,19 +29,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tpuops.cost import Interval, node_cost, ready_intervals
 from tpuops.ledger import NodeHistory
 from tpuops.pricing import Catalog
-from tpuops.runs import AgentStatus
-from tpuops.runs.models import AttemptTime
-
-if TYPE_CHECKING:
-    from tpuops.config import Settings
-    from tpuops.runs import Run
+from tpuops.runs.models import AgentStatus, AttemptTime
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -159,16 +154,3 @@ def by_run(histories: Iterable[NodeHistory]) -> dict[str, list[NodeHistory]]:
         if history.node.run_id:
             grouped[history.node.run_id].append(history)
     return grouped
-
-
-def attach(settings: Settings, found: list[Run], *, since: datetime | None = None) -> list[Run]:
-    """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
-    from tpuops.cost import catalog_for
-    from tpuops.session import open_ledger
-
-    if not found:
-        return found
-    histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
-    catalog, now = catalog_for(settings), datetime.now(UTC)
-    return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now))
-            for run in found]
