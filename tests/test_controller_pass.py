@@ -26,7 +26,8 @@ from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller import reconcile
 from tpuops.controller.reconcile import Controller, PassReport, _inline_or_pooled
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, Timeout, TpuopsError, TransientError
+from tpuops.create_result import CreateResult
+from tpuops.errors import AlreadyExists, NotFound, Timeout, TpuopsError, TransientError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.provision import plan_up

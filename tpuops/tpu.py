@@ -20,10 +20,10 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
+from tpuops.create_result import CreateResult
 from tpuops.errors import (
     AlreadyExists,
     CapacityError,
-    CreateResult,
     InvalidRequest,
     NotFound,
     PermissionDenied,

@@ -62,9 +62,9 @@ from typing import Any, TypeVar
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
+from tpuops.create_result import CreateResult
 from tpuops.errors import (
     AlreadyExists,
-    CreateResult,
     Interrupted,
     NotFound,
     PreconditionFailed,
