@@ -32,6 +32,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tpuops.errors import UsageError
+from tpuops.formats import format_usd
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, Transition
 from tpuops.pricing import SPOT_PRICED, Catalog, default_catalog, parse_capacity
@@ -296,11 +297,6 @@ def projected_cost(
     if hours < 0:
         raise UsageError(f"hours = {hours!r} is not allowed: expected a number >= 0")
     return (catalog or default_catalog()).price_per_hour(accelerator, capacity, zone) * hours
-
-
-def format_usd(value: float) -> str:
-    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
 
 
 def check_budget(spent: float, projected: float, budget: float) -> str | None:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tpuops.kinds import Capacity
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -29,6 +31,15 @@ PREEMPTIBLE = typer.Option(False, "--preemptible", help="Preemptible capacity (2
 ON_DEMAND = typer.Option(False, "--on-demand", help="On-demand capacity.")
 DRY_RUN = typer.Option(False, "--dry-run", help="Validate and print what would be created; call nothing.")
 JSON = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
+    """The capacity the flags ``--spot``, ``--preemptible``, ``--on-demand`` chose (at most one), if any."""
+    chosen = [c for c, flag in ((Capacity.SPOT, spot), (Capacity.PREEMPTIBLE, preemptible),
+                                (Capacity.ON_DEMAND, on_demand)) if flag]
+    if len(chosen) > 1:
+        raise typer.BadParameter("choose one of --spot, --preemptible, --on-demand")
+    return chosen[0] if chosen else None
 
 
 @dataclass

@@ -15,18 +15,16 @@ from tpuops.cli.common import (
     ON_DEMAND,
     PREEMPTIBLE,
     SPOT,
+    capacity_flag,
     err_console,
     load_settings,
     print_json,
     print_table,
     progress,
 )
-from tpuops.cli.nodes import capacity_flag
 
 if TYPE_CHECKING:
-    from tpuops.api import Started
-    from tpuops.controller.drive import Finished
-    from tpuops.runs import AgentStatus
+    from tpuops.api import AgentStatus, Finished, Started
 
 
 def register(app: typer.Typer) -> None:

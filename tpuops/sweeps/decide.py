@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tpuops.cost import format_usd
+from tpuops.formats import format_usd
 
 TELL_FOR_OUTCOME = {
     "succeeded": "COMPLETE",

@@ -144,7 +144,3 @@ def param_importances(study: Any) -> dict[str, float]:
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
     except (ValueError, RuntimeError):  # e.g. every objective equal: "zero total variance"
         return {}
-
-
-def format_params(params: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))

@@ -2,9 +2,12 @@
 
 Each function takes ``Settings`` (``tpuops.config.load_settings``) and wires what it needs through
 ``tpuops.session``; the CLI parses its flags, calls exactly one of these and renders the result
-(docs/library.md lists them). Callbacks report progress: ``progress`` gets one line of text
-(controller events, uploads), ``on_status`` the agent's status each pass, ``on_log`` each new log
-line. Nothing here prints.
+(docs/library.md lists them; tests/test_cli_front_door.py holds the CLI to it). Runs and nodes are
+here; ``sweeps``, ``data`` and ``tools`` (init, doctor, schedule, emulator, runtime) are re-exported
+from their modules. Everything heavy is imported inside the calls, so importing this is cheap.
+
+Callbacks report progress: ``progress`` gets one line of text (controller events, uploads),
+``on_status`` the agent's status each pass, ``on_log`` each new log line. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -13,10 +16,37 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
+from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
+from tpuops.api.tools import (
+    doctor,
+    emulator_billing,
+    emulator_fault,
+    emulator_preempt,
+    emulator_start,
+    emulator_status,
+    emulator_stop,
+    init,
+    runtime_install,
+    runtime_status,
+    schedule_install,
+    schedule_status,
+    schedule_uninstall,
+)
 from tpuops.config import Settings
 from tpuops.kinds import Capacity
+
+__all__ = [
+    "Overview", "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls", "data_sample",
+    "data_upload", "data_verify", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
+    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
+    "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
+    "reconcile", "resume", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
+    "schedule_uninstall", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
+    "sweep_stop", "train", "up", "watch",
+]
 
 if TYPE_CHECKING:
     # The types these calls return, named here too so that the CLI renders them importing only this module.
@@ -24,10 +54,12 @@ if TYPE_CHECKING:
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
     from tpuops.cost import Total as Total
+    from tpuops.data import UploadReport as UploadReport
     from tpuops.jobs import JobPlan
-    from tpuops.provision import DownResult, UpResult
+    from tpuops.provision import DownResult, UpPlan, UpResult
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.sweeps.status import SweepStatus as SweepStatus
     from tpuops.tpu import NodeInfo
 
 Say = Callable[[str], None]
@@ -230,6 +262,25 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     nodes = provisioner(settings, progress)
     return nodes.up_queued(plan, valid_for_s=valid_for_s, wait=wait) if queued else nodes.up(plan, wait=wait)
+
+
+def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, capacity: Capacity | None = None,
+            zone: str | None = None, runtime: str | None = None) -> UpPlan:
+    """``tpuops up NAME --dry-run``: the CreateNode request, the zones in order and the startup script; no call."""
+    from tpuops.provision import plan_up as plan
+
+    return plan(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+
+
+def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = None,
+                   capacity: Capacity | None = None, zone: str | None = None, runtime: str | None = None,
+                   valid_for_s: float | None = None) -> dict[str, Any]:
+    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call."""
+    from tpuops.tpu import TpuApi
+
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+    return {"zone": plan.zones[0], "queued_resource_id": name,
+            "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for_s)}
 
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
