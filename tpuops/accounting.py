@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from tpuops import runs
 from tpuops.config import Settings
-from tpuops.cost import CostReport, build_report, catalog_for, check_budget, spent
 from tpuops.errors import UsageError
-from tpuops.runs.goodput import Goodput, by_run, run_goodput
 from tpuops.session import open_ledger, store
 
 if TYPE_CHECKING:
+    from tpuops.cost import CostReport
     from tpuops.jobs import JobPlan
+    from tpuops.runs.goodput import Goodput
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -41,6 +41,9 @@ class CostAndGoodput:
 def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str | None = None,
                 since: datetime | None = None, now: datetime | None = None) -> CostAndGoodput:
     """The cost of the configured project's nodes recorded in the local ledger, with each run's goodput."""
+    from tpuops.cost import build_report, catalog_for
+    from tpuops.runs.goodput import by_run, run_goodput
+
     ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
     histories = ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since)
     report = build_report(histories, catalog, now, since)
@@ -66,8 +69,11 @@ def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str 
 
 def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime | None = None) -> list[runs.Run]:
     """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
-    if not found:
+    if not found:  # ``tpuops status`` with no run going: no prices, no ledger read
         return found
+    from tpuops.cost import catalog_for
+    from tpuops.runs.goodput import by_run, run_goodput
+
     histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
     catalog, now = catalog_for(settings), datetime.now(UTC)
     return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now))
@@ -79,6 +85,8 @@ def refuse_over_budget(settings: Settings, plan: JobPlan) -> None:
 
     The projection is the node's hourly price times the experiment's ``expected_hours``.
     """
+    from tpuops.cost import catalog_for, check_budget, spent
+
     catalog = catalog_for(settings)
     hourly = catalog.price_per_hour(plan.up.request.accelerator, plan.up.request.capacity, plan.up.zones[0])
     projected = hourly * plan.experiment.expected_hours

@@ -29,7 +29,6 @@ from tpuops.config import Settings, check_zone
 from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
 from tpuops.kinds import Capacity, ValueEnum
 from tpuops.ledger import Ledger, Sighting
-from tpuops.render import StartupContext, render_startup_script
 from tpuops.retry import call_with_retry
 from tpuops.tpu import NodeInfo, NodeRequest, NodeState, TpuApi, operation_times
 
@@ -107,6 +106,8 @@ def plan_up(
     extra_metadata: dict[str, str] | None = None,
 ) -> UpPlan:
     """Validate everything a create needs, without calling anything."""
+    from tpuops.render import StartupContext, render_startup_script  # jinja2: only a plan needs it (status does not)
+
     naming.check_node_name(name)
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
     runtime_version = accelerators.resolve_runtime_version(acc, runtime)

@@ -75,13 +75,15 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Cells are plain text, never markup: a ``[`` in a name prints as it is, and 200 rows are not parsed."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     out_console().print(table)
 
 
