@@ -7,7 +7,8 @@ lays the attempts over the billed intervals and names every second:
 
     boot            READY -> the startup script's start (the VM and its services booting); an
                     interval in which no attempt started is boot as a whole
-    setup, productive, recomputed, checkpoint, eval, save   as the agent measured them
+    setup, productive, recomputed, checkpoint, eval, save   as the agent measured them (the names
+                    are the agent's own: ``tpuops.agent.timing.DISJOINT``)
     idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
                     when billing stopped: noticing the end, deleting the node, a preempted VM's
                     last seconds
@@ -33,6 +34,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from tpuops.agent.timing import DISJOINT, SEGMENTS
 from tpuops.cost import Interval, node_cost, ready_intervals
 from tpuops.ledger import NodeHistory
 from tpuops.pricing import Catalog
@@ -40,7 +42,6 @@ from tpuops.runs.models import AgentStatus, AttemptTime
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
-AGENT_SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save")
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,7 @@ class Goodput:
     """What interruptions cost: recomputed, later attempts' boot and setup, interrupted tails."""
     attempts: int = 0
 
-    PARTS = ("boot_s", "setup_s", "productive_s", "recomputed_s", "checkpoint_s", "eval_s", "save_s",
-             "idle_after_end_s", "unaccounted_s")
+    PARTS = ("boot_s", *(f"{segment}_s" for segment in DISJOINT), "idle_after_end_s", "unaccounted_s")
 
     @property
     def goodput(self) -> float | None:
@@ -111,7 +111,7 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
     ordered = sorted(intervals, key=lambda i: i.start)
     billed = sum(interval.seconds for interval in ordered)
     parts: dict[str, float] = defaultdict(float)
-    for segment in (*AGENT_SEGMENTS, "input_wait"):
+    for segment in SEGMENTS:
         parts[f"{segment}_s"] = sum(getattr(a, f"{segment}_s") for a in attempts)
     owned: dict[int, list[AttemptTime]] = defaultdict(list)
     if ordered:
