@@ -4,12 +4,12 @@
 
 Times ``tpuops --help``, ``tpuops status`` with 0 and 200 nodes, and ``tpuops runs`` with 200 runs,
 each a fresh ``python -m tpuops`` process (what a user waits for), median of 3 repetitions after one
-warm-up. ``--baseline`` is a checkout of the commit to compare with (default ``$TPUOPS_BASELINE`` or
-/tmp/tpuops-baseline; ``git archive a052406 | tar -x -C DIR``); both trees run on this environment's
-packages, the baseline's ``tpuops`` first on ``PYTHONPATH``. The nodes live in one local emulator
-whose nodes run a one-line sleep; each tree has its own home (ledger) and a store seeded with runs
-in its own format (``bench_controller_scale._seed``). Goals: no slower than the baseline, ``--help``
-under 0.3 s. Nothing is asserted.
+warm-up, the two trees taking turns. ``--baseline`` is a checkout of the commit to compare with
+(default ``$TPUOPS_BASELINE`` or /tmp/tpuops-baseline; ``git archive c4ce28f | tar -x -C DIR``);
+both trees run on this environment's packages, the baseline's ``tpuops`` first on ``PYTHONPATH``.
+The nodes live in one local emulator whose nodes run a one-line sleep; each tree has its own home
+(ledger) and a store seeded with runs in its own format (``bench_controller_scale._seed``). Goals:
+no slower than the baseline, ``--help`` under 0.3 s. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -38,20 +38,30 @@ _seed(open_store({store!r}), [f"run-{{i:04d}}" for i in range({runs})], [])
 """
 
 
-def timed(tree: Path, env: dict[str, str], *args: str) -> float:
-    """Median wall seconds of ``python -m tpuops ARGS`` over REPS runs, after one warm-up."""
-    env = {**env, "PYTHONPATH": str(tree)}
-    times = []
+def run_once(tree: Path, env: dict[str, str], args: tuple[str, ...]) -> float:
+    """Wall seconds of one fresh ``python -m tpuops ARGS`` with ``tree`` first on the path."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tpuops", *args], env={**env, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, check=False, timeout=600)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"bench: tpuops {' '.join(args)} failed in {tree}:\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def timed(trees: dict[str, Path], envs: dict[str, dict[str, str]], *args: str) -> dict[str, float]:
+    """Median wall seconds per tree over REPS runs after one warm-up, the trees taking turns.
+
+    Taking turns (baseline, this tree, baseline, ...) spreads a busy machine's load over both
+    trees alike, so the ratio holds when the absolute times drift.
+    """
+    times: dict[str, list[float]] = {name: [] for name in trees}
     for rep in range(REPS + 1):
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "tpuops", *args], env=env, capture_output=True, text=True,
-                              check=False, timeout=600)
-        elapsed = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"bench: tpuops {' '.join(args)} failed in {tree}:\n{done.stderr[-2000:]}")
-        if rep:
-            times.append(elapsed)
-    return statistics.median(times)
+        for name, tree in trees.items():
+            elapsed = run_once(tree, envs[name], args)
+            if rep:
+                times[name].append(elapsed)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def make_nodes(endpoint: str, count: int) -> None:
@@ -80,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     baseline = Path(args.baseline)
     if not (baseline / "tpuops" / "__init__.py").is_file():
-        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive a052406 | tar -x -C {baseline})")
+        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive c4ce28f | tar -x -C {baseline})")
     from tpuops.emulator.control import start_background, stop
 
     trees = {"baseline": baseline, "this tree": ROOT}
@@ -101,12 +111,11 @@ def main() -> None:
                 subprocess.run([sys.executable, "-c", SEED.format(bench=str(BENCH), store=str(home / "store"),
                                                                   runs=NODES)],
                                env={**os.environ, "PYTHONPATH": str(tree)}, check=True, timeout=600)
-            rows.append(("tpuops --help", {n: timed(t, envs[n], "--help") for n, t in trees.items()}))
-            rows.append(("tpuops status, 0 nodes", {n: timed(t, envs[n], "status") for n, t in trees.items()}))
-            rows.append((f"tpuops runs, {NODES} runs", {n: timed(t, envs[n], "runs") for n, t in trees.items()}))
+            rows.append(("tpuops --help", timed(trees, envs, "--help")))
+            rows.append(("tpuops status, 0 nodes", timed(trees, envs, "status")))
+            rows.append((f"tpuops runs, {NODES} runs", timed(trees, envs, "runs")))
             make_nodes(info.endpoint, NODES)
-            rows.append((f"tpuops status, {NODES} nodes", {n: timed(t, envs[n], "status")
-                                                           for n, t in trees.items()}))
+            rows.append((f"tpuops status, {NODES} nodes", timed(trees, envs, "status")))
         finally:
             stop(info.state_dir)
     if args.json:

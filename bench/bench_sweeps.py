@@ -12,7 +12,7 @@ Measures, side by side in one run (3 repetitions, medians; nothing is asserted):
    reads that grow with the running trials, not with the finished ones.
 2. Ask+tell round trip per trial, 50 trials, each from a freshly opened storage (as a cron pass
    opens it) and from one kept open: the journal in the store (tpuops, local store), PostgreSQL 15
-   (a throwaway server, ``tpuops.sweeps.local_postgres``) and Optuna's own ``JournalFileBackend``
+   (a throwaway server, ``tests/local_postgres.py``) and Optuna's own ``JournalFileBackend``
    on a local file (the baseline: no object store, one machine).
 3. 10 threads x 20 appends through one journal backend: how many logs a fresh reader finds (all
    200 is Optuna's promise for a backend) and the wall time, the store journal against Optuna's
@@ -42,7 +42,6 @@ from tpuops.store import LocalStore
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
 from tpuops.sweeps.journal import StoreJournal
-from tpuops.sweeps.local_postgres import LocalPostgres, find_bindir
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.start import plan_sweep, start_sweep
 from tpuops.sweeps.template import trial_run_id
@@ -145,6 +144,9 @@ def bench_storages(work: Path, trials: int) -> list[dict[str, Any]]:
         ("Optuna JournalFileBackend (baseline)",
          lambda n: ((lambda: JournalStorage(JournalFileBackend(str(work / f"{n}.log")))), spec(n))),
     ]
+    sys.path.insert(0, str(ROOT / "tests"))
+    from local_postgres import LocalPostgres, find_bindir  # test-only helper (tests/local_postgres.py)
+
     server = None
     if find_bindir() is not None:
         server = LocalPostgres().start()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from lanes import LOCAL_AND_GCS
 
-from tpuops.controller.lease import Leases
 from tpuops.store import LocalStore, Store, gcs_client
 from tpuops.store.gcs import GcsStore
+from tpuops.store.lease import Leases
 
 TTL = 60.0
 T0 = 1_800_000_000.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tpuops.create_result import CreateResult
 from tpuops.errors import (
     AlreadyExists,
     CapacityError,
-    CreateResult,
     InvalidRequest,
     PermissionDenied,
     QuotaError,

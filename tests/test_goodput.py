@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tpuops.cost import Interval
-from tpuops.goodput import Goodput, split
 from tpuops.runs import AgentStatus
+from tpuops.runs.goodput import Goodput, split
 from tpuops.runs.models import AttemptTime, parse
 
 pytestmark = pytest.mark.unit
@@ -86,3 +86,18 @@ def test_nothing_billed_yet_has_no_goodput_ratio() -> None:
     got = split([], [_attempt(1, 0.0, None)], usd=0.0)
     assert got is not None and got.goodput is None and got.ratio_text() == "?"
     assert "goodput ?" in got.summary()
+
+
+def test_every_segment_the_agent_clocks_has_a_home_in_the_status_and_the_split() -> None:
+    """The names are the agent's (``tpuops.agent.timing``): a segment it adds must not vanish on the way."""
+    from dataclasses import fields
+
+    from tpuops.agent.timing import DISJOINT, SEGMENTS, AttemptClock
+
+    clock = AttemptClock(attempt=1, started_at=0.0)
+    written = {key[:-2] for key in clock.entry() if key.endswith("_s")}
+    assert written == set(SEGMENTS)
+    goodput_fields = {f.name for f in fields(Goodput)}
+    for segment in SEGMENTS:
+        assert f"{segment}_s" in AttemptTime.model_fields and f"{segment}_s" in goodput_fields, segment
+    assert [part[:-2] for part in Goodput.PARTS[1:1 + len(DISJOINT)]] == list(DISJOINT)

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuops.errors import AlreadyExists, CreateResult, NotFound, UsageError
+from tpuops.create_result import CreateResult
+from tpuops.errors import AlreadyExists, NotFound, UsageError
 from tpuops.kinds import Capacity
 from tpuops.naming import labels_for
 from tpuops.providers.base import Connection, NodeProvider, wait_for

@@ -36,7 +36,7 @@ TRIALS = 8
 WORKER = """
 import sys
 from tpuops.config import load_settings
-from tpuops.controller.lease import Leases
+from tpuops.store.lease import Leases
 from tpuops.ledger import Ledger
 from tpuops.session import store
 from tpuops.sweeps.advance import SweepPass

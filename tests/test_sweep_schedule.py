@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from helpers import poll
 
-from tpuops.sweeps.schedule import MARKER, Schedule, merge_crontab, render_script, write_script
+from tpuops.schedule import MARKER, Schedule, merge_crontab, render_script, write_script
 
 pytestmark = pytest.mark.emulator
 

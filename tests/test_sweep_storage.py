@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from local_postgres import LocalPostgres, find_bindir
 
 from tpuops.errors import TpuopsError, UsageError
 from tpuops.store import LocalStore, Store, gcs_client
 from tpuops.store.gcs import GcsStore
 from tpuops.sweeps import studies
 from tpuops.sweeps.journal import JournalConflict, StoreJournal
-from tpuops.sweeps.local_postgres import LocalPostgres, find_bindir
 from tpuops.sweeps.spec import DatabaseStorage, SweepSpec
 
 pytestmark = pytest.mark.emulator

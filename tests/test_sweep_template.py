@@ -17,13 +17,13 @@ from helpers import REPO
 
 from tpuops import runs
 from tpuops.config import Settings, load_settings
-from tpuops.controller.lease import Leases
 from tpuops.data.samples import digits
 from tpuops.ledger import Ledger
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec
 from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore
+from tpuops.store.lease import Leases
 from tpuops.sweeps.advance import SweepPass
 from tpuops.sweeps.models import SweepRecord
 from tpuops.sweeps.start import plan_sweep, start_sweep

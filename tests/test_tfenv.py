@@ -80,7 +80,7 @@ def test_an_explicit_tf_python_is_the_only_place_looked_at(tmp_path: Path, no_ch
 def test_no_runtime_is_one_line_saying_how_to_get_one(tmp_path: Path, no_checkout: Path) -> None:
     settings = _settings(tmp_path / "home")
     with pytest.raises(UsageError) as raised:
-        _ = settings.emulated_image_python
+        locate.require(settings)
     message = str(raised.value)
     assert "\n" not in message
     assert "tpuops runtime install" in message and str(tmp_path / "home" / "runtime" / "tf29") in message

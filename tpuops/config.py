@@ -116,16 +116,6 @@ class Settings(BaseModel):
     def emulator_dir(self) -> Path:
         return self.home / "emulator"
 
-    @property
-    def emulated_image_python(self) -> str:
-        """The interpreter that plays the TPU VM image's python3 on the emulator: the local TF 2.9 runtime.
-
-        Raises ``UsageError`` (one line: how to get one) when there is none (``tpuops.tfenv``).
-        """
-        from tpuops.tfenv.locate import require
-
-        return str(require(self))
-
 
 _LIST_KEYS = {"zones"}
 _MAP_KEYS = {"labels"}

@@ -18,19 +18,21 @@ side for budgets; and a preemption never observed (the node went from READY stra
 cannot earn the first-minute exemption, so it is billed.
 
 Design: everything that computes is a pure function of ledger rows (``NodeHistory``), a
-``Catalog`` and ``now``, tested without a database or a server; ``spent`` and ``cost_report``
-are the thin layer that reads the ledger (``Ledger.histories``).
+``Catalog`` and ``now``, tested without a database or a server; ``spent`` is the thin layer that
+reads the ledger (``Ledger.histories``). The report of ``tpuops cost``, with each run's goodput
+from the store, is assembled in the service layer (``tpuops.accounting``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tpuops.errors import UsageError
+from tpuops.formats import format_usd
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, Transition
 from tpuops.pricing import SPOT_PRICED, Catalog, default_catalog, parse_capacity
@@ -40,7 +42,6 @@ UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
     from tpuops.config import Settings
-    from tpuops.goodput import Goodput
 
 FREE_PREEMPTION_S = 60.0
 """A spot or preemptible node preempted before this much READY time is not billed."""
@@ -126,12 +127,9 @@ class CostReport:
     days: tuple[Total, ...]
     total: Total
     catalog: Catalog
-    goodput: dict[str, Goodput] = field(default_factory=dict)
-    """Per run id: where its whole billed time went (runs whose agent reported its time accounting)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "goodput": {run_id: split.to_json() for run_id, split in sorted(self.goodput.items())},
             "currency": self.catalog.currency,
             "prices": {"source": self.catalog.source, "retrieved": self.catalog.retrieved.isoformat()},
             "now": self.now.isoformat(), "since": self.since.isoformat() if self.since else None,
@@ -301,11 +299,6 @@ def projected_cost(
     return (catalog or default_catalog()).price_per_hour(accelerator, capacity, zone) * hours
 
 
-def format_usd(value: float) -> str:
-    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
-
-
 def check_budget(spent: float, projected: float, budget: float) -> str | None:
     """Why a launch must not happen under ``budget`` (USD), or None when it fits.
 
@@ -361,39 +354,3 @@ def spent(
 def catalog_for(settings: Settings) -> Catalog:
     """The packaged prices with the ``prices`` table of tpuops.toml on top."""
     return default_catalog().with_overrides(settings.prices)
-
-
-def cost_report(
-    settings: Settings,
-    *,
-    run_id: str | None = None,
-    sweep_id: str | None = None,
-    since: datetime | None = None,
-    now: datetime | None = None,
-) -> CostReport:
-    """The cost of the configured project's nodes recorded in the local ledger, with each run's goodput."""
-    from tpuops import runs
-    from tpuops.goodput import by_run, run_goodput
-    from tpuops.session import open_ledger, store
-
-    ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
-    histories = ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since)
-    report = build_report(histories, catalog, now, since)
-    run_ids = [total.key for total in report.runs if total.key]
-    if not run_ids:
-        return report
-    # Goodput covers each run whole: the nodes ``since`` leaves out count too (one more read only then).
-    whole = by_run(histories if since is None else ledger.histories(settings.project, run_id=run_id,
-                                                                      sweep_id=sweep_id))
-    where = store(settings)
-
-    def status_of(rid: str) -> runs.AgentStatus | None:  # a malformed status costs its goodput, not the report
-        try:
-            return runs.read_status(where, rid)
-        except UsageError:
-            return None
-
-    statuses = runs.parallel_map(status_of, run_ids)
-    found = {rid: run_goodput(whole.get(rid, []), status, catalog, now)
-             for rid, status in zip(run_ids, statuses, strict=True)}
-    return replace(report, goodput={rid: split for rid, split in found.items() if split is not None})

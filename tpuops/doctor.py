@@ -406,3 +406,17 @@ def exit_code(checks: list[Check]) -> int:
 
 def to_json(checks: list[Check]) -> str:
     return json.dumps({"ok": exit_code(checks) == 0, "checks": [asdict(check) for check in checks]}, indent=2)
+
+
+@dataclass(frozen=True)
+class Checkup:
+    """What ``tpuops doctor`` found: every check in order, the exit code and the JSON form."""
+
+    checks: list[Check]
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.checks)
+
+    def to_json(self) -> str:
+        return to_json(self.checks)

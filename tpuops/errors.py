@@ -6,14 +6,10 @@ adapter that called the SDK, with ``raise ... from err``; nothing above an adapt
 inspects an SDK exception. The CLI turns a ``TpuopsError`` into one line on stderr and
 ``exit_code``; anything else is a bug and keeps its traceback.
 
-``CreateResult`` is the one vocabulary for where a node create stands, whether the request
-was refused at once or its long-running operation ended with an error: both are classified
-by ``CreateResult.of`` from the error's class.
+It imports nothing from tpuops, so that every module may raise these classes.
 """
 
 from __future__ import annotations
-
-from tpuops.kinds import ValueEnum
 
 
 class TpuopsError(Exception):
@@ -89,21 +85,3 @@ class Interrupted(TpuopsError):
     """The user pressed Ctrl-C; whatever was half-made has been cleaned up."""
 
     exit_code = 130
-
-
-class CreateResult(ValueEnum):
-    """Where a create request stands, and what a failed one means for the run."""
-
-    RUNNING = "running"  # the operation has not finished
-    OK = "ok"  # the node was made (or the operation is gone: the listing decides)
-    CAPACITY = "capacity"  # stockout: block the zone, fail over to the next one
-    RETRY = "retry"  # transient (UNAVAILABLE, INTERNAL, DEADLINE_EXCEEDED, a timeout): ask again
-    FAILED = "failed"  # quota, permission, an invalid request: finish the run, never retry
-
-    @classmethod
-    def of(cls, err: TpuopsError) -> CreateResult:
-        if isinstance(err, CapacityError):
-            return cls.CAPACITY
-        if err.retryable or isinstance(err, Timeout):
-            return cls.RETRY
-        return cls.FAILED

@@ -32,7 +32,6 @@ from tpuops.errors import NotFound, UsageError
 from tpuops.experiment import Experiment, load_experiment
 from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity, Provider
-from tpuops.ledger import Ledger
 from tpuops.providers.nodes import MetadataKey
 from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
@@ -286,26 +285,6 @@ def _model_uri(store: Store, checkpoint: str) -> str:
         return checkpoint
     raise UsageError(f"--checkpoint {checkpoint!r}: not a run in {store.uri} nor an absolute path or URI "
                      "of a SavedModel or checkpoint directory")
-
-
-def refuse_over_budget(settings: Settings, ledger: Ledger, plan: JobPlan) -> None:
-    """Refuse a launch whose projected cost exceeds what is left of the run's or the project's budget.
-
-    The projection is the node's hourly price times the experiment's ``expected_hours``.
-    """
-    from tpuops.cost import catalog_for, check_budget, spent
-
-    catalog = catalog_for(settings)
-    hourly = catalog.price_per_hour(plan.up.request.accelerator, plan.up.request.capacity, plan.up.zones[0])
-    projected = hourly * plan.experiment.expected_hours
-    limits = [("run", plan.record.budget_usd, 0.0),
-              ("project", settings.budget_usd, spent(ledger, catalog, project=settings.project))]
-    for scope, budget, used in limits:
-        if budget is None:
-            continue
-        reason = check_budget(used, projected, float(budget))
-        if reason:
-            raise UsageError(f"{scope} budget: {reason}; raise the budget or lower expected_hours in the experiment")
 
 
 def declare(plan: JobPlan, store: Store, settings: Settings, progress: Callable[[str], None]) -> None:

@@ -12,7 +12,6 @@ from tpuops.config import Settings, check_zone
 from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey, NodeRequest
-from tpuops.render import StartupContext, render_startup_script
 
 
 def plan_up(
@@ -29,6 +28,8 @@ def plan_up(
     extra_metadata: dict[str, str] | None = None,
 ) -> UpPlan:
     """Validate everything a create needs, without calling anything."""
+    from tpuops.render import StartupContext, render_startup_script  # jinja2: only a plan needs it (status does not)
+
     naming.check_node_name(name)
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
     runtime_version = accelerators.resolve_runtime_version(acc, runtime)

@@ -28,8 +28,18 @@ def tpu_endpoint(settings: Settings) -> str | None:
     if settings.provider is Provider.LOCAL:
         from tpuops.emulator.control import ensure_running
 
-        return ensure_running(settings.emulator_dir, image_python=settings.emulated_image_python).endpoint
+        return ensure_running(settings.emulator_dir, image_python=emulated_image_python(settings)).endpoint
     return None
+
+
+def emulated_image_python(settings: Settings) -> str:
+    """The interpreter that plays the TPU VM image's python3 on the emulator: the local TF 2.9 runtime.
+
+    Raises ``UsageError`` (one line: how to get one) when there is none (``tpuops.tfenv``).
+    """
+    from tpuops.tfenv.locate import require
+
+    return str(require(settings))
 
 
 def connect(settings: Settings) -> NodeProvider:

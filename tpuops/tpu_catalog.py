@@ -40,8 +40,8 @@ class AcceleratorType:
 
 
 @dataclass(frozen=True)
-class Catalog:
-    """The catalog file, parsed."""
+class Offerings:
+    """The catalog file, parsed: what Cloud TPU offers (``tpuops.pricing.Catalog`` is what it costs)."""
 
     source: str
     retrieved: str
@@ -81,7 +81,7 @@ def _product(topology: str) -> int:
     return product
 
 
-def parse(data: dict) -> Catalog:
+def parse(data: dict) -> Offerings:
     """Build a catalog from the file's JSON layout (see ``cloud_tpu_catalog.json``)."""
     accelerators: dict[str, AcceleratorType] = {}
     for family, spec in data["families"].items():
@@ -104,14 +104,14 @@ def parse(data: dict) -> Catalog:
         if unknown:
             raise ValueError(f"catalog zone {zone} offers unknown accelerator types {sorted(unknown)}")
         zones[zone] = frozenset(names)
-    return Catalog(
+    return Offerings(
         source=data["source"], retrieved=data["retrieved"], accelerators=accelerators, zones=zones,
         runtime_versions=tuple(data["runtime_versions"]),
     )
 
 
 @lru_cache(maxsize=1)
-def load() -> Catalog:
+def load() -> Offerings:
     """The catalog shipped in the package, read once."""
     text = resources.files("tpuops").joinpath(DATA_FILE).read_text(encoding="utf-8")
     return parse(json.loads(text))

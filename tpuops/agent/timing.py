@@ -31,6 +31,10 @@ Segments are disjoint stretches of the attempt's wall time (a checkpoint's or an
 status writes belong to it); what they do not cover (the agent's exit after its last write, an
 attempt that never reached its first call) is left for the control plane to call unaccounted.
 The clock is written from the main thread and read by the heartbeat thread, hence the lock.
+
+The segment names are defined here once: this module is shared with the control plane
+(``tpuops.runs.goodput`` names the parts of a billed second with ``DISJOINT`` and ``SHARE``), so it
+imports nothing but the standard library, the way ``exits`` is shared.
 """
 
 import functools
@@ -39,7 +43,11 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save", "input_wait")
+DISJOINT = ("setup", "productive", "recomputed", "checkpoint", "eval", "save")
+"""The segments that split an attempt's wall time: none overlaps another."""
+SHARE = "input_wait"
+"""Not a segment of its own: the part of productive and recomputed time spent waiting for input."""
+SEGMENTS = (*DISJOINT, SHARE)
 
 
 def boot_time() -> float:

@@ -1,7 +1,9 @@
 """What every command shares: loading settings, printing JSON or tables, progress, errors.
 
 Heavy modules (pydantic, rich tables, Google clients) are imported inside the functions
-that need them, so that ``tpuops --help`` stays instant.
+that need them, so that ``tpuops --help`` stays instant. Commands reach the library only
+through ``tpuops.api``; turning ``--config`` into ``Settings`` here is the one other door
+(tests/test_cli_front_door.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tpuops.kinds import Capacity
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -29,6 +33,15 @@ PREEMPTIBLE = typer.Option(False, "--preemptible", help="Preemptible capacity (2
 ON_DEMAND = typer.Option(False, "--on-demand", help="On-demand capacity.")
 DRY_RUN = typer.Option(False, "--dry-run", help="Validate and print what would be created; call nothing.")
 JSON = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
+    """The capacity the flags ``--spot``, ``--preemptible``, ``--on-demand`` chose (at most one), if any."""
+    chosen = [c for c, flag in ((Capacity.SPOT, spot), (Capacity.PREEMPTIBLE, preemptible),
+                                (Capacity.ON_DEMAND, on_demand)) if flag]
+    if len(chosen) > 1:
+        raise typer.BadParameter("choose one of --spot, --preemptible, --on-demand")
+    return chosen[0] if chosen else None
 
 
 @dataclass
@@ -64,13 +77,15 @@ def print_json(data: Any) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Cells are plain text, never markup: a ``[`` in a name prints as it is, and 200 rows are not parsed."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
     out_console().print(table)
 
 

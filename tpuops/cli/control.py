@@ -13,7 +13,7 @@ from tpuops.cli.common import err_console, load_settings, print_json, print_tabl
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
-    from tpuops.controller.reconcile import PassReport
+    from tpuops.api import PassReport
 
 
 

@@ -11,8 +11,7 @@ import typer
 from tpuops.cli.common import load_settings, print_json, print_table
 
 if TYPE_CHECKING:
-    from tpuops.cost import CostReport, Total
-    from tpuops.goodput import Goodput
+    from tpuops.api import CostAndGoodput, Goodput, Total
 
 CSV_COLUMNS = ("day", "project", "zone", "node", "uid", "accelerator", "capacity", "run_id", "sweep_id",
                "ready_seconds", "usd")
@@ -32,18 +31,18 @@ def cost(
     as_csv: bool = typer.Option(False, "--csv", help="Print one CSV row per node and UTC day."),
 ) -> None:
     """What the nodes in the ledger cost: time READY times price, per run and per UTC day."""
-    from tpuops.cost import cost_report, parse_since
+    from tpuops import api
 
     if as_json and as_csv:
         raise typer.BadParameter("choose one of --json, --csv")
     settings = load_settings(ctx)
-    report = cost_report(settings, run_id=run, sweep_id=sweep, since=parse_since(since) if since else None)
+    report = api.cost(settings, run_id=run, sweep_id=sweep, since=since)
     if as_json:
         print_json({"project": settings.project, **report.to_json()})
     elif as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(report.rows())
+        writer.writerows(report.report.rows())
     else:
         _print_tables(settings.project, report)
 
@@ -64,14 +63,15 @@ def _goodput_cells(split: Goodput | None) -> list[str]:
     return [split.ratio_text(), _money(split.lost_usd)] if split else ["", ""]
 
 
-def _print_tables(project: str, report: CostReport) -> None:
+def _print_tables(project: str, found: CostAndGoodput) -> None:
+    report = found.report
     since = f" since {report.since:%Y-%m-%d %H:%M} UTC" if report.since else ""
     currency = report.catalog.currency
     columns = ("nodes", "READY hours", currency)
     now = f"{currency}/h now"
     print_table(f"cost by run in {project}{since}", ("run", *columns, now, "goodput", f"lost to interruptions, "
                                                                                        f"{currency}"),
-                [*(_cells(t, t.key or "-") + _goodput_cells(report.goodput.get(t.key or "")) for t in report.runs),
+                [*(_cells(t, t.key or "-") + _goodput_cells(found.goodput.get(t.key or "")) for t in report.runs),
                  _cells(report.total, "total")])
     if report.sweeps:
         print_table("cost by sweep", ("sweep", *columns, now), [_cells(t, t.key or "-") for t in report.sweeps])

@@ -1,4 +1,4 @@
-"""``tpuops data convert | upload | verify | ls``: one library call each (``tpuops.data``), rendered.
+"""``tpuops data convert | upload | verify | ls``: one library call each (``tpuops.api.data_*``), rendered.
 
 The library and Google clients are imported inside the commands so ``tpuops --help`` stays fast.
 Errors are ``TpuopsError``s; ``tpuops.cli.main`` prints them as one line.
@@ -17,7 +17,7 @@ import typer
 from tpuops.cli.common import err_console, print_json, print_table
 
 if TYPE_CHECKING:
-    from tpuops.data import UploadReport
+    from tpuops.api import UploadReport
 
 app = typer.Typer(
     help="Datasets: convert to TFRecord shards (no TensorFlow needed), upload to the store, verify, list.",
@@ -49,19 +49,11 @@ def convert(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Convert images, .npz or .csv into TFRecord shards plus manifest.json (written last)."""
-    from tpuops.data import convert as convert_dataset
-    from tpuops.data import format_size, parse_size
+    from tpuops import api
+    from tpuops.formats import format_size
 
-    report = convert_dataset(
-        src,
-        format.value,
-        out,
-        shards=shards,
-        shard_size=parse_size(shard_size) if shard_size else None,
-        label_from=label_from,
-        seed=None if no_shuffle else seed,
-        overwrite=overwrite,
-    )
+    report = api.data_convert(src, format.value, out, shards=shards, shard_size=shard_size or None,
+                              label_from=label_from, seed=None if no_shuffle else seed, overwrite=overwrite)
     if as_json:
         print_json(report.to_json())
         return
@@ -88,14 +80,10 @@ def upload(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Upload shards in parallel, skip those already there (same crc32c), write manifest.json last."""
-    from tpuops.data import upload as upload_dataset
-    from tpuops.store import open_store
+    from tpuops import api
 
-    store = open_store(uri)
     with _byte_progress(disabled=as_json or dry_run) as on_progress:
-        report = upload_dataset(
-            directory, store, workers=workers, dry_run=dry_run, progress=on_progress, tpu_zone=zone
-        )
+        report = api.data_upload(directory, uri, workers=workers, dry_run=dry_run, zone=zone, progress=on_progress)
     if report.warning:
         err_console().print(f"warning: {report.warning}", style="yellow", markup=False, soft_wrap=True)
     if as_json:
@@ -105,7 +93,7 @@ def upload(
 
 
 def _upload_summary(report: UploadReport) -> str:
-    from tpuops.data import format_size
+    from tpuops.formats import format_size
 
     plan = report.plan
     skipped = f"{len(plan.skip)} already there with the same crc32c ({format_size(plan.bytes_skipped)})"
@@ -147,10 +135,10 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Check every shard against manifest.json (present, size, crc32c); name each bad one."""
-    from tpuops.data import verify as verify_dataset
-    from tpuops.store import IntegrityError, open_store
+    from tpuops import api
+    from tpuops.errors import IntegrityError
 
-    report = verify_dataset(open_store(uri))
+    report = api.data_verify(uri)
     if as_json:
         print_json(report.to_json())
     elif report.ok:
@@ -170,18 +158,10 @@ def ls(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """List datasets (prefixes holding a manifest.json) with records, shards and size."""
-    from tpuops.data import format_size
-    from tpuops.data import ls as list_datasets
-    from tpuops.errors import UsageError
-    from tpuops.store import open_store
+    from tpuops import api
+    from tpuops.formats import format_size
 
-    if uri is not None:
-        root, prefix = uri, ""
-    elif store is not None:
-        root, prefix = store, "data/"
-    else:
-        raise UsageError("give a URI to list, or --store ROOT to list ROOT/data/")
-    datasets = list_datasets(open_store(root), prefix)
+    root, datasets = api.data_ls(uri, store=store)
     if as_json:
         print_json([dataset.to_json() for dataset in datasets])
         return

@@ -15,15 +15,16 @@ def register(app: typer.Typer) -> None:
 
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON.")) -> None:
     """Check credentials, project, APIs, permissions, store, zones, runtimes, clock and the emulator."""
-    from tpuops.doctor import exit_code, run_checks, to_json
+    from tpuops import api
 
-    checks = run_checks(load_settings(ctx))
+    checkup = api.doctor(load_settings(ctx))
+    checks = checkup.checks
     if as_json:
-        typer.echo(to_json(checks))
+        typer.echo(checkup.to_json())
     else:
         width = max(len(check.name) for check in checks)
         for check in checks:
             fix = f"  -> fix: {check.fix}" if check.fix else ""
             status = typer.style(f"{check.status:<4}", fg=_STYLE[check.status])
             typer.echo(f"{status} {check.name:<{width}}  {check.detail}{fix}")
-    raise typer.Exit(exit_code(checks))
+    raise typer.Exit(checkup.exit_code)

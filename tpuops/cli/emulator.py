@@ -9,17 +9,6 @@ from tpuops.cli.common import err_console, load_settings, print_json, print_tabl
 app = typer.Typer(help="The local Cloud TPU API emulator that provider=local runs on.", no_args_is_help=True)
 
 
-def _running(ctx: typer.Context) -> tuple[object, str]:
-    from tpuops.emulator.control import status as emulator_status
-    from tpuops.errors import UsageError
-
-    settings = load_settings(ctx)
-    info = emulator_status(settings.emulator_dir)
-    if info is None:
-        raise UsageError("the emulator is not running (start it with 'tpuops emulator start')")
-    return settings, info.endpoint
-
-
 @app.command()
 def start(
     ctx: typer.Context,
@@ -35,12 +24,10 @@ def start(
     Requests must carry the bearer token written to <home>/emulator/token (mode 0600); tpuops
     sends it by itself.
     """
-    from tpuops.emulator.control import start_background, status
+    from tpuops import api
 
-    settings = load_settings(ctx)
-    info = status(settings.emulator_dir) or start_background(
-        settings.emulator_dir, port, boot_delay_s=boot_delay, grace_s=grace,
-        image_python=settings.emulated_image_python, auth=not no_auth)
+    info = api.emulator_start(load_settings(ctx), port=port, boot_delay_s=boot_delay, grace_s=grace,
+                              auth=not no_auth)
     token_file = str(info.state_dir / "token") if info.token else None
     if as_json:
         print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),
@@ -55,19 +42,18 @@ def start(
 @app.command()
 def stop(ctx: typer.Context) -> None:
     """Stop the emulator and every node process it started."""
-    from tpuops.emulator.control import stop as stop_emulator
+    from tpuops import api
 
-    settings = load_settings(ctx)
-    stopped = stop_emulator(settings.emulator_dir)
+    stopped = api.emulator_stop(load_settings(ctx))
     err_console().print("emulator stopped" if stopped else "the emulator was not running")
 
 
 @app.command("status")
 def show_status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """Whether the emulator runs, and where."""
-    from tpuops.emulator.control import status
+    from tpuops import api
 
-    info = status(load_settings(ctx).emulator_dir)
+    info = api.emulator_status(load_settings(ctx))
     if as_json:
         print_json({"running": info is not None, "endpoint": info.endpoint if info else None,
                     "pid": info.pid if info else None})
@@ -85,10 +71,9 @@ def preempt(
     grace: float | None = typer.Option(None, help="Override the grace period for this preemption."),
 ) -> None:
     """Preempt a spot or preemptible node now: SIGTERM, grace period, SIGKILL, PREEMPTED."""
-    from tpuops.emulator.control import AdminClient
+    from tpuops import api
 
-    settings, endpoint = _running(ctx)
-    AdminClient(endpoint).preempt(settings.project, zone or settings.zones[0], node, grace_s=grace)
+    api.emulator_preempt(load_settings(ctx), node, zone=zone, grace_s=grace)
     err_console().print(f"preempting {node}")
 
 
@@ -116,18 +101,13 @@ def fault(
     as_json: bool = typer.Option(False, "--json", help="Print the faults in force."),
 ) -> None:
     """Inject faults: stockouts, error storms, latency, random preemption, slow deletes, stuck queues."""
-    from tpuops.emulator.control import AdminClient
+    from tpuops import api
 
-    _, endpoint = _running(ctx)
-    admin = AdminClient(endpoint)
-    if clear:
-        in_force = admin.clear_faults()
-    else:
-        faults = {"stockout_zones": stockout or None, "error_rate": error_rate, "error_code": error_code,
-                  "error_burst": error_burst, "latency_s": latency, "preempt_rate_per_s": preempt_rate, "seed": seed,
-                  "hold_deletes": [] if release_deletes else hold_delete or None, "hold_queued": hold_queued,
-                  "fail_queued_zones": fail_queued or None}
-        in_force = admin.set_faults(**{k: v for k, v in faults.items() if v is not None})
+    in_force = api.emulator_fault(
+        load_settings(ctx), clear=clear, stockout_zones=stockout or None, error_rate=error_rate,
+        error_code=error_code, error_burst=error_burst, latency_s=latency, preempt_rate_per_s=preempt_rate, seed=seed,
+        hold_deletes=[] if release_deletes else hold_delete or None, hold_queued=hold_queued,
+        fail_queued_zones=fail_queued or None)
     if as_json:
         print_json({"faults": in_force})
     else:
@@ -137,10 +117,9 @@ def fault(
 @app.command()
 def billing(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """The emulator's billing truth: seconds each node spent READY."""
-    from tpuops.emulator.control import AdminClient
+    from tpuops import api
 
-    _, endpoint = _running(ctx)
-    records = AdminClient(endpoint).billing()
+    records = api.emulator_billing(load_settings(ctx))
     if as_json:
         print_json({"intervals": records})
         return

@@ -28,14 +28,10 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write tpuops.toml (validated) for this project."""
-    from tpuops.config import parse_labels, write_config
-    from tpuops.naming import labels_for
+    from tpuops import api
 
-    labels = parse_labels(",".join(label), "--label") if label else None
-    if labels:
-        labels_for(user_labels=labels)
     values = {"provider": provider, "project": project, "zones": zone or None, "store": store,
-              "accelerator": accelerator, "capacity": capacity, "labels": labels,
+              "accelerator": accelerator, "capacity": capacity,
               "service_account": service_account, "tpu_endpoint": tpu_endpoint}
-    settings = write_config(path, values, force=force)
+    settings = api.init(path, values, labels=",".join(label) if label else None, force=force)
     err_console().print(f"wrote {path} (provider {settings.provider.value}, zones {', '.join(settings.zones)})")

@@ -15,18 +15,16 @@ from tpuops.cli.common import (
     ON_DEMAND,
     PREEMPTIBLE,
     SPOT,
+    capacity_flag,
     err_console,
     load_settings,
     print_json,
     print_table,
     progress,
 )
-from tpuops.cli.nodes import capacity_flag
 
 if TYPE_CHECKING:
-    from tpuops.api import Started
-    from tpuops.controller.drive import Finished
-    from tpuops.runs import AgentStatus
+    from tpuops.api import AgentStatus, Finished, Started
 
 
 def register(app: typer.Typer) -> None:
@@ -182,9 +180,7 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
             console.print(finished.goodput.summary(), markup=False, soft_wrap=True)
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
-    from tpuops.runs import Outcome
-
-    if finished.outcome is not Outcome.SUCCEEDED:
+    if not finished.succeeded:
         from tpuops.errors import UserJobError
 
         raise UserJobError(f"run {finished.run_id} ended {finished.outcome}: {finished.reason or 'see tpuops logs'}")

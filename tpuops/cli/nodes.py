@@ -14,6 +14,7 @@ from tpuops.cli.common import (
     ON_DEMAND,
     PREEMPTIBLE,
     SPOT,
+    capacity_flag,
     err_console,
     human_age,
     load_settings,
@@ -21,24 +22,15 @@ from tpuops.cli.common import (
     print_table,
     progress,
 )
-from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
-    from tpuops.fleet import UpResult
+    from tpuops.api import UpResult
 
 
 def register(app: typer.Typer) -> None:
     app.command("up")(up)
     app.command("status")(status)
     app.command("down")(down)
-
-
-def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | None:
-    chosen = [c for c, flag in ((Capacity.SPOT, spot), (Capacity.PREEMPTIBLE, preemptible),
-                                (Capacity.ON_DEMAND, on_demand)) if flag]
-    if len(chosen) > 1:
-        raise typer.BadParameter("choose one of --spot, --preemptible, --on-demand")
-    return chosen[0] if chosen else None
 
 
 def up(
@@ -58,8 +50,6 @@ def up(
 ) -> None:
     """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
     from tpuops import api
-    from tpuops.providers.nodes import MetadataKey
-    from tpuops.provision import plan_up
 
     settings = load_settings(ctx)
     capacity = capacity_flag(spot, preemptible, on_demand)
@@ -69,18 +59,16 @@ def up(
                             wait=not no_wait, queued=queued, valid_for_s=valid_for, progress=show)
         _report_up(result, as_json)
         return
-    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     if queued:
-        from tpuops.providers.cloud_tpu import TpuApi
-
-        print_json({"zone": plan.zones[0], "queued_resource_id": name,
-                    "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for)})
+        print_json(api.plan_up_queued(settings, name, accelerator=accelerator, capacity=capacity, zone=zone,
+                                      runtime=runtime, valid_for_s=valid_for))
         return
+    plan = api.plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     body = plan.request.body()
     if as_json:
         print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
         return
-    shown = {**body, "metadata": {**body["metadata"], MetadataKey.STARTUP_SCRIPT.value: "<below>"}}
+    shown = {**body, "metadata": {**body["metadata"], api.MetadataKey.STARTUP_SCRIPT.value: "<below>"}}
     typer.echo(f"# CreateNode {plan.request.name} in {', '.join(plan.zones)} (first that has capacity)")
     typer.echo(json.dumps(shown, indent=2))
     typer.echo("# startup-script")

@@ -15,31 +15,22 @@ app = typer.Typer(help="The local TF 2.9 runtime (Python 3.8-3.10 venv) that pro
 @app.command("status")
 def show_status(ctx: typer.Context, as_json: bool = JSON) -> None:
     """The search order (tf_python, $TPUOPS_HOME/runtime/tf29, the checkout's .venv-tf29); exit 1 if none is there."""
-    from tpuops.errors import UsageError
-    from tpuops.tfenv.locate import candidates, find, read_stamp, require, tensorflow_version
+    from tpuops import api
 
-    settings = load_settings(ctx)
-    chosen = find(settings)
-    rows = [{"source": c.source, "python": str(c.python), "found": c.found, "used": c == chosen}
-            for c in candidates(settings)]
-    result = {"runtime": str(chosen.python) if chosen else None, "candidates": rows}
-    if chosen is not None:
-        result["tensorflow"] = tensorflow_version(chosen.python)
-        result["stamp"] = read_stamp(chosen.python.parent.parent)
+    found = api.runtime_status(load_settings(ctx))
+    result = found.to_json()
+    rows = result["candidates"]
     if as_json:
         print_json(result)
     else:
         print_table("TF 2.9 runtime, in search order", ["source", "python", "found", "used"],
                     [(r["source"], r["python"], "yes" if r["found"] else "no", "<-" if r["used"] else "")
                      for r in rows])
-    if chosen is None:
-        try:
-            require(settings)
-        except UsageError as err:
-            err_console().print(f"no runtime: {err}", markup=False, soft_wrap=True)
+    if found.chosen is None:
+        err_console().print(f"no runtime: {found.missing}", markup=False, soft_wrap=True)
         raise typer.Exit(1)
     if not as_json:
-        err_console().print(f"using {chosen.python} (TensorFlow {result['tensorflow'] or 'not installed'})")
+        err_console().print(f"using {found.chosen.python} (TensorFlow {found.tensorflow or 'not installed'})")
 
 
 @app.command("install")
@@ -52,12 +43,10 @@ def install(
     as_json: bool = JSON,
 ) -> None:
     """Build the TF 2.9 runtime from the packaged pin file (a no-op when it is built already)."""
-    from tpuops.tfenv.build import install as build
-    from tpuops.tfenv.locate import home_runtime
+    from tpuops import api
 
-    venv = path or home_runtime(load_settings(ctx))
-    with progress(f"building the TF 2.9 runtime in {venv}", quiet=as_json) as update:
-        built = build(venv, force=force, base_python=python, progress=update)
+    with progress("building the TF 2.9 runtime", quiet=as_json) as update:
+        built = api.runtime_install(load_settings(ctx), path=path, force=force, base_python=python, progress=update)
     if as_json:
         print_json({"venv": str(built.venv), "python": str(built.python), "reused": built.reused, **built.stamp})
         return

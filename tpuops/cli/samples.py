@@ -16,9 +16,9 @@ def sample(
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
     """Write a sample dataset as TFRecords with manifests (train and test splits)."""
-    from tpuops.data.samples import make_sample
+    from tpuops import api
 
-    reports = make_sample(name, out, overwrite=overwrite)
+    reports = api.data_sample(name, out, overwrite=overwrite)
     if as_json:
         print_json({split: report.to_json() for split, report in reports.items()})
         return

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, print_json, print_table
-
-if TYPE_CHECKING:
-    from tpuops.sweeps.schedule import Schedule
 
 app = typer.Typer(help="Run 'tpuops reconcile' every few minutes (cron, or a systemd user timer), with a lock.",
                   no_args_is_help=True)
 SYSTEMD = typer.Option(False, "--systemd", help="A systemd user timer instead of a crontab line.")
 
 
-def _schedule(ctx: typer.Context, every: int = 5) -> Schedule:
-    from tpuops.config import find_config_file
-    from tpuops.sweeps.schedule import Schedule
-
-    settings = load_settings(ctx)
+def _config(ctx: typer.Context) -> Path | None:
+    """The global ``--config``, if given: the schedule's passes use the same file."""
     state = ctx.find_root().obj
-    config = getattr(state, "config_path", None) or find_config_file()
-    return Schedule(home=settings.home, config=Path(config).resolve() if config else None, workdir=Path.cwd(),
-                    every_minutes=every)
+    return getattr(state, "config_path", None)
 
 
 @app.command("install")
@@ -37,9 +28,10 @@ def install(
     as_json: bool = JSON,
 ) -> None:
     """Install the schedule: one pass every --every minutes with this config, never two at once (flock)."""
-    from tpuops.sweeps import schedule
+    from tpuops import api
 
-    plan = schedule.install(_schedule(ctx, every), systemd=systemd, dry_run=dry_run)
+    plan = api.schedule_install(load_settings(ctx), config=_config(ctx), every=every, systemd=systemd,
+                                dry_run=dry_run)
     if as_json:
         print_json(plan)
         return
@@ -52,9 +44,9 @@ def install(
 @app.command("uninstall")
 def uninstall(ctx: typer.Context, systemd: bool = SYSTEMD, as_json: bool = JSON) -> None:
     """Remove the schedule of this config's home (other crontab lines stay)."""
-    from tpuops.sweeps import schedule
+    from tpuops import api
 
-    found = schedule.uninstall(_schedule(ctx), systemd=systemd)
+    found = api.schedule_uninstall(load_settings(ctx), config=_config(ctx), systemd=systemd)
     if as_json:
         print_json({"removed": found})
     else:
@@ -64,9 +56,9 @@ def uninstall(ctx: typer.Context, systemd: bool = SYSTEMD, as_json: bool = JSON)
 @app.command("status")
 def status(ctx: typer.Context, as_json: bool = JSON) -> None:
     """What is installed, and what the last scheduled pass did."""
-    from tpuops.sweeps import schedule
+    from tpuops import api
 
-    info = schedule.status(_schedule(ctx))
+    info = api.schedule_status(load_settings(ctx), config=_config(ctx))
     if as_json:
         print_json(info)
         return

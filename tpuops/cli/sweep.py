@@ -10,7 +10,7 @@ import typer
 from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, out_console, print_json, print_table
 
 if TYPE_CHECKING:
-    from tpuops.sweeps.status import SweepStatus
+    from tpuops.api import SweepStatus
 
 NAME = typer.Argument(..., help="Sweep name.")
 app = typer.Typer(help="Hyperparameter sweeps (Optuna) whose trials are spot TPU runs, advanced by reconcile passes.",
@@ -26,20 +26,16 @@ def start(
 ) -> None:
     """Declare the sweep and launch its first trials; every reconcile pass (cron, watch) advances it."""
     from tpuops import api
-    from tpuops.session import store
-    from tpuops.sweeps.start import plan_sweep, start_sweep
 
     settings = load_settings(ctx)
-    root = store(settings)
-    plan = plan_sweep(settings, spec, root)
-    summary = plan.summary()
     if dry_run:
+        summary = api.sweep_plan(settings, spec).summary()
         print_json({**summary, "dry_run": True}) if as_json else _print_plan(summary, dry_run=True)
         return
     say = (lambda _t: None) if as_json else (lambda t: err_console().print(t, markup=False, soft_wrap=True))
-    start_sweep(plan, root, say)
-    report = api.reconcile(settings, progress=say)  # the first pass launches the first trials
-    launched = report.sweeps.get("launched", [])
+    started = api.sweep_start(settings, spec, progress=say)
+    plan, launched = started.plan, started.launched
+    summary = plan.summary()
     if as_json:
         print_json({**summary, "launched": launched, "advanced_by": "tpuops reconcile"})
         return
@@ -62,7 +58,9 @@ def status(
     as_json: bool = JSON,
 ) -> None:
     """Trials (params, state, step, objective, preemptions, cost, goodput, lost to interruptions), progress, spend."""
-    result = _status(ctx, name)
+    from tpuops import api
+
+    result = api.sweep_status(load_settings(ctx), name)
     if as_json:
         print_json(result.to_json())
         return
@@ -70,17 +68,8 @@ def status(
     _print_progress(result)
 
 
-def _status(ctx: typer.Context, name: str, *, importances: bool = False) -> SweepStatus:
-    from tpuops.session import open_ledger, store
-    from tpuops.sweeps.status import sweep_status
-
-    settings = load_settings(ctx)
-    return sweep_status(settings, store(settings), open_ledger(settings), name, importances=importances)
-
-
 def _print_trials(result: SweepStatus) -> None:
-    from tpuops.cost import format_usd
-    from tpuops.sweeps.status import format_params
+    from tpuops.formats import format_params, format_usd
 
     title = f"sweep {result.name}: {result.phase}" + (f", {result.outcome} ({result.reason})" if result.outcome else "")
     print_table(title, ("trial", "run", "params", "state", "step", result.metric, "preemptions", "cost", "goodput",
@@ -94,7 +83,7 @@ def _print_progress(result: SweepStatus) -> None:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    from tpuops.cost import format_usd
+    from tpuops.formats import format_usd
 
     counts = result.counts
     ended = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
@@ -124,10 +113,9 @@ def stop(
     as_json: bool = JSON,
 ) -> None:
     """No new trials; the next pass stops the running ones (they checkpoint) and ends the sweep."""
-    from tpuops.session import store
-    from tpuops.sweeps.ops import request_stop
+    from tpuops import api
 
-    state = request_stop(store(load_settings(ctx)), name)
+    state = api.sweep_stop(load_settings(ctx), name)
     if as_json:
         print_json({"sweep": name, "phase": state.phase, "outcome": state.outcome})
     elif state.finished:
@@ -144,10 +132,9 @@ def report(
     as_json: bool = JSON,
 ) -> None:
     """Trials, the best trial and its model, and plots (PNG + one self-contained HTML page)."""
-    from tpuops.sweeps.report import write_report
+    from tpuops import api
 
-    result = _status(ctx, name, importances=True)
-    files = write_report(result, out) if out is not None else []
+    result, files = api.sweep_report(load_settings(ctx), name, out)
     if as_json:
         print_json({**result.to_json(), "files": [str(f) for f in files]})
         return
@@ -160,12 +147,9 @@ def report(
 @app.command("list")
 def list_sweeps(ctx: typer.Context, as_json: bool = JSON) -> None:
     """Every sweep in the store, with its phase and outcome."""
-    from tpuops.session import store
-    from tpuops.sweeps.ops import all_sweeps, load_state
+    from tpuops import api
 
-    root = store(load_settings(ctx))
-    rows = [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()
-                               if k in ("phase", "outcome", "last_pass")}} for name in all_sweeps(root)]
+    rows = api.sweep_list(load_settings(ctx))
     if as_json:
         print_json(rows)
     else:

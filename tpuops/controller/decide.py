@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpuops.cost import format_usd
-from tpuops.errors import CreateResult
+from tpuops.create_result import CreateResult
+from tpuops.formats import format_usd
 from tpuops.kinds import ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from tpuops import runs
 from tpuops.controller.reconcile import Controller
 from tpuops.cost import catalog_for
-from tpuops.goodput import Goodput, run_goodput
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
+from tpuops.runs.goodput import Goodput, run_goodput
 
 
 @dataclass
@@ -29,6 +29,10 @@ class Finished:
     seconds: float
     record: RunRecord
     goodput: Goodput | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome is Outcome.SUCCEEDED
 
     def target_met(self) -> bool | None:
         """Whether a succeeded training run reached its experiment's target (None: no target or no success)."""

@@ -61,10 +61,9 @@ from typing import Any, TypeVar
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
-from tpuops.controller.lease import Leases, new_holder_id
+from tpuops.create_result import CreateResult
 from tpuops.errors import (
     AlreadyExists,
-    CreateResult,
     Interrupted,
     NotFound,
     PreconditionFailed,
@@ -76,6 +75,7 @@ from tpuops.naming import RUN_KEY
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
+from tpuops.store.lease import Leases, new_holder_id
 
 T = TypeVar("T")
 

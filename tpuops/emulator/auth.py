@@ -20,7 +20,7 @@ import hmac
 from collections.abc import Callable, Mapping
 
 from tpuops.emulator.apierror import ApiError
-from tpuops.emulator.resources import Node
+from tpuops.emulator.nodes import Node
 
 UNAUTHENTICATED_MESSAGE = (
     "Request is missing a valid bearer token. This tpuops emulator requires the token that "

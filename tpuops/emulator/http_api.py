@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
@@ -28,7 +27,7 @@ from tpuops.emulator.queued import QueuedResources
 from tpuops.emulator.services import ProjectServices
 from tpuops.emulator.state import EmulatorState
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.wire import page_size_of, paginate, parse_node_spec, parse_update_mask, require_object
+from tpuops.emulator.wire import Request, page_size_of, paginate, parse_node_spec, parse_update_mask, require_object
 from tpuops.tpu_catalog import AcceleratorType, load
 
 _LOCATION = r"projects/(?P<project>[^/:]+)/locations/(?P<zone>[^/:]+)"
@@ -40,15 +39,6 @@ V1_DEPRECATED = (
     "The Cloud TPU v1 API serves TPU Nodes, which are deprecated: TPU Node creation and management through "
     "v1 is no longer supported. Use TPU VMs through the v2 API (gcloud compute tpus tpu-vm)."
 )
-
-
-@dataclass
-class Request:
-    method: str
-    params: dict[str, str]
-    query: dict[str, str]
-    body: Any
-    version: str = "v2"
 
 
 Handler = Callable[[Request], dict[str, Any]]

@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
+from tpuops.emulator.nodes import QueuedNodeSpec, QueuedResource
 from tpuops.emulator.operations import EMPTY_TYPE, QUEUED_RESOURCE_TYPE
-from tpuops.emulator.resources import QueuedNodeSpec, QueuedResource
 from tpuops.emulator.state import EmulatorState, check_zone
 from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_spec, parse_rfc3339
 

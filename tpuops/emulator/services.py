@@ -22,7 +22,7 @@ from tpuops.emulator.catalog import project_number
 
 if TYPE_CHECKING:
     from tpuops.emulator.faults import Faults
-    from tpuops.emulator.http_api import Request
+    from tpuops.emulator.wire import Request
 
 
 class ProjectServices:

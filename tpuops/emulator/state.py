@@ -38,8 +38,8 @@ from tpuops.emulator.billing import BillingLedger
 from tpuops.emulator.catalog import check_zone
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.metadata import MetadataServer, MetadataView
+from tpuops.emulator.nodes import Node
 from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
-from tpuops.emulator.resources import Node
 from tpuops.emulator.sandbox import Sandboxes, ScriptRun
 from tpuops.emulator.scheduler import Scheduler
 from tpuops.emulator.wire import NodeSpec, check_resource_id, string_list, string_map

@@ -31,6 +31,18 @@ RESOURCE_ID = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 ACCELERATOR_CONFIG_TYPES = {0: "TYPE_UNSPECIFIED", 2: "V2", 4: "V3", 7: "V4", 9: "V5LITE_POD", 10: "V5P", 11: "V6E"}
 DISK_MODES = {0: "DISK_MODE_UNSPECIFIED", 1: "READ_WRITE", 2: "READ_ONLY"}
 
+@dataclass
+class Request:
+    """One REST call as a handler sees it: path parameters, query and parsed JSON body."""
+
+    method: str
+    params: dict[str, str]
+    query: dict[str, str]
+    body: Any
+    version: str = "v2"
+    """The API version in the path (v2, v2alpha1, ...): answers are given in it."""
+
+
 # Node fields a caller may send; the output-only ones are accepted and ignored, as on GCP.
 _NODE_FIELDS = frozenset(
     {

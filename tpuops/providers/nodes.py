@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tpuops.errors import CreateResult, TpuopsError
+from tpuops.create_result import CreateResult
+from tpuops.errors import TpuopsError
 from tpuops.kinds import Capacity, ValueEnum
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only

@@ -26,7 +26,7 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               grows with the runs still going, not with history.
     index/built               written once the two indexes cover every run (a store from before
                               the index is indexed on first use by scanning ``runs/``).
-    leases/<run>              a controller's lease on the run (``tpuops.controller.lease``).
+    leases/<run>              a controller's lease on the run (``tpuops.store.lease``).
 
 A run exists once its run.json does; the markers are derived from the run documents and can be
 rebuilt from them (``rebuild_index``).

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from tpuops.errors import CreateResult
+from tpuops.create_result import CreateResult
 from tpuops.kinds import Capacity
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome

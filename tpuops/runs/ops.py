@@ -21,7 +21,7 @@ from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
 from tpuops.store import Store
 
 if TYPE_CHECKING:
-    from tpuops.goodput import Goodput
+    from tpuops.runs.goodput import Goodput
 
 MAX_READERS = 16
 T = TypeVar("T")
@@ -121,7 +121,7 @@ class Run:
     status: AgentStatus | None
     memory: Memory
     goodput: Goodput | None = None
-    """Where its billed seconds went (``tpuops.goodput.attach`` fills it in from the ledger)."""
+    """Where its billed seconds went (``tpuops.accounting.attach_goodput`` fills it in from the ledger)."""
 
     @property
     def run_id(self) -> str:

@@ -13,10 +13,10 @@ of them is the ending of a run:
   shared with the agent (Python 3.8, nothing else from tpuops), it maps to process exit codes, and
   its PREEMPTED ends no run (the run goes on from its checkpoint). ``OUTCOME_OF_EXIT`` below turns
   an exit into a run's ending.
-- ``CreateResult`` (``tpuops/errors.py``): where one create *request* stands (running, ok,
+- ``CreateResult`` (``tpuops/create_result.py``): where one create *request* stands (running, ok,
   capacity, retry, failed). Only its FAILED ends the run, as ``Outcome.FAILED``.
 - A sweep's own ending (completed, stopped, budget-exhausted, failed) is a sweep's, not a run's:
-  ``SweepOutcome`` (``tpuops/sweeps/state.py``).
+  ``SweepOutcome`` (``tpuops/sweeps/models.py``).
 
 Every mapping of a run's ending is a table keyed by ``Outcome``, with an entry for each member
 (tests check it): ``COUNTS_AS_FAILURE`` here, and the Optuna trial state a trial is told with

@@ -1,7 +1,8 @@
 """The store root behind one interface: ``Store`` (contract in ``base``), ``GcsStore`` and ``LocalStore``.
 
 ``open_store(uri)`` picks the implementation from the URI scheme through an explicit table;
-google-cloud-storage is imported only when a ``gs://`` store is opened.
+google-cloud-storage is imported only when a ``gs://`` store is opened. ``lease`` builds leases on
+the store's compare-and-swap.
 """
 
 from __future__ import annotations

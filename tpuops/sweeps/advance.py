@@ -34,13 +34,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from tpuops import runs
-from tpuops.controller.lease import Leases
 from tpuops.cost import catalog_for, spent
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
+from tpuops.store.lease import Leases
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
 from tpuops.sweeps.decide import (

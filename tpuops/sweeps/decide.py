@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from tpuops.cost import format_usd
+from tpuops.formats import format_usd
 from tpuops.kinds import ValueEnum
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, Outcome
 from tpuops.sweeps.models import SweepOutcome

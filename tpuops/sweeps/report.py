@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpuops.cost import format_usd
+from tpuops.formats import format_params, format_usd
 from tpuops.sweeps.decide import TrialState
-from tpuops.sweeps.status import SweepStatus, TrialRow, format_params
+from tpuops.sweeps.status import SweepStatus, TrialRow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

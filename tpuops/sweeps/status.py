@@ -15,8 +15,8 @@ from typing import Any
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.cost import catalog_for, node_cost, spent
-from tpuops.goodput import run_goodput
 from tpuops.ledger import Ledger
+from tpuops.runs.goodput import run_goodput
 from tpuops.store import Store
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
@@ -47,7 +47,7 @@ class TrialRow:
     recomputed_steps: int = 0
     """Steps trained again after preemptions and crashes (the agent counts them across attempts)."""
     lost_usd: float = 0.0
-    """What interruptions cost (``tpuops.goodput``: redone steps, replacement boots and setups); from an
+    """What interruptions cost (``tpuops.runs.goodput``: redone steps, replacement boots and setups); from an
     agent without time accounting, the share of ``cost_usd`` of the redone steps, cost taken as
     proportional to steps trained."""
     goodput: float | None = None
@@ -151,7 +151,3 @@ def param_importances(study: Any) -> dict[str, float]:
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)))
     except (ValueError, RuntimeError):  # e.g. every objective equal: "zero total variance"
         return {}
-
-
-def format_params(params: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))

@@ -73,13 +73,48 @@ def find(settings: Settings) -> Candidate | None:
 def require(settings: Settings) -> Path:
     """The runtime's interpreter; ``UsageError`` (one line, how to get one) when there is none."""
     found = find(settings)
-    if found is not None:
-        return found.python
+    if found is None:
+        raise UsageError(missing_message(settings))
+    return found.python
+
+
+def missing_message(settings: Settings) -> str:
+    """What to do when the search order finds no runtime (one line)."""
     if settings.tf_python:
-        raise UsageError(f"tf_python = {settings.tf_python!r}: no such interpreter (expected the python of a "
-                         "TF 2.9 venv, or unset it to use the one 'tpuops runtime install' builds)")
-    raise UsageError(f"provider 'local' needs a TF 2.9 runtime and there is none: run 'tpuops runtime install' "
-                     f"(builds it in {home_runtime(settings)}) or set tf_python")
+        return (f"tf_python = {settings.tf_python!r}: no such interpreter (expected the python of a "
+                "TF 2.9 venv, or unset it to use the one 'tpuops runtime install' builds)")
+    return (f"provider 'local' needs a TF 2.9 runtime and there is none: run 'tpuops runtime install' "
+            f"(builds it in {home_runtime(settings)}) or set tf_python")
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    """``tpuops runtime status``: the search order, the runtime used, and what it holds."""
+
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    tensorflow: str | None = None
+    stamp: dict[str, Any] | None = None
+    missing: str | None = None
+    """With no runtime: the one line that says how to get one (``require``'s message)."""
+
+    def to_json(self) -> dict[str, Any]:
+        rows = [{"source": c.source, "python": str(c.python), "found": c.found, "used": c == self.chosen}
+                for c in self.candidates]
+        out: dict[str, Any] = {"runtime": str(self.chosen.python) if self.chosen else None, "candidates": rows}
+        if self.chosen is not None:
+            out["tensorflow"] = self.tensorflow
+            out["stamp"] = self.stamp
+        return out
+
+
+def report(settings: Settings) -> RuntimeReport:
+    """Walk the search order once and describe what it finds (TensorFlow's version read without importing it)."""
+    chosen = find(settings)
+    if chosen is None:
+        return RuntimeReport(candidates(settings), None, missing=missing_message(settings))
+    return RuntimeReport(candidates(settings), chosen, tensorflow_version(chosen.python),
+                         read_stamp(chosen.python.parent.parent))
 
 
 def tensorflow_version(python: Path) -> str | None:

@@ -1,8 +1,14 @@
-"""Byte sizes as people write them: ``100MB`` (10^8), ``1GiB`` (2^30), ``512k``, ``4096``."""
+"""How values people type and read are parsed and printed: byte sizes, dollars, sweep parameters.
+
+Sizes as people write them: ``100MB`` (10^8), ``1GiB`` (2^30), ``512k``, ``4096``. Pure functions
+of the standard library and ``tpuops.errors``, so that the library and the CLI print one way.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tpuops.errors import UsageError
 
@@ -39,3 +45,13 @@ def format_size(size: int) -> str:
         value /= 1000
         index += 1
     return f"{size} B" if index == 0 else f"{value:.1f} {units[index]}"
+
+
+def format_usd(value: float) -> str:
+    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    """A trial's parameters on one line, sorted by name: ``lr=0.001, units=64``."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))

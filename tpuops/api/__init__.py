@@ -2,9 +2,12 @@
 
 Each function takes ``Settings`` (``tpuops.config.load_settings``) and wires what it needs through
 ``tpuops.session``; the CLI parses its flags, calls exactly one of these and renders the result
-(docs/library.md lists them). Callbacks report progress: ``progress`` gets one line of text
-(controller events, uploads), ``on_status`` the agent's status each pass, ``on_log`` each new log
-line. Nothing here prints.
+(docs/library.md lists them; tests/test_cli_front_door.py holds the CLI to it). Runs and nodes are
+here; ``sweeps``, ``data`` and ``tools`` (init, doctor, schedule, emulator, runtime) are re-exported
+from their modules. Everything heavy is imported inside the calls, so importing this is cheap.
+
+Callbacks report progress: ``progress`` gets one line of text (controller events, uploads),
+``on_status`` the agent's status each pass, ``on_log`` each new log line. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -13,18 +16,52 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
+from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
+from tpuops.api.tools import (
+    doctor,
+    emulator_billing,
+    emulator_fault,
+    emulator_preempt,
+    emulator_start,
+    emulator_status,
+    emulator_stop,
+    init,
+    runtime_install,
+    runtime_status,
+    schedule_install,
+    schedule_status,
+    schedule_uninstall,
+)
 from tpuops.config import Settings
 from tpuops.kinds import Capacity
+from tpuops.providers.nodes import MetadataKey
+
+__all__ = [
+    "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls",
+    "data_sample", "data_upload", "data_verify", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
+    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
+    "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
+    "reconcile", "resume", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
+    "schedule_uninstall", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
+    "sweep_stop", "train", "up", "watch",
+]
 
 if TYPE_CHECKING:
+    # The types these calls return, named here too so that the CLI renders them importing only this module.
+    from tpuops.accounting import CostAndGoodput as CostAndGoodput
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
-    from tpuops.fleet import DownResult, UpResult
+    from tpuops.cost import Total as Total
+    from tpuops.data import UploadReport as UploadReport
+    from tpuops.fleet import DownResult, UpPlan, UpResult
     from tpuops.jobs import JobPlan
     from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
+    from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.sweeps.status import SweepStatus as SweepStatus
 
 Say = Callable[[str], None]
 
@@ -63,9 +100,10 @@ def launch(settings: Settings, plan: JobPlan, *, detach: bool = False, progress:
            on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
     """Refuse it if over budget, declare the run, then drive it to its end (or make its first pass: ``detach``)."""
     from tpuops import jobs
-    from tpuops.session import open_ledger, store
+    from tpuops.accounting import refuse_over_budget
+    from tpuops.session import store
 
-    jobs.refuse_over_budget(settings, open_ledger(settings), plan)
+    refuse_over_budget(settings, plan)
     jobs.declare(plan, store(settings), settings, progress)
     return drive(settings, plan.run_id, detach=detach, progress=progress, on_status=on_status, on_log=on_log)
 
@@ -182,21 +220,21 @@ class Overview:
 def status(settings: Settings) -> Overview:
     """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
     from tpuops import runs
-    from tpuops.goodput import attach
+    from tpuops.accounting import attach_goodput
     from tpuops.session import fleet, store
 
     active = runs.list_runs(store(settings), active_only=True)
     since = min((datetime.fromisoformat(r.record.created) for r in active if r.record.created), default=None)
-    return Overview(nodes=fleet(settings).status(), runs=attach(settings, active, since=since))
+    return Overview(nodes=fleet(settings).status(), runs=attach_goodput(settings, active, since=since))
 
 
 def list_runs(settings: Settings) -> list[Run]:
     """``tpuops runs``: every run, oldest first, with its goodput."""
     from tpuops import runs
-    from tpuops.goodput import attach
+    from tpuops.accounting import attach_goodput
     from tpuops.session import store
 
-    return attach(settings, runs.list_runs(store(settings)))
+    return attach_goodput(settings, runs.list_runs(store(settings)))
 
 
 def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[str]:
@@ -227,6 +265,25 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
     return nodes.up_queued(plan, valid_for_s=valid_for_s, wait=wait) if queued else nodes.up(plan, wait=wait)
 
 
+def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, capacity: Capacity | None = None,
+            zone: str | None = None, runtime: str | None = None) -> UpPlan:
+    """``tpuops up NAME --dry-run``: the CreateNode request, the zones in order and the startup script; no call."""
+    from tpuops.provision import plan_up as plan
+
+    return plan(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+
+
+def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = None,
+                   capacity: Capacity | None = None, zone: str | None = None, runtime: str | None = None,
+                   valid_for_s: float | None = None) -> dict[str, Any]:
+    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call."""
+    from tpuops.providers.cloud_tpu import TpuApi
+
+    plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+    return {"zone": plan.zones[0], "queued_resource_id": name,
+            "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for_s)}
+
+
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
     """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
     from tpuops.session import fleet
@@ -237,3 +294,16 @@ def down(settings: Settings, names: list[str] | None, *, wait: bool = True, prog
 def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:
     """``tpuops down --orphans``: delete tpuops nodes whose run the store does not know, now."""
     return controller(settings, progress).reap_orphans_now()
+
+
+def cost(settings: Settings, *, run_id: str | None = None, sweep_id: str | None = None,
+         since: datetime | str | None = None) -> CostAndGoodput:
+    """``tpuops cost``: what the ledger's nodes cost per run, sweep and UTC day, with each run's goodput.
+
+    ``since`` may be text as the command takes it (2024-05-01, 2024-05-01T12:00; UTC when no zone).
+    """
+    from tpuops.accounting import cost_report
+    from tpuops.cost import parse_since
+
+    return cost_report(settings, run_id=run_id, sweep_id=sweep_id,
+                       since=parse_since(since) if isinstance(since, str) else since)

@@ -7,7 +7,8 @@ lays the attempts over the billed intervals and names every second:
 
     boot            READY -> the startup script's start (the VM and its services booting); an
                     interval in which no attempt started is boot as a whole
-    setup, productive, recomputed, checkpoint, eval, save   as the agent measured them
+    setup, productive, recomputed, checkpoint, eval, save   as the agent measured them (the names
+                    are the agent's own: ``tpuops.agent.timing.DISJOINT``)
     idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
                     when billing stopped: noticing the end, deleting the node, a preempted VM's
                     last seconds
@@ -29,23 +30,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tpuops.agent.timing import DISJOINT, SEGMENTS
 from tpuops.cost import Interval, node_cost, ready_intervals
 from tpuops.ledger import NodeHistory
 from tpuops.pricing import Catalog
-from tpuops.runs import AgentStatus
-from tpuops.runs.models import AttemptTime
-
-if TYPE_CHECKING:
-    from tpuops.config import Settings
-    from tpuops.runs import Run
+from tpuops.runs.models import AgentStatus, AttemptTime
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
-AGENT_SEGMENTS = ("setup", "productive", "recomputed", "checkpoint", "eval", "save")
 
 
 @dataclass(frozen=True)
@@ -69,8 +65,7 @@ class Goodput:
     """What interruptions cost: recomputed, later attempts' boot and setup, interrupted tails."""
     attempts: int = 0
 
-    PARTS = ("boot_s", "setup_s", "productive_s", "recomputed_s", "checkpoint_s", "eval_s", "save_s",
-             "idle_after_end_s", "unaccounted_s")
+    PARTS = ("boot_s", *(f"{segment}_s" for segment in DISJOINT), "idle_after_end_s", "unaccounted_s")
 
     @property
     def goodput(self) -> float | None:
@@ -116,7 +111,7 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
     ordered = sorted(intervals, key=lambda i: i.start)
     billed = sum(interval.seconds for interval in ordered)
     parts: dict[str, float] = defaultdict(float)
-    for segment in (*AGENT_SEGMENTS, "input_wait"):
+    for segment in SEGMENTS:
         parts[f"{segment}_s"] = sum(getattr(a, f"{segment}_s") for a in attempts)
     owned: dict[int, list[AttemptTime]] = defaultdict(list)
     if ordered:
@@ -159,16 +154,3 @@ def by_run(histories: Iterable[NodeHistory]) -> dict[str, list[NodeHistory]]:
         if history.node.run_id:
             grouped[history.node.run_id].append(history)
     return grouped
-
-
-def attach(settings: Settings, found: list[Run], *, since: datetime | None = None) -> list[Run]:
-    """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
-    from tpuops.cost import catalog_for
-    from tpuops.session import open_ledger
-
-    if not found:
-        return found
-    histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
-    catalog, now = catalog_for(settings), datetime.now(UTC)
-    return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now))
-            for run in found]

@@ -1,0 +1,88 @@
+"""``tpuops sweep *`` as library calls: plan, start, status, stop, report and list sweeps.
+
+Part of the front door (``tpuops.api`` re-exports every name here). Each call wires the store and
+ledger from ``Settings`` itself; Optuna and matplotlib are imported only by the calls that use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tpuops.config import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tpuops.controller.reconcile import PassReport
+    from tpuops.sweeps.models import SweepState
+    from tpuops.sweeps.start import SweepPlan
+    from tpuops.sweeps.status import SweepStatus
+
+
+@dataclass(frozen=True)
+class SweepStarted:
+    """A declared sweep after the pass that launched its first trials."""
+
+    plan: SweepPlan
+    report: PassReport
+
+    @property
+    def launched(self) -> list[str]:
+        return list(self.report.sweeps.get("launched", []))
+
+
+def sweep_plan(settings: Settings, spec: Path) -> SweepPlan:
+    """``tpuops sweep start SPEC --dry-run``: the validated sweep and its trials' run template; nothing written."""
+    from tpuops.session import store
+    from tpuops.sweeps.start import plan_sweep
+
+    return plan_sweep(settings, spec, store(settings))
+
+
+def sweep_start(settings: Settings, spec: Path, *, progress: Callable[[str], None] | None = None) -> SweepStarted:
+    """``tpuops sweep start SPEC``: declare the sweep, then one reconcile pass launches its first trials."""
+    from tpuops.api import reconcile
+    from tpuops.session import store
+    from tpuops.sweeps.start import plan_sweep, start_sweep
+
+    say = progress or (lambda _text: None)
+    root = store(settings)
+    plan = plan_sweep(settings, spec, root)
+    start_sweep(plan, root, say)
+    return SweepStarted(plan, reconcile(settings, progress=say))
+
+
+def sweep_status(settings: Settings, name: str, *, importances: bool = False) -> SweepStatus:
+    """``tpuops sweep status NAME``: trials, progress, spend (``importances``: Optuna's parameter importances)."""
+    from tpuops.session import open_ledger, store
+    from tpuops.sweeps.status import sweep_status as status_of
+
+    return status_of(settings, store(settings), open_ledger(settings), name, importances=importances)
+
+
+def sweep_stop(settings: Settings, name: str) -> SweepState:
+    """``tpuops sweep stop NAME``: no new trials; the next pass stops the running ones and ends the sweep."""
+    from tpuops.session import store
+    from tpuops.sweeps.ops import request_stop
+
+    return request_stop(store(settings), name)
+
+
+def sweep_report(settings: Settings, name: str, out: Path | None = None) -> tuple[SweepStatus, list[Path]]:
+    """``tpuops sweep report NAME [--out DIR]``: the status with importances, and the PNG and HTML files written."""
+    from tpuops.sweeps.report import write_report
+
+    result = sweep_status(settings, name, importances=True)
+    return result, write_report(result, out) if out is not None else []
+
+
+def sweep_list(settings: Settings) -> list[dict[str, Any]]:
+    """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass."""
+    from tpuops.session import store
+    from tpuops.sweeps.ops import all_sweeps, load_state
+
+    root = store(settings)
+    return [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()
+                               if k in ("phase", "outcome", "last_pass")}} for name in all_sweeps(root)]

@@ -1,0 +1,145 @@
+"""The commands around runs as library calls: ``init``, ``doctor``, ``schedule *``, ``emulator *``, ``runtime *``.
+
+Part of the front door (``tpuops.api`` re-exports every name here): the config file, the readiness
+checks, the timer that runs reconcile passes, the local Cloud TPU emulator and the local TF 2.9
+runtime. Each call takes ``Settings`` (``init`` writes them) and imports what it drives lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tpuops.config import Settings
+from tpuops.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpuops.doctor import Checkup
+    from tpuops.emulator.control import AdminClient, EmulatorInfo
+    from tpuops.schedule import Schedule
+    from tpuops.tfenv.build import Built
+    from tpuops.tfenv.locate import RuntimeReport
+
+
+def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, force: bool = False) -> Settings:
+    """``tpuops init``: validate ``values`` (and ``labels``, ``KEY=VALUE,...``) and write them to ``path``."""
+    from tpuops.config import parse_labels, write_config
+    from tpuops.naming import labels_for
+
+    parsed = parse_labels(labels, "--label") if labels else None
+    if parsed:
+        labels_for(user_labels=parsed)  # refuses the labels tpuops sets itself
+    return write_config(path, {**values, "labels": parsed}, force=force)
+
+
+def doctor(settings: Settings) -> Checkup:
+    """``tpuops doctor``: every readiness check (credentials, APIs, permissions, store, zones, runtimes, clock)."""
+    from tpuops.doctor import Checkup, run_checks
+
+    return Checkup(run_checks(settings))
+
+
+def _schedule(settings: Settings, config: Path | None, every: int = 5) -> Schedule:
+    """The schedule of this home, config file and working directory."""
+    from tpuops.config import find_config_file
+    from tpuops.schedule import Schedule
+
+    found = config or find_config_file()
+    return Schedule(home=settings.home, config=Path(found).resolve() if found else None, workdir=Path.cwd(),
+                    every_minutes=every)
+
+
+def schedule_install(settings: Settings, *, config: Path | None = None, every: int = 5, systemd: bool = False,
+                     dry_run: bool = False) -> dict[str, Any]:
+    """``tpuops schedule install``: a reconcile pass every ``every`` minutes with this config, never two at once."""
+    from tpuops import schedule
+
+    return schedule.install(_schedule(settings, config, every), systemd=systemd, dry_run=dry_run)
+
+
+def schedule_uninstall(settings: Settings, *, config: Path | None = None, systemd: bool = False) -> bool:
+    """``tpuops schedule uninstall``: remove this home's schedule (other crontab lines stay); whether one was there."""
+    from tpuops import schedule
+
+    return schedule.uninstall(_schedule(settings, config), systemd=systemd)
+
+
+def schedule_status(settings: Settings, *, config: Path | None = None) -> dict[str, Any]:
+    """``tpuops schedule status``: what is installed, and what the last scheduled pass did."""
+    from tpuops import schedule
+
+    return schedule.status(_schedule(settings, config))
+
+
+def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1.0, grace_s: float = 30.0,
+                   auth: bool = True) -> EmulatorInfo:
+    """``tpuops emulator start``: the running emulator of this home, else a new one in the background."""
+    from tpuops.emulator.control import start_background, status
+    from tpuops.session import emulated_image_python
+
+    return status(settings.emulator_dir) or start_background(
+        settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
+        image_python=emulated_image_python(settings), auth=auth)
+
+
+def emulator_stop(settings: Settings) -> bool:
+    """``tpuops emulator stop``: stop it and every node process it started; whether it was running."""
+    from tpuops.emulator.control import stop
+
+    return stop(settings.emulator_dir)
+
+
+def emulator_status(settings: Settings) -> EmulatorInfo | None:
+    """``tpuops emulator status``: where the emulator of this home listens, or ``None``."""
+    from tpuops.emulator.control import status
+
+    return status(settings.emulator_dir)
+
+
+def _admin(settings: Settings) -> AdminClient:
+    from tpuops.emulator.control import AdminClient
+
+    info = emulator_status(settings)
+    if info is None:
+        raise UsageError("the emulator is not running (start it with 'tpuops emulator start')")
+    return AdminClient(info.endpoint)
+
+
+def emulator_preempt(settings: Settings, node: str, *, zone: str | None = None,
+                     grace_s: float | None = None) -> dict[str, Any]:
+    """``tpuops emulator preempt NODE``: SIGTERM, grace period, SIGKILL, PREEMPTED; the node (v2 JSON)."""
+    return _admin(settings).preempt(settings.project, zone or settings.zones[0], node, grace_s=grace_s)
+
+
+def emulator_fault(settings: Settings, *, clear: bool = False, **faults: Any) -> dict[str, Any]:
+    """``tpuops emulator fault``: set the faults given (``None`` leaves one as it is), or ``clear`` them all.
+
+    Returns the faults in force.
+    """
+    admin = _admin(settings)
+    if clear:
+        return admin.clear_faults()
+    return admin.set_faults(**{key: value for key, value in faults.items() if value is not None})
+
+
+def emulator_billing(settings: Settings) -> list[dict[str, Any]]:
+    """``tpuops emulator billing``: the billing truth, every READY interval of every node."""
+    return _admin(settings).billing()
+
+
+def runtime_status(settings: Settings) -> RuntimeReport:
+    """``tpuops runtime status``: the search order, the runtime used and its TensorFlow."""
+    from tpuops.tfenv.locate import report
+
+    return report(settings)
+
+
+def runtime_install(settings: Settings, *, path: Path | None = None, force: bool = False,
+                    base_python: str | None = None, progress: Callable[[str], None] | None = None) -> Built:
+    """``tpuops runtime install``: build the TF 2.9 runtime from the packaged pins (a no-op when built)."""
+    from tpuops.tfenv.build import install
+    from tpuops.tfenv.locate import home_runtime
+
+    return install(path or home_runtime(settings), force=force, base_python=base_python,
+                   progress=progress or (lambda _text: None))
