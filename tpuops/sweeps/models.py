@@ -18,8 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.kinds import ValueEnum
+from tpuops.providers.nodes import MetadataKey
 from tpuops.sweeps.spec import SweepSpec
-from tpuops.sweeps.template import STARTUP_SCRIPT, TrialTemplate
+from tpuops.sweeps.template import TrialTemplate
 
 _CONTEXT_LINE = "CONTEXT_JSON="
 """The startup script's line holding the values it was rendered with (``templates/startup.sh.j2``)."""
@@ -89,7 +90,7 @@ class SweepRecord(BaseModel):
         template = data.get("template") if isinstance(data, dict) else None
         if not isinstance(template, dict) or "project" in template:
             return data
-        script = template.get("record", {}).get("node", {}).get("metadata", {}).get(STARTUP_SCRIPT, "")
+        script = template.get("record", {}).get("node", {}).get("metadata", {}).get(MetadataKey.STARTUP_SCRIPT.value, "")
         line = next((line for line in script.splitlines() if line.startswith(_CONTEXT_LINE)), None)
         if line is None:
             return data  # validation then names the missing field

@@ -24,12 +24,12 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, fie
 
 from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.naming import RUN_KEY
+from tpuops.providers.nodes import MetadataKey
 from tpuops.render import StartupContext, render_startup_script
 from tpuops.runs import RunRecord
 from tpuops.runs.job import job_argv
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
-STARTUP_SCRIPT = "startup-script"
 
 
 def trial_run_id(sweep: str, number: int) -> str:
@@ -95,7 +95,7 @@ class TrialTemplate(BaseModel):
             store_root=self.store_root, run_id=run_id, labels=labels,
             job=job_argv(self.spec.store_root, self.record.bundle_sha256 or "", run_id, self.record.kind.value)))
         trial_node = node.model_copy(update={"name": run_id, "labels": labels,
-                                             "metadata": {**node.metadata, STARTUP_SCRIPT: script}})
+                                             "metadata": {**node.metadata, MetadataKey.STARTUP_SCRIPT.value: script}})
         record = self.record.model_copy(update={"run_id": run_id, "node": trial_node,
                                                 "created": datetime.now(UTC).isoformat(timespec="seconds")})
         spec = dataclasses.replace(self.spec, run_id=run_id, hparams={**self.spec.hparams, **params})
