@@ -90,7 +90,8 @@ class SweepRecord(BaseModel):
         template = data.get("template") if isinstance(data, dict) else None
         if not isinstance(template, dict) or "project" in template:
             return data
-        script = template.get("record", {}).get("node", {}).get("metadata", {}).get(MetadataKey.STARTUP_SCRIPT.value, "")
+        metadata = template.get("record", {}).get("node", {}).get("metadata", {})
+        script = metadata.get(MetadataKey.STARTUP_SCRIPT.value, "")
         line = next((line for line in script.splitlines() if line.startswith(_CONTEXT_LINE)), None)
         if line is None:
             return data  # validation then names the missing field
