@@ -34,7 +34,9 @@ from tpuops.emulator.faults import Faults
 CHUNK = 1 << 20
 # A client connection idle this long is closed (TensorFlow reconnects as it would to Google).
 IDLE_S = 300.0
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te"})
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "expect"}
+)
 _STATUS_TEXT = {429: ("Too Many Requests", "rateLimitExceeded"), 503: ("Service Unavailable", "backendError")}
 
 
@@ -106,6 +108,10 @@ class _Handler(socketserver.StreamRequestHandler):
         method, target, version = [*head[0].split(" "), "", ""][:3]
         headers = head[1]
         self.server.count_request()
+        if (_header(headers, "expect") or "").lower() == "100-continue":
+            # curl waits a second for this before sending a body (every upload of TensorFlow's).
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
         length = int(_header(headers, "content-length") or 0)
         chunked = (_header(headers, "transfer-encoding") or "").lower() == "chunked"
         body = _dechunked(self.rfile) if chunked else _chunks(self.rfile, length)

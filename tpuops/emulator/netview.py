@@ -1,9 +1,10 @@
 """What an emulated node sees of the network: Google's host names, resolved to the local servers.
 
 On a TPU VM ``storage.googleapis.com``, ``www.googleapis.com`` and ``metadata.google.internal``
-are Google's. An emulated node's processes run in a private mount namespace (``unshare -m``) in
+(``metadata``) are Google's. An emulated node's processes run in a private mount namespace (``unshare -m``) in
 which ``/etc/hosts`` is a bind mount of ``<state-dir>/node-hosts``: the machine's own entries plus
-those three names sent to the storage front's loopback address. Nothing else on the machine sees
+those names sent to the storage front's loopback address, where port 443 is the storage front
+(``gcsfront``) and port 80 the metadata door (``metadoor``). Nothing else on the machine sees
 that file, so the emulator never changes the host's name resolution.
 
 The node's environment also trusts the emulator's CA (``CURL_CA_BUNDLE`` for TensorFlow's curl,
@@ -25,7 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-GOOGLE_HOSTS = ("storage.googleapis.com", "www.googleapis.com", "metadata.google.internal")
+# "metadata" is the short name TensorFlow's own GCS credentials use (a VM resolves it through its search domain).
+GOOGLE_HOSTS = ("storage.googleapis.com", "www.googleapis.com", "metadata.google.internal", "metadata")
 HOSTS_FILE = "node-hosts"
 # $0 is the hosts file, the rest the command: no value is ever pasted into the shell text.
 _ENTER = 'mount --bind "$0" /etc/hosts && exec "$@"'

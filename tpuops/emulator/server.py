@@ -27,6 +27,7 @@ from tpuops.emulator.apierror import ApiError
 from tpuops.emulator.auth import Authenticator
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.http_api import RestApi, parse_body
+from tpuops.emulator.metadoor import MetadataDoor
 from tpuops.emulator.queued import QueuedResources
 from tpuops.emulator.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.stats import RpcStats
@@ -169,6 +170,7 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
             return 1
         config = replace(config, node_network=storage.network)
     emulator = Emulator(config, token, token_file or "", faults)
+    door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group) if storage else None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: emulator.request_shutdown())
     try:
@@ -178,6 +180,8 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
         print(f"tpuops emulator: cannot listen on 127.0.0.1:{port}: {err.strerror}", file=sys.stderr, flush=True)
         return 2
     finally:
+        if door is not None:
+            door.close()
         if storage is not None:
             storage.close()
     return 0
