@@ -18,6 +18,10 @@ TPUOPS_CHECKPOINT_DIR            ``<run>/ckpt``; TPUOPS_TENSORBOARD_DIR ``<run>/
                                  TPUOPS_MODEL_DIR ``<run>/model``
 TPUOPS_DATA_<NAME>               the dataset's TFRecord files (its patterns expanded, sorted),
                                  comma-separated (NAME: TRAIN, EVAL; "" when there is none)
+TPUOPS_DATA_<NAME>_PATTERN       the dataset as the spec gives it: one glob pattern for
+                                 ``tf.io.gfile.glob`` / ``Dataset.list_files`` (as Vertex AI's
+                                 AIP_TRAINING_DATA_URI is used); several comma-separated when the
+                                 spec lists several ("" when there is none)
 TPUOPS_DATA_<NAME>_FEATURES      its feature schema as JSON: name -> {dtype, shape, encoding}
 TPUOPS_LABEL                     the label feature's name ("" when there is none)
 TPUOPS_ALLOW_CPU                 "1" when the run may fall back to the CPU, else "0"
@@ -104,6 +108,7 @@ def environment(spec: RunSpec, script: ScriptSpec, paths: RunPaths, attempt: int
     features = _features(spec.dataset)
     for name, patterns in (("TRAIN", spec.dataset.train), ("EVAL", spec.dataset.eval)):
         env[f"TPUOPS_DATA_{name}"] = ",".join(list_files(patterns, f"dataset.{name.lower()}"))
+        env[f"TPUOPS_DATA_{name}_PATTERN"] = ",".join(patterns)
         env[f"TPUOPS_DATA_{name}_FEATURES"] = features
     path = [USERLIB, os.path.abspath(spec.experiments_dir or "."), env.get("PYTHONPATH", "")]
     env.update(
