@@ -25,6 +25,7 @@ import os
 import platform
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -35,7 +36,7 @@ from pathlib import Path
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.gcsfront import GcsFront
-from tpuops.emulator.netview import NodeNetwork, write_hosts
+from tpuops.emulator.netview import HOSTS_FILE, NodeNetwork, write_hosts
 from tpuops.emulator.tls import STORAGE_HOSTS, Authority, ensure_authority
 
 INFO_FILE = "gcs.json"
@@ -199,6 +200,36 @@ def create_bucket(http_endpoint: str, name: str) -> None:
     except urllib.error.HTTPError as err:
         if err.code != 409:
             raise
+
+
+def chain_problem(state_dir: Path, bucket: str) -> str | None:
+    """What breaks the nodes' path to ``bucket`` (one line), or None when a node would reach it.
+
+    Follows it as a node does: the hosts file sends storage.googleapis.com to the front's address,
+    the front's certificate verifies against the node's CA bundle for that name, the bucket answers.
+    """
+    front = read_front(state_dir)
+    if front is None or not _group_alive(front.pid):
+        return "fake-gcs-server is not running (tpuops emulator start serves the store's bucket)"
+    hosts = Path(state_dir) / HOSTS_FILE
+    try:
+        mapped = any(line.split()[:2] == [front.address, STORAGE_HOSTS[0]] for line in hosts.read_text().splitlines())
+    except OSError:
+        mapped = False
+    if not mapped:
+        return f"{hosts} does not send {STORAGE_HOSTS[0]} to {front.address}"
+    context = ssl.create_default_context(cafile=front.ca_bundle)
+    try:
+        with socket.create_connection((front.address, HTTPS_PORT), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname=STORAGE_HOSTS[0]) as tls:
+            tls.sendall(f"GET /storage/v1/b/{bucket} HTTP/1.1\r\nHost: {STORAGE_HOSTS[1]}\r\n"
+                        "Connection: close\r\n\r\n".encode())
+            status_line = tls.recv(64).split(b"\r\n", 1)[0].decode(errors="replace")
+    except (OSError, ssl.SSLError) as err:
+        return f"https://{STORAGE_HOSTS[0]} at {front.address} does not answer as a node would see it: {err}"
+    if " 200 " not in status_line + " ":
+        return f"bucket {bucket} answers {status_line!r} through https://{STORAGE_HOSTS[0]}"
+    return None
 
 
 def stop(state_dir: Path, timeout_s: float = 5.0) -> bool:
