@@ -188,10 +188,11 @@ def test_script_mode_resolver_guard_and_data_pattern_on_gs(world: GcsWorld, tmp_
         "name: keras-resolver\nscript: keras_resolver.py\n"
         f"dataset:\n  train: {world.work}/data/digits/train\n  label: label\n"
         "accelerator: v3-8\ncapacity: spot\n")
-    result = _finish(world.tpuops("train", str(spec), "--name", "resolver", "--json"))
-    assert result["exit_class"] == "succeeded"
-    log = b"".join(world.store.read_bytes(info.key) for info in world.store.list("runs/resolver/")
-                   if "log" in info.key.rsplit("/", 1)[-1])
+    proc = world.tpuops("train", str(spec), "--name", "resolver", "--json")
+    out, err = proc.communicate(timeout=300)
+    log = b"".join(world.store.read_bytes(info.key) for info in world.store.list("runs/resolver/logs/"))
+    assert proc.returncode == 0, err[-1000:] + log.decode(errors="replace")[-4000:]
+    assert json.loads(out)["exit_class"] == "succeeded"
     assert b"strategy _DefaultDistributionStrategy accelerator v3-8" in log
     assert b"trained accuracy" in log and b"Name or service not known" not in log
     assert world.store.exists("runs/resolver/model/keras/saved_model.pb")
