@@ -11,6 +11,9 @@ SavedModel, prediction shards) take the real host's code path. Few runs, many as
 - a script-mode Keras program that calls ``TPUClusterResolver()`` without arguments, guarded
   the usual way, trains on the CPU and finds its data through ``TPUOPS_DATA_TRAIN_PATTERN``;
 - what the runs wrote is readable with ``tf.io.gfile`` through the same names;
+- ``infer`` writes its prediction shards and manifest to gs://;
+- with 2 % of the nodes' storage requests failing (503, 429, resets), a run ends in one attempt,
+  bit-identical, with every checkpoint whole;
 - neither the emulator's token, nor a node's service-account token, nor the CA key appears in
   a log, a spec, a store object or node metadata.
 
@@ -196,6 +199,39 @@ def test_script_mode_resolver_guard_and_data_pattern_on_gs(world: GcsWorld, tmp_
     assert b"strategy _DefaultDistributionStrategy accelerator v3-8" in log
     assert b"trained accuracy" in log and b"Name or service not known" not in log
     assert world.store.exists("runs/resolver/model/keras/saved_model.pb")
+
+
+def test_infer_writes_sharded_predictions_and_a_manifest_to_gs(world: GcsWorld) -> None:
+    result = _finish(world.tpuops("infer", str(SPEC), "--checkpoint", "ref", "--input", "data/digits/test",
+                                  "--shards", "2", "--name", "pred", "--json"))
+    assert result["metrics"]["predicted"] == 360
+    manifest = json.loads(world.store.read_bytes("runs/pred/predictions/manifest.json"))
+    shards = sorted(info.key for info in world.store.list("runs/pred/predictions/") if info.key.endswith(".jsonl"))
+    lines = [json.loads(line) for key in shards for line in world.store.read_bytes(key).decode().splitlines()]
+    assert len(shards) == 2 and len(lines) == manifest["total"] == 360
+    assert all(len(line["output"]) == 10 for line in lines)
+
+
+def test_two_percent_of_storage_requests_failing_changes_nothing(world: GcsWorld) -> None:
+    """TensorFlow's retries (and the bootstrap's) carry the run: one attempt, same weights, whole checkpoints."""
+    admin = control.AdminClient(world.info.endpoint)
+    admin.reset_stats()
+    admin.set_faults(gcs_error_rate=0.02, seed=20)
+    try:
+        result = _finish(world.tpuops("train", str(SPEC), "--name", "faulty", "--json"))
+    finally:
+        admin.clear_faults()
+    counts = admin.stats()
+    injected = sum(count for name, count in counts.items() if name.startswith("storage:injected-"))
+    assert injected > 0, counts
+    assert (result["exit_class"], result["step"], result["attempts"]) == ("succeeded", 600, 1)
+    names = {info.key.rsplit("/", 1)[-1] for info in world.store.list("runs/faulty/ckpt/")}
+    steps = {name.split(".")[0] for name in names if name.startswith("ckpt-") and name.endswith(".index")}
+    assert steps and all(f"{step}.data-00000-of-00001" in names for step in steps), names
+    assert not [name for name in names if "tempstate" in name or "_temp" in name], names
+    compared = world.in_node_view(str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, f"{ROOT}/runs/ref/ckpt/ckpt-600",
+                                  f"{ROOT}/runs/faulty/ckpt/ckpt-600")
+    assert compared.returncode == 0, compared.stdout + compared.stderr[-3000:]
 
 
 def test_no_token_or_ca_key_in_logs_specs_objects_or_metadata(world: GcsWorld) -> None:

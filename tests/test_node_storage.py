@@ -25,9 +25,13 @@ from tpuops.emulator.faults import Faults
 from tpuops.emulator.metadata import MetadataServer, MetadataView
 from tpuops.emulator.metadoor import MetadataDoor
 from tpuops.emulator.netview import GOOGLE_HOSTS, enter_command, unavailable_reason
+from tpuops.emulator.stats import RpcStats
 from tpuops.emulator.tls import STORAGE_HOSTS
 
 pytestmark = pytest.mark.emulator
+
+
+STATS = RpcStats()
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[storage.S
     if reason:
         pytest.skip(reason)
     faults = Faults()
-    served = storage.serve(tmp_path_factory.mktemp("storage"), ["bkt"], faults)
+    served = storage.serve(tmp_path_factory.mktemp("storage"), ["bkt"], faults, STATS)
     yield served, faults
     served.close()
 
@@ -112,6 +116,8 @@ def test_injected_faults_are_503_429_and_resets_that_never_reach_the_server(
     finally:
         faults.update({"gcs_error_rate": 0.0})
     assert seen == [503, 429, "reset"]
+    counts = STATS.snapshot()
+    assert [counts.get(f"storage:injected-{kind}") for kind in ("503", "429", "reset")] == [1, 1, 1]
     connection = _https(front)
     connection.request("GET", "/storage/v1/b/bkt/o?prefix=faulted-")
     assert json.loads(connection.getresponse().read()).get("items", []) == []

@@ -15,7 +15,9 @@ plain HTTP to fake-gcs-server. It exists for two reasons:
 
 Invariants: bodies stream through in 1-MiB pieces (a 64-MiB ranged read is never held whole);
 one upstream connection per client connection, so keep-alive on one side is keep-alive on the
-other; ``requests`` counts every request received (the benchmark's requests per 1,000 steps).
+other; every request is counted as ``storage:<METHOD>`` and every injected failure as
+``storage:injected-<503|429|reset>`` (``RpcStats``, ``GET /_admin/stats``), which is how the
+benchmark counts requests per 1,000 steps and the fault tests see that faults were injected.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socketserver
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tpuops.emulator.faults import Faults
@@ -107,7 +110,7 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         method, target, version = [*head[0].split(" "), "", ""][:3]
         headers = head[1]
-        self.server.count_request()
+        self.server.count(f"storage:{method}")
         if (_header(headers, "expect") or "").lower() == "100-continue":
             # curl waits a second for this before sending a body (every upload of TensorFlow's).
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -119,6 +122,7 @@ class _Handler(socketserver.StreamRequestHandler):
         if delay > 0:
             time.sleep(delay)
         if failure is not None:
+            self.server.count(f"storage:injected-{failure}")
             for _ in body:
                 pass
             if failure == "reset":
@@ -180,17 +184,12 @@ class _Front(socketserver.ThreadingTCPServer):
     request_queue_size = 128
 
     def __init__(self, address: str, port: int, context: ssl.SSLContext, upstream: tuple[str, int],
-                 faults: Faults) -> None:
+                 faults: Faults, count: Callable[[str], None]) -> None:
         self.context = context
         self.upstream = upstream
         self.faults = faults
-        self.requests = 0
-        self._count_lock = threading.Lock()
+        self.count = count
         super().__init__((address, port), _Handler)
-
-    def count_request(self) -> None:
-        with self._count_lock:
-            self.requests += 1
 
     def get_request(self) -> tuple[socket.socket, object]:
         sock, peer = super().get_request()
@@ -204,22 +203,20 @@ class _Front(socketserver.ThreadingTCPServer):
 
 
 class GcsFront:
-    """The HTTPS front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port)."""
+    """The HTTPS front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port).
+
+    ``count`` receives the name of every request and injected failure (``RpcStats.count``).
+    """
 
     def __init__(self, address: str, port: int, cert: Path, key: Path, upstream: tuple[str, int],
-                 faults: Faults) -> None:
+                 faults: Faults, count: Callable[[str], None]) -> None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
         context.set_alpn_protocols(["http/1.1"])
-        self._server = _Front(address, port, context, upstream, faults)
+        self._server = _Front(address, port, context, upstream, faults, count)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="gcs-front", daemon=True)
         self._thread.start()
-
-    @property
-    def requests(self) -> int:
-        """Requests received so far (failed ones included)."""
-        return self._server.requests
 
     def close(self) -> None:
         self._server.shutdown()

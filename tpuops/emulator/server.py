@@ -41,9 +41,9 @@ class Emulator:
     """State, queued resources, faults, stats and the two APIs of one emulator."""
 
     def __init__(self, config: EmulatorConfig, token: str | None = None, token_file: str = "",
-                 faults: Faults | None = None) -> None:
+                 faults: Faults | None = None, stats: RpcStats | None = None) -> None:
         self.faults = faults or Faults()
-        self.stats = RpcStats()
+        self.stats = stats or RpcStats()
         self.state = EmulatorState(config, self.faults)
         self.auth = Authenticator(token, token_file, self.state.node_for_token)
         self.queued = QueuedResources(self.state)
@@ -160,16 +160,16 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
         if not token:
             print(f"tpuops emulator: the token file {token_file} is empty", file=sys.stderr)
             return 1
-    faults = Faults()
+    faults, stats = Faults(), RpcStats()
     storage: Storage | None = None
     if gcs_buckets:
         try:
-            storage = serve_storage(config.state_dir, gcs_buckets, faults)
+            storage = serve_storage(config.state_dir, gcs_buckets, faults, stats)
         except (StorageUnavailable, TimeoutError) as err:
             print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
             return 1
         config = replace(config, node_network=storage.network)
-    emulator = Emulator(config, token, token_file or "", faults)
+    emulator = Emulator(config, token, token_file or "", faults, stats)
     door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group) if storage else None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: emulator.request_shutdown())

@@ -30,6 +30,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from tpuops.emulator.faults import Faults
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.gcsfront import GcsFront
 from tpuops.emulator.netview import HOSTS_FILE, NodeNetwork, write_hosts
+from tpuops.emulator.stats import RpcStats
 from tpuops.emulator.tls import STORAGE_HOSTS, Authority, ensure_authority
 
 INFO_FILE = "gcs.json"
@@ -72,13 +74,14 @@ def free_port(address: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults) -> tuple[str, GcsFront]:
+def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults,
+                count: Callable[[str], None]) -> tuple[str, GcsFront]:
     """The front on the first of 127.0.0.2 .. 127.0.0.254 whose port 443 is free."""
     for last in range(2, 255):
         address = f"127.0.0.{last}"
         try:
             return address, GcsFront(address, HTTPS_PORT, authority.server_cert, authority.server_key, upstream,
-                                     faults)
+                                     faults, count)
         except OSError as err:
             if err.errno in (errno.EACCES, errno.EPERM):
                 raise StorageUnavailable(f"cannot listen on port {HTTPS_PORT} ({err.strerror}): "
@@ -132,8 +135,11 @@ class Storage:
         stop(self.state_dir)
 
 
-def serve(state_dir: Path, buckets: list[str], faults: Faults, *, timeout_s: float = 15.0) -> Storage:
+def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, *, timeout_s: float = 15.0
+          ) -> Storage:
     """Start fake-gcs-server with ``buckets`` and its HTTPS front; write the nodes' hosts file.
+
+    The front fails and delays requests per ``faults`` and counts them in ``stats``.
 
     Raises:
         StorageUnavailable: no binary, no free address, or no permission for port 443.
@@ -164,7 +170,7 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, *, timeout_s: flo
             time.sleep(_POLL_S)
         for bucket in buckets:
             create_bucket(http_endpoint, bucket)
-        address, https = _bind_front(authority, ("127.0.0.1", port), faults)
+        address, https = _bind_front(authority, ("127.0.0.1", port), faults, stats.count)
     except BaseException:
         stop(state_dir)
         raise
