@@ -74,10 +74,6 @@ class Node:
             **self.spec.metadata,
             "agent-worker-number": "0",
             "accelerator-type": self.spec.accelerator.name,
-            # The TPU runtime's view of the slice, as the TPU VM images' tpu-env attribute spells it.
-            "tpu-env": "".join(f"{key}: '{value}'\n" for key, value in (
-                ("ACCELERATOR_TYPE", self.spec.accelerator.name), ("NODE_ID", self.node_id), ("WORKER_ID", "0"),
-                ("ZONE", self.zone))),
         }
 
     def to_json(self) -> dict[str, Any]:
