@@ -27,11 +27,11 @@ import json
 import socket
 import socketserver
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tpuops.emulator.background import Background
 from tpuops.emulator.faults import Faults
 
 CHUNK = 1 << 20
@@ -213,11 +213,7 @@ class GcsFront:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
         context.set_alpn_protocols(["http/1.1"])
-        self._server = _Front(address, port, context, upstream, faults, count)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="gcs-front", daemon=True)
-        self._thread.start()
+        self._running = Background(_Front(address, port, context, upstream, faults, count), "gcs-front")
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._running.close()

@@ -18,10 +18,11 @@ from __future__ import annotations
 import http.client
 import os
 import socket
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
+
+from tpuops.emulator.background import Background, QuietHandler
+from tpuops.emulator.sandbox import process_groups
 
 PORT = 80
 _FORWARDED = ("Metadata-Flavor", "Content-Type", "Content-Length")
@@ -49,36 +50,20 @@ def socket_inode(client: tuple[str, int], server: tuple[str, int]) -> int | None
 def group_of_holder(inode: int, groups: set[int]) -> int | None:
     """The group (among ``groups``) of a process holding socket ``inode``, or None."""
     target = f"socket:[{inode}]"
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+    for pid, pgid in process_groups():
+        if pgid not in groups:
             continue
+        fds = f"/proc/{pid}/fd"
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                stat = handle.read()
-            pgid = int(stat[stat.rfind(b")") + 2 :].split()[2])
-            if pgid not in groups:
-                continue
-            fds = f"/proc/{entry.name}/fd"
             if any(os.readlink(f"{fds}/{fd}") == target for fd in os.listdir(fds)):
                 return pgid
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
     return None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
+class _Handler(QuietHandler):
     server: _Door
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Not logged: the metadata server is polled."""
-
-    def do_GET(self) -> None:
-        self._forward()
-
-    def do_PUT(self) -> None:
-        self._forward()
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -103,6 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         finally:
             upstream.close()
+
+    do_GET = do_PUT = _forward
 
     def _deny(self) -> None:
         data = b"This metadata server answers only the processes of an emulated node.\n"
@@ -134,11 +121,7 @@ class MetadataDoor:
     """Port 80 on ``address``; ``node_hosts()`` maps each live node process group to its metadata host."""
 
     def __init__(self, address: str, node_hosts: Callable[[], dict[int, str]]) -> None:
-        self._server = _Door(address, node_hosts)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="metadata-door", daemon=True)
-        self._thread.start()
+        self._running = Background(_Door(address, node_hosts), "metadata-door")
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._running.close()

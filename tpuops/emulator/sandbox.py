@@ -26,7 +26,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,9 +64,8 @@ class ScriptRun:
         return None if self.group_gone else self.pgid
 
 
-def live_groups() -> set[int]:
-    """Process group ids that have at least one process that is not a zombie."""
-    groups: set[int] = set()
+def process_groups() -> Iterator[tuple[int, int]]:
+    """(pid, process group id) of every process that is not a zombie, read from /proc."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -77,8 +76,12 @@ def live_groups() -> set[int]:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) > 2 and fields[0] != b"Z":
-            groups.add(int(fields[2]))
-    return groups
+            yield int(entry.name), int(fields[2])
+
+
+def live_groups() -> set[int]:
+    """Process group ids that have at least one process that is not a zombie."""
+    return {pgid for _, pgid in process_groups()}
 
 
 def signal_group(pgid: int, sig: int) -> None:

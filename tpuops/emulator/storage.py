@@ -120,14 +120,14 @@ def _group_alive(pid: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
 class Storage:
     """fake-gcs-server, its HTTPS front and the nodes' view of them, for one emulator."""
 
-    def __init__(self, state_dir: Path, front: StorageFront, https: GcsFront, network: NodeNetwork) -> None:
-        self.state_dir = state_dir
-        self.front = front
-        self.https = https
-        self.network = network
+    state_dir: Path
+    front: StorageFront
+    https: GcsFront
+    network: NodeNetwork
 
     def close(self) -> None:
         """Stop the front and fake-gcs-server."""

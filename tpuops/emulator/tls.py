@@ -33,29 +33,19 @@ _VALID = datetime.timedelta(days=825)
 
 @dataclass(frozen=True)
 class Authority:
-    """Where the TLS material of one emulator is."""
+    """Where the TLS material of one emulator is (``authority_in``)."""
 
     directory: Path
+    ca_cert: Path
+    ca_key: Path
+    server_cert: Path
+    server_key: Path
+    bundle: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.pem"
 
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def server_cert(self) -> Path:
-        return self.directory / "server.pem"
-
-    @property
-    def server_key(self) -> Path:
-        return self.directory / "server.key"
-
-    @property
-    def bundle(self) -> Path:
-        return self.directory / "ca-bundle.pem"
+def authority_in(directory: Path) -> Authority:
+    names = ("ca.pem", "ca.key", "server.pem", "server.key", "ca-bundle.pem")
+    return Authority(directory, *(directory / name for name in names))
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -156,7 +146,7 @@ def _write_bundle(authority: Authority) -> None:
 
 def ensure_authority(state_dir: Path) -> Authority:
     """The CA of ``state_dir`` and its certificate for the storage hosts, both created once."""
-    authority = Authority(Path(state_dir) / "tls")
+    authority = authority_in(Path(state_dir) / "tls")
     authority.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not (authority.ca_key.is_file() and authority.ca_cert.is_file()):
         _create_ca(authority)
