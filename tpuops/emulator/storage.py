@@ -11,8 +11,9 @@ With a ``gs://`` store the emulator runs (``serve``):
 * the nodes' hosts file (``netview``) that sends Google's names to ``<address>``.
 
 Invariants: ``<state-dir>/gcs.json`` records fake-gcs-server's process group before it serves,
-so ``stop`` ends it even when the emulator itself was killed; objects live in ``<state-dir>/gcs``
-(filesystem backend), so a bucket's content survives an emulator restart as it would on GCP.
+so ``stop`` ends it even when the emulator itself was killed. Objects live in memory: the
+filesystem backend drops the objects whose names end in "/" (the folder markers TensorFlow's
+``makedirs`` writes and its ``listdir`` then needs), so a bucket lasts as long as its emulator.
 """
 
 from __future__ import annotations
@@ -150,13 +151,11 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
     authority = ensure_authority(state_dir)
     port = free_port()
     http_endpoint = f"http://127.0.0.1:{port}"
-    data = state_dir / "gcs"
-    data.mkdir(parents=True, exist_ok=True)
     with open(state_dir / "gcs.log", "ab") as log:
         process = subprocess.Popen(
             [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-             "-external-url", http_endpoint, "-public-host", STORAGE_HOSTS[0], "-backend", "filesystem",
-             "-filesystem-root", str(data), "-log-level", "error"],
+             "-external-url", http_endpoint, "-public-host", STORAGE_HOSTS[0], "-backend", "memory",
+             "-log-level", "error"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     write_json_atomic(state_dir / INFO_FILE, {"pid": process.pid})
