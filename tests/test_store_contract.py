@@ -307,3 +307,13 @@ def test_gcs_transport_and_credential_errors_map_onto_the_taxonomy() -> None:
     assert isinstance(convert_error(requests.ConnectionError("refused"), "gs://b"), TransientError)
     assert isinstance(convert_error(auth.DefaultCredentialsError("none"), "gs://b"), PermissionDenied)
     assert convert_error(ValueError("a bug, not a failure of the store"), "gs://b") is None
+
+
+@pytest.mark.emulator
+def test_gcs_listing_skips_the_folder_markers_tensorflow_writes(fake_gcs, gcs_bucket: str) -> None:
+    """``tf.io.gfile.makedirs`` on gs:// writes empty objects named ``dir/``: they are not store objects."""
+    client = gcs_client(fake_gcs.endpoint)
+    store = GcsStore(gcs_bucket, "root", client=client)
+    store.write_bytes("runs/r1/ckpt/checkpoint", b"x")
+    client.bucket(gcs_bucket).blob("root/runs/r1/ckpt/").upload_from_string(b"")
+    assert [info.key for info in store.list("runs/r1/")] == ["runs/r1/ckpt/checkpoint"]
