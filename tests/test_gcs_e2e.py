@@ -11,6 +11,7 @@ SavedModel, prediction shards) take the real host's code path. Few runs, many as
 - a script-mode Keras program that calls ``TPUClusterResolver()`` without arguments, guarded
   the usual way, trains on the CPU and finds its data through ``TPUOPS_DATA_TRAIN_PATTERN``;
 - what the runs wrote is readable with ``tf.io.gfile`` through the same names;
+- a corrupt newest gs:// checkpoint is skipped for the one before it, still bit-identical;
 - ``infer`` writes its prediction shards and manifest to gs://;
 - with 2 % of the nodes' storage requests failing (503, 429, resets), a run ends in one attempt,
   bit-identical, with every checkpoint whole;
@@ -210,6 +211,25 @@ def test_infer_writes_sharded_predictions_and_a_manifest_to_gs(world: GcsWorld) 
     lines = [json.loads(line) for key in shards for line in world.store.read_bytes(key).decode().splitlines()]
     assert len(shards) == 2 and len(lines) == manifest["total"] == 360
     assert all(len(line["output"]) == 10 for line in lines)
+
+
+def test_a_corrupt_newest_gs_checkpoint_falls_back_to_the_previous_one(world: GcsWorld) -> None:
+    """The prefetched newest checkpoint fails validation, so does the store's: the one before it is used."""
+    for info in world.store.list("runs/ref/ckpt/"):
+        name = info.key.rsplit("/", 1)[-1]
+        if name.startswith(("ckpt-500.", "ckpt-600.")):
+            data = world.store.read_bytes(info.key)
+            if name == "ckpt-600.data-00000-of-00001":
+                data = data[: len(data) // 2]
+            world.store.write_bytes(f"runs/corrupt/ckpt/{name}", data)
+    result = _finish(world.tpuops("train", str(SPEC), "--name", "corrupt", "--json"))
+    assert (result["exit_class"], result["step"]) == ("succeeded", 600)
+    assert world.status("corrupt")["resumed_from_step"] == 500
+    log = b"".join(world.store.read_bytes(info.key) for info in world.store.list("runs/corrupt/logs/"))
+    assert f"skipping corrupt checkpoint {ROOT}/runs/corrupt/ckpt/ckpt-600".encode() in log
+    compared = world.in_node_view(str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, f"{ROOT}/runs/ref/ckpt/ckpt-600",
+                                  f"{ROOT}/runs/corrupt/ckpt/ckpt-600")
+    assert compared.returncode == 0, compared.stdout + compared.stderr[-3000:]
 
 
 def test_two_percent_of_storage_requests_failing_changes_nothing(world: GcsWorld) -> None:
