@@ -28,8 +28,9 @@ import socket
 import socketserver
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from tpuops.emulator.background import Background
 from tpuops.emulator.faults import Faults
@@ -47,7 +48,7 @@ class _Closed(Exception):
     """The client went away (or sent something that is not HTTP/1.1): end this connection."""
 
 
-def _read_head(stream) -> tuple[str, list[tuple[str, str]]] | None:  # type: ignore[no-untyped-def]
+def _read_head(stream: BinaryIO) -> tuple[str, list[tuple[str, str]]] | None:
     line = stream.readline(65537)
     if not line:
         return None
@@ -67,7 +68,7 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
     return next((value for key, value in headers if key.lower() == name), None)
 
 
-def _chunks(stream, length: int):  # type: ignore[no-untyped-def]
+def _chunks(stream: BinaryIO, length: int) -> Iterator[bytes]:
     """``length`` bytes of ``stream`` in pieces of at most ``CHUNK``."""
     left = length
     while left > 0:
@@ -78,7 +79,7 @@ def _chunks(stream, length: int):  # type: ignore[no-untyped-def]
         yield data
 
 
-def _dechunked(stream):  # type: ignore[no-untyped-def]
+def _dechunked(stream: BinaryIO) -> Iterator[bytes]:
     """The body of a ``Transfer-Encoding: chunked`` request, decoded."""
     while True:
         size = int(stream.readline(1024).split(b";")[0].strip() or b"0", 16)

@@ -110,7 +110,8 @@ class _Door(ThreadingHTTPServer):
     def host_for_peer(self, peer: tuple[str, int]) -> str | None:
         """The metadata host of the node whose process is at the other end of ``peer``'s connection."""
         hosts = self._node_hosts()
-        inode = socket_inode(peer, self.server_address[:2])  # type: ignore[arg-type]
+        address, port = self.server_address[:2]
+        inode = socket_inode(peer, (str(address), int(port)))
         if inode is None or not hosts:
             return None
         group = group_of_holder(inode, set(hosts))

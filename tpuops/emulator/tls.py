@@ -26,6 +26,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 STORAGE_HOSTS = ("storage.googleapis.com", "www.googleapis.com")
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 _VALID = datetime.timedelta(days=825)
@@ -55,31 +60,21 @@ def _write_private(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
-def _new_key():  # type: ignore[no-untyped-def]
-    from cryptography.hazmat.primitives.asymmetric import ec
-
+def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key) -> bytes:  # type: ignore[no-untyped-def]
-    from cryptography.hazmat.primitives import serialization
-
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
-def _name(common_name: str):  # type: ignore[no-untyped-def]
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
+def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 def _create_ca(authority: Authority) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-
     key = _new_key()
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
@@ -105,11 +100,9 @@ def _create_ca(authority: Authority) -> None:
 
 
 def _issue_server(authority: Authority) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.x509.oid import ExtendedKeyUsageOID
-
     ca_key = serialization.load_pem_private_key(authority.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{authority.ca_key} is not the EC key this module writes")
     ca_cert = x509.load_pem_x509_certificate(authority.ca_cert.read_bytes())
     key = _new_key()
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -126,10 +119,10 @@ def _issue_server(authority: Authority) -> None:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        .sign(ca_key, hashes.SHA256())
     )
     _write_private(authority.server_key, _key_pem(key))
     authority.server_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
