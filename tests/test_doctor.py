@@ -162,9 +162,11 @@ def test_gs_store_on_the_emulator_checks_the_nodes_path_to_the_bucket(tmp_path, 
         _, checks, _ = _doctor(capsys)
         assert checks["store"]["status"] == "OK"
         assert "https://storage.googleapis.com" in checks["store"]["detail"]
-        storage.stop(home / "emulator")
+        hosts = home / "emulator" / "node-hosts"
+        hosts.write_text("127.0.0.1 localhost\n")
         _, checks, _ = _doctor(capsys)
         assert checks["store"]["status"] == "FAIL"
-        assert checks["store"]["detail"].startswith("fake-gcs-server is not running")
+        assert checks["store"]["detail"] == f"{hosts} does not send storage.googleapis.com to " \
+            f"{storage.read_front(home / 'emulator').address}"
     finally:
         control.stop(home / "emulator")

@@ -307,7 +307,7 @@ def check_store(apis: _Apis) -> list[Check]:
     from tpuops.store import gcs_client, split_gcs_uri
 
     bucket_name, _ = split_gcs_uri(root)
-    if apis.local:
+    if apis.local and _emulator_serves_storage(apis):
         return [_node_storage(apis, bucket_name)]
     try:
         client = gcs_client(project=apis.settings.project)
@@ -319,6 +319,12 @@ def check_store(apis: _Apis) -> list[Check]:
         return [Check("store", FAIL, f"bucket gs://{bucket_name} does not exist",
                       "terraform apply in infra/ (or gcloud storage buckets create)")]
     return [_bucket_region(apis, bucket), _bucket_permissions(bucket), _vm_store_access(apis, bucket)]
+
+
+def _emulator_serves_storage(apis: _Apis) -> bool:
+    from tpuops.emulator.storage import read_front
+
+    return read_front(apis.settings.emulator_dir) is not None
 
 
 def _node_storage(apis: _Apis, bucket: str) -> Check:
