@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -161,3 +163,23 @@ def test_metadata_door_answers_a_nodes_processes_and_refuses_others(served: tupl
         door.close()
         metadata.close()
     assert node.returncode == 0
+
+
+def test_fake_gcs_server_stops_with_the_emulator_even_when_the_emulator_was_killed(tmp_path: Path) -> None:
+    from tpuops.emulator import control
+    from tpuops.emulator.sandbox import live_groups
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    for killed in (False, True):
+        state_dir = tmp_path / f"emulator-{killed}"
+        info = control.start_background(state_dir, boot_delay_s=0.1, gcs_buckets=["together"])
+        front = storage.read_front(state_dir)
+        assert front is not None and front.pid in live_groups()
+        assert storage.chain_problem(state_dir, "together") is None
+        if killed:
+            os.kill(info.pid, signal.SIGKILL)
+        assert control.stop(state_dir)
+        assert front.pid not in live_groups()
+        assert storage.read_front(state_dir) is None
