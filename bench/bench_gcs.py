@@ -18,8 +18,9 @@ the local case and the gs:// case back to back in one process (ours / baseline =
   shards, 6 checkpoints, eval, SavedModel) on the gs:// store, counted by the front
   (``storage:<METHOD>`` in the emulator's stats), scaled to 1,000 steps; once, not repeated.
 
-TF's credentials come from ``GOOGLE_AUTH_TOKEN_FOR_TESTING`` here (these processes are not a
-node's, so the metadata door refuses them, as it should); the train run uses the node's token.
+TF's credentials come from ``GOOGLE_AUTH_TOKEN_FOR_TESTING`` here, set to the emulator's own token
+(these processes are not a node's, so the metadata door refuses them, as it should); the train
+run uses the node's token.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _in_node_view(state_dir: Path, *args: str) -> dict[str, Any]:
     front = read_front(state_dir)
     assert front is not None
     env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,
-           "GOOGLE_AUTH_TOKEN_FOR_TESTING": "bench", "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
                           capture_output=True, text=True, check=False, timeout=1800)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -2,9 +2,10 @@
 
 The emulator serves the store's bucket through fake-gcs-server; each node's processes see it as
 ``https://storage.googleapis.com`` (private /etc/hosts, the emulator's CA) and authenticate with
-their metadata server's token, so the bootstrap, the prefetch and every ``tf.io.gfile`` call of
-the agent (TFRecord shards, checkpoints including the SIGTERM save, TensorBoard events, the
-SavedModel, prediction shards) take the real host's code path. Few runs, many assertions each:
+their metadata server's token (the front answers 401 to any other), so the bootstrap, the
+prefetch and every ``tf.io.gfile`` call of the agent (TFRecord shards, checkpoints including the
+SIGTERM save, TensorBoard events, the SavedModel, prediction shards) take the real host's code
+path. Few runs, many assertions each:
 
 - a reference run (built-in kind) and a run preempted with the notice (SIGTERM save to gs://,
   resume through the prefetch of the newest gs:// checkpoint) end bit-identical;
@@ -116,7 +117,9 @@ class GcsWorld:
         """``argv`` with the nodes' view of the network: Google's names, the emulator's CA."""
         front = read_front(self.info.state_dir)
         assert front is not None
-        env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle}
+        # Not a node's process: the metadata door refuses it, so TF gets the emulator's own token.
+        env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,
+               "GOOGLE_AUTH_TOKEN_FOR_TESTING": self.info.token or ""}
         return subprocess.run(enter_command(self.info.state_dir / "node-hosts", list(argv)), env=env,
                               capture_output=True, text=True, timeout=180, check=False)
 

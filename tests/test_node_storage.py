@@ -34,6 +34,7 @@ pytestmark = pytest.mark.emulator
 
 
 STATS = RpcStats()
+AUTH = {"Authorization": "Bearer owner-token"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[storage.S
     if reason:
         pytest.skip(reason)
     faults = Faults()
-    served = storage.serve(tmp_path_factory.mktemp("storage"), ["bkt"], faults, STATS)
+    served = storage.serve(tmp_path_factory.mktemp("storage"), ["bkt"], faults, STATS,
+                           lambda header: header == AUTH["Authorization"])
     yield served, faults
     served.close()
 
@@ -64,7 +66,7 @@ def test_keys_are_private_and_the_certificate_is_trusted_only_for_the_storage_ho
         {"ca.key": 0o600, "server.key": 0o600}
     for host in STORAGE_HOSTS:
         connection = _https(front, host)
-        connection.request("GET", "/storage/v1/b")
+        connection.request("GET", "/storage/v1/b", headers=AUTH)
         assert connection.getresponse().status == 200
     with pytest.raises(ssl.SSLCertVerificationError):
         _https(front, "tpu.googleapis.com")
@@ -78,7 +80,7 @@ def test_front_takes_tensorflows_upload_headers_and_answers_resumable_sessions_i
     front = served[0]
     connection = _https(front)
     connection.request("POST", "/upload/storage/v1/b/bkt/o?uploadType=resumable&name=dir%2Fobj", body=b"",
-                       headers={"X-Upload-Content-Length": "5"})
+                       headers={"X-Upload-Content-Length": "5", **AUTH})
     session = connection.getresponse()
     session.read()
     location = session.getheader("Location")
@@ -86,7 +88,7 @@ def test_front_takes_tensorflows_upload_headers_and_answers_resumable_sessions_i
     # What TensorFlow 2.9's curl sends: Go's server alone refuses "Transfer-Encoding: identity" (501).
     connection.putrequest("PUT", location.removeprefix("https://www.googleapis.com"))
     for key, value in (("Transfer-Encoding", "identity"), ("Content-Length", "5"), ("Expect", "100-continue"),
-                       ("Content-Range", "bytes 0-4/5")):
+                       ("Content-Range", "bytes 0-4/5"), *AUTH.items()):
         connection.putheader(key, value)
     connection.endheaders()
     connection.send(b"hello")
@@ -94,7 +96,7 @@ def test_front_takes_tensorflows_upload_headers_and_answers_resumable_sessions_i
     assert done.status == 200, done.read()
     assert json.loads(done.read())["size"] == "5"
     reader = _https(front, "storage.googleapis.com")
-    reader.request("GET", "/bkt/dir%2Fobj", headers={"Range": "bytes=1-3"})
+    reader.request("GET", "/bkt/dir%2Fobj", headers={"Range": "bytes=1-3", **AUTH})
     ranged = reader.getresponse()
     assert (ranged.status, ranged.read()) == (206, b"ell")
 
@@ -109,7 +111,7 @@ def test_injected_faults_are_503_429_and_resets_that_never_reach_the_server(
             connection = _https(front)
             try:
                 connection.request("POST", f"/upload/storage/v1/b/bkt/o?uploadType=media&name=faulted-{attempt}",
-                                   body=b"x")
+                                   body=b"x", headers=AUTH)
                 response = connection.getresponse()
                 seen.append(response.status)
                 assert json.loads(response.read())["error"]["code"] == response.status
@@ -121,8 +123,21 @@ def test_injected_faults_are_503_429_and_resets_that_never_reach_the_server(
     counts = STATS.snapshot()
     assert [counts.get(f"storage:injected-{kind}") for kind in ("503", "429", "reset")] == [1, 1, 1]
     connection = _https(front)
-    connection.request("GET", "/storage/v1/b/bkt/o?prefix=faulted-")
+    connection.request("GET", "/storage/v1/b/bkt/o?prefix=faulted-", headers=AUTH)
     assert json.loads(connection.getresponse().read()).get("items", []) == []
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer someone-else", "Basic b3duZXI="])
+def test_requests_without_an_accepted_token_are_401_as_from_google(served: tuple[storage.Storage, Faults],
+                                                                  authorization: str | None) -> None:
+    connection = _https(served[0])
+    headers = {"Authorization": authorization} if authorization else {}
+    connection.request("POST", "/upload/storage/v1/b/bkt/o?uploadType=media&name=anonymous", body=b"x",
+                       headers=headers)
+    response = connection.getresponse()
+    assert (response.status, json.loads(response.read())["error"]["code"]) == (401, 401)
+    connection.request("GET", "/storage/v1/b/bkt/o/anonymous", headers=AUTH)
+    assert connection.getresponse().status == 404
 
 
 def test_hosts_file_applies_inside_a_node_namespace_only(served: tuple[storage.Storage, Faults]) -> None:
@@ -177,7 +192,7 @@ def test_fake_gcs_server_stops_with_the_emulator_even_when_the_emulator_was_kill
         info = control.start_background(state_dir, boot_delay_s=0.1, gcs_buckets=["together"])
         front = storage.read_front(state_dir)
         assert front is not None and front.pid in live_groups()
-        assert storage.chain_problem(state_dir, "together") is None
+        assert storage.chain_problem(state_dir, "together", info.token) is None
         if killed:
             os.kill(info.pid, signal.SIGKILL)
         assert control.stop(state_dir)

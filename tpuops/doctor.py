@@ -332,7 +332,8 @@ def _node_storage(apis: _Apis, bucket: str) -> Check:
     from tpuops.emulator.netview import unavailable_reason
     from tpuops.emulator.storage import chain_problem
 
-    problem = unavailable_reason() or chain_problem(apis.settings.emulator_dir, bucket)
+    token = apis.emulator.token if apis.emulator else None
+    problem = unavailable_reason() or chain_problem(apis.settings.emulator_dir, bucket, token)
     if problem:
         return Check("store", FAIL, problem, "run as root, then tpuops emulator stop && tpuops emulator start")
     return Check("store", OK, f"gs://{bucket} served by fake-gcs-server; nodes reach it as "

@@ -8,6 +8,9 @@ plain HTTP to fake-gcs-server. It exists for two reasons:
   501 "Unsupported transfer encoding": the front drops that header. It also sends
   ``X-Forwarded-Proto: https`` so that the resumable-upload ``Location`` fake-gcs-server answers
   is an https URL on the host the client used, as Google's is.
+* Credentials: a request must carry ``Authorization: Bearer`` with a token ``authorized`` accepts
+  (a node's service-account token from its metadata server, or the emulator's own), else 401 as
+  from Google: a node that fails to fetch its token fails here as it would on GCP.
 * Faults (``Faults.storage_fault``): every request waits ``gcs_latency_ms``; at ``gcs_error_rate``
   a request is answered 503 or 429 (Cloud Storage's retryable statuses, in its JSON error shape)
   or its connection is reset before a response byte, without reaching fake-gcs-server, so an
@@ -41,7 +44,8 @@ IDLE_S = 300.0
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "expect"}
 )
-_STATUS_TEXT = {429: ("Too Many Requests", "rateLimitExceeded"), 503: ("Service Unavailable", "backendError")}
+_STATUS_TEXT = {401: ("Unauthorized", "required"), 429: ("Too Many Requests", "rateLimitExceeded"),
+                503: ("Service Unavailable", "backendError")}
 
 
 class _Closed(Exception):
@@ -119,6 +123,12 @@ class _Handler(socketserver.StreamRequestHandler):
         length = int(_header(headers, "content-length") or 0)
         chunked = (_header(headers, "transfer-encoding") or "").lower() == "chunked"
         body = _dechunked(self.rfile) if chunked else _chunks(self.rfile, length)
+        if not self.server.authorized(_header(headers, "authorization") or ""):
+            for _ in body:
+                pass
+            self.server.count("storage:unauthenticated")
+            self._send_error(401)
+            return True
         delay, failure = self.server.faults.storage_fault()
         if delay > 0:
             time.sleep(delay)
@@ -171,7 +181,8 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _send_error(self, status: int) -> None:
         reason, code = _STATUS_TEXT[status]
-        body = json.dumps({"error": {"code": status, "message": f"Injected fault: {reason}.",
+        message = "Anonymous caller does not have storage access." if status == 401 else f"Injected fault: {reason}."
+        body = json.dumps({"error": {"code": status, "message": message,
                                      "errors": [{"reason": code, "message": reason}]}}).encode()
         head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n")
@@ -185,7 +196,8 @@ class _Front(socketserver.ThreadingTCPServer):
     request_queue_size = 128
 
     def __init__(self, address: str, port: int, context: ssl.SSLContext, upstream: tuple[str, int],
-                 faults: Faults, count: Callable[[str], None]) -> None:
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
+        self.authorized = authorized
         self.context = context
         self.upstream = upstream
         self.faults = faults
@@ -206,15 +218,16 @@ class _Front(socketserver.ThreadingTCPServer):
 class GcsFront:
     """The HTTPS front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port).
 
-    ``count`` receives the name of every request and injected failure (``RpcStats.count``).
+    ``count`` receives the name of every request and injected failure (``RpcStats.count``);
+    ``authorized`` says whether a request's ``Authorization`` header may pass.
     """
 
     def __init__(self, address: str, port: int, cert: Path, key: Path, upstream: tuple[str, int],
-                 faults: Faults, count: Callable[[str], None]) -> None:
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
         context.set_alpn_protocols(["http/1.1"])
-        self._running = Background(_Front(address, port, context, upstream, faults, count), "gcs-front")
+        self._running = Background(_Front(address, port, context, upstream, faults, count, authorized), "gcs-front")
 
     def close(self) -> None:
         self._running.close()

@@ -100,9 +100,9 @@ class _Termination:
 class Sandboxes:
     """Start startup scripts and end process groups, for every node of one emulator."""
 
-    def __init__(self, state_dir: Path, image_python: str | None, network: NodeNetwork | None = None) -> None:
+    def __init__(self, state_dir: Path, image_python: str | None) -> None:
         self._state_dir = state_dir
-        self._network = network
+        self._network: NodeNetwork | None = None
         self._registry = state_dir / GROUPS_FILE
         self._lock = threading.Condition()
         self._groups: set[int] = set()
@@ -128,6 +128,10 @@ class Sandboxes:
             shim.write_text(f'#!/bin/sh\nexec "{interpreter}" "$@"\n')
             shim.chmod(0o755)
         return [str(shim_dir), str(interpreter.parent)]
+
+    def use_network(self, network: NodeNetwork) -> None:
+        """Start every later script in ``network``'s view (a gs:// store): set before the first node boots."""
+        self._network = network
 
     def directory(self, project: str, zone: str, node: str) -> Path:
         """Where node ``node`` keeps its files (created when its first script runs)."""

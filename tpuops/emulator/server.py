@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -40,10 +39,9 @@ log = logging.getLogger(__name__)
 class Emulator:
     """State, queued resources, faults, stats and the two APIs of one emulator."""
 
-    def __init__(self, config: EmulatorConfig, token: str | None = None, token_file: str = "",
-                 faults: Faults | None = None, stats: RpcStats | None = None) -> None:
-        self.faults = faults or Faults()
-        self.stats = stats or RpcStats()
+    def __init__(self, config: EmulatorConfig, token: str | None = None, token_file: str = "") -> None:
+        self.faults = Faults()
+        self.stats = RpcStats()
         self.state = EmulatorState(config, self.faults)
         self.auth = Authenticator(token, token_file, self.state.node_for_token)
         self.queued = QueuedResources(self.state)
@@ -160,16 +158,17 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
         if not token:
             print(f"tpuops emulator: the token file {token_file} is empty", file=sys.stderr)
             return 1
-    faults, stats = Faults(), RpcStats()
+    emulator = Emulator(config, token, token_file or "")
     storage: Storage | None = None
     if gcs_buckets:
         try:
-            storage = serve_storage(config.state_dir, gcs_buckets, faults, stats)
+            storage = serve_storage(config.state_dir, gcs_buckets, emulator.faults, emulator.stats,
+                                    emulator.auth.storage_caller)
         except (StorageUnavailable, TimeoutError) as err:
+            emulator.state.close()
             print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
             return 1
-        config = replace(config, node_network=storage.network)
-    emulator = Emulator(config, token, token_file or "", faults, stats)
+        emulator.state.sandboxes.use_network(storage.network)
     door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group) if storage else None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: emulator.request_shutdown())

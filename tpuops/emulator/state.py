@@ -38,7 +38,6 @@ from tpuops.emulator.billing import BillingLedger
 from tpuops.emulator.catalog import check_zone
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.metadata import MetadataServer, MetadataView
-from tpuops.emulator.netview import NodeNetwork
 from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
 from tpuops.emulator.resources import Node
 from tpuops.emulator.sandbox import Sandboxes, ScriptRun
@@ -68,8 +67,6 @@ class EmulatorConfig:
     boot_delay_s: float = 1.0
     grace_s: float = 30.0
     image_python: str | None = None
-    # How nodes reach Cloud Storage and the metadata server by Google's names (a gs:// store), or None.
-    node_network: NodeNetwork | None = None
     # SIGTERM-to-SIGKILL wait when a node is stopped or deleted (an OS shutdown, not a preemption).
     shutdown_wait_s: float = 1.0
     tick_s: float = 0.1
@@ -94,7 +91,7 @@ class EmulatorState:
         self.ops = OperationStore()
         self.nodes: dict[tuple[str, str, str], Node] = {}
         self.billing = BillingLedger(config.state_dir)
-        self.sandboxes = Sandboxes(config.state_dir, config.image_python, config.node_network)
+        self.sandboxes = Sandboxes(config.state_dir, config.image_python)
         self.scheduler = Scheduler()
         self._tick_hooks: list[Callable[[], None]] = [self._random_preemptions]
         self._node_listeners: list[Callable[[tuple[str, str, str]], None]] = []

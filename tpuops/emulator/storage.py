@@ -75,14 +75,14 @@ def free_port(address: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults,
-                count: Callable[[str], None]) -> tuple[str, GcsFront]:
+def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults, count: Callable[[str], None],
+                authorized: Callable[[str], bool]) -> tuple[str, GcsFront]:
     """The front on the first of 127.0.0.2 .. 127.0.0.254 whose port 443 is free."""
     for last in range(2, 255):
         address = f"127.0.0.{last}"
         try:
             return address, GcsFront(address, HTTPS_PORT, authority.server_cert, authority.server_key, upstream,
-                                     faults, count)
+                                     faults, count, authorized)
         except OSError as err:
             if err.errno in (errno.EACCES, errno.EPERM):
                 raise StorageUnavailable(f"cannot listen on port {HTTPS_PORT} ({err.strerror}): "
@@ -136,11 +136,12 @@ class Storage:
         stop(self.state_dir)
 
 
-def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, *, timeout_s: float = 15.0
-          ) -> Storage:
+def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, authorized: Callable[[str], bool],
+          *, timeout_s: float = 15.0) -> Storage:
     """Start fake-gcs-server with ``buckets`` and its HTTPS front; write the nodes' hosts file.
 
-    The front fails and delays requests per ``faults`` and counts them in ``stats``.
+    The front lets through the requests whose ``Authorization`` header ``authorized`` accepts,
+    fails and delays them per ``faults`` and counts them in ``stats``.
 
     Raises:
         StorageUnavailable: no binary, no free address, or no permission for port 443.
@@ -169,7 +170,7 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
             time.sleep(_POLL_S)
         for bucket in buckets:
             create_bucket(http_endpoint, bucket)
-        address, https = _bind_front(authority, ("127.0.0.1", port), faults, stats.count)
+        address, https = _bind_front(authority, ("127.0.0.1", port), faults, stats.count, authorized)
     except BaseException:
         stop(state_dir)
         raise
@@ -207,11 +208,12 @@ def create_bucket(http_endpoint: str, name: str) -> None:
             raise
 
 
-def chain_problem(state_dir: Path, bucket: str) -> str | None:
+def chain_problem(state_dir: Path, bucket: str, token: str | None) -> str | None:
     """What breaks the nodes' path to ``bucket`` (one line), or None when a node would reach it.
 
     Follows it as a node does: the hosts file sends storage.googleapis.com to the front's address,
-    the front's certificate verifies against the node's CA bundle for that name, the bucket answers.
+    the front's certificate verifies against the node's CA bundle for that name, the bucket answers
+    a request with ``token`` (the emulator's own; None when it runs without auth).
     """
     front = read_front(state_dir)
     if front is None or not _group_alive(front.pid):
@@ -227,7 +229,8 @@ def chain_problem(state_dir: Path, bucket: str) -> str | None:
     try:
         with socket.create_connection((front.address, HTTPS_PORT), timeout=5) as raw, \
                 context.wrap_socket(raw, server_hostname=STORAGE_HOSTS[0]) as tls:
-            tls.sendall(f"GET /storage/v1/b/{bucket} HTTP/1.1\r\nHost: {STORAGE_HOSTS[1]}\r\n"
+            authorization = f"Authorization: Bearer {token}\r\n" if token else ""
+            tls.sendall(f"GET /storage/v1/b/{bucket} HTTP/1.1\r\nHost: {STORAGE_HOSTS[1]}\r\n{authorization}"
                         "Connection: close\r\n\r\n".encode())
             status_line = tls.recv(64).split(b"\r\n", 1)[0].decode(errors="replace")
     except (OSError, ssl.SSLError) as err:
