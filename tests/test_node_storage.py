@@ -190,11 +190,13 @@ def test_fake_gcs_server_stops_with_the_emulator_even_when_the_emulator_was_kill
     for killed in (False, True):
         state_dir = tmp_path / f"emulator-{killed}"
         info = control.start_background(state_dir, boot_delay_s=0.1, gcs_buckets=["together"])
-        front = storage.read_front(state_dir)
-        assert front is not None and front.pid in live_groups()
-        assert storage.chain_problem(state_dir, "together", info.token) is None
-        if killed:
-            os.kill(info.pid, signal.SIGKILL)
-        assert control.stop(state_dir)
+        try:
+            front = storage.read_front(state_dir)
+            assert front is not None and front.pid in live_groups()
+            assert storage.chain_problem(state_dir, "together", info.token) is None
+            if killed:
+                os.kill(info.pid, signal.SIGKILL)
+        finally:
+            assert control.stop(state_dir)
         assert front.pid not in live_groups()
         assert storage.read_front(state_dir) is None
