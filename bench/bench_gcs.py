@@ -14,6 +14,10 @@ the local case and the gs:// case back to back in one process (ours / baseline =
 - checkpoint save and restore of one ``--checkpoint-mb`` variable with ``tf.train.Checkpoint``;
   the largest SIGTERM save that fits the 30-s notice is the measured gs:// save rate times 30 s
   minus the fixed part of a save (the time of a 1-MB save), an estimate, labelled so.
+- recovery: a ``tpuops train`` of the digits CNN preempted (30-s notice) once a checkpoint at step
+  200 is in, on the gs:// store and on a local one: seconds from the preemption to the resumed
+  attempt's first step (emulated boot 0.2 s; the rest is the control plane, the bootstrap, the
+  TF import, the prefetch and restore of the newest checkpoint).
 - requests per 1,000 steps: a whole ``tpuops train`` of the digits CNN (600 steps: boot, bundle,
   shards, 6 checkpoints, eval, SavedModel) on the gs:// store, counted by the front
   (``storage:<METHOD>`` in the emulator's stats), scaled to 1,000 steps; once, not repeated.
@@ -32,13 +36,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from tpuops import runs
 from tpuops.data.samples import digits
 from tpuops.emulator import control
 from tpuops.emulator.netview import enter_command, unavailable_reason
 from tpuops.emulator.storage import read_front
+from tpuops.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
@@ -115,28 +122,61 @@ def _in_node_view(state_dir: Path, *args: str) -> dict[str, Any]:
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def _requests_per_1000_steps(work: Path, info: control.EmulatorInfo) -> dict[str, Any]:
-    digits(work / "data" / "digits")
+def _train_env(work: Path, info: control.EmulatorInfo, store: str) -> dict[str, str]:
     config = work / "tpuops.toml"
-    config.write_text(f'zones = ["us-central1-a"]\nstore = "gs://{BUCKET}/tpuops"\n')
+    config.write_text('zones = ["us-central1-a"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
     env.update(TPUOPS_HOME=str(info.state_dir.parent), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
-               TPUOPS_POLL_INTERVAL_S="0.2", STORAGE_EMULATOR_HOST=control.storage_endpoint(info.state_dir) or "")
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_STORE=store,
+               STORAGE_EMULATOR_HOST=control.storage_endpoint(info.state_dir) or "")
+    return env
+
+
+def _train(work: Path, env: dict[str, str], name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tpuops", "train", str(ROOT / "experiments" / "digits_cnn.yaml"),
+                             "--name", name, "--json"], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"a train run failed: {err[-2000:]}")
+    return json.loads(out)
+
+
+def _recovery_s(work: Path, info: control.EmulatorInfo, store: str, name: str) -> float:
+    """Seconds from a preemption (at a checkpoint >= step 200) to the resumed attempt's first step."""
+    env = _train_env(work, info, store)
+    opened = open_store(store, gcs_endpoint=env["STORAGE_EMULATOR_HOST"] or None)
+    proc = _train(work, env, name)
+    deadline = time.monotonic() + 600
+    while True:
+        status = runs.read_status(opened, name) if proc.poll() is None else None
+        if status is not None and (status.last_checkpoint_step or 0) >= 200 and str(status.phase) == "training":
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"run {name} ended or stalled before its checkpoint at step 200")
+        time.sleep(0.1)
+    preempted = time.time()
+    control.AdminClient(info.endpoint).preempt("tpuops-local", "us-central1-a", name, grace_s=NOTICE_S)
+    _finished(proc)
+    final = runs.read_status(opened, name)
+    assert final is not None and len(final.attempts) >= 2
+    return (final.attempts[1].first_step_at or preempted) - preempted
+
+
+def _requests_per_1000_steps(work: Path, info: control.EmulatorInfo) -> dict[str, Any]:
     admin = control.AdminClient(info.endpoint)
     admin.reset_stats()
-    done = subprocess.run([sys.executable, "-m", "tpuops", "train", str(ROOT / "experiments" / "digits_cnn.yaml"),
-                           "--name", "bench-requests", "--json"], cwd=work, env=env, capture_output=True, text=True,
-                          check=False, timeout=900)
-    if done.returncode != 0:
-        raise SystemExit(f"the train run failed: {done.stderr[-2000:]}")
-    steps = json.loads(done.stdout)["step"]
+    steps = _finished(_train(work, _train_env(work, info, f"gs://{BUCKET}/tpuops"), "bench-requests"))["step"]
     counts = {name.removeprefix("storage:"): count for name, count in admin.stats().items()
               if name.startswith("storage:")}
     return {"steps": steps, "requests": sum(counts.values()), "by_method": counts,
             "per_1000_steps": sum(counts.values()) * 1000 / steps}
 
 
-def run(repeats: int, checkpoint_mb: int, input_mb: int) -> dict[str, Any]:
+def run(repeats: int, checkpoint_mb: int, input_mb: int, recovery_repeats: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
         work = Path(tmp)
         state_dir = work / "home" / "emulator"
@@ -150,7 +190,11 @@ def run(repeats: int, checkpoint_mb: int, input_mb: int) -> dict[str, Any]:
             inputs = [_in_node_view(state_dir, "input", str(local), remote) for _ in range(repeats)]
             ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(checkpoint_mb))
                      for _ in range(repeats)]
+            digits(work / "data" / "digits")
             requests = _requests_per_1000_steps(work, info)
+            recoveries = [{"gcs": _recovery_s(work, info, f"gs://{BUCKET}/tpuops", f"cut-gcs-{i}"),
+                           "local": _recovery_s(work, info, str(work / "home" / "store"), f"cut-local-{i}")}
+                          for i in range(recovery_repeats)]
         finally:
             control.stop(state_dir)
     median = statistics.median
@@ -162,12 +206,15 @@ def run(repeats: int, checkpoint_mb: int, input_mb: int) -> dict[str, Any]:
         (f"checkpoint save {checkpoint_mb} MB (s)", save_gcs, median(c["local"][0] for c in ckpts)),
         (f"checkpoint restore {checkpoint_mb} MB (s)", median(c["gcs"][1] for c in ckpts),
          median(c["local"][1] for c in ckpts)),
+        (f"recovery, preemption -> first step (s; median of {recovery_repeats})",
+         median(r["gcs"] for r in recoveries),
+         median(r["local"] for r in recoveries)),
     ]
     return {
         "repeats": repeats, "input_examples": made["examples"],
         "rows": [{"what": what, "gcs": gcs, "local": local_value, "ratio": gcs / local_value}
                  for what, gcs, local_value in rows],
-        "samples": {"input": inputs, "checkpoint": ckpts},
+        "samples": {"input": inputs, "checkpoint": ckpts, "recovery": recoveries},
         "largest_sigterm_save_mb_estimate": max(0.0, (NOTICE_S - fixed) * rate),
         "gcs_save_mb_per_s": rate, "fixed_save_s": fixed,
         "requests": requests,
@@ -192,13 +239,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--checkpoint-mb", type=int, default=100)
     parser.add_argument("--input-mb", type=int, default=100)
+    parser.add_argument("--recovery-repeats", type=int, default=3, help="preempted runs per store")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     reason = unavailable_reason() or (None if TF_PYTHON.exists() else f"no TF 2.9 runtime at {TF_PYTHON}")
     if reason:
         print(f"bench_gcs: {reason}", file=sys.stderr)
         raise SystemExit(2)
-    result = run(args.repeats, args.checkpoint_mb, args.input_mb)
+    result = run(args.repeats, args.checkpoint_mb, args.input_mb, args.recovery_repeats)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
