@@ -1,4 +1,5 @@
 # make demo  - train the digits CNN on a spot TPU VM of the local Cloud TPU emulator, end to end
+# make demo-gcs - the same with a gs:// store, through TensorFlow's own Cloud Storage filesystem (needs root)
 # make test  - install everything the tests need, lint, and run every test
 # make unit  - the unit lane only (pytest -m unit): no server, no TensorFlow, needs only .venv
 SHELL := /bin/bash
@@ -13,7 +14,7 @@ PIN_FILE := templates/requirements-tf29.txt
 # The control plane's unit lane also runs on the oldest and newest supported Python.
 COMPAT_PYTHONS := 3.10 3.13
 
-.PHONY: setup demo test unit compat lint tools clean
+.PHONY: setup demo demo-gcs test unit compat lint tools clean
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp
 
@@ -84,5 +85,22 @@ demo: setup
 	$(TPUOPS) cost; \
 	$(TPUOPS) status
 
+# make demo-gcs - the same on a gs:// store: the emulator serves the bucket through fake-gcs-server, and the
+# node's TensorFlow reads the shards and writes checkpoints, events, the SavedModel through its own Cloud
+# Storage filesystem (https://storage.googleapis.com, the node's metadata token), as on a TPU VM. Needs root.
+DEMO_GCS_HOME := $(CURDIR)/.tpuops-demo-gcs
+demo-gcs: setup
+	rm -rf $(DEMO_GCS_HOME) && mkdir -p $(DEMO_GCS_HOME)
+	export TPUOPS_HOME=$(DEMO_GCS_HOME) TPUOPS_CONFIG=$(DEMO_GCS_HOME)/tpuops.toml; \
+	trap '$(TPUOPS) emulator stop' EXIT; \
+	$(TPUOPS) init --provider local --zone us-central1-a --zone us-central1-b --store gs://tpuops-demo/tpuops \
+	  --path $$TPUOPS_CONFIG; \
+	$(TPUOPS) emulator start --boot-delay 2; \
+	$(TPUOPS) doctor; \
+	$(TPUOPS) data sample digits $(DEMO_GCS_HOME)/data/digits; \
+	cd $(DEMO_GCS_HOME) && $(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
+	$(TPUOPS) runs; \
+	$(TPUOPS) cost
+
 clean:
-	rm -rf $(VENV) $(TFVENV) .venv-py310 .venv-py313 .tpuops-demo .pytest_cache
+	rm -rf $(VENV) $(TFVENV) .venv-py310 .venv-py313 .tpuops-demo .tpuops-demo-gcs .pytest_cache

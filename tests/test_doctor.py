@@ -148,3 +148,25 @@ def test_bucket_in_the_zones_region(fake_gcs, gcs_bucket, tmp_path, monkeypatch,
         control.stop(home / "emulator")
     assert checks["store-region"]["status"] == "OK"
     assert code == 0
+
+
+def test_gs_store_on_the_emulator_checks_the_nodes_path_to_the_bucket(tmp_path, monkeypatch, capsys):
+    from tpuops.emulator import storage
+    from tpuops.emulator.netview import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    home = _setup(tmp_path, monkeypatch, store="gs://doctor-bucket/tpuops")
+    control.start_background(home / "emulator", boot_delay_s=0.1, gcs_buckets=["doctor-bucket"])
+    try:
+        _, checks, _ = _doctor(capsys)
+        assert checks["store"]["status"] == "OK"
+        assert "https://storage.googleapis.com" in checks["store"]["detail"]
+        hosts = home / "emulator" / "node-hosts"
+        hosts.write_text("127.0.0.1 localhost\n")
+        _, checks, _ = _doctor(capsys)
+        assert checks["store"]["status"] == "FAIL"
+        assert checks["store"]["detail"] == f"{hosts} does not send storage.googleapis.com to " \
+            f"{storage.read_front(home / 'emulator').address}"
+    finally:
+        control.stop(home / "emulator")

@@ -317,3 +317,13 @@ def test_a_store_pickles_and_its_copy_reads_and_writes_the_same_objects(store: S
     assert copy.read_bytes("a") == b"one"
     copy.write_bytes("b", b"two")
     assert store.read_bytes("b") == b"two"
+
+
+@pytest.mark.emulator
+def test_gcs_listing_skips_the_folder_markers_tensorflow_writes(fake_gcs, gcs_bucket: str) -> None:
+    """``tf.io.gfile.makedirs`` on gs:// writes empty objects named ``dir/``: they are not store objects."""
+    client = gcs_client(fake_gcs.endpoint)
+    store = GcsStore(gcs_bucket, "root", client=client)
+    store.write_bytes("runs/r1/ckpt/checkpoint", b"x")
+    client.bucket(gcs_bucket).blob("root/runs/r1/ckpt/").upload_from_string(b"")
+    assert [info.key for info in store.list("runs/r1/")] == ["runs/r1/ckpt/checkpoint"]

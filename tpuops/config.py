@@ -208,6 +208,14 @@ def _finish(settings: Settings) -> Settings:
                              "(expected a bucket URI such as 'gs://my-bucket/tpuops')")
     if settings.provider is Provider.LOCAL and "poll_interval_s" not in settings.model_fields_set:
         updates["poll_interval_s"] = 0.2
+    if settings.provider is Provider.LOCAL and settings.store.startswith("gs://"):
+        from tpuops.emulator.netview import unavailable_reason
+
+        reason = unavailable_reason()
+        if reason is not None:
+            print(f"tpuops: {reason}: using the local store {home / 'store'} instead of {settings.store}",
+                  file=sys.stderr)
+            updates["store"] = ""
     return settings.model_copy(update=updates)
 
 

@@ -307,6 +307,8 @@ def check_store(apis: _Apis) -> list[Check]:
     from tpuops.store import gcs_client, split_gcs_uri
 
     bucket_name, _ = split_gcs_uri(root)
+    if apis.local and _emulator_serves_storage(apis):
+        return [_node_storage(apis, bucket_name)]
     try:
         client = gcs_client(project=apis.settings.project)
         bucket = client.lookup_bucket(bucket_name, timeout=_HTTP_TIMEOUT_S)
@@ -317,6 +319,25 @@ def check_store(apis: _Apis) -> list[Check]:
         return [Check("store", FAIL, f"bucket gs://{bucket_name} does not exist",
                       "terraform apply in infra/ (or gcloud storage buckets create)")]
     return [_bucket_region(apis, bucket), _bucket_permissions(bucket), _vm_store_access(apis, bucket)]
+
+
+def _emulator_serves_storage(apis: _Apis) -> bool:
+    from tpuops.emulator.storage import read_front
+
+    return read_front(apis.settings.emulator_dir) is not None
+
+
+def _node_storage(apis: _Apis, bucket: str) -> Check:
+    """Provider local with a gs:// store: the path an emulated node takes to the bucket, end to end."""
+    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator.storage import chain_problem
+
+    token = apis.emulator.token if apis.emulator else None
+    problem = unavailable_reason() or chain_problem(apis.settings.emulator_dir, bucket, token)
+    if problem:
+        return Check("store", FAIL, problem, "run as root, then tpuops emulator stop && tpuops emulator start")
+    return Check("store", OK, f"gs://{bucket} served by fake-gcs-server; nodes reach it as "
+                 "https://storage.googleapis.com with the emulator's CA")
 
 
 def _bucket_region(apis: _Apis, bucket: Any) -> Check:

@@ -3,6 +3,11 @@
 Kept apart from the modules it wires so each of them takes its collaborators as
 arguments (tests build them directly), and so that starting the local emulator on demand
 happens in exactly one place.
+
+With provider ``local`` and a ``gs://`` store, the emulator also serves the store's bucket
+through fake-gcs-server (nodes reach it as storage.googleapis.com); ``store`` then points this
+process's Cloud Storage clients at it with ``STORAGE_EMULATOR_HOST``, the variable the SDK
+itself honours, so that every store opened from a URI here (datasets, sweeps) reaches it too.
 """
 
 from __future__ import annotations
@@ -21,6 +26,15 @@ if TYPE_CHECKING:
     from tpuops.store import Store
 
 
+def emulated_buckets(settings: Settings) -> list[str]:
+    """The buckets the local emulator serves: the store's, when provider ``local`` has a ``gs://`` store."""
+    if settings.provider is Provider.LOCAL and settings.store_root.startswith("gs://"):
+        from tpuops.store import split_gcs_uri
+
+        return [split_gcs_uri(settings.store_root)[0]]
+    return []
+
+
 def tpu_endpoint(settings: Settings) -> str | None:
     """The Cloud TPU API endpoint: configured, else the local emulator (started if needed)."""
     if settings.tpu_endpoint:
@@ -28,7 +42,8 @@ def tpu_endpoint(settings: Settings) -> str | None:
     if settings.provider is Provider.LOCAL:
         from tpuops.emulator.control import ensure_running
 
-        return ensure_running(settings.emulator_dir, image_python=emulated_image_python(settings)).endpoint
+        return ensure_running(settings.emulator_dir, image_python=emulated_image_python(settings),
+                              gcs_buckets=emulated_buckets(settings)).endpoint
     return None
 
 
@@ -80,4 +95,13 @@ def store(settings: Settings) -> Store:
 
     if "://" not in settings.store_root:
         Path(settings.store_root).mkdir(parents=True, exist_ok=True)
+    if emulated_buckets(settings):
+        import os
+
+        from tpuops.emulator.control import storage_endpoint
+
+        tpu_endpoint(settings)
+        endpoint = storage_endpoint(settings.emulator_dir)
+        if endpoint:
+            os.environ["STORAGE_EMULATOR_HOST"] = endpoint
     return open_store(settings.store_root)

@@ -112,3 +112,20 @@ def test_records_that_do_not_match_the_features_are_a_user_error(files: List[str
     with pytest.raises(UserError, match=r"do not match dataset\.features"):
         Parser(wrong, with_label=True).check(files, "dataset.train")
     Parser(_spec(), with_label=True).check(files, "dataset.train")
+
+
+def test_one_pattern_matches_exactly_the_files_or_is_none(tmp_path) -> None:
+    from tpuops.agent.inputs import one_pattern
+
+    for name in ("shard-00000-of-00002.tfrecord", "shard-00001-of-00002.tfrecord", "manifest.json", "x[1].tfrecord"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "shard-00000-of-00001.tfrecord").write_bytes(b"")
+    shards = [str(tmp_path / "shard-00000-of-00002.tfrecord"), str(tmp_path / "shard-00001-of-00002.tfrecord")]
+    pattern = one_pattern(shards)
+    assert pattern == f"{tmp_path}/shard-0000*-of-00002.tfrecord"
+    assert sorted(tf.io.gfile.glob(pattern)) == shards
+    assert one_pattern([str(tmp_path / "x[1].tfrecord")]) == f"{tmp_path}/x[[]1].tfrecord*"
+    assert one_pattern([shards[0], str(tmp_path / "other" / "shard-00000-of-00001.tfrecord")]) is None
+    assert one_pattern([shards[0]]) == f"{shards[0]}*"
+    assert one_pattern([]) is None

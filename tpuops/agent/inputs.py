@@ -34,7 +34,8 @@ TPU infeed only ever see floats.
 
 import math
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+import posixpath
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -90,6 +91,30 @@ def list_files(patterns: Sequence[str], what: str) -> List[str]:
             raise UserError(f"{what}: {pattern!r} matches no file")
         files.update(matched)
     return sorted(files)
+
+
+def one_pattern(files: Sequence[str]) -> Optional[str]:
+    """A single glob pattern that matches exactly ``files`` (sorted), or None when there is none.
+
+    The files' directory, their basenames' common prefix, ``*``, their common suffix
+    (``.../data/x/shard-0000*.tfrecord``); checked by globbing it, so a pattern that would also
+    match another file (a manifest, a shard of another dataset) is never returned.
+    """
+    if not files:
+        return None
+    directory = posixpath.dirname(files[0])
+    if any(posixpath.dirname(name) != directory for name in files):
+        return None
+    names = [posixpath.basename(name) for name in files]
+    prefix = posixpath.commonprefix(names)
+    suffix = posixpath.commonprefix([name[len(prefix):][::-1] for name in names])[::-1]
+    pattern = f"{directory}/{glob_escape(prefix)}*{glob_escape(suffix)}"
+    return pattern if sorted(tf.io.gfile.glob(pattern)) == sorted(files) else None
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters bracketed, so that it matches only itself."""
+    return "".join(f"[{char}]" if char in "*?[" else char for char in text)
 
 
 class Parser:

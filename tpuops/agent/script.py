@@ -18,6 +18,11 @@ TPUOPS_CHECKPOINT_DIR            ``<run>/ckpt``; TPUOPS_TENSORBOARD_DIR ``<run>/
                                  TPUOPS_MODEL_DIR ``<run>/model``
 TPUOPS_DATA_<NAME>               the dataset's TFRecord files (its patterns expanded, sorted),
                                  comma-separated (NAME: TRAIN, EVAL; "" when there is none)
+TPUOPS_DATA_<NAME>_PATTERN       one glob pattern matching exactly those files, for
+                                 ``tf.io.gfile.glob`` / ``Dataset.list_files`` (as Vertex AI's
+                                 AIP_TRAINING_DATA_URI is used; ``inputs.one_pattern``); when
+                                 no single pattern does (files in several folders), the spec's
+                                 patterns comma-separated ("" when there is none)
 TPUOPS_DATA_<NAME>_FEATURES      its feature schema as JSON: name -> {dtype, shape, encoding}
 TPUOPS_LABEL                     the label feature's name ("" when there is none)
 TPUOPS_ALLOW_CPU                 "1" when the run may fall back to the CPU, else "0"
@@ -53,7 +58,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 
 from tpuops.agent.exits import PreemptedExit, UserError
-from tpuops.agent.inputs import list_files
+from tpuops.agent.inputs import list_files, one_pattern
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runspec import DatasetSpec, RunSpec, ScriptSpec
@@ -103,7 +108,9 @@ def environment(spec: RunSpec, script: ScriptSpec, paths: RunPaths, attempt: int
     env.setdefault("TPU_NAME", "local")
     features = _features(spec.dataset)
     for name, patterns in (("TRAIN", spec.dataset.train), ("EVAL", spec.dataset.eval)):
-        env[f"TPUOPS_DATA_{name}"] = ",".join(list_files(patterns, f"dataset.{name.lower()}"))
+        files = list_files(patterns, f"dataset.{name.lower()}")
+        env[f"TPUOPS_DATA_{name}"] = ",".join(files)
+        env[f"TPUOPS_DATA_{name}_PATTERN"] = one_pattern(files) or ",".join(patterns)
         env[f"TPUOPS_DATA_{name}_FEATURES"] = features
     path = [USERLIB, os.path.abspath(spec.experiments_dir or "."), env.get("PYTHONPATH", "")]
     env.update(

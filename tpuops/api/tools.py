@@ -8,6 +8,7 @@ runtime. Each call takes ``Settings`` (``init`` writes them) and imports what it
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,15 +73,27 @@ def schedule_status(settings: Settings, *, config: Path | None = None) -> dict[s
     return schedule.status(_schedule(settings, config))
 
 
-def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1.0, grace_s: float = 30.0,
-                   auth: bool = True) -> EmulatorInfo:
-    """``tpuops emulator start``: the running emulator of this home, else a new one in the background."""
-    from tpuops.emulator.control import start_background, status
-    from tpuops.session import emulated_image_python
+@dataclass(frozen=True)
+class EmulatorStarted:
+    """The running emulator, and the Cloud Storage endpoint it serves a ``gs://`` store on (None: none)."""
 
-    return status(settings.emulator_dir) or start_background(
+    info: EmulatorInfo
+    storage_endpoint: str | None
+
+
+def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1.0, grace_s: float = 30.0,
+                   auth: bool = True) -> EmulatorStarted:
+    """``tpuops emulator start``: the running emulator of this home, else a new one in the background.
+
+    With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com.
+    """
+    from tpuops.emulator.control import start_background, status, storage_endpoint
+    from tpuops.session import emulated_buckets, emulated_image_python
+
+    info = status(settings.emulator_dir) or start_background(
         settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
-        image_python=emulated_image_python(settings), auth=auth)
+        image_python=emulated_image_python(settings), auth=auth, gcs_buckets=emulated_buckets(settings))
+    return EmulatorStarted(info, storage_endpoint(settings.emulator_dir))
 
 
 def emulator_stop(settings: Settings) -> bool:

@@ -26,17 +26,21 @@ def start(
     """
     from tpuops import api
 
-    info = api.emulator_start(load_settings(ctx), port=port, boot_delay_s=boot_delay, grace_s=grace,
-                              auth=not no_auth)
+    settings = load_settings(ctx)
+    started = api.emulator_start(settings, port=port, boot_delay_s=boot_delay, grace_s=grace, auth=not no_auth)
+    info, gcs = started.info, started.storage_endpoint
     token_file = str(info.state_dir / "token") if info.token else None
     if as_json:
         print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),
-                    "auth": info.token is not None, "token_file": token_file})
+                    "auth": info.token is not None, "token_file": token_file, "storage_endpoint": gcs})
         return
     typer.echo(info.endpoint)
     access = f"requests need the bearer token in {token_file}" if token_file else "no auth: anyone local may use it"
     err_console().print(f"emulator running (pid {info.pid}; {access}); point a client at it with "
                         f"TPUOPS_TPU_ENDPOINT={info.endpoint}")
+    if gcs:
+        err_console().print(f"Cloud Storage: nodes reach {settings.store_root} as storage.googleapis.com; "
+                            f"other clients with STORAGE_EMULATOR_HOST={gcs}", markup=False)
 
 
 @app.command()
@@ -85,6 +89,10 @@ def fault(
     error_code: int | None = typer.Option(None, help="HTTP code of injected errors (503 or 429)."),
     error_burst: int | None = typer.Option(None, help="Fail exactly the next N API requests."),
     latency: float | None = typer.Option(None, help="Seconds added to every API request."),
+    gcs_error_rate: float | None = typer.Option(
+        None, help="Fraction of the nodes' Cloud Storage requests failed (503, 429 or a reset connection)."),
+    gcs_latency_ms: float | None = typer.Option(
+        None, help="Milliseconds added to each Cloud Storage request of the nodes."),
     preempt_rate: float | None = typer.Option(None, help="Random preemptions per node per second."),
     seed: int | None = typer.Option(None, help="Seed of the fault dice."),
     hold_delete: list[str] | None = typer.Option(
@@ -100,14 +108,14 @@ def fault(
     clear: bool = typer.Option(False, "--clear", help="Remove every fault."),
     as_json: bool = typer.Option(False, "--json", help="Print the faults in force."),
 ) -> None:
-    """Inject faults: stockouts, error storms, latency, random preemption, slow deletes, stuck queues."""
+    """Inject faults: stockouts, error storms, latency, preemption, slow deletes, stuck queues, storage errors."""
     from tpuops import api
 
     in_force = api.emulator_fault(
         load_settings(ctx), clear=clear, stockout_zones=stockout or None, error_rate=error_rate,
         error_code=error_code, error_burst=error_burst, latency_s=latency, preempt_rate_per_s=preempt_rate, seed=seed,
         hold_deletes=[] if release_deletes else hold_delete or None, hold_queued=hold_queued,
-        fail_queued_zones=fail_queued or None)
+        fail_queued_zones=fail_queued or None, gcs_error_rate=gcs_error_rate, gcs_latency_ms=gcs_latency_ms)
     if as_json:
         print_json({"faults": in_force})
     else:

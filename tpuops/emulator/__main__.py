@@ -1,4 +1,4 @@
-"""``python -m tpuops.emulator serve --port P --state-dir D [--token-file F] [--boot-delay S] [--grace S] ...``.
+"""``python -m tpuops.emulator serve --port P --state-dir D [--token-file F] [--gcs-bucket B] [--grace S] ...``.
 
 Runs the emulator in the foreground and prints ``tpuops emulator listening on
 http://127.0.0.1:PORT`` once it accepts requests (``--port 0`` picks a free port).
@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grace", type=float, default=30.0, help="seconds from SIGTERM to SIGKILL on preemption")
     serve.add_argument("--image-python", default=None, help="interpreter that plays the VM image's python3")
     serve.add_argument("--token-file", default=None, help="bearer token every request must carry (omit: no auth)")
+    serve.add_argument("--gcs-bucket", action="append", default=[],
+                       help="serve this bucket to the nodes as storage.googleapis.com (repeatable; needs root)")
     return parser
 
 
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     config = EmulatorConfig(
         state_dir=state_dir, boot_delay_s=args.boot_delay, grace_s=args.grace, image_python=args.image_python
     )
-    return run(config, args.port, args.token_file)
+    return run(config, args.port, args.token_file, args.gcs_bucket)
 
 
 if __name__ == "__main__":

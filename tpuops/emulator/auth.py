@@ -64,6 +64,21 @@ class Authenticator:
         )
 
 
+    def storage_caller(self, authorization: str) -> bool:
+        """Whether a Cloud Storage request with this ``Authorization`` header may proceed (``gcsfront``).
+
+        The owner's token, or a node's service-account token (the VM's account reads and writes
+        the store, as ``infra/`` grants it); anyone when the emulator runs with --no-auth.
+        """
+        if self._token is None:
+            return True
+        presented = _bearer(authorization)
+        if not presented:
+            return False
+        return hmac.compare_digest(presented.encode(), self._token.encode()) or \
+            self._node_for_token(presented) is not None
+
+
 def _bearer(header: str) -> str:
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else ""

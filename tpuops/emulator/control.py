@@ -3,7 +3,8 @@
 One state directory holds one emulator: ``emulator.json`` ({pid, endpoint, auth}) says
 which process serves it, ``emulator.log`` gets its output, ``token`` (mode 0600) holds the
 bearer token every request must carry unless it was started with ``auth=False``, and the
-sandboxes, ``billing.json`` and ``process_groups.json`` live beside them. The emulator runs
+sandboxes, ``billing.json`` and ``process_groups.json`` live beside them; with buckets to serve
+(a ``gs://`` store) so do fake-gcs-server's ``gcs.json``, its objects and the CA (``storage``). The emulator runs
 in its own session so it outlives the command that started it; ``stop`` ends it and every
 process group it started, even when the emulator itself has to be killed.
 
@@ -35,6 +36,7 @@ from urllib.parse import urlsplit
 
 import tpuops
 from tpuops import errors
+from tpuops.emulator import storage
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.sandbox import kill_registered_groups
 
@@ -148,11 +150,14 @@ def start_background(
     image_python: str | None = None,
     timeout_s: float = 30.0,
     auth: bool = True,
+    gcs_buckets: list[str] | None = None,
 ) -> EmulatorInfo:
     """Start an emulator for ``state_dir`` in its own session and wait until it answers.
 
     With ``auth`` (the default) a fresh token is written to ``state_dir/token`` (0600) and
     every request must carry it; ``auth=False`` serves anyone (for third-party clients).
+    ``gcs_buckets``: also serve these buckets through fake-gcs-server, to the nodes as
+    storage.googleapis.com (``storage_endpoint`` then gives the control plane's endpoint).
 
     Raises:
         UsageError: the port is in use, or an emulator already serves ``state_dir``.
@@ -168,6 +173,8 @@ def start_background(
     command += ["--boot-delay", str(boot_delay_s), "--grace", str(grace_s)]
     if image_python:
         command += ["--image-python", str(image_python)]
+    for bucket in gcs_buckets or []:
+        command += ["--gcs-bucket", bucket]
     token_path = state_dir / TOKEN_FILE
     if auth:
         command += ["--token-file", str(_write_token(state_dir))]
@@ -234,8 +241,15 @@ def stop(state_dir: Path, timeout_s: float = 15.0) -> bool:
         _terminate(info.pid, timeout_s)
         stopped = True
     stopped = kill_registered_groups(state_dir) or stopped
+    stopped = storage.stop(state_dir) or stopped
     (state_dir / INFO_FILE).unlink(missing_ok=True)
     return stopped
+
+
+def storage_endpoint(state_dir: Path) -> str | None:
+    """The control plane's endpoint of the fake-gcs-server that the emulator of ``state_dir`` runs, if any."""
+    front = storage.read_front(state_dir)
+    return front.http_endpoint if front is not None else None
 
 
 def _terminate(pid: int, timeout_s: float) -> None:

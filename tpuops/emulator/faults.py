@@ -5,6 +5,10 @@ cleared with ``DELETE /_admin/faults``. Random draws use one RNG seeded by ``see
 test that sets a seed sees the same sequence of failures for the same sequence of calls.
 ``error_burst: N`` fails exactly the next N API calls, for tests that need no randomness.
 Admin and metadata requests are never failed.
+
+``gcs_error_rate`` / ``gcs_latency_ms`` act on the Cloud Storage front that emulated nodes reach
+as storage.googleapis.com (``gcsfront``): a failed request is, in turns, a 503, a 429, or a
+connection reset before any response byte; the latency delays every response.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from tpuops.emulator.apierror import ApiError
 
 # HTTP status an injected error may carry -> its status name.
 INJECTABLE = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+# What a failed Cloud Storage request turns into, in turns: an HTTP status, or a reset connection.
+GCS_FAILURES = ("503", "429", "reset")
 
 
 @dataclass
@@ -41,6 +47,9 @@ class FaultConfig:
     disabled_services: list[str] = field(default_factory=list)
     denied_permissions: list[str] = field(default_factory=list)
     missing_service_accounts: list[str] = field(default_factory=list)
+    # The nodes' Cloud Storage path (gcsfront): fraction of requests failed, milliseconds added to each.
+    gcs_error_rate: float = 0.0
+    gcs_latency_ms: float = 0.0
 
 
 class Faults:
@@ -51,6 +60,7 @@ class Faults:
         self._config = FaultConfig()
         self._rng = random.Random()
         self.injected_errors = 0
+        self.injected_storage_faults = 0
 
     def update(self, changes: dict[str, Any]) -> FaultConfig:
         """Apply ``changes`` (a subset of ``FaultConfig``'s fields) and return the result.
@@ -109,6 +119,16 @@ class Faults:
             status = INJECTABLE[config.error_code]
         return ApiError(status, f"Injected fault: the service is unavailable ({config.error_code}).")
 
+    def storage_fault(self) -> tuple[float, str | None]:
+        """For one Cloud Storage request: seconds to delay it, and the failure due (``GCS_FAILURES``) or None."""
+        with self._lock:
+            config = self._config
+            failure = None
+            if config.gcs_error_rate > 0 and self._rng.random() < config.gcs_error_rate:
+                failure = GCS_FAILURES[self.injected_storage_faults % len(GCS_FAILURES)]
+                self.injected_storage_faults += 1
+            return config.gcs_latency_ms / 1000.0, failure
+
     def preemption_draws(self, count: int, interval_s: float) -> list[bool]:
         """For ``count`` preemptible nodes over ``interval_s``, which ones get preempted."""
         with self._lock:
@@ -125,8 +145,10 @@ def _check(config: FaultConfig) -> None:
         problems.append("error_rate must be within [0, 1]")
     if config.error_code not in INJECTABLE:
         problems.append(f"error_code must be one of {sorted(INJECTABLE)}")
-    if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0:
-        problems.append("error_burst, latency_s and preempt_rate_per_s must not be negative")
+    if not 0.0 <= config.gcs_error_rate <= 1.0:
+        problems.append("gcs_error_rate must be within [0, 1]")
+    if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0 or config.gcs_latency_ms < 0:
+        problems.append("error_burst, latency_s, preempt_rate_per_s and gcs_latency_ms must not be negative")
     for name in ("stockout_zones", "hold_deletes", "fail_queued_zones", "disabled_services", "denied_permissions",
                  "missing_service_accounts"):
         if not isinstance(getattr(config, name), list):

@@ -155,10 +155,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _checked_path(self) -> tuple[str, dict[str, str]] | None:
         url = urlsplit(self.path)
         secret = f"/{self.server.secret}"
-        if not hmac.compare_digest(url.path[: len(secret) + 1].encode(), (secret + "/").encode()):
+        # "http://$GCE_METADATA_IP" alone (google-auth's ping) asks for the secret without a slash.
+        request_path = url.path if url.path != secret else secret + "/"
+        if not hmac.compare_digest(request_path[: len(secret) + 1].encode(), (secret + "/").encode()):
             self._reply(403, "This metadata server answers only the processes of its own node.\n")
             return None
-        path = url.path[len(secret) :]
+        path = request_path[len(secret) :]
         if self.headers.get("Metadata-Flavor") != "Google" or self.headers.get("X-Forwarded-For"):
             self._reply(403, "Missing required header: Metadata-Flavor: Google\n")
             return None

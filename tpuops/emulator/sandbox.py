@@ -9,6 +9,10 @@ SIGTERM, a grace period that ends early once no live process is left, then SIGKI
 Every group started is listed in ``<state-dir>/process_groups.json`` until it is seen
 empty, so ``control.stop`` can still end them if the emulator itself was killed.
 
+With a ``NodeNetwork`` (a ``gs://`` store) the script starts in a private mount namespace whose
+/etc/hosts sends Google's storage and metadata names to the emulator (``netview``), with the
+emulator's CA trusted; everything the script starts inherits both, as the whole VM would.
+
 Group liveness is read from /proc (zombies do not count): a process that has exited but
 not yet been reaped by its parent must not hold a grace period open.
 """
@@ -22,11 +26,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.emulator.fsutil import read_json, write_json_atomic
+from tpuops.emulator.netview import NodeNetwork
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +41,7 @@ SCRIPT_LOG = "startup-script.log"
 GROUPS_FILE = "process_groups.json"
 # Variables of the emulator's own environment that a VM would not have.
 _DROPPED_ENV_PREFIXES = ("TPUOPS_", "GCE_METADATA_")
-_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"})
+_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "STORAGE_EMULATOR_HOST"})
 
 
 @dataclass
@@ -59,9 +64,8 @@ class ScriptRun:
         return None if self.group_gone else self.pgid
 
 
-def live_groups() -> set[int]:
-    """Process group ids that have at least one process that is not a zombie."""
-    groups: set[int] = set()
+def process_groups() -> Iterator[tuple[int, int]]:
+    """(pid, process group id) of every process that is not a zombie, read from /proc."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -72,8 +76,12 @@ def live_groups() -> set[int]:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) > 2 and fields[0] != b"Z":
-            groups.add(int(fields[2]))
-    return groups
+            yield int(entry.name), int(fields[2])
+
+
+def live_groups() -> set[int]:
+    """Process group ids that have at least one process that is not a zombie."""
+    return {pgid for _, pgid in process_groups()}
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -94,6 +102,7 @@ class Sandboxes:
 
     def __init__(self, state_dir: Path, image_python: str | None) -> None:
         self._state_dir = state_dir
+        self._network: NodeNetwork | None = None
         self._registry = state_dir / GROUPS_FILE
         self._lock = threading.Condition()
         self._groups: set[int] = set()
@@ -120,6 +129,10 @@ class Sandboxes:
             shim.chmod(0o755)
         return [str(shim_dir), str(interpreter.parent)]
 
+    def use_network(self, network: NodeNetwork) -> None:
+        """Start every later script in ``network``'s view (a gs:// store): set before the first node boots."""
+        self._network = network
+
     def directory(self, project: str, zone: str, node: str) -> Path:
         """Where node ``node`` keeps its files (created when its first script runs)."""
         return self._state_dir / "nodes" / project / zone / node
@@ -133,9 +146,14 @@ class Sandboxes:
         env.update(
             HOME=str(home),
             PWD=str(home),
+            # google-auth and TensorFlow's GCS auth read GCE_METADATA_HOST; TensorFlow's TPU client and
+            # google-auth's ping read GCE_METADATA_IP. On a VM both default to the same server.
             GCE_METADATA_HOST=metadata_host,
+            GCE_METADATA_IP=metadata_host,
             PATH=os.pathsep.join([*self._path_prefix, os.environ.get("PATH", os.defpath)]),
         )
+        if self._network is not None:
+            env.update(self._network.environment())
         return env
 
     def run_script(
@@ -150,8 +168,9 @@ class Sandboxes:
         script_path.write_text(script)
         log_path = directory / SCRIPT_LOG
         with open(log_path, "ab") as out:
+            command = ["bash", str(script_path)]
             proc = subprocess.Popen(
-                ["bash", str(script_path)],
+                self._network.wrap(command) if self._network is not None else command,
                 cwd=directory,
                 env=self._environment(directory, metadata_host),
                 stdin=subprocess.DEVNULL,

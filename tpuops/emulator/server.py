@@ -3,7 +3,9 @@
 ``Emulator`` wires the parts together; ``serve`` runs it in the foreground until SIGTERM,
 SIGINT or ``POST /_admin/shutdown``, and on the way out ends every process group it
 started, closes the billing intervals and stops the metadata servers. Every request passes
-the ``auth`` check first (unless the emulator runs with ``--no-auth``).
+the ``auth`` check first (unless the emulator runs with ``--no-auth``). With buckets to serve
+(a ``gs://`` store) it also runs fake-gcs-server and its HTTPS front (``storage``), started
+before the first node and stopped after the last one: the two stop together.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from tpuops.emulator.apierror import ApiError
 from tpuops.emulator.auth import Authenticator
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.http_api import RestApi, parse_body
+from tpuops.emulator.metadoor import MetadataDoor
 from tpuops.emulator.queued import QueuedResources
 from tpuops.emulator.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.stats import RpcStats
+from tpuops.emulator.storage import Storage, StorageUnavailable
+from tpuops.emulator.storage import serve as serve_storage
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +141,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def run(config: EmulatorConfig, port: int, token_file: str | None = None) -> int:
+def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_buckets: list[str] | None = None) -> int:
     """Run an emulator in the foreground; the process's exit code (2: port in use).
 
     ``token_file`` holds the bearer token every request must carry; None serves without auth.
+    ``gcs_buckets``: serve Cloud Storage with these buckets to the nodes as storage.googleapis.com.
     """
     token = None
     if token_file is not None:
@@ -153,6 +159,17 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None) -> int
             print(f"tpuops emulator: the token file {token_file} is empty", file=sys.stderr)
             return 1
     emulator = Emulator(config, token, token_file or "")
+    storage: Storage | None = None
+    if gcs_buckets:
+        try:
+            storage = serve_storage(config.state_dir, gcs_buckets, emulator.faults, emulator.stats,
+                                    emulator.auth.storage_caller)
+        except (StorageUnavailable, TimeoutError) as err:
+            emulator.state.close()
+            print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
+            return 1
+        emulator.state.sandboxes.use_network(storage.network)
+    door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group) if storage else None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: emulator.request_shutdown())
     try:
@@ -161,4 +178,9 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None) -> int
         emulator.state.close()
         print(f"tpuops emulator: cannot listen on 127.0.0.1:{port}: {err.strerror}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        if door is not None:
+            door.close()
+        if storage is not None:
+            storage.close()
     return 0

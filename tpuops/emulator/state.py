@@ -336,6 +336,17 @@ class EmulatorState:
         with self.lock:
             return next((node for node in self.nodes.values() if node.sa_token == token), None)
 
+    def metadata_hosts_by_group(self) -> dict[int, str]:
+        """Each process group a node's startup script runs in -> that node's metadata host (``metadoor``)."""
+        with self.lock:
+            return {
+                run.pgid: node.metadata_server.host
+                for node in self.nodes.values()
+                if node.metadata_server is not None
+                for run in node.runs
+                if run.live_pgid is not None
+            }
+
     def add_tick_hook(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` every tick (under no lock; it takes the lock itself)."""
         self._tick_hooks.append(hook)

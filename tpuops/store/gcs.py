@@ -175,7 +175,9 @@ class GcsStore(Store):
 
         def listing() -> list[ObjectInfo]:
             blobs = self._client.list_blobs(self._bucket, prefix=full, retry=None)
-            return [self._info(blob.name[len(self._prefix):], blob) for blob in blobs]
+            # Names ending in "/" are folder markers (TensorFlow's makedirs writes them), not objects
+            # of this store: a local store has no such files either.
+            return [self._info(blob.name[len(self._prefix):], blob) for blob in blobs if not blob.name.endswith("/")]
 
         return sorted(self._call(prefix, listing), key=lambda info: info.key)
 

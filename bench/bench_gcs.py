@@ -1,0 +1,257 @@
+"""Benchmark a gs:// store on the emulator against a local one: what TensorFlow's own Cloud Storage path costs.
+
+Run (as root: nodes need mount namespaces):
+    .venv/bin/python bench/bench_gcs.py [--repeats 3] [--checkpoint-mb 100] [--input-mb 100] [--json]
+
+One emulator serves bucket ``bench`` through fake-gcs-server and its HTTPS front; every TF 2.9
+process below runs with a node's view of the network (``storage.googleapis.com`` is the front,
+the emulator's CA trusted), so TF uses the exact code path of a TPU VM. Each repetition measures
+the local case and the gs:// case back to back in one process (ours / baseline = gs / local):
+
+- input: the same TFRecord shards (64 float32 + an int64 label per example), read with
+  ``TFRecordDataset`` (4 files interleaved, 8 MiB read buffer), parsed in batches of 1,024;
+  examples per second. Goal: gs:// >= 0.9 of local.
+- checkpoint save and restore of one ``--checkpoint-mb`` variable with ``tf.train.Checkpoint``;
+  the largest SIGTERM save that fits the 30-s notice is the measured gs:// save rate times 30 s
+  minus the fixed part of a save (the time of a 1-MB save), an estimate, labelled so.
+- recovery: a ``tpuops train`` of the digits CNN preempted (30-s notice) once a checkpoint at step
+  200 is in, on the gs:// store and on a local one: seconds from the preemption to the resumed
+  attempt's first step (emulated boot 0.2 s; the rest is the control plane, the bootstrap, the
+  TF import, the prefetch and restore of the newest checkpoint).
+- requests per 1,000 steps: a whole ``tpuops train`` of the digits CNN (600 steps: boot, bundle,
+  shards, 6 checkpoints, eval, SavedModel) on the gs:// store, counted by the front
+  (``storage:<METHOD>`` in the emulator's stats), scaled to 1,000 steps; once, not repeated.
+
+TF's credentials come from ``GOOGLE_AUTH_TOKEN_FOR_TESTING`` here, set to the emulator's own token
+(these processes are not a node's, so the metadata door refuses them, as it should); the train
+run uses the node's token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tpuops import runs
+from tpuops.data.samples import digits
+from tpuops.emulator import control
+from tpuops.emulator.netview import enter_command, unavailable_reason
+from tpuops.emulator.storage import read_front
+from tpuops.store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
+BUCKET = "bench"
+NOTICE_S = 30.0
+
+_TF = r"""
+import json, os, sys, time
+import numpy as np
+import tensorflow as tf
+
+command, local, remote = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def make(mb):
+    rng = np.random.default_rng(0)
+    per_shard = (mb << 20) // 8 // 300
+    for shard in range(8):
+        path = f"{local}/shard-{shard:05d}.tfrecord"
+        with tf.io.TFRecordWriter(path) as out:
+            for x, y in zip(rng.random((per_shard, 64), dtype=np.float32), rng.integers(0, 10, per_shard)):
+                feature = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                           "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[y]))}
+                out.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        tf.io.gfile.copy(path, f"{remote}/shard-{shard:05d}.tfrecord", overwrite=True)
+    return {"examples": per_shard * 8}
+
+def read_rate(root):
+    spec = {"x": tf.io.FixedLenFeature([64], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+    files = sorted(tf.io.gfile.glob(root + "/shard-*.tfrecord"))
+    data = (tf.data.Dataset.from_tensor_slices(files)
+            .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=4,
+                        num_parallel_calls=4)
+            .batch(1024).map(lambda b: tf.io.parse_example(b, spec), num_parallel_calls=4).prefetch(4))
+    count, start = 0, time.perf_counter()
+    for batch in data:
+        count += int(batch["y"].shape[0])
+    return count / (time.perf_counter() - start)
+
+def checkpoint(root, mb):
+    variable = tf.Variable(tf.random.uniform([mb << 18]))
+    ckpt = tf.train.Checkpoint(v=variable)
+    start = time.perf_counter()
+    path = ckpt.write(root + f"/ckpt-{mb}mb")
+    saved = time.perf_counter() - start
+    variable.assign(tf.zeros_like(variable))
+    start = time.perf_counter()
+    ckpt.read(path).assert_consumed()
+    restored = time.perf_counter() - start
+    return saved, restored
+
+if command == "make":
+    result = make(int(sys.argv[4]))
+elif command == "input":
+    result = {"local": read_rate(local), "gcs": read_rate(remote)}
+else:
+    mb = int(sys.argv[4])
+    result = {"small_gcs": checkpoint(remote, 1)[0]}
+    for name, root in (("local", local), ("gcs", remote)):
+        result[name] = checkpoint(root, mb)
+print("RESULT " + json.dumps(result))
+"""
+
+
+def _in_node_view(state_dir: Path, *args: str) -> dict[str, Any]:
+    front = read_front(state_dir)
+    assert front is not None
+    env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
+                          capture_output=True, text=True, check=False, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"bench step {args[0]} failed: {done.stderr[-2000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def _train_env(work: Path, info: control.EmulatorInfo, store: str) -> dict[str, str]:
+    config = work / "tpuops.toml"
+    config.write_text('zones = ["us-central1-a"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(TPUOPS_HOME=str(info.state_dir.parent), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_STORE=store,
+               STORAGE_EMULATOR_HOST=control.storage_endpoint(info.state_dir) or "")
+    return env
+
+
+def _train(work: Path, env: dict[str, str], name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tpuops", "train", str(ROOT / "experiments" / "digits_cnn.yaml"),
+                             "--name", name, "--json"], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"a train run failed: {err[-2000:]}")
+    return json.loads(out)
+
+
+def _recovery_s(work: Path, info: control.EmulatorInfo, store: str, name: str) -> float:
+    """Seconds from a preemption (at a checkpoint >= step 200) to the resumed attempt's first step."""
+    env = _train_env(work, info, store)
+    opened = open_store(store, gcs_endpoint=env["STORAGE_EMULATOR_HOST"] or None)
+    proc = _train(work, env, name)
+    deadline = time.monotonic() + 600
+    while True:
+        status = runs.read_status(opened, name) if proc.poll() is None else None
+        if status is not None and (status.last_checkpoint_step or 0) >= 200 and str(status.phase) == "training":
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"run {name} ended or stalled before its checkpoint at step 200")
+        time.sleep(0.1)
+    preempted = time.time()
+    control.AdminClient(info.endpoint).preempt("tpuops-local", "us-central1-a", name, grace_s=NOTICE_S)
+    _finished(proc)
+    final = runs.read_status(opened, name)
+    assert final is not None and len(final.attempts) >= 2
+    return (final.attempts[1].first_step_at or preempted) - preempted
+
+
+def _requests_per_1000_steps(work: Path, info: control.EmulatorInfo) -> dict[str, Any]:
+    admin = control.AdminClient(info.endpoint)
+    admin.reset_stats()
+    steps = _finished(_train(work, _train_env(work, info, f"gs://{BUCKET}/tpuops"), "bench-requests"))["step"]
+    counts = {name.removeprefix("storage:"): count for name, count in admin.stats().items()
+              if name.startswith("storage:")}
+    return {"steps": steps, "requests": sum(counts.values()), "by_method": counts,
+            "per_1000_steps": sum(counts.values()) * 1000 / steps}
+
+
+def run(repeats: int, checkpoint_mb: int, input_mb: int, recovery_repeats: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
+        work = Path(tmp)
+        state_dir = work / "home" / "emulator"
+        info = control.start_background(state_dir, boot_delay_s=0.2, grace_s=20.0, image_python=str(TF_PYTHON),
+                                        gcs_buckets=[BUCKET])
+        try:
+            local = work / "local"
+            local.mkdir()
+            remote = f"gs://{BUCKET}/bench"
+            made = _in_node_view(state_dir, "make", str(local), remote, str(input_mb))
+            inputs = [_in_node_view(state_dir, "input", str(local), remote) for _ in range(repeats)]
+            ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(checkpoint_mb))
+                     for _ in range(repeats)]
+            digits(work / "data" / "digits")
+            requests = _requests_per_1000_steps(work, info)
+            recoveries = [{"gcs": _recovery_s(work, info, f"gs://{BUCKET}/tpuops", f"cut-gcs-{i}"),
+                           "local": _recovery_s(work, info, str(work / "home" / "store"), f"cut-local-{i}")}
+                          for i in range(recovery_repeats)]
+        finally:
+            control.stop(state_dir)
+    median = statistics.median
+    save_gcs = median(c["gcs"][0] for c in ckpts)
+    fixed = median(c["small_gcs"] for c in ckpts)
+    rate = checkpoint_mb / max(save_gcs - fixed, 1e-6)
+    rows = [
+        ("input examples/s", median(r["gcs"] for r in inputs), median(r["local"] for r in inputs)),
+        (f"checkpoint save {checkpoint_mb} MB (s)", save_gcs, median(c["local"][0] for c in ckpts)),
+        (f"checkpoint restore {checkpoint_mb} MB (s)", median(c["gcs"][1] for c in ckpts),
+         median(c["local"][1] for c in ckpts)),
+        (f"recovery, preemption -> first step (s; median of {recovery_repeats})",
+         median(r["gcs"] for r in recoveries),
+         median(r["local"] for r in recoveries)),
+    ]
+    return {
+        "repeats": repeats, "input_examples": made["examples"],
+        "rows": [{"what": what, "gcs": gcs, "local": local_value, "ratio": gcs / local_value}
+                 for what, gcs, local_value in rows],
+        "samples": {"input": inputs, "checkpoint": ckpts, "recovery": recoveries},
+        "largest_sigterm_save_mb_estimate": max(0.0, (NOTICE_S - fixed) * rate),
+        "gcs_save_mb_per_s": rate, "fixed_save_s": fixed,
+        "requests": requests,
+    }
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    print(f"| what (median of {result['repeats']}) | gs:// | local | gs:// / local |")
+    print("|---|---|---|---|")
+    for row in result["rows"]:
+        print(f"| {row['what']} | {row['gcs']:.3g} | {row['local']:.3g} | {row['ratio']:.2f} |")
+    print(f"| largest SIGTERM save in {NOTICE_S:.0f} s (estimate: {result['gcs_save_mb_per_s']:.0f} MB/s, "
+          f"{result['fixed_save_s']:.2f} s fixed) | {result['largest_sigterm_save_mb_estimate']:.0f} MB | | |")
+    requests = result["requests"]
+    methods = ", ".join(f"{k} {v}" for k, v in sorted(requests["by_method"].items()))
+    print(f"| storage requests per 1,000 steps (whole run of {requests['steps']} steps: {methods}) | "
+          f"{requests['per_1000_steps']:.0f} | 0 | |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--checkpoint-mb", type=int, default=100)
+    parser.add_argument("--input-mb", type=int, default=100)
+    parser.add_argument("--recovery-repeats", type=int, default=3, help="preempted runs per store")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+    reason = unavailable_reason() or (None if TF_PYTHON.exists() else f"no TF 2.9 runtime at {TF_PYTHON}")
+    if reason:
+        print(f"bench_gcs: {reason}", file=sys.stderr)
+        raise SystemExit(2)
+    result = run(args.repeats, args.checkpoint_mb, args.input_mb, args.recovery_repeats)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_table(result)
+
+
+if __name__ == "__main__":
+    main()

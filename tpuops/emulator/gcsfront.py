@@ -1,0 +1,233 @@
+"""The HTTPS front that emulated nodes reach as ``storage.googleapis.com`` and ``www.googleapis.com``.
+
+A small HTTP/1.1 proxy: TLS with the emulator's certificate (``tls``) on ``<address>:443``,
+plain HTTP to fake-gcs-server. It exists for two reasons:
+
+* TensorFlow 2.9's uploads carry ``Transfer-Encoding: identity`` (with a Content-Length), which
+  Google's front end accepts and Go's HTTP server, hence fake-gcs-server, refuses with
+  501 "Unsupported transfer encoding": the front drops that header. It also sends
+  ``X-Forwarded-Proto: https`` so that the resumable-upload ``Location`` fake-gcs-server answers
+  is an https URL on the host the client used, as Google's is.
+* Credentials: a request must carry ``Authorization: Bearer`` with a token ``authorized`` accepts
+  (a node's service-account token from its metadata server, or the emulator's own), else 401 as
+  from Google: a node that fails to fetch its token fails here as it would on GCP.
+* Faults (``Faults.storage_fault``): every request waits ``gcs_latency_ms``; at ``gcs_error_rate``
+  a request is answered 503 or 429 (Cloud Storage's retryable statuses, in its JSON error shape)
+  or its connection is reset before a response byte, without reaching fake-gcs-server, so an
+  injected failure never half-applies a write.
+
+Invariants: bodies stream through in 1-MiB pieces (a 64-MiB ranged read is never held whole);
+one upstream connection per client connection, so keep-alive on one side is keep-alive on the
+other; every request is counted as ``storage:<METHOD>`` and every injected failure as
+``storage:injected-<503|429|reset>`` (``RpcStats``, ``GET /_admin/stats``), which is how the
+benchmark counts requests per 1,000 steps and the fault tests see that faults were injected.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import socketserver
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from tpuops.emulator.background import Background
+from tpuops.emulator.faults import Faults
+
+CHUNK = 1 << 20
+# A client connection idle this long is closed (TensorFlow reconnects as it would to Google).
+IDLE_S = 300.0
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade", "te", "expect"}
+)
+_STATUS_TEXT = {401: ("Unauthorized", "required"), 429: ("Too Many Requests", "rateLimitExceeded"),
+                503: ("Service Unavailable", "backendError")}
+
+
+class _Closed(Exception):
+    """The client went away (or sent something that is not HTTP/1.1): end this connection."""
+
+
+def _read_head(stream: BinaryIO) -> tuple[str, list[tuple[str, str]]] | None:
+    line = stream.readline(65537)
+    if not line:
+        return None
+    request_line = line.decode("latin-1").rstrip("\r\n")
+    headers: list[tuple[str, str]] = []
+    while True:
+        raw = stream.readline(65537)
+        if not raw:
+            raise _Closed
+        if raw in (b"\r\n", b"\n"):
+            return request_line, headers
+        name, _, value = raw.decode("latin-1").partition(":")
+        headers.append((name.strip(), value.strip()))
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    return next((value for key, value in headers if key.lower() == name), None)
+
+
+def _chunks(stream: BinaryIO, length: int) -> Iterator[bytes]:
+    """``length`` bytes of ``stream`` in pieces of at most ``CHUNK``."""
+    left = length
+    while left > 0:
+        data = stream.read(min(CHUNK, left))
+        if not data:
+            raise _Closed
+        left -= len(data)
+        yield data
+
+
+def _dechunked(stream: BinaryIO) -> Iterator[bytes]:
+    """The body of a ``Transfer-Encoding: chunked`` request, decoded."""
+    while True:
+        size = int(stream.readline(1024).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while stream.readline(65537) not in (b"\r\n", b"\n", b""):
+                pass
+            return
+        yield from _chunks(stream, size)
+        stream.readline(1024)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Front
+
+    def handle(self) -> None:
+        upstream = http.client.HTTPConnection(*self.server.upstream, timeout=IDLE_S)
+        try:
+            self.connection.do_handshake()
+            while self._one_request(upstream):
+                pass
+        except (_Closed, OSError, ValueError, http.client.HTTPException):
+            pass
+        finally:
+            upstream.close()
+
+    def _one_request(self, upstream: http.client.HTTPConnection) -> bool:
+        head = _read_head(self.rfile)
+        if head is None:
+            return False
+        method, target, version = [*head[0].split(" "), "", ""][:3]
+        headers = head[1]
+        self.server.count(f"storage:{method}")
+        if (_header(headers, "expect") or "").lower() == "100-continue":
+            # curl waits a second for this before sending a body (every upload of TensorFlow's).
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+        length = int(_header(headers, "content-length") or 0)
+        chunked = (_header(headers, "transfer-encoding") or "").lower() == "chunked"
+        body = _dechunked(self.rfile) if chunked else _chunks(self.rfile, length)
+        if not self.server.authorized(_header(headers, "authorization") or ""):
+            for _ in body:
+                pass
+            self.server.count("storage:unauthenticated")
+            self._send_error(401)
+            return True
+        delay, failure = self.server.faults.storage_fault()
+        if delay > 0:
+            time.sleep(delay)
+        if failure is not None:
+            self.server.count(f"storage:injected-{failure}")
+            for _ in body:
+                pass
+            if failure == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                raise _Closed
+            self._send_error(int(failure))
+            return True
+        forwarded = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"]
+        upstream.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        for key, value in [*forwarded, ("X-Forwarded-Proto", "https"), ("Connection", "keep-alive")]:
+            upstream.putheader(key, value)
+        if chunked:
+            pieces = list(body)
+            upstream.putheader("Content-Length", str(sum(len(piece) for piece in pieces)))
+            upstream.endheaders()
+            for piece in pieces:
+                upstream.send(piece)
+        else:
+            if length or method in ("POST", "PUT", "PATCH"):
+                upstream.putheader("Content-Length", str(length))
+            upstream.endheaders()
+            for piece in body:
+                upstream.send(piece)
+        response = upstream.getresponse()
+        self._relay(method, response)
+        keep = version == "HTTP/1.1" and (_header(headers, "connection") or "").lower() != "close"
+        return keep and not response.will_close
+
+    def _relay(self, method: str, response: http.client.HTTPResponse) -> None:
+        out = self.wfile
+        kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+        length = response.getheader("Content-Length")
+        if length is None and method != "HEAD" and response.status not in (204, 304):
+            data = response.read()
+            kept = [(k, v) for k, v in kept if k.lower() != "content-length"] + [("Content-Length", str(len(data)))]
+            pieces = iter([data])
+        else:
+            pieces = iter(lambda: response.read(CHUNK), b"")
+        lines = [f"HTTP/1.1 {response.status} {response.reason}"] + [f"{k}: {v}" for k, v in kept]
+        out.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        if method != "HEAD":
+            for piece in pieces:
+                out.write(piece)
+        out.flush()
+
+    def _send_error(self, status: int) -> None:
+        reason, code = _STATUS_TEXT[status]
+        message = "Anonymous caller does not have storage access." if status == 401 else f"Injected fault: {reason}."
+        body = json.dumps({"error": {"code": status, "message": message,
+                                     "errors": [{"reason": code, "message": reason}]}}).encode()
+        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n")
+        self.wfile.write(head.encode() + body)
+        self.wfile.flush()
+
+
+class _Front(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: str, port: int, context: ssl.SSLContext, upstream: tuple[str, int],
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
+        self.authorized = authorized
+        self.context = context
+        self.upstream = upstream
+        self.faults = faults
+        self.count = count
+        super().__init__((address, port), _Handler)
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        sock, peer = super().get_request()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(IDLE_S)
+        # The handshake runs on the connection's own thread (``handle``), never in the accept loop.
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), peer
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that fails its TLS handshake or drops mid-request concerns only itself."""
+
+
+class GcsFront:
+    """The HTTPS front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port).
+
+    ``count`` receives the name of every request and injected failure (``RpcStats.count``);
+    ``authorized`` says whether a request's ``Authorization`` header may pass.
+    """
+
+    def __init__(self, address: str, port: int, cert: Path, key: Path, upstream: tuple[str, int],
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        context.set_alpn_protocols(["http/1.1"])
+        self._running = Background(_Front(address, port, context, upstream, faults, count, authorized), "gcs-front")
+
+    def close(self) -> None:
+        self._running.close()
