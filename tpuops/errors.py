@@ -25,6 +25,8 @@ class TpuopsError(Exception):
 
     exit_code = 1
     retryable = False
+    retry_window_s: float | None = None
+    """For a retryable error: the longest it is worth retrying, whatever the caller's deadline (None: no cap)."""
 
 
 class UsageError(TpuopsError):
@@ -43,6 +45,16 @@ class TransientError(TpuopsError):
     """UNAVAILABLE, DEADLINE_EXCEEDED, HTTP 429/500/503, a dropped connection: retry with backoff."""
 
     retryable = True
+
+
+class Unreachable(TransientError):
+    """Nothing answers at an endpoint (connection refused, unknown host): retried briefly, then one line naming it.
+
+    A server being restarted comes back within seconds; one that is not there never does, and a
+    command must not wait out a two-minute deadline to say so.
+    """
+
+    retry_window_s = 5.0
 
 
 class CapacityError(TpuopsError):

@@ -12,6 +12,7 @@ runs with ``--no-auth``).
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from tpuops.errors import (
     Timeout,
     TpuopsError,
     TransientError,
+    Unreachable,
 )
 from tpuops.kinds import Capacity
 from tpuops.retry import call_with_retry
@@ -218,6 +220,26 @@ def _emulator_credentials(endpoint: str, token: str | None) -> Any:
     return Credentials(token)
 
 
+def _unreachable(err: Exception) -> Unreachable:
+    """One line naming the endpoint tried and why nothing answered, without the request's URL and query."""
+    from urllib.parse import urlsplit
+
+    request = getattr(err, "request", None)
+    where = urlsplit(getattr(request, "url", "") or "").netloc or "its endpoint"
+    causes: list[BaseException] = []
+    cause: Any = err
+    while cause is not None and len(causes) < 10:
+        causes.append(cause)
+        cause = getattr(cause, "reason", None) or cause.__context__
+    reason = "nothing answers"
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        reason = "connection refused: nothing listens there"
+    elif any(isinstance(c, socket.gaierror) for c in causes):
+        reason = "unknown host"
+    return Unreachable(f"cannot reach the Cloud TPU API at {where} ({reason}); check tpu_endpoint in tpuops.toml, "
+                       "or start the local emulator with 'tpuops emulator start'")
+
+
 def _translate(err: Exception, *, in_operation: bool = False, zone: str | None = None) -> TpuopsError:
     """Map an SDK or transport error onto the taxonomy; parents, never transport-specific leaves."""
     from google.api_core import exceptions as gexc
@@ -226,8 +248,10 @@ def _translate(err: Exception, *, in_operation: bool = False, zone: str | None =
     message = getattr(err, "message", None) or str(err)
     from google.auth import exceptions as aexc
 
+    if isinstance(err, rexc.ConnectionError) and not isinstance(err, rexc.Timeout):
+        return _unreachable(err)
     if isinstance(err, rexc.RequestException):
-        return TransientError(f"cannot reach the Cloud TPU API: {err}")
+        return TransientError(f"the connection to the Cloud TPU API failed: {type(err).__name__}")
     if isinstance(err, aexc.GoogleAuthError):
         return PermissionDenied(f"the Cloud TPU API refused the credentials (HTTP 401): {err}")
     if isinstance(err, gexc.TooManyRequests):
@@ -286,6 +310,8 @@ class TpuApi:
         self.calls = CallCounter()
         self._client = client
         self._client_lock = threading.Lock()
+        self._unreachable = False
+        """Set when a call found nothing answering, cleared by any answer: later calls try once, not for seconds."""
 
     @property
     def client(self) -> Any:
@@ -314,11 +340,15 @@ class TpuApi:
         def attempt() -> Any:
             self.calls.add(rpc)
             try:
-                return fn()
+                answer = fn()
             except Exception as err:
-                raise _translate(err, zone=zone) from err
+                translated = _translate(err, zone=zone)
+                self._unreachable = isinstance(translated, Unreachable)
+                raise translated from err
+            self._unreachable = False
+            return answer
 
-        return call_with_retry(attempt, deadline_s=self.deadline_s)
+        return call_with_retry(attempt, deadline_s=0.0 if self._unreachable else self.deadline_s)
 
     def parent(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}"

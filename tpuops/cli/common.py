@@ -60,7 +60,20 @@ def load_settings(ctx: typer.Context) -> Settings:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Strict JSON on stdout: NaN and Infinity are not JSON, and inputs are finite, so one here is a bug."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+
+
+def confirm(question: str) -> bool:
+    """Ask on stderr (stdout may be JSON); anything but yes, or no answer at all (EOF), is a no.
+
+    Declining is not an error: the caller says what it did not do and exits 0. Ctrl-C stays an interrupt.
+    """
+    err_console().print(f"{question} [y/N]: ", end="", markup=False)
+    answer = sys.stdin.readline()
+    if not answer:
+        err_console().print()
+    return answer.strip().lower() in ("y", "yes")
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

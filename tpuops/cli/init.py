@@ -29,11 +29,8 @@ def init(
 ) -> None:
     """Write tpuops.toml (validated) for this project."""
     from tpuops.config import parse_labels, write_config
-    from tpuops.naming import labels_for
 
     labels = parse_labels(",".join(label), "--label") if label else None
-    if labels:
-        labels_for(user_labels=labels)
     values = {"provider": provider, "project": project, "zones": zone or None, "store": store,
               "accelerator": accelerator, "capacity": capacity, "labels": labels,
               "service_account": service_account, "tpu_endpoint": tpu_endpoint}

@@ -14,6 +14,7 @@ from tpuops.cli.common import (
     ON_DEMAND,
     PREEMPTIBLE,
     SPOT,
+    confirm,
     err_console,
     human_age,
     load_settings,
@@ -156,9 +157,10 @@ def down(
     if bool(names) == all_nodes:
         raise UsageError("name the nodes to delete, or pass --all (not both)")
     settings = load_settings(ctx)
-    if all_nodes and not yes and not typer.confirm(
+    if all_nodes and not yes and not confirm(
             f"delete every tpuops node in {settings.project} ({', '.join(settings.zones)})?"):
-        raise typer.Abort()
+        err_console().print("nothing deleted")
+        return
     with progress("deleting", quiet=as_json) as show:
         results = api.down(settings, None if all_nodes else list(names or []), wait=not no_wait, progress=show)
     if as_json:
