@@ -44,6 +44,9 @@ PROFILE = os.environ.get("TPUOPS_FUZZ_PROFILE", "quick")
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 REPO = Path(__file__).resolve().parents[1]
+LOCAL_CACHE = "home/ledger.sqlite"
+"""The cost ledger, a local cache that ``sweep status``/``report`` open before they read the sweep: an
+empty, valid database is not half-written state (listed as left to do in the report of issue 21)."""
 CASE_SECONDS = 10.0
 CASE_MEMORY_MB = 500
 
@@ -54,7 +57,7 @@ UNFUZZED = {("schedule", "uninstall"): "edits the user's crontab",
             ("runtime", "install"): "builds a virtual environment with pip",
             ("emulator", "start"): "starts a server that outlives the case"}
 # Commands that follow forever by design: fuzzed with a bound that ends them.
-BOUNDED = {("watch",): ["--passes", "2"]}
+BOUNDED = {("watch",): ["--passes", "2", "--interval", "0.1"]}
 
 NASTY_TEXT = ["", " ", "-", "--", "x" * 300, "../../etc/passwd", "a/b", "UPPER", "with space", "é", "\x7f",
               "ftp://example.com/x", "gs://", "gs://bucket/../x", "http://127.0.0.1:1", "1e400", "-1", "nan",
@@ -133,7 +136,7 @@ def argv_for(draw: st.DrawFn, leaf: Leaf) -> list[str]:
     """Arguments for ``leaf``: a random subset of its options with drawn values, and its positionals."""
     from typer.core import TyperOption
 
-    argv = [*leaf.words, *BOUNDED.get(leaf.words, []), *CONFINED.get(leaf.words, [])]
+    argv = [*leaf.words, *CONFINED.get(leaf.words, [])]
     for param in leaf.params:
         if isinstance(param, TyperOption):
             if not draw(st.booleans()) and not param.required:
@@ -147,7 +150,7 @@ def argv_for(draw: st.DrawFn, leaf: Leaf) -> list[str]:
             for _ in range(draw(st.integers(1, 2)) if param.nargs == -1 else 1):
                 value = draw(_values(param))
                 argv.append(value if not value.startswith("-") else "./" + value)
-    return argv
+    return [*argv, *BOUNDED.get(leaf.words, [])]  # last, so that the bound wins over a drawn value
 
 
 def cli_cases() -> st.SearchStrategy[list[str]]:
@@ -267,8 +270,9 @@ def verdict(outcome: Outcome) -> str | None:
     lines = [line for line in outcome.stderr.splitlines() if line.strip()]
     if outcome.code == 2 and len(lines) > 2:
         return f"{len(lines)} stderr lines for a usage error: {lines[:3]}"
-    if outcome.code == 2 and outcome.new_files:
-        return f"refused, but left {sorted(outcome.new_files)[:3]}"
+    left = {f for f in outcome.new_files if not f.startswith(LOCAL_CACHE)}
+    if outcome.code == 2 and left:
+        return f"refused, but left {sorted(left)[:3]}"
     if "--json" in outcome.argv and outcome.code == 0 and outcome.stdout.strip():
         return _strict_json(outcome.stdout)
     return None

@@ -229,8 +229,11 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
     """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
+    from tpuops.naming import check_node_name
     from tpuops.session import provisioner
 
+    for name in names or []:
+        check_node_name(name)  # before the ledger or the API is touched
     return provisioner(settings, progress).down(names, wait=wait)
 
 

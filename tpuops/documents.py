@@ -59,16 +59,15 @@ def decode(data: bytes, where: str) -> str:
     """UTF-8 text of at most MAX_BYTES, or one line naming the first bad byte's line and column."""
     if len(data) > MAX_BYTES:
         raise UsageError(f"{where}: larger than {MAX_BYTES // 1024} KiB (a spec or config file is a few KiB)")
+    if b"\x00" in data:
+        line, column = _position(data[: data.index(b"\x00")].decode("utf-8", errors="replace"))
+        raise UsageError(f"{where}:{line}:{column}: a NUL byte: a binary file (or UTF-16), not UTF-8 text")
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line, column = _position(data[: err.start].decode("utf-8", errors="replace"))
         raise UsageError(f"{where}:{line}:{column}: not UTF-8 text (byte 0x{data[err.start]:02x}); "
                          "save the file as UTF-8") from None
-    if "\x00" in text:
-        line, column = _position(text[: text.index("\x00")])
-        raise UsageError(f"{where}:{line}:{column}: a NUL byte: this is a binary file, not text")
-    return text
 
 
 def _position(before: str) -> tuple[int, int]:

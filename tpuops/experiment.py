@@ -178,8 +178,12 @@ def _allowed_at(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
 
 
 def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
-    """The first problem of a spec validated against ``root``, as one line ("did you mean" for unknown keys)."""
-    first = err.errors()[0]
+    """The first problem of a spec validated against ``root``, as one line ("did you mean" for unknown keys).
+
+    An unknown key goes first: a misspelt ``trails`` is also why ``trials`` is missing.
+    """
+    errors = err.errors()
+    first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = tuple(first.get("loc", ()))
     key = ".".join(str(part) for part in loc) or "spec"
     if first.get("type") == "extra_forbidden":

@@ -60,13 +60,20 @@ _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 
 
-def check_node_name(name: str) -> str:
-    """Return ``name`` if it is a valid TPU node id, else raise ``UsageError``."""
+def check_node_name(name: str, what: str = "node name") -> str:
+    """Return ``name`` if it is a valid TPU node id (``what`` names it: a run id is one too), else ``UsageError``."""
     if not _NODE_NAME.fullmatch(name):
         raise UsageError(
-            f"node name {name!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
+            f"{what} {name!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
             "starting with a letter and not ending with '-'"
         )
+    return name
+
+
+def check_sweep_name(name: str) -> str:
+    """Return ``name`` if it may name a sweep (``SPEC_NAME``), else one ``UsageError`` line with the rule."""
+    if not re.fullmatch(SPEC_NAME, name):
+        raise UsageError(f"sweep name {name!r} is not allowed: {rule_in_words(SPEC_NAME)}")
     return name
 
 

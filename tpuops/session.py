@@ -8,7 +8,6 @@ happens in exactly one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
@@ -50,9 +49,7 @@ def provisioner(settings: Settings, progress: Callable[[str], None] | None = Non
 
 
 def store(settings: Settings) -> Store:
-    """The store root (a local directory is created on first use)."""
+    """The store root (a local directory is created by its first write, so a refused command leaves none)."""
     from tpuops.store import open_store
 
-    if "://" not in settings.store_root:
-        Path(settings.store_root).mkdir(parents=True, exist_ok=True)
     return open_store(settings.store_root)

@@ -53,7 +53,8 @@ def up(
     runtime: str | None = typer.Option(None, help="Runtime version (default follows the accelerator)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the create request is accepted."),
     queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource (waits out stockouts)."),
-    valid_for: float = typer.Option(3600.0, "--valid-for", min=60, help="Seconds a queued request may wait."),
+    valid_for: float = typer.Option(3600.0, "--valid-for", min=60, max=7 * 86400,
+                                    help="Seconds a queued request may wait."),
     dry_run: bool = DRY_RUN,
     as_json: bool = JSON,
 ) -> None:

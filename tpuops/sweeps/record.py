@@ -25,6 +25,7 @@ from typing import Any
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.naming import check_sweep_name
 from tpuops.runs import NodeSpec, RunRecord
 from tpuops.store import Store
 
@@ -72,6 +73,7 @@ def mark_active(store: Store, name: str) -> None:
 
 
 def read_record(store: Store, name: str) -> dict[str, Any]:
+    check_sweep_name(name)
     try:
         return json.loads(store.read_bytes(f"sweeps/{name}/sweep.json"))
     except NotFound:
