@@ -1,6 +1,7 @@
 # make demo  - train the digits CNN on a spot TPU VM of the local Cloud TPU emulator, end to end
 # make test  - install everything the tests need, lint, and run every test
 # make unit  - the unit lane only (pytest -m unit): no server, no TensorFlow, needs only .venv
+# make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -13,7 +14,7 @@ PIN_FILE := templates/requirements-tf29.txt
 # The control plane's unit lane also runs on the oldest and newest supported Python.
 COMPAT_PYTHONS := 3.10 3.13
 
-.PHONY: setup demo test unit compat lint tools clean
+.PHONY: setup demo test unit fuzz compat lint tools clean
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp
 
@@ -51,6 +52,10 @@ lint: setup
 
 unit: $(VENV)/.stamp
 	$(VENV)/bin/pytest -q -m unit tests
+
+# 2,000 random cases per property (not derandomized: each run explores new ground).
+fuzz: $(VENV)/.stamp
+	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/test_fuzz_cli.py tests/test_fuzz_parsers.py
 
 # .venv-py310, .venv-py313: editable installs on those interpreters (PATH, pyenv or uv); a missing one is skipped, loudly.
 compat: $(VENV)/.stamp
