@@ -11,10 +11,10 @@ from and what is allowed.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -22,6 +22,7 @@ from tpuops.errors import UsageError
 from tpuops.kinds import Capacity, Provider
 from tpuops.naming import SERVICE_ACCOUNT, rule_in_words
 
+T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
 WEEK_S = 7 * 86400
 MAX_USD = 1_000_000
@@ -41,40 +42,40 @@ def is_zone_name(zone: str) -> bool:
 
 
 def check_zone(zone: str) -> str:
-    """``zone`` if it is a Cloud TPU zone of the catalog; else one line with the closest one."""
-    problem = zone_problem(zone)
-    if problem:
-        raise UsageError(problem)
-    return zone
-
-
-def zone_problem(zone: str) -> str | None:
-    """Why ``zone`` is not a zone Cloud TPU offers (shape, then the catalog), or None."""
+    """``zone`` if it is a Cloud TPU zone of the catalog; else one ``UsageError`` line with the closest one."""
     import difflib
 
     from tpuops import tpu_catalog
 
     if not is_zone_name(zone):
-        return f"zone {zone!r} is not a zone name such as 'us-central1-a'"
+        raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
     known = sorted(tpu_catalog.load().zones)
-    if zone in known:
-        return None
-    close = difflib.get_close_matches(zone, known, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"Cloud TPU zones: {', '.join(known)}"
-    return f"zone {zone!r} offers no Cloud TPUs ({hint})"
+    if zone not in known:
+        close = difflib.get_close_matches(zone, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"Cloud TPU zones: {', '.join(known)}"
+        raise UsageError(f"zone {zone!r} offers no Cloud TPUs ({hint})")
+    return zone
 
 
-def store_problem(store: str) -> str | None:
-    """Why ``store`` cannot be a store root (a ``gs://BUCKET[/PREFIX]`` URI or a local directory), or None."""
+def check_store(store: str) -> str:
+    """``store`` if it can be a store root (``gs://BUCKET[/PREFIX]`` or a local directory), else ``UsageError``."""
     scheme, sep, rest = store.partition("://")
     if not sep:
-        return None
+        return store
     if scheme != "gs":
-        return f"{scheme}:// is not a store (expected gs://BUCKET/PREFIX, or a local directory)"
-    bucket = rest.split("/", 1)[0]
-    if not bucket or ".." in rest.split("/"):
-        return "expected gs://BUCKET/PREFIX with a bucket name and no '..' in the prefix"
-    return None
+        raise UsageError(f"{scheme}:// is not a store (expected gs://BUCKET/PREFIX, or a local directory)")
+    if not rest.split("/", 1)[0] or ".." in rest.split("/"):
+        raise UsageError("expected gs://BUCKET/PREFIX with a bucket name and no '..' in the prefix")
+    return store
+
+
+def _checked(check: Callable[[T], object], value: T) -> T:
+    """A check that raises ``UsageError`` run as a pydantic validator: its message, one home for the rule."""
+    try:
+        check(value)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
+    return value
 
 
 class Settings(BaseModel):
@@ -119,41 +120,26 @@ class Settings(BaseModel):
     @field_validator("zones")
     @classmethod
     def _zone_names(cls, value: list[str]) -> list[str]:
-        for zone in value:
-            problem = zone_problem(zone)
-            if problem:
-                raise ValueError(problem)
-        return value
+        return [_checked(check_zone, zone) for zone in value]
 
     @field_validator("store")
     @classmethod
     def _store_root(cls, value: str) -> str:
-        problem = store_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return _checked(check_store, value)
 
     @field_validator("accelerator")
     @classmethod
     def _accelerator_type(cls, value: str) -> str:
         from tpuops.accelerators import parse_accelerator
 
-        try:
-            parse_accelerator(value)
-        except UsageError as err:
-            raise ValueError(str(err)) from None
-        return value
+        return _checked(parse_accelerator, value)
 
     @field_validator("labels")
     @classmethod
     def _user_labels(cls, value: dict[str, str]) -> dict[str, str]:
         from tpuops.naming import labels_for
 
-        try:
-            labels_for(user=value)
-        except UsageError as err:
-            raise ValueError(str(err)) from None
-        return value
+        return _checked(lambda labels: labels_for(user=labels), value)
 
     @field_validator("tpu_endpoint")
     @classmethod
