@@ -169,3 +169,38 @@ def test_schedule_install_systemd_without_a_user_bus_writes_no_unit(sandbox: San
         assert outcome.code == 1 and "systemctl --user" in outcome.stderr
     assert not (sandbox.root / "xdg").exists()
     assert not list((sandbox.root / "home").rglob("pass.sh"))
+
+
+def _sweep_world(sandbox: Sandbox, budget: str) -> Path:
+    """A sweep spec over digits_cnn with a one-shard dataset manifest in the sandbox (enough to plan, not to train)."""
+    work = sandbox.root / "work"
+    shard = {"name": "s.tfrecord", "records": 1, "bytes": 1, "crc32c": "AAAAAA=="}
+    features = {"image": {"kind": "bytes", "dtype": "uint8", "shape": [8, 8, 1], "encoding": "raw"},
+                "label": {"kind": "int64", "dtype": "int64", "shape": []}}
+    for part in ("train", "test"):
+        folder = work / "data" / "digits" / part
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({
+            "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 1, "bytes": 1,
+            "shards": [shard], "source": {"format": "npz", "path": "x.npz", "description": "one"},
+            "features": features}))
+    spec = work / "s.yaml"
+    spec.write_text((REPO / "sweeps" / "digits_lr.yaml").read_text()
+                    .replace("../experiments/digits_cnn.yaml", SPEC).replace("budget_usd: 10", f"budget_usd: {budget}"))
+    return spec
+
+
+def test_a_sweep_whose_budget_cannot_pay_one_trial_is_refused_before_anything_is_written(sandbox: Sandbox) -> None:
+    spec = _sweep_world(sandbox, "0.0001")
+    for argv in (["sweep", "start", str(spec), "--dry-run"], ["sweep", "start", str(spec)]):
+        outcome = tpuops(sandbox, *argv)
+        assert outcome.code == 2 and "cannot pay for one trial" in outcome.stderr, outcome.stderr
+    assert not (sandbox.root / "store").exists()
+
+
+def test_dry_run_refuses_a_sweep_name_the_store_has_already(sandbox: Sandbox) -> None:
+    spec = _sweep_world(sandbox, "10")
+    (sandbox.root / "store" / "sweeps" / "digits-lr").mkdir(parents=True)
+    (sandbox.root / "store" / "sweeps" / "digits-lr" / "sweep.json").write_text("{}")
+    outcome = tpuops(sandbox, "sweep", "start", str(spec), "--dry-run")
+    assert outcome.code == 2 and "exists already" in outcome.stderr, outcome.stderr
