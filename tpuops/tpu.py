@@ -12,6 +12,7 @@ runs with ``--no-auth``).
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -245,7 +246,8 @@ def _translate(err: Exception, *, in_operation: bool = False, zone: str | None =
     from google.api_core import exceptions as gexc
     from requests import exceptions as rexc
 
-    message = getattr(err, "message", None) or str(err)
+    # google-api-core's REST errors begin "GET https://...?$alt=json;enum-encoding=int: ": the request, not the news.
+    message = re.sub(r"^[A-Z]+ \S+://\S+: ", "", getattr(err, "message", None) or str(err))
     from google.auth import exceptions as aexc
 
     if isinstance(err, rexc.ConnectionError) and not isinstance(err, rexc.Timeout):
