@@ -15,6 +15,11 @@ in a fresh process per tree, the two trees taking turns, with the same seeds. Pe
   any single case; the harness's own imports take most of it). The process runs under a 3 GB
   address-space limit, so an input that would take more ends as a MemoryError signature.
 
+Then every file of ``tests/corpus`` is given to ``train FILE --dry-run`` (the config ones to
+``--config FILE status``), each in a fresh process per tree under the same limits and a 60 s
+timeout: ``corpus_max_s`` and ``corpus_max_rss_mb`` are the worst of them, and the files that
+did not end in a refusal (exit 2) or ran out of time or memory are listed.
+
 Ratios: ours / base for throughput; signatures are printed as counts, and the union's list is in ``--json``.
 """
 
@@ -71,6 +76,41 @@ def worker(tree: Path, cases: int, seed: int) -> dict[str, Any]:
             "max_refused_s": refused_s[0], "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def corpus_worker(tree: Path, sample: Path) -> dict[str, Any]:
+    """One corpus file through ``tree``'s CLI in this process: exit code, seconds, peak memory."""
+    import resource
+    import tempfile
+
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+    sys.path[:0] = [str(tree), str(REPO / "tests")]
+    from fuzzing import Sandbox, run_case
+
+    argv = ["--config", str(sample), "status"] if sample.suffix == ".toml" else ["train", str(sample), "--dry-run"]
+    outcome = run_case(Sandbox.make(Path(tempfile.mkdtemp()) / "case"), argv)
+    code = outcome.code if outcome.crash is None else type(outcome.crash).__name__
+    return {"file": sample.name, "code": code, "seconds": outcome.seconds, "rss_mb": outcome.peak_mb}
+
+
+def _corpus(tree: Path) -> dict[str, Any]:
+    worst = {"corpus_max_s": 0.0, "corpus_max_rss_mb": 0.0, "not_refused": []}
+    for sample in sorted((REPO / "tests" / "corpus").iterdir()):
+        if sample.suffix == ".json":
+            continue  # manifests are read from the store, not named on the command line
+        try:
+            done = subprocess.run([sys.executable, __file__, "--corpus-case", str(sample), "--worker", str(tree)],
+                                  capture_output=True, text=True, timeout=60, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            result = json.loads(lines[-1]) if lines else {"file": sample.name, "code": "died", "seconds": 0.0,
+                                                          "rss_mb": ADDRESS_SPACE / 2**20}
+        except subprocess.TimeoutExpired:
+            result = {"file": sample.name, "code": "timeout", "seconds": 60.0, "rss_mb": 0.0}
+        worst["corpus_max_s"] = max(worst["corpus_max_s"], result["seconds"])
+        worst["corpus_max_rss_mb"] = max(worst["corpus_max_rss_mb"], result["rss_mb"])
+        if result["code"] != 2:
+            worst["not_refused"].append(f"{result['file']}: {result['code']}")
+    return worst
+
+
 def _signature(problem: str, argv: list[str]) -> str:
     """The kind of broken promise and the command: values, numbers and paths stripped."""
     command = " ".join(word for word in argv[:2] if re.fullmatch(r"[a-z]+", word))
@@ -102,7 +142,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--corpus-case", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker and args.corpus_case:
+        print(json.dumps(corpus_worker(args.worker, args.corpus_case)))
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.cases, args.seed)))
         return
@@ -116,16 +160,20 @@ def main() -> None:
                       "max_refused_s": max(r["max_refused_s"] for r in results),
                       "max_rss_mb": max(r["max_rss_mb"] for r in results)}
                for name, results in runs.items()}
+    for name, tree in trees.items():
+        summary[name].update(_corpus(tree))
     if "base" in summary and summary["base"]["cases_per_s"]:
         summary["throughput_ratio"] = summary["ours"]["cases_per_s"] / summary["base"]["cases_per_s"]
     if args.json:
         print(json.dumps({"summary": summary, "runs": runs}, indent=2, sort_keys=True))
         return
-    print(f"{'tree':<6} {'cases/s':>8} {'signatures':>11} {'max refused s':>14} {'max RSS MB':>11}")
+    print(f"{'tree':<6} {'cases/s':>8} {'signatures':>11} {'max refused s':>14} {'max RSS MB':>11} "
+          f"{'corpus max s':>13} {'corpus max MB':>14}  corpus files not refused")
     for name in trees:
         row = summary[name]
         print(f"{name:<6} {row['cases_per_s']:>8.1f} {row['signatures']:>11} {row['max_refused_s']:>14.2f} "
-              f"{row['max_rss_mb']:>11.0f}")
+              f"{row['max_rss_mb']:>11.0f} {row['corpus_max_s']:>13.2f} {row['corpus_max_rss_mb']:>14.0f}  "
+              f"{', '.join(row['not_refused']) or '-'}")
     if "throughput_ratio" in summary:
         print(f"throughput ours/base: {summary['throughput_ratio']:.2f}")
 
