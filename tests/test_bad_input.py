@@ -66,6 +66,8 @@ REFUSED = [  # argv, what the one line must say
     (["emulator", "start", "--boot-delay", "-1"], "--boot-delay"),
     (["emulator", "start", "--grace", "nan"], "--grace"),
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
+    (["data", "verify", "\x00"], "NUL byte"),
+    (["train", corpus("nul_escape.yaml"), "--dry-run"], "NUL character"),
 ]
 
 

@@ -11,7 +11,7 @@ Invariants of a document that gets through (each refusal is one ``UsageError`` l
   so an anchor bomb is refused before anything is built from it;
 - no key twice in one mapping (YAML and JSON; TOML forbids it itself);
 - every number finite (no NaN, no infinity) and every integer within ``MAX_INT`` in magnitude;
-- every string at most ``MAX_STRING`` characters;
+- every string at most ``MAX_STRING`` characters, none with a NUL character (YAML's ``"\\0"`` escape);
 - YAML uses the safe tags only (no Python objects).
 
 Models built on top (``Settings``, ``Experiment``, ``SweepSpec``, ``Manifest``) then check meaning.
@@ -272,6 +272,8 @@ def _check_values(value: Any, where: str, key: str, depth: int = 0) -> None:
         raise UsageError(f"{where}: {key} is out of range (an integer of at most {MAX_INT})")
     elif isinstance(value, str) and len(value) > MAX_STRING:
         raise UsageError(f"{where}: {key or 'a value'} is {len(value)} characters long (at most {MAX_STRING})")
+    elif isinstance(value, str) and "\x00" in value:
+        raise UsageError(f"{where}: {key or 'a value'} contains a NUL character (\\0): no name or path can")
     for child_key, child in children:
         _check_values(child, where, child_key, depth + 1)
 

@@ -65,6 +65,9 @@ app.add_typer(data.app, name="data")
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code instead of raising."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if any("\x00" in arg for arg in args):  # no shell can pass one; a Python caller can, and no path may hold one
+        err_console().print("error: an argument contains a NUL byte (\\x00): no name or path can", style="red")
+        return 2
     try:
         result = app(args=args, prog_name="tpuops", standalone_mode=False)
     except typer.Exit as done:
