@@ -67,6 +67,7 @@ REFUSED = [  # argv, what the one line must say
     (["emulator", "start", "--grace", "nan"], "--grace"),
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
     (["data", "verify", "\x00"], "NUL byte"),
+    (["train", "--resume", ""], "run id '' is not allowed"),
     (["train", corpus("nul_escape.yaml"), "--dry-run"], "NUL character"),
 ]
 

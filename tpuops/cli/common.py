@@ -31,6 +31,16 @@ DRY_RUN = typer.Option(False, "--dry-run", help="Validate and print what would b
 JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
+def _run_id(value: str | None) -> str | None:
+    """A run id flag checked as it is parsed (an empty ``--resume ''`` is not "no flag")."""
+    from tpuops.naming import check_node_name
+
+    return None if value is None else check_node_name(value, "run id")
+
+
+RESUME = typer.Option(None, "--resume", callback=_run_id, help="Drive this run again from its last checkpoint.")
+
+
 @dataclass
 class CliState:
     config_path: Path | None = None
