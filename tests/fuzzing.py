@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
@@ -115,12 +116,16 @@ def _scalar_values(annotation: Any, choices: tuple[Any, ...] | None) -> st.Searc
     if annotation in (int, float):
         drawn = st.floats(allow_nan=True, allow_infinity=True).map(repr) | st.integers().map(str)
         return st.sampled_from(NASTY_NUMBERS) | drawn
-    if annotation is Path:
-        paths = [str(p) for p in corpus_files()] + [str(REPO / "experiments" / "digits_cnn.yaml"),
-                                                     str(REPO / "sweeps" / "digits_lr.yaml"), "/nonexistent/dir/x",
-                                                     ".", "/", "out", "../outside", "/proc/self/mem"]
+    if annotation is Path:  # relative: the sandbox's copies (Sandbox.make), so a write lands in the sandbox
+        paths = [f"corpus/{p.name}" for p in corpus_files()] + [
+            "experiments/digits_cnn.yaml", "sweeps/digits_lr.yaml", "missing/dir/x", ".", "out", "../outside"]
         return st.sampled_from(paths) | st.sampled_from(NASTY_TEXT)
     return st.sampled_from(NASTY_TEXT) | st.text(max_size=24)
+
+
+def _inside(value: str) -> str:
+    """No absolute path reaches a command: whatever it writes stays in the sandbox (cwd and HOME are in it)."""
+    return "." + value if value.startswith(("/", "~")) else value
 
 
 def _values(param: Any) -> st.SearchStrategy[str]:
@@ -128,7 +133,7 @@ def _values(param: Any) -> st.SearchStrategy[str]:
     annotation = descriptor.annotation
     if get_origin(annotation) is list:
         annotation = get_args(annotation)[0]
-    return _scalar_values(annotation, descriptor.choices)
+    return _scalar_values(annotation, descriptor.choices).map(_inside)
 
 
 @st.composite
@@ -169,11 +174,16 @@ class Sandbox:
     def make(cls, root: Path) -> Sandbox:
         (root / "work").mkdir(parents=True)
         (root / "home").mkdir()
+        shutil.copytree(CORPUS, root / "work" / "corpus")
+        for folder, name in (("experiments", "digits_cnn.yaml"), ("sweeps", "digits_lr.yaml")):
+            (root / "work" / folder).mkdir()
+            shutil.copy(REPO / folder / name, root / "work" / folder / name)
         config = root / "work" / "tpuops.toml"
         config.write_text(f'provider = "local"\ntpu_endpoint = "http://127.0.0.1:{_free_port()}"\n'
                           f'api_deadline_s = 0.3\nstore = "{root / "store"}"\n')
         env = {"TPUOPS_HOME": str(root / "home"), "TPUOPS_CONFIG": str(config), "GOOGLE_CLOUD_PROJECT": "",
-               "TPUOPS_TF_PYTHON": sys.executable}
+               "TPUOPS_TF_PYTHON": sys.executable, "HOME": str(root / "home"),
+               "XDG_CONFIG_HOME": str(root / "home" / ".config")}
         return cls(root, env)
 
     def listing(self) -> set[str]:

@@ -68,6 +68,7 @@ REFUSED = [  # argv, what the one line must say
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
     (["data", "verify", "\x00"], "NUL byte"),
     (["train", "--resume", ""], "run id '' is not allowed"),
+    (["init", "--path", "x" * 300], "File name too long"),
     (["train", corpus("nul_escape.yaml"), "--dry-run"], "NUL character"),
 ]
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tpuops.errors import UsageError
+from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity, Provider
 from tpuops.naming import SERVICE_ACCOUNT, rule_in_words
 
@@ -222,7 +222,11 @@ def find_config_file(start: Path | None = None, environ: Mapping[str, str] | Non
 def _read_file(path: Path) -> dict[str, Any]:
     from tpuops.documents import read_toml
 
-    if not path.exists():
+    try:
+        missing = not path.exists()
+    except OSError:  # a name too long, say: reading it says what is wrong
+        missing = False
+    if missing:
         raise UsageError(f"{path}: no such config file (run 'tpuops init' to write one)")
     return read_toml(path, "config")
 
@@ -278,7 +282,7 @@ def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[s
     if first.get("type") == "extra_forbidden":
         close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(Settings.model_fields)}"
-        return f"{origin}: unknown key {key!r} ({hint})"
+        return f"{origin}: unknown key {excerpt(key)} ({hint})"
     value = merged.get(key, first.get("input"))
     message = first.get("msg", "invalid value").removeprefix("Value error, ")
     if first.get("type") == "string_pattern_mismatch":
@@ -289,8 +293,8 @@ def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[s
                                           n=1)
         message = f"expected {allowed}" + (f" (did you mean {close[0]!r}?)" if close else "")
     if origin == "flag":
-        return f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} = {value!r} is not allowed: {message}"
-    return f"{origin}: {key} = {value!r} is not allowed: {message}"
+        return f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} = {excerpt(value)} is not allowed: {message}"
+    return f"{origin}: {key} = {excerpt(value)} is not allowed: {message}"
 
 
 def render_toml(values: Mapping[str, Any]) -> str:
@@ -331,11 +335,15 @@ def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False) 
     Everything is checked before the first byte is written (the values, the rules a command
     applies on load, the target's folder), so a refused config leaves no file behind.
     """
-    if path.is_dir():
+    try:
+        is_dir, exists, folder = path.is_dir(), path.exists(), path.parent.is_dir()
+    except OSError as err:
+        raise UsageError(f"--path {excerpt(str(path))}: {err.strerror or err}") from None
+    if is_dir:
         raise UsageError(f"--path {path}: is a directory (give a file path such as {path / CONFIG_FILE})")
-    if path.exists() and not force:
+    if exists and not force:
         raise UsageError(f"{path} exists already (pass --force to overwrite it)")
-    if not path.parent.is_dir():
+    if not folder:
         raise UsageError(f"--path {path}: no folder {path.parent} (create it first, or write elsewhere)")
     clean = {k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None}
     try:

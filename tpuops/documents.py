@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tpuops.errors import UsageError
+from tpuops.errors import UsageError, excerpt
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,6 +98,7 @@ def load_yaml(text: str, where: str) -> Any:
         mark = err.problem_mark or err.context_mark
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = " ".join(str(err.problem or err.context).split())
+        problem = problem if len(problem) <= 120 else problem[:100] + "..."
         raise UsageError(f"{where}{at}: not valid YAML: {problem}") from None
     except yaml.reader.ReaderError as err:
         raise _unreadable(err, text, where) from None
@@ -263,7 +264,8 @@ def _check_values(value: Any, where: str, key: str, depth: int = 0) -> None:
         raise UsageError(f"{where}: {key or 'the document'} is nested deeper than {MAX_DEPTH} levels")
     children: list[tuple[str, Any]] = []
     if isinstance(value, dict):
-        children = [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+        names = {k: str(k) if str(k).isprintable() and len(str(k)) <= 60 else excerpt(k) for k in value}
+        children = [(f"{key}.{names[k]}" if key else names[k], v) for k, v in value.items()]
     elif isinstance(value, list):
         children = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
     elif isinstance(value, float) and not math.isfinite(value):

@@ -16,6 +16,12 @@ from __future__ import annotations
 from tpuops.kinds import ValueEnum
 
 
+def excerpt(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a refusal echoes what it refused, on one line, not 5,000 digits."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}...{text[-9:]}"
+
+
 class TpuopsError(Exception):
     """Base class: a failure the user can read and act on.
 

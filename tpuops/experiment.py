@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from tpuops.documents import read_yaml_mapping
-from tpuops.errors import UsageError
+from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity
 from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
@@ -185,9 +185,9 @@ def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
     errors = err.errors()
     first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = tuple(first.get("loc", ()))
-    key = ".".join(str(part) for part in loc) or "spec"
+    key = ".".join(str(part) if str(part).isprintable() else excerpt(part) for part in loc) or "spec"
     if first.get("type") == "extra_forbidden":
-        return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
+        return f"{where}: unknown key {excerpt(key)}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "string_pattern_mismatch":
         message = rule_in_words(str(first.get("ctx", {}).get("pattern", "")))
@@ -197,7 +197,7 @@ def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
         return f"{where}: {key} is required"
     if not loc:  # a rule across keys (which mode runs): the message says it all
         return f"{where}: {message}"
-    return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"
+    return f"{where}: {key} = {excerpt(first.get('input'))} is not allowed: {message}"
 
 
 def load_experiment(path: Path) -> Experiment:
