@@ -51,6 +51,7 @@ REFUSED = [  # argv, what the one line must say
     (["train", corpus("huge_steps.yaml"), "--dry-run"], "5000 digits"),
     (["train", corpus("deep_nesting.yaml"), "--dry-run"], "nested deeper than 32 levels"),
     (["train", corpus("anchor_bomb.yaml"), "--dry-run"], "anchor bomb"),
+    (["train", corpus("recursive_alias.yaml"), "--dry-run"], "refers to a node that contains it"),
     (["train", corpus("bool_steps.yaml"), "--dry-run"], "steps = True is not allowed"),
     (["train", corpus("duplicate_keys.yaml"), "--dry-run"], "'steps' appears twice"),
     (["train", corpus("inf_hours.yaml"), "--dry-run"], "not a finite number"),

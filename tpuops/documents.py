@@ -172,27 +172,38 @@ def _limited_loader() -> type:
 
 
 def _check_expansion(root: Any, where: str) -> None:
-    """Refuse a document whose aliases expand to more than MAX_NODES nodes (sizes memoised per node)."""
+    """Refuse a document whose aliases expand it past MAX_NODES values or MAX_DEPTH levels.
+
+    Sizes and heights are memoised per node, so a bomb is measured without being expanded; the
+    depth bound also ends a recursive alias (a node that contains itself has no height).
+    """
     import yaml
 
-    sizes: dict[int, int] = {}
+    measured: dict[int, tuple[int, int]] = {}
 
-    def size(node: Any) -> int:
-        known = sizes.get(id(node))
+    def measure(node: Any, depth: int) -> tuple[int, int]:
+        if depth > MAX_DEPTH:
+            raise _Refused(node.start_mark, f"aliases nest this document deeper than {MAX_DEPTH} levels "
+                           "(or an alias refers to a node that contains it)")
+        known = measured.get(id(node))
         if known is not None:
+            if depth + known[1] > MAX_DEPTH:
+                raise _Refused(node.start_mark, f"aliases nest this document deeper than {MAX_DEPTH} levels")
             return known
-        total = 1
+        children: list[Any] = []
         if isinstance(node, yaml.SequenceNode):
-            total += sum(size(child) for child in node.value)
+            children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
-            total += sum(size(key) + size(value) for key, value in node.value)
-        sizes[id(node)] = total
-        if total > MAX_NODES:
+            children = [part for pair in node.value for part in pair]
+        parts = [measure(child, depth + 1) for child in children]
+        size, height = 1 + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0)
+        if size > MAX_NODES:
             raise _Refused(node.start_mark, f"aliases expand this document past {MAX_NODES} values "
                            "(an anchor bomb?); write the values out, or use fewer aliases")
-        return total
+        measured[id(node)] = (size, height)
+        return size, height
 
-    size(root)
+    measure(root, 0)
 
 
 def read_yaml_mapping(path: Path, what: str, keys: str) -> dict[str, Any]:
