@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 # quick: the unit lane's fixed-seed share (~15 s); long: ``make fuzz``.
-settings.register_profile("quick", derandomize=True, max_examples=200, deadline=None, database=None,
+settings.register_profile("quick", derandomize=True, max_examples=120, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("long", max_examples=2000, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
