@@ -62,16 +62,21 @@ def worker(tree: Path, cases: int, seed: int) -> dict[str, Any]:
     @given(argv=cli_cases())
     def fuzz(argv: list[str]) -> None:
         count[0] += 1
-        outcome = run_case(Sandbox.make(Path(tempfile.mkdtemp()) / "case"), argv)
+        sandboxes.append(Sandbox.make(Path(tempfile.mkdtemp()) / "case"))
+        outcome = run_case(sandboxes[-1], argv)
         if outcome.code == 2:
             refused_s[0] = max(refused_s[0], outcome.seconds)
         problem = verdict(outcome)
         if problem:
             found.setdefault(_signature(problem, argv), argv)
 
+    sandboxes: list[Sandbox] = []
     started = time.monotonic()
     fuzz()
     seconds = time.monotonic() - started
+    for sandbox in sandboxes:  # a server started late by a thread a case left behind
+        if sandbox.stop_server():
+            found.setdefault("left an emulator running after its case", [])
     return {"cases": count[0], "seconds": seconds, "cases_per_s": count[0] / seconds, "signatures": sorted(found),
             "max_refused_s": refused_s[0], "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 

@@ -10,7 +10,8 @@ reaches for the Cloud TPU API meets an unreachable server and must say so fast.
 
 ``verdict`` returns what broke the promise of ``docs/cli.md`` ("Exit codes and streams"), or None:
 a traceback, an exit code outside {0, 1, 2}, more than two stderr lines on a usage error, stdout
-that is not strict JSON under ``--json``, a file left behind by a refused command, more than
+that is not strict JSON under ``--json``, a file left behind by a refused command, an emulator
+left running (it is stopped, and the case fails), more than
 ``CASE_SECONDS`` of wall time or more than ``CASE_MEMORY_MB`` of peak memory. Its ``signature``
 (the exception's type and innermost tpuops frame) is what the benchmark counts as a distinct crash.
 """
@@ -186,6 +187,13 @@ class Sandbox:
                "XDG_CONFIG_HOME": str(root / "home" / ".config")}
         return cls(root, env)
 
+    def stop_server(self) -> bool:
+        """Stop an emulator a case started in this sandbox's home (no command fuzzed may leave one); True if one ran."""
+        from tpuops.emulator.control import stop
+
+        state_dir = self.root / "home" / "emulator"
+        return state_dir.is_dir() and stop(state_dir)
+
     def listing(self) -> set[str]:
         return {str(p.relative_to(self.root)) for p in self.root.rglob("*")}
 
@@ -200,6 +208,7 @@ class Outcome:
     peak_mb: float
     crash: BaseException | None
     new_files: set[str]
+    left_server: bool = False
 
 
 class CaseTimeout(BaseException):
@@ -251,7 +260,8 @@ def run_case(sandbox: Sandbox, argv: list[str], *, stdin: str = "") -> Outcome:
         stdout = out.getvalue().decode(errors="replace")
         stderr = err.getvalue().decode(errors="replace")
     seconds = time.monotonic() - started
-    return Outcome(argv, code, stdout, stderr, seconds, _peak_mb(), crash, sandbox.listing() - before)
+    return Outcome(argv, code, stdout, stderr, seconds, _peak_mb(), crash, sandbox.listing() - before,
+                   sandbox.stop_server())
 
 
 def _strict_json(text: str) -> str | None:
@@ -269,6 +279,8 @@ def verdict(outcome: Outcome) -> str | None:
     """What broke the CLI's promise in this case, or None."""
     if outcome.crash is not None:
         return f"raised {signature(outcome.crash)}"
+    if outcome.left_server:
+        return "left an emulator running"
     if "Traceback (most recent call last)" in outcome.stderr:
         return "printed a traceback"
     if outcome.code not in (0, 1, 2):
