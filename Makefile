@@ -2,6 +2,7 @@
 # make demo-gcs - the same with a gs:// store, through TensorFlow's own Cloud Storage filesystem (needs root)
 # make test  - install everything the tests need, lint, and run every test
 # make unit  - the unit lane only (pytest -m unit): no server, no TensorFlow, needs only .venv
+# make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -14,7 +15,7 @@ PIN_FILE := templates/requirements-tf29.txt
 # The control plane's unit lane also runs on the oldest and newest supported Python.
 COMPAT_PYTHONS := 3.10 3.13
 
-.PHONY: setup demo demo-gcs test unit compat lint tools clean
+.PHONY: setup demo demo-gcs test unit fuzz compat lint tools clean
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp
 
@@ -52,6 +53,10 @@ lint: setup
 
 unit: $(VENV)/.stamp
 	$(VENV)/bin/pytest -q -m unit tests
+
+# 2,000 random cases per property (not derandomized: each run explores new ground).
+fuzz: $(VENV)/.stamp
+	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/test_fuzz_cli.py tests/test_fuzz_parsers.py
 
 # .venv-py310, .venv-py313: editable installs on those interpreters (PATH, pyenv or uv); a missing one is skipped, loudly.
 compat: $(VENV)/.stamp

@@ -12,8 +12,9 @@ other part of tpuops. What a command module may import, and why:
 - ``tpuops.kinds``: the plain enums a flag parses into (``Capacity``, ``Provider``);
 - ``tpuops.formats``: how sizes, dollars and parameters print, the same in the library's messages.
 
-``tpuops/cli/common.py`` also turns the global ``--config`` into ``Settings`` (``tpuops.config``):
-that is parsing the command line, and the one place it happens.
+``tpuops/cli/common.py`` also turns the global ``--config`` into ``Settings`` (``tpuops.config``)
+and checks a run id flag as it is parsed (``tpuops.naming``, the naming rules): that is parsing
+the command line, and the one place it happens.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.unit
 
 CLI = Path(tpuops.cli.__file__).parent
 ALLOWED = ("tpuops.api", "tpuops.cli", "tpuops.errors", "tpuops.kinds", "tpuops.formats")
-ALSO_ALLOWED = {"common.py": ("tpuops.config",)}
+ALSO_ALLOWED = {"common.py": ("tpuops.config", "tpuops.naming")}
 
 
 def _tpuops_imports(source: str) -> list[tuple[int, str]]:

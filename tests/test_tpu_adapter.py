@@ -109,3 +109,10 @@ def test_queued_resources(api: TpuApi) -> None:
     wait_for(api, operation, timeout_s=30)
     assert api.list_queued_resources(ZONE) == []
     assert api.delete_queued_resource(ZONE, "qr-1") is None
+
+
+def test_errors_say_what_went_wrong_not_which_url_was_asked(api: TpuApi) -> None:
+    with pytest.raises(NotFound) as caught:
+        api.get_node("us-central1-a", "missing-node")
+    assert "$alt=json" not in str(caught.value) and "http" not in str(caught.value)
+    assert "missing-node" in str(caught.value)

@@ -12,22 +12,22 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tpuops.errors import UsageError
+from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity, Provider
+from tpuops.naming import SERVICE_ACCOUNT, rule_in_words
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on 3.10
-    import tomli as tomllib
-
+T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
+WEEK_S = 7 * 86400
+MAX_USD = 1_000_000
+"""The largest price or budget accepted (USD): a typo's guard, far above any real TPU bill here."""
 ENV_PREFIX = "TPUOPS_"
 
 
@@ -43,15 +43,46 @@ def is_zone_name(zone: str) -> bool:
 
 
 def check_zone(zone: str) -> str:
+    """``zone`` if it is a Cloud TPU zone of the catalog; else one ``UsageError`` line with the closest one."""
+    import difflib
+
+    from tpuops import tpu_catalog
+
     if not is_zone_name(zone):
         raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
+    known = sorted(tpu_catalog.load().zones)
+    if zone not in known:
+        close = difflib.get_close_matches(zone, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"Cloud TPU zones: {', '.join(known)}"
+        raise UsageError(f"zone {zone!r} offers no Cloud TPUs ({hint})")
     return zone
+
+
+def check_store(store: str) -> str:
+    """``store`` if it can be a store root (``gs://BUCKET[/PREFIX]`` or a local directory), else ``UsageError``."""
+    scheme, sep, rest = store.partition("://")
+    if not sep:
+        return store
+    if scheme != "gs":
+        raise UsageError(f"{scheme}:// is not a store (expected gs://BUCKET/PREFIX, or a local directory)")
+    if not rest.split("/", 1)[0] or ".." in rest.split("/"):
+        raise UsageError("expected gs://BUCKET/PREFIX with a bucket name and no '..' in the prefix")
+    return store
+
+
+def _checked(check: Callable[[T], object], value: T) -> T:
+    """A check that raises ``UsageError`` run as a pydantic validator: its message, one home for the rule."""
+    try:
+        check(value)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
+    return value
 
 
 class Settings(BaseModel):
     """Everything a command needs to know about where and how to run."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False)
 
     provider: Provider = Provider.LOCAL
     project: str = "tpuops-local"
@@ -60,7 +91,7 @@ class Settings(BaseModel):
     accelerator: str = "v3-8"
     capacity: Capacity = Capacity.SPOT
     labels: dict[str, str] = Field(default_factory=dict)
-    service_account: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$")
+    service_account: str | None = Field(default=None, pattern=SERVICE_ACCOUNT)
     """The account TPU VMs run as (infra/'s ``vm_service_account``); none: the project's default account."""
     tpu_endpoint: str | None = None
     node_provider: str = "cloud-tpu"
@@ -68,18 +99,19 @@ class Settings(BaseModel):
     tf_python: str | None = None
     """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""
     home: Path = Path("~/.tpuops")
-    poll_interval_s: float = Field(default=5.0, gt=0)
-    operation_timeout_s: float = Field(default=1800.0, gt=0)
-    api_deadline_s: float = Field(default=120.0, gt=0)
-    max_run_hours: float = Field(default=72.0, ge=0)
-    max_restarts: int = Field(default=3, ge=0)
-    hang_after_s: float = Field(default=1800.0, gt=0)
-    boot_timeout_s: float = Field(default=900.0, gt=0)
-    stockout_backoff_s: float = Field(default=300.0, ge=0)
-    orphan_grace_s: float = Field(default=600.0, ge=0)
-    lease_ttl_s: float = Field(default=120.0, gt=0)
-    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
-    budget_usd: float | None = Field(default=None, ge=0)
+    # Durations: positive and at most a week (DAY_S * 7); counts and money: finite, in the ranges below.
+    poll_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    operation_timeout_s: float = Field(default=1800.0, gt=0, le=WEEK_S)
+    api_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    max_run_hours: float = Field(default=72.0, ge=0, le=24 * 365)
+    max_restarts: int = Field(default=3, ge=0, le=10_000, strict=True)
+    hang_after_s: float = Field(default=1800.0, gt=0, le=WEEK_S)
+    boot_timeout_s: float = Field(default=900.0, gt=0, le=WEEK_S)
+    stockout_backoff_s: float = Field(default=300.0, ge=0, le=WEEK_S)
+    orphan_grace_s: float = Field(default=600.0, ge=0, le=WEEK_S)
+    lease_ttl_s: float = Field(default=120.0, gt=0, le=WEEK_S)
+    prices: dict[str, dict[str, Annotated[float, Field(ge=0, le=MAX_USD)]]] = Field(default_factory=dict)
+    budget_usd: float | None = Field(default=None, ge=0, le=MAX_USD)
 
     @field_validator("project")
     @classmethod
@@ -91,10 +123,26 @@ class Settings(BaseModel):
     @field_validator("zones")
     @classmethod
     def _zone_names(cls, value: list[str]) -> list[str]:
-        for zone in value:
-            if not is_zone_name(zone):
-                raise ValueError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
-        return value
+        return [_checked(check_zone, zone) for zone in value]
+
+    @field_validator("store")
+    @classmethod
+    def _store_root(cls, value: str) -> str:
+        return _checked(check_store, value)
+
+    @field_validator("accelerator")
+    @classmethod
+    def _accelerator_type(cls, value: str) -> str:
+        from tpuops.accelerators import parse_accelerator
+
+        return _checked(parse_accelerator, value)
+
+    @field_validator("labels")
+    @classmethod
+    def _user_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        from tpuops.naming import labels_for
+
+        return _checked(lambda labels: labels_for(user=labels), value)
 
     @field_validator("tpu_endpoint")
     @classmethod
@@ -165,13 +213,15 @@ def find_config_file(start: Path | None = None, environ: Mapping[str, str] | Non
 
 
 def _read_file(path: Path) -> dict[str, Any]:
+    from tpuops.documents import read_toml
+
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config file (run 'tpuops init' to write one)") from None
-    except tomllib.TOMLDecodeError as err:
-        raise UsageError(f"{path}: not valid TOML: {err}") from None
+        missing = not path.exists()
+    except OSError:  # a name too long, say: reading it says what is wrong
+        missing = False
+    if missing:
+        raise UsageError(f"{path}: no such config file (run 'tpuops init' to write one)")
+    return read_toml(path, "config")
 
 
 def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -201,8 +251,8 @@ def _finish(settings: Settings) -> Settings:
     updates: dict[str, Any] = {"home": home}
     if settings.provider is Provider.GCP:
         if settings.project == "tpuops-local":
-            raise UsageError("project: provider 'gcp' needs a project (set project in tpuops.toml, "
-                             "GOOGLE_CLOUD_PROJECT)")
+            raise UsageError("provider 'gcp' needs a project: pass --project to init, or set project in "
+                             "tpuops.toml or GOOGLE_CLOUD_PROJECT")
         if not settings.store.startswith("gs://"):
             raise UsageError(f"store: {settings.store!r} is not allowed with provider 'gcp' "
                              "(expected a bucket URI such as 'gs://my-bucket/tpuops')")
@@ -219,20 +269,33 @@ def _finish(settings: Settings) -> Settings:
     return settings.model_copy(update=updates)
 
 
+_FLAGS = {"zones": "--zone", "labels": "--label"}
+
+
 def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[str, str]) -> str:
+    """The first problem, naming the key as the user wrote it: a flag of ``init``, or a key of its source."""
+    import difflib
+
     first = err.errors()[0]
     loc = first.get("loc") or ("config",)
     key = str(loc[0])
     origin = source.get(key, "config")
     if first.get("type") == "extra_forbidden":
-        allowed = ", ".join(Settings.model_fields)
-        return f"{origin}: unknown key {key!r} (allowed keys: {allowed})"
+        close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(Settings.model_fields)}"
+        return f"{origin}: unknown key {excerpt(key)} ({hint})"
     value = merged.get(key, first.get("input"))
     message = first.get("msg", "invalid value").removeprefix("Value error, ")
+    if first.get("type") == "string_pattern_mismatch":
+        message = rule_in_words(str(first.get("ctx", {}).get("pattern", "")))
     if first.get("type") == "enum":
         allowed = first.get("ctx", {}).get("expected", "")
-        message = f"expected {allowed}"
-    return f"{origin}: {key} = {value!r} is not allowed: {message}"
+        close = difflib.get_close_matches(str(value), [v.strip("' ") for v in allowed.replace(" or ", ",").split(",")],
+                                          n=1)
+        message = f"expected {allowed}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if origin == "flag":
+        return f"{_FLAGS.get(key, '--' + key.replace('_', '-'))} = {excerpt(value)} is not allowed: {message}"
+    return f"{origin}: {key} = {excerpt(value)} is not allowed: {message}"
 
 
 def render_toml(values: Mapping[str, Any]) -> str:
@@ -268,20 +331,36 @@ def _toml_value(value: Any) -> str:
 
 
 def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False) -> Settings:
-    """Validate ``values`` as a config file and write it; refuse to overwrite unless ``force``."""
-    if path.exists() and not force:
+    """Validate ``values`` as a config file and write it atomically; refuse to overwrite unless ``force``.
+
+    Everything is checked before the first byte is written (the values, the rules a command
+    applies on load, the target's folder), so a refused config leaves no file behind.
+    """
+    try:
+        is_dir, exists, folder = path.is_dir(), path.exists(), path.parent.is_dir()
+    except OSError as err:
+        raise UsageError(f"--path {excerpt(str(path))}: {err.strerror or err}") from None
+    if is_dir:
+        raise UsageError(f"--path {path}: is a directory (give a file path such as {path / CONFIG_FILE})")
+    if exists and not force:
         raise UsageError(f"{path} exists already (pass --force to overwrite it)")
+    if not folder:
+        raise UsageError(f"--path {path}: no folder {path.parent} (create it first, or write elsewhere)")
     clean = {k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None}
     try:
-        Settings.model_validate(clean)
+        settings = _finish(Settings.model_validate(clean))
     except ValidationError as err:
         raise UsageError(_one_line(err, clean, dict.fromkeys(clean, "flag"))) from None
-    settings = load_settings(environ={}, config_path=_write_atomically(path, render_toml(clean)))
+    _write_atomically(path, render_toml(clean))
     return settings
 
 
 def _write_atomically(path: Path, text: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write it: {err.strerror or err}") from None
     return path

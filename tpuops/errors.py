@@ -12,6 +12,12 @@ It imports nothing from tpuops, so that every module may raise these classes.
 from __future__ import annotations
 
 
+def excerpt(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a refusal echoes what it refused, on one line, not 5,000 digits."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 12]}...{text[-9:]}"
+
+
 class TpuopsError(Exception):
     """Base class: a failure the user can read and act on.
 
@@ -21,6 +27,8 @@ class TpuopsError(Exception):
 
     exit_code = 1
     retryable = False
+    retry_window_s: float | None = None
+    """For a retryable error: the longest it is worth retrying, whatever the caller's deadline (None: no cap)."""
 
 
 class UsageError(TpuopsError):
@@ -39,6 +47,16 @@ class TransientError(TpuopsError):
     """UNAVAILABLE, DEADLINE_EXCEEDED, HTTP 429/500/503, a dropped connection: retry with backoff."""
 
     retryable = True
+
+
+class Unreachable(TransientError):
+    """Nothing answers at an endpoint (connection refused, unknown host): retried briefly, then one line naming it.
+
+    A server being restarted comes back within seconds; one that is not there never does, and a
+    command must not wait out a two-minute deadline to say so.
+    """
+
+    retry_window_s = 5.0
 
 
 class CapacityError(TpuopsError):

@@ -27,17 +27,18 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from tpuops.errors import UsageError
+from tpuops.documents import read_yaml_mapping
+from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity
+from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
-_FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DatasetRef(_Strict):
@@ -46,13 +47,13 @@ class DatasetRef(_Strict):
     train: str
     eval: str | None = None
     label: str = "label"
-    shuffle_buffer: int = Field(default=10000, ge=0)
+    shuffle_buffer: StrictInt = Field(default=10000, ge=0)
     cache: bool = False
 
 
 class Batch(_Strict):
-    per_replica: int | None = Field(default=None, gt=0)
-    global_: int | None = Field(default=None, gt=0, alias="global")
+    per_replica: StrictInt | None = Field(default=None, gt=0)
+    global_: StrictInt | None = Field(default=None, gt=0, alias="global")
 
     @model_validator(mode="after")
     def _one_of(self) -> Batch:
@@ -71,15 +72,15 @@ class Batch(_Strict):
 
 
 class Checkpoint(_Strict):
-    every_steps: int = Field(default=1000, ge=0)
-    every_seconds: int = Field(default=600, ge=0)
-    keep: int = Field(default=3, gt=0)
+    every_steps: StrictInt = Field(default=1000, ge=0)
+    every_seconds: StrictInt = Field(default=600, ge=0)
+    keep: StrictInt = Field(default=3, gt=0)
 
 
 class Eval(_Strict):
     metrics: list[Literal["accuracy", "loss", "top5_accuracy"]] = Field(default_factory=lambda: ["accuracy", "loss"])
-    every_steps: int = Field(default=0, ge=0)
-    steps: int | None = Field(default=None, gt=0)
+    every_steps: StrictInt = Field(default=0, ge=0)
+    steps: StrictInt | None = Field(default=None, gt=0)
 
 
 class Target(_Strict):
@@ -89,7 +90,7 @@ class Target(_Strict):
     user's compiled model or script reports (e.g. ``mae``).
     """
 
-    metric: str = Field(default="accuracy", pattern=r"^[A-Za-z_][\w.]*$")
+    metric: str = Field(default="accuracy", pattern=METRIC)
     at_least: float | None = None
     at_most: float | None = None
 
@@ -97,21 +98,21 @@ class Target(_Strict):
 class Experiment(_Strict):
     """One experiment: model, data, hyperparameters, schedule, and where it would like to run."""
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,40}$")
-    model: str | None = Field(default=None, pattern=_FUNCTION)
-    input: str | None = Field(default=None, pattern=_FUNCTION)
+    name: str = Field(pattern=SPEC_NAME)
+    model: str | None = Field(default=None, pattern=FUNCTION)
+    input: str | None = Field(default=None, pattern=FUNCTION)
     command: list[str] | None = Field(default=None, min_length=1)
     script: str | None = Field(default=None, min_length=1)
     hparams_as_flags: bool = False
     dataset: DatasetRef
     hparams: dict[str, Any] = Field(default_factory=dict)
     batch: Batch | None = None
-    steps: int | None = Field(default=None, gt=0)
-    steps_per_call: int = Field(default=50, gt=0)
+    steps: StrictInt | None = Field(default=None, gt=0)
+    steps_per_call: StrictInt = Field(default=50, gt=0)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     eval: Eval = Field(default_factory=Eval)
     mixed_precision: bool = False
-    seed: int = 0
+    seed: StrictInt = 0
     accelerator: str | None = None
     capacity: Capacity | None = None
     target: Target | None = None
@@ -177,35 +178,26 @@ def _allowed_at(loc: tuple[Any, ...], root: type[BaseModel]) -> list[str]:
 
 
 def one_line(err: ValidationError, where: str, root: type[BaseModel]) -> str:
-    """The first problem of a spec validated against ``root``, as one line ("did you mean" for unknown keys)."""
-    first = err.errors()[0]
+    """The first problem of a spec validated against ``root``, as one line ("did you mean" for unknown keys).
+
+    An unknown key goes first: a misspelt ``trails`` is also why ``trials`` is missing.
+    """
+    errors = err.errors()
+    first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = tuple(first.get("loc", ()))
-    key = ".".join(str(part) for part in loc) or "spec"
+    key = ".".join(str(part) if str(part).isprintable() else excerpt(part) for part in loc) or "spec"
     if first.get("type") == "extra_forbidden":
-        return f"{where}: unknown key {key!r}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
+        return f"{where}: unknown key {excerpt(key)}{_hint(str(loc[-1]), _allowed_at(loc, root))}"
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if first.get("type") == "string_pattern_mismatch":
+        message = rule_in_words(str(first.get("ctx", {}).get("pattern", "")))
     if not loc:  # a rule over several keys: the whole spec is no value to echo
         return f"{where}: {message}"
     if first.get("type") == "missing":
         return f"{where}: {key} is required"
     if not loc:  # a rule across keys (which mode runs): the message says it all
         return f"{where}: {message}"
-    return f"{where}: {key} = {first.get('input')!r} is not allowed: {message}"
-
-
-def read_yaml_mapping(path: Path, what: str, keys: str) -> dict[str, Any]:
-    """A YAML file that must hold a mapping; every problem is one ``UsageError`` line."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such {what}") from None
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: expected a mapping of keys ({keys}, ...)")
-    return raw
+    return f"{where}: {key} = {excerpt(first.get('input'))} is not allowed: {message}"
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -276,13 +276,25 @@ def plan_infer(
                             datasets=(dataset,)))
 
 
+def _local_model(folder: Path) -> str:
+    """A local SavedModel or checkpoint folder, checked before any node is made for it."""
+    if not folder.is_dir():
+        raise UsageError(f"--checkpoint {folder}: no such directory (give a SavedModel or checkpoint directory)")
+    if not (folder / "saved_model.pb").is_file() and not (folder / "checkpoint").is_file():
+        raise UsageError(f"--checkpoint {folder}: holds neither a SavedModel (saved_model.pb) nor a TensorFlow "
+                         "checkpoint (a 'checkpoint' file with its .index and data files)")
+    return str(folder)
+
+
 def _model_uri(store: Store, checkpoint: str) -> str:
     if RUN_ID.match(checkpoint) and runs.run_exists(store, checkpoint):
         status = runs.read_status(store, checkpoint)
         kind = "model" if status is not None and status.exit_class is ExitClass.SUCCEEDED else "ckpt"
         return store.uri_of(runs.layout.run_key(checkpoint, kind))
-    if "://" in checkpoint or Path(checkpoint).is_absolute():
+    if "://" in checkpoint:
         return checkpoint
+    if Path(checkpoint).is_absolute():
+        return _local_model(Path(checkpoint))
     raise UsageError(f"--checkpoint {checkpoint!r}: not a run in {store.uri} nor an absolute path or URI "
                      "of a SavedModel or checkpoint directory")
 

@@ -28,6 +28,27 @@ from tpuops.errors import UsageError
 
 MAX_LABELS = 64
 
+# Patterns that spec and config fields are declared with, and their rule in words: an error
+# names the rule, never the regular expression (``rule_in_words``).
+SPEC_NAME = r"^[a-z][a-z0-9-]{0,40}$"
+"""Experiment and sweep names: they become run ids, node names (63 at most) and store folders."""
+FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+METRIC = r"^[A-Za-z_][\w.]*$"
+SERVICE_ACCOUNT = r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
+URL = r"^[a-z0-9+]+://"
+_RULES = {
+    SPEC_NAME: "use 1-41 lowercase letters, digits and '-', starting with a letter (no '/', '.' or spaces)",
+    FUNCTION: "write module:function, e.g. models:digits_cnn",
+    METRIC: "a metric name such as accuracy or val_loss (letters, digits, '_' and '.')",
+    SERVICE_ACCOUNT: "an account email such as runner@my-project.iam.gserviceaccount.com",
+    URL: "a URL such as postgresql://user@host:5432/db",
+}
+
+
+def rule_in_words(pattern: str) -> str:
+    """What a value declared with ``pattern`` must look like, said in words."""
+    return _RULES.get(pattern, "it does not have the expected form")
+
 MANAGED_BY_KEY = "managed-by"
 MANAGED_BY_VALUE = "tpuops"
 RUN_KEY = "tpuops-run"
@@ -39,13 +60,20 @@ _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 
 
-def check_node_name(name: str) -> str:
-    """Return ``name`` if it is a valid TPU node id, else raise ``UsageError``."""
+def check_node_name(name: str, what: str = "node name") -> str:
+    """Return ``name`` if it is a valid TPU node id (``what`` names it: a run id is one too), else ``UsageError``."""
     if not _NODE_NAME.fullmatch(name):
         raise UsageError(
-            f"node name {name!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
+            f"{what} {name!r} is not allowed: use 1-63 lowercase letters, digits and '-', "
             "starting with a letter and not ending with '-'"
         )
+    return name
+
+
+def check_sweep_name(name: str) -> str:
+    """Return ``name`` if it may name a sweep (``SPEC_NAME``), else one ``UsageError`` line with the rule."""
+    if not re.fullmatch(SPEC_NAME, name):
+        raise UsageError(f"sweep name {name!r} is not allowed: {rule_in_words(SPEC_NAME)}")
     return name
 
 

@@ -2,7 +2,9 @@
 
 Only errors whose class says ``retryable`` are retried, so the decision of what is
 transient lives in the taxonomy (``tpuops.errors``), not at each call site. The deadline
-bounds total time, not attempts: a 503 storm that outlasts it ends with the last error.
+bounds total time, not attempts: a 503 storm that outlasts it ends with the last error. An
+error class may cap that further (``retry_window_s``): an endpoint where nothing listens is
+given seconds, not the whole deadline.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from tpuops.errors import TpuopsError
 
@@ -19,6 +21,18 @@ T = TypeVar("T")
 
 def _is_retryable(err: BaseException) -> bool:
     return isinstance(err, TpuopsError) and err.retryable
+
+
+def _stop_after(deadline_s: float) -> Callable[[RetryCallState], bool]:
+    """Stop at the deadline, or sooner when the error's class caps how long it is worth retrying."""
+
+    def stop(state: RetryCallState) -> bool:
+        elapsed = state.seconds_since_start or 0.0
+        err = state.outcome.exception() if state.outcome is not None else None
+        window = getattr(err, "retry_window_s", None)
+        return elapsed >= (deadline_s if window is None else min(deadline_s, window))
+
+    return stop
 
 
 def call_with_retry(
@@ -44,7 +58,7 @@ def call_with_retry(
     retrying = Retrying(
         retry=retry_if_exception(_is_retryable),
         wait=wait_random_exponential(multiplier=initial_s, max=max_wait_s),
-        stop=stop_after_delay(deadline_s),
+        stop=_stop_after(deadline_s),
         before_sleep=_before_sleep,
         reraise=True,
     )

@@ -136,7 +136,10 @@ def _unit_dir() -> Path:
 
 
 def _systemctl(*args: str) -> None:
-    done = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, check=False, timeout=60)
+    try:
+        done = subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TpuopsError(f"systemctl --user {' '.join(args)}: {err} (use cron instead: drop --systemd)") from None
     if done.returncode:
         raise TpuopsError(f"systemctl --user {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
 
@@ -151,18 +154,32 @@ def install(schedule: Schedule, *, systemd: bool = False, dry_run: bool = False)
         plan["units"] = {str(_unit_dir() / name): text for name, text in _units(schedule).items()}
     else:
         plan["cron"] = schedule.cron_line()
+    if systemd:
+        _systemctl("show-environment")  # a user bus to talk to, checked before anything is written (dry run too)
     if dry_run:
         return plan
     write_script(schedule)
     if systemd:
-        _unit_dir().mkdir(parents=True, exist_ok=True)
-        for name, text in _units(schedule).items():
-            (_unit_dir() / name).write_text(text)
-        _systemctl("daemon-reload")
-        _systemctl("enable", "--now", f"{UNIT}.timer")
+        _install_units(schedule)
     else:
         _write_crontab(merge_crontab(_read_crontab(), schedule.cron_line(), schedule.home))
     return plan
+
+
+def _install_units(schedule: Schedule) -> None:
+    """Write and enable the units; a failure part-way removes what was written (and the script)."""
+    written: list[Path] = []
+    try:
+        _unit_dir().mkdir(parents=True, exist_ok=True)
+        for name, text in _units(schedule).items():
+            written.append(_unit_dir() / name)
+            written[-1].write_text(text)
+        _systemctl("daemon-reload")
+        _systemctl("enable", "--now", f"{UNIT}.timer")
+    except BaseException:
+        for path in [*written, schedule.script]:
+            path.unlink(missing_ok=True)
+        raise
 
 
 def uninstall(schedule: Schedule, *, systemd: bool = False) -> bool:
@@ -173,9 +190,11 @@ def uninstall(schedule: Schedule, *, systemd: bool = False) -> bool:
             path = _unit_dir() / name
             found = found or path.exists()
         if found:
-            _systemctl("disable", "--now", f"{UNIT}.timer")
-            for name in _units(schedule):
-                (_unit_dir() / name).unlink(missing_ok=True)
+            try:
+                _systemctl("disable", "--now", f"{UNIT}.timer")
+            finally:  # the files go even when no user bus answers, so status stops reporting them
+                for name in _units(schedule):
+                    (_unit_dir() / name).unlink(missing_ok=True)
             _systemctl("daemon-reload")
     elif shutil.which("crontab"):
         existing = _read_crontab()

@@ -13,7 +13,6 @@ itself honours, so that every store opened from a URI here (datasets, sweeps) re
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
@@ -90,11 +89,9 @@ def fleet(settings: Settings, progress: Callable[[str], None] | None = None) -> 
 
 
 def store(settings: Settings) -> Store:
-    """The store root (a local directory is created on first use)."""
+    """The store root (a local directory is created by its first write, so a refused command leaves none)."""
     from tpuops.store import open_store
 
-    if "://" not in settings.store_root:
-        Path(settings.store_root).mkdir(parents=True, exist_ok=True)
     if emulated_buckets(settings):
         import os
 

@@ -286,8 +286,11 @@ def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = N
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
     """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
+    from tpuops.naming import check_node_name
     from tpuops.session import fleet
 
+    for name in names or []:
+        check_node_name(name)  # before the ledger or the API is touched
     return fleet(settings, progress).down(names, wait=wait)
 
 

@@ -26,11 +26,8 @@ if TYPE_CHECKING:
 def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, force: bool = False) -> Settings:
     """``tpuops init``: validate ``values`` (and ``labels``, ``KEY=VALUE,...``) and write them to ``path``."""
     from tpuops.config import parse_labels, write_config
-    from tpuops.naming import labels_for
 
     parsed = parse_labels(labels, "--label") if labels else None
-    if parsed:
-        labels_for(user_labels=parsed)  # refuses the labels tpuops sets itself
     return write_config(path, {**values, "labels": parsed}, force=force)
 
 

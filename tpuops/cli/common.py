@@ -44,6 +44,16 @@ def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | 
     return chosen[0] if chosen else None
 
 
+def _run_id(value: str | None) -> str | None:
+    """A run id flag checked as it is parsed (an empty ``--resume ''`` is not "no flag")."""
+    from tpuops.naming import check_node_name
+
+    return None if value is None else check_node_name(value, "run id")
+
+
+RESUME = typer.Option(None, "--resume", callback=_run_id, help="Drive this run again from its last checkpoint.")
+
+
 @dataclass
 class CliState:
     config_path: Path | None = None
@@ -73,7 +83,20 @@ def load_settings(ctx: typer.Context) -> Settings:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Strict JSON on stdout: NaN and Infinity are not JSON, and inputs are finite, so one here is a bug."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+
+
+def confirm(question: str) -> bool:
+    """Ask on stderr (stdout may be JSON); anything but yes, or no answer at all (EOF), is a no.
+
+    Declining is not an error: the caller says what it did not do and exits 0. Ctrl-C stays an interrupt.
+    """
+    err_console().print(f"{question} [y/N]: ", end="", markup=False)
+    answer = sys.stdin.readline()
+    if not answer:
+        err_console().print()
+    return answer.strip().lower() in ("y", "yes")
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

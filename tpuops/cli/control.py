@@ -55,8 +55,9 @@ def reconcile(
 
 def watch(
     ctx: typer.Context,
-    interval: float = typer.Option(30.0, "--interval", min=0.1, help="Seconds between passes."),
-    passes: int = typer.Option(0, "--passes", min=0, help="Stop after this many passes (0: run until Ctrl-C)."),
+    interval: float = typer.Option(30.0, "--interval", min=0.1, max=86400, help="Seconds between passes."),
+    passes: int = typer.Option(0, "--passes", min=0, max=1_000_000,
+                               help="Stop after this many passes (0: run until Ctrl-C)."),
 ) -> None:
     """Reconcile in a loop: every preempted run comes back, every finished run's node goes."""
     from tpuops import api

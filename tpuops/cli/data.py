@@ -36,14 +36,15 @@ def convert(
     src: Path = typer.Argument(..., help="A folder with one subfolder per class (images), an .npz or a .csv file."),
     format: Format = typer.Option(..., "--format", "-f", help="Source format."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the shards and manifest.json."),
-    shards: int | None = typer.Option(None, "--shards", min=1, help="Exactly N shards, records split evenly."),
+    shards: int | None = typer.Option(None, "--shards", min=1, max=100_000,
+                                      help="Exactly N shards, records split evenly."),
     shard_size: str | None = typer.Option(
         None, "--shard-size", help="Cut shards at this size: 100MB, 1GiB, ... (default 100MB)."
     ),
     label_from: str | None = typer.Option(
         None, "--label-from", help="'dirname' (images: class = folder name) or 'column:NAME' (npz, csv)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the image shuffle."),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the image shuffle."),
     no_shuffle: bool = typer.Option(False, "--no-shuffle", help="Keep images in folder order."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset already in --out."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -74,7 +75,7 @@ def convert(
 def upload(
     directory: Path = typer.Argument(..., help="A converted dataset folder (with manifest.json)."),
     uri: str = typer.Argument(..., help="Destination: gs://BUCKET/PREFIX/data/NAME or a directory."),
-    workers: int = typer.Option(8, "--workers", min=1, help="Shards uploaded in parallel."),
+    workers: int = typer.Option(8, "--workers", min=1, max=256, help="Shards uploaded in parallel."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be sent; send nothing."),
     zone: str | None = typer.Option(None, "--zone", help="TPU zone: warn if the bucket is in another region."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),

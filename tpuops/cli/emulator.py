@@ -12,9 +12,10 @@ app = typer.Typer(help="The local Cloud TPU API emulator that provider=local run
 @app.command()
 def start(
     ctx: typer.Context,
-    port: int = typer.Option(0, help="Port on 127.0.0.1 (0: any free port)."),
-    boot_delay: float = typer.Option(1.0, help="Seconds a node spends CREATING before READY."),
-    grace: float = typer.Option(30.0, help="Seconds between the preemption notice (SIGTERM) and SIGKILL."),
+    port: int = typer.Option(0, min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
+    boot_delay: float = typer.Option(1.0, min=0, max=3600, help="Seconds a node spends CREATING before READY."),
+    grace: float = typer.Option(30.0, min=0, max=3600,
+                                help="Seconds between the preemption notice (SIGTERM) and SIGKILL."),
     no_auth: bool = typer.Option(False, "--no-auth", help="Serve without a bearer token (for gcloud and "
                                  "other third-party clients): any local process can then use it."),
     as_json: bool = typer.Option(False, "--json", help="Print the endpoint as JSON."),
@@ -61,9 +62,9 @@ def show_status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
     if as_json:
         print_json({"running": info is not None, "endpoint": info.endpoint if info else None,
                     "pid": info.pid if info else None})
-        return
-    typer.echo(f"running at {info.endpoint} (pid {info.pid})" if info else "not running")
-    if info is None:
+    else:
+        typer.echo(f"running at {info.endpoint} (pid {info.pid})" if info else "not running")
+    if info is None:  # exit 1 either way, like 'systemctl is-active': scripts test the code
         raise typer.Exit(1)
 
 
@@ -72,7 +73,7 @@ def preempt(
     ctx: typer.Context,
     node: str = typer.Argument(..., help="Node to preempt now."),
     zone: str | None = typer.Option(None, help="Its zone (default: the first configured zone)."),
-    grace: float | None = typer.Option(None, help="Override the grace period for this preemption."),
+    grace: float | None = typer.Option(None, min=0, max=3600, help="Override the grace period for this preemption."),
 ) -> None:
     """Preempt a spot or preemptible node now: SIGTERM, grace period, SIGKILL, PREEMPTED."""
     from tpuops import api
@@ -85,16 +86,18 @@ def preempt(
 def fault(
     ctx: typer.Context,
     stockout: list[str] | None = typer.Option(None, "--stockout", help="Zone with no capacity (repeatable)."),
-    error_rate: float | None = typer.Option(None, help="Fraction of API requests answered with an error."),
-    error_code: int | None = typer.Option(None, help="HTTP code of injected errors (503 or 429)."),
-    error_burst: int | None = typer.Option(None, help="Fail exactly the next N API requests."),
-    latency: float | None = typer.Option(None, help="Seconds added to every API request."),
+    error_rate: float | None = typer.Option(None, min=0, max=1,
+                                            help="Fraction of API requests answered with an error."),
+    error_code: int | None = typer.Option(None, min=400, max=599, help="HTTP code of injected errors (503 or 429)."),
+    error_burst: int | None = typer.Option(None, min=0, max=1_000_000, help="Fail exactly the next N API requests."),
+    latency: float | None = typer.Option(None, min=0, max=60, help="Seconds added to every API request."),
     gcs_error_rate: float | None = typer.Option(
-        None, help="Fraction of the nodes' Cloud Storage requests failed (503, 429 or a reset connection)."),
+        None, min=0, max=1,
+        help="Fraction of the nodes' Cloud Storage requests failed (503, 429 or a reset connection)."),
     gcs_latency_ms: float | None = typer.Option(
-        None, help="Milliseconds added to each Cloud Storage request of the nodes."),
-    preempt_rate: float | None = typer.Option(None, help="Random preemptions per node per second."),
-    seed: int | None = typer.Option(None, help="Seed of the fault dice."),
+        None, min=0, max=60_000, help="Milliseconds added to each Cloud Storage request of the nodes."),
+    preempt_rate: float | None = typer.Option(None, min=0, max=1, help="Random preemptions per node per second."),
+    seed: int | None = typer.Option(None, min=0, max=2**32 - 1, help="Seed of the fault dice."),
     hold_delete: list[str] | None = typer.Option(
         None, "--hold-delete", help="Node whose delete stays DELETING until released (repeatable)."
     ),

@@ -1,7 +1,8 @@
 """The ``tpuops`` command: a thin Typer layer over the library.
 
 ``run()`` is the console-script entry point and the in-process entry for tests: it turns
-every ``TpuopsError`` into one line on stderr and its exit code, with no traceback.
+every ``TpuopsError`` and every usage error of the parser into one line on stderr and its exit
+code, with no traceback (the table of exit codes and streams: docs/cli.md).
 """
 
 from __future__ import annotations
@@ -29,10 +30,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"tpuops {version('tpuops')}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     ctx: typer.Context,
     config: Path | None = typer.Option(None, "--config", help="Path of tpuops.toml (default: nearest one)."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                  help="Print the version and exit."),
 ) -> None:
     ctx.obj = CliState(config_path=config)
 
@@ -54,15 +65,18 @@ app.add_typer(data.app, name="data")
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code instead of raising."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if any("\x00" in arg for arg in args):  # no shell can pass one; a Python caller can, and no path may hold one
+        err_console().print("error: an argument contains a NUL byte (\\x00): no name or path can", style="red")
+        return 2
     try:
         result = app(args=args, prog_name="tpuops", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
-    except typer.Abort:
-        err_console().print("aborted")
+    except typer.Abort:  # Ctrl-C inside a prompt of click's
+        err_console().print("interrupted")
         return 130
     except typer.TyperException as err:  # usage errors: bad flag, missing argument
-        err.show()
+        err_console().print(_usage_line(err), markup=False, soft_wrap=True, style="red")
         return err.exit_code
     except TpuopsError as err:
         err_console().print(f"error: {err}", markup=False, soft_wrap=True, style="red")
@@ -71,6 +85,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         err_console().print("interrupted")
         return 130
     return result if isinstance(result, int) else 0
+
+
+def _usage_line(err: typer.TyperException) -> str:
+    """Click's usage error as one line: what is wrong, and where the right forms are listed."""
+    message = " ".join(err.format_message().split())
+    context = getattr(err, "ctx", None)
+    where = f" (see '{context.command_path} --help')" if context is not None else ""
+    return f"error: {message}{where}"
 
 
 def entry() -> None:

@@ -15,6 +15,7 @@ from tpuops.cli.common import (
     PREEMPTIBLE,
     SPOT,
     capacity_flag,
+    confirm,
     err_console,
     human_age,
     load_settings,
@@ -44,7 +45,8 @@ def up(
     runtime: str | None = typer.Option(None, help="Runtime version (default follows the accelerator)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once the create request is accepted."),
     queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource (waits out stockouts)."),
-    valid_for: float = typer.Option(3600.0, "--valid-for", min=60, help="Seconds a queued request may wait."),
+    valid_for: float = typer.Option(3600.0, "--valid-for", min=60, max=7 * 86400,
+                                    help="Seconds a queued request may wait."),
     dry_run: bool = DRY_RUN,
     as_json: bool = JSON,
 ) -> None:
@@ -145,9 +147,10 @@ def down(
     if bool(names) == all_nodes:
         raise UsageError("name the nodes to delete, or pass --all (not both)")
     settings = load_settings(ctx)
-    if all_nodes and not yes and not typer.confirm(
+    if all_nodes and not yes and not confirm(
             f"delete every tpuops node in {settings.project} ({', '.join(settings.zones)})?"):
-        raise typer.Abort()
+        err_console().print("nothing deleted")
+        return
     with progress("deleting", quiet=as_json) as show:
         results = api.down(settings, None if all_nodes else list(names or []), wait=not no_wait, progress=show)
     if as_json:

@@ -22,7 +22,7 @@ def _config(ctx: typer.Context) -> Path | None:
 @app.command("install")
 def install(
     ctx: typer.Context,
-    every: int = typer.Option(5, "--every", help="Minutes between passes (1-59)."),
+    every: int = typer.Option(5, "--every", min=1, max=59, help="Minutes between passes (1-59)."),
     systemd: bool = SYSTEMD,
     dry_run: bool = DRY_RUN,
     as_json: bool = JSON,

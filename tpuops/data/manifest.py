@@ -96,8 +96,10 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
     Raises:
         UsageError: not a tpuops dataset manifest (one line naming ``where`` and the first problem).
     """
+    from tpuops.documents import parse_json
+
     try:
-        manifest = Manifest.model_validate_json(data)
+        manifest = Manifest.model_validate(parse_json(data, where))
     except ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(str(part) for part in first.get("loc", ())) or "manifest"

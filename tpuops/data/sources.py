@@ -152,8 +152,8 @@ def _load_npz(src: Path) -> dict[str, np.ndarray]:
         archive = np.load(src, allow_pickle=False)
     except FileNotFoundError:
         raise UsageError(f"{src}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise UsageError(f"{src}: not a readable .npz archive ({err})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # EOFError: an empty file
+        raise UsageError(f"{src}: not a readable .npz archive ({err or 'empty file'})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise UsageError(f"{src}: a single .npy array, not an .npz archive (use numpy.savez)")
     with archive:

@@ -12,6 +12,8 @@ bearer token, given by the caller, or anonymous credentials when there is none: 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -26,6 +28,7 @@ from tpuops.errors import (
     QuotaError,
     TpuopsError,
     TransientError,
+    Unreachable,
 )
 from tpuops.kinds import Capacity
 from tpuops.providers.base import Connection
@@ -116,16 +119,39 @@ def _emulator_credentials(token: str | None) -> Any:
     return Credentials(token)
 
 
+def _unreachable(err: Exception) -> Unreachable:
+    """One line naming the endpoint tried and why nothing answered, without the request's URL and query."""
+    from urllib.parse import urlsplit
+
+    request = getattr(err, "request", None)
+    where = urlsplit(getattr(request, "url", "") or "").netloc or "its endpoint"
+    causes: list[BaseException] = []
+    cause: Any = err
+    while cause is not None and len(causes) < 10:
+        causes.append(cause)
+        cause = getattr(cause, "reason", None) or cause.__context__
+    reason = "nothing answers"
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        reason = "connection refused: nothing listens there"
+    elif any(isinstance(c, socket.gaierror) for c in causes):
+        reason = "unknown host"
+    return Unreachable(f"cannot reach the Cloud TPU API at {where} ({reason}); check tpu_endpoint in tpuops.toml, "
+                       "or start the local emulator with 'tpuops emulator start'")
+
+
 def _translate(err: Exception, *, in_operation: bool = False, zone: str | None = None) -> TpuopsError:
     """Map an SDK or transport error onto the taxonomy; parents, never transport-specific leaves."""
     from google.api_core import exceptions as gexc
     from requests import exceptions as rexc
 
-    message = getattr(err, "message", None) or str(err)
+    # google-api-core's REST errors begin "GET https://...?$alt=json;enum-encoding=int: ": the request, not the news.
+    message = re.sub(r"^[A-Z]+ \S+://\S+: ", "", getattr(err, "message", None) or str(err))
     from google.auth import exceptions as aexc
 
+    if isinstance(err, rexc.ConnectionError) and not isinstance(err, rexc.Timeout):
+        return _unreachable(err)
     if isinstance(err, rexc.RequestException):
-        return TransientError(f"cannot reach the Cloud TPU API: {err}")
+        return TransientError(f"the connection to the Cloud TPU API failed: {type(err).__name__}")
     if isinstance(err, aexc.GoogleAuthError):
         return PermissionDenied(f"the Cloud TPU API refused the credentials (HTTP 401): {err}")
     if isinstance(err, gexc.TooManyRequests):
@@ -180,6 +206,8 @@ class TpuApi:
         self.calls = CallCounter()
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._unreachable = False
+        """Set when a call found nothing answering, cleared by any answer: later calls try once, not for seconds."""
 
     @classmethod
     def connect(cls, connection: Connection) -> TpuApi:
@@ -213,11 +241,15 @@ class TpuApi:
         def attempt() -> Any:
             self.calls.add(rpc)
             try:
-                return fn()
+                answer = fn()
             except Exception as err:
-                raise _translate(err, zone=zone) from err
+                translated = _translate(err, zone=zone)
+                self._unreachable = isinstance(translated, Unreachable)
+                raise translated from err
+            self._unreachable = False
+            return answer
 
-        return call_with_retry(attempt, deadline_s=self.deadline_s)
+        return call_with_retry(attempt, deadline_s=0.0 if self._unreachable else self.deadline_s)
 
     def parent(self, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.errors import NotFound, PreconditionFailed, UsageError
+from tpuops.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
 from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
@@ -52,7 +53,8 @@ def declare(store: Store, record: RunRecord, spec: dict[str, Any]) -> None:
 
 
 def read_record(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``UsageError`` when the store has no such run."""
+    """The run's record; ``UsageError`` when the store has no such run (or the id could name none)."""
+    check_node_name(run_id, "run id")
     key = layout.record_key(run_id)
     try:
         data = store.read_bytes(key)

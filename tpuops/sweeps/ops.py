@@ -23,6 +23,7 @@ from typing import Any
 
 from tpuops import runs
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.naming import check_sweep_name
 from tpuops.runs.models import parse
 from tpuops.store import Store
 from tpuops.sweeps.models import SweepPhase, SweepRecord, SweepState
@@ -59,7 +60,9 @@ def mark_active(store: Store, name: str) -> None:
 
 
 def read_sweep(store: Store, name: str) -> SweepRecord:
-    """The sweep's record; ``UsageError`` when there is no such sweep or its record is malformed."""
+    """The sweep's record; ``UsageError`` when the name breaks the naming rule, there is no such sweep or
+    its record is malformed."""
+    check_sweep_name(name)
     key = record_key(name)
     try:
         data = store.read_bytes(key)

@@ -15,18 +15,20 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
+from tpuops.documents import read_yaml_mapping
 from tpuops.errors import UsageError
-from tpuops.experiment import one_line, read_yaml_mapping
+from tpuops.experiment import one_line
 from tpuops.kinds import Capacity
+from tpuops.naming import SPEC_NAME, URL
 
-SWEEP_NAME = r"^[a-z][a-z0-9-]{0,40}$"
+SWEEP_NAME = SPEC_NAME
 """Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class FloatParam(_Strict):
@@ -47,10 +49,10 @@ class FloatParam(_Strict):
 
 class IntParam(_Strict):
     type: Literal["int"]
-    low: int
-    high: int
+    low: StrictInt
+    high: StrictInt
     log: bool = False
-    step: int = Field(default=1, gt=0)
+    step: StrictInt = Field(default=1, gt=0)
 
     @model_validator(mode="after")
     def _range(self) -> IntParam:
@@ -73,26 +75,26 @@ class Objective(_Strict):
     metric: str = "accuracy"
     """An eval metric the run reports (``metrics.eval`` of its status, and its ``evals`` history)."""
     direction: Literal["maximize", "minimize"] = "maximize"
-    step: int | None = Field(default=None, gt=0)
+    step: StrictInt | None = Field(default=None, gt=0)
     """The value at this step (its evaluation); None: at the end of the run (the final evaluation)."""
 
 
 class Sampler(_Strict):
     type: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = 0
-    startup_trials: int = Field(default=4, ge=0)
+    seed: StrictInt = 0
+    startup_trials: StrictInt = Field(default=4, ge=0)
     """TPE only: trials sampled at random before the model-based ones."""
 
 
 class Pruner(_Strict):
     type: Literal["none", "median", "successive-halving", "hyperband"] = "none"
-    startup_trials: int = Field(default=2, ge=0)
+    startup_trials: StrictInt = Field(default=2, ge=0)
     """median: no pruning until this many trials completed."""
-    warmup_steps: int = Field(default=0, ge=0)
+    warmup_steps: StrictInt = Field(default=0, ge=0)
     """median: no pruning of a trial before this step."""
-    min_resource: int | Literal["auto"] = "auto"
+    min_resource: StrictInt | Literal["auto"] = "auto"
     """successive-halving, hyperband: the first rung (in steps)."""
-    reduction_factor: int = Field(default=3, ge=2)
+    reduction_factor: StrictInt = Field(default=3, ge=2)
 
 
 class StoreStorage(_Strict):
@@ -101,7 +103,7 @@ class StoreStorage(_Strict):
 
 class DatabaseStorage(_Strict):
     kind: Literal["database"]
-    url: str = Field(pattern=r"^[a-z0-9+]+://")
+    url: str = Field(pattern=URL)
     """An SQLAlchemy URL without password, e.g. ``postgresql+psycopg://optuna@db.internal:5432/optuna``."""
     password_env: str | None = "TPUOPS_SWEEP_DB_PASSWORD"
     password_file: str | None = None
@@ -127,7 +129,7 @@ Storage = Annotated[StoreStorage | DatabaseStorage, Field(discriminator="kind")]
 class Endgame(_Strict):
     """Move the leading trials from spot to on-demand at their next checkpoint near the end of the sweep."""
 
-    leaders: int = Field(default=1, ge=1)
+    leaders: StrictInt = Field(default=1, ge=1)
     at_budget_fraction: float = Field(default=0.8, gt=0, le=1)
     """Promote once this fraction of the budget is spent ..."""
     at_trials_fraction: float = Field(default=0.75, gt=0, le=1)
@@ -143,17 +145,17 @@ class SweepSpec(_Strict):
     objective: Objective = Field(default_factory=Objective)
     sampler: Sampler = Field(default_factory=Sampler)
     pruner: Pruner = Field(default_factory=Pruner)
-    trials: int = Field(gt=0, le=9999)
-    parallel: int = Field(default=1, gt=0)
-    eval_every_steps: int | None = Field(default=None, gt=0)
+    trials: StrictInt = Field(gt=0, le=9999)
+    parallel: StrictInt = Field(default=1, gt=0)
+    eval_every_steps: StrictInt | None = Field(default=None, gt=0)
     """How often trials evaluate (the intermediate values the pruner sees); default: the experiment's."""
     capacity: Capacity | None = None
     accelerator: str | None = None
     budget_usd: float | None = Field(default=None, gt=0)
     storage: Storage = Field(default_factory=StoreStorage)
-    max_preemptions: int = Field(default=20, ge=0)
+    max_preemptions: StrictInt = Field(default=20, ge=0)
     """Preemptions one trial may take (recovered from its checkpoint each time) before it is given up."""
-    max_failures: int = Field(default=3, ge=1)
+    max_failures: StrictInt = Field(default=3, ge=1)
     """Failed trials (user errors, crashes past the restarts) after which the sweep launches no more."""
     endgame: Endgame | None = None
 

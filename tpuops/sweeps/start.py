@@ -54,7 +54,11 @@ class SweepPlan:
 
 
 def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path | None = None) -> SweepPlan:
-    """Validate the sweep, its experiment and its data; compute the trials' run template. Nothing is written."""
+    """Validate the sweep, its experiment and its data; compute the trials' run template. Nothing is written.
+
+    Refused here, so before any upload and by ``--dry-run`` too: a budget that cannot pay for one
+    trial, and a name a sweep in the store has already.
+    """
     spec = load_sweep(path)
     experiment = experiment_path(path, spec)
     job = jobs.plan_train(settings, experiment, store, run_id=trial_run_id(spec.name, 0),
@@ -75,9 +79,18 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
         job = dataclasses.replace(job, spec=dataclasses.replace(
             job.spec, train=dataclasses.replace(train, eval_every_steps=spec.eval_every_steps)))
     hourly = catalog_for(settings).price_per_hour(job.up.request.accelerator, job.up.request.capacity, job.up.zones[0])
+    projected = hourly * job.experiment.expected_hours
+    if spec.budget_usd is not None and projected > spec.budget_usd:
+        hours = job.experiment.expected_hours
+        raise UsageError(f"{path}: budget_usd = {spec.budget_usd} cannot pay for one trial (projected "
+                         f"{projected:.2f} USD: {hourly:.2f} USD/h for expected_hours = {hours} of {experiment.name}); "
+                         "raise budget_usd or lower expected_hours")
+    if store.exists(ops.record_key(spec.name)):  # checked here so that --dry-run says it too
+        raise UsageError(f"{path}: a sweep named {spec.name!r} exists already in {store.uri}: choose another name "
+                         f"('tpuops sweep status {spec.name}' shows it)")
     template = TrialTemplate(record=job.record, spec=job.spec, project=settings.project,
                              store_root=settings.store_root)
-    return SweepPlan(spec=spec, job=job, template=template, projected_usd=hourly * job.experiment.expected_hours)
+    return SweepPlan(spec=spec, job=job, template=template, projected_usd=projected)
 
 
 def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None]) -> None:

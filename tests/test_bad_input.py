@@ -1,0 +1,211 @@
+"""One case per bad-input defect of issue 21, each of which failed before its fix: the CLI in-process, in a sandbox.
+
+Every case also passes ``fuzzing.verdict`` (no traceback, exit 0/1/2, one or two stderr lines for
+a usage error, nothing left behind when refused, strict JSON). The sandbox's config points at a
+port nothing listens on, so a command that reaches for the API meets an unreachable server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from fuzzing import CORPUS, REPO, Outcome, Sandbox, run_case, verdict
+
+pytestmark = pytest.mark.unit
+
+SPEC = str(REPO / "experiments" / "digits_cnn.yaml")
+
+
+def corpus(name: str) -> str:
+    return str(CORPUS / name)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    return Sandbox.make(tmp_path / "case")
+
+
+def tpuops(sandbox: Sandbox, *argv: str, stdin: str = "") -> Outcome:
+    outcome = run_case(sandbox, list(argv), stdin=stdin)
+    problem = verdict(outcome)
+    assert problem is None, f"tpuops {' '.join(argv)}: {problem}\n{outcome.stderr}"
+    return outcome
+
+
+REFUSED = [  # argv, what the one line must say
+    (["init", "--path", "/nonexistent/dir/x.toml"], "no folder /nonexistent/dir"),
+    (["init", "--store", "ftp://example.com/x", "--path", "new.toml"], "ftp:// is not a store"),
+    (["init", "--zone", "mars-central1-z", "--path", "new.toml"], "offers no Cloud TPUs"),
+    (["init", "--zone", "us-central1-x", "--path", "new.toml"], "did you mean 'us-central1-"),
+    (["init", "--accelerator", "v9-8", "--path", "new.toml"], "'v9-8' is not a Cloud TPU type"),
+    (["init", "--provider", "gcp", "--path", "new.toml"], "pass --project"),
+    (["init", "--label", "managed-by=me", "--path", "new.toml"], "set by tpuops"),
+    (["init", "--service-account", "nobody", "--path", "new.toml"], "an account email such as"),
+    (["--config", "/", "status"], "is a directory"),
+    (["train", corpus("latin1.yaml"), "--dry-run"], "not UTF-8"),
+    (["train", corpus("binary.yaml"), "--dry-run"], "binary file"),
+    (["train", corpus("huge_steps.yaml"), "--dry-run"], "5000 digits"),
+    (["train", corpus("deep_nesting.yaml"), "--dry-run"], "nested deeper than 32 levels"),
+    (["train", corpus("anchor_bomb.yaml"), "--dry-run"], "anchor bomb"),
+    (["train", corpus("recursive_alias.yaml"), "--dry-run"], "refers to a node that contains it"),
+    (["train", corpus("bool_steps.yaml"), "--dry-run"], "steps = True is not allowed"),
+    (["train", corpus("duplicate_keys.yaml"), "--dry-run"], "'steps' appears twice"),
+    (["train", corpus("inf_hours.yaml"), "--dry-run"], "not a finite number"),
+    (["train", corpus("traversal_name.yaml"), "--dry-run"], "1-41 lowercase letters"),
+    (["train", SPEC, "--budget", "1e400", "--dry-run"], "--budget"),
+    (["sweep", "start", corpus("sweep_inf_budget.yaml"), "--dry-run"], "not a finite number"),
+    (["sweep", "start", corpus("sweep_trails_typo.yaml"), "--dry-run"], "did you mean 'trials'"),
+    (["sweep", "status", "../../etc"], "sweep name '../../etc' is not allowed"),
+    (["events", "../../etc/passwd"], "run id '../../etc/passwd' is not allowed"),
+    (["up", "n1", "--queued", "--valid-for", "1e400"], "--valid-for"),
+    (["watch", "--interval", "1e300"], "--interval"),
+    (["emulator", "fault", "--latency", "1e400"], "--latency"),
+    (["emulator", "start", "--boot-delay", "-1"], "--boot-delay"),
+    (["emulator", "start", "--grace", "nan"], "--grace"),
+    (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
+    (["data", "verify", "\x00"], "NUL byte"),
+    (["train", "--resume", ""], "run id '' is not allowed"),
+    (["init", "--path", "x" * 300], "File name too long"),
+    (["train", corpus("nul_escape.yaml"), "--dry-run"], "NUL character"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), REFUSED, ids=[" ".join(a)[:60] for a, _ in REFUSED])
+def test_bad_input_is_refused_in_one_line_with_exit_2(sandbox: Sandbox, argv: list[str], says: str) -> None:
+    outcome = tpuops(sandbox, *argv)
+    assert outcome.code == 2, outcome.stderr
+    assert says in outcome.stderr
+    assert not re.search(r"\^\[|\$alt=json|Traceback", outcome.stderr)
+
+
+@pytest.mark.parametrize("config", ["config_latin1.toml", "config_binary.toml", "config_inf.toml", "config_nan.toml",
+                                    "config_huge.toml", "config_deep.toml", "config_ftp_store.toml",
+                                    "config_price_inf.toml", "config_bad_zone.toml", "config_unknown.toml"])
+def test_a_bad_config_file_is_refused_by_every_command_that_reads_it(sandbox: Sandbox, config: str) -> None:
+    for argv in (["doctor", "--json"], ["status"]):
+        outcome = tpuops(sandbox, "--config", corpus(config), *argv)
+        assert outcome.code == 2 and config in outcome.stderr, outcome.stderr
+
+
+def test_a_typo_in_a_config_key_gets_a_did_you_mean(sandbox: Sandbox) -> None:
+    outcome = tpuops(sandbox, "--config", corpus("config_unknown.toml"), "status")
+    assert "did you mean 'provider'?" in outcome.stderr
+
+
+def test_a_yaml_error_names_line_and_column(sandbox: Sandbox) -> None:
+    outcome = tpuops(sandbox, "train", corpus("bad_syntax.yaml"), "--dry-run")
+    assert re.search(r"bad_syntax\.yaml:\d+:\d+: not valid YAML", outcome.stderr), outcome.stderr
+
+
+def test_init_labels_are_written_and_a_refused_init_writes_nothing(sandbox: Sandbox) -> None:
+    target = sandbox.root / "work" / "new.toml"
+    assert tpuops(sandbox, "init", "--label", "team=alpha", "--path", str(target)).code == 0
+    assert 'team = "alpha"' in target.read_text()
+    refused = sandbox.root / "work" / "gcp.toml"
+    assert tpuops(sandbox, "init", "--provider", "gcp", "--path", str(refused)).code == 2
+    assert not refused.exists()
+    retried = tpuops(sandbox, "init", "--provider", "gcp", "--project", "p-1", "--store", "gs://b/x",
+                     "--path", str(refused))
+    assert retried.code == 0 and refused.exists()
+
+
+def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sandbox) -> None:
+    empty = sandbox.root / "empty"
+    empty.mkdir()
+    dataset = sandbox.root / "work" / "data" / "x"
+    dataset.mkdir(parents=True)
+    (dataset / "manifest.json").write_text(json.dumps({
+        "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 0, "bytes": 0, "shards": [],
+        "source": {"format": "npz", "path": "x.npz", "description": "none"}, "features": {}}))
+    outcome = tpuops(sandbox, "infer", SPEC, "--checkpoint", str(empty), "--input", "data/x")
+    assert outcome.code == 2 and "holds neither a SavedModel" in outcome.stderr
+    assert "cannot reach" not in outcome.stderr  # refused before the API was called
+
+
+def test_an_unreachable_endpoint_is_one_line_naming_it(sandbox: Sandbox) -> None:
+    outcome = tpuops(sandbox, "status")
+    assert outcome.code == 1
+    [line] = outcome.stderr.strip().splitlines()
+    assert re.search(r"cannot reach the Cloud TPU API at 127\.0\.0\.1:\d+ \(connection refused", line)
+
+
+def test_down_all_asks_on_stderr_and_a_no_is_not_an_error(sandbox: Sandbox) -> None:
+    outcome = tpuops(sandbox, "down", "--all", "--json", stdin="n\n")
+    assert outcome.code == 0 and outcome.stdout == ""
+    assert "delete every tpuops node" in outcome.stderr and "nothing deleted" in outcome.stderr
+
+
+def test_emulator_status_exits_alike_with_and_without_json(sandbox: Sandbox) -> None:
+    plain = tpuops(sandbox, "emulator", "status")
+    as_json = tpuops(sandbox, "emulator", "status", "--json")
+    assert plain.code == as_json.code == 1
+    assert json.loads(as_json.stdout)["running"] is False
+
+
+def test_an_empty_npz_is_bad_input_not_an_abort(sandbox: Sandbox) -> None:
+    empty = sandbox.root / "empty.npz"
+    empty.write_bytes(b"")
+    outcome = tpuops(sandbox, "data", "convert", str(empty), "-f", "npz", "-o", str(sandbox.root / "out"))
+    assert outcome.code == 2 and "not a readable .npz archive" in outcome.stderr
+
+
+def test_version(sandbox: Sandbox) -> None:
+    outcome = tpuops(sandbox, "--version")
+    assert outcome.code == 0 and re.fullmatch(r"tpuops \d+\.\d+\.\d+\S*\n", outcome.stdout)
+
+
+def _user_bus() -> bool:
+    try:
+        return subprocess.run(["systemctl", "--user", "show-environment"], check=False, capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(_user_bus(), reason="a systemd user bus answers here: the install would succeed for real")
+def test_schedule_install_systemd_without_a_user_bus_writes_no_unit(sandbox: Sandbox) -> None:
+    sandbox.env["XDG_CONFIG_HOME"] = str(sandbox.root / "xdg")
+    for argv in (["schedule", "install", "--systemd", "--dry-run"], ["schedule", "install", "--systemd"]):
+        outcome = tpuops(sandbox, *argv)
+        assert outcome.code == 1 and "systemctl --user" in outcome.stderr
+    assert not (sandbox.root / "xdg").exists()
+    assert not list((sandbox.root / "home").rglob("pass.sh"))
+
+
+def _sweep_world(sandbox: Sandbox, budget: str) -> Path:
+    """A sweep spec over digits_cnn with a one-shard dataset manifest in the sandbox (enough to plan, not to train)."""
+    work = sandbox.root / "work"
+    shard = {"name": "s.tfrecord", "records": 1, "bytes": 1, "crc32c": "AAAAAA=="}
+    features = {"image": {"kind": "bytes", "dtype": "uint8", "shape": [8, 8, 1], "encoding": "raw"},
+                "label": {"kind": "int64", "dtype": "int64", "shape": []}}
+    for part in ("train", "test"):
+        folder = work / "data" / "digits" / part
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({
+            "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 1, "bytes": 1,
+            "shards": [shard], "source": {"format": "npz", "path": "x.npz", "description": "one"},
+            "features": features}))
+    spec = work / "s.yaml"
+    spec.write_text((REPO / "sweeps" / "digits_lr.yaml").read_text()
+                    .replace("../experiments/digits_cnn.yaml", SPEC).replace("budget_usd: 10", f"budget_usd: {budget}"))
+    return spec
+
+
+def test_a_sweep_whose_budget_cannot_pay_one_trial_is_refused_before_anything_is_written(sandbox: Sandbox) -> None:
+    spec = _sweep_world(sandbox, "0.0001")
+    for argv in (["sweep", "start", str(spec), "--dry-run"], ["sweep", "start", str(spec)]):
+        outcome = tpuops(sandbox, *argv)
+        assert outcome.code == 2 and "cannot pay for one trial" in outcome.stderr, outcome.stderr
+    assert not (sandbox.root / "store").exists()
+
+
+def test_dry_run_refuses_a_sweep_name_the_store_has_already(sandbox: Sandbox) -> None:
+    spec = _sweep_world(sandbox, "10")
+    (sandbox.root / "store" / "sweeps" / "digits-lr").mkdir(parents=True)
+    (sandbox.root / "store" / "sweeps" / "digits-lr" / "sweep.json").write_text("{}")
+    outcome = tpuops(sandbox, "sweep", "start", str(spec), "--dry-run")
+    assert outcome.code == 2 and "exists already" in outcome.stderr, outcome.stderr
