@@ -57,9 +57,12 @@ def sweep_start(settings: Settings, spec: Path, *, progress: Callable[[str], Non
 def sweep_status(settings: Settings, name: str, *, importances: bool = False) -> SweepStatus:
     """``tpuops sweep status NAME``: trials, progress, spend (``importances``: Optuna's parameter importances)."""
     from tpuops.session import open_ledger, store
+    from tpuops.sweeps.ops import read_sweep
     from tpuops.sweeps.status import sweep_status as status_of
 
-    return status_of(settings, store(settings), open_ledger(settings), name, importances=importances)
+    root = store(settings)
+    read_sweep(root, name)  # an unknown sweep is refused before the ledger is opened (and created)
+    return status_of(settings, root, open_ledger(settings), name, importances=importances)
 
 
 def sweep_stop(settings: Settings, name: str) -> SweepState:
