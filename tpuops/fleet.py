@@ -164,21 +164,32 @@ class Fleet:
         """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
 
         A create operation is done when its node is READY, and says when (its endTime): one
-        GetOperation, once per node this engine created, dates the start of billing exactly. It
-        is kept within the gap since the last sighting, as a clock that is off cannot move it out.
+        GetOperation, once per node this engine created or was told of (``expect``), dates the
+        start of billing exactly. It is kept within the gap since the last sighting (for a node
+        this engine never saw, since the operation started), as a clock that is off cannot move it out.
         """
         guess = self._changed_at(node.zone, node.name, seen)
         operation = self._creating.pop((node.zone, node.name), None)
         if operation is None:
             return guess
         try:
-            ended = self.provider.operation(node.zone, operation).ended
+            done = self.provider.operation(node.zone, operation)
         except TpuopsError:
             return guess
         last = self._last_seen.get((node.zone, node.name))
-        if ended is None or last is None:
+        since = last.at if last is not None else done.started
+        if done.ended is None or since is None:
             return guess
-        return min(max(ended, last.at), seen)
+        return min(max(done.ended, since), seen)
+
+    def expect(self, zone: str, name: str, operation: str) -> None:
+        """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
+
+        Without it a node that this engine first sees READY is dated at that sighting, up to a
+        pass late. A node this engine created or has seen already is left as it is.
+        """
+        if (zone, name) not in self._last_seen:
+            self._creating.setdefault((zone, name), operation)
 
     def _gone(self, zone: str, name: str, at: datetime | None = None) -> None:
         """Close the node's ledger incarnation: at ``at`` when known, else when it most likely went."""

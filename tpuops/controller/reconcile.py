@@ -258,6 +258,9 @@ class Controller:
         zones = list(self.settings.zones)
         for state in states.values():
             zones.extend(z for z in (*state.record.zones, state.memory.zone) if z)
+            pending = state.memory.pending_create
+            if pending is not None and pending.operation and pending.error is None:
+                self.nodes.expect(pending.zone, state.record.node_name, pending.operation)
         listed, failed = self.nodes.list_zones(zones)
         for zone, err in failed.items():
             report.unlisted_zones.append(zone)
