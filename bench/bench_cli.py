@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from baseline import add_argument as add_baseline_argument
+from baseline import tree as baseline_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 REPS = 3
@@ -85,12 +88,10 @@ def make_nodes(endpoint: str, count: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", default=os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline"))
+    add_baseline_argument(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    baseline = Path(args.baseline)
-    if not (baseline / "tpuops" / "__init__.py").is_file():
-        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive c4ce28f | tar -x -C {baseline})")
+    baseline = baseline_tree(args, "c4ce28f")
     from tpuops.emulator.control import start_background, stop
 
     trees = {"baseline": baseline, "this tree": ROOT}

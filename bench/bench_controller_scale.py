@@ -37,6 +37,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from baseline import add_argument as add_baseline_argument
+from baseline import tree as baseline_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-b"
 REPS = 3
@@ -244,7 +247,7 @@ def calls_text(calls: dict[str, int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", default=os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline"))
+    add_baseline_argument(parser)
     parser.add_argument("--quick", action="store_true", help="200 active on GCS, 2,000 finished + 50 active")
     parser.add_argument("--goals", action="store_true", help="only the two cases with goals (the largest)")
     parser.add_argument("--only", choices=("gcs", "local"), help="only the cases on this store")
@@ -259,9 +262,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
-    baseline = Path(args.baseline)
-    if not (baseline / "tpuops" / "__init__.py").is_file():
-        raise SystemExit(f"bench: no baseline tree at {baseline} (git archive a052406 | tar -x -C {baseline})")
+    baseline = baseline_tree(args, "a052406")
     sys.path.insert(0, str(ROOT / "tests"))
     from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
 
