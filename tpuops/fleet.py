@@ -128,7 +128,7 @@ class Fleet:
                 Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
                          capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
                          run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         at=self._ready_at(n, now) if n.state is NodeState.READY else
+                         created_at=n.create_time, at=self._ready_at(n, now) if n.state is NodeState.READY else
                          self._changed_at(n.zone, n.name, now))
                 for n in fresh]
             self.ledger.observe_nodes(sightings)
