@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
+from tpuops.api.plan import risk
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
 from tpuops.api.tools import (
     doctor,
@@ -44,7 +45,7 @@ __all__ = [
     "data_sample", "data_upload", "data_verify", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
     "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
-    "reconcile", "resume", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
+    "reconcile", "resume", "risk", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
     "schedule_uninstall", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
     "sweep_stop", "train", "up", "watch",
 ]
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from tpuops.fleet import DownResult, UpPlan, UpResult
     from tpuops.jobs import JobPlan
     from tpuops.providers.nodes import NodeInfo
+    from tpuops.risk import Risk as Risk
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
     from tpuops.sweeps.status import SweepStatus as SweepStatus
