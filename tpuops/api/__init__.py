@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
-from tpuops.api.plan import risk
+from tpuops.api.plan import risk, simulate
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
 from tpuops.api.tools import (
     doctor,
@@ -46,8 +46,8 @@ __all__ = [
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
     "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
     "reconcile", "resume", "risk", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
-    "schedule_uninstall", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
-    "sweep_stop", "train", "up", "watch",
+    "schedule_uninstall", "simulate", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start",
+    "sweep_status", "sweep_stop", "train", "up", "watch",
 ]
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from tpuops.risk import Risk as Risk
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.sim.engine import SimReport as SimReport
     from tpuops.sweeps.status import SweepStatus as SweepStatus
 
 Say = Callable[[str], None]
