@@ -213,3 +213,45 @@ def test_bad_simulate_input_is_one_line(project: Path, args: list[str], message:
 def test_a_negative_hazard_is_refused() -> None:
     with pytest.raises(UsageError, match="a preemption rate must be >= 0 per hour"):
         CloudModel(spot_hazard_per_hour=-0.1)
+
+
+# -- forecasts ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(project: Path) -> None:
+    done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"])
+    assert done.exit_code == 0, done.output
+    forecast = json.loads(done.stdout)["forecast"]
+    by_policy = {row["policy"]: row for row in forecast["policies"]}
+    assert set(by_policy) == {"spot", "on-demand"} and forecast["not_forecast"]
+    spot, on_demand = by_policy["spot"], by_policy["on-demand"]
+    assert spot["simulated"] == on_demand["simulated"] == 20
+    assert spot["usd"]["p10"] <= spot["usd"]["p50"] <= spot["usd"]["p90"] < on_demand["usd"]["p10"]
+    assert on_demand["expected_preemptions"] == 0 and spot["hours"]["p50"] > 0
+    assert forecast["assumptions"]["steps_per_s_source"] == "assumed (no history)"
+    assert not (project / "home" / "store" / "runs").exists()  # a dry run declares nothing
+    sweep = CliRunner().invoke(app, ["sweep", "start", "sweeps/digits_lr.yaml", "--dry-run", "--json"])
+    assert sweep.exit_code == 0, sweep.output
+    rows = json.loads(sweep.stdout)["forecast"]["policies"]
+    assert [(r["policy"], r["simulated"], r["finished"]) for r in rows] == [("spot", 3, 3), ("on-demand", 3, 3)]
+
+
+@pytest.mark.unit
+def test_history_gives_the_experiments_own_speed_and_setup() -> None:
+    from tpuops.runs import AgentStatus, Memory, Run
+    from tpuops.runs.models import AttemptTime
+    from tpuops.sim.forecast import Band, measured
+
+    def run(experiment: str, step: int, productive: float, setup: float) -> Run:
+        record = RunRecord(run_id=f"{experiment}-{step}", kind=RunKind.TRAIN, experiment=experiment,
+                           node=NodeSpec(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
+                                         capacity=Capacity.SPOT, zones=[ZONES[0]]))
+        status = AgentStatus(step=step, attempts=[AttemptTime(attempt=1, productive_s=productive, setup_s=setup)])
+        return Run(record, status, Memory())
+
+    found = [run("digits", 600, 20.0, 50.0), run("digits", 900, 40.0, 70.0), run("other", 10, 100.0, 1.0)]
+    history = measured(found, "digits")
+    assert history is not None and (history.runs, history.steps_per_s, history.setup_s) == (2, 25.0, 60.0)
+    assert measured(found, "never-ran") is None
+    assert Band.of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]) == Band(2.0, 6.0, 10.0)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
-from tpuops.api.plan import risk, simulate
+from tpuops.api.plan import SweepForecast, TrainForecast, forecast_sweep, forecast_train, risk, simulate
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
 from tpuops.api.tools import (
     doctor,
@@ -41,13 +41,14 @@ from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls",
-    "data_sample", "data_upload", "data_verify", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
-    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
-    "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
-    "reconcile", "resume", "risk", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
-    "schedule_uninstall", "simulate", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start",
-    "sweep_status", "sweep_stop", "train", "up", "watch",
+    "MetadataKey", "Overview", "Started", "SweepForecast", "SweepStarted", "TrainForecast", "controller", "cost",
+    "data_convert", "data_ls", "data_sample", "data_upload", "data_verify", "doctor", "down", "drive",
+    "emulator_billing", "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop",
+    "events", "forecast_sweep", "forecast_train", "infer", "init", "launch", "list_runs", "logs", "plan_infer",
+    "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans", "reconcile", "resume", "risk",
+    "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall", "simulate",
+    "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "train", "up",
+    "watch",
 ]
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
-"""Planning before paying, as library calls: ``risk`` (preemption risk learned from the ledger) and
-``simulate`` (an experiment or a sweep on the virtual-time Cloud TPU, ``tpuops.sim``).
+"""Planning before paying, as library calls: ``risk`` (preemption risk learned from the ledger),
+``simulate`` (an experiment or a sweep on the virtual-time Cloud TPU, ``tpuops.sim``), and the dry runs
+with forecasts: ``forecast_train`` (``train --dry-run``) and ``forecast_sweep`` (``sweep start --dry-run``).
 
 Part of the front door (``tpuops.api`` re-exports every name here). Each call takes ``Settings``
 and imports what it computes with lazily; the models (``tpuops.risk``) compute without I/O.
@@ -8,15 +9,20 @@ and imports what it computes with lazily; the models (``tpuops.risk``) compute w
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
+from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
+    from tpuops.jobs import JobPlan
     from tpuops.risk import Risk
     from tpuops.sim.engine import SimReport
+    from tpuops.sim.forecast import Forecast
+    from tpuops.sweeps.start import SweepPlan
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
@@ -42,3 +48,48 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
     chosen = Policy.parse(policy)
     return run_simulation(settings, path, risk(settings), policy=chosen, count=runs, seed=seed, cron_s=cron_s,
                           max_hours=max_hours, progress=progress)
+
+
+@dataclass(frozen=True)
+class TrainForecast:
+    """``train --dry-run``: the plan (nothing written) and what it would cost and take, per policy."""
+
+    plan: JobPlan
+    forecast: Forecast
+
+
+@dataclass(frozen=True)
+class SweepForecast:
+    """``sweep start --dry-run``: the sweep's plan and what the whole sweep would cost and take, per policy."""
+
+    plan: SweepPlan
+    forecast: Forecast
+
+
+def _forecast(settings: Settings, path: Path, experiment: str, runs: int, sweeps: int) -> Forecast:
+    from tpuops import runs as run_store
+    from tpuops.session import store
+    from tpuops.sim.forecast import forecast, measured
+
+    history = measured(run_store.list_runs(store(settings)), experiment)
+    return forecast(settings, path, risk(settings), history, runs=runs, sweeps=sweeps)
+
+
+def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
+                   capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
+                   runs: int = 20) -> TrainForecast:
+    """``tpuops train SPEC --dry-run``: the plan, and ``runs`` simulated runs per policy on the learned risk
+    and the experiment's own history (steps/s, setup) or the stated defaults."""
+    from tpuops.api import plan_train
+
+    plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                      budget_usd=budget_usd)
+    return TrainForecast(plan, _forecast(settings, spec, plan.experiment.name, runs, sweeps=0))
+
+
+def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> SweepForecast:
+    """``tpuops sweep start SPEC --dry-run``: the sweep's plan, and ``sweeps`` whole simulated sweeps per policy."""
+    from tpuops.api.sweeps import sweep_plan
+
+    plan = sweep_plan(settings, spec)
+    return SweepForecast(plan, _forecast(settings, spec, plan.job.experiment.name, runs=0, sweeps=sweeps))

@@ -153,7 +153,7 @@ class Simulation:
         self.cron_s = cron_s
         self.progress = progress
         self.clock = VirtualClock(START)
-        self.store = LocalStore(workdir / "store")
+        self.store = LocalStore(workdir / "store", durable=False)  # scratch: nothing in it outlives the simulation
         self.ledger = Ledger(workdir / "ledger.sqlite")
         self.agents = Agents(self.store, agent, seed)
         self.cloud = SimulatedCloud(self.settings.project, cloud, clock=self.clock, seed=seed, workload=self.agents)

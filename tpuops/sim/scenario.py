@@ -11,6 +11,7 @@ checkpoint interval) and the stated defaults below for what only a run can measu
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from tpuops import jobs
 from tpuops.config import Settings
 from tpuops.errors import UsageError
 from tpuops.experiment import Experiment
@@ -28,6 +30,8 @@ from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
 from tpuops.sim.engine import SimReport, Simulation
 from tpuops.sim.model import AgentModel
+from tpuops.store import Store
+from tpuops.sweeps.start import SweepPlan, plan_sweep, start_sweep
 
 DEFAULT_STEPS_PER_S = 10.0
 """ASSUMED training speed where an experiment has no history: stated, and shown as an assumption."""
@@ -51,15 +55,16 @@ class Policy(ValueEnum):
         return Capacity.SPOT if self is Policy.SPOT else Capacity.ON_DEMAND
 
 
-def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S,
+def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None,
                 eval_every_steps: int = 0) -> AgentModel:
     """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval."""
     steps = experiment.steps or max(1, round(experiment.expected_hours * 3600 * steps_per_s))
     every = [s for s in (experiment.checkpoint.every_seconds,
                          experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
              if s > 0]
+    setup = {} if setup_s is None else {"setup_s": setup_s}
     return AgentModel(total_steps=steps, steps_per_s=steps_per_s, checkpoint_every_s=min(every, default=600.0),
-                      eval_every_steps=eval_every_steps)
+                      eval_every_steps=eval_every_steps, **setup)
 
 
 def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> CloudModel:
@@ -91,18 +96,24 @@ def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capa
     return record.model_copy(update={"run_id": run_id, "node": node}), {**spec, "run_id": run_id}
 
 
+def _on(plan: SweepPlan, capacity: Capacity) -> SweepPlan:
+    """The sweep with every trial on ``capacity`` (its frozen template's node request changed, nothing else)."""
+    record = plan.template.record
+    node = record.node.model_copy(update={"capacity": capacity})
+    template = plan.template.model_copy(update={"record": record.model_copy(update={"node": node})})
+    return dataclasses.replace(plan, template=template)
+
+
 def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
              seed: int = 0, cron_s: float = 300.0, max_hours: float = 24 * 30,
-             steps_per_s: float = DEFAULT_STEPS_PER_S, workdir: Path | None = None,
+             steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
              progress: Callable[[str], None] | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk.
 
     Raises:
         UsageError: a bad file, count or interval (one line each).
     """
-    from tpuops import jobs
     from tpuops.session import store
-    from tpuops.sweeps.start import plan_sweep, start_sweep
 
     if count < 1:
         raise UsageError(f"runs = {count} is not allowed: expected at least 1")
@@ -110,11 +121,21 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
         raise UsageError(f"the pass interval = {cron_s} s is not allowed: expected > 0")
     say = progress or (lambda _text: None)
     user_store = store(settings)
-    scratch = Path(workdir or tempfile.mkdtemp(prefix="tpuops-sim-"))
+    if workdir is not None:
+        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, max_hours, steps_per_s,
+                    setup_s, say)
+    with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
+        return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, max_hours,
+                    steps_per_s, setup_s, say)
+
+
+def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
+         count: int, seed: int, cron_s: float, max_hours: float, steps_per_s: float, setup_s: float | None,
+         say: Callable[[str], None]) -> SimReport:
     if is_sweep(path):
-        plan = plan_sweep(settings, path, user_store)
+        plan = _on(plan_sweep(settings, path, user_store), policy.capacity)
         train = plan.job.spec.train
-        model = agent_model(plan.job.experiment, steps_per_s=steps_per_s,
+        model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
@@ -123,6 +144,7 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     else:
         job = jobs.plan_train(settings, path, user_store, capacity=policy.capacity)
         sim = Simulation(settings, scratch, cloud_model(settings, risks, job.record.node.accelerator),
-                         agent_model(job.experiment, steps_per_s=steps_per_s), cron_s=cron_s, seed=seed, progress=say)
+                         agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s), cron_s=cron_s,
+                         seed=seed, progress=say)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity) for index in range(count))
     return sim.run(max_hours=max_hours)
