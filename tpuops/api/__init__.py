@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
-from tpuops.api.plan import SweepForecast, TrainForecast, forecast_sweep, forecast_train, risk, simulate
+from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
 from tpuops.api.tools import (
     doctor,
@@ -41,7 +41,7 @@ from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "MetadataKey", "Overview", "Started", "SweepForecast", "SweepStarted", "TrainForecast", "controller", "cost",
+    "Forecasted", "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost",
     "data_convert", "data_ls", "data_sample", "data_upload", "data_verify", "doctor", "down", "drive",
     "emulator_billing", "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop",
     "events", "forecast_sweep", "forecast_train", "infer", "init", "launch", "list_runs", "logs", "plan_infer",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tpuops.config import Settings
 from tpuops.kinds import Capacity
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tpuops.sweeps.start import SweepPlan
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+PlanT = TypeVar("PlanT")
 
 
 def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
@@ -51,18 +52,11 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
 
 
 @dataclass(frozen=True)
-class TrainForecast:
-    """``train --dry-run``: the plan (nothing written) and what it would cost and take, per policy."""
+class Forecasted(Generic[PlanT]):
+    """A dry run: the plan (``JobPlan`` for ``train``, ``SweepPlan`` for ``sweep start``; nothing written) and
+    what it would cost and take, per policy."""
 
-    plan: JobPlan
-    forecast: Forecast
-
-
-@dataclass(frozen=True)
-class SweepForecast:
-    """``sweep start --dry-run``: the sweep's plan and what the whole sweep would cost and take, per policy."""
-
-    plan: SweepPlan
+    plan: PlanT
     forecast: Forecast
 
 
@@ -77,19 +71,19 @@ def _forecast(settings: Settings, path: Path, experiment: str, runs: int, sweeps
 
 def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
                    capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
-                   runs: int = 20) -> TrainForecast:
+                   runs: int = 20) -> Forecasted[JobPlan]:
     """``tpuops train SPEC --dry-run``: the plan, and ``runs`` simulated runs per policy on the learned risk
     and the experiment's own history (steps/s, setup) or the stated defaults."""
     from tpuops.api import plan_train
 
     plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
                       budget_usd=budget_usd)
-    return TrainForecast(plan, _forecast(settings, spec, plan.experiment.name, runs, sweeps=0))
+    return Forecasted(plan, _forecast(settings, spec, plan.experiment.name, runs, sweeps=0))
 
 
-def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> SweepForecast:
+def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> Forecasted[SweepPlan]:
     """``tpuops sweep start SPEC --dry-run``: the sweep's plan, and ``sweeps`` whole simulated sweeps per policy."""
     from tpuops.api.sweeps import sweep_plan
 
     plan = sweep_plan(settings, spec)
-    return SweepForecast(plan, _forecast(settings, spec, plan.job.experiment.name, runs=0, sweeps=sweeps))
+    return Forecasted(plan, _forecast(settings, spec, plan.job.experiment.name, runs=0, sweeps=sweeps))

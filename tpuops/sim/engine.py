@@ -113,12 +113,16 @@ class SimReport:
 
     simulated_s: float = 0.0
     wall_s: float = 0.0
+    """What simulating took, on this machine."""
     passes: int = 0
     slowest_pass_s: float = 0.0
+    """The longest real controller pass (wall time): the pass at the fleet's peak."""
     api_calls: int = 0
     peak_calls_per_minute: int = 0
+    """Cloud TPU API calls in the busiest virtual minute."""
     store_objects: int = 0
     journal_bytes: int = 0
+    """Size of the sweeps' Optuna journals in the store (0 without a sweep)."""
     ended: bool = False
     """Every run and sweep finished within the simulated time allowed."""
     runs: list[RunResult] = field(default_factory=list)

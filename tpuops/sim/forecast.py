@@ -70,6 +70,7 @@ class Measured:
 
     runs: int
     steps_per_s: float
+    """Steps done (not redone) per second of productive time, over every attempt of those runs."""
     setup_s: float
 
 

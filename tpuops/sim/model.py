@@ -18,11 +18,15 @@ class AgentModel:
 
     total_steps: int
     steps_per_s: float
+    """Steps per second of stepping (the agent's productive time), not of wall time."""
     setup_s: float = 120.0
+    """Bundle, TensorFlow import, TPU init and the first (compiling) call: a stated default."""
     checkpoint_every_s: float = 600.0
     save_s: float = 10.0
+    """One checkpoint save, periodic or on the notice."""
     restore_s: float = 20.0
     eval_every_steps: int = 0
+    """0: no evaluations (a run); a sweep's trials evaluate on the synthetic surface."""
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0 or self.steps_per_s <= 0:
