@@ -38,12 +38,12 @@ from tpuops.providers.cloud_model import CloudModel, Stockout
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import SimReport, Simulation
-from tpuops.sim.model import AgentModel
+from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.scenario import Policy, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
-DAY_JOB = AgentModel(total_steps=24 * 3600 * 10, steps_per_s=10, setup_s=120, checkpoint_every_s=600, save_s=10,
-                     restore_s=20)
+DAY_JOB = AgentModel(total_steps=24 * 3600 * 10, steps_per_s=10,
+                     segments=Segments(setup_s=120, checkpoint_every_s=600, save_s=10, restore_s=20))
 HAZARDS = {"low (0.1/h)": 0.1, "high (0.5/h)": 0.5}
 SLACKS = (1.25, 1.5)
 ZONES = ("us-central1-a", "us-central1-b", "us-central1-f")  # the three that offer v3-8 there
@@ -161,7 +161,7 @@ def fleet_study(trials: int, parallel: int, repetitions: int) -> dict[str, Any]:
                      "on_demand_usd": on_demand.usd, "on_demand_trials_run": len(on_demand.runs),
                      "usd_per_trial_vs_on_demand": (spot.usd / len(started)) / (on_demand.usd / len(on_demand.runs))
                      if started and on_demand.runs and on_demand.usd else None,
-                     "calls_per_minute_mean": spot.api_calls / max(1.0, spot.simulated_s / 60)})
+                     "calls_per_minute_mean": spot.footprint.api_calls / max(1.0, spot.simulated_s / 60)})
         rows[-1].pop("runs")
     return {"trials": trials, "parallel": parallel, "zones": list(ZONES), "repetitions": rows}
 

@@ -24,12 +24,12 @@ from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
-from tpuops.sim.model import AgentModel
+from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import LocalStore
 
 ZONES = ("us-central1-a", "us-central1-b")
-SHIFT_JOB = AgentModel(total_steps=8 * 3600 * 10, steps_per_s=10, setup_s=120, checkpoint_every_s=600, save_s=10,
-                       restore_s=20)
+SHIFT_JOB = AgentModel(total_steps=8 * 3600 * 10, steps_per_s=10,
+                       segments=Segments(setup_s=120, checkpoint_every_s=600, save_s=10, restore_s=20))
 """Eight hours of steps: long enough for several preemptions, short enough for the unit lane."""
 
 
@@ -59,7 +59,8 @@ def _simulate(tmp_path: Path, cloud: CloudModel, *, seed: int = 3, count: int = 
 
 @pytest.mark.unit
 def test_an_uninterrupted_attempt_ends_after_setup_steps_and_saves(tmp_path: Path) -> None:
-    job = AgentModel(total_steps=1000, steps_per_s=10, setup_s=100, checkpoint_every_s=30, save_s=5, restore_s=20)
+    job = AgentModel(total_steps=1000, steps_per_s=10,
+                     segments=Segments(setup_s=100, checkpoint_every_s=30, save_s=5, restore_s=20))
     agent = SimulatedAgent(LocalStore(tmp_path), "r", job)
     # 100 s of stepping: saves after 30, 60 and 90 s of it, and the final one
     assert agent.finish_time(1000.0) == 1000 + 100 + 100 + 3 * 5 + 5
@@ -72,8 +73,8 @@ def test_an_uninterrupted_attempt_ends_after_setup_steps_and_saves(tmp_path: Pat
 ])
 def test_the_notice_save_keeps_the_work_only_when_it_fits(tmp_path: Path, save_s: float, notice_at: float,
                                                           kept: int) -> None:
-    job = AgentModel(total_steps=10_000, steps_per_s=10, setup_s=0, checkpoint_every_s=30, save_s=save_s,
-                     restore_s=0)
+    job = AgentModel(total_steps=10_000, steps_per_s=10,
+                     segments=Segments(setup_s=0, checkpoint_every_s=30, save_s=save_s, restore_s=0))
     store = LocalStore(tmp_path)
     agent = SimulatedAgent(store, "r", job)
     agent.started(0.0)

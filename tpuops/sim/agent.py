@@ -79,28 +79,28 @@ class SimulatedAgent:
     # -- the timeline (pure) -------------------------------------------------------------------
 
     def _plan(self, ready_at: float) -> _Attempt:
-        restore = self.model.restore_s if self.checkpoint > 0 else 0.0
-        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + self.model.setup_s + restore)
+        restore = self.model.segments.restore_s if self.checkpoint > 0 else 0.0
+        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + self.model.segments.setup_s + restore)
 
     def _progress(self, attempt: _Attempt, at: float) -> tuple[int, int]:
         """(step reached, step of the last periodic checkpoint) at ``at``."""
-        m = self.model
+        m, segments = self.model, self.model.segments
         if at <= attempt.stepping_at:
             return attempt.base_step, attempt.base_step
         elapsed = at - attempt.stepping_at
-        cycles, rest = divmod(elapsed, m.checkpoint_every_s + m.save_s)
-        stepping = cycles * m.checkpoint_every_s + min(rest, m.checkpoint_every_s)
+        cycles, rest = divmod(elapsed, segments.checkpoint_every_s + segments.save_s)
+        stepping = cycles * segments.checkpoint_every_s + min(rest, segments.checkpoint_every_s)
         step = min(m.total_steps, attempt.base_step + int(m.steps_per_s * stepping))
-        saved = min(m.total_steps, attempt.base_step + int(m.steps_per_s * m.checkpoint_every_s * cycles))
+        saved = min(m.total_steps, attempt.base_step + int(m.steps_per_s * segments.checkpoint_every_s * cycles))
         return step, saved
 
     def finish_time(self, ready_at: float) -> float:
         """When the job would end on a node READY at ``ready_at`` that nothing interrupts."""
-        m = self.model
+        m, segments = self.model, self.model.segments
         attempt = self._plan(ready_at)
         remaining_s = (m.total_steps - attempt.base_step) / m.steps_per_s
-        periodic = max(0, math.ceil(remaining_s / m.checkpoint_every_s) - 1)
-        return attempt.stepping_at + remaining_s + periodic * m.save_s + m.save_s
+        periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
+        return attempt.stepping_at + remaining_s + (periodic + 1) * segments.save_s
 
     # -- what the node's life does to it -----------------------------------------------------------
 
@@ -124,7 +124,7 @@ class SimulatedAgent:
         if attempt is None:
             return
         step, saved = self._progress(attempt, max(attempt.ready_at, notice_at))
-        fits = self.model.save_s <= end_at - notice_at and notice_at >= attempt.stepping_at
+        fits = self.model.segments.save_s <= end_at - notice_at and notice_at >= attempt.stepping_at
         self.checkpoint = max(self.checkpoint, step if fits else saved)
         self.recomputed_steps += max(0, min(self._high, step) - attempt.base_step)
         self._high = max(self._high, step)

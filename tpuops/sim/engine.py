@@ -108,21 +108,28 @@ class RunResult:
 
 
 @dataclass
-class SimReport:
-    """What one simulation did, and what it cost to simulate."""
+class Footprint:
+    """What a simulation asked of the cloud and left in the store."""
 
-    simulated_s: float = 0.0
-    wall_s: float = 0.0
-    """What simulating took, on this machine."""
-    passes: int = 0
-    slowest_pass_s: float = 0.0
-    """The longest real controller pass (wall time): the pass at the fleet's peak."""
     api_calls: int = 0
     peak_calls_per_minute: int = 0
     """Cloud TPU API calls in the busiest virtual minute."""
     store_objects: int = 0
     journal_bytes: int = 0
     """Size of the sweeps' Optuna journals in the store (0 without a sweep)."""
+
+
+@dataclass
+class SimReport:
+    """What one simulation did, and what it cost to simulate."""
+
+    footprint: Footprint = field(default_factory=Footprint)
+    simulated_s: float = 0.0
+    wall_s: float = 0.0
+    """What simulating took, on this machine."""
+    passes: int = 0
+    slowest_pass_s: float = 0.0
+    """The longest real controller pass (wall time): the pass at the fleet's peak."""
     ended: bool = False
     """Every run and sweep finished within the simulated time allowed."""
     runs: list[RunResult] = field(default_factory=list)
@@ -138,9 +145,10 @@ class SimReport:
     def to_json(self) -> dict[str, Any]:
         return {"simulated_hours": round(self.simulated_s / 3600, 4), "wall_s": round(self.wall_s, 3),
                 "speedup": round(self.speedup, 1), "passes": self.passes,
-                "slowest_pass_s": round(self.slowest_pass_s, 4), "api_calls": self.api_calls,
-                "peak_api_calls_per_minute": self.peak_calls_per_minute, "store_objects": self.store_objects,
-                "journal_bytes": self.journal_bytes, "ended": self.ended, "usd": round(self.usd, 6),
+                "slowest_pass_s": round(self.slowest_pass_s, 4), "api_calls": self.footprint.api_calls,
+                "peak_api_calls_per_minute": self.footprint.peak_calls_per_minute,
+                "store_objects": self.footprint.store_objects, "journal_bytes": self.footprint.journal_bytes,
+                "ended": self.ended, "usd": round(self.usd, 6),
                 "runs": [run.to_json() for run in self.runs]}
 
 
@@ -201,11 +209,11 @@ class Simulation:
         self.controller.release()
         report.wall_s = time.perf_counter() - started
         report.simulated_s = now - START
-        report.api_calls = sum(self.cloud.calls.values())
-        report.peak_calls_per_minute = max(self.cloud.calls.values(), default=0)
         objects = self.store.list("")
-        report.store_objects = len(objects)
-        report.journal_bytes = sum(o.size for o in objects if "/journal/" in o.key)
+        report.footprint = Footprint(api_calls=sum(self.cloud.calls.values()),
+                                     peak_calls_per_minute=max(self.cloud.calls.values(), default=0),
+                                     store_objects=len(objects),
+                                     journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
         report.runs = self._results(now)
         return report
 

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpuops.config import Settings
 from tpuops.risk import Risk
@@ -46,26 +46,25 @@ class Band:
         return {"p10": round(self.p10, 6), "p50": round(self.p50, 6), "p90": round(self.p90, 6)}
 
 
-@dataclass(frozen=True)
-class PolicyForecast:
+class PolicyForecast(NamedTuple):
+    """One policy's forecast."""
+
     policy: str
     simulated: int
     """Runs (or whole sweeps) simulated."""
     finished: int
-    usd: Band | None
-    hours: Band | None
-    """Time to result from the launch."""
+    bands: dict[str, Band | None]
+    """``usd`` (cost) and ``hours`` (time to result from the launch), over the simulated runs or sweeps."""
     preemptions: float
     """Mean preemptions per run (per sweep: over all its trials)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"policy": self.policy, "simulated": self.simulated, "finished": self.finished,
-                "usd": self.usd.to_json() if self.usd else None, "hours": self.hours.to_json() if self.hours else None,
+        bands = {name: band.to_json() if band else None for name, band in self.bands.items()}
+        return {"policy": self.policy, "simulated": self.simulated, "finished": self.finished, **bands,
                 "expected_preemptions": round(self.preemptions, 3)}
 
 
-@dataclass(frozen=True)
-class Measured:
+class Measured(NamedTuple):
     """What earlier runs of the experiment measured (their agents' clocks)."""
 
     runs: int
@@ -111,12 +110,12 @@ def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> P
         hours = [max((run.hours_to_result or 0.0 for run in r.runs), default=0.0) for r in finished]
         usd = [r.usd for r in reports]
         preemptions = [float(sum(run.preemptions for run in r.runs)) for r in reports]
-        return PolicyForecast(policy.value, len(reports), len(finished), Band.of(usd), Band.of(hours),
+        return PolicyForecast(policy.value, len(reports), len(finished), {"usd": Band.of(usd), "hours": Band.of(hours)},
                               statistics.fmean(preemptions) if preemptions else 0.0)
     runs = [run for r in reports for run in r.runs]
     done = [run for run in runs if run.hours_to_result is not None]
-    return PolicyForecast(policy.value, len(runs), len(done), Band.of([run.usd for run in runs]),
-                          Band.of([run.hours_to_result or 0.0 for run in done]),
+    bands = {"usd": Band.of([run.usd for run in runs]), "hours": Band.of([run.hours_to_result or 0.0 for run in done])}
+    return PolicyForecast(policy.value, len(runs), len(done), bands,
                           statistics.fmean(run.preemptions for run in runs) if runs else 0.0)
 
 

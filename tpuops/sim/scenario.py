@@ -29,7 +29,7 @@ from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
 from tpuops.sim.engine import SimReport, Simulation
-from tpuops.sim.model import AgentModel
+from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import Store
 from tpuops.sweeps.start import SweepPlan, plan_sweep, start_sweep
 
@@ -63,8 +63,9 @@ def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PE
                          experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
              if s > 0]
     setup = {} if setup_s is None else {"setup_s": setup_s}
-    return AgentModel(total_steps=steps, steps_per_s=steps_per_s, checkpoint_every_s=min(every, default=600.0),
-                      eval_every_steps=eval_every_steps, **setup)
+    return AgentModel(total_steps=steps, steps_per_s=steps_per_s,
+                      segments=Segments(checkpoint_every_s=min(every, default=600.0), **setup),
+                      eval_every_steps=eval_every_steps)
 
 
 def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> CloudModel:
