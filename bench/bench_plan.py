@@ -131,11 +131,13 @@ max_preemptions: 50
     return sweep
 
 
-def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool) -> tuple[SimReport, dict[str, Any]]:
-    """The sweep on spot under a budget that binds (about 1.2 trials' worth of spot hours each: the sweep must stop
-    itself, and its overrun is measured), or all on-demand under one that does not (the price of the same work)."""
+def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
+                budget_per_trial: float = 1.0) -> tuple[SimReport, dict[str, Any]]:
+    """The sweep on spot under a budget of ``budget_per_trial`` USD a trial (1.0 binds: a trial costs about $1.40
+    on spot with pruning, so the sweep must stop itself, and its overrun is measured), or all on-demand under
+    one that does not bind (the price of the same work)."""
     cloud = CloudModel(spot_hazard_per_hour=0.3, stockouts=(Stockout(ZONES[0], 2 * 3600, 4 * 3600),))
-    budget = trials * (100.0 if on_demand else 1.5)
+    budget = trials * (100.0 if on_demand else budget_per_trial)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         sweep = _project(work, trials, parallel, budget)
@@ -151,10 +153,11 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool) -> tuple
     return report, counts
 
 
-def fleet_study(trials: int, parallel: int, repetitions: int) -> dict[str, Any]:
+def fleet_study(trials: int, parallel: int, repetitions: int, budget_per_trial: float) -> dict[str, Any]:
     rows = []
     for repetition in range(repetitions):
-        spot, counts = fleet_sweep(trials, parallel, seed=repetition, on_demand=False)
+        spot, counts = fleet_sweep(trials, parallel, seed=repetition, on_demand=False,
+                                   budget_per_trial=budget_per_trial)
         on_demand, _ = fleet_sweep(trials, parallel, seed=repetition, on_demand=True)
         started = spot.runs
         rows.append({"seed": repetition, **spot.to_json(), **counts, "trials_run": len(started),
@@ -182,13 +185,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--parallel", type=int, default=50)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--budget-per-trial", type=float, default=1.0, help="the spot sweep's budget, USD a trial")
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
     out: dict[str, Any] = {"policy_study": policy_study(args.runs, args.repetitions)}
     if not args.skip_fleet:
-        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions)
+        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial)
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
