@@ -17,10 +17,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tpuops.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
 from tpuops.cli.cost import register
 from tpuops.config import Settings, load_settings
 from tpuops.cost import (
-    FREE_PREEMPTION_S,
     build_report,
     burn_rate,
     check_budget,
@@ -30,8 +30,10 @@ from tpuops.cost import (
     ready_intervals,
     spent,
 )
+from tpuops.emulator.billing import BillingLedger
 from tpuops.errors import UsageError
 from tpuops.fleet import Fleet, UpPlan
+from tpuops.formats import format_usd
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
@@ -58,12 +60,14 @@ def history(
     run_id: str | None = None,
     sweep_id: str | None = None,
     node_id: int = 1,
+    created: float = 0,
 ) -> NodeHistory:
-    """A ledger incarnation whose transitions happen ``seconds`` after T0; closed by a DELETED step."""
+    """A ledger incarnation created ``created`` seconds after T0, whose transitions happen ``seconds`` after T0;
+    closed by a DELETED step."""
     deleted = next((at(s) for state, s in steps if state == "DELETED"), None)
     node = NodeRecord(id=node_id, project=P, zone=zone, name=f"n{node_id}", uid=str(node_id),
                       accelerator=accelerator, capacity=capacity, run_id=run_id, sweep_id=sweep_id,
-                      created_at=T0, deleted_at=deleted)
+                      created_at=at(created), deleted_at=deleted)
     return NodeHistory(node=node, transitions=tuple(Transition(state, at(s)) for state, s in steps))
 
 
@@ -108,6 +112,21 @@ def test_a_preemption_after_the_first_minute_is_billed(catalog: Catalog) -> None
     cost = node_cost(node, catalog, now=at(999))
     assert not cost.free
     assert cost.usd == pytest.approx(90 / 3600 * V2_8_SPOT)
+
+
+@pytest.mark.unit
+def test_the_free_minute_counts_from_the_create_not_from_ready(catalog: Catalog) -> None:
+    """Google's rule: preempted within a minute of the create. 20 s READY after 50 s CREATING is billed."""
+    node = history(("CREATING", 0), ("READY", 50), ("PREEMPTED", 70), ("DELETED", 300))
+    cost = node_cost(node, catalog, now=at(999))
+    assert not cost.free
+    assert cost.usd == pytest.approx(20 / 3600 * V2_8_SPOT)
+
+
+@pytest.mark.unit
+def test_an_on_demand_node_preempted_at_once_is_billed(catalog: Catalog) -> None:
+    node = history(("READY", 0), ("PREEMPTED", 10), ("DELETED", 300), capacity="on-demand")
+    assert node_cost(node, catalog, now=at(999)).usd == pytest.approx(10 / 3600 * V2_8_ON_DEMAND)
 
 
 @pytest.mark.unit
@@ -159,7 +178,7 @@ def test_since_counts_only_later_time_but_keeps_the_first_minute_rule(catalog: C
     since = at(3000)
     long = history(("READY", 0), ("DELETING", 7200), capacity="on-demand")
     assert node_cost(long, catalog, now=at(9999), since=since).ready_seconds == 4200
-    free = history(("READY", 2990), ("PREEMPTED", 3020), node_id=2)
+    free = history(("READY", 2990), ("PREEMPTED", 3020), node_id=2, created=2980)
     assert node_cost(free, catalog, now=at(9999), since=since).free
     ended = history(("READY", 0), ("DELETING", 2000), node_id=3)
     report = build_report([long, free, ended], catalog, now=at(9999), since=since)
@@ -347,6 +366,23 @@ def test_cost_tables_show_runs_days_and_totals(cost_cli: Callable[..., Any]) -> 
 
 
 @pytest.mark.unit
+def test_a_short_billed_run_never_shows_as_zero(tmp_path: Path, cost_cli: Callable[..., Any]) -> None:
+    """The demo's 7-s spot run: its hours and dollars print with enough digits, not ``0.00``."""
+    ledger = Ledger(tmp_path / "home" / "ledger.sqlite")
+    ledger.record_node("tpuops-local", US, "demo", "v2-8", "spot", run_id="demo", at=at(86400 * 3))
+    ledger.observe("tpuops-local", US, "demo", "READY", at=at(86400 * 3))
+    ledger.mark_deleted("tpuops-local", US, "demo", at=at(86400 * 3 + 7))
+    result = cost_cli("--run", "demo")
+    assert result.exit_code == 0, result.output
+    [row] = [line for line in result.stdout.splitlines() if "demo" in line]
+    cells = [cell.strip() for cell in row.split("│")]
+    hours, usd, usd_per_hour_now = cells[3:6]
+    assert (hours, usd) == ("0.0019", "0.0026")  # 7 s = 0.0019 h; at $1.35/h that is $0.0026
+    assert usd_per_hour_now == "0.00"  # deleted: nothing burns now, a true zero
+    assert format_usd(7 / 3600 * V2_8_SPOT) == "$0.0026"
+
+
+@pytest.mark.unit
 def test_cost_rejects_bad_flags(cost_cli: Callable[..., Any]) -> None:
     bad_since = cost_cli("--since", "last week")
     assert isinstance(bad_since.exception, UsageError)
@@ -389,6 +425,37 @@ def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> No
     assert [t.at for t in ledger.transitions(P, US, "n")] == [at(0), at(9)]
 
 
+@pytest.mark.unit
+def test_a_node_first_seen_in_a_listing_is_dated_from_its_create(tmp_path: Path, catalog: Catalog) -> None:
+    """Another machine's node, first seen 50 s after its create and preempted at 70 s: billed, as Google does."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), ledger)
+    fleet.observe(_sighted(NodeState.READY), at=at(50))
+    fleet.observe(_sighted(NodeState.PREEMPTED), at=at(70))
+    [node] = ledger.histories(P)
+    assert node.node.created_at == T0
+    assert not node_cost(node, catalog, now=at(999)).free
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("capacity", "created_ago_s", "reason", "free"), [
+    ("spot", 0, "preempted", True),
+    ("preemptible", 0, "preempted", True),
+    ("spot", FREE_PREEMPTION_S + 30, "preempted", False),  # the minute counts from the create
+    ("on-demand", 0, "preempted", False),
+    ("spot", 0, "deleted", False),
+])
+def test_the_emulator_bills_by_the_same_first_minute_rule(tmp_path: Path, capacity: str, created_ago_s: float,
+                                                          reason: str, free: bool) -> None:
+    billing = BillingLedger(tmp_path)
+    billing.open(uid="1", name="n", zone=US, accelerator_type="v2-8", capacity=capacity,
+                 created_epoch=time.time() - created_ago_s)
+    billing.close("1", reason)
+    [interval] = billing.records()
+    assert interval["free"] is free
+    assert interval["billed_seconds"] == (0.0 if free else interval["seconds"])
+
+
 # -- agreement with the emulator's billing truth --------------------------------------------------
 # The emulator records when each node really entered and left READY; our ledger records when tpuops
 # saw it (a poll). Edges are late by about a poll plus a request each, and both edges are late, so
@@ -429,12 +496,9 @@ def _plan(settings: Settings, name: str, accelerator: str, capacity: Capacity, z
 
 
 def _truth_usd(interval: dict[str, Any], catalog: Catalog) -> float:
-    """The emulator's interval priced with the same catalog and the same first-minute rule."""
-    if (interval["capacity"] != "on-demand" and interval["end_reason"] == "preempted"
-            and interval["seconds"] < FREE_PREEMPTION_S):
-        return 0.0
+    """The emulator's interval priced with the same catalog; the emulator applies the first-minute rule itself."""
     usd_per_hour = catalog.price_per_hour(interval["accelerator_type"], interval["capacity"], interval["zone"])
-    return interval["seconds"] / 3600 * usd_per_hour
+    return interval["billed_seconds"] / 3600 * usd_per_hour
 
 
 def _agree(ours: float, truth: float, abs_tolerance: float = 0.0) -> bool:

@@ -1,7 +1,8 @@
 """The ``NodeProvider`` contract (tpuops/providers/base.py), run against every registered provider.
 
 Each test receives a provider opened through the registry, as ``tpuops`` opens one: the Cloud TPU
-adapter over the emulator (the official client over HTTP) and the in-memory provider. The tests
+adapter over the emulator (the official client over HTTP), the in-memory provider and the simulated
+cloud (on wall time at the emulator's pace). The tests
 never ask which one they got. A create's operation may be done at once or later, and a node may be
 CREATING or READY once its create is done: the contract promises neither, so no test assumes it.
 """
@@ -29,6 +30,7 @@ WAIT_S = 30.0
 
 
 @pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.unit),
+                        pytest.param("simulated", marks=pytest.mark.unit),
                         pytest.param("cloud-tpu", marks=pytest.mark.emulator)])
 def provider(request: pytest.FixtureRequest) -> NodeProvider:
     connection = Connection(PROJECT, deadline_s=10, poll_interval_s=0.02)
@@ -60,7 +62,7 @@ def _make(provider: NodeProvider, name: str, zone: str = ZONE, capacity: Capacit
 
 @pytest.mark.unit
 def test_the_registry_names_each_provider_once() -> None:
-    assert sorted(PROVIDERS) == ["cloud-tpu", "memory"]
+    assert sorted(PROVIDERS) == ["cloud-tpu", "memory", "simulated"]
 
 
 def test_a_created_node_is_found_and_listed_as_requested(provider: NodeProvider) -> None:
@@ -145,4 +147,4 @@ def test_calls_from_many_threads_at_once(provider: NodeProvider) -> None:
 def test_an_unknown_provider_is_one_line_naming_the_known_ones() -> None:
     with pytest.raises(UsageError) as raised:
         open_provider("gke", Connection(PROJECT))
-    assert str(raised.value) == "unknown node provider 'gke': expected one of cloud-tpu, memory"
+    assert str(raised.value) == "unknown node provider 'gke': expected one of cloud-tpu, memory, simulated"

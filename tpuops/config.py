@@ -112,6 +112,9 @@ class Settings(BaseModel):
     lease_ttl_s: float = Field(default=120.0, gt=0, le=WEEK_S)
     prices: dict[str, dict[str, Annotated[float, Field(ge=0, le=MAX_USD)]]] = Field(default_factory=dict)
     budget_usd: float | None = Field(default=None, ge=0, le=MAX_USD)
+    spot_preemptions_per_hour: float = Field(default=0.1, ge=0, le=3600)
+    """ASSUMPTION, not a measurement: the preemption rate (per READY node-hour) that planning uses for
+    spot and preemptible capacity where the ledger has no READY time yet (Google publishes none)."""
 
     @field_validator("project")
     @classmethod

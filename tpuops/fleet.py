@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 from tpuops import naming
+from tpuops.clock import Clock, system_clock, utc_now
 from tpuops.config import Settings
 from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.kinds import ValueEnum
@@ -102,8 +103,10 @@ class Fleet:
     """Drives the nodes of one configured project through its provider, dating their cost in the ledger."""
 
     def __init__(self, provider: NodeProvider, settings: Settings, ledger: Ledger,
-                 progress: Progress = _quiet) -> None:
+                 progress: Progress = _quiet, *, clock: Clock = system_clock) -> None:
         self.provider = provider
+        self.clock = clock
+        """What dates the ledger's transitions: wall time, or a simulation's virtual clock (``tpuops.clock``)."""
         self.settings = settings
         self.ledger = ledger
         self.progress = progress
@@ -120,7 +123,7 @@ class Fleet:
         is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
         it was seen.
         """
-        now = at or datetime.now(UTC)
+        now = at or utc_now(self.clock)
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
         if fresh:
@@ -128,7 +131,7 @@ class Fleet:
                 Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
                          capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
                          run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         at=self._ready_at(n, now) if n.state is NodeState.READY else
+                         created_at=n.create_time, at=self._ready_at(n, now) if n.state is NodeState.READY else
                          self._changed_at(n.zone, n.name, now))
                 for n in fresh]
             self.ledger.observe_nodes(sightings)
@@ -193,7 +196,7 @@ class Fleet:
 
     def _gone(self, zone: str, name: str, at: datetime | None = None) -> None:
         """Close the node's ledger incarnation: at ``at`` when known, else when it most likely went."""
-        stamp = at or self._changed_at(zone, name, datetime.now(UTC))
+        stamp = at or self._changed_at(zone, name, utc_now(self.clock))
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)
@@ -208,9 +211,9 @@ class Fleet:
         controller waits ``closely`` to create a replacement under the same name at once;
         ``on_poll`` runs between polls, and what it raises ends the wait.
         """
-        asked = datetime.now(UTC)
+        asked = utc_now(self.clock)
         operation = self.provider.delete_node(zone, name)
-        answered = datetime.now(UTC)
+        answered = utc_now(self.clock)
         if operation is None:
             self._gone(zone, name)
             return False
@@ -415,7 +418,7 @@ class Fleet:
         record. ``AlreadyExists`` when the name is taken there. The time of the request bounds
         when the new node can have become READY (``_changed_at``).
         """
-        asked = datetime.now(UTC)
+        asked = utc_now(self.clock)
         operation = self.provider.create_node(zone, request)
         self._record(zone, request)
         self._last_seen[(zone, request.name)] = _Sighted("", None, asked)

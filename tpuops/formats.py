@@ -47,9 +47,15 @@ def format_size(size: int) -> str:
     return f"{size} B" if index == 0 else f"{value:.1f} {units[index]}"
 
 
+def format_amount(value: float) -> str:
+    """A non-negative amount (dollars, hours) to read: two decimals, or two significant digits below
+    0.01, so that a small amount that is not zero never prints as ``0.00``."""
+    return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
+
+
 def format_usd(value: float) -> str:
-    """Dollars as people read them: cents, or two significant digits below a cent (a tiny budget)."""
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.2g}"
+    """Dollars as people read them: cents, or two significant digits below a cent (a short spot run)."""
+    return f"${format_amount(value)}"
 
 
 def format_params(params: Mapping[str, Any]) -> str:

@@ -108,6 +108,9 @@ class Sighting:
     sweep_id: str | None = None
     at: datetime | None = None
     """When the node entered ``state``, as well as the observer can tell; None: when the listing was recorded."""
+    created_at: datetime | None = None
+    """The API's create time of the node, when the listing says it: a node first recorded from a
+    listing is dated from its create, not from the sighting (the first-minute rule counts from it)."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,7 @@ class Ledger:
     def _record(
         self, conn: sqlite3.Connection, project: str, zone: str, name: str, accelerator: str,
         capacity: str | Enum, run_id: str | None, sweep_id: str | None, uid: str | None, stamp: str,
+        created: str | None = None,
     ) -> NodeRecord:
         if uid is not None and (known := self._incarnation(conn, project, zone, name, uid)) is not None:
             return _node(known)
@@ -280,7 +284,7 @@ class Ledger:
                 conn.execute("UPDATE nodes SET uid = ? WHERE id = ?", (uid, latest["id"]))
                 return _node(self._incarnation(conn, project, zone, name, uid))
             self._close(conn, latest["id"], stamp)
-        values = (project, zone, name, uid, accelerator, _text(capacity), run_id, sweep_id, stamp)
+        values = (project, zone, name, uid, accelerator, _text(capacity), run_id, sweep_id, created or stamp)
         conn.execute(_INSERT_NODE, values)
         return _node(self._incarnation(conn, project, zone, name, None))
 
@@ -294,8 +298,9 @@ class Ledger:
         changed = 0
         with self._write() as conn:
             for s in seen:
+                created = None if s.created_at is None else _stamp(s.created_at)
                 record = self._record(conn, s.project, s.zone, s.name, s.accelerator, s.capacity, s.run_id,
-                                      s.sweep_id, s.uid, stamp)
+                                      s.sweep_id, s.uid, stamp, created)
                 changed += self._append(conn, record.id, _text(s.state), stamp if s.at is None else _stamp(s.at))
         return changed
 

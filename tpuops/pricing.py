@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any
 
 from tpuops.accelerators import parse_accelerator
+from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES
 from tpuops.config import is_zone_name
 from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
@@ -36,7 +37,7 @@ else:  # pragma: no cover - exercised only on 3.10
 
 PRICES_FILE = "prices.toml"
 _FIELDS = ("on_demand", "spot")
-SPOT_PRICED = frozenset({Capacity.SPOT, Capacity.PREEMPTIBLE})
+SPOT_PRICED = frozenset(Capacity(name) for name in PREEMPTIBLE_CAPACITIES)
 """Capacities billed at the spot price."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
+from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
 from tpuops.api.tools import (
     doctor,
@@ -40,13 +41,14 @@ from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls",
-    "data_sample", "data_upload", "data_verify", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
-    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "infer", "init", "launch",
-    "list_runs", "logs", "plan_infer", "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans",
-    "reconcile", "resume", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
-    "schedule_uninstall", "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
-    "sweep_stop", "train", "up", "watch",
+    "Forecasted", "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost",
+    "data_convert", "data_ls", "data_sample", "data_upload", "data_verify", "doctor", "down", "drive",
+    "emulator_billing", "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop",
+    "events", "forecast_sweep", "forecast_train", "infer", "init", "launch", "list_runs", "logs", "plan_infer",
+    "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans", "reconcile", "resume", "risk",
+    "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall", "simulate",
+    "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "train", "up",
+    "watch",
 ]
 
 if TYPE_CHECKING:
@@ -59,8 +61,10 @@ if TYPE_CHECKING:
     from tpuops.fleet import DownResult, UpPlan, UpResult
     from tpuops.jobs import JobPlan
     from tpuops.providers.nodes import NodeInfo
+    from tpuops.risk import Risk as Risk
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.sim.engine import SimReport as SimReport
     from tpuops.sweeps.status import SweepStatus as SweepStatus
 
 Say = Callable[[str], None]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpuops.cli.common import load_settings, print_json, print_table
+from tpuops.formats import format_amount
 
 if TYPE_CHECKING:
     from tpuops.api import CostAndGoodput, Goodput, Total
@@ -47,20 +48,16 @@ def cost(
         _print_tables(settings.project, report)
 
 
-def _money(usd: float) -> str:
-    return f"{usd:,.2f}"
-
-
 def _cells(total: Total, label: str) -> list[str]:
-    cells = [label, str(total.nodes), f"{total.ready_seconds / 3600:,.2f}", _money(total.usd)]
+    cells = [label, str(total.nodes), format_amount(total.ready_seconds / 3600), format_amount(total.usd)]
     if total.usd_per_hour_now is not None:
-        cells.append(_money(total.usd_per_hour_now))
+        cells.append(format_amount(total.usd_per_hour_now))
     return cells
 
 
 def _goodput_cells(split: Goodput | None) -> list[str]:
     """Goodput of the whole run and the dollars interruptions cost it ('' when the agent did not say)."""
-    return [split.ratio_text(), _money(split.lost_usd)] if split else ["", ""]
+    return [split.ratio_text(), format_amount(split.lost_usd)] if split else ["", ""]
 
 
 def _print_tables(project: str, found: CostAndGoodput) -> None:

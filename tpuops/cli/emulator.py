@@ -134,6 +134,7 @@ def billing(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -
     if as_json:
         print_json({"intervals": records})
         return
-    print_table("READY intervals", ("node", "zone", "accelerator", "capacity", "seconds"),
+    print_table("READY intervals", ("node", "zone", "accelerator", "capacity", "seconds", "billed seconds"),
                 [(r.get("node"), r.get("zone"), r.get("accelerator_type"), r.get("capacity"),
-                  f"{float(r.get('seconds', 0)):.1f}") for r in records])
+                  f"{float(r.get('seconds') or 0):.1f}", f"{float(r.get('billed_seconds') or 0):.1f}")
+                 for r in records])

@@ -23,6 +23,7 @@ from tpuops.cli.common import (
     print_table,
     progress,
 )
+from tpuops.cli.forecasts import print_forecast
 
 if TYPE_CHECKING:
     from tpuops.api import AgentStatus, Finished, Started
@@ -76,8 +77,12 @@ def train(
         return
     if dry_run:
         assert spec is not None
-        _print_plan(api.plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
-                                   budget_usd=budget), bundle=True)
+        found = api.forecast_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                                   budget_usd=budget)
+        forecast = found.forecast.to_json()
+        _print_plan(found.plan, bundle=True, forecast=forecast)
+        if not as_json:
+            print_forecast(forecast, found.plan.run_id)
         return
 
     def call(say: Callable[[str], None], on_status: Callable[[AgentStatus], None]) -> Finished | Started:
@@ -91,12 +96,14 @@ def train(
     _report(_drive(resume or name or str(spec), as_json, call), as_json)
 
 
-def _print_plan(plan: Any, *, bundle: bool) -> None:
+def _print_plan(plan: Any, *, bundle: bool, forecast: dict[str, Any] | None = None) -> None:
     shown: dict[str, Any] = {"runs": plan.experiment.what_runs(),
                              "run": plan.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
                              "spec": plan.spec_json(), "node": plan.up.request.body() | {"metadata": "..."}}
     if bundle:
         shown["bundle"] = {"sha256": plan.bundle.sha256, "files": list(plan.bundle.files)}
+    if forecast is not None:
+        shown["forecast"] = forecast
     print_json(shown)
 
 

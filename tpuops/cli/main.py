@@ -14,7 +14,22 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli import control, cost, data, doctor, emulator, init, jobs, nodes, runtime, samples, schedule, sweep
+from tpuops.cli import (
+    control,
+    cost,
+    data,
+    doctor,
+    emulator,
+    init,
+    jobs,
+    nodes,
+    risk,
+    runtime,
+    samples,
+    schedule,
+    simulate,
+    sweep,
+)
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
 
@@ -52,6 +67,8 @@ init.register(app)
 nodes.register(app)
 jobs.register(app)
 cost.register(app)
+risk.register(app)
+simulate.register(app)
 control.register(app)
 doctor.register(app)
 sweep.register(app)

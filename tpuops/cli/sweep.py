@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpuops.cli.common import DRY_RUN, JSON, err_console, load_settings, out_console, print_json, print_table
+from tpuops.cli.forecasts import print_forecast
 
 if TYPE_CHECKING:
     from tpuops.api import SweepStatus
@@ -29,8 +30,13 @@ def start(
 
     settings = load_settings(ctx)
     if dry_run:
-        summary = api.sweep_plan(settings, spec).summary()
-        print_json({**summary, "dry_run": True}) if as_json else _print_plan(summary, dry_run=True)
+        found = api.forecast_sweep(settings, spec)
+        summary, forecast = found.plan.summary(), found.forecast.to_json()
+        if as_json:
+            print_json({**summary, "dry_run": True, "forecast": forecast})
+        else:
+            _print_plan(summary, dry_run=True)
+            print_forecast(forecast, f"sweep {summary['sweep']}")
         return
     say = (lambda _t: None) if as_json else (lambda t: err_console().print(t, markup=False, soft_wrap=True))
     started = api.sweep_start(settings, spec, progress=say)

@@ -59,6 +59,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from tpuops import runs
+from tpuops.clock import Clock, system_clock
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
 from tpuops.create_result import CreateResult
@@ -167,8 +168,10 @@ class Controller:
 
     def __init__(self, settings: Settings, store: Store, fleet: Fleet, *,
                  holder: str | None = None, progress: Callable[[str], None] | None = None,
-                 status_refresh_s: float | None = None) -> None:
+                 status_refresh_s: float | None = None, clock: Clock = system_clock) -> None:
         self.settings = settings
+        self.clock = clock
+        """The time every decision is taken at when a pass is not given one (``tpuops.clock``)."""
         self.store = store
         self.nodes = fleet
         self.ledger = fleet.ledger
@@ -245,6 +248,7 @@ class Controller:
         trials it launches get their nodes, and the trials it stops lose theirs, in this same pass.
         """
         report = PassReport()
+        now = self.clock() if now is None else now
         if only is None:
             report.sweeps = self._advance_sweeps(now)
         index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
@@ -276,7 +280,6 @@ class Controller:
                 self._seen.pop(run_id, None)
         taken = _inline_or_pooled(live, lambda run_id: self._kept(run_id, states[run_id]),
                                   lambda run_id: self._take(run_id, states[run_id]))
-        clock = time.time() if now is None else now
         held: dict[str, tuple[Memory, int]] = {}
         outcomes: dict[str, _Outcome] = {}
         for run_id in live:
@@ -290,7 +293,7 @@ class Controller:
                 report.deferred.append(run_id)
             else:
                 held[run_id] = took
-        outcomes.update(self._reconcile(held, states, nodes, listed, clock))
+        outcomes.update(self._reconcile(held, states, nodes, listed, now))
         for run_id in live:
             outcome = outcomes.get(run_id, _NOTHING)
             if outcome is _NOTHING:
@@ -476,7 +479,7 @@ class Controller:
         self.progress(f"{run_id}: {err}; the next pass tries again")
         return str(err)
 
-    def _advance_sweeps(self, now: float | None) -> dict[str, Any]:
+    def _advance_sweeps(self, now: float) -> dict[str, Any]:
         from dataclasses import asdict
 
         from tpuops.sweeps.advance import SweepPass

@@ -6,6 +6,10 @@ atomically at every change and reloaded at start, so it outlives the emulator pr
 Intervals a crashed emulator left open are closed at load time, at its last heartbeat (the
 last moment it is known to have been alive, at most a few seconds off), with reason
 ``emulator-lost``.
+
+Each interval also says what Cloud TPU would charge for it: ``billed_seconds`` is its seconds, or 0
+with ``free`` true for a spot or preemptible node preempted within a minute of its create
+(``tpuops.billing_rules``, the definition the cost tracker applies too).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpuops.billing_rules import preemption_is_free
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.wire import rfc3339
 
@@ -39,8 +44,9 @@ class BillingLedger:
         """Record that the emulator is alive (called every second or so)."""
         self._heartbeat.touch()
 
-    def open(self, *, uid: str, name: str, zone: str, accelerator_type: str, capacity: str) -> None:
-        """Start an interval for node ``uid`` (which must not have one open)."""
+    def open(self, *, uid: str, name: str, zone: str, accelerator_type: str, capacity: str,
+             created_epoch: float) -> None:
+        """Start an interval for node ``uid`` (which must not have one open), created at ``created_epoch``."""
         now = time.time()
         with self._lock:
             self._intervals.append(
@@ -50,12 +56,15 @@ class BillingLedger:
                     "zone": zone,
                     "accelerator_type": accelerator_type,
                     "capacity": capacity,
+                    "created_epoch": created_epoch,
                     "start": rfc3339(now),
                     "start_epoch": now,
                     "end": None,
                     "end_epoch": None,
                     "end_reason": None,
                     "seconds": None,
+                    "billed_seconds": None,
+                    "free": False,
                 }
             )
             self._save()
@@ -82,7 +91,7 @@ class BillingLedger:
             out = [dict(interval) for interval in self._intervals]
         for interval in out:
             if interval["end_epoch"] is None:
-                interval["seconds"] = now - interval["start_epoch"]
+                interval["seconds"] = interval["billed_seconds"] = now - interval["start_epoch"]
         return out
 
     def _close_open(self, at: float, reason: str) -> bool:
@@ -100,3 +109,6 @@ def _finish(interval: dict[str, Any], at: float, reason: str) -> None:
     interval["end_epoch"] = at
     interval["end_reason"] = reason
     interval["seconds"] = at - interval["start_epoch"]
+    created = interval.get("created_epoch", interval["start_epoch"])  # records from before the rule: their start
+    interval["free"] = reason == "preempted" and preemption_is_free(interval["capacity"], created, at)
+    interval["billed_seconds"] = 0.0 if interval["free"] else interval["seconds"]

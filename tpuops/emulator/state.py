@@ -381,6 +381,7 @@ class EmulatorState:
                 zone=node.zone,
                 accelerator_type=node.spec.accelerator.name,
                 capacity=node.spec.capacity,
+                created_epoch=node.create_time,
             )
             if node.pending_op is not None:  # done when READY (its endTime is billing's start), before the guest boots
                 self.ops.succeed(node.pending_op, NODE_TYPE, node.to_json())

@@ -14,10 +14,12 @@ from tpuops.errors import UsageError
 from tpuops.providers.base import Connection, NodeProvider
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.memory import MemoryProvider
+from tpuops.providers.simulated import SimulatedCloud
 
 PROVIDERS: dict[str, Callable[[Connection], NodeProvider]] = {
     "cloud-tpu": TpuApi.connect,
     "memory": MemoryProvider.connect,
+    "simulated": SimulatedCloud.connect,
 }
 
 

@@ -43,12 +43,14 @@ from tpuops.runs.ops import (
     open_run,
     parallel_map,
     read_record,
+    read_run_spec,
     read_status,
     read_status_versioned,
     rebuild_index,
     reopen,
     run_exists,
     save_memory,
+    write_status,
 )
 
 __all__ = [
@@ -56,6 +58,6 @@ __all__ = [
     "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_record",
-    "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "run_exists", "save_memory",
-    "spec_key", "status_key",
+    "read_run_spec", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "run_exists",
+    "save_memory", "spec_key", "status_key", "write_status",
 ]

@@ -9,7 +9,8 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               by ``declare`` before run.json; read by the agent at every start.
     runs/<run>/status.json    the agent's status (``AgentStatus``): rewritten whole by the agent at
                               every phase change and heartbeat, and by the node's bootstrap when it
-                              refuses a bundle. The control plane only reads it.
+                              refuses a bundle (in a simulation, by the simulated agent,
+                              ``tpuops.sim.agent``). The control plane only reads it.
     runs/<run>/memory.json    the controller's memory of the run (``Memory``): written with
                               compare-and-swap by the lease holder after a pass that changed it,
                               and by ``reopen``. A run of a store from before this name has its

@@ -63,6 +63,11 @@ def read_record(store: Store, run_id: str) -> RunRecord:
     return parse(RunRecord, data, store.uri_of(key))
 
 
+def read_run_spec(store: Store, run_id: str) -> dict[str, Any]:
+    """The agent's run spec as declared (``spec.json``, schema ``tpuops/agent/runspec.py``), as plain JSON."""
+    return json.loads(store.read_bytes(layout.spec_key(run_id)))
+
+
 def run_exists(store: Store, run_id: str) -> bool:
     return store.exists(layout.record_key(run_id))
 
@@ -79,6 +84,12 @@ def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None
 
 def read_status(store: Store, run_id: str) -> AgentStatus | None:
     return read_status_versioned(store, run_id)[0]
+
+
+def write_status(store: Store, run_id: str, status: AgentStatus) -> None:
+    """Write the agent's status whole, as the agent does (it uses ``tf.io.gfile``): for an agent that is
+    not the TF one, the simulated agent of ``tpuops.sim``. The control plane itself never writes it."""
+    store.write_bytes(layout.status_key(run_id), status.model_dump_json().encode())
 
 
 def load_memory(store: Store, run_id: str) -> tuple[Memory, int]:

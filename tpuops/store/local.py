@@ -51,13 +51,15 @@ _STAMP_STEPS_NS = (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000)
 class LocalStore(Store):
     """A store in a local directory. See the module docstring for the invariants."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
         self._root = Path(root).absolute()
+        self._durable = durable
+        """fsync every write; a simulation's scratch store (``tpuops.sim``), gone with its process, skips it."""
         self._crc_cache: dict[tuple[str, int, int, int], str] = {}
         self._crc_lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return LocalStore, (self._root,)
+        return LocalStore, (self._root,), {"_durable": self._durable}
 
     @property
     def uri(self) -> str:
@@ -170,7 +172,8 @@ class LocalStore(Store):
                 with open(tmp, "wb") as handle:
                     fill(handle)
                     handle.flush()
-                    os.fsync(handle.fileno())
+                    if self._durable:
+                        os.fsync(handle.fileno())
                 with self._locked():
                     current = _generation(target)
                     if expected is not None and current != expected:

@@ -192,8 +192,9 @@ class SweepPass:
         spec = sweep.spec
         storage, journal = studies.open_journaled(spec, self.store, exclusive=True, environ=self.environ)
         study = PassStudy(spec, storage)
-        views = self._views(spec, study.trials())
-        spent_usd = spent(self.ledger, self.catalog, project=self.settings.project, sweep_id=name)
+        views = self._views(spec, study.trials(), now)
+        spent_usd = spent(self.ledger, self.catalog, project=self.settings.project, sweep_id=name,
+                          now=datetime.fromtimestamp(now, UTC))
         plan = decide(SweepView(
             trials=tuple(views.values()), wanted=spec.trials, parallel=spec.parallel,
             max_preemptions=spec.max_preemptions, max_failures=spec.max_failures,
@@ -220,14 +221,15 @@ class SweepPass:
         except PreconditionFailed:
             self.progress(f"sweep {name}: its state changed during the pass ('sweep stop'); the next pass sees it")
 
-    def _views(self, spec: SweepSpec, trials: list[FrozenTrial]) -> dict[int, TrialView]:
+    def _views(self, spec: SweepSpec, trials: list[FrozenTrial], now: float) -> dict[int, TrialView]:
         views = {}
         for trial in trials:
             run = None
             state = state_of(trial)
             if state is TrialState.RUNNING:
                 run_id = trial_run_id(spec.name, trial.number)
-                cost = spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id)
+                cost = spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id,
+                             now=datetime.fromtimestamp(now, UTC))
                 run = run_view(self.store, run_id, spec.objective.metric, cost)
             reported = max(trial.intermediate_values, default=-1)
             views[trial.number] = TrialView(trial.number, state, reported=reported,

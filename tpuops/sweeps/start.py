@@ -93,11 +93,15 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
     return SweepPlan(spec=spec, job=job, template=template, projected_usd=projected)
 
 
-def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None]) -> None:
-    """Upload, declare the sweep, create its study (and enqueue a grid): the next pass launches trials."""
+def start_sweep(plan: SweepPlan, store: Store, progress: Callable[[str], None], *, upload: bool = True) -> None:
+    """Upload, declare the sweep, create its study (and enqueue a grid): the next pass launches trials.
+
+    ``upload=False`` (a simulation, whose agents read no data) declares without uploading data or bundle.
+    """
     spec = plan.spec
     storage = studies.open_storage(spec, store)  # fails here, before anything is written, on a bad database
-    jobs.upload_inputs(plan.job, store, progress)
+    if upload:
+        jobs.upload_inputs(plan.job, store, progress)
     ops.declare_sweep(store, plan.record())
     study = studies.create_study(spec, storage)
     for point in grid_points(spec.grid)[:spec.trials]:

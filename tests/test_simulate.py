@@ -1,0 +1,258 @@
+"""The virtual-time Cloud TPU: the simulated agent's timeline, the simulated cloud, and the real controller and
+sweep passes driven over them (seeded, reproducible), plus ``tpuops simulate``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+from typer.testing import CliRunner
+
+from tpuops import runs
+from tpuops.cli.main import app
+from tpuops.clock import VirtualClock
+from tpuops.config import Settings, load_settings
+from tpuops.errors import UsageError
+from tpuops.kinds import Capacity
+from tpuops.providers.cloud_model import CloudModel, Latency, Stockout
+from tpuops.providers.nodes import NodeState
+from tpuops.providers.simulated import SimulatedCloud
+from tpuops.provision import plan_up
+from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.sim.agent import SimulatedAgent
+from tpuops.sim.engine import START, SimReport, Simulation
+from tpuops.sim.model import AgentModel, Segments
+from tpuops.store import LocalStore
+
+ZONES = ("us-central1-a", "us-central1-b")
+SHIFT_JOB = AgentModel(total_steps=8 * 3600 * 10, steps_per_s=10,
+                       segments=Segments(setup_s=120, checkpoint_every_s=600, save_s=10, restore_s=20))
+"""Eight hours of steps: long enough for several preemptions, short enough for the unit lane."""
+
+
+def _settings(tmp_path: Path) -> Settings:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "tpuops.toml"
+    config.write_text("")
+    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home"),
+                                                      "TPUOPS_ZONES": ",".join(ZONES)})
+
+
+def _record(settings: Settings, run_id: str, capacity: Capacity = Capacity.SPOT) -> tuple[RunRecord, dict]:
+    up = plan_up(settings, run_id, accelerator="v3-8", capacity=capacity, zone=None, run_id=run_id)
+    return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones)), {"run_id": run_id}
+
+
+def _simulate(tmp_path: Path, cloud: CloudModel, *, seed: int = 3, count: int = 2, job: AgentModel = SHIFT_JOB,
+              capacity: Capacity = Capacity.SPOT) -> tuple[Simulation, SimReport]:
+    settings = _settings(tmp_path)
+    sim = Simulation(settings, tmp_path / f"world-{seed}", cloud, job, cron_s=300, seed=seed)
+    sim.declare(_record(settings, f"job-{index}", capacity) for index in range(count))
+    return sim, sim.run(max_hours=24 * 4)
+
+
+# -- the agent's timeline (pure but for its status writes) ------------------------------------------
+
+
+@pytest.mark.unit
+def test_an_uninterrupted_attempt_ends_after_setup_steps_and_saves(tmp_path: Path) -> None:
+    job = AgentModel(total_steps=1000, steps_per_s=10,
+                     segments=Segments(setup_s=100, checkpoint_every_s=30, save_s=5, restore_s=20))
+    agent = SimulatedAgent(LocalStore(tmp_path), "r", job)
+    # 100 s of stepping: saves after 30, 60 and 90 s of it, and the final one
+    assert agent.finish_time(1000.0) == 1000 + 100 + 100 + 3 * 5 + 5
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("save_s", "notice_at", "kept"), [
+    (5.0, 65.0, 600),   # 60 s of stepping by the notice (one 5-s save between): the save fits, step 600 is kept
+    (40.0, 80.0, 300),  # 40 s of stepping by the notice: a 40-s save does not fit in 30 s; the periodic one (300) is
+])
+def test_the_notice_save_keeps_the_work_only_when_it_fits(tmp_path: Path, save_s: float, notice_at: float,
+                                                          kept: int) -> None:
+    job = AgentModel(total_steps=10_000, steps_per_s=10,
+                     segments=Segments(setup_s=0, checkpoint_every_s=30, save_s=save_s, restore_s=0))
+    store = LocalStore(tmp_path)
+    agent = SimulatedAgent(store, "r", job)
+    agent.started(0.0)
+    agent.interrupted(notice_at, notice_at + 30)
+    assert agent.checkpoint == kept
+    status = runs.read_status(store, "r")
+    assert status is not None and status.exit_class == "preempted" and status.attempt == 1
+    agent.started(200.0)
+    restarted = runs.read_status(store, "r")
+    assert restarted is not None and restarted.attempt == 2 and restarted.last_checkpoint_step == kept
+    assert agent.finish_time(200.0) >= 200 + (10_000 - kept) / 10
+
+
+# -- the cloud ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_the_simulated_cloud_boots_stocks_out_and_frees_names_on_its_clock() -> None:
+    clock = VirtualClock(START)
+    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(90, 0), delete_latency=Latency(40, 0),
+                                           stockouts=(Stockout(ZONES[0], 0, 600),), spot_hazard_per_hour=0),
+                           clock=clock)
+    from tpuops.providers.nodes import NodeRequest
+
+    request = NodeRequest(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3", capacity=Capacity.SPOT)
+    refused = cloud.create_node(ZONES[0], request)
+    assert refused.done and refused.result == "capacity" and cloud.find_node(ZONES[0], "n") is None
+    made = cloud.create_node(ZONES[1], request)
+    assert not made.done and cloud.find_node(ZONES[1], "n").state is NodeState.CREATING
+    clock.advance_to(START + 90)
+    assert cloud.find_node(ZONES[1], "n").state is NodeState.READY
+    assert cloud.operation(ZONES[1], made.name).ended.timestamp() == START + 90  # billing starts where it ends
+    cloud.delete_node(ZONES[1], "n")
+    again = cloud.create_node(ZONES[1], request)  # the name is taken until the delete is over (40 s)
+    clock.advance_to(START + 90 + 40 + 89)
+    assert cloud.find_node(ZONES[1], "n").state is NodeState.CREATING
+    clock.advance_to(START + 90 + 40 + 90)
+    assert cloud.operation(ZONES[1], again.name).done
+    [billed] = cloud.billing
+    assert (billed.seconds, billed.reason) == (0.0, "deleted")
+
+
+# -- the real controller over it ------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_seed_reproduces_a_simulation_and_another_seed_differs(tmp_path: Path) -> None:
+    cloud, job = CloudModel(spot_hazard_per_hour=1.0), AgentModel(total_steps=3 * 3600 * 10, steps_per_s=10)
+    first = _simulate(tmp_path / "a", cloud, seed=5, job=job)[1]
+    again = _simulate(tmp_path / "b", cloud, seed=5, job=job)[1]
+    other = _simulate(tmp_path / "c", cloud, seed=6, job=job)[1]
+    assert first.ended and [r.to_json() for r in first.runs] == [r.to_json() for r in again.runs]
+    assert [r.preemptions for r in first.runs] != [r.preemptions for r in other.runs] or \
+        [r.usd for r in first.runs] != [r.usd for r in other.runs]
+
+
+@pytest.mark.unit
+def test_every_preemption_is_recovered_by_the_real_controller(tmp_path: Path) -> None:
+    sim, report = _simulate(tmp_path, CloudModel(spot_hazard_per_hour=0.6), count=2)
+    assert report.ended and report.passes > 8 * 12  # eight hours of 5-minute passes at least
+    for result in report.runs:
+        preempted = [b for b in sim.cloud.billing if b.run_id == result.run_id and b.reason == "preempted"]
+        assert result.outcome == "succeeded" and result.preemptions == len(preempted) > 0
+        agent = sim.agents.by_run[result.run_id]
+        assert agent.checkpoint == SHIFT_JOB.total_steps and agent.attempts == len(preempted) + 1
+        assert 8 < result.hours_to_result < 8 * 1.3
+        assert result.usd == pytest.approx(result.ledger_usd, rel=0.02)  # the ledger dates it as the cloud bills
+
+
+@pytest.mark.unit
+def test_a_stockout_moves_the_run_to_the_next_zone_and_back_to_nothing_on_demand(tmp_path: Path) -> None:
+    cloud = CloudModel(stockouts=(Stockout(ZONES[0], 0, 3 * 3600),), spot_hazard_per_hour=0.0)
+    sim, report = _simulate(tmp_path, cloud, count=1, job=AgentModel(total_steps=36_000, steps_per_s=10))
+    memory = runs.load_memory(sim.store, "job-0")[0]
+    kinds = [e["kind"] for e in memory.events]
+    assert kinds[:3] == ["create", "stockout", "create"] and memory.zone == ZONES[1]
+    assert report.runs[0].outcome == "succeeded" and report.runs[0].preemptions == 0
+
+
+@pytest.mark.unit
+def test_the_controller_decides_at_the_virtual_time(tmp_path: Path) -> None:
+    sim, _ = _simulate(tmp_path, CloudModel(spot_hazard_per_hour=0.0), count=1,
+                       job=AgentModel(total_steps=3600, steps_per_s=10))
+    memory = runs.load_memory(sim.store, "job-0")[0]
+    assert memory.events[0]["at"] == START and all(e["at"] >= START for e in memory.events)
+    assert all((e["at"] - START) % 300 == 0 for e in memory.events)  # every decision at a pass time
+
+
+# -- tpuops simulate -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder with the digits experiment and sweep, their data made by ``tpuops data sample``."""
+    from tpuops.api import data_sample
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "sweeps").mkdir()
+    for name in ("digits_cnn.yaml", "models.py"):
+        shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
+    shutil.copy(REPO / "sweeps" / "digits_lr.yaml", tmp_path / "sweeps" / "digits_lr.yaml")
+    data_sample("digits", tmp_path / "data" / "digits")
+    (tmp_path / "tpuops.toml").write_text(f"zones = {list(ZONES)!r}\n".replace("'", '"'))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
+    for name in ("GOOGLE_CLOUD_PROJECT", "TPUOPS_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+@pytest.mark.unit
+def test_tpuops_simulate_runs_an_experiment_and_a_sweep(project: Path) -> None:
+    done = CliRunner().invoke(app, ["simulate", "experiments/digits_cnn.yaml", "--runs", "3", "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["ended"] and [r["outcome"] for r in report["runs"]] == ["succeeded"] * 3
+    sweep = CliRunner().invoke(app, ["simulate", "sweeps/digits_lr.yaml", "--json"])
+    assert sweep.exit_code == 0, sweep.output
+    trials = json.loads(sweep.stdout)["runs"]
+    assert len(trials) == 8 and len({t["run_id"] for t in trials}) == 8  # every trial once, none duplicated
+    assert {t["outcome"] for t in trials} <= {"succeeded", "pruned"} and json.loads(sweep.stdout)["journal_bytes"] > 0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy", "cheapest"], "unknown policy 'cheapest': expected one of spot, on-demand"),
+    (["--runs", "0"], "runs = 0 is not allowed: expected at least 1"),
+    (["--pass-every", "-5"], "the pass interval = -5.0 s is not allowed: expected > 0"),
+])
+def test_bad_simulate_input_is_one_line(project: Path, args: list[str], message: str) -> None:
+    refused = CliRunner().invoke(app, ["simulate", "experiments/digits_cnn.yaml", *args])
+    assert isinstance(refused.exception, UsageError) and str(refused.exception) == message
+
+
+@pytest.mark.unit
+def test_a_negative_hazard_is_refused() -> None:
+    with pytest.raises(UsageError, match="a preemption rate must be >= 0 per hour"):
+        CloudModel(spot_hazard_per_hour=-0.1)
+
+
+# -- forecasts ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(project: Path) -> None:
+    done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"])
+    assert done.exit_code == 0, done.output
+    forecast = json.loads(done.stdout)["forecast"]
+    by_policy = {row["policy"]: row for row in forecast["policies"]}
+    assert set(by_policy) == {"spot", "on-demand"} and forecast["not_forecast"]
+    spot, on_demand = by_policy["spot"], by_policy["on-demand"]
+    assert spot["simulated"] == on_demand["simulated"] == 20
+    assert spot["usd"]["p10"] <= spot["usd"]["p50"] <= spot["usd"]["p90"] < on_demand["usd"]["p10"]
+    assert on_demand["expected_preemptions"] == 0 and spot["hours"]["p50"] > 0
+    assert forecast["assumptions"]["steps_per_s_source"] == "assumed (no history)"
+    assert not (project / "home" / "store" / "runs").exists()  # a dry run declares nothing
+    sweep = CliRunner().invoke(app, ["sweep", "start", "sweeps/digits_lr.yaml", "--dry-run", "--json"])
+    assert sweep.exit_code == 0, sweep.output
+    rows = json.loads(sweep.stdout)["forecast"]["policies"]
+    assert [(r["policy"], r["simulated"], r["finished"]) for r in rows] == [("spot", 3, 3), ("on-demand", 3, 3)]
+
+
+@pytest.mark.unit
+def test_history_gives_the_experiments_own_speed_and_setup() -> None:
+    from tpuops.runs import AgentStatus, Memory, Run
+    from tpuops.runs.models import AttemptTime
+    from tpuops.sim.forecast import Band, measured
+
+    def run(experiment: str, step: int, productive: float, setup: float) -> Run:
+        record = RunRecord(run_id=f"{experiment}-{step}", kind=RunKind.TRAIN, experiment=experiment,
+                           node=NodeSpec(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
+                                         capacity=Capacity.SPOT, zones=[ZONES[0]]))
+        status = AgentStatus(step=step, attempts=[AttemptTime(attempt=1, productive_s=productive, setup_s=setup)])
+        return Run(record, status, Memory())
+
+    found = [run("digits", 600, 20.0, 50.0), run("digits", 900, 40.0, 70.0), run("other", 10, 100.0, 1.0)]
+    history = measured(found, "digits")
+    assert history is not None and (history.runs, history.steps_per_s, history.setup_s) == (2, 25.0, 60.0)
+    assert measured(found, "never-ran") is None
+    assert Band.of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]) == Band(2.0, 6.0, 10.0)

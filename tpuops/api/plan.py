@@ -1,0 +1,89 @@
+"""Planning before paying, as library calls: ``risk`` (preemption risk learned from the ledger),
+``simulate`` (an experiment or a sweep on the virtual-time Cloud TPU, ``tpuops.sim``), and the dry runs
+with forecasts: ``forecast_train`` (``train --dry-run``) and ``forecast_sweep`` (``sweep start --dry-run``).
+
+Part of the front door (``tpuops.api`` re-exports every name here). Each call takes ``Settings``
+and imports what it computes with lazily; the models (``tpuops.risk``) compute without I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from tpuops.config import Settings
+from tpuops.kinds import Capacity
+
+if TYPE_CHECKING:
+    from tpuops.jobs import JobPlan
+    from tpuops.risk import Risk
+    from tpuops.sim.engine import SimReport
+    from tpuops.sim.forecast import Forecast
+    from tpuops.sweeps.start import SweepPlan
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+PlanT = TypeVar("PlanT")
+
+
+def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
+    """``tpuops risk``: per (zone, accelerator, capacity) of the project's ledger, READY node-hours,
+    preemptions, the rate with its 95 % interval, create -> READY latency and stockout episodes."""
+    from tpuops.risk import learn
+    from tpuops.session import open_ledger
+
+    histories = open_ledger(settings).histories(settings.project)
+    return learn(histories, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+
+
+def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int = 1, seed: int = 0,
+             cron_s: float = 300.0, max_hours: float = 24 * 30, progress: Callable[[str], None] | None = None
+             ) -> SimReport:
+    """``tpuops simulate SPEC|SWEEP``: ``runs`` runs of the experiment (or the sweep) under ``policy``, with the
+    real controller and sweep passes on the virtual-time Cloud TPU, on the risk the ledger learned."""
+    from tpuops.sim.scenario import Policy
+    from tpuops.sim.scenario import simulate as run_simulation
+
+    chosen = Policy.parse(policy)
+    return run_simulation(settings, path, risk(settings), policy=chosen, count=runs, seed=seed, cron_s=cron_s,
+                          max_hours=max_hours, progress=progress)
+
+
+@dataclass(frozen=True)
+class Forecasted(Generic[PlanT]):
+    """A dry run: the plan (``JobPlan`` for ``train``, ``SweepPlan`` for ``sweep start``; nothing written) and
+    what it would cost and take, per policy."""
+
+    plan: PlanT
+    forecast: Forecast
+
+
+def _forecast(settings: Settings, path: Path, experiment: str, runs: int, sweeps: int) -> Forecast:
+    from tpuops import runs as run_store
+    from tpuops.session import store
+    from tpuops.sim.forecast import forecast, measured
+
+    history = measured(run_store.list_runs(store(settings)), experiment)
+    return forecast(settings, path, risk(settings), history, runs=runs, sweeps=sweeps)
+
+
+def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
+                   capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
+                   runs: int = 20) -> Forecasted[JobPlan]:
+    """``tpuops train SPEC --dry-run``: the plan, and ``runs`` simulated runs per policy on the learned risk
+    and the experiment's own history (steps/s, setup) or the stated defaults."""
+    from tpuops.api import plan_train
+
+    plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
+                      budget_usd=budget_usd)
+    return Forecasted(plan, _forecast(settings, spec, plan.experiment.name, runs, sweeps=0))
+
+
+def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> Forecasted[SweepPlan]:
+    """``tpuops sweep start SPEC --dry-run``: the sweep's plan, and ``sweeps`` whole simulated sweeps per policy."""
+    from tpuops.api.sweeps import sweep_plan
+
+    plan = sweep_plan(settings, spec)
+    return Forecasted(plan, _forecast(settings, spec, plan.job.experiment.name, runs=0, sweeps=sweeps))

@@ -1,0 +1,31 @@
+"""How a forecast prints (``train --dry-run``, ``sweep start --dry-run``): one row per capacity policy, on stderr,
+so that the dry run's JSON on stdout stays one document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuops.cli.common import err_console
+from tpuops.formats import format_usd
+
+
+def _band(band: dict[str, float] | None, show: Any) -> str:
+    return "" if band is None else " / ".join(show(band[key]) for key in ("p10", "p50", "p90"))
+
+
+def print_forecast(forecast: dict[str, Any], what: str) -> None:
+    """The forecast's table and what it assumed."""
+    from rich.table import Table
+
+    table = Table(title=f"forecast of {what} (simulated, p10 / p50 / p90)", title_justify="left")
+    for column in ("policy", "simulated", "finished", "cost", "hours to result", "preemptions"):
+        table.add_column(column)
+    for row in forecast["policies"]:
+        table.add_row(row["policy"], str(row["simulated"]), str(row["finished"]), _band(row["usd"], format_usd),
+                      _band(row["hours"], lambda h: f"{h:,.2f}"), f"{row['expected_preemptions']:.2f}")
+    console = err_console()
+    console.print(table)
+    for key, value in forecast["assumptions"].items():
+        console.print(f"  {key}: {value}", markup=False, soft_wrap=True)
+    for missing in forecast["not_forecast"]:
+        console.print(f"  not forecast: {missing}", markup=False)

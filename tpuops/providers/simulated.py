@@ -1,0 +1,284 @@
+"""The simulated Cloud TPU (provider ``simulated``): a ``NodeProvider`` on a clock a simulation moves.
+
+A real implementation of the node-provider protocol (held to the provider contract suite), whose
+nodes live on virtual time (``CloudModel``):
+
+- a create is refused inside a stockout episode (its operation ends RESOURCE_EXHAUSTED, as Cloud
+  TPU's does), else the node is CREATING and becomes READY after a create -> READY latency drawn
+  for its accelerator; its create operation ends then (its end dates the start of billing, as on
+  Cloud TPU);
+- a READY spot or preemptible node is preempted after an exponential time at its zone's and
+  capacity's hazard: the agent gets the notice ``notice_s`` before, the node turns PREEMPTED;
+- a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM);
+- a delete stops billing at once and frees the name after a drawn delete latency: a create of that
+  name before then starts only when the delete is over (the controller's replacement waits for
+  the delete; here the wait is folded into the create, so nothing blocks on virtual time).
+
+Events are applied lazily, in time order, whenever the provider is called or ``catch_up`` is: so with
+``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
+is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
+quota), every READY interval kept as the billing truth with the first-minute rule
+(``tpuops.billing_rules``). Every draw comes from one ``random.Random(seed)``. Thread-safe: one lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Protocol
+
+from tpuops.billing_rules import preemption_is_free
+from tpuops.clock import Clock, system_clock
+from tpuops.errors import AlreadyExists, CapacityError, NotFound
+from tpuops.naming import RUN_KEY
+from tpuops.providers.base import Connection
+from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
+from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+
+class Workload(Protocol):
+    """What runs on the simulated nodes, by run id (the node's run label)."""
+
+    def finish_time(self, run_id: str, ready_at: float) -> float | None:
+        """When the run's job would end on a node READY at ``ready_at`` (None: it never ends by itself)."""
+        ...
+
+    def started(self, run_id: str, at: float) -> None: ...
+
+    def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None: ...
+
+    def finished(self, run_id: str, at: float) -> None: ...
+
+
+class Idle:
+    """A workload of nodes that run nothing (a provider opened from the registry)."""
+
+    def finish_time(self, run_id: str, ready_at: float) -> float | None:
+        return None
+
+    def started(self, run_id: str, at: float) -> None:
+        return None
+
+    def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
+        return None
+
+    def finished(self, run_id: str, at: float) -> None:
+        return None
+
+
+@dataclass
+class Billed:
+    """One READY interval of one node: the billing truth of a simulation."""
+
+    zone: str
+    name: str
+    run_id: str | None
+    accelerator: str
+    capacity: str
+    created: float
+    start: float
+    end: float | None = None
+    reason: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.end is None else self.end - self.start
+
+    @property
+    def free(self) -> bool:
+        return self.reason == "preempted" and self.end is not None and preemption_is_free(
+            self.capacity, self.created, self.end)
+
+
+@dataclass
+class _Op:
+    zone: str
+    node: str
+    started: float
+    done_at: float
+    error: CapacityError | None = None
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class SimulatedCloud:
+    """Cloud TPU on a clock (``NodeProvider``): see the module docstring."""
+
+    def __init__(self, project: str = "tpuops-local", model: CloudModel | None = None, *, clock: Clock = system_clock,
+                 seed: int = 0, workload: Workload | None = None, poll_interval_s: float = 0.0) -> None:
+        self.project = project
+        self.model = model or CloudModel()
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.workload: Workload = workload or Idle()
+        self.start = clock()
+        self.calls: Counter[int] = Counter()
+        """API calls per virtual minute since ``start``."""
+        self.billing: list[Billed] = []
+        self._rng = random.Random(seed)
+        self._nodes: dict[tuple[str, str], NodeInfo] = {}
+        self._open: dict[str, Billed] = {}  # by uid
+        self._free_at: dict[tuple[str, str], float] = {}  # a deleted name is taken until its delete is over
+        self._events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, uid)
+        self._by_uid: dict[str, tuple[str, str]] = {}
+        self._ops: dict[str, _Op] = {}
+        self._seq = itertools.count()
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def connect(cls, connection: Connection) -> SimulatedCloud:
+        """The registry's door (``node_provider = "simulated"``): the emulator's pace on wall time, seed 0."""
+        return cls(connection.project, EMULATOR_SPEED, poll_interval_s=connection.poll_interval_s)
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def _schedule(self, at: float, kind: str, uid: str) -> None:
+        heapq.heappush(self._events, (at, next(self._seq), kind, uid))
+
+    def next_event(self) -> float | None:
+        """When the next thing happens on its own (READY, a notice's end, a job's end), or None."""
+        with self._lock:
+            return self._events[0][0] if self._events else None
+
+    def catch_up(self) -> None:
+        """Apply, in time order, everything due by the clock's now."""
+        now = self.clock()
+        with self._lock:
+            while self._events and self._events[0][0] <= now:
+                at, _, kind, uid = heapq.heappop(self._events)
+                key = self._by_uid.get(uid)
+                node = self._nodes.get(key) if key else None
+                if node is None or node.uid != uid:
+                    continue  # the node went (deleted) before its event
+                {"ready": self._ready, "preempt": self._preempt, "finish": self._finish}[kind](node, at)
+
+    def _ready(self, node: NodeInfo, at: float) -> None:
+        key = (node.zone, node.name)
+        self._nodes[key] = replace(node, state=NodeState.READY)
+        run_id = node.labels.get(RUN_KEY)
+        created = node.create_time.timestamp() if node.create_time else at
+        self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
+        hazard = self.model.hazard(node.zone, node.capacity.value)
+        preempt = at + self._rng.expovariate(hazard / 3600.0) if hazard > 0 else None
+        finish = self.workload.finish_time(run_id, at) if run_id else None
+        if run_id:
+            self.workload.started(run_id, at)
+        if finish is not None and (preempt is None or finish < preempt):
+            self._schedule(finish, "finish", node.uid)
+        elif preempt is not None:
+            self._schedule(preempt, "preempt", node.uid)
+
+    def _preempt(self, node: NodeInfo, at: float) -> None:
+        ready = self._open[node.uid].start if node.uid in self._open else at
+        self._close(node.uid, at, "preempted")
+        self._nodes[(node.zone, node.name)] = replace(node, state=NodeState.PREEMPTED)
+        run_id = node.labels.get(RUN_KEY)
+        if run_id:
+            self.workload.interrupted(run_id, max(ready, at - self.model.notice_s), at)
+
+    def _finish(self, node: NodeInfo, at: float) -> None:
+        self._close(node.uid, at, "job-ended")
+        del self._nodes[(node.zone, node.name)]
+        run_id = node.labels.get(RUN_KEY)
+        if run_id:
+            self.workload.finished(run_id, at)
+
+    def _close(self, uid: str, at: float, reason: str) -> None:
+        billed = self._open.pop(uid, None)
+        if billed is not None:
+            billed.end, billed.reason = at, reason
+            self.billing.append(billed)
+
+    def _call(self) -> float:
+        self.catch_up()
+        now = self.clock()
+        with self._lock:
+            self.calls[int((now - self.start) // 60)] += 1
+        return now
+
+    # -- NodeProvider ----------------------------------------------------------------------------
+
+    def list_nodes(self, zone: str) -> list[NodeInfo]:
+        self._call()
+        with self._lock:
+            return [node for (where, _), node in self._nodes.items() if where == zone]
+
+    def find_node(self, zone: str, name: str) -> NodeInfo | None:
+        self._call()
+        with self._lock:
+            return self._nodes.get((zone, name))
+
+    def create_node(self, zone: str, request: NodeRequest) -> Operation:
+        now = self._call()
+        with self._lock:
+            key = (zone, request.name)
+            if key in self._nodes:
+                raise AlreadyExists(f"node {request.name!r} already exists in {zone}")
+            operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
+            if self.model.out_of_capacity(zone, now - self.start):
+                self._ops[operation] = _Op(zone, request.name, now, now, CapacityError(
+                    f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))
+                return self._snapshot(operation)
+            begins = max(now, self._free_at.pop(key, now))  # the name is free once its delete is over
+            ready_at = begins + self.model.ready_for(request.accelerator).draw(self._rng)
+            uid = str(next(self._ids))
+            self._nodes[key] = NodeInfo(
+                name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
+                runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
+                labels=dict(request.labels), create_time=_at(begins), uid=uid)
+            self._by_uid[uid] = key
+            self._schedule(ready_at, "ready", uid)
+            self._ops[operation] = _Op(zone, request.name, now, ready_at)
+            return self._snapshot(operation)
+
+    def delete_node(self, zone: str, name: str) -> Operation | None:
+        now = self._call()
+        with self._lock:
+            node = self._nodes.pop((zone, name), None)
+            if node is None:
+                return None
+            if node.state is NodeState.READY:
+                self._close(node.uid, now, "deleted")
+                if node.labels.get(RUN_KEY):
+                    self.workload.interrupted(node.labels[RUN_KEY], now, now + self.model.notice_s)
+            self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rng)
+            operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
+            self._ops[operation] = _Op(zone, name, now, now)
+            return self._snapshot(operation)
+
+    def operation(self, zone: str, name: str) -> Operation:
+        self._call()
+        with self._lock:
+            if name not in self._ops:
+                raise NotFound(f"operation {name} not found")
+            return self._snapshot(name)
+
+    def _snapshot(self, name: str) -> Operation:
+        op = self._ops[name]
+        done = op.done_at <= self.clock()
+        return Operation(name=name, zone=op.zone, done=done,
+                         target=f"projects/{self.project}/locations/{op.zone}/nodes/{op.node}",
+                         started=_at(op.started), ended=_at(op.done_at) if done else None,
+                         error=op.error if done else None)
+
+    # -- what a simulation reports -----------------------------------------------------------------
+
+    def billed(self, price: Callable[[Billed], float]) -> dict[str | None, float]:
+        """USD per run id of every closed READY interval, by ``price`` (USD per hour of the interval's node)."""
+        totals: dict[str | None, float] = Counter()
+        with self._lock:
+            for interval in self.billing:
+                if not interval.free:
+                    totals[interval.run_id] += interval.seconds / 3600.0 * price(interval)
+        return dict(totals)

@@ -1,0 +1,164 @@
+"""Preemption risk learned from the ledger, per (zone, accelerator, capacity).
+
+Google publishes no spot or preemptible TPU preemption rates; the honest source is the user's own
+history, which the ledger holds (every incarnation, its READY time, every PREEMPTED transition).
+From it, per (zone, accelerator, capacity):
+
+- exposure: READY node-hours (the same intervals the cost tracker bills, ``tpuops.cost``);
+- preemptions: incarnations seen PREEMPTED (a name is recreated after one, so an incarnation is
+  preempted at most once). A node that went from READY straight to gone unseen is not counted:
+  the rate is a lower bound by the preemptions nobody saw;
+- the rate per READY node-hour with its exact Poisson interval (``tpuops.poisson``);
+- create -> READY latency: from the incarnation's ``created_at`` to its first READY transition;
+- failed creates and stockout episodes: an incarnation that was closed without ever being READY
+  is a create that failed (a stockout, as the ledger alone cannot tell it from a quota or invalid
+  refusal); consecutive failed creates of one key form an episode, which ends at the key's next
+  create that reached READY (or is still going).
+
+Where a key has no READY time the rate used for planning is an ASSUMPTION: the
+``spot_preemptions_per_hour`` setting of tpuops.toml for spot and preemptible capacity, 0 for
+on-demand (which Cloud TPU does not preempt). ``Risk.assumed`` says so wherever it is shown.
+
+Pure: a function of ledger rows (``NodeHistory``) and ``now``; no database, no clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tpuops.cost import ready_intervals
+from tpuops.ledger import NodeHistory
+from tpuops.poisson import rate_interval
+from tpuops.pricing import SPOT_PRICED, parse_capacity
+from tpuops.providers.nodes import NodeState
+
+CONFIDENCE = 0.95
+"""The confidence of every rate interval shown."""
+
+
+@dataclass(frozen=True, order=True)
+class RiskKey:
+    zone: str
+    accelerator: str
+    capacity: str
+
+
+@dataclass(frozen=True)
+class Stockout:
+    """Consecutive creates of one key that never became READY; ``end`` None while it lasts."""
+
+    start: datetime
+    end: datetime | None
+    failed_creates: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat() if self.end else None,
+                "failed_creates": self.failed_creates}
+
+
+@dataclass(frozen=True)
+class Risk:
+    """What the ledger says about one (zone, accelerator, capacity), and the rate planning uses."""
+
+    key: RiskKey
+    nodes: int
+    ready_hours: float
+    preemptions: int
+    rate_per_hour: float
+    """Observed preemptions per READY node-hour, or the assumption when ``assumed``."""
+    low: float | None
+    high: float | None
+    """The exact 95 % interval of the observed rate; None when assumed (no READY time)."""
+    assumed: bool
+    ready_latency_s: tuple[float, ...]
+    """create -> READY seconds of every incarnation that became READY, oldest first."""
+    stockouts: tuple[Stockout, ...]
+
+    @property
+    def failed_creates(self) -> int:
+        return sum(episode.failed_creates for episode in self.stockouts)
+
+    def latency_quantiles(self) -> tuple[float, float] | None:
+        """Median and 90th percentile of create -> READY, or None without a sample."""
+        samples = sorted(self.ready_latency_s)
+        if not samples:
+            return None
+        return statistics.median(samples), samples[min(len(samples) - 1, int(0.9 * len(samples)))]
+
+    def to_json(self) -> dict[str, Any]:
+        latency = self.latency_quantiles()
+        return {
+            "zone": self.key.zone, "accelerator": self.key.accelerator, "capacity": self.key.capacity,
+            "nodes": self.nodes, "ready_hours": round(self.ready_hours, 6), "preemptions": self.preemptions,
+            "rate_per_hour": self.rate_per_hour, "low": self.low, "high": self.high, "confidence": CONFIDENCE,
+            "assumed": self.assumed,
+            "create_to_ready_s": None if latency is None else {"p50": latency[0], "p90": latency[1],
+                                                               "samples": len(self.ready_latency_s)},
+            "failed_creates": self.failed_creates, "stockouts": [s.to_json() for s in self.stockouts],
+        }
+
+
+def prior_rate(capacity: str, spot_preemptions_per_hour: float) -> float:
+    """The assumed rate for a key without history: the setting for spot-priced capacity, 0 for on-demand."""
+    return spot_preemptions_per_hour if parse_capacity(capacity) in SPOT_PRICED else 0.0
+
+
+def _ready_at(history: NodeHistory) -> datetime | None:
+    return next((t.at for t in history.transitions if t.state == NodeState.READY.value), None)
+
+
+def _stockouts(members: Sequence[NodeHistory]) -> tuple[Stockout, ...]:
+    episodes: list[Stockout] = []
+    start: datetime | None = None
+    failed = 0
+    for history in sorted(members, key=lambda h: h.node.created_at):
+        if _ready_at(history) is not None:
+            if failed:
+                episodes.append(Stockout(start or history.node.created_at, history.node.created_at, failed))
+            start, failed = None, 0
+        elif history.node.deleted_at is not None:
+            start = start or history.node.created_at
+            failed += 1
+    if failed and start is not None:
+        episodes.append(Stockout(start, None, failed))
+    return tuple(episodes)
+
+
+def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, spot_preemptions_per_hour: float) -> Risk:
+    """The risk of one key from its incarnations (any order)."""
+    ready_s = sum(i.seconds for h in members for i in ready_intervals(h.transitions, now))
+    preemptions = sum(1 for h in members if any(t.state == NodeState.PREEMPTED.value for t in h.transitions))
+    latencies = tuple((ready - h.node.created_at).total_seconds()
+                      for h in sorted(members, key=lambda h: h.node.created_at)
+                      if (ready := _ready_at(h)) is not None)
+    common = {"key": key, "nodes": len(members), "ready_hours": ready_s / 3600, "preemptions": preemptions,
+              "ready_latency_s": latencies, "stockouts": _stockouts(members)}
+    if ready_s <= 0:
+        return Risk(rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour), low=None, high=None,
+                    assumed=True, **common)
+    interval = rate_interval(preemptions, ready_s / 3600, CONFIDENCE)
+    return Risk(rate_per_hour=interval.rate, low=interval.low, high=interval.high, assumed=False, **common)
+
+
+def learn(histories: Iterable[NodeHistory], now: datetime, spot_preemptions_per_hour: float) -> list[Risk]:
+    """One ``Risk`` per (zone, accelerator, capacity) the ledger has nodes of, sorted by key."""
+    groups: dict[RiskKey, list[NodeHistory]] = defaultdict(list)
+    for history in histories:
+        node = history.node
+        groups[RiskKey(node.zone, node.accelerator, parse_capacity(node.capacity).value)].append(history)
+    return [risk_of(key, members, now, spot_preemptions_per_hour) for key, members in sorted(groups.items())]
+
+
+def rate_for(risks: Iterable[Risk], key: RiskKey, spot_preemptions_per_hour: float) -> Risk:
+    """The learned risk of ``key``, or the assumption when the ledger has nothing of it."""
+    found = next((risk for risk in risks if risk.key == key), None)
+    if found is not None:
+        return found
+    return Risk(key=key, nodes=0, ready_hours=0.0, preemptions=0,
+                rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour), low=None, high=None,
+                assumed=True, ready_latency_s=(), stockouts=())

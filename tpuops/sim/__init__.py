@@ -1,0 +1,7 @@
+"""A virtual-time Cloud TPU that drives the real controller and sweep passes.
+
+The cloud is a node provider like any other (``tpuops.providers.simulated`` on the assumptions of
+``tpuops.providers.cloud_model``); here ``model`` holds the agent's measured segments, ``agent`` the stand-in
+that writes ``status.json`` through the store as the agent does, and ``engine`` the loop that
+moves the clock from one controller pass to the next and reports what happened.
+"""

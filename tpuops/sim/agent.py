@@ -1,0 +1,161 @@
+"""The agent of a simulated run: its measured segments played on virtual time, its status written to the store.
+
+It stands in for ``tpuops/agent`` on a node of the simulated cloud, and the controller reads what it
+writes exactly as it reads the real agent: ``status.json`` through ``tpuops.runs`` (attempt, phase,
+step, last checkpoint, heartbeat, evaluations, exit class). Its timeline per attempt (``AgentModel``):
+setup, a restore when a checkpoint exists, then stepping with a periodic save every
+``checkpoint_every_s`` of stepping, and a final save. The node's end (a preemption after its notice,
+or a delete) ends the attempt: the work since the last checkpoint is lost unless the save on the
+notice fits in it.
+
+Evaluations, for sweeps, come from a synthetic response surface of the trial's hparams (``surface``):
+smooth in the logarithm of each numeric hparam around an optimum drawn from the seed, so that the
+real Optuna sampler has something to learn and the real pruner something to prune.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuops import runs
+from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
+from tpuops.sim.model import AgentModel
+from tpuops.store import Store
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+Metrics = Callable[[int], dict[str, float]]
+"""The evaluation metrics at a step."""
+
+
+def surface(hparams: Mapping[str, Any], total_steps: int, seed: int) -> Metrics:
+    """Synthetic accuracy and loss for a trial: quality in (0.5, 0.95] peaks where each numeric hparam's
+    logarithm meets a seeded optimum; learning approaches it as 1 - exp(-3 step / total)."""
+    rng = random.Random(seed)
+    distance = 0.0
+    for name in sorted(hparams):
+        value = hparams[name]
+        optimum = rng.uniform(-4.0, 0.0)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            distance += (math.log10(value) - optimum) ** 2 / 4.0
+    quality = 0.5 + 0.45 * math.exp(-distance)
+
+    def metrics(step: int) -> dict[str, float]:
+        learned = quality * (1.0 - math.exp(-3.0 * step / total_steps))
+        return {"accuracy": round(learned, 6), "loss": round(1.0 - learned, 6)}
+
+    return metrics
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    number: int
+    ready_at: float
+    base_step: int
+    stepping_at: float
+    """When steps start: after setup, and a restore when there is a checkpoint."""
+
+
+class SimulatedAgent:
+    """One run's agent across its attempts (one per READY node of the run)."""
+
+    def __init__(self, store: Store, run_id: str, model: AgentModel, metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.model = model
+        self.metrics = metrics
+        self.checkpoint = 0
+        self.attempts = 0
+        self.recomputed_steps = 0
+        self.finished_at: float | None = None
+        self._attempt: _Attempt | None = None
+        self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
+
+    # -- the timeline (pure) -------------------------------------------------------------------
+
+    def _plan(self, ready_at: float) -> _Attempt:
+        restore = self.model.segments.restore_s if self.checkpoint > 0 else 0.0
+        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + self.model.segments.setup_s + restore)
+
+    def _progress(self, attempt: _Attempt, at: float) -> tuple[int, int]:
+        """(step reached, step of the last periodic checkpoint) at ``at``."""
+        m, segments = self.model, self.model.segments
+        if at <= attempt.stepping_at:
+            return attempt.base_step, attempt.base_step
+        elapsed = at - attempt.stepping_at
+        cycles, rest = divmod(elapsed, segments.checkpoint_every_s + segments.save_s)
+        stepping = cycles * segments.checkpoint_every_s + min(rest, segments.checkpoint_every_s)
+        step = min(m.total_steps, attempt.base_step + int(m.steps_per_s * stepping))
+        saved = min(m.total_steps, attempt.base_step + int(m.steps_per_s * segments.checkpoint_every_s * cycles))
+        return step, saved
+
+    def finish_time(self, ready_at: float) -> float:
+        """When the job would end on a node READY at ``ready_at`` that nothing interrupts."""
+        m, segments = self.model, self.model.segments
+        attempt = self._plan(ready_at)
+        remaining_s = (m.total_steps - attempt.base_step) / m.steps_per_s
+        periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
+        return attempt.stepping_at + remaining_s + (periodic + 1) * segments.save_s
+
+    # -- what the node's life does to it -----------------------------------------------------------
+
+    def started(self, at: float) -> None:
+        """The node is READY: a new attempt starts (its startup script runs the agent)."""
+        self._attempt = self._plan(at)
+        self.attempts = self._attempt.number
+        self._write(at, Phase.STARTING, self.checkpoint)
+
+    def publish(self, at: float) -> None:
+        """A heartbeat at ``at``: the status as the agent would have last written it."""
+        if self._attempt is None:
+            return
+        step, saved = self._progress(self._attempt, at)
+        self._write(at, Phase.TRAINING if at > self._attempt.stepping_at else Phase.LOADING, step,
+                    checkpoint=max(self.checkpoint, saved))
+
+    def interrupted(self, notice_at: float, end_at: float) -> None:
+        """The node is going (a preemption's notice, or a delete): save on the notice if it fits, then stop."""
+        attempt = self._attempt
+        if attempt is None:
+            return
+        step, saved = self._progress(attempt, max(attempt.ready_at, notice_at))
+        fits = self.model.segments.save_s <= end_at - notice_at and notice_at >= attempt.stepping_at
+        self.checkpoint = max(self.checkpoint, step if fits else saved)
+        self.recomputed_steps += max(0, min(self._high, step) - attempt.base_step)
+        self._high = max(self._high, step)
+        self._attempt = None
+        self._write(end_at, Phase.DONE, step, exit_class=ExitClass.PREEMPTED, attempt=attempt.number)
+
+    def finished(self, at: float) -> None:
+        """The last step and the final save are done: the job succeeded."""
+        attempt = self._attempt
+        self.checkpoint = self._high = self.model.total_steps
+        self.finished_at = at
+        self._attempt = None
+        self._write(at, Phase.DONE, self.model.total_steps, exit_class=ExitClass.SUCCEEDED,
+                    attempt=attempt.number if attempt else self.attempts)
+
+    @property
+    def running(self) -> bool:
+        return self._attempt is not None
+
+    def _write(self, at: float, phase: Phase, step: int, *, checkpoint: int | None = None,
+               exit_class: ExitClass | None = None, attempt: int | None = None) -> None:
+        m = self.model
+        evals: list[EvalPoint] = []
+        final: dict[str, Any] = {}
+        if self.metrics is not None and m.eval_every_steps:
+            evals = [EvalPoint(step=s, metrics=self.metrics(s))
+                     for s in range(m.eval_every_steps, step + 1, m.eval_every_steps)]
+            final = {"eval": self.metrics(step)}
+        stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        runs.write_status(self.store, self.run_id, AgentStatus(
+            run_id=self.run_id, attempt=self.attempts if attempt is None else attempt, phase=phase, step=step,
+            total_steps=m.total_steps, last_checkpoint_step=self.checkpoint if checkpoint is None else checkpoint,
+            recomputed_steps=self.recomputed_steps, metrics=final, evals=evals, heartbeat=stamp,
+            exit_class=exit_class, exit_code=exit_class.code if exit_class else None))

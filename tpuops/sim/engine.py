@@ -1,0 +1,236 @@
+"""The simulation loop: the real controller and sweep passes over the simulated cloud, in virtual time.
+
+One ``Simulation`` wires what production wires (a store, a ledger, a ``Fleet``, a ``Controller``)
+around a ``SimulatedCloud`` and one ``VirtualClock``, in a scratch directory. Each step moves the
+clock to the next pass (every ``cron_s``, as ``tpuops schedule`` runs ``reconcile``), applies what
+the cloud did meanwhile (boots, notices, preemptions, jobs that ended), lets every running agent
+write its heartbeat, and runs one real pass: ``decide`` for every run, the sweep pass (Optuna's
+sampler and pruner on the store journal), the Fleet's ledger dating. Nothing is patched; the only
+stand-ins are the cloud and the agent.
+
+Invariant: every random draw comes from the seed (the cloud's and the agents' own generators), and
+the clock starts at ``START`` (2030-01-01 UTC), so a seed reproduces a run's timeline exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tpuops import runs
+from tpuops.clock import VirtualClock
+from tpuops.config import Settings
+from tpuops.controller.reconcile import Controller
+from tpuops.cost import catalog_for, spent
+from tpuops.fleet import Fleet
+from tpuops.ledger import Ledger
+from tpuops.pricing import Catalog
+from tpuops.providers.cloud_model import CloudModel
+from tpuops.providers.simulated import Billed, SimulatedCloud
+from tpuops.runs import RunRecord
+from tpuops.sim.agent import SimulatedAgent, surface
+from tpuops.sim.model import AgentModel
+from tpuops.store import LocalStore, Store
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+"""Where every simulation's clock starts."""
+
+Say = Callable[[str], None]
+
+
+def _quiet(_text: str) -> None:
+    return None
+
+
+class Agents:
+    """The workload of the simulated cloud: one ``SimulatedAgent`` per run, made when its first node boots.
+
+    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``).
+    """
+
+    def __init__(self, store: Store, model: AgentModel, seed: int) -> None:
+        self.store = store
+        self.model = model
+        self.seed = seed
+        self.by_run: dict[str, SimulatedAgent] = {}
+
+    def agent(self, run_id: str) -> SimulatedAgent:
+        if run_id not in self.by_run:
+            metrics = None
+            if self.model.eval_every_steps:
+                spec = runs.read_run_spec(self.store, run_id)
+                metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
+            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics)
+        return self.by_run[run_id]
+
+    def finish_time(self, run_id: str, ready_at: float) -> float | None:
+        return self.agent(run_id).finish_time(ready_at)
+
+    def started(self, run_id: str, at: float) -> None:
+        self.agent(run_id).started(at)
+
+    def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
+        self.agent(run_id).interrupted(notice_at, end_at)
+
+    def finished(self, run_id: str, at: float) -> None:
+        self.agent(run_id).finished(at)
+
+    def publish(self, at: float) -> None:
+        for agent in self.by_run.values():
+            if agent.running:
+                agent.publish(at)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run as the simulation ended it."""
+
+    run_id: str
+    outcome: str
+    preemptions: int
+    hours_to_result: float | None
+    """From the simulation's start to the agent's success; None when it did not succeed."""
+    usd: float
+    """The simulated cloud's billing truth."""
+    ledger_usd: float
+    """What tpuops's ledger says the run cost (dated by the Fleet from what the passes saw)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "outcome": self.outcome, "preemptions": self.preemptions,
+                "hours_to_result": self.hours_to_result, "usd": round(self.usd, 6),
+                "ledger_usd": round(self.ledger_usd, 6)}
+
+
+@dataclass
+class Footprint:
+    """What a simulation asked of the cloud and left in the store."""
+
+    api_calls: int = 0
+    peak_calls_per_minute: int = 0
+    """Cloud TPU API calls in the busiest virtual minute."""
+    store_objects: int = 0
+    journal_bytes: int = 0
+    """Size of the sweeps' Optuna journals in the store (0 without a sweep)."""
+
+
+@dataclass
+class SimReport:
+    """What one simulation did, and what it cost to simulate."""
+
+    footprint: Footprint = field(default_factory=Footprint)
+    simulated_s: float = 0.0
+    wall_s: float = 0.0
+    """What simulating took, on this machine."""
+    passes: int = 0
+    slowest_pass_s: float = 0.0
+    """The longest real controller pass (wall time): the pass at the fleet's peak."""
+    ended: bool = False
+    """Every run and sweep finished within the simulated time allowed."""
+    runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.simulated_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def usd(self) -> float:
+        return sum(run.usd for run in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"simulated_hours": round(self.simulated_s / 3600, 4), "wall_s": round(self.wall_s, 3),
+                "speedup": round(self.speedup, 1), "passes": self.passes,
+                "slowest_pass_s": round(self.slowest_pass_s, 4), "api_calls": self.footprint.api_calls,
+                "peak_api_calls_per_minute": self.footprint.peak_calls_per_minute,
+                "store_objects": self.footprint.store_objects, "journal_bytes": self.footprint.journal_bytes,
+                "ended": self.ended, "usd": round(self.usd, 6),
+                "runs": [run.to_json() for run in self.runs]}
+
+
+class Simulation:
+    """One simulated world in ``workdir``: store, ledger, cloud, agents, and the real controller over them."""
+
+    def __init__(self, settings: Settings, workdir: Path, cloud: CloudModel, agent: AgentModel, *,
+                 cron_s: float = 300.0, seed: int = 0, progress: Say = _quiet) -> None:
+        if cron_s <= 0:
+            raise ValueError(f"the pass interval must be > 0 s, got {cron_s}")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.settings = settings.model_copy(update={"store": str(workdir / "store"), "home": workdir,
+                                                    "node_provider": "simulated"})
+        self.cron_s = cron_s
+        self.progress = progress
+        self.clock = VirtualClock(START)
+        self.store = LocalStore(workdir / "store", durable=False)  # scratch: nothing in it outlives the simulation
+        self.ledger = Ledger(workdir / "ledger.sqlite")
+        self.agents = Agents(self.store, agent, seed)
+        self.cloud = SimulatedCloud(self.settings.project, cloud, clock=self.clock, seed=seed, workload=self.agents)
+        fleet = Fleet(self.cloud, self.settings, self.ledger, clock=self.clock)
+        self.controller = Controller(self.settings, self.store, fleet, holder="simulator", status_refresh_s=0.0,
+                                     clock=self.clock)
+        self.catalog: Catalog = catalog_for(self.settings)
+
+    def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:
+        """Declare runs (record and agent spec), as ``train --detach`` does; their ids."""
+        declared = []
+        for record, spec in records:
+            runs.declare(self.store, record, spec)
+            declared.append(record.run_id)
+        return declared
+
+    def run(self, *, max_hours: float, every_passes: int = 100) -> SimReport:
+        """Pass after pass until nothing is active (no run, no sweep) or ``max_hours`` of virtual time."""
+        from tpuops.sweeps.ops import active_sweeps
+
+        report = SimReport()
+        started = time.perf_counter()
+        now = START
+        while True:
+            self.clock.advance_to(now)
+            self.cloud.catch_up()
+            self.agents.publish(now)
+            before = time.perf_counter()
+            self.controller.run_pass(now=now)
+            report.slowest_pass_s = max(report.slowest_pass_s, time.perf_counter() - before)
+            report.passes += 1
+            if not runs.active_run_ids(self.store) and not active_sweeps(self.store):
+                report.ended = True
+                break
+            if now - START >= max_hours * 3600:
+                break
+            if report.passes % every_passes == 0:
+                self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "
+                              f"{len(runs.active_run_ids(self.store))} runs going")
+            now += self.cron_s
+        self.controller.release()
+        report.wall_s = time.perf_counter() - started
+        report.simulated_s = now - START
+        objects = self.store.list("")
+        report.footprint = Footprint(api_calls=sum(self.cloud.calls.values()),
+                                     peak_calls_per_minute=max(self.cloud.calls.values(), default=0),
+                                     store_objects=len(objects),
+                                     journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
+        report.runs = self._results(now)
+        return report
+
+    def _price(self, interval: Billed) -> float:
+        return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)
+
+    def _results(self, now: float) -> list[RunResult]:
+        billed = self.cloud.billed(self._price)
+        end = datetime.fromtimestamp(now, UTC)
+        results = []
+        for run_id in runs.all_run_ids(self.store):
+            memory, _ = runs.load_memory(self.store, run_id)
+            agent = self.agents.by_run.get(run_id)
+            finished = agent.finished_at if agent is not None else None
+            results.append(RunResult(
+                run_id=run_id, outcome=str(memory.outcome or "unfinished"), preemptions=memory.preemptions,
+                hours_to_result=None if finished is None else (finished - START) / 3600,
+                usd=billed.get(run_id, 0.0),
+                ledger_usd=spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id, now=end)))
+        return results

@@ -1,0 +1,149 @@
+"""Forecasts before paying: cost, time to result (p10/p50/p90) and expected preemptions, per capacity policy.
+
+A forecast is a set of simulations (``tpuops.sim.scenario``) on the risk the ledger learned and the
+experiment's own history (``measured``): ``runs`` independent runs of an experiment per policy, or a
+few whole simulated sweeps per policy (a sweep's result is its last trial's end, its cost every
+trial's). Quantiles are empirical over those runs. What was assumed rather than measured is named in
+``assumptions`` (the speed of an experiment without history, the hazard of a zone without it).
+
+The deadline policy (issue 23, scope 4) is not built yet: forecasts cover spot and on-demand.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tpuops.config import Settings
+from tpuops.risk import Risk
+from tpuops.runs import Run
+from tpuops.sim.engine import SimReport
+from tpuops.sim.scenario import DEFAULT_STEPS_PER_S, Policy, is_sweep, simulate
+
+
+@dataclass(frozen=True)
+class Band:
+    """The 10th, 50th and 90th percentiles of a simulated quantity."""
+
+    p10: float
+    p50: float
+    p90: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Band | None:
+        if not values:
+            return None
+        ordered = sorted(values)
+        if len(ordered) == 1:
+            return cls(ordered[0], ordered[0], ordered[0])
+        deciles = statistics.quantiles(ordered, n=10, method="inclusive")
+        return cls(deciles[0], statistics.median(ordered), deciles[-1])
+
+    def to_json(self) -> dict[str, float]:
+        return {"p10": round(self.p10, 6), "p50": round(self.p50, 6), "p90": round(self.p90, 6)}
+
+
+class PolicyForecast(NamedTuple):
+    """One policy's forecast."""
+
+    policy: str
+    simulated: int
+    """Runs (or whole sweeps) simulated."""
+    finished: int
+    bands: dict[str, Band | None]
+    """``usd`` (cost) and ``hours`` (time to result from the launch), over the simulated runs or sweeps."""
+    preemptions: float
+    """Mean preemptions per run (per sweep: over all its trials)."""
+
+    def to_json(self) -> dict[str, Any]:
+        bands = {name: band.to_json() if band else None for name, band in self.bands.items()}
+        return {"policy": self.policy, "simulated": self.simulated, "finished": self.finished, **bands,
+                "expected_preemptions": round(self.preemptions, 3)}
+
+
+class Measured(NamedTuple):
+    """What earlier runs of the experiment measured (their agents' clocks)."""
+
+    runs: int
+    steps_per_s: float
+    """Steps done (not redone) per second of productive time, over every attempt of those runs."""
+    setup_s: float
+
+
+@dataclass(frozen=True)
+class Forecast:
+    policies: tuple[PolicyForecast, ...]
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions,
+                "not_forecast": ["deadline policy: not built yet (issue 23, scope 4)"]}
+
+
+def measured(found: Sequence[Run], experiment: str) -> Measured | None:
+    """Steps per second of stepping and the median setup over earlier runs of ``experiment``; None without any."""
+    steps = productive = 0.0
+    setups: list[float] = []
+    count = 0
+    for run in found:
+        status = run.status
+        if run.record.experiment != experiment or status is None or not status.attempts:
+            continue
+        seconds = sum(a.productive_s for a in status.attempts)
+        if seconds <= 0 or status.step <= 0:
+            continue
+        count += 1
+        steps += status.step - status.recomputed_steps
+        productive += seconds
+        setups.extend(a.setup_s for a in status.attempts if a.setup_s > 0)
+    if count == 0 or productive <= 0 or steps <= 0:
+        return None
+    return Measured(count, steps / productive, statistics.median(setups) if setups else 0.0)
+
+
+def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
+    if per_sweep:
+        finished = [r for r in reports if r.ended]
+        hours = [max((run.hours_to_result or 0.0 for run in r.runs), default=0.0) for r in finished]
+        usd = [r.usd for r in reports]
+        preemptions = [float(sum(run.preemptions for run in r.runs)) for r in reports]
+        return PolicyForecast(policy.value, len(reports), len(finished), {"usd": Band.of(usd), "hours": Band.of(hours)},
+                              statistics.fmean(preemptions) if preemptions else 0.0)
+    runs = [run for r in reports for run in r.runs]
+    done = [run for run in runs if run.hours_to_result is not None]
+    bands = {"usd": Band.of([run.usd for run in runs]), "hours": Band.of([run.hours_to_result or 0.0 for run in done])}
+    return PolicyForecast(policy.value, len(runs), len(done), bands,
+                          statistics.fmean(run.preemptions for run in runs) if runs else 0.0)
+
+
+def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Measured | None, *, runs: int = 20,
+             sweeps: int = 3, seed: int = 0, cron_s: float = 300.0,
+             progress: Callable[[str], None] | None = None) -> Forecast:
+    """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps)."""
+    steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
+    setup_s = history.setup_s if history and history.setup_s > 0 else None
+    sweep = is_sweep(path)
+    policies = []
+    for policy in Policy:
+        if sweep:
+            reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress)
+                       for index in range(sweeps)]
+        else:
+            reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress)]
+        policies.append(_summary(policy, reports, sweep))
+    learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
+               for r in risks}
+    assumptions = {
+        "steps_per_s": round(steps_per_s, 3),
+        "steps_per_s_source": f"measured over {history.runs} earlier runs" if history else "assumed (no history)",
+        "setup_s": setup_s if setup_s is not None else "assumed (default of the agent model)",
+        "spot_preemptions_per_hour_without_history": settings.spot_preemptions_per_hour,
+        "risk": learned or "no ledger history: every zone assumed",
+        "pass_every_s": cron_s,
+    }
+    return Forecast(tuple(policies), assumptions)

@@ -1,0 +1,152 @@
+"""From what a user has (an experiment or sweep file, the ledger's learned risk) to a simulation's inputs.
+
+``simulate`` plans exactly as ``train --dry-run`` and ``sweep start --dry-run`` do (the real
+planning: node request, frozen template, Optuna study), then declares into the simulation's own
+scratch store, never the user's: ``count`` replicas of a run (independent draws, one world), or
+the sweep. The cloud model takes the ledger's learned rates per (zone, capacity) and its create ->
+READY latency where the ledger has them, the stated assumptions elsewhere (``tpuops.risk``,
+``tpuops.providers.cloud_model``). The agent model takes the experiment's own numbers (steps,
+checkpoint interval) and the stated defaults below for what only a run can measure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpuops import jobs
+from tpuops.config import Settings
+from tpuops.errors import UsageError
+from tpuops.experiment import Experiment
+from tpuops.kinds import Capacity, ValueEnum
+from tpuops.naming import RUN_KEY
+from tpuops.providers.cloud_model import CloudModel, Latency
+from tpuops.risk import Risk, RiskKey, rate_for
+from tpuops.runs import RunRecord
+from tpuops.sim.engine import SimReport, Simulation
+from tpuops.sim.model import AgentModel, Segments
+from tpuops.store import Store
+from tpuops.sweeps.start import SweepPlan, plan_sweep, start_sweep
+
+DEFAULT_STEPS_PER_S = 10.0
+"""ASSUMED training speed where an experiment has no history: stated, and shown as an assumption."""
+
+
+class Policy(ValueEnum):
+    """How a simulated run picks its capacity."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+    @classmethod
+    def parse(cls, text: str) -> Policy:
+        try:
+            return cls(text)
+        except ValueError:
+            raise UsageError(f"unknown policy {text!r}: expected one of {', '.join(p.value for p in cls)}") from None
+
+    @property
+    def capacity(self) -> Capacity:
+        return Capacity.SPOT if self is Policy.SPOT else Capacity.ON_DEMAND
+
+
+def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None,
+                eval_every_steps: int = 0) -> AgentModel:
+    """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval."""
+    steps = experiment.steps or max(1, round(experiment.expected_hours * 3600 * steps_per_s))
+    every = [s for s in (experiment.checkpoint.every_seconds,
+                         experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
+             if s > 0]
+    setup = {} if setup_s is None else {"setup_s": setup_s}
+    return AgentModel(total_steps=steps, steps_per_s=steps_per_s,
+                      segments=Segments(checkpoint_every_s=min(every, default=600.0), **setup),
+                      eval_every_steps=eval_every_steps)
+
+
+def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> CloudModel:
+    """The ledger's learned hazards per (zone, capacity) of ``accelerator``, and its median create -> READY."""
+    hazards = {}
+    for zone in settings.zones:
+        for capacity in Capacity:
+            risk = rate_for(risks, RiskKey(zone, accelerator, capacity.value), settings.spot_preemptions_per_hour)
+            hazards[(zone, capacity.value)] = risk.rate_per_hour
+    latencies = [s for risk in risks if risk.key.accelerator == accelerator for s in risk.ready_latency_s]
+    ready = {accelerator: Latency(sorted(latencies)[len(latencies) // 2])} if latencies else {}
+    return CloudModel(ready_latency=ready, hazard_per_hour=hazards,
+                      spot_hazard_per_hour=settings.spot_preemptions_per_hour)
+
+
+def is_sweep(path: Path) -> bool:
+    """A sweep file names its experiment and its trials; an experiment file does neither."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UsageError(f"{path}: cannot read it as YAML ({err})") from None
+    return isinstance(document, dict) and "experiment" in document and "trials" in document
+
+
+def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capacity) -> tuple[RunRecord, dict]:
+    run_id = f"{record.run_id}-{index:03d}"
+    node = record.node.model_copy(update={"name": run_id, "capacity": capacity,
+                                          "labels": {**record.node.labels, RUN_KEY: run_id}})
+    return record.model_copy(update={"run_id": run_id, "node": node}), {**spec, "run_id": run_id}
+
+
+def _on(plan: SweepPlan, capacity: Capacity) -> SweepPlan:
+    """The sweep with every trial on ``capacity`` (its frozen template's node request changed, nothing else)."""
+    record = plan.template.record
+    node = record.node.model_copy(update={"capacity": capacity})
+    template = plan.template.model_copy(update={"record": record.model_copy(update={"node": node})})
+    return dataclasses.replace(plan, template=template)
+
+
+def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
+             seed: int = 0, cron_s: float = 300.0, max_hours: float = 24 * 30,
+             steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
+             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None) -> SimReport:
+    """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
+    ``cloud``, a model given whole: a benchmark's stockout episode).
+
+    Raises:
+        UsageError: a bad file, count or interval (one line each).
+    """
+    from tpuops.session import store
+
+    if count < 1:
+        raise UsageError(f"runs = {count} is not allowed: expected at least 1")
+    if cron_s <= 0:
+        raise UsageError(f"the pass interval = {cron_s} s is not allowed: expected > 0")
+    say = progress or (lambda _text: None)
+    user_store = store(settings)
+    if workdir is not None:
+        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, max_hours, steps_per_s,
+                    setup_s, cloud, say)
+    with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
+        return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, max_hours,
+                    steps_per_s, setup_s, cloud, say)
+
+
+def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
+         count: int, seed: int, cron_s: float, max_hours: float, steps_per_s: float, setup_s: float | None,
+         cloud: CloudModel | None, say: Callable[[str], None]) -> SimReport:
+    if is_sweep(path):
+        plan = _on(plan_sweep(settings, path, user_store), policy.capacity)
+        train = plan.job.spec.train
+        model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+                            eval_every_steps=(train.eval_every_steps if train else 0) or 100)
+        accelerator = plan.job.record.node.accelerator
+        sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
+                         seed=seed, progress=say)
+        start_sweep(plan, sim.store, say, upload=False)
+    else:
+        job = jobs.plan_train(settings, path, user_store, capacity=policy.capacity)
+        sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
+                         agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s), cron_s=cron_s,
+                         seed=seed, progress=say)
+        sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity) for index in range(count))
+    return sim.run(max_hours=max_hours)
