@@ -13,7 +13,21 @@ from pathlib import Path
 
 import typer
 
-from tpuops.cli import control, cost, data, doctor, emulator, init, jobs, nodes, runtime, samples, schedule, sweep
+from tpuops.cli import (
+    control,
+    cost,
+    dashboard,
+    data,
+    doctor,
+    emulator,
+    init,
+    jobs,
+    nodes,
+    runtime,
+    samples,
+    schedule,
+    sweep,
+)
 from tpuops.cli.common import CliState, err_console
 from tpuops.errors import TpuopsError
 
@@ -43,6 +57,7 @@ jobs.register(app)
 cost.register(app)
 control.register(app)
 doctor.register(app)
+dashboard.register(app)
 sweep.register(app)
 schedule.register(app)
 app.add_typer(emulator.app, name="emulator")
