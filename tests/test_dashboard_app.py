@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
-
 from test_runs import record
 
 from tpuops import runs
