@@ -26,25 +26,26 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
     from tpuops.runs import LogTail, Run
+    from tpuops.store import Store
 
 UTC = timezone.utc
 
 
-def run_ids(settings: Settings) -> list[str]:
+def run_ids(settings: Settings, *, root: Store | None = None) -> list[str]:
     """Every run's id from the run index: one listing, no run's files read."""
     from tpuops import runs
     from tpuops.session import store
 
-    return runs.all_run_ids(store(settings))
+    return runs.all_run_ids(root or store(settings))
 
 
-def run_rows(settings: Settings, ids: list[str]) -> list[Run]:
+def run_rows(settings: Settings, ids: list[str], *, root: Store | None = None) -> list[Run]:
     """These runs (ids the store does not know are left out), with their goodput from one ledger read."""
     from tpuops import runs
     from tpuops.accounting import attach_goodput
     from tpuops.session import store
 
-    root = store(settings)
+    root = root or store(settings)
 
     def one(run_id: str) -> Run | None:
         try:
@@ -56,13 +57,13 @@ def run_rows(settings: Settings, ids: list[str]) -> list[Run]:
     return attach_goodput(settings, found)
 
 
-def watch_marks(settings: Settings) -> dict[str, int]:
+def watch_marks(settings: Settings, *, root: Store | None = None) -> dict[str, int]:
     """What the live pages poll: each active run's status generation (0: none yet), from one listing and
     one stat per active run. A change means the agent or the controller wrote something new."""
     from tpuops import runs
     from tpuops.session import store
 
-    root = store(settings)
+    root = root or store(settings)
 
     def generation(run_id: str) -> int:
         try:
@@ -74,7 +75,7 @@ def watch_marks(settings: Settings) -> dict[str, int]:
     return dict(zip(active, runs.parallel_map(generation, list(active)), strict=True))
 
 
-def run_detail(settings: Settings, run_id: str) -> RunDetail:
+def run_detail(settings: Settings, run_id: str, *, root: Store | None = None) -> RunDetail:
     """One run with its goodput and its life as a timeline (ledger intervals, memory events, attempt clocks)."""
     from tpuops import runs
     from tpuops.cost import catalog_for, node_cost
@@ -82,7 +83,7 @@ def run_detail(settings: Settings, run_id: str) -> RunDetail:
     from tpuops.runs.goodput import run_goodput
     from tpuops.session import open_ledger, store
 
-    run = runs.open_run(store(settings), run_id)
+    run = runs.open_run(root or store(settings), run_id)
     histories = open_ledger(settings).histories(settings.project, run_id=run_id)
     catalog, now = catalog_for(settings), datetime.now(UTC)
     goodput = run_goodput(histories, run.status, catalog, now)
@@ -91,14 +92,14 @@ def run_detail(settings: Settings, run_id: str) -> RunDetail:
                      cost_usd=sum(node_cost(h, catalog, now).usd for h in histories))
 
 
-def nodes(settings: Settings) -> list[NodeRow]:
+def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
     """``tpuops status``'s nodes, each with its owner run and whether it is an orphan (its run unknown)."""
     from tpuops import runs
     from tpuops.api import status
     from tpuops.naming import RUN_KEY
     from tpuops.session import store
 
-    root = store(settings)
+    root = root or store(settings)
     rows = []
     for node in status(settings).nodes:
         run_id = node.labels.get(RUN_KEY)
@@ -106,7 +107,8 @@ def nodes(settings: Settings) -> list[NodeRow]:
     return rows
 
 
-def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the dashboard") -> str:
+def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the dashboard",
+             root: Store | None = None) -> str:
     """Stop a run: its memory says STOPPED (under its lease), then one pass deletes its node, which sends the
     agent the preemption notice, so it checkpoints on the way out. What was done, in one line.
 
@@ -120,7 +122,7 @@ def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the
     from tpuops.store.lease import Leases, new_holder_id
     from tpuops.sweeps.advance import stop_run as finish_run
 
-    root = store(settings)
+    root = root or store(settings)
     run = runs.open_run(root, run_id)
     if run.finished:
         raise UsageError(f"run {run_id} has ended already ({run.phase}); nothing to stop")
@@ -138,10 +140,10 @@ def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the
     return f"run {run_id} stopped: its node is deleted after its checkpoint"
 
 
-def delete_orphan(settings: Settings, zone: str, name: str) -> str:
+def delete_orphan(settings: Settings, zone: str, name: str, *, root: Store | None = None) -> str:
     """Delete one node whose run the store does not know. ``UsageError`` (nothing deleted) for a node not in
     view, or one that belongs to a known run (stop the run instead) or to no tpuops run at all."""
-    found = [row for row in nodes(settings) if row.node.name == name and row.node.zone == zone]
+    found = [row for row in nodes(settings, root=root) if row.node.name == name and row.node.zone == zone]
     if not found:
         raise UsageError(f"no node {name} in {zone} (the Nodes page lists the nodes in view)")
     if not found[0].orphan:
@@ -169,42 +171,45 @@ def dashboard(settings: Settings, *, port: int = 0, read_only: bool = False, ope
           refresh_s=refresh_s, open_browser=open_browser, on_ready=on_ready)
 
 
-def log_tail(settings: Settings, run_id: str) -> LogTail:
+def log_tail(settings: Settings, run_id: str, *, root: Store | None = None) -> LogTail:
     """A reader of the run's new log lines, each once (``UsageError`` for an unknown run)."""
     from tpuops import runs
     from tpuops.session import store
 
-    root = store(settings)
+    root = root or store(settings)
     runs.read_record(root, run_id)
     return runs.LogTail(root, run_id)
 
 
-def sweep_storage(settings: Settings, name: str) -> BaseStorage:
+def sweep_storage(settings: Settings, name: str, *, root: Store | None = None) -> BaseStorage:
     """The sweep's own Optuna storage (the store journal, or its database): what optuna-dashboard opens."""
     from tpuops.session import store
     from tpuops.sweeps.ops import read_sweep
     from tpuops.sweeps.studies import open_storage
 
-    root = store(settings)
+    root = root or store(settings)
     return open_storage(read_sweep(root, name).spec, root)
 
 
-def bound_source(settings: Settings) -> Source:
-    """The calls above bound to ``settings``: what the web app reads and acts through."""
+def bound_source(settings: Settings, *, root: Store | None = None) -> Source:
+    """The calls above bound to ``settings`` and one store client (``root``, default the configured store, opened
+    once here rather than per request): what the web app reads and acts through."""
     from tpuops import api
+    from tpuops.session import store
 
+    root = root or store(settings)
     return Source(
-        run_ids=lambda: run_ids(settings),
-        run_rows=lambda ids: run_rows(settings, ids),
-        watch_marks=lambda: watch_marks(settings),
-        run_detail=lambda run_id: run_detail(settings, run_id),
-        log_tail=lambda run_id: log_tail(settings, run_id),
+        run_ids=lambda: run_ids(settings, root=root),
+        run_rows=lambda ids: run_rows(settings, ids, root=root),
+        watch_marks=lambda: watch_marks(settings, root=root),
+        run_detail=lambda run_id: run_detail(settings, run_id, root=root),
+        log_tail=lambda run_id: log_tail(settings, run_id, root=root),
         sweeps=lambda: api.sweep_list(settings),
         sweep=lambda name: api.sweep_status(settings, name),
-        sweep_storage=lambda name: sweep_storage(settings, name),
-        nodes=lambda: nodes(settings),
+        sweep_storage=lambda name: sweep_storage(settings, name, root=root),
+        nodes=lambda: nodes(settings, root=root),
         cost=lambda: api.cost(settings),
         stop_sweep=lambda name: f"sweep {name}: {api.sweep_stop(settings, name).phase}",
-        stop_run=lambda run_id: stop_run(settings, run_id),
-        delete_orphan=lambda zone, name: delete_orphan(settings, zone, name),
+        stop_run=lambda run_id: stop_run(settings, run_id, root=root),
+        delete_orphan=lambda zone, name: delete_orphan(settings, zone, name, root=root),
     )

@@ -1,0 +1,87 @@
+"""The dashboard in a real browser: headless Chromium from Debian, driven by Selenium through Debian's chromedriver.
+
+A digits run is started on the emulator (real TF 2.9), driven by a controller in this process, and
+preempted once while its run page is open. The page must then draw the preemption and the recovery
+in its timeline (asserted on the drawn SVG elements) and follow the log live, without a reload.
+``tpuops dashboard`` runs as a user runs it: a separate process, its URL read from its first line.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import poll
+from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
+
+pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
+
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def dashboard(world: World) -> Iterator[str]:  # noqa: F811  (the imported fixture)
+    """``tpuops dashboard`` on a free port; the URL (with the token) it prints first."""
+    proc = subprocess.Popen([sys.executable, "-m", "tpuops", "dashboard"], cwd=world.work,
+                            env=world.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert "http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr
+                                             else "")
+        yield line.split(": ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMEDRIVER is None or CHROMIUM is None:
+        pytest.skip("needs Debian's chromium and chromium-driver (make tools installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def drawn(browser: Any, selector: str) -> int:
+    return len(browser.find_elements("css selector", selector))
+
+
+def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_live(
+        world: World, dashboard: str, browser: Any) -> None:  # noqa: F811
+    run = "shown"
+    world.declare(run)
+    driving = Driving(world.controller("dash-test"), run)
+    browser.get(dashboard)  # the token becomes a cookie, the address loses it
+    assert "token=" not in browser.current_url
+    poll(lambda: world.status(run).get("phase") == "training", "the run to train", timeout_s=150)
+    browser.get(dashboard.split("/?")[0] + f"/runs/{run}")
+    poll(lambda: drawn(browser, 'svg.timeline rect[data-state="READY"]'), "the timeline to draw a READY node")
+    before = poll(lambda: browser.find_element("id", "log").text, "the first log lines", timeout_s=60)
+    poll(lambda: world.preempt(run, grace_s=NOTICE_S), "the node READY, to preempt it", timeout_s=60)
+    finished = driving.wait(timeout_s=240)
+    assert finished.memory.preemptions == 1
+    poll(lambda: drawn(browser, 'svg.timeline line[data-kind="recovery"]'), "the recovery mark", timeout_s=30)
+    assert drawn(browser, 'svg.timeline rect[data-state="PREEMPTED"]') >= 1
+    assert drawn(browser, 'svg.timeline line[data-kind="preemption"]') == 1
+    assert drawn(browser, 'svg.timeline rect[data-lane="attempt 2"][data-state="TRAINING"]') == 1
+    assert "preemption to first new step" in browser.find_element("id", "recoveries").text
+    log = browser.find_element("id", "log").text
+    assert log.startswith(before) and len(log) > len(before)  # grew in place: the page was never reloaded
+    rows = {e.text for e in browser.find_elements("css selector", "#events td:nth-child(2)")}
+    assert {"create", "preempted", "finished"} <= rows
