@@ -18,6 +18,8 @@ import pytest
 from helpers import poll
 from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 
+from tpuops import jobs
+
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -65,15 +67,16 @@ def drawn(browser: Any, selector: str) -> int:
 def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_live(
         world: World, dashboard: str, browser: Any) -> None:  # noqa: F811
     run = "shown"
-    world.declare(run)
+    plan = jobs.plan_train(world.settings, world.sparse, world.store, run_id=run, base_dir=world.work)
+    jobs.declare(plan, world.store, world.settings, lambda _text: None)  # long enough to preempt mid-training
     driving = Driving(world.controller("dash-test"), run)
     browser.get(dashboard)  # the token becomes a cookie, the address loses it
     assert "token=" not in browser.current_url
     poll(lambda: world.status(run).get("phase") == "training", "the run to train", timeout_s=150)
     browser.get(dashboard.split("/?")[0] + f"/runs/{run}")
     poll(lambda: drawn(browser, 'svg.timeline rect[data-state="READY"]'), "the timeline to draw a READY node")
-    before = poll(lambda: browser.find_element("id", "log").text, "the first log lines", timeout_s=60)
     poll(lambda: world.preempt(run, grace_s=NOTICE_S), "the node READY, to preempt it", timeout_s=60)
+    before = poll(lambda: browser.find_element("id", "log").text, "the first log lines", timeout_s=60)
     finished = driving.wait(timeout_s=240)
     assert finished.memory.preemptions == 1
     poll(lambda: drawn(browser, 'svg.timeline line[data-kind="recovery"]'), "the recovery mark", timeout_s=30)
@@ -81,7 +84,7 @@ def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_l
     assert drawn(browser, 'svg.timeline line[data-kind="preemption"]') == 1
     assert drawn(browser, 'svg.timeline rect[data-lane="attempt 2"][data-state="TRAINING"]') == 1
     assert "preemption to first new step" in browser.find_element("id", "recoveries").text
-    log = browser.find_element("id", "log").text
-    assert log.startswith(before) and len(log) > len(before)  # grew in place: the page was never reloaded
+    log = poll(lambda: (text := browser.find_element("id", "log").text) != before and text, "the log to grow")
+    assert log.startswith(before)  # it grew in place: the page was never reloaded
     rows = {e.text for e in browser.find_elements("css selector", "#events td:nth-child(2)")}
     assert {"create", "preempted", "finished"} <= rows

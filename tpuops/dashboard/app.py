@@ -138,18 +138,17 @@ class Dashboard:
 
     # -- live -----------------------------------------------------------------------------------
 
-    def _stream(self, request: Request, events: Callable[[], AsyncIterator[str]]) -> Response:
-        async def until_gone() -> AsyncIterator[str]:
+    def _stream(self, events: AsyncIterator[str]) -> Response:
+        """An event stream; Starlette ends it (and so its polling) when the page goes away."""
+        async def opened() -> AsyncIterator[str]:
             yield ": connected\n\n"
-            async for chunk in events():
-                if await request.is_disconnected():
-                    return
+            async for chunk in events:
                 yield chunk
 
-        return StreamingResponse(until_gone(), media_type="text/event-stream",
+        return StreamingResponse(opened(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    async def live_runs(self, request: Request) -> Response:
+    async def live_runs(self, _request: Request) -> Response:
         async def changes() -> AsyncIterator[str]:
             seen: dict[str, int] = {}
             while True:
@@ -163,7 +162,7 @@ class Dashboard:
                 seen = marks
                 await asyncio.sleep(self.refresh_s)
 
-        return self._stream(request, changes)
+        return self._stream(changes())
 
     async def live_run(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -184,7 +183,7 @@ class Dashboard:
                 seen = generation
                 await asyncio.sleep(self.refresh_s)
 
-        return self._stream(request, changes)
+        return self._stream(changes())
 
     # -- actions --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
@@ -37,17 +37,16 @@ class Source:
     delete_orphan: Callable[[str, str], str]
 
 
-@dataclass(frozen=True)
-class RunDetail:
+class RunDetail(NamedTuple):
     """One run's page: the run with its goodput, its timeline, and what its nodes cost."""
 
     run: Run
     timeline: Timeline
     cost_usd: float
+    """What the run's node incarnations cost so far (the ledger's READY time at the catalog's prices)."""
 
 
-@dataclass(frozen=True)
-class NodeRow:
+class NodeRow(NamedTuple):
     """A node in view, with the run it belongs to and whether that run is unknown to the store (an orphan)."""
 
     node: NodeInfo

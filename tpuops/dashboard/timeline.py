@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from typing import NamedTuple
 
 from tpuops.ledger import NodeHistory
 from tpuops.runs import AgentStatus, Event
@@ -53,16 +54,18 @@ EVENT_MARKS: dict[str, MarkKind] = {
 PREEMPTIONS = frozenset(kind for kind, mark in EVENT_MARKS.items() if mark is MarkKind.PREEMPTION)
 
 
-@dataclass(frozen=True)
-class Bar:
+class Bar(NamedTuple):
+    """A node incarnation in one state, or an attempt in SETUP or TRAINING, from ``start`` to ``end``."""
+
     lane: str
     state: str
     start: float
     end: float
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):
+    """Something that happened at one moment; ``label`` is its tooltip."""
+
     kind: MarkKind
     at: float
     label: str

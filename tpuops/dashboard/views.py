@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tpuops.api.dashboard import NodeRow
+    from tpuops.dashboard.source import NodeRow
     from tpuops.runs import Run
 
 UTC = timezone.utc
