@@ -68,24 +68,19 @@ def seed(store: Any, count: int, prefix: str = "run") -> list[str]:
 @contextmanager
 def served(settings: Any, store: Any, refresh_s: float = 1.0) -> Iterator[str]:
     """The dashboard app over ``store`` on a free loopback port; its base URL."""
-    import socket
-
-    import uvicorn
-
     from tpuops.api.dashboard import bound_source
     from tpuops.dashboard.app import Dashboard
+    from tpuops.dashboard.serve import listen, server
 
     app = Dashboard(bound_source(settings, root=store), token=TOKEN, read_only=True, refresh_s=refresh_s).asgi()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    sock = listen(0)
+    uvicorn = server(app)
+    thread = threading.Thread(target=uvicorn.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        server.should_exit = True
+        uvicorn.should_exit = True
         thread.join(10)
         sock.close()
 

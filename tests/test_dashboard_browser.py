@@ -8,13 +8,11 @@ in its timeline (asserted on the drawn SVG elements) and follow the log live, wi
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from browser import chromium, dashboard_process, drawn
 from helpers import poll
 from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 
@@ -22,46 +20,17 @@ from tpuops import jobs
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
 
 @pytest.fixture(scope="module")
 def dashboard(world: World) -> Iterator[str]:  # noqa: F811  (the imported fixture)
-    """``tpuops dashboard`` on a free port; the URL (with the token) it prints first."""
-    proc = subprocess.Popen([sys.executable, "-m", "tpuops", "dashboard"], cwd=world.work,
-                            env=world.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert "http://127.0.0.1:" in line, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr
-                                             else "")
-        yield line.split(": ", 1)[1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with dashboard_process(world.work, world.env) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if CHROMEDRIVER is None or CHROMIUM is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (make tools installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def drawn(browser: Any, selector: str) -> int:
-    return len(browser.find_elements("css selector", selector))
 
 
 def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_live(

@@ -10,18 +10,19 @@ import socket
 import webbrowser
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tpuops.dashboard.app import ACTION_PATHS, Dashboard
 from tpuops.dashboard.source import DashboardInfo, Source
 from tpuops.errors import UsageError
 
 HOST = "127.0.0.1"
+GRACE_S = 2
+"""Seconds open pages get at Ctrl-C: a live stream never ends by itself, so shutdown does not wait for it."""
 
 
-def serve(source: Source, *, token: str, token_file: Path, port: int, read_only: bool, refresh_s: float,
-          open_browser: bool, on_ready: Callable[[DashboardInfo], None] | None) -> None:
-    import uvicorn
-
+def listen(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port`` (0: a free port); ``UsageError`` when it is taken."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -30,6 +31,20 @@ def serve(source: Source, *, token: str, token_file: Path, port: int, read_only:
         sock.close()
         raise UsageError(f"cannot listen on {HOST}:{port} ({err.strerror}); pick another --port") from None
     sock.listen(128)
+    return sock
+
+
+def server(app: Any) -> Any:
+    """uvicorn serving ``app`` quietly; run it with ``.run(sockets=[listen(port)])``, stop it with ``should_exit``."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                         timeout_graceful_shutdown=GRACE_S))
+
+
+def serve(source: Source, *, token: str, token_file: Path, port: int, read_only: bool, refresh_s: float,
+          open_browser: bool, on_ready: Callable[[DashboardInfo], None] | None) -> None:
+    sock = listen(port)
     base = f"http://{HOST}:{sock.getsockname()[1]}"
     app = Dashboard(source, token=token, read_only=read_only, refresh_s=refresh_s).asgi()
     info = DashboardInfo(url=f"{base}/?token={token}", token=token, token_file=str(token_file),
@@ -38,5 +53,4 @@ def serve(source: Source, *, token: str, token_file: Path, port: int, read_only:
         on_ready(info)
     if open_browser:
         webbrowser.open(info.url)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-    server.run(sockets=[sock])
+    server(app).run(sockets=[sock])
