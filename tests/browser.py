@@ -17,9 +17,9 @@ CHROMEDRIVER = shutil.which("chromedriver")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@contextmanager
-def chromium() -> Iterator[Any]:
-    """A headless Chromium session; the test is skipped, saying why, where Debian's packages are missing."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium session (import it as a fixture); skipped, saying why, without Debian's packages."""
     if CHROMEDRIVER is None or CHROMIUM is None:
         pytest.skip("needs Debian's chromium and chromium-driver (make tools installs them)")
     from selenium import webdriver

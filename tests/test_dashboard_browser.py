@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser import chromium, dashboard_process, drawn
+from browser import browser, dashboard_process, drawn  # noqa: F401  (browser: the fixture)
 from helpers import poll
 from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 
@@ -27,14 +27,8 @@ def dashboard(world: World) -> Iterator[str]:  # noqa: F811  (the imported fixtu
         yield url
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as driver:
-        yield driver
-
-
 def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_live(
-        world: World, dashboard: str, browser: Any) -> None:  # noqa: F811
+        world: World, dashboard: str, browser: Any) -> None:  # noqa: F811  (imported fixtures)
     run = "shown"
     plan = jobs.plan_train(world.settings, world.sparse, world.store, run_id=run, base_dir=world.work)
     jobs.declare(plan, world.store, world.settings, lambda _text: None)  # long enough to preempt mid-training

@@ -6,14 +6,15 @@ The dashboard runs ``--read-only`` here: its pages draw no action, and optuna-da
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from browser import chromium, dashboard_process, drawn
+from browser import browser, dashboard_process, drawn  # noqa: F401  (browser: the fixture)
 from helpers import poll
 from test_sweep_e2e import SWEEP, World, world  # noqa: F401  (world: the fixture)
+
+from tpuops.sweeps.hparams import event_key
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -30,14 +31,8 @@ def finished_sweep(world: World) -> str:  # noqa: F811  (the imported fixture)
     return NAME
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as driver:
-        yield driver
-
-
 def test_the_sweeps_pages_list_the_trials_and_optuna_dashboard_answers_for_the_study(
-        world: World, finished_sweep: str, browser: Any) -> None:  # noqa: F811
+        world: World, finished_sweep: str, browser: Any) -> None:  # noqa: F811  (imported fixtures)
     with dashboard_process(world.work, world.env, "--read-only") as url:
         base = url.split("/?")[0]
         browser.get(url)
@@ -56,3 +51,4 @@ def test_the_sweeps_pages_list_the_trials_and_optuna_dashboard_answers_for_the_s
         assert [s["study_name"] for s in studies] == [finished_sweep]
         poll(lambda: finished_sweep in browser.find_element("tag name", "body").text,
              "optuna-dashboard to render the study", timeout_s=30)
+    assert world.store.exists(event_key(finished_sweep, 0))  # the told trial, as a TensorBoard HParams session
