@@ -168,3 +168,22 @@ def test_optuna_dashboard_answers_for_a_study_in_the_store_journal(settings: Set
     assert [s["study_name"] for s in studies] == ["s1"]
     assert web.get("/dashboard").status_code == 200
     assert web.post(f"/api/studies/{studies[0]['study_id']}/note", json={}).status_code == 405  # read-only
+
+
+def test_a_taken_port_is_one_line_exit_2_and_no_token_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from tpuops.cli.main import run
+
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert run(["dashboard", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "home" / "dashboard-token").exists()

@@ -162,13 +162,10 @@ def dashboard(settings: Settings, *, port: int = 0, read_only: bool = False, ope
     The token is made once per start and kept in ``<home>/dashboard-token`` (mode 0600); ``on_ready``
     gets the URL carrying it. ``read_only`` serves no action route at all.
     """
-    from tpuops.dashboard.auth import issue_token
     from tpuops.dashboard.serve import serve
 
-    token_file = settings.home.expanduser() / "dashboard-token"
-    token = issue_token(token_file)
-    serve(bound_source(settings), token=token, token_file=token_file, port=port, read_only=read_only,
-          refresh_s=refresh_s, open_browser=open_browser, on_ready=on_ready)
+    serve(bound_source(settings), token_file=settings.home.expanduser() / "dashboard-token", port=port,
+          read_only=read_only, refresh_s=refresh_s, open_browser=open_browser, on_ready=on_ready)
 
 
 def log_tail(settings: Settings, run_id: str, *, root: Store | None = None) -> LogTail:

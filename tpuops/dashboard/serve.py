@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuops.dashboard.app import ACTION_PATHS, Dashboard
+from tpuops.dashboard.auth import issue_token
 from tpuops.dashboard.source import DashboardInfo, Source
 from tpuops.errors import UsageError
 
@@ -42,9 +43,11 @@ def server(app: Any) -> Any:
                                          timeout_graceful_shutdown=GRACE_S))
 
 
-def serve(source: Source, *, token: str, token_file: Path, port: int, read_only: bool, refresh_s: float,
+def serve(source: Source, *, token_file: Path, port: int, read_only: bool, refresh_s: float,
           open_browser: bool, on_ready: Callable[[DashboardInfo], None] | None) -> None:
+    """Listen first (a taken port leaves nothing behind), then make the token and serve until interrupted."""
     sock = listen(port)
+    token = issue_token(token_file)
     base = f"http://{HOST}:{sock.getsockname()[1]}"
     app = Dashboard(source, token=token, read_only=read_only, refresh_s=refresh_s).asgi()
     info = DashboardInfo(url=f"{base}/?token={token}", token=token, token_file=str(token_file),

@@ -141,6 +141,38 @@ function runPage() {
   live.addEventListener("changed", () => loadPanel(runId).catch((err) => say(err.message, true)));
 }
 
+// -- nodes: the listing again every NODES_EVERY_MS (one ListNodes per zone: the cloud has no push) ----------
+
+const NODES_EVERY_MS = 15000;
+
+function nodeRow(node) {
+  const tr = document.createElement("tr");
+  tr.dataset.node = node.name;
+  const texts = [node.name, node.zone, node.accelerator, node.capacity, node.state,
+    (node.run_id || "") + (node.orphan ? " (orphan)" : ""), age(node.age_s)];
+  for (const text of texts) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    tr.appendChild(td);
+  }
+  const last = document.createElement("td");
+  const old = document.querySelector('#nodes tr[data-node="' + CSS.escape(node.name) + '"] button[data-action]');
+  if (old) last.appendChild(old);  // the orphan's guarded button, kept with its handler
+  tr.appendChild(last);
+  return tr;
+}
+
+function nodesPage() {
+  setInterval(async () => {
+    try {
+      const nodes = await getJSON("/data/nodes");
+      document.querySelector("#nodes tbody").replaceChildren(...nodes.map(nodeRow));
+    } catch (err) {
+      say(err.message, true);
+    }
+  }, NODES_EVERY_MS);
+}
+
 // -- guarded actions: confirm, then POST with the CSRF header and the target repeated -----------
 
 async function act(button) {
@@ -168,4 +200,5 @@ document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   if (page === "runs") runsPage();
   if (page === "run") runPage();
+  if (page === "nodes") nodesPage();
 });
