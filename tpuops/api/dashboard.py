@@ -143,14 +143,16 @@ def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the
 def delete_orphan(settings: Settings, zone: str, name: str, *, root: Store | None = None) -> str:
     """Delete one node whose run the store does not know. ``UsageError`` (nothing deleted) for a node not in
     view, or one that belongs to a known run (stop the run instead) or to no tpuops run at all."""
+    from tpuops.session import fleet
+
     found = [row for row in nodes(settings, root=root) if row.node.name == name and row.node.zone == zone]
     if not found:
         raise UsageError(f"no node {name} in {zone} (the Nodes page lists the nodes in view)")
-    if not found[0].orphan:
-        owner = f"run {found[0].run_id}" if found[0].run_id else "no tpuops run"
-        raise UsageError(f"node {name} is not an orphan: it belongs to {owner}; stop the run instead")
-    from tpuops.session import fleet
-
+    row = found[0]
+    if row.run_id is None or not row.node.managed:
+        raise UsageError(f"node {name} is not a tpuops run's node; the dashboard leaves it alone")
+    if not row.orphan:
+        raise UsageError(f"node {name} belongs to run {row.run_id}, which the store knows: stop the run instead")
     fleet(settings).delete(zone, name)
     return f"node {name} in {zone}: delete requested"
 

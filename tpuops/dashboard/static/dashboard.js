@@ -133,6 +133,7 @@ function runPage() {
   loadPanel(runId).catch((err) => say(err.message, true));
   const log = document.getElementById("log");
   const live = new EventSource("/live/runs/" + encodeURIComponent(runId));
+  live.addEventListener("open", () => { log.textContent = ""; });  // every stream starts from the first chunk
   live.addEventListener("log", (event) => {
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.append(JSON.parse(event.data).join("\n") + "\n");
