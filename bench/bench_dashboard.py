@@ -56,6 +56,7 @@ def seed(store: Any, count: int, prefix: str = "run") -> list[str]:
     from tpuops import runs
 
     ids = [f"{prefix}-{i:05d}" for i in range(count)]
+    runs.ensure_index(store)  # indexed while empty, as a store tpuops made is: the runs below are indexed as declared
 
     def one(run_id: str) -> None:
         runs.declare(store, _record(run_id), {"version": 1, "run_id": run_id})
