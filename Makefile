@@ -43,6 +43,7 @@ tools:
 	  else echo "shellcheck or curl is missing: sudo apt-get install shellcheck curl" >&2; exit 1; fi; }
 	@missing=""; ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  command -v crontab >/dev/null || missing="$$missing cron"; \
 	  if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

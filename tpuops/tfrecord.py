@@ -76,6 +76,16 @@ def _delimited(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
+def varint(value: int) -> bytes:
+    """A protocol buffer varint of a non-negative int (the event-file writer encodes its fields with it too)."""
+    return _varint(value)
+
+
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """Protocol buffer field ``number`` of wire type 2 (a string, bytes or a message)."""
+    return _delimited(_varint(number << 3 | 2), payload)
+
+
 def masked_crc32c(data: bytes) -> int:
     """The checksum TFRecord stores: crc32c rotated right by 15 bits plus a constant (mod 2**32)."""
     crc = google_crc32c.value(data)

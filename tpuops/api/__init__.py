@@ -18,6 +18,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tpuops.api.dashboard import (
+    DashboardInfo,
+    NodeRow,
+    RunDetail,
+    dashboard,
+    delete_orphan,
+    log_tail,
+    nodes,
+    run_detail,
+    run_ids,
+    run_rows,
+    stop_run,
+    sweep_storage,
+    watch_marks,
+)
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
 from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
@@ -41,14 +56,15 @@ from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "Forecasted", "MetadataKey", "Overview", "Started", "SweepStarted", "controller", "cost",
-    "data_convert", "data_ls", "data_sample", "data_upload", "data_verify", "doctor", "down", "drive",
-    "emulator_billing", "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop",
-    "events", "forecast_sweep", "forecast_train", "infer", "init", "launch", "list_runs", "logs", "plan_infer",
-    "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reap_orphans", "reconcile", "resume", "risk",
+    "DashboardInfo", "Forecasted", "MetadataKey", "NodeRow", "Overview", "RunDetail", "Started", "SweepStarted",
+    "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample", "data_upload", "data_verify",
+    "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
+    "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "infer",
+    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_train", "plan_up",
+    "plan_up_queued", "reap_orphans", "reconcile", "resume", "risk", "run_detail", "run_ids", "run_rows",
     "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall", "simulate",
-    "status", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "train", "up",
-    "watch",
+    "status", "stop_run", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop",
+    "sweep_storage", "train", "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:

@@ -34,7 +34,8 @@ def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
     from tpuops.risk import learn
     from tpuops.session import open_ledger
 
-    histories = open_ledger(settings).histories(settings.project)
+    # No ledger yet is no history: reading it must not create it (a refused command leaves nothing behind).
+    histories = open_ledger(settings).histories(settings.project) if settings.ledger_path.exists() else []
     return learn(histories, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
 
 

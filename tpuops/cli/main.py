@@ -17,6 +17,7 @@ import typer
 from tpuops.cli import (
     control,
     cost,
+    dashboard,
     data,
     doctor,
     emulator,
@@ -71,6 +72,7 @@ risk.register(app)
 simulate.register(app)
 control.register(app)
 doctor.register(app)
+dashboard.register(app)
 sweep.register(app)
 schedule.register(app)
 app.add_typer(emulator.app, name="emulator")

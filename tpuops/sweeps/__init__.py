@@ -7,8 +7,9 @@ sweep record (``sweep.json``) and state (``state.json``), ``ops`` reads and writ
 sweep's study (store journal or an RDB URL) and builds its sampler and pruner; ``trials`` is what
 a pass does to the study's trials, through Optuna's public API; ``decide`` is the pure rule book
 of a pass (what to report, tell, stop and launch); ``advance`` is the pass itself (inside
-``tpuops reconcile``); ``report`` renders tables, PNGs and one HTML page. The cron or systemd timer that runs
-the passes is ``tpuops.schedule``: it schedules every reconcile pass, not only sweeps.
+``tpuops reconcile``); ``report`` renders tables, PNGs and one HTML page; ``hparams`` writes
+each told trial as a TensorBoard HParams session under ``sweeps/<sweep>/tb``. The cron or systemd
+timer that runs the passes is ``tpuops.schedule``: it schedules every reconcile pass, not only sweeps.
 
 Sources of truth (docs/design.md): the store holds trial <-> run, run status, cost and retries;
 Optuna holds params and values. A trial N of sweep S is the run ``S-tNNNN``.

@@ -41,8 +41,8 @@ from tpuops.ledger import Ledger
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
 from tpuops.store.lease import Leases
+from tpuops.sweeps import hparams, studies
 from tpuops.sweeps import ops as sweep_ops
-from tpuops.sweeps import studies
 from tpuops.sweeps.decide import (
     Endgame,
     Plan,
@@ -277,6 +277,19 @@ class SweepPass:
         report.told[trial_run_id(spec.name, tell.number)] = tell.state
         self.progress(f"sweep {spec.name}: trial {tell.number} {tell.state}"
                       + (f" {spec.objective.metric}={tell.value:.4g}" if tell.value is not None else f" ({tell.why})"))
+        self._to_tensorboard(study, spec, tell)
+
+    def _to_tensorboard(self, study: PassStudy, spec: SweepSpec, tell: Tell) -> None:
+        """The told trial as a TensorBoard HParams session (``tpuops.sweeps.hparams``). The tell stands either
+        way: a failed write costs the trial its place in TensorBoard, not the pass, and is said."""
+        trial = study.frozen(tell.number)
+        started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
+        try:
+            hparams.write_trial(self.store, spec.name, tell.number, studies.trial_params(trial.params),
+                                spec.objective.metric, tell.value, max(trial.intermediate_values, default=0),
+                                tell.state, started, time.time())
+        except TpuopsError as err:
+            self.progress(f"sweep {spec.name}: trial {tell.number} not written for TensorBoard: {err}")
 
     def _declare(self, sweep: SweepRecord, study: PassStudy, number: int, report: SweepPassReport, *,
                  adopted: bool) -> None:

@@ -56,6 +56,10 @@ class PassStudy:
             self._ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
         return self._ids[number]
 
+    def frozen(self, number: int) -> FrozenTrial:
+        """The trial as the storage holds it now (after a tell: its state, value and params)."""
+        return self.storage.get_trial(self._id(number))
+
     def report(self, number: int, step: int, value: float) -> None:
         self.storage.set_trial_intermediate_value(self._id(number), step, value)
 

@@ -1,0 +1,43 @@
+"""What the pages show of a run, a node and a cost report, as plain dicts for templates and the data API (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpuops.dashboard.source import NodeRow
+    from tpuops.runs import Run
+
+UTC = timezone.utc
+
+
+def age_s(created: str, now: datetime) -> float | None:
+    """Seconds since ``created`` (ISO-8601; naive is UTC); None when unknown or unreadable."""
+    try:
+        at = datetime.fromisoformat(created)
+    except ValueError:
+        return None
+    return (now - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds()
+
+
+def run_row(run: Run, now: datetime) -> dict[str, Any]:
+    """One line of the Runs page: phase, step, examples/s, checkpoint, goodput, cost, age."""
+    status = run.status
+    return {
+        "run_id": run.run_id, "sweep": run.record.sweep, "phase": run.phase,
+        "outcome": run.outcome.value if run.outcome else None,
+        "step": status.step if status else 0, "total_steps": status.total_steps if status else None,
+        "examples_per_sec": status.examples_per_sec if status else None,
+        "checkpoint": status.last_checkpoint_step if status else None,
+        "goodput": run.goodput.goodput if run.goodput else None,
+        "usd": run.goodput.usd if run.goodput else 0.0,
+        "preemptions": run.memory.preemptions, "age_s": age_s(run.record.created, now),
+    }
+
+
+def node_row(row: NodeRow, now: datetime) -> dict[str, Any]:
+    node = row.node
+    return {"name": node.name, "zone": node.zone, "accelerator": node.accelerator,
+            "capacity": node.capacity.value, "state": node.state.value, "run_id": row.run_id,
+            "orphan": row.orphan, "age_s": node.age_s(now)}
