@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 from test_runs import record
+from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import runs
 from tpuops.api.dashboard import bound_source
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.unit
 TOKEN = "t0ken-for-tests"
 GUARDED = [
     ("GET", "/runs"), ("GET", "/runs/r1"), ("GET", "/sweeps"), ("GET", "/sweeps/s1"), ("GET", "/nodes"),
-    ("GET", "/cost"), ("GET", "/data/runs?ids=r1"), ("GET", "/data/runs/r1/panel"), ("GET", "/data/sweeps/s1"),
+    ("GET", "/cost"), ("GET", "/data/runs?ids=r1"), ("GET", "/data/runs/r1/panel"), ("GET", "/data/sweeps"),
+    ("GET", "/data/sweeps/s1"),
     ("GET", "/data/nodes"), ("GET", "/data/cost"), ("GET", "/live/runs"), ("GET", "/live/runs/r1"),
     ("GET", "/sweeps/s1/optuna"), ("GET", "/api/studies"), ("GET", "/dashboard"), ("GET", "/assets/dashboard.js"),
     ("POST", "/actions/sweeps/s1/stop"), ("POST", "/actions/runs/r1/stop"),
@@ -110,6 +112,33 @@ def test_the_runs_page_paints_every_run_of_the_index_and_rows_come_in_pages(sett
     rows = web.get("/data/runs?ids=r1,r3,nope").json()
     assert [(row["run_id"], row["sweep"], row["phase"]) for row in rows] == [("r1", "s1", "pending"),
                                                                               ("r3", None, "pending")]
+
+
+def test_the_sweeps_pages_paint_a_shell_and_their_tables_come_from_the_data_api(
+        work: Work) -> None:  # noqa: F811  (the imported fixture)
+    from tpuops.ledger import Ledger
+    from tpuops.store.lease import Leases
+    from tpuops.sweeps.advance import SweepPass
+    from tpuops.sweeps.start import plan_sweep, start_sweep
+
+    settings = work.settings(BEFORE)
+    root = store(settings)
+    start_sweep(plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", root, base_dir=work.root), root,
+                lambda _: None)
+    SweepPass(settings, root, Ledger(settings.ledger_path), Leases(root, "test", ttl_s=60), held=set(),
+              progress=lambda _: None).run()
+    web = client(settings)
+    for path, table, row in (("/sweeps", "sweeps", "<tr data-sweep"), ("/sweeps/frozen", "trials", "<tr data-trial")):
+        shell = web.get(path).text  # no sweep read: the rows come from the data API, with a progress line
+        assert f'<table id="{table}">' in shell and 'class="loading"' in shell and 'id="progress"' in shell
+        assert row not in shell
+    assert [(s["sweep"], s["phase"]) for s in web.get("/data/sweeps").json()] == [("frozen", "active")]
+    trials = web.get("/data/sweeps/frozen").json()["trials"]
+    assert [(t["number"], t["run_id"], t["state"]) for t in trials] == [(0, "frozen-t0000", "RUNNING"),
+                                                                        (1, "frozen-t0001", "RUNNING")]
+    assert all(set(t["params"]) == {"learning_rate"} for t in trials)
+    unknown = web.get("/data/sweeps/nope")
+    assert unknown.status_code in (400, 404) and "nope" in unknown.json()["error"]
 
 
 def test_an_action_needs_the_csrf_header_and_the_target_repeated_and_bad_input_changes_nothing(

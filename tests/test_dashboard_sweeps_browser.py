@@ -36,10 +36,12 @@ def test_the_sweeps_pages_list_the_trials_and_optuna_dashboard_answers_for_the_s
     with dashboard_process(world.work, world.env, "--read-only") as url:
         base = url.split("/?")[0]
         browser.get(url)
-        browser.get(f"{base}/sweeps")
-        assert drawn(browser, f'#sweeps tr[data-sweep="{finished_sweep}"]') == 1
+        browser.get(f"{base}/sweeps")  # the shell first; the rows come from the data API
+        poll(lambda: drawn(browser, f'#sweeps tr[data-sweep="{finished_sweep}"]') == 1, "the sweeps list")
         browser.get(f"{base}/sweeps/{finished_sweep}")
-        cells = [td.text for td in browser.find_elements("css selector", '#trials tr[data-trial="0"] td')]
+        cells = poll(lambda: [td.text for td in browser.find_elements("css selector", '#trials tr[data-trial="0"] td')],
+                     "the trials table")
+        assert browser.find_element("id", "progress").get_attribute("hidden") is not None  # the read is over
         assert cells[1] == f"{finished_sweep}-t0000" and cells[3] == "COMPLETE"
         assert "learning_rate=" in cells[2] and float(cells[4]) > 0
         assert drawn(browser, "button[data-action]") == 0  # read-only

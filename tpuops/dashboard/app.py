@@ -4,9 +4,10 @@ Routes (all behind ``TokenGuard``: 401 without the token):
 
 - pages: ``/runs`` (first paint from the run index alone: ids, then rows fetched in pages with a
   progress line), ``/runs/<id>`` (the shell at once, its timeline panel fetched with progress),
-  ``/sweeps``, ``/sweeps/<name>``, ``/nodes``, ``/cost``;
-- data: ``/data/runs?ids=a,b``, ``/data/runs/<id>/panel``, ``/data/sweeps/<name>``, ``/data/nodes``,
-  ``/data/cost``;
+  ``/sweeps`` and ``/sweeps/<name>`` (the shell at once, the list or the trials table fetched with
+  progress: a sweep's status reads every trial's run and ledger intervals), ``/nodes``, ``/cost``;
+- data: ``/data/runs?ids=a,b``, ``/data/runs/<id>/panel``, ``/data/sweeps``, ``/data/sweeps/<name>``,
+  ``/data/nodes``, ``/data/cost``;
 - live (server-sent events): ``/live/runs`` (an active run's status or marker changed),
   ``/live/runs/<id>`` (its new log lines, and ``changed`` when its status did);
 - actions, POST with the CSRF header and a confirmation repeating the target, absent with
@@ -79,11 +80,10 @@ class Dashboard:
         return self._page(request, "run.html", run_id=request.path_params["run_id"])
 
     async def sweeps_page(self, request: Request) -> Response:
-        return self._page(request, "sweeps.html", sweeps=await run_in_threadpool(self.source.sweeps))
+        return self._page(request, "sweeps.html")
 
     async def sweep_page(self, request: Request) -> Response:
-        status = await run_in_threadpool(self.source.sweep, request.path_params["name"])
-        return self._page(request, "sweep.html", sweep=status)
+        return self._page(request, "sweep.html", sweep=request.path_params["name"])
 
     async def nodes_page(self, request: Request) -> Response:
         return self._page(request, "nodes.html", nodes=await self._nodes())
@@ -121,6 +121,9 @@ class Dashboard:
             "events": [{"at": datetime.fromtimestamp(e["at"], UTC).isoformat(timespec="seconds"),
                         "kind": e["kind"], "message": e["message"]} for e in detail.run.memory.events],
         })
+
+    async def sweeps_data(self, _request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(self.source.sweeps))
 
     async def sweep_data(self, request: Request) -> Response:
         status = await run_in_threadpool(self.source.sweep, request.path_params["name"])
@@ -222,8 +225,8 @@ class Dashboard:
             Route("/sweeps/{name}/optuna", self.choose_optuna),
             Route("/nodes", self.nodes_page), Route("/cost", self.cost_page),
             Route("/data/runs", self.runs_data), Route("/data/runs/{run_id}/panel", self.run_panel),
-            Route("/data/sweeps/{name}", self.sweep_data), Route("/data/nodes", self.nodes_data),
-            Route("/data/cost", self.cost_data),
+            Route("/data/sweeps", self.sweeps_data), Route("/data/sweeps/{name}", self.sweep_data),
+            Route("/data/nodes", self.nodes_data), Route("/data/cost", self.cost_data),
             Route("/live/runs", self.live_runs), Route("/live/runs/{run_id}", self.live_run),
             Mount("/assets", StaticFiles(directory=str(HERE / "static")), name="assets"),
         ]

@@ -29,6 +29,23 @@ function fmt(value, digits) {
   return typeof value === "number" ? value.toFixed(digits) : String(value);
 }
 
+function textRow(texts) {
+  const tr = document.createElement("tr");
+  for (const text of texts) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function linkIn(td, href) {
+  const a = document.createElement("a");
+  a.href = href;
+  a.textContent = td.textContent;
+  td.replaceChildren(a);
+}
+
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "";
   if (seconds < 120) return seconds.toFixed(0) + " s";
@@ -114,15 +131,7 @@ async function loadPanel(runId) {
     document.getElementById("recoveries").textContent = panel.recoveries.length ?
       "preemption to first new step: " + panel.recoveries.map((s) => s + " s").join(", ") : "";
     const body = document.querySelector("#events tbody");
-    body.replaceChildren(...panel.events.map((e) => {
-      const tr = document.createElement("tr");
-      for (const text of [e.at, e.kind, e.message]) {
-        const td = document.createElement("td");
-        td.textContent = text;
-        tr.appendChild(td);
-      }
-      return tr;
-    }));
+    body.replaceChildren(...panel.events.map((e) => textRow([e.at, e.kind, e.message])));
   } finally {
     progress("");
   }
@@ -147,15 +156,9 @@ function runPage() {
 const NODES_EVERY_MS = 15000;
 
 function nodeRow(node) {
-  const tr = document.createElement("tr");
+  const tr = textRow([node.name, node.zone, node.accelerator, node.capacity, node.state,
+    (node.run_id || "") + (node.orphan ? " (orphan)" : ""), age(node.age_s)]);
   tr.dataset.node = node.name;
-  const texts = [node.name, node.zone, node.accelerator, node.capacity, node.state,
-    (node.run_id || "") + (node.orphan ? " (orphan)" : ""), age(node.age_s)];
-  for (const text of texts) {
-    const td = document.createElement("td");
-    td.textContent = text;
-    tr.appendChild(td);
-  }
   const last = document.createElement("td");
   const old = document.querySelector('#nodes tr[data-node="' + CSS.escape(node.name) + '"] button[data-action]');
   if (old) last.appendChild(old);  // the orphan's guarded button, kept with its handler
@@ -172,6 +175,66 @@ function nodesPage() {
       say(err.message, true);
     }
   }, NODES_EVERY_MS);
+}
+
+// -- sweeps: the shell first, then the list or the trials table from the data API (a sweep's status
+// reads every trial's run and ledger intervals, so the page says so while it waits) ---------------
+
+function wideRow(tbody, text) {
+  const tr = textRow([text]);
+  tr.cells[0].colSpan = tbody.closest("table").tHead.rows[0].cells.length;
+  return tr;
+}
+
+async function fillTable(tbody, url, what, toRows, empty) {
+  progress("reading " + what + "…");
+  try {
+    const rows = toRows(await getJSON(url));
+    tbody.replaceChildren(...(rows.length ? rows : [wideRow(tbody, empty)]));
+  } catch (err) {
+    tbody.replaceChildren(wideRow(tbody, err.message));
+    throw err;
+  } finally {
+    progress("");
+  }
+}
+
+function sweepRow(s) {
+  const tr = textRow([s.sweep, s.phase, s.outcome || "", s.last_pass || "", "Optuna"]);
+  tr.dataset.sweep = s.sweep;
+  linkIn(tr.cells[0], "/sweeps/" + encodeURIComponent(s.sweep));
+  linkIn(tr.cells[4], "/sweeps/" + encodeURIComponent(s.sweep) + "/optuna");
+  return tr;
+}
+
+function sweepsPage() {
+  fillTable(document.querySelector("#sweeps tbody"), "/data/sweeps", "the sweeps",
+    (sweeps) => sweeps.map(sweepRow), "no sweeps in this store").catch((err) => say(err.message, true));
+}
+
+function significant(value) {
+  return value === null || value === undefined ? "" : String(Number(value.toPrecision(5)));
+}
+
+function trialRow(t) {
+  const params = Object.entries(t.params).map(([k, v]) => k + "=" + v).join(" ");
+  const tr = textRow([t.number, t.run_id, params, t.state, significant(t.value), t.preemptions,
+    fmt(t.cost_usd, 4), fmt(t.lost_usd, 4)]);
+  tr.dataset.trial = t.number;
+  linkIn(tr.cells[1], "/runs/" + encodeURIComponent(t.run_id));
+  return tr;
+}
+
+function sweepPage() {
+  const name = document.getElementById("sweep").dataset.sweep;
+  fillTable(document.querySelector("#trials tbody"), "/data/sweeps/" + encodeURIComponent(name),
+    "the trials, their runs and ledger intervals", (sweep) => {
+      document.getElementById("sweep-phase").textContent = sweep.phase;
+      document.getElementById("sweep-summary").textContent = sweep.metric + " (" + sweep.direction + ") · " +
+        sweep.trials.length + " of " + sweep.wanted + " trials · spent $" + fmt(sweep.spent_usd, 4) +
+        (sweep.budget_usd ? " of $" + fmt(sweep.budget_usd, 2) : "");
+      return sweep.trials.map(trialRow);
+    }, "no trials yet").catch((err) => say(err.message, true));
 }
 
 // -- guarded actions: confirm, then POST with the CSRF header and the target repeated -----------
@@ -202,4 +265,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (page === "runs") runsPage();
   if (page === "run") runPage();
   if (page === "nodes") nodesPage();
+  if (page === "sweeps") sweepsPage();
+  if (page === "sweep") sweepPage();
 });
