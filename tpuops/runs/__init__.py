@@ -42,6 +42,7 @@ from tpuops.runs.ops import (
     mark_active,
     open_run,
     parallel_map,
+    read_document,
     read_record,
     read_run_spec,
     read_status,
@@ -57,7 +58,7 @@ __all__ = [
     "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
     "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
-    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_record",
-    "read_run_spec", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "run_exists",
-    "save_memory", "spec_key", "status_key", "write_status",
+    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
+    "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "rebuild_index",
+    "record_key", "reopen", "run_exists", "save_memory", "spec_key", "status_key", "write_status",
 ]

@@ -22,11 +22,14 @@ from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
 from tpuops.store import Store
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from tpuops.runs.goodput import Goodput
 
 MAX_READERS = 16
 T = TypeVar("T")
 R = TypeVar("R")
+Doc = TypeVar("Doc", bound="BaseModel")
 
 
 # -- single documents ------------------------------------------------------------------------------
@@ -52,15 +55,21 @@ def declare(store: Store, record: RunRecord, spec: dict[str, Any]) -> None:
     store.write_bytes(layout.INDEX_ACTIVE + run_id, b"")
 
 
-def read_record(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``UsageError`` when the store has no such run (or the id could name none)."""
-    check_node_name(run_id, "run id")
-    key = layout.record_key(run_id)
+def read_document(store: Store, key: str, model: type[Doc], missing: str) -> Doc:
+    """The typed document at ``key`` (a run's or a sweep's record); ``UsageError(missing)`` when it is not there,
+    ``UsageError`` naming the object when it does not parse."""
     try:
         data = store.read_bytes(key)
     except NotFound:
-        raise UsageError(f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)") from None
-    return parse(RunRecord, data, store.uri_of(key))
+        raise UsageError(missing) from None
+    return parse(model, data, store.uri_of(key))
+
+
+def read_record(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``UsageError`` when the store has no such run (or the id could name none)."""
+    check_node_name(run_id, "run id")
+    return read_document(store, layout.record_key(run_id), RunRecord,
+                         f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)")
 
 
 def read_run_spec(store: Store, run_id: str) -> dict[str, Any]:

@@ -63,12 +63,8 @@ def read_sweep(store: Store, name: str) -> SweepRecord:
     """The sweep's record; ``UsageError`` when the name breaks the naming rule, there is no such sweep or
     its record is malformed."""
     check_sweep_name(name)
-    key = record_key(name)
-    try:
-        data = store.read_bytes(key)
-    except NotFound:
-        raise UsageError(f"no sweep {name!r} in {store.uri} ('tpuops sweep list' lists them)") from None
-    return parse(SweepRecord, data, store.uri_of(key))
+    return runs.read_document(store, record_key(name), SweepRecord,
+                              f"no sweep {name!r} in {store.uri} ('tpuops sweep list' lists them)")
 
 
 def load_state(store: Store, name: str) -> tuple[SweepState, int]:
