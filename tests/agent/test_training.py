@@ -38,6 +38,7 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
     assert status["resumed_from_step"] is None and status["attempt"] == 1
     assert status["recomputed_steps"] == 0
     assert status["device"] == "CPU" and status["global_batch"] == 32
+    assert status["deterministic"] is True  # the spec says null: the auto rule turns it on without a TPU
     assert status["metrics"]["eval"]["accuracy"] >= 0.95
     last_eval = status["evals"][-1]
     assert last_eval["step"] == TOTAL_STEPS

@@ -345,7 +345,12 @@ class _Progress:
 def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
     """Predict over ``infer.input`` and write the shards, then the manifest (see the module docstring)."""
     ispec = spec.require_infer()
-    status.update(device=runtime.device, replicas=runtime.replicas, global_batch=ispec.batch_size)
+    status.update(
+        device=runtime.device,
+        deterministic=runtime.deterministic,
+        replicas=runtime.replicas,
+        global_batch=ispec.batch_size,
+    )
     status.set_phase("loading")
     files = inputs.list_files(ispec.input, "infer.input")
     inputs.Parser(spec.dataset, with_label=False).check(files, "infer.input")

@@ -28,8 +28,10 @@ Schema (version 1; "=" gives the default of an optional key)::
       "mixed_precision": false,          = false; true: Keras policy mixed_bfloat16 on a TPU
                                          (ignored with a warning on the CPU, which has no
                                          bfloat16 convolutions in TF 2.9)
-      "deterministic": null,             = null (on without a TPU, off on a TPU); true turns on
-                                         tf.config.experimental.enable_op_determinism()
+      "deterministic": null,             = null (auto: on without a TPU, off on a TPU); true turns on
+                                         tf.config.experimental.enable_op_determinism(): a resumed
+                                         run is then bit-identical to an uninterrupted one; false
+                                         gives that up (same data order, but not the same sums)
       "allow_cpu_fallback": false,       = false; without a TPU the agent refuses to run unless true
       "heartbeat_seconds": 10,           = 10; status.json is rewritten at least this often
       "script": {                        = null; script mode: `train` runs the user's own program
