@@ -120,7 +120,7 @@ class AttemptClock:
             entry = self._entry
             if entry["first_step_at"] is None:
                 entry["first_step_at"] = round(now, 3)
-                entry["setup_s"] = max(0.0, now - entry["started_at"])
+                entry["setup_s"] = max(0.0, entry["first_step_at"] - entry["started_at"])
             else:
                 entry["recomputed_s"] += seconds * redone
                 entry["productive_s"] += seconds * (1.0 - redone)
