@@ -164,3 +164,23 @@ def test_a_different_job_in_the_same_prefix_reuses_nothing(
 def test_format_lines_is_json_dumps_per_row(rows: np.ndarray) -> None:
     expected = "".join(json.dumps({"index": 7 + i, "output": row.tolist()}) + "\n" for i, row in enumerate(rows))
     assert format_lines(7, rows) == expected
+
+
+@pytest.mark.parametrize(("batch", "per_call"), [(64, [1] * 5), (8, [1] * 38), (256, [2]), (65, [5])])
+def test_small_batches_reach_the_writer_one_by_one(tmp_path: Path, batch: int, per_call: List[int]) -> None:
+    """Latency mode: at batch <= 64 every call predicts one batch, whose rows are written before the next call."""
+    total = 300
+    plan = {"inputs": [], "total": total, "model": {"source": "test"}, "batch_size": batch, "num_shards": 1}
+    outputs = infer.Outputs(str(tmp_path), plan)
+    outputs.adopt()
+    asked: List[int] = []
+
+    def call(iterator: Any, steps: tf.Tensor) -> np.ndarray:
+        asked.append(int(steps))
+        first = sum(asked[:-1]) * batch
+        return np.arange(first, first + int(steps) * batch, dtype=np.float32).reshape(-1, 1)
+
+    infer.predict_shards(call, None, outputs, 0, PreemptionNotice())
+    assert asked == per_call
+    lines = (tmp_path / shard_name(0, 1)).read_text().splitlines()
+    assert [json.loads(line)["output"] for line in lines] == [[float(i)] for i in range(total)]
