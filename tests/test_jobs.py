@@ -146,8 +146,11 @@ def test_the_experiments_determinism_reaches_the_run_spec(work: Path, settings: 
 def test_infer_overrides_the_experiments_determinism(work: Path, settings: Settings, store: LocalStore,
                                                      tmp_path: Path, override: bool | None) -> None:
     made = jobs.plan_infer(settings, _with_determinism(work, tmp_path, "true"), store, checkpoint="/models/digits",
-                           inputs="data/digits/test", run_id="det-infer-1", base_dir=work, deterministic=override)
+                           inputs="data/digits/test", run_id="det-infer-1", base_dir=work, deterministic=override,
+                           latency=override is True)
     assert made.spec.deterministic is (True if override is None else override)
+    assert made.spec.require_infer().latency is (override is True)
+    assert RunSpec.from_json(made.spec_json()).require_infer().latency is (override is True)
 
 
 def test_a_determinism_that_is_not_true_false_or_auto_is_one_clear_error(work: Path, settings: Settings,

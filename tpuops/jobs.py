@@ -256,13 +256,15 @@ def plan_infer(
     base_dir: Path | None = None,
     keep: bool = False,
     deterministic: bool | None = None,
+    latency: bool = False,
 ) -> JobPlan:
     """Batch prediction with a trained model over a dataset: same bundle, same launch path as training.
 
     ``checkpoint`` is a run name (its SavedModel when it succeeded, else its checkpoints) or a
     store URI / path of a SavedModel or checkpoint directory; ``inputs`` a dataset reference
     (local folder with manifest.json, or a store prefix). ``deterministic`` overrides the
-    experiment's ``deterministic`` for this run (None: the experiment's).
+    experiment's ``deterministic`` for this run (None: the experiment's); ``latency`` predicts one
+    batch per call, each batch written as soon as it exists (small batches, someone waiting).
     """
     experiment, run_id = _experiment_run(spec_path, run_id, "-infer")
     if experiment.program is not None:
@@ -275,7 +277,7 @@ def plan_infer(
     label = experiment.dataset.label if experiment.dataset.label in features else None
     spec = _run_spec(settings, store, run_id, experiment, DatasetSpec(features=features, label=label),
                      infer=InferSpec(input=dataset.patterns(store), model=model, output_prefix=output,
-                                     num_shards=num_shards, batch_size=batch_size),
+                                     num_shards=num_shards, batch_size=batch_size, latency=latency),
                      deterministic=deterministic)
     record = _record(settings, store, run_id, RunKind.INFER, experiment, spec_path, acc.type,
                      capacity or experiment.capacity, bundle, keep=keep, budget_usd=None)

@@ -82,7 +82,10 @@ Schema (version 1; "=" gives the default of an optional key)::
                                          saved_model.pb) or a checkpoint directory (ckpt/)
         "output_prefix": null,           = null: <store>/runs/<run_id>/predictions
         "num_shards": 1,                 = 1
-        "batch_size": 256                = 256; global batch of the prediction loop
+        "batch_size": 256,               = 256; global batch of the prediction loop
+        "latency": false                 = false; true: one batch per call, each batch's results
+                                         written as soon as they exist (small batches, someone
+                                         waiting); false: ~4096 examples per call (throughput)
       }
     }
 
@@ -330,6 +333,7 @@ class InferSpec:
     output_prefix: Optional[str] = None
     num_shards: int = 1
     batch_size: int = 256
+    latency: bool = False
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "InferSpec":
@@ -343,6 +347,7 @@ class InferSpec:
             output_prefix=_get(obj, "output_prefix", (str,), where, None),
             num_shards=_positive(_get(obj, "num_shards", (int,), where, 1), where + ".num_shards"),
             batch_size=_positive(_get(obj, "batch_size", (int,), where, 256), where + ".batch_size"),
+            latency=_get(obj, "latency", (bool,), where, False),
         )
 
 
