@@ -138,24 +138,33 @@ def write_images(directory: Path, count: int, labels: bool = False) -> tuple[lis
     return paths, images[order].astype(np.float32)
 
 
-def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
-    files, memory = write_images(work, examples)
-    spec = DatasetSpec.from_json({"features": IMAGE}, "dataset")
+def cifar_model() -> tf.keras.Model:
     model = models.cifar10_cnn({})
     model.build((None, 32, 32, 3))
+    return model
+
+
+def agent_pass(work: Path, files: list[str], examples: int, batch: int, call: Any, latency: bool = False) -> None:
+    """The agent's path over ``files``: padded batches, ``predict_shards`` with ``call``, 4 shards, the manifest."""
+    prefix = tempfile.mkdtemp(dir=work)
+    plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
+    outputs = infer.Outputs(prefix, plan)
+    outputs.adopt()
+    batches = inputs.padded_batches(files, DatasetSpec.from_json({"features": IMAGE}, "dataset"), batch, False)
+    infer.predict_shards(call, iter(batches), outputs, 0, PreemptionNotice(), latency=latency)
+    outputs.write_manifest("bench")
+    shutil.rmtree(prefix)
+
+
+def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
+    files, memory = write_images(work, examples)
+    model = cifar_model()
     strategy = tf.distribute.get_strategy()
     calls = {jit: infer.predict_call(model, strategy, jit) for jit in (False, True)}
     count_s = median_time([timed(lambda: inputs.count_records(files)) for _ in range(reps)])
 
     def ours(batch: int, jit: bool) -> None:
-        prefix = tempfile.mkdtemp(dir=work)
-        plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
-        outputs = infer.Outputs(prefix, plan)
-        outputs.adopt()
-        batches = inputs.padded_batches(files, spec, batch, with_label=False)
-        infer.predict_shards(calls[jit], iter(batches), outputs, 0, PreemptionNotice())
-        outputs.write_manifest("bench")
-        shutil.rmtree(prefix)
+        agent_pass(work, files, examples, batch, calls[jit])
 
     def function_loop(batch: int) -> Callable[[], None]:
         forward = tf.function(lambda images: model(images, training=False))
@@ -215,9 +224,7 @@ def _p50_ratios(ours: list[list[float]], base: list[list[float]]) -> list[float]
 def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
     """Latency mode against a plain pre-batched tf.function and predict_on_batch (module docstring)."""
     files, memory = write_images(work, examples)
-    spec = DatasetSpec.from_json({"features": IMAGE}, "dataset")
-    model = models.cifar10_cnn({})
-    model.build((None, 32, 32, 3))
+    model = cifar_model()
     strategy = tf.distribute.get_strategy()
     tensors = [tf.constant(memory[i : i + LATENCY_BATCH]) for i in range(0, len(memory), LATENCY_BATCH)]
     result: dict[str, Any] = {"batch": LATENCY_BATCH, "examples": examples, "load": [load()]}
@@ -232,15 +239,7 @@ def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - started)
                 return outputs
 
-            prefix = tempfile.mkdtemp(dir=work)
-            plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": LATENCY_BATCH,
-                    "num_shards": 4}
-            outputs = infer.Outputs(prefix, plan)
-            outputs.adopt()
-            batches = inputs.padded_batches(files, spec, LATENCY_BATCH, with_label=False)
-            infer.predict_shards(timed_call, iter(batches), outputs, 0, PreemptionNotice(), latency=True)
-            outputs.write_manifest("bench")
-            shutil.rmtree(prefix)
+            agent_pass(work, files, examples, LATENCY_BATCH, timed_call, latency=True)
 
         def each_batch(predict: Callable[[tf.Tensor], Any]) -> Callable[[list[float]], None]:
             def run(latencies: list[float]) -> None:
