@@ -1,12 +1,24 @@
 """Benchmark the agent's training paths against plain Keras, on the CPU under TensorFlow 2.9.
 
-Run:  .venv-tf29/bin/python bench/bench_agent.py [--steps 20] [--repeats 3] [--json]
+Run:  .venv-tf29/bin/python bench/bench_agent.py [--steps 20] [--repeats 3] [--determinism both|on|off] [--json]
+
+The runtime is set up as ``train`` sets it (``runtime.connect`` with the spec's
+``deterministic``): TF op determinism is process-wide and cannot be turned off once on, so
+``--determinism both`` (the default) runs the whole benchmark once per setting in a child
+process each, and reports both: ``on`` is what ``deterministic: auto`` gives on a CPU (and what
+the top-level JSON keys hold), ``off`` is what ``deterministic: false`` gives. Every ratio's
+spread is reported as [min, median, max] of its per-repetition ratios (``spread``).
 
 One model, one batch, one run, side by side (the CIFAR-10 CNN of the Cloud TPU Keras article,
 batch 256 of synthetic 32x32x3 images; every timing after a warm-up; medians of --repeats).
 Each repeat runs every contender in blocks of 10 steps, taking turns in a rotating order, so
 that load from elsewhere on a shared machine lands on all of them alike:
 
+- ``whole_train_vs_fit``: a whole short run, build and tracing included, from an unbuilt model
+  to its last step (``--whole-steps``): ``cifar10_cnn`` + ``CompiledSteps`` driven by the agent's
+  loop vs ``cifar10_cnn`` + ``compile`` + one ``model.fit`` call (one iterator for the whole
+  run, as the agent keeps its own), on the same in-memory batches; one pair per repetition,
+  the order alternating. Goal >= 1.0.
 - ``train_vs_fit``: the agent's loop driving a compiled model (``CompiledSteps``: the model's
   own train_step, ``steps_per_call`` steps per tf.function call, the input-wait clock) vs
   ``model.compile(); model.fit()`` on the same in-memory batches. Goal >= 1.0.
@@ -48,8 +60,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,7 +87,8 @@ from tpuops.agent.inputs import (  # noqa: E402
     train_dataset,
     untuned,
 )
-from tpuops.agent.runspec import DatasetSpec, TrainSpec  # noqa: E402
+from tpuops.agent.runspec import DatasetSpec, RunSpec, TrainSpec  # noqa: E402
+from tpuops.agent.runtime import connect  # noqa: E402
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer  # noqa: E402
 
 BATCH = 256
@@ -84,6 +99,7 @@ PIPELINE_BLOCK = 100  # batches per timed block of the pipelines alone
 # Blocks per repeat for the pipelines alone, whatever --steps: a block takes ~0.2 s, and fewer
 # than this left their ratio within +-4 % of noise on this machine.
 PIPELINE_BLOCKS = 6
+SHUFFLE_BUFFER = 10_000  # tpuops' default (dataset.shuffle_buffer), for the agent and the baselines
 EPOCH_COPIES = 16  # the pipelines alone read an epoch of this many copies of the records
 # result key -> (ours, baseline): the ratio of their speeds, ours / baseline
 PAIRS = {
@@ -98,6 +114,14 @@ PIPELINE_PAIRS = {
     "plain_per_record_parse": ("pipeline_alone", "plain_per_record"),
 }
 RESUME_PAIR = {"exact_resume": ("pipeline_alone", "pipeline_repeat")}
+# result key -> the pair whose per-repetition ratios give its spread
+SPREAD_OF = {
+    "train_vs_fit": "train_vs_fit",
+    "builtin_vs_fit": "builtin_vs_fit",
+    "script_callback_overhead": "script_callback_overhead",
+    "pipeline_fed_vs_memory": "pipeline_fed_vs_memory",
+    "exact_resume_overhead": "exact_resume",
+}
 RAW = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
 
@@ -194,7 +218,7 @@ def _decoded(image: tf.Tensor, label: tf.Tensor, shape: list[int]) -> tuple[tf.T
 
 def plain_pipeline(files: list[str], per_record: bool) -> tf.data.Dataset:
     """Plain TF with the agent's shuffle buffer: parse batches, or parse each record then batch."""
-    records = tf.data.TFRecordDataset(files).shuffle(RECORDS).repeat()
+    records = tf.data.TFRecordDataset(files).shuffle(SHUFFLE_BUFFER).repeat()
     if per_record:
 
         def parse_one(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -210,6 +234,33 @@ def plain_pipeline(files: list[str], per_record: bool) -> tf.data.Dataset:
 
         batches = records.batch(BATCH, drop_remainder=True).map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def whole_run(build: Callable[[], tf.keras.Model], agent: bool, memory: tf.data.Dataset,
+              steps: int) -> float:
+    """Seconds of a whole short run from an unbuilt model: build, compile, trace, ``steps`` steps."""
+    started = time.perf_counter()
+    model = build()
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    if agent:
+        strategy = tf.distribute.get_strategy()
+        loop = CompiledSteps(strategy, model)
+        iterator = iter(strategy.experimental_distribute_dataset(memory))
+        for start in range(0, steps, STEPS_PER_CALL):
+            float(loop.train_call(iterator, tf.constant(min(STEPS_PER_CALL, steps - start), tf.int64)).numpy())
+    else:
+        model.fit(memory, epochs=1, steps_per_epoch=steps, verbose=0)
+    return time.perf_counter() - started
+
+
+def whole_runs(memory: tf.data.Dataset, steps: int, repeats: int) -> list[float]:
+    """Per repetition, fit's seconds / the agent's for a whole run, the order alternating."""
+    ratios = []
+    for repeat in range(repeats):
+        order = (True, False) if repeat % 2 == 0 else (False, True)
+        took = {agent: whole_run(lambda: cifar10_cnn({}), agent, memory, steps) for agent in order}
+        ratios.append(took[False] / took[True])
+    return ratios
 
 
 def repeated_pipeline(files: list[str], spec: DatasetSpec) -> tf.data.Dataset:
@@ -271,12 +322,14 @@ def paired_blocks(
     blocks: int,
     repeats: int,
     block: int,
+    per_repeat: dict[str, list[float]],
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Median examples/s per runner and median paired ratio per pair, over rotating blocks.
 
     Blocks of ``block`` steps, every runner in turn and the order rotating: each block gives one
     paired ratio per comparison, measured seconds apart, so that load from elsewhere on a shared
-    machine hits both sides alike; the result is their median.
+    machine hits both sides alike; the result is their median. ``per_repeat`` gets each pair's
+    ratio of whole repetitions (for ``spread``).
     """
     for run in runners.values():
         run(min(block, STEPS_PER_CALL))  # warm-up: tracing, first batches
@@ -294,12 +347,20 @@ def paired_blocks(
                 ratios[key].append(took[base] / took[ours])
         for name in names:
             samples[name].append(blocks * block * BATCH / seconds[name])
+        for key, (ours, base) in pairs.items():
+            per_repeat.setdefault(key, []).append(seconds[base] / seconds[ours])
     median = {name: statistics.median(values) for name, values in samples.items()}
     return median, {key: statistics.median(values) for key, values in ratios.items()}
 
 
+def spread(values: list[float], overhead: bool = False) -> list[float]:
+    """[min, median, max], rounded: how far the repetitions of one ratio (or overhead, 1 - ratio) lie apart."""
+    shown = sorted(1 - value for value in values) if overhead else sorted(values)
+    return [round(shown[0], 3), round(statistics.median(shown), 3), round(shown[-1], 3)]
+
+
 def dataset_spec(cache: bool) -> DatasetSpec:
-    """Raw uint8 images and int64 labels, shuffled over a whole epoch."""
+    """Raw uint8 images and int64 labels, shuffled with tpuops' default buffer."""
     return DatasetSpec.from_json(
         {
             "features": {
@@ -307,19 +368,24 @@ def dataset_spec(cache: bool) -> DatasetSpec:
                 "label": {"dtype": "int64"},
             },
             "label": "label",
-            "shuffle_buffer": RECORDS,
+            "shuffle_buffer": SHUFFLE_BUFFER,
             "cache": cache,
         },
         "dataset",
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args()
+def connect_as_train(deterministic: bool) -> None:
+    """The runtime ``train`` sets up on this machine for a spec with ``deterministic``: op determinism, seed."""
+    spec = RunSpec(run_id="bench", store_root=tempfile.gettempdir(), dataset=dataset_spec(False),
+                   deterministic=deterministic, allow_cpu_fallback=True)
+    logging.getLogger("tpuops.agent.runtime").setLevel(logging.ERROR)
+    connect(spec)
+
+
+def measure(args: argparse.Namespace, deterministic: bool) -> dict:
+    """Every figure of the module docstring, in this process, with op determinism as given."""
+    connect_as_train(deterministic)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(RECORDS, 32, 32, 3), dtype=np.uint8)
     labels = rng.integers(0, 10, size=RECORDS).astype(np.int64)
@@ -336,7 +402,8 @@ def main() -> None:
             "pipeline": agent_loop(train_dataset(files, dataset_spec(True), 0, BATCH, 0, RECORDS)),
             "memory": agent_loop(memory),
         }
-        median, paired = paired_blocks(runners, PAIRS, blocks, args.repeats, STEPS_PER_CALL)
+        per_repeat: dict[str, list[float]] = {}
+        median, paired = paired_blocks(runners, PAIRS, blocks, args.repeats, STEPS_PER_CALL, per_repeat)
         del runners
 
         longer = concatenated(files, EPOCH_COPIES, Path(scratch))
@@ -351,12 +418,25 @@ def main() -> None:
             "pipeline_repeat": drain(repeated_pipeline(longer, dataset_spec(False))),
         }
         alone, versus = paired_blocks(
-            pipelines, {**PIPELINE_PAIRS, **RESUME_PAIR}, max(blocks, PIPELINE_BLOCKS), args.repeats, PIPELINE_BLOCK
+            pipelines,
+            {**PIPELINE_PAIRS, **RESUME_PAIR},
+            max(blocks, PIPELINE_BLOCKS),
+            args.repeats,
+            PIPELINE_BLOCK,
+            per_repeat,
         )
         resume = resume_first_batch(agent_at, EPOCH_COPIES * RECORDS, args.repeats)
+        whole = whole_runs(memory, args.whole_steps, args.repeats)
     median.update(alone)
     baseline = max(PIPELINE_PAIRS, key=lambda key: alone[PIPELINE_PAIRS[key][1]])
+    spreads = {key: spread(per_repeat[pair], overhead=key.endswith("_overhead")) for key, pair in SPREAD_OF.items()}
+    spreads["pipeline_vs_plain"] = spread(per_repeat[baseline])
+    spreads["whole_train_vs_fit"] = spread(whole)
     results = {
+        "deterministic": deterministic,
+        "whole_train_vs_fit": round(statistics.median(whole), 3),
+        "whole_steps": args.whole_steps,
+        "spread": spreads,
         "examples_per_sec": {name: round(value, 1) for name, value in median.items()},
         "train_vs_fit": round(paired["train_vs_fit"], 3),
         "builtin_vs_fit": round(paired["builtin_vs_fit"], 3),
@@ -375,9 +455,12 @@ def main() -> None:
         "repeats": args.repeats,
         "tensorflow": tf.__version__,
     }
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return
+    return results
+
+
+def print_table(results: dict) -> None:
+    """One setting's figures as a table: speeds, ratio, [min, median, max] over repetitions, goal."""
+    median, baseline = results["examples_per_sec"], results["pipeline_baseline"]
     plain = PIPELINE_PAIRS[baseline][1]
     rows = [
         ("training: agent loop (compiled model) vs model.fit", "agent", "fit", "train_vs_fit", ">= 1.0"),
@@ -393,16 +476,51 @@ def main() -> None:
             "-",
         ),
     ]
-    print(f"{'comparison':60} {'ours ex/s':>10} {'base ex/s':>10} {'result':>8}  goal")
+    setting = "on" if results["deterministic"] else "off"
+    print(f"op determinism {setting}")
+    print(f"{'comparison':60} {'ours ex/s':>10} {'base ex/s':>10} {'result':>8} {'spread':>21}  goal")
+    whole = results["spread"]["whole_train_vs_fit"]
+    print(f"{'training, whole run incl. build and tracing: agent vs fit':60} {'':>10} {'':>10} "
+          f"{results['whole_train_vs_fit']:8.3f} {whole!s:>21}  >= 1.0")
     for title, ours, base, key, goal in rows:
-        print(f"{title:60} {median[ours]:10.1f} {median[base]:10.1f} {results[key]:8.3f}  {goal}")
+        shown = str(results["spread"].get(key, ""))
+        print(f"{title:60} {median[ours]:10.1f} {median[base]:10.1f} {results[key]:8.3f} {shown:>21}  {goal}")
     print(
-        f"CPU, TensorFlow {tf.__version__}, batch {BATCH}, {args.steps} steps x {args.repeats} repeats; "
+        f"CPU, TensorFlow {results['tensorflow']}, batch {BATCH}, {results['steps']} steps x "
+        f"{results['repeats']} repeats; whole runs: {results['whole_steps']} steps from an unbuilt model; "
         f"results: median of {results['blocks']} paired blocks of {STEPS_PER_CALL} steps (pipelines alone: "
         f"{results['pipeline_blocks']} of {PIPELINE_BLOCK} batches); first batch of a resumed stream "
         f"(epoch of {EPOCH_COPIES * RECORDS} records): "
         f"{results['resume_first_batch_ms']} ms"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
+    parser.add_argument("--whole-steps", type=int, default=60, help="steps of each whole run (build included)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--determinism", choices=("both", "on", "off"), default="both")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+    if args.determinism != "both":
+        results = measure(args, args.determinism == "on")
+        if args.json:
+            print(json.dumps(results, indent=1))
+        else:
+            print_table(results)
+        return
+    settings = {}
+    for setting in ("on", "off"):
+        argv = [sys.argv[0], "--steps", str(args.steps), "--whole-steps", str(args.whole_steps),
+                "--repeats", str(args.repeats), "--determinism", setting, "--json"]
+        child = subprocess.run([sys.executable, *argv], check=True, capture_output=True, text=True)
+        settings[setting] = json.loads(child.stdout)
+    if args.json:
+        print(json.dumps({**settings["on"], "determinism_off": settings["off"]}, indent=1))
+        return
+    for setting in ("on", "off"):
+        print_table(settings[setting])
 
 
 if __name__ == "__main__":

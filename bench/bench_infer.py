@@ -15,6 +15,15 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   median of the paired ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the
   order rotating from round to round). The record count the agent
   takes while the model loads is timed on its own.
+- latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
+  batch, p50 and p99 (the clock covers one batch: for ours the call that reads, parses and
+  predicts it and hands it to the writer; for the plain ``tf.function`` (XLA as ours) over
+  pre-batched float32 tensors in memory, and for ``model.predict_on_batch`` on the same tensors,
+  the call and the result as numpy), and throughput (examples / wall time of the whole pass,
+  ours including the shards and manifest). Tracing is left out (a warm-up pass first). The
+  variants take turns, the order rotating; ``p50_vs_function`` / ``p50_vs_predict`` are
+  [min, median, max] of the per-repetition ratios ours / baseline (goal <= 1.0).
+  Op determinism is set as ``infer`` sets it (``--determinism``, default on: ``auto`` on a CPU).
 - checkpoints: the time the step loop is blocked per save against the checkpoint size, for a
   staged save copied to the store in the background (ours) and a direct synchronous save into
   the store (the baseline, what the agent did before); the blocking save (the SIGTERM save: the
@@ -40,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import shutil
@@ -73,7 +83,8 @@ CKPT_SIZES_MB = (1, 16, 128)
 CKPT_STEPS, CKPT_EVERY, CKPT_BATCH, STEPS_PER_CALL = 300, 100, 32, 10
 IMAGE = {"image": {"dtype": "uint8", "shape": [32, 32, 3], "encoding": "raw"}}
 TF_IMPORT = "import tensorflow as tf; print(tf.__version__)"
-PARTS = ("infer", "saves", "ckpt-loop", "agent-ckpt-loop", "tf-check")
+PARTS = ("infer", "latency", "saves", "ckpt-loop", "agent-ckpt-loop", "tf-check")
+LATENCY_BATCH = 64
 # Each inference repetition is this many rounds of every variant, in a rotating order. This
 # machine's two vCPUs now and then run two busy threads at well under twice one thread's speed
 # (a pure-Python busy loop in two processes: 4.4 vs 6.9 million iterations per 0.5 s, in
@@ -127,24 +138,33 @@ def write_images(directory: Path, count: int, labels: bool = False) -> tuple[lis
     return paths, images[order].astype(np.float32)
 
 
-def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
-    files, memory = write_images(work, examples)
-    spec = DatasetSpec.from_json({"features": IMAGE}, "dataset")
+def cifar_model() -> tf.keras.Model:
     model = models.cifar10_cnn({})
     model.build((None, 32, 32, 3))
+    return model
+
+
+def agent_pass(work: Path, files: list[str], examples: int, batch: int, call: Any, latency: bool = False) -> None:
+    """The agent's path over ``files``: padded batches, ``predict_shards`` with ``call``, 4 shards, the manifest."""
+    prefix = tempfile.mkdtemp(dir=work)
+    plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
+    outputs = infer.Outputs(prefix, plan)
+    outputs.adopt()
+    batches = inputs.padded_batches(files, DatasetSpec.from_json({"features": IMAGE}, "dataset"), batch, False)
+    infer.predict_shards(call, iter(batches), outputs, 0, PreemptionNotice(), latency=latency)
+    outputs.write_manifest("bench")
+    shutil.rmtree(prefix)
+
+
+def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
+    files, memory = write_images(work, examples)
+    model = cifar_model()
     strategy = tf.distribute.get_strategy()
     calls = {jit: infer.predict_call(model, strategy, jit) for jit in (False, True)}
     count_s = median_time([timed(lambda: inputs.count_records(files)) for _ in range(reps)])
 
     def ours(batch: int, jit: bool) -> None:
-        prefix = tempfile.mkdtemp(dir=work)
-        plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
-        outputs = infer.Outputs(prefix, plan)
-        outputs.adopt()
-        batches = inputs.padded_batches(files, spec, batch, with_label=False)
-        infer.predict_shards(calls[jit], iter(batches), outputs, 0, PreemptionNotice())
-        outputs.write_manifest("bench")
-        shutil.rmtree(prefix)
+        agent_pass(work, files, examples, batch, calls[jit])
 
     def function_loop(batch: int) -> Callable[[], None]:
         forward = tf.function(lambda images: model(images, training=False))
@@ -188,6 +208,91 @@ def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
             "load": loads,
         }
     return result
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def _p50_ratios(ours: list[list[float]], base: list[list[float]]) -> list[float]:
+    """[min, median, max] over repetitions of ours' median time-to-result / the baseline's."""
+    ratios = sorted(statistics.median(ours[rep]) / statistics.median(base[rep]) for rep in range(len(ours)))
+    return [round(ratios[0], 3), round(statistics.median(ratios), 3), round(ratios[-1], 3)]
+
+
+def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
+    """Latency mode against a plain pre-batched tf.function and predict_on_batch (module docstring)."""
+    files, memory = write_images(work, examples)
+    model = cifar_model()
+    strategy = tf.distribute.get_strategy()
+    tensors = [tf.constant(memory[i : i + LATENCY_BATCH]) for i in range(0, len(memory), LATENCY_BATCH)]
+    result: dict[str, Any] = {"batch": LATENCY_BATCH, "examples": examples, "load": [load()]}
+    for jit in (False, True):
+        call = infer.predict_call(model, strategy, jit)
+        plain = tf.function(lambda images: model(images, training=False), jit_compile=jit)
+
+        def ours(latencies: list[float]) -> None:
+            def timed_call(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
+                started = time.perf_counter()
+                outputs = call(iterator, steps)  # noqa: B023
+                latencies.append(time.perf_counter() - started)
+                return outputs
+
+            agent_pass(work, files, examples, LATENCY_BATCH, timed_call, latency=True)
+
+        def each_batch(predict: Callable[[tf.Tensor], Any]) -> Callable[[list[float]], None]:
+            def run(latencies: list[float]) -> None:
+                for images in tensors:
+                    started = time.perf_counter()
+                    np.asarray(predict(images))
+                    latencies.append(time.perf_counter() - started)
+
+            return run
+
+        variants = {
+            "ours": ours,
+            "function": each_batch(plain),
+            "predict": each_batch(model.predict_on_batch),
+        }
+        for warm in variants.values():
+            warm([])  # trace, compile, warm the page cache
+        names = list(variants)
+        per_batch: dict[str, list[list[float]]] = {name: [] for name in names}
+        walls: dict[str, list[float]] = {name: [] for name in names}
+        for rep in range(reps):
+            turn = rep % len(names)
+            for name in names[turn:] + names[:turn]:
+                samples: list[float] = []
+                walls[name].append(timed(lambda: variants[name](samples)))  # noqa: B023
+                per_batch[name].append(samples)
+            result["load"].append(load())
+        every = {name: [value for samples in runs for value in samples] for name, runs in per_batch.items()}
+
+        result["xla_on" if jit else "xla_off"] = {
+            "p50_ms": {name: round(1000 * statistics.median(values), 2) for name, values in every.items()},
+            "p99_ms": {name: round(1000 * _percentile(values, 0.99), 2) for name, values in every.items()},
+            "examples_per_s": {name: round(examples / statistics.median(runs)) for name, runs in walls.items()},
+            "p50_vs_function": _p50_ratios(per_batch["ours"], per_batch["function"]),
+            "p50_vs_predict": _p50_ratios(per_batch["ours"], per_batch["predict"]),
+        }
+    return result
+
+
+def _latency_rows(latency: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for xla in ("xla_off", "xla_on"):
+        fig = latency[xla]
+        for base in ("function", "predict"):
+            rows.append((
+                f"latency mode, batch {latency['batch']}, {xla.replace('_', ' ')}: p50 time-to-result vs {base} "
+                f"(p99 {fig['p99_ms']['ours']} vs {fig['p99_ms'][base]} ms; ex/s {fig['examples_per_s']['ours']} "
+                f"vs {fig['examples_per_s'][base]})",
+                f"{fig['p50_ms']['ours']} ms",
+                f"{fig['p50_ms'][base]} ms",
+                f"{fig[f'p50_vs_{base}']} (<= 1.0)",
+            ))
+    return rows
 
 
 def _variables(megabytes: int) -> list[tf.Variable]:
@@ -409,6 +514,9 @@ def render(details: dict[str, Any]) -> str:
     if "infer" in details:
         rows += _infer_rows(details["infer"])
         loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)}
+    if "latency" in details:
+        rows += _latency_rows(details["latency"])
+        loads["latency"] = details["latency"]["load"]
     if "ckpt_save_by_size_mb" in details:
         rows += _saves_rows(details["ckpt_save_by_size_mb"])
         loads["saves by size (MB)"] = {size: fig["load"] for size, fig in details["ckpt_save_by_size_mb"].items()}
@@ -423,6 +531,14 @@ def render(details: dict[str, Any]) -> str:
     return table(rows) + "\nload average (1 min) seen during each part: " + json.dumps(loads)
 
 
+def connect_as_infer(deterministic: bool) -> None:
+    """The runtime ``infer`` sets up on this machine for a spec with ``deterministic`` (op determinism, seed)."""
+    spec = parse_spec(json.dumps({"run_id": "bench", "store_root": tempfile.gettempdir(), "allow_cpu_fallback": True,
+                                  "deterministic": deterministic, "dataset": {"features": IMAGE}}))
+    logging.getLogger("tpuops.agent.runtime").setLevel(logging.ERROR)
+    connect(spec)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -430,7 +546,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
+    parser.add_argument("--determinism", choices=("on", "off"), default="on",
+                        help="TF op determinism, as infer sets it: on is what deterministic: auto gives on a CPU")
     args = parser.parse_args()
+    connect_as_infer(args.determinism == "on")
     parts = args.only.split(",")
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -440,6 +559,8 @@ def main() -> None:
     try:
         if "infer" in parts:
             details["infer"] = bench_infer(work, args.examples, args.reps)
+        if "latency" in parts:
+            details["latency"] = bench_latency(work, args.examples, args.reps)
         if "saves" in parts:
             details["ckpt_save_by_size_mb"] = bench_save_sizes(work, args.reps, with_1gb=not args.no_1gb)
         if "ckpt-loop" in parts:
@@ -455,6 +576,8 @@ def main() -> None:
         "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)}
         if inference else None,
         "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"] if inference else None,
+        "latency64_p50_vs_function": {xla: details["latency"][xla]["p50_vs_function"] for xla in ("xla_off", "xla_on")}
+        if "latency" in details else None,
         "ckpt_overhead": details["ckpt_loop"]["ours"]["blocked_share"] if "ckpt_loop" in details else None,
         "agent_ckpt_share": details["agent_ckpt_loop"]["blocked_share"] if "agent_ckpt_loop" in details else None,
         "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,

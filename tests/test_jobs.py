@@ -123,3 +123,38 @@ def test_a_dataset_that_is_neither_local_nor_in_the_store_is_named(work: Path, s
     spec.write_text((work / "experiments" / "digits_cnn.yaml").read_text().replace("data/digits/train", "nowhere"))
     with pytest.raises(UsageError, match=r"dataset 'nowhere': neither a local folder with manifest\.json"):
         jobs.plan_train(settings, spec, store, run_id="ok-1", base_dir=work)
+
+
+def _with_determinism(work: Path, tmp_path: Path, value: str) -> Path:
+    """The digits experiment with ``deterministic: value``, next to its models module."""
+    spec = tmp_path / "experiments" / "digits_cnn.yaml"
+    spec.parent.mkdir(exist_ok=True)
+    shutil.copy(work / "experiments" / "models.py", spec.parent / "models.py")
+    spec.write_text((work / "experiments" / "digits_cnn.yaml").read_text() + f"deterministic: {value}\n")
+    return spec
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", True), ("false", False), ("auto", None)])
+def test_the_experiments_determinism_reaches_the_run_spec(work: Path, settings: Settings, store: LocalStore,
+                                                         tmp_path: Path, value: str, expected: bool | None) -> None:
+    made = jobs.plan_train(settings, _with_determinism(work, tmp_path, value), store, run_id="det-1", base_dir=work)
+    assert made.spec.deterministic is expected  # None: the agent's auto rule (on without a TPU)
+    assert RunSpec.from_json(made.spec_json()).deterministic is expected
+
+
+@pytest.mark.parametrize("override", [True, False, None])
+def test_infer_overrides_the_experiments_determinism(work: Path, settings: Settings, store: LocalStore,
+                                                     tmp_path: Path, override: bool | None) -> None:
+    made = jobs.plan_infer(settings, _with_determinism(work, tmp_path, "true"), store, checkpoint="/models/digits",
+                           inputs="data/digits/test", run_id="det-infer-1", base_dir=work, deterministic=override,
+                           latency=override is True)
+    assert made.spec.deterministic is (True if override is None else override)
+    assert made.spec.require_infer().latency is (override is True)
+    assert RunSpec.from_json(made.spec_json()).require_infer().latency is (override is True)
+
+
+def test_a_determinism_that_is_not_true_false_or_auto_is_one_clear_error(work: Path, settings: Settings,
+                                                                        store: LocalStore, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"deterministic = 'sometimes' is not allowed: .*True, False or 'auto'"):
+        jobs.plan_train(settings, _with_determinism(work, tmp_path, "sometimes"), store, run_id="ok-1", base_dir=work)
+    assert store.list("") == []

@@ -209,7 +209,10 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
 
 def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment, dataset: DatasetSpec, *,
               train: TrainSpec | None = None, infer: InferSpec | None = None,
-              script: ScriptSpec | None = None) -> RunSpec:
+              script: ScriptSpec | None = None, deterministic: bool | None = None) -> RunSpec:
+    """The agent's run spec; ``deterministic`` None leaves op determinism to the experiment's choice."""
+    if deterministic is None and experiment.deterministic != "auto":
+        deterministic = experiment.deterministic
     return RunSpec(
         run_id=run_id,
         store_root=store.uri,
@@ -220,6 +223,7 @@ def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experim
         hparams=dict(experiment.hparams),
         seed=experiment.seed,
         mixed_precision=experiment.mixed_precision,
+        deterministic=deterministic,
         allow_cpu_fallback=settings.provider is Provider.LOCAL,
         train=train,
         infer=infer,
@@ -251,12 +255,16 @@ def plan_infer(
     batch_size: int = 256,
     base_dir: Path | None = None,
     keep: bool = False,
+    deterministic: bool | None = None,
+    latency: bool = False,
 ) -> JobPlan:
     """Batch prediction with a trained model over a dataset: same bundle, same launch path as training.
 
     ``checkpoint`` is a run name (its SavedModel when it succeeded, else its checkpoints) or a
     store URI / path of a SavedModel or checkpoint directory; ``inputs`` a dataset reference
-    (local folder with manifest.json, or a store prefix).
+    (local folder with manifest.json, or a store prefix). ``deterministic`` overrides the
+    experiment's ``deterministic`` for this run (None: the experiment's); ``latency`` predicts one
+    batch per call, each batch written as soon as it exists (small batches, someone waiting).
     """
     experiment, run_id = _experiment_run(spec_path, run_id, "-infer")
     if experiment.program is not None:
@@ -269,7 +277,8 @@ def plan_infer(
     label = experiment.dataset.label if experiment.dataset.label in features else None
     spec = _run_spec(settings, store, run_id, experiment, DatasetSpec(features=features, label=label),
                      infer=InferSpec(input=dataset.patterns(store), model=model, output_prefix=output,
-                                     num_shards=num_shards, batch_size=batch_size))
+                                     num_shards=num_shards, batch_size=batch_size, latency=latency),
+                     deterministic=deterministic)
     record = _record(settings, store, run_id, RunKind.INFER, experiment, spec_path, acc.type,
                      capacity or experiment.capacity, bundle, keep=keep, budget_usd=None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,

@@ -164,3 +164,27 @@ def test_a_different_job_in_the_same_prefix_reuses_nothing(
 def test_format_lines_is_json_dumps_per_row(rows: np.ndarray) -> None:
     expected = "".join(json.dumps({"index": 7 + i, "output": row.tolist()}) + "\n" for i, row in enumerate(rows))
     assert format_lines(7, rows) == expected
+
+
+@pytest.mark.parametrize(
+    ("batch", "latency", "per_call"), [(64, True, [1] * 5), (256, True, [1, 1]), (64, False, [5]), (8, False, [38])]
+)
+def test_latency_mode_hands_each_batch_to_the_writer_alone(
+    tmp_path: Path, batch: int, latency: bool, per_call: List[int]
+) -> None:
+    """Latency mode: every call predicts one batch, whose rows are queued before the next call; else many per call."""
+    total = 300
+    plan = {"inputs": [], "total": total, "model": {"source": "test"}, "batch_size": batch, "num_shards": 1}
+    outputs = infer.Outputs(str(tmp_path), plan)
+    outputs.adopt()
+    asked: List[int] = []
+
+    def call(iterator: Any, steps: tf.Tensor) -> np.ndarray:
+        asked.append(int(steps))
+        first = sum(asked[:-1]) * batch
+        return np.arange(first, first + int(steps) * batch, dtype=np.float32).reshape(-1, 1)
+
+    infer.predict_shards(call, None, outputs, 0, PreemptionNotice(), latency=latency)
+    assert asked == per_call
+    lines = (tmp_path / shard_name(0, 1)).read_text().splitlines()
+    assert [json.loads(line)["output"] for line in lines] == [[float(i)] for i in range(total)]

@@ -23,7 +23,10 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   which the TPU requires.
 * One ``tf.function`` call predicts up to ``CALL_EXAMPLES`` examples: the iterator is read
   inside the function and the outputs collected in a TensorArray, so the host pays one round
-  trip per call, not one per batch. Batches are padded to one static size (one compilation);
+  trip per call, not one per batch. Latency mode (``infer.latency``, ``tpuops infer --latency``)
+  is the exception: one batch per call, so that each batch's results reach the writer as soon
+  as they exist instead of after up to ``CALL_EXAMPLES`` examples (at batch 64, a batch's
+  results came about 170 ms late on this CPU). Batches are padded to one static size (one compilation);
   the number of real rows comes from the record count, never from a mask read back per batch.
 * A writer thread turns a call's output into JSON with one encoder call (not one per example)
   and writes it. The loop hands outputs over through a bounded queue, so the device waits for
@@ -299,15 +302,26 @@ class Outputs:
         write_whole(join(self.prefix, MANIFEST), json.dumps(manifest, indent=1))
 
 
+def batches_per_call(batch: int, latency: bool) -> int:
+    """Batches one prediction call takes: one in latency mode, else about CALL_EXAMPLES examples' worth."""
+    return 1 if latency else max(1, CALL_EXAMPLES // batch)
+
+
 def predict_shards(
-    call: Any, iterator: Any, outputs: Outputs, first_shard: int, notice: PreemptionNotice, progress: Any = None
+    call: Any,
+    iterator: Any,
+    outputs: Outputs,
+    first_shard: int,
+    notice: PreemptionNotice,
+    progress: Any = None,
+    latency: bool = False,
 ) -> None:
     """Predict the shards from ``first_shard`` on and write them; ``iterator`` starts at that shard's first batch.
 
     ``progress(n)`` is told the number of examples before the next one to predict. A
     preemption notice raises PreemptedExit at the next call boundary, after the writer is done.
     """
-    per_call = max(1, CALL_EXAMPLES // outputs.batch)
+    per_call = batches_per_call(outputs.batch, latency)
     writer = ShardWriter(outputs.prefix)
     try:
         for shard in range(first_shard, len(outputs.names)):
@@ -345,7 +359,12 @@ class _Progress:
 def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
     """Predict over ``infer.input`` and write the shards, then the manifest (see the module docstring)."""
     ispec = spec.require_infer()
-    status.update(device=runtime.device, replicas=runtime.replicas, global_batch=ispec.batch_size)
+    status.update(
+        device=runtime.device,
+        deterministic=runtime.deterministic,
+        replicas=runtime.replicas,
+        global_batch=ispec.batch_size,
+    )
     status.set_phase("loading")
     files = inputs.list_files(ispec.input, "infer.input")
     inputs.Parser(spec.dataset, with_label=False).check(files, "infer.input")
@@ -368,7 +387,7 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         if runtime.on_tpu:
             batches = runtime.strategy.experimental_distribute_dataset(batches)
         call = predict_call(model, runtime.strategy, jit_compile=False)
-        predict_shards(call, iter(batches), outputs, done, notice, _Progress(status))
+        predict_shards(call, iter(batches), outputs, done, notice, _Progress(status), ispec.latency)
     with status.clock.timed("save"):
         outputs.write_manifest(spec.run_id)
     log.info("wrote %d predictions in %d shard(s) under %s", outputs.total, len(outputs.names), prefix)

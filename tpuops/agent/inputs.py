@@ -20,6 +20,13 @@ The training stream is a pure function of (files, seed, position):
   pipeline starts at epoch ``examples_seen // epoch_size`` and ``skip``s the remainder
   *before* parsing, so a resume costs at most one epoch of raw reads, never a parse.
 
+Both shuffles are built by ``seeded_shuffle``, not ``Dataset.shuffle``: inside a tf.function (the
+epoch function is one) TF 2.9's ``shuffle`` creates a ``DummySeedGenerator`` resource op, and
+with op determinism on (``deterministic`` in the spec, on by default without a TPU) tf.data's
+``make_deterministic`` rewrite then treats the whole pipeline as stateful: it runs the parallel
+parse one batch at a time and drops the prefetch. That cost the training stream about a third of
+its throughput on a CPU host (bench/bench_agent.py ``pipeline_vs_plain``, determinism on).
+
 ``epoch_size`` (records per pass) is counted once per run and kept in the checkpoint; a
 size from elsewhere could be wrong and would silently shift every epoch boundary.
 
@@ -38,6 +45,9 @@ import posixpath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.framework import random_seed
+from tensorflow.python.ops import gen_dataset_ops
 
 from tpuops.agent.exits import UserError
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec
@@ -220,6 +230,37 @@ def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Datase
     )
 
 
+class _SeededShuffle(dataset_ops.UnaryUnchangedStructureDataset):
+    """TF 2.9's shuffle without a seed-generator resource (the first ``ShuffleDataset`` op).
+
+    Same seeds as ``Dataset.shuffle(seed=...)`` (``random_seed.get_seed``), so the same order;
+    ``reshuffle_each_iteration`` is off, which is all that op needs the resource for.
+    """
+
+    def __init__(self, input_dataset: tf.data.Dataset, buffer_size: Any, seed: Any) -> None:
+        self._input_dataset = input_dataset
+        self._name = None
+        graph_seed, op_seed = random_seed.get_seed(seed)
+        variant = gen_dataset_ops.shuffle_dataset(
+            input_dataset._variant_tensor,
+            buffer_size=tf.convert_to_tensor(buffer_size, tf.int64),
+            seed=graph_seed,
+            seed2=op_seed,
+            reshuffle_each_iteration=False,
+            **self._common_args,
+        )
+        super().__init__(input_dataset, variant)
+
+
+def seeded_shuffle(dataset: tf.data.Dataset, buffer_size: Any, seed: Any) -> tf.data.Dataset:
+    """``dataset.shuffle(buffer_size, seed, reshuffle_each_iteration=False)`` that keeps op determinism parallel.
+
+    See the module docstring: no stateful op enters the pipeline, so tf.data keeps the parallel
+    parse and the prefetch when op determinism is on.
+    """
+    return _SeededShuffle(dataset, buffer_size, seed)
+
+
 def count_records(files: Sequence[str]) -> int:
     """Records in one pass over ``files`` (reads them all once, without parsing)."""
     records = file_records(tf.data.Dataset.from_tensor_slices(list(files)), files)
@@ -245,10 +286,10 @@ def train_dataset(
         if cached is not None:
             records = cached
         else:
-            names = tf.data.Dataset.from_tensor_slices(file_list).shuffle(len(file_list), seed=epoch_seed)
+            names = seeded_shuffle(tf.data.Dataset.from_tensor_slices(file_list), len(file_list), epoch_seed)
             records = file_records(names, file_list)
         if spec.shuffle_buffer > 1:
-            records = records.shuffle(spec.shuffle_buffer, seed=epoch_seed + 1, reshuffle_each_iteration=False)
+            records = seeded_shuffle(records, spec.shuffle_buffer, epoch_seed + 1)
         return records
 
     stream = tf.data.Dataset.range(first_epoch, _MAX_EPOCHS).flat_map(one_epoch).skip(offset)

@@ -28,8 +28,10 @@ Schema (version 1; "=" gives the default of an optional key)::
       "mixed_precision": false,          = false; true: Keras policy mixed_bfloat16 on a TPU
                                          (ignored with a warning on the CPU, which has no
                                          bfloat16 convolutions in TF 2.9)
-      "deterministic": null,             = null (on without a TPU, off on a TPU); true turns on
-                                         tf.config.experimental.enable_op_determinism()
+      "deterministic": null,             = null (auto: on without a TPU, off on a TPU); true turns on
+                                         tf.config.experimental.enable_op_determinism(): a resumed
+                                         run is then bit-identical to an uninterrupted one; false
+                                         gives that up (same data order, but not the same sums)
       "allow_cpu_fallback": false,       = false; without a TPU the agent refuses to run unless true
       "heartbeat_seconds": 10,           = 10; status.json is rewritten at least this often
       "script": {                        = null; script mode: `train` runs the user's own program
@@ -80,7 +82,10 @@ Schema (version 1; "=" gives the default of an optional key)::
                                          saved_model.pb) or a checkpoint directory (ckpt/)
         "output_prefix": null,           = null: <store>/runs/<run_id>/predictions
         "num_shards": 1,                 = 1
-        "batch_size": 256                = 256; global batch of the prediction loop
+        "batch_size": 256,               = 256; global batch of the prediction loop
+        "latency": false                 = false; true: one batch per call, each batch's results
+                                         written as soon as they exist (small batches, someone
+                                         waiting); false: ~4096 examples per call (throughput)
       }
     }
 
@@ -328,6 +333,7 @@ class InferSpec:
     output_prefix: Optional[str] = None
     num_shards: int = 1
     batch_size: int = 256
+    latency: bool = False
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "InferSpec":
@@ -341,6 +347,7 @@ class InferSpec:
             output_prefix=_get(obj, "output_prefix", (str,), where, None),
             num_shards=_positive(_get(obj, "num_shards", (int,), where, 1), where + ".num_shards"),
             batch_size=_positive(_get(obj, "batch_size", (int,), where, 256), where + ".batch_size"),
+            latency=_get(obj, "latency", (bool,), where, False),
         )
 
 

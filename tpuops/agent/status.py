@@ -7,6 +7,8 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     phase        starting | loading | training | checkpointing | evaluating | saving |
                  predicting | done  ("done" exactly when exit_class is set)
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
+    deterministic  whether TF op determinism is on for this attempt (the spec's choice, or its
+                 ``auto`` rule: on without a TPU), null before the runtime is chosen and in script mode
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
     recomputed_steps    steps trained again over the whole run: on each resume, how far the attempt
                  before had gone past the checkpoint resumed from (as its last status says: steps
@@ -123,6 +125,7 @@ class Status:
             "global_batch": None,
             "replicas": None,
             "device": None,
+            "deterministic": None,
             "resumed_from_step": None,
             "recomputed_steps": reach[1],
             "last_checkpoint_step": None,

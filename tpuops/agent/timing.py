@@ -12,7 +12,9 @@ agent start) reports one entry, carried over into later attempts' status like ``
     agent_at       unix seconds when the agent began its command, TensorFlow imported
     loaded_at      unix seconds when the model was built and its checkpoint restored (infer: the model
                    loaded), or null
-    first_step_at  unix seconds when the first training call (infer: prediction call) began, or null
+    first_step_at  unix seconds when the first training call (infer: prediction call) ended, or null:
+                   the first completed step, traced and compiled (a call of ``steps_per_call`` steps
+                   reports none of them before it returns), which is when a run is training again
     ended_at       unix seconds when the agent finished (any exit class), null while it runs or
                    when it was killed
     seen_at        unix seconds of the entry's last write: a killed attempt's last sign of life
@@ -117,8 +119,8 @@ class AttemptClock:
         with self._lock:
             entry = self._entry
             if entry["first_step_at"] is None:
-                entry["first_step_at"] = round(now - seconds, 3)
-                entry["setup_s"] = max(0.0, now - entry["started_at"])
+                entry["first_step_at"] = round(now, 3)
+                entry["setup_s"] = max(0.0, entry["first_step_at"] - entry["started_at"])
             else:
                 entry["recomputed_s"] += seconds * redone
                 entry["productive_s"] += seconds * (1.0 - redone)

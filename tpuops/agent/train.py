@@ -91,6 +91,7 @@ class _Run:
             global_batch=self.global_batch,
             replicas=self.runtime.replicas,
             device=self.runtime.device,
+            deterministic=self.runtime.deterministic,
         )
         self.status.set_phase("loading")
         self.train_files = inputs.list_files(spec.dataset.train, "dataset.train")

@@ -149,24 +149,26 @@ def plan_resume(settings: Settings, run_id: str) -> RunRecord:
 def plan_infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, output: str | None = None,
                name: str | None = None, accelerator: str | None = None, capacity: Capacity | None = None,
                num_shards: int = 1, batch_size: int = 256, keep: bool = False,
-               base_dir: Path | None = None) -> JobPlan:
+               base_dir: Path | None = None, deterministic: bool | None = None, latency: bool = False) -> JobPlan:
     """What ``infer`` would declare and create (``--dry-run``): validated, nothing written."""
     from tpuops import jobs
     from tpuops.session import store
 
     return jobs.plan_infer(settings, spec, store(settings), checkpoint=checkpoint, inputs=inputs, output=output,
                            run_id=name, accelerator=accelerator, capacity=capacity, num_shards=num_shards,
-                           batch_size=batch_size, keep=keep, base_dir=base_dir)
+                           batch_size=batch_size, keep=keep, base_dir=base_dir, deterministic=deterministic,
+                           latency=latency)
 
 
 def infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, output: str | None = None,
           name: str | None = None, accelerator: str | None = None, capacity: Capacity | None = None,
           num_shards: int = 1, batch_size: int = 256, keep: bool = False, base_dir: Path | None = None,
-          progress: Say = _quiet, on_status: Callable[[AgentStatus], None] | None = None) -> Finished | Started:
+          deterministic: bool | None = None, latency: bool = False, progress: Say = _quiet,
+          on_status: Callable[[AgentStatus], None] | None = None) -> Finished | Started:
     """``tpuops infer SPEC``: plan (as ``plan_infer``), declare and drive a batch prediction run."""
     plan = plan_infer(settings, spec, checkpoint=checkpoint, inputs=inputs, output=output, name=name,
                       accelerator=accelerator, capacity=capacity, num_shards=num_shards, batch_size=batch_size,
-                      keep=keep, base_dir=base_dir)
+                      keep=keep, base_dir=base_dir, deterministic=deterministic, latency=latency)
     return launch(settings, plan, progress=progress, on_status=on_status)
 
 

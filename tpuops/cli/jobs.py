@@ -137,6 +137,11 @@ def infer(
     preemptible: bool = PREEMPTIBLE,
     on_demand: bool = ON_DEMAND,
     keep: bool = typer.Option(False, "--keep", help="Leave the node running when the job ends."),
+    deterministic: bool | None = typer.Option(
+        None, "--deterministic/--no-deterministic",
+        help="TF op determinism for this run (default: the experiment's 'deterministic', auto = on without a TPU)."),
+    latency: bool = typer.Option(False, "--latency",
+                                 help="One batch per call, each written as soon as it exists (small batches)."),
     dry_run: bool = DRY_RUN,
     as_json: bool = JSON,
 ) -> None:
@@ -146,7 +151,8 @@ def infer(
     settings = load_settings(ctx)
     options = {"checkpoint": checkpoint, "inputs": inputs, "output": output, "name": name, "accelerator": accelerator,
                "capacity": capacity_flag(spot, preemptible, on_demand), "num_shards": shards,
-               "batch_size": batch_size, "keep": keep}
+               "batch_size": batch_size, "keep": keep, "deterministic": deterministic,
+               "latency": latency}
     if dry_run:
         _print_plan(api.plan_infer(settings, spec, **options), bundle=False)  # type: ignore[arg-type]
         return

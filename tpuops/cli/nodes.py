@@ -109,10 +109,11 @@ def status(
         err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
     if active:
         rows = [r.to_json() for r in active]
-        print_table("active runs", ("run", "phase", "step", "examples/s", "input wait", "last checkpoint", "goodput",
-                                    "heartbeat"),
+        print_table("active runs", ("run", "phase", "step", "examples/s", "input wait", "deterministic",
+                                    "last checkpoint", "goodput", "heartbeat"),
                     [(r["run_id"], r["phase"], f"{r['step']}/{r['total_steps'] or '?'}", r["examples_per_sec"] or "",
                       "" if r["input_wait_ms"] is None else f"{r['input_wait_ms']:.1f} ms/step",
+                      {True: "on", False: "off"}.get(r["deterministic"], ""),
                       _checkpoint_cell(r), "" if r["goodput"] is None else r["goodput"]["goodput"] or "",
                       r["heartbeat"] or "") for r in rows])
 

@@ -131,6 +131,8 @@ class AgentStatus(_Doc):
     global_batch: int | None = None
     replicas: int | None = None
     device: str | None = None
+    deterministic: bool | None = None
+    """Whether TF op determinism is on for the attempt; None before the runtime is chosen or from an older agent."""
     resumed_from_step: int | None = None
     recomputed_steps: int = 0
     last_checkpoint_step: int | None = None

@@ -181,6 +181,7 @@ class Run:
             "checkpoint_in_flight": status.checkpoint_in_flight,
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
             "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
+            "deterministic": status.deterministic,
             "goodput": self.goodput.to_json() if self.goodput else None,
         }
 
