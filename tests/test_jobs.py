@@ -145,7 +145,10 @@ def test_the_experiments_determinism_reaches_the_run_spec(work: Path, settings: 
 @pytest.mark.parametrize("override", [True, False, None])
 def test_infer_overrides_the_experiments_determinism(work: Path, settings: Settings, store: LocalStore,
                                                      tmp_path: Path, override: bool | None) -> None:
-    made = jobs.plan_infer(settings, _with_determinism(work, tmp_path, "true"), store, checkpoint="/models/digits",
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(b"")  # a local checkpoint must be there before anything is planned
+    made = jobs.plan_infer(settings, _with_determinism(work, tmp_path, "true"), store, checkpoint=str(model),
                            inputs="data/digits/test", run_id="det-infer-1", base_dir=work, deterministic=override,
                            latency=override is True)
     assert made.spec.deterministic is (True if override is None else override)
