@@ -82,14 +82,19 @@ def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1
                    auth: bool = True) -> EmulatorStarted:
     """``tpuops emulator start``: the running emulator of this home, else a new one in the background.
 
-    With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com.
+    With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com;
+    an emulator already running without it is refused (``UsageError``: stop it, then start).
     """
     from tpuops.emulator.control import start_background, status, storage_endpoint
-    from tpuops.session import emulated_buckets, emulated_image_python
+    from tpuops.session import emulated_buckets, emulated_image_python, require_served
 
-    info = status(settings.emulator_dir) or start_background(
-        settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
-        image_python=emulated_image_python(settings), auth=auth, gcs_buckets=emulated_buckets(settings))
+    info = status(settings.emulator_dir)
+    if info is None:
+        info = start_background(
+            settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
+            image_python=emulated_image_python(settings), auth=auth, gcs_buckets=emulated_buckets(settings))
+    else:
+        require_served(settings)
     return EmulatorStarted(info, storage_endpoint(settings.emulator_dir))
 
 

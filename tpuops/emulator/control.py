@@ -252,6 +252,12 @@ def storage_endpoint(state_dir: Path) -> str | None:
     return front.http_endpoint if front is not None else None
 
 
+def served_buckets(state_dir: Path) -> list[str]:
+    """The buckets the fake-gcs-server of the emulator of ``state_dir`` was started with (none: no storage)."""
+    front = storage.read_front(state_dir)
+    return list(front.buckets) if front is not None else []
+
+
 def _terminate(pid: int, timeout_s: float) -> None:
     """SIGTERM ``pid``, wait up to ``timeout_s``, then SIGKILL; reap it if it is our child."""
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):

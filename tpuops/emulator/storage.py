@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tpuops.emulator.faults import Faults
@@ -94,12 +94,17 @@ def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults,
 
 @dataclass(frozen=True)
 class StorageFront:
-    """What ``gcs.json`` records: fake-gcs-server's process group and endpoint, the front's address, the CA bundle."""
+    """What ``gcs.json`` records: fake-gcs-server's process group and endpoint, the front's address, the CA bundle.
+
+    ``buckets`` are the buckets it was started with: the only ones the control plane may reach through it
+    (``tpuops.session`` refuses a ``gs://`` URI on provider local whose bucket is not among them).
+    """
 
     pid: int
     http_endpoint: str
     address: str
     ca_bundle: str
+    buckets: list[str] = field(default_factory=list)
 
 
 def read_front(state_dir: Path) -> StorageFront | None:
@@ -175,7 +180,7 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
         stop(state_dir)
         raise
     front = StorageFront(pid=process.pid, http_endpoint=http_endpoint, address=address,
-                         ca_bundle=str(authority.bundle))
+                         ca_bundle=str(authority.bundle), buckets=list(buckets))
     write_json_atomic(state_dir / INFO_FILE, asdict(front))
     network = NodeNetwork(write_hosts(state_dir, address), front.ca_bundle)
     return Storage(state_dir, front, https, network)
