@@ -28,6 +28,25 @@ if TYPE_CHECKING:
     from tpuops.store import Store
 
 
+def with_reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:
+    """``settings``, with the local store instead of a ``gs://`` one that provider ``local`` cannot serve here.
+
+    The emulator serves a bucket to its nodes only where they get private mount namespaces (root,
+    ``unshare``); elsewhere this falls back to the local store under ``home`` and says why in one
+    line through ``warn``. Asked once per command, before anything reads ``store_root``, so that
+    every part of the command (run specs, the store, the emulator) agrees on the store.
+    """
+    if settings.provider is not Provider.LOCAL or not settings.store.startswith("gs://"):
+        return settings
+    from tpuops.emulator.netview import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is None:
+        return settings
+    warn(f"{reason}: using the local store {settings.home / 'store'} instead of {settings.store}")
+    return settings.model_copy(update={"store": ""})
+
+
 def emulated_buckets(settings: Settings) -> list[str]:
     """The buckets the local emulator serves: the store's, when provider ``local`` has a ``gs://`` store."""
     if settings.provider is Provider.LOCAL and settings.store_root.startswith("gs://"):

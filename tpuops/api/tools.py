@@ -31,6 +31,16 @@ def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, fo
     return write_config(path, {**values, "labels": parsed}, force=force)
 
 
+def reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:
+    """``settings`` with a store this machine can serve (``tpuops.session.with_reachable_store``).
+
+    Call it once after loading settings (the CLI does); ``warn`` gets the one line saying why the store changed.
+    """
+    from tpuops.session import with_reachable_store
+
+    return with_reachable_store(settings, warn)
+
+
 def doctor(settings: Settings) -> Checkup:
     """``tpuops doctor``: every readiness check (credentials, APIs, permissions, store, zones, runtimes, clock)."""
     from tpuops.doctor import Checkup, run_checks
