@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
@@ -282,12 +282,18 @@ def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, ca
 def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = None,
                    capacity: Capacity | None = None, zone: str | None = None, runtime: str | None = None,
                    valid_for_s: float | None = None) -> dict[str, Any]:
-    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call."""
-    from tpuops.providers.cloud_tpu import TpuApi
+    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call.
 
+    Refused (``UsageError``) as ``up --queued`` itself is when the configured provider has no queued resources.
+    """
+    from tpuops.providers.base import QueuesNodes, require_queues
+    from tpuops.providers.registry import provider_class
+
+    provider = cast(type[QueuesNodes], provider_class(settings.node_provider))
+    require_queues(provider)
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     return {"zone": plan.zones[0], "queued_resource_id": name,
-            "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for_s)}
+            "body": provider.queued_body(settings.project, plan.zones[0], plan.request, valid_until_s=valid_for_s)}
 
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
