@@ -74,3 +74,14 @@ def test_data_commands_refuse_public_storage_on_provider_local(
     assert run(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "gs://elsewhere" in err and "\n" not in err
+
+
+@pytest.mark.unit
+def test_the_emulator_control_loads_no_storage_or_cryptography_until_a_bucket_is_served() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys, tpuops.emulator.control, tpuops.session; "
+             "print(sorted(m for m in sys.modules if m.startswith('cryptography') or m == 'tpuops.emulator.storage'))")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"

@@ -3,8 +3,9 @@
 A run is declared (``declare``), driven by the controller (which keeps its ``Memory``), reported
 on by the agent (``AgentStatus``) and looked at by people (``open_run``, ``list_runs``,
 ``follow_logs``). ``layout`` says which file is where, who writes it and when; ``models`` and
-``memory`` hold the typed forms; ``ops`` reads and writes them. ``jobs``, the controller and the
-CLI use only this package to touch a run's files.
+``memory`` hold the typed forms; ``ops`` reads and writes them. ``jobs``, the controller, the
+sweeps and the front door (``tpuops.api``, which the CLI calls) use only this package to touch a
+run's files.
 
 Invariants: run.json and spec.json are written once and never change; only the controller's lease
 holder (and ``reopen``) writes memory.json, with compare-and-swap; a run is finished when the
