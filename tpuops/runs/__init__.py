@@ -25,6 +25,7 @@ from tpuops.runs.models import (
     RunKind,
     RunPhase,
     RunRecord,
+    spec_json,
 )
 from tpuops.runs.ops import (
     MAX_READERS,
@@ -60,5 +61,5 @@ __all__ = [
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_record",
     "read_run_spec", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "run_exists",
-    "save_memory", "spec_key", "status_key", "write_status",
+    "save_memory", "spec_json", "spec_key", "status_key", "write_status",
 ]
