@@ -79,14 +79,18 @@ test: setup tools lint compat
 
 DEMO_HOME := $(CURDIR)/.tpuops-demo
 TPUOPS := $(CURDIR)/$(VENV)/bin/tpuops
+# Every step of a demo runs under `set -e` (SHELLFLAGS): the first step that fails fails the target, and the
+# trap still stops the emulator. Steps are `;`-separated, never `a && b`, whose `a` set -e would let fail.
 demo: setup
-	rm -rf $(DEMO_HOME) && mkdir -p $(DEMO_HOME)
-	export TPUOPS_HOME=$(DEMO_HOME) TPUOPS_CONFIG=$(DEMO_HOME)/tpuops.toml; \
+	rm -rf $(DEMO_HOME)
+	mkdir -p $(DEMO_HOME)
+	set -e; export TPUOPS_HOME=$(DEMO_HOME) TPUOPS_CONFIG=$(DEMO_HOME)/tpuops.toml; \
 	trap '$(TPUOPS) emulator stop' EXIT; \
 	$(TPUOPS) init --provider local --zone us-central1-a --zone us-central1-b --path $$TPUOPS_CONFIG; \
 	$(TPUOPS) emulator start --boot-delay 2; \
 	$(TPUOPS) data sample digits $(DEMO_HOME)/data/digits; \
-	cd $(DEMO_HOME) && $(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
+	cd $(DEMO_HOME); \
+	$(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
 	$(TPUOPS) runs; \
 	$(TPUOPS) cost; \
 	$(TPUOPS) status
@@ -95,16 +99,22 @@ demo: setup
 # node's TensorFlow reads the shards and writes checkpoints, events, the SavedModel through its own Cloud
 # Storage filesystem (https://storage.googleapis.com, the node's metadata token), as on a TPU VM. Needs root.
 DEMO_GCS_HOME := $(CURDIR)/.tpuops-demo-gcs
+# Where nodes cannot get private mount namespaces it stops with the reason, rather than quietly demoing the
+# local store.
 demo-gcs: setup
-	rm -rf $(DEMO_GCS_HOME) && mkdir -p $(DEMO_GCS_HOME)
-	export TPUOPS_HOME=$(DEMO_GCS_HOME) TPUOPS_CONFIG=$(DEMO_GCS_HOME)/tpuops.toml; \
+	set -e; reason=$$($(PY) -c 'from tpuops.emulator.netview import unavailable_reason as r; print(r() or "")'); \
+	if [ -n "$$reason" ]; then echo "make demo-gcs: $$reason" >&2; exit 1; fi
+	rm -rf $(DEMO_GCS_HOME)
+	mkdir -p $(DEMO_GCS_HOME)
+	set -e; export TPUOPS_HOME=$(DEMO_GCS_HOME) TPUOPS_CONFIG=$(DEMO_GCS_HOME)/tpuops.toml; \
 	trap '$(TPUOPS) emulator stop' EXIT; \
 	$(TPUOPS) init --provider local --zone us-central1-a --zone us-central1-b --store gs://tpuops-demo/tpuops \
 	  --path $$TPUOPS_CONFIG; \
 	$(TPUOPS) emulator start --boot-delay 2; \
 	$(TPUOPS) doctor; \
 	$(TPUOPS) data sample digits $(DEMO_GCS_HOME)/data/digits; \
-	cd $(DEMO_GCS_HOME) && $(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
+	cd $(DEMO_GCS_HOME); \
+	$(TPUOPS) train $(CURDIR)/experiments/digits_cnn.yaml --name digits-demo --follow; \
 	$(TPUOPS) runs; \
 	$(TPUOPS) cost
 

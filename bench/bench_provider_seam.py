@@ -34,8 +34,7 @@ def this_tree() -> list[dict[str, object]]:
     from tpuops.providers.registry import PROVIDERS
 
     rows = []
-    for name, connect in PROVIDERS.items():
-        cls = connect.__self__  # type: ignore[attr-defined]  # every entry is a provider's connect classmethod
+    for name, cls in PROVIDERS.items():
         module = cls.__module__
         files = naming_files(ROOT, [rf"\b{re.escape(module)}\b", rf"\b{cls.__name__}\b"])
         rows.append({"tree": "this tree", "provider": name, "files": files, "count": len(files)})

@@ -66,6 +66,9 @@ def test_tpuops_env_overrides_google_cloud_project(tmp_path: Path) -> None:
         ("poll_interval_s = -1", "poll_interval_s = -1 is not allowed"),
         ("capacity = ", "not valid TOML"),
         ('service_account = "tpuops-vm"', "service_account = 'tpuops-vm' is not allowed"),
+        ('node_provider = "cloud-tup"', "node_provider = 'cloud-tup' is not allowed: not a registered node provider "
+                                        "(did you mean 'cloud-tpu'?)"),
+        ('node_provider = "gke"', "expected one of cloud-tpu, memory, simulated"),
     ],
 )
 def test_bad_values_give_one_line_naming_key_and_value(tmp_path: Path, text: str, expected: str) -> None:
@@ -111,3 +114,33 @@ def test_write_config_rejects_bad_value_without_writing(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="capacity = 'never'"):
         write_config(path, {"capacity": "never"})
     assert not path.exists()
+
+
+def test_loading_settings_probes_nothing_and_prints_nothing(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A gs:// store on provider local is checked against this machine where the store is opened (session)."""
+    import subprocess
+    import sys
+
+    settings = load_settings(environ={"TPUOPS_HOME": str(tmp_path), "TPUOPS_STORE": "gs://b/p"}, config_path=None)
+    assert settings.store_root == "gs://b/p"
+    assert capfd.readouterr().err == ""
+    probe = "import sys, tpuops.config; print(sorted(m for m in sys.modules if m.startswith('tpuops.emulator')))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"
+
+
+def test_a_store_the_machine_can_serve_is_kept_without_a_warning(tmp_path: Path) -> None:
+    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.session import with_reachable_store
+
+    warned: list[str] = []
+    local = load_settings(environ={"TPUOPS_HOME": str(tmp_path)}, config_path=None)
+    assert with_reachable_store(local, warned.append) is local and warned == []
+    bucket = local.model_copy(update={"store": "gs://b/p"})
+    reason = unavailable_reason()
+    kept = with_reachable_store(bucket, warned.append)
+    if reason is None:
+        assert kept.store_root == "gs://b/p" and warned == []
+    else:
+        assert kept.store_root == str(tmp_path / "store")
+        assert warned == [f"{reason}: using the local store {tmp_path / 'store'} instead of gs://b/p"]

@@ -28,6 +28,7 @@ from tpuops.emulator.metadata import MetadataServer, MetadataView
 from tpuops.emulator.metadoor import MetadataDoor
 from tpuops.emulator.netview import GOOGLE_HOSTS, enter_command, unavailable_reason
 from tpuops.emulator.stats import RpcStats
+from tpuops.emulator.storage import StorageUnavailable
 from tpuops.emulator.tls import STORAGE_HOSTS
 
 pytestmark = pytest.mark.emulator
@@ -200,3 +201,47 @@ def test_fake_gcs_server_stops_with_the_emulator_even_when_the_emulator_was_kill
             assert control.stop(state_dir)
         assert front.pid not in live_groups()
         assert storage.read_front(state_dir) is None
+
+
+def test_the_front_skips_an_address_whose_metadata_port_is_taken(tmp_path: Path) -> None:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    for last in range(2, 255):
+        try:
+            taken.bind((f"127.0.0.{last}", 80))
+            break
+        except OSError:
+            continue
+    taken.listen()
+    try:
+        served = storage.serve(tmp_path, ["bkt"], Faults(), STATS, lambda header: True)
+        try:
+            assert served.front.address != taken.getsockname()[0]
+            MetadataDoor(served.front.address, dict).close()
+        finally:
+            served.close()
+    finally:
+        taken.close()
+
+
+def test_a_storage_failure_at_start_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    from tpuops.emulator import control
+    from tpuops.errors import TpuopsError
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    state_dir = tmp_path / "emulator"
+    state_dir.mkdir()
+    (state_dir / "tls").write_text("a file where the CA directory goes")
+    with pytest.raises(StorageUnavailable, match="certificate authority") as direct:
+        storage.serve(state_dir, ["bkt"], Faults(), STATS, lambda header: True)
+    assert "\n" not in str(direct.value) and storage.read_front(state_dir) is None
+    with pytest.raises(TpuopsError) as started:
+        control.start_background(state_dir, boot_delay_s=0.1, gcs_buckets=["bkt"])
+    assert "cannot serve Cloud Storage: cannot make the emulator's certificate authority" in str(started.value)
+    log = (state_dir / control.LOG_FILE).read_text()
+    assert "Traceback" not in log
+    assert control.status(state_dir) is None and storage.read_front(state_dir) is None

@@ -101,3 +101,16 @@ def test_install_status_uninstall_with_the_real_crontab(home: tuple[Path, Path, 
             subprocess.run(["crontab", "-"], input=saved.stdout, text=True, check=True)
         else:
             subprocess.run(["crontab", "-r"], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("torn", ['{"exit_code": 0, "star', "[1, 2]", '"done"'])
+def test_status_survives_a_torn_or_foreign_last_pass_record(tmp_path: Path, torn: str) -> None:
+    from tpuops.schedule import status
+
+    schedule = Schedule(home=tmp_path / "home", config=None, workdir=tmp_path, every_minutes=5)
+    schedule.folder.mkdir(parents=True)
+    (schedule.folder / "last-pass.meta.json").write_text(torn)
+    (schedule.folder / "last-pass.json").write_text(torn)
+    assert status(schedule)["last_pass"] is None
+    (schedule.folder / "last-pass.meta.json").write_text('{"exit_code": 0}')
+    assert status(schedule)["last_pass"] == {"exit_code": 0, "runs": None, "actions": 0, "errors": {}, "sweeps": {}}

@@ -140,3 +140,23 @@ def test_trial_zero_of_the_template_is_the_planned_run_and_an_old_sweep_json_giv
     old = {**current, "template": {k: current["template"][k] for k in ("record", "spec")}}
     assert SweepRecord.model_validate(old).template.for_trial(7, {"learning_rate": 0.02}).record.node == \
         trial.record.node
+
+
+@pytest.mark.parametrize("record", [
+    [1],
+    {"node": "n"},
+    {"node": {"metadata": {"startup-script": "x\nTPUOPS_CONTEXT_LINE\n"}}},
+    {"node": {"metadata": {"startup-script": "x\nTPUOPS_CONTEXT_LINE'{\"store_root\": \"/s\"}'\n"}}},
+    {"node": {"metadata": {"startup-script": "x\nTPUOPS_CONTEXT_LINE'not json'\n"}}},
+])
+def test_a_damaged_old_sweep_json_is_refused_naming_the_missing_field(record: object) -> None:
+    from pydantic import ValidationError
+
+    from tpuops.providers.nodes import MetadataKey
+    from tpuops.sweeps.models import _CONTEXT_LINE
+
+    text = json.dumps(record).replace("TPUOPS_CONTEXT_LINE", _CONTEXT_LINE.replace('"', '\\"'))
+    record = json.loads(text.replace("startup-script", MetadataKey.STARTUP_SCRIPT.value))
+    with pytest.raises(ValidationError) as refused:
+        SweepRecord.model_validate({"spec": {}, "projected_usd": 1.0, "template": {"record": record, "spec": {}}})
+    assert ("template", "project") in [error["loc"] for error in refused.value.errors()]

@@ -98,7 +98,7 @@ def test_catalog_lists(api: TpuApi) -> None:
 
 
 def test_queued_resources(api: TpuApi) -> None:
-    body = api.queued_body(ZONE, _request("q-node"), valid_until_s=3600)
+    body = api.queued_body(api.project, ZONE, _request("q-node"), valid_until_s=3600)
     assert body["spot"] == {} and body["queueingPolicy"] == {"validUntilDuration": "3600s"}
     wait_for(api, api.create_queued_resource(ZONE, "qr-1", _request("q-node"), valid_until_s=3600), timeout_s=30)
     queued = api.get_queued_resource(ZONE, "qr-1")

@@ -31,12 +31,17 @@ def code(tmp_path: Path) -> Path:
     (tmp_path / "pkg" / "models.py").write_text("def build(hparams):\n    pass\n")
     (tmp_path / "broken.py").write_text("def build(:\n")
     (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "latin.py").write_bytes("def build(hparams):\n    return 'caf\u00e9'\n".encode("latin-1"))
+    (tmp_path / "declared.py").write_bytes("# -*- coding: latin-1 -*-\ndef build(hparams):\n    return 'caf\u00e9'\n"
+                                           .encode("latin-1"))
+    (tmp_path / "nul.py").write_bytes(b"x = 1\ndef build(hparams):\x00\n")
     return tmp_path
 
 
 def test_functions_are_found_in_modules_and_packages(code: Path) -> None:
     assert find_function(code, "pkg.models:build", "model") is not None
     assert find_function(code, "inputs:alias", "input") is None, "bound by assignment: left to the agent"
+    assert find_function(code, "declared:build", "model") is not None, "a PEP 263 coding line is honoured"
 
 
 @pytest.mark.parametrize(
@@ -45,6 +50,8 @@ def test_functions_are_found_in_modules_and_packages(code: Path) -> None:
         ("absent:build", "model absent:build: no module 'absent' in"),
         ("inputs:build", "model inputs:build: inputs.py defines no function 'build'"),
         ("broken:build", "does not parse: invalid syntax (line 1)"),
+        ("latin:build", "latin.py does not parse: (unicode error) 'utf-8' codec can't decode byte 0xe9"),
+        ("nul:build", "nul.py is not Python source: a NUL byte (line 2)"),
     ],
 )
 def test_missing_code_is_one_line(code: Path, name: str, message: str) -> None:

@@ -11,7 +11,6 @@ from and what is allowed.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
@@ -147,6 +146,19 @@ class Settings(BaseModel):
 
         return _checked(lambda labels: labels_for(user=labels), value)
 
+    @field_validator("node_provider")
+    @classmethod
+    def _registered_provider(cls, value: str) -> str:
+        import difflib
+
+        from tpuops.providers.registry import PROVIDERS
+
+        if value not in PROVIDERS:
+            close = difflib.get_close_matches(value, list(PROVIDERS), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "expected one of " + ", ".join(sorted(PROVIDERS))
+            raise ValueError(f"not a registered node provider ({hint})")
+        return value
+
     @field_validator("tpu_endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
@@ -261,14 +273,6 @@ def _finish(settings: Settings) -> Settings:
                              "(expected a bucket URI such as 'gs://my-bucket/tpuops')")
     if settings.provider is Provider.LOCAL and "poll_interval_s" not in settings.model_fields_set:
         updates["poll_interval_s"] = 0.2
-    if settings.provider is Provider.LOCAL and settings.store.startswith("gs://"):
-        from tpuops.emulator.netview import unavailable_reason
-
-        reason = unavailable_reason()
-        if reason is not None:
-            print(f"tpuops: {reason}: using the local store {home / 'store'} instead of {settings.store}",
-                  file=sys.stderr)
-            updates["store"] = ""
     return settings.model_copy(update=updates)
 
 

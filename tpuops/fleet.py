@@ -27,15 +27,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from tpuops import naming
 from tpuops.clock import Clock, system_clock, utc_now
 from tpuops.config import Settings
-from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
+from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
 from tpuops.kinds import ValueEnum
 from tpuops.ledger import Ledger, Sighting
-from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, wait_for
+from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation
 from tpuops.retry import call_with_retry
 
@@ -340,9 +340,8 @@ class Fleet:
         ``valid_for_s`` runs out; a FAILED or SUSPENDED request is deleted and asked again.
         """
         request, zone = plan.request, plan.zones[0]
-        queues = self.provider
-        if not isinstance(queues, QueuesNodes):
-            raise UsageError("this node provider has no queued resources: run 'tpuops up' without --queued")
+        require_queues(type(self.provider))
+        queues = cast(QueuesNodes, self.provider)
         for existing in self.locate(request.name, [zone]):
             adopted = self._adopt(existing, request, wait=wait)
             if adopted is not None:

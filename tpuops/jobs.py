@@ -12,9 +12,7 @@ which checks the bundle's sha256 and starts the agent.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,12 +72,12 @@ class JobPlan:
         return UpPlan(request=self.record.node, zones=list(self.record.node.zones))
 
     def spec_json(self) -> dict[str, Any]:
-        return spec_json(self.spec)
+        return _checked_spec_json(self.spec)
 
 
-def spec_json(spec: RunSpec) -> dict[str, Any]:
+def _checked_spec_json(spec: RunSpec) -> dict[str, Any]:
     """The run spec as the agent reads it, checked by the agent's own parser (a round trip)."""
-    data = json.loads(json.dumps(dataclasses.asdict(spec)))
+    data = runs.spec_json(spec)
     try:
         parsed = RunSpec.from_json(data)
     except SpecError as err:

@@ -215,14 +215,19 @@ def status(schedule: Schedule) -> dict[str, Any]:
     timer = (_unit_dir() / f"{UNIT}.timer").is_file()
     out: dict[str, Any] = {"cron": cron, "systemd_timer": timer, "script": str(schedule.script)
                            if schedule.script.is_file() else None, "last_pass": None}
-    meta = schedule.folder / "last-pass.meta.json"
-    if meta.is_file():
-        out["last_pass"] = json.loads(meta.read_text())
-        report = schedule.folder / "last-pass.json"
-        try:
-            data = json.loads(report.read_text())
-        except (OSError, ValueError):
-            data = {}
+    meta = _json_object(schedule.folder / "last-pass.meta.json")
+    if meta is not None:
+        out["last_pass"] = meta
+        data = _json_object(schedule.folder / "last-pass.json") or {}
         out["last_pass"].update(runs=data.get("runs"), actions=len(data.get("acted") or []),
                                 errors=data.get("errors") or {}, sweeps=data.get("sweeps") or {})
     return out
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is missing, torn (a pass killed mid-write) or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

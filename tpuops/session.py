@@ -5,9 +5,11 @@ arguments (tests build them directly), and so that starting the local emulator o
 happens in exactly one place.
 
 With provider ``local`` and a ``gs://`` store, the emulator also serves the store's bucket
-through fake-gcs-server (nodes reach it as storage.googleapis.com); ``store`` then points this
-process's Cloud Storage clients at it with ``STORAGE_EMULATOR_HOST``, the variable the SDK
-itself honours, so that every store opened from a URI here (datasets, sweeps) reaches it too.
+through fake-gcs-server (nodes reach it as storage.googleapis.com). Invariant: on provider
+``local`` no store opened here reaches public Cloud Storage: ``open_uri`` (which ``store`` and
+the ``data`` commands use) sends the store's bucket to the emulator, and refuses it when the
+running emulator does not serve it (its ``gcs.json`` lists the buckets it serves); other
+buckets go only to a fake-gcs-server named by ``STORAGE_EMULATOR_HOST``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
+from tpuops.errors import UsageError
 from tpuops.kinds import Provider
 from tpuops.ledger import Ledger
 
@@ -23,6 +26,25 @@ if TYPE_CHECKING:
     from tpuops.fleet import Fleet
     from tpuops.providers.base import NodeProvider
     from tpuops.store import Store
+
+
+def with_reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:
+    """``settings``, with the local store instead of a ``gs://`` one that provider ``local`` cannot serve here.
+
+    The emulator serves a bucket to its nodes only where they get private mount namespaces (root,
+    ``unshare``); elsewhere this falls back to the local store under ``home`` and says why in one
+    line through ``warn``. Asked once per command, before anything reads ``store_root``, so that
+    every part of the command (run specs, the store, the emulator) agrees on the store.
+    """
+    if settings.provider is not Provider.LOCAL or not settings.store.startswith("gs://"):
+        return settings
+    from tpuops.emulator.netview import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is None:
+        return settings
+    warn(f"{reason}: using the local store {settings.home / 'store'} instead of {settings.store}")
+    return settings.model_copy(update={"store": ""})
 
 
 def emulated_buckets(settings: Settings) -> list[str]:
@@ -88,17 +110,62 @@ def fleet(settings: Settings, progress: Callable[[str], None] | None = None) -> 
     return Fleet(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None))
 
 
+def emulated_storage(settings: Settings) -> str:
+    """The control plane's endpoint of the emulator's Cloud Storage (the emulator is started if needed).
+
+    Also sets ``STORAGE_EMULATOR_HOST`` to it, so that every store opened from a URI in this process
+    (datasets, sweeps) reaches the emulator too and never the public endpoint.
+
+    Raises:
+        UsageError: the running emulator does not serve every bucket the settings need (it was
+            started while the store was local, or for another bucket).
+    """
+    import os
+
+    from tpuops.emulator.control import storage_endpoint
+
+    tpu_endpoint(settings)
+    require_served(settings)
+    endpoint = storage_endpoint(settings.emulator_dir)
+    if endpoint is None:
+        raise UsageError("the emulator's Cloud Storage stopped: tpuops emulator stop, then start")
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    return endpoint
+
+
+def require_served(settings: Settings) -> None:
+    """Refuse (``UsageError``, one line) when the running emulator does not serve a bucket the settings need."""
+    from tpuops.emulator.control import served_buckets
+
+    served = served_buckets(settings.emulator_dir)
+    missing = [bucket for bucket in emulated_buckets(settings) if bucket not in served]
+    if missing:
+        raise UsageError(f"the emulator runs without Cloud Storage for gs://{missing[0]}: "
+                         "tpuops emulator stop, then start")
+
+
+def open_uri(settings: Settings, uri: str) -> Store:
+    """The store at ``uri`` (a dataset, a sweep, the store root), never public Cloud Storage on provider ``local``.
+
+    On provider ``local`` a ``gs://`` URI is served by the emulator when its bucket is the store's
+    (``emulated_storage``), or by the fake-gcs-server the user named with ``STORAGE_EMULATOR_HOST``;
+    any other is refused (``UsageError``, one line) rather than sent to Google with the machine's credentials.
+    """
+    import os
+
+    from tpuops.store import open_store, split_gcs_uri
+
+    if settings.provider is not Provider.LOCAL or not uri.startswith("gs://"):
+        return open_store(uri)
+    bucket = split_gcs_uri(uri)[0]
+    if bucket in emulated_buckets(settings):
+        return open_store(uri, gcs_endpoint=emulated_storage(settings))
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return open_store(uri)
+    raise UsageError(f"provider local serves no Cloud Storage for gs://{bucket}: set store = 'gs://{bucket}/...' "
+                     "(the emulator then serves it) or STORAGE_EMULATOR_HOST to a fake-gcs-server")
+
+
 def store(settings: Settings) -> Store:
     """The store root (a local directory is created by its first write, so a refused command leaves none)."""
-    from tpuops.store import open_store
-
-    if emulated_buckets(settings):
-        import os
-
-        from tpuops.emulator.control import storage_endpoint
-
-        tpu_endpoint(settings)
-        endpoint = storage_endpoint(settings.emulator_dir)
-        if endpoint:
-            os.environ["STORAGE_EMULATOR_HOST"] = endpoint
-    return open_store(settings.store_root)
+    return open_uri(settings, settings.store_root)

@@ -31,6 +31,26 @@ def _module_file(experiments_dir: Path, module: str) -> Path | None:
     return None
 
 
+def _parse(source: Path, where: str) -> ast.Module:
+    """The module's syntax tree; one ``UsageError`` line (with the line when known) for anything else.
+
+    Parsed from bytes, as Python reads a module: UTF-8 unless a PEP 263 coding line says otherwise.
+    """
+    try:
+        data = source.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{where}: cannot read {source}: {err.strerror or err}") from None
+    if b"\x00" in data:
+        line = data[: data.index(b"\x00")].count(b"\n") + 1
+        raise UsageError(f"{where}: {source} is not Python source: a NUL byte (line {line})")
+    try:
+        return ast.parse(data, filename=str(source))
+    except (SyntaxError, ValueError) as err:
+        message, line = (err.msg, err.lineno) if isinstance(err, SyntaxError) else (str(err), None)
+        at = f" (line {line})" if line else ""
+        raise UsageError(f"{where}: {source} does not parse: {message}{at}") from None
+
+
 def find_function(experiments_dir: Path, name: str, what: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The top-level definition of ``name`` ("module:function"); None when it is bound another way.
 
@@ -41,10 +61,7 @@ def find_function(experiments_dir: Path, name: str, what: str) -> ast.FunctionDe
     source = _module_file(experiments_dir, module)
     if source is None:
         raise UsageError(f"{what} {name}: no module {module!r} in {experiments_dir} (the bundle ships that folder)")
-    try:
-        tree = ast.parse(source.read_text(), filename=str(source))
-    except SyntaxError as err:
-        raise UsageError(f"{what} {name}: {source} does not parse: {err.msg} (line {err.lineno})") from None
+    tree = _parse(source, f"{what} {name}")
     bound = False
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tpuops.api.dashboard import (
     DashboardInfo,
@@ -45,6 +45,7 @@ from tpuops.api.tools import (
     emulator_status,
     emulator_stop,
     init,
+    reachable_store,
     runtime_install,
     runtime_status,
     schedule_install,
@@ -61,10 +62,10 @@ __all__ = [
     "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
     "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "infer",
     "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_train", "plan_up",
-    "plan_up_queued", "reap_orphans", "reconcile", "resume", "risk", "run_detail", "run_ids", "run_rows",
-    "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall", "simulate",
-    "status", "stop_run", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop",
-    "sweep_storage", "train", "up", "watch", "watch_marks",
+    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "resume", "risk", "run_detail", "run_ids",
+    "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall",
+    "simulate", "status", "stop_run", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
+    "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:
@@ -298,12 +299,18 @@ def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, ca
 def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = None,
                    capacity: Capacity | None = None, zone: str | None = None, runtime: str | None = None,
                    valid_for_s: float | None = None) -> dict[str, Any]:
-    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call."""
-    from tpuops.providers.cloud_tpu import TpuApi
+    """``tpuops up NAME --queued --dry-run``: the CreateQueuedResource call (zone, id, REST body); no call.
 
+    Refused (``UsageError``) as ``up --queued`` itself is when the configured provider has no queued resources.
+    """
+    from tpuops.providers.base import QueuesNodes, require_queues
+    from tpuops.providers.registry import provider_class
+
+    provider = cast(type[QueuesNodes], provider_class(settings.node_provider))
+    require_queues(provider)
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
     return {"zone": plan.zones[0], "queued_resource_id": name,
-            "body": TpuApi(settings.project).queued_body(plan.zones[0], plan.request, valid_until_s=valid_for_s)}
+            "body": provider.queued_body(settings.project, plan.zones[0], plan.request, valid_until_s=valid_for_s)}
 
 
 def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:

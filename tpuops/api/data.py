@@ -1,8 +1,10 @@
 """``tpuops data *`` as library calls: convert, upload, verify and list datasets, write a sample.
 
 Part of the front door (``tpuops.api`` re-exports every name here). Datasets are addressed by URI
-(``gs://BUCKET/PREFIX/data/NAME`` or a directory), not by the configured store, so these calls
-take no ``Settings``. Sizes may be given as text (``100MB``, ``1GiB``).
+(``gs://BUCKET/PREFIX/data/NAME`` or a directory), not by the configured store; the calls that open
+one take ``Settings`` all the same, because ``tpuops.session.open_uri`` decides where a ``gs://``
+URI goes (on provider local: the emulator or ``STORAGE_EMULATOR_HOST``, never public Cloud Storage).
+Sizes may be given as text (``100MB``, ``1GiB``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpuops.config import Settings
 from tpuops.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,27 +32,29 @@ def data_convert(src: Path, format: str, out: Path, *, shards: int | None = None
                    label_from=label_from, seed=seed, overwrite=overwrite)
 
 
-def data_upload(directory: Path, uri: str, *, workers: int = 8, dry_run: bool = False, zone: str | None = None,
-                progress: Callable[[int, int], None] | None = None) -> UploadReport:
+def data_upload(settings: Settings, directory: Path, uri: str, *, workers: int = 8, dry_run: bool = False,
+                zone: str | None = None, progress: Callable[[int, int], None] | None = None) -> UploadReport:
     """``tpuops data upload``: shards in parallel, those already there skipped (same crc32c), manifest last."""
     from tpuops.data import upload
-    from tpuops.store import open_store
+    from tpuops.session import open_uri
 
-    return upload(directory, open_store(uri), workers=workers, dry_run=dry_run, progress=progress, tpu_zone=zone)
+    return upload(directory, open_uri(settings, uri), workers=workers, dry_run=dry_run, progress=progress,
+                  tpu_zone=zone)
 
 
-def data_verify(uri: str) -> VerifyReport:
+def data_verify(settings: Settings, uri: str) -> VerifyReport:
     """``tpuops data verify``: every shard against manifest.json (present, size, crc32c)."""
     from tpuops.data import verify
-    from tpuops.store import open_store
+    from tpuops.session import open_uri
 
-    return verify(open_store(uri))
+    return verify(open_uri(settings, uri))
 
 
-def data_ls(uri: str | None = None, *, store: str | None = None) -> tuple[str, list[DatasetSummary]]:
+def data_ls(settings: Settings, uri: str | None = None, *,
+            store: str | None = None) -> tuple[str, list[DatasetSummary]]:
     """``tpuops data ls [URI | --store ROOT]``: the root listed and its datasets (prefixes with a manifest)."""
     from tpuops.data import ls
-    from tpuops.store import open_store
+    from tpuops.session import open_uri
 
     if uri is not None:
         root, prefix = uri, ""
@@ -57,7 +62,7 @@ def data_ls(uri: str | None = None, *, store: str | None = None) -> tuple[str, l
         root, prefix = store, "data/"
     else:
         raise UsageError("give a URI to list, or --store ROOT to list ROOT/data/")
-    return root, ls(open_store(root), prefix)
+    return root, ls(open_uri(settings, root), prefix)
 
 
 def data_sample(name: str, out: Path, *, overwrite: bool = False) -> dict[str, ConvertReport]:

@@ -31,6 +31,16 @@ def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, fo
     return write_config(path, {**values, "labels": parsed}, force=force)
 
 
+def reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:
+    """``settings`` with a store this machine can serve (``tpuops.session.with_reachable_store``).
+
+    Call it once after loading settings (the CLI does); ``warn`` gets the one line saying why the store changed.
+    """
+    from tpuops.session import with_reachable_store
+
+    return with_reachable_store(settings, warn)
+
+
 def doctor(settings: Settings) -> Checkup:
     """``tpuops doctor``: every readiness check (credentials, APIs, permissions, store, zones, runtimes, clock)."""
     from tpuops.doctor import Checkup, run_checks
@@ -82,14 +92,19 @@ def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1
                    auth: bool = True) -> EmulatorStarted:
     """``tpuops emulator start``: the running emulator of this home, else a new one in the background.
 
-    With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com.
+    With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com;
+    an emulator already running without it is refused (``UsageError``: stop it, then start).
     """
     from tpuops.emulator.control import start_background, status, storage_endpoint
-    from tpuops.session import emulated_buckets, emulated_image_python
+    from tpuops.session import emulated_buckets, emulated_image_python, require_served
 
-    info = status(settings.emulator_dir) or start_background(
-        settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
-        image_python=emulated_image_python(settings), auth=auth, gcs_buckets=emulated_buckets(settings))
+    info = status(settings.emulator_dir)
+    if info is None:
+        info = start_background(
+            settings.emulator_dir, port, boot_delay_s=boot_delay_s, grace_s=grace_s,
+            image_python=emulated_image_python(settings), auth=auth, gcs_buckets=emulated_buckets(settings))
+    else:
+        require_served(settings)
     return EmulatorStarted(info, storage_endpoint(settings.emulator_dir))
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tpuops.cli.common import err_console, print_json, print_table
+from tpuops.cli.common import err_console, load_settings, print_json, print_table
 
 if TYPE_CHECKING:
     from tpuops.api import UploadReport
@@ -73,6 +73,7 @@ def convert(
 
 @app.command()
 def upload(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="A converted dataset folder (with manifest.json)."),
     uri: str = typer.Argument(..., help="Destination: gs://BUCKET/PREFIX/data/NAME or a directory."),
     workers: int = typer.Option(8, "--workers", min=1, max=256, help="Shards uploaded in parallel."),
@@ -84,7 +85,8 @@ def upload(
     from tpuops import api
 
     with _byte_progress(disabled=as_json or dry_run) as on_progress:
-        report = api.data_upload(directory, uri, workers=workers, dry_run=dry_run, zone=zone, progress=on_progress)
+        report = api.data_upload(load_settings(ctx), directory, uri, workers=workers, dry_run=dry_run, zone=zone,
+                                 progress=on_progress)
     if report.warning:
         err_console().print(f"warning: {report.warning}", style="yellow", markup=False, soft_wrap=True)
     if as_json:
@@ -132,6 +134,7 @@ def _byte_progress(*, disabled: bool) -> Iterator[Callable[[int, int], None] | N
 
 @app.command()
 def verify(
+    ctx: typer.Context,
     uri: str = typer.Argument(..., help="A dataset in the store: gs://BUCKET/PREFIX/data/NAME or a directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -139,7 +142,7 @@ def verify(
     from tpuops import api
     from tpuops.errors import IntegrityError
 
-    report = api.data_verify(uri)
+    report = api.data_verify(load_settings(ctx), uri)
     if as_json:
         print_json(report.to_json())
     elif report.ok:
@@ -154,6 +157,7 @@ def verify(
 
 @app.command("ls")
 def ls(
+    ctx: typer.Context,
     uri: str | None = typer.Argument(None, help="List datasets anywhere under this URI."),
     store: str | None = typer.Option(None, "--store", help="Store root: list the datasets in ROOT/data/."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -162,7 +166,7 @@ def ls(
     from tpuops import api
     from tpuops.formats import format_size
 
-    root, datasets = api.data_ls(uri, store=store)
+    root, datasets = api.data_ls(load_settings(ctx), uri, store=store)
     if as_json:
         print_json([dataset.to_json() for dataset in datasets])
         return

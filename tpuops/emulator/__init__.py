@@ -5,6 +5,9 @@ sandbox directory plus a process group that runs the node's ``startup-script`` w
 next to a GCE-style metadata server. Faults, preemptions and the billing truth are reached
 through the admin API under ``/_admin`` on the same port.
 
-Only the standard library is used here, so the emulator starts fast and has no version
-coupling with the client it serves. ``control`` starts and stops it as a background process.
+The Cloud TPU API, the nodes and the metadata servers use the standard library only, so the
+emulator starts fast and has no version coupling with the client it serves. Serving a ``gs://``
+store adds two dependencies, loaded only then: ``cryptography`` (``tls``: the CA and the storage
+hosts' certificate) and the fake-gcs-server binary (``storage``). ``control`` starts and stops it
+as a background process and imports ``storage`` lazily.
 """

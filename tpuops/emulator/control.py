@@ -36,7 +36,6 @@ from urllib.parse import urlsplit
 
 import tpuops
 from tpuops import errors
-from tpuops.emulator import storage
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.sandbox import kill_registered_groups
 
@@ -241,6 +240,8 @@ def stop(state_dir: Path, timeout_s: float = 15.0) -> bool:
         _terminate(info.pid, timeout_s)
         stopped = True
     stopped = kill_registered_groups(state_dir) or stopped
+    from tpuops.emulator import storage  # lazily: its certificates need cryptography, only a gs:// store does
+
     stopped = storage.stop(state_dir) or stopped
     (state_dir / INFO_FILE).unlink(missing_ok=True)
     return stopped
@@ -248,8 +249,18 @@ def stop(state_dir: Path, timeout_s: float = 15.0) -> bool:
 
 def storage_endpoint(state_dir: Path) -> str | None:
     """The control plane's endpoint of the fake-gcs-server that the emulator of ``state_dir`` runs, if any."""
-    front = storage.read_front(state_dir)
+    from tpuops.emulator.storage import read_front
+
+    front = read_front(state_dir)
     return front.http_endpoint if front is not None else None
+
+
+def served_buckets(state_dir: Path) -> list[str]:
+    """The buckets the fake-gcs-server of the emulator of ``state_dir`` was started with (none: no storage)."""
+    from tpuops.emulator.storage import read_front
+
+    front = read_front(state_dir)
+    return list(front.buckets) if front is not None else []
 
 
 def _terminate(pid: int, timeout_s: float) -> None:

@@ -1,7 +1,7 @@
 """The HTTPS front that emulated nodes reach as ``storage.googleapis.com`` and ``www.googleapis.com``.
 
 A small HTTP/1.1 proxy: TLS with the emulator's certificate (``tls``) on ``<address>:443``,
-plain HTTP to fake-gcs-server. It exists for two reasons:
+plain HTTP to fake-gcs-server. It exists for three reasons:
 
 * TensorFlow 2.9's uploads carry ``Transfer-Encoding: identity`` (with a Content-Length), which
   Google's front end accepts and Go's HTTP server, hence fake-gcs-server, refuses with
@@ -16,7 +16,10 @@ plain HTTP to fake-gcs-server. It exists for two reasons:
   or its connection is reset before a response byte, without reaching fake-gcs-server, so an
   injected failure never half-applies a write.
 
-Invariants: bodies stream through in 1-MiB pieces (a 64-MiB ranged read is never held whole);
+Invariants: responses and Content-Length request bodies stream through in 1-MiB pieces (a 64-MiB
+ranged read is never held whole); a ``Transfer-Encoding: chunked`` request body is buffered whole,
+because fake-gcs-server needs its Content-Length (TensorFlow's uploads send Content-Length, so
+only small requests of other clients take that path);
 one upstream connection per client connection, so keep-alive on one side is keep-alive on the
 other; every request is counted as ``storage:<METHOD>`` and every injected failure as
 ``storage:injected-<503|429|reset>`` (``RpcStats``, ``GET /_admin/stats``), which is how the

@@ -169,15 +169,24 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
             print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
             return 1
         emulator.state.sandboxes.use_network(storage.network)
-    door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group) if storage else None
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: emulator.request_shutdown())
+    door: MetadataDoor | None = None
     try:
-        emulator.serve(port, lambda endpoint: print(f"tpuops emulator listening on {endpoint}", flush=True))
-    except OSError as err:
-        emulator.state.close()
-        print(f"tpuops emulator: cannot listen on 127.0.0.1:{port}: {err.strerror}", file=sys.stderr, flush=True)
-        return 2
+        if storage is not None:
+            try:
+                door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group)
+            except OSError as err:
+                emulator.state.close()
+                print(f"tpuops emulator: cannot serve metadata on {storage.front.address}:80: {err.strerror}",
+                      file=sys.stderr, flush=True)
+                return 1
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: emulator.request_shutdown())
+        try:
+            emulator.serve(port, lambda endpoint: print(f"tpuops emulator listening on {endpoint}", flush=True))
+        except OSError as err:
+            emulator.state.close()
+            print(f"tpuops emulator: cannot listen on 127.0.0.1:{port}: {err.strerror}", file=sys.stderr, flush=True)
+            return 2
     finally:
         if door is not None:
             door.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 import random
@@ -332,9 +333,14 @@ class EmulatorState:
             listener(key)
 
     def node_for_token(self, token: str) -> Node | None:
-        """The node whose service-account token ``token`` is (what a VM's own process presents)."""
+        """The node whose service-account token ``token`` is (what a VM's own process presents).
+
+        Compared in constant time: the token is a credential, and a caller may present guesses.
+        """
+        presented = token.encode()
         with self.lock:
-            return next((node for node in self.nodes.values() if node.sa_token == token), None)
+            return next((node for node in self.nodes.values()
+                         if node.sa_token and hmac.compare_digest(node.sa_token.encode(), presented)), None)
 
     def metadata_hosts_by_group(self) -> dict[int, str]:
         """Each process group a node's startup script runs in -> that node's metadata host (``metadoor``)."""

@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tpuops.emulator.faults import Faults
@@ -44,6 +44,7 @@ from tpuops.emulator.tls import STORAGE_HOSTS, Authority, ensure_authority
 
 INFO_FILE = "gcs.json"
 HTTPS_PORT = 443
+METADATA_PORT = 80
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 _POLL_S = 0.05
 
@@ -77,29 +78,45 @@ def free_port(address: str = "127.0.0.1") -> int:
 
 def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults, count: Callable[[str], None],
                 authorized: Callable[[str], bool]) -> tuple[str, GcsFront]:
-    """The front on the first of 127.0.0.2 .. 127.0.0.254 whose port 443 is free."""
+    """The front on the first of 127.0.0.2 .. 127.0.0.254 whose ports 443 and 80 are both free.
+
+    Port 80 is the metadata door's (``metadoor``), which the emulator opens on the same address next.
+    """
     for last in range(2, 255):
         address = f"127.0.0.{last}"
         try:
+            _probe(address, METADATA_PORT)
             return address, GcsFront(address, HTTPS_PORT, authority.server_cert, authority.server_key, upstream,
                                      faults, count, authorized)
         except OSError as err:
             if err.errno in (errno.EACCES, errno.EPERM):
-                raise StorageUnavailable(f"cannot listen on port {HTTPS_PORT} ({err.strerror}): "
+                raise StorageUnavailable(f"cannot listen on ports {HTTPS_PORT} and {METADATA_PORT} ({err.strerror}): "
                                          "serving storage.googleapis.com locally needs root") from err
             if err.errno != errno.EADDRINUSE:
                 raise
-    raise StorageUnavailable(f"no loopback address 127.0.0.2-254 has port {HTTPS_PORT} free")
+    raise StorageUnavailable(f"no loopback address 127.0.0.2-254 has ports {HTTPS_PORT} and {METADATA_PORT} free")
+
+
+def _probe(address: str, port: int) -> None:
+    """Raise the ``OSError`` that listening on ``address:port`` would raise now (the port stays free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
 
 
 @dataclass(frozen=True)
 class StorageFront:
-    """What ``gcs.json`` records: fake-gcs-server's process group and endpoint, the front's address, the CA bundle."""
+    """What ``gcs.json`` records: fake-gcs-server's process group and endpoint, the front's address, the CA bundle.
+
+    ``buckets`` are the buckets it was started with: the only ones the control plane may reach through it
+    (``tpuops.session`` refuses a ``gs://`` URI on provider local whose bucket is not among them).
+    """
 
     pid: int
     http_endpoint: str
     address: str
     ca_bundle: str
+    buckets: list[str] = field(default_factory=list)
 
 
 def read_front(state_dir: Path) -> StorageFront | None:
@@ -144,12 +161,16 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
     fails and delays them per ``faults`` and counts them in ``stats``.
 
     Raises:
-        StorageUnavailable: no binary, no free address, or no permission for port 443.
+        StorageUnavailable: no binary, no free address, no permission for ports 443 and 80, or any
+            other failure to start (the CA, fake-gcs-server, a bucket), in one line; what was started is stopped.
         TimeoutError: fake-gcs-server did not answer within ``timeout_s`` (it is then stopped).
     """
     state_dir = Path(state_dir)
     binary = binary_path()
-    authority = ensure_authority(state_dir)
+    try:
+        authority = ensure_authority(state_dir)
+    except (OSError, ValueError) as err:
+        raise StorageUnavailable(f"cannot make the emulator's certificate authority in {state_dir}: {err}") from err
     port = free_port()
     http_endpoint = f"http://127.0.0.1:{port}"
     with open(state_dir / "gcs.log", "ab") as log:
@@ -171,11 +192,13 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
         for bucket in buckets:
             create_bucket(http_endpoint, bucket)
         address, https = _bind_front(authority, ("127.0.0.1", port), faults, stats.count, authorized)
-    except BaseException:
+    except BaseException as err:
         stop(state_dir)
+        if isinstance(err, OSError) and not isinstance(err, TimeoutError):
+            raise StorageUnavailable(f"fake-gcs-server did not start: {err} (see {state_dir}/gcs.log)") from err
         raise
     front = StorageFront(pid=process.pid, http_endpoint=http_endpoint, address=address,
-                         ca_bundle=str(authority.bundle))
+                         ca_bundle=str(authority.bundle), buckets=list(buckets))
     write_json_atomic(state_dir / INFO_FILE, asdict(front))
     network = NodeNetwork(write_hosts(state_dir, address), front.ca_bundle)
     return Storage(state_dir, front, https, network)

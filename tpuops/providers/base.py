@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from tpuops.errors import Timeout
+from tpuops.errors import Timeout, UsageError
 from tpuops.providers.nodes import NodeInfo, NodeRequest, Operation, QueuedInfo
 
 CLOSE_POLL_S = 0.02
@@ -75,6 +75,12 @@ class StartsNodes(Protocol):
 class QueuesNodes(Protocol):
     """A provider with queued resources: a request that waits out a stockout instead of failing."""
 
+    @classmethod
+    def queued_body(cls, project: str, zone: str, request: NodeRequest, *,
+                    valid_until_s: float | None) -> dict[str, Any]:
+        """What ``create_queued_resource`` would send (the REST body), with no connection (a dry run)."""
+        ...
+
     def create_queued_resource(self, zone: str, qr_id: str, request: NodeRequest, *,
                                valid_until_s: float | None = None) -> Operation:
         """Queue one node; ``AlreadyExists`` if ``qr_id`` is taken in the zone."""
@@ -87,6 +93,12 @@ class QueuesNodes(Protocol):
     def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = False) -> Operation | None:
         """Start deleting (``force`` also deletes its nodes); None when it does not exist."""
         ...
+
+
+def require_queues(provider_type: type) -> None:
+    """Refuse (``UsageError``, one line) a provider class without queued resources, before anything is asked of it."""
+    if not issubclass(provider_type, QueuesNodes):
+        raise UsageError("this node provider has no queued resources: run 'tpuops up' without --queued")
 
 
 def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,

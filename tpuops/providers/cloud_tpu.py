@@ -252,7 +252,7 @@ class TpuApi:
         return call_with_retry(attempt, deadline_s=0.0 if self._unreachable else self.deadline_s)
 
     def parent(self, zone: str) -> str:
-        return f"projects/{self.project}/locations/{zone}"
+        return location(self.project, zone)
 
     def node_path(self, zone: str, name: str) -> str:
         return f"{self.parent(zone)}/nodes/{name}"
@@ -345,11 +345,16 @@ class TpuApi:
 
     # -- queued resources ---------------------------------------------------------------------
 
-    def queued_body(self, zone: str, request: NodeRequest, *, valid_until_s: float | None) -> dict[str, Any]:
-        """The REST body of a CreateQueuedResource for one node (spot tier when the node is spot)."""
+    @classmethod
+    def queued_body(cls, project: str, zone: str, request: NodeRequest, *,
+                    valid_until_s: float | None) -> dict[str, Any]:
+        """The REST body of a CreateQueuedResource for one node (spot tier when the node is spot).
+
+        A class method: ``up --queued --dry-run`` shows it without an endpoint or credentials.
+        """
         node = request.body()
         node.pop("schedulingConfig")
-        body: dict[str, Any] = {"tpu": {"nodeSpec": [{"parent": self.parent(zone), "nodeId": request.name,
+        body: dict[str, Any] = {"tpu": {"nodeSpec": [{"parent": location(project, zone), "nodeId": request.name,
                                                        "node": node}]}}
         if request.capacity is Capacity.SPOT:
             body["spot"] = {}
@@ -362,7 +367,7 @@ class TpuApi:
         """Queue a node; returns the operation (done once the request is accepted)."""
         from google.cloud import tpu_v2
 
-        resource = tpu_v2.QueuedResource.from_json(json.dumps(self.queued_body(zone, request,
+        resource = tpu_v2.QueuedResource.from_json(json.dumps(self.queued_body(self.project, zone, request,
                                                                                valid_until_s=valid_until_s)))
         return self._started("CreateQueuedResource", zone, lambda: self.client.create_queued_resource(
             parent=self.parent(zone), queued_resource_id=qr_id, queued_resource=resource))
@@ -387,6 +392,11 @@ class TpuApi:
                                  lambda: self.client.delete_queued_resource(request=request))
         except NotFound:
             return None
+
+
+def location(project: str, zone: str) -> str:
+    """The resource name of ``zone`` in ``project``: the parent of its nodes and queued resources."""
+    return f"projects/{project}/locations/{zone}"
 
 
 def _queued_info(resource: Any) -> QueuedInfo:

@@ -3,8 +3,9 @@
 A run is declared (``declare``), driven by the controller (which keeps its ``Memory``), reported
 on by the agent (``AgentStatus``) and looked at by people (``open_run``, ``list_runs``,
 ``follow_logs``). ``layout`` says which file is where, who writes it and when; ``models`` and
-``memory`` hold the typed forms; ``ops`` reads and writes them. ``jobs``, the controller and the
-CLI use only this package to touch a run's files.
+``memory`` hold the typed forms; ``ops`` reads and writes them. ``jobs``, the controller, the
+sweeps and the front door (``tpuops.api``, which the CLI calls) use only this package to touch a
+run's files.
 
 Invariants: run.json and spec.json are written once and never change; only the controller's lease
 holder (and ``reopen``) writes memory.json, with compare-and-swap; a run is finished when the
@@ -24,6 +25,7 @@ from tpuops.runs.models import (
     RunKind,
     RunPhase,
     RunRecord,
+    spec_json,
 )
 from tpuops.runs.ops import (
     MAX_READERS,
@@ -60,5 +62,5 @@ __all__ = [
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
     "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "rebuild_index",
-    "record_key", "reopen", "run_exists", "save_memory", "spec_key", "status_key", "write_status",
+    "record_key", "reopen", "run_exists", "save_memory", "spec_json", "spec_key", "status_key", "write_status",
 ]

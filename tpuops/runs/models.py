@@ -9,7 +9,9 @@ holds. The controller's memory (``memory.json``) is in ``tpuops.runs.memory``, h
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,8 +21,11 @@ from tpuops.kinds import ValueEnum
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 
+if TYPE_CHECKING:
+    from tpuops.agent.runspec import RunSpec
+
 __all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
-           "RunPhase", "RunRecord", "parse"]
+           "RunPhase", "RunRecord", "parse", "spec_json"]
 
 _DocT = TypeVar("_DocT", bound=BaseModel)
 
@@ -168,3 +173,8 @@ def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:
         first = err.errors()[0]
         field = ".".join(str(part) for part in first.get("loc", ())) or "document"
         raise UsageError(f"{where}: {field}: {first.get('msg', 'invalid value')}") from None
+
+
+def spec_json(spec: RunSpec) -> dict[str, Any]:
+    """The run spec as JSON, as ``spec.json`` holds it and the agent reads it (the one conversion)."""
+    return json.loads(json.dumps(dataclasses.asdict(spec)))

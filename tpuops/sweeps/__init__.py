@@ -1,6 +1,9 @@
 """Hyperparameter sweeps: Optuna studies whose trials are tpuops runs, advanced by reconcile passes.
 
-``spec`` validates ``sweeps/*.yaml``; ``template`` is the trial template frozen at ``sweep start``
+``spec`` validates ``sweeps/*.yaml``; ``start`` plans a sweep (``--dry-run``) and declares it
+(data and bundle uploaded once, record, study, the active list); ``status`` reads what a sweep
+looks like now (a row per trial, totals, the best), read-only, for ``sweep status`` and ``report``;
+``template`` is the trial template frozen at ``sweep start``
 (every trial's run comes from it, never from the config of the moment); ``models`` holds the typed
 sweep record (``sweep.json``) and state (``state.json``), ``ops`` reads and writes them;
 ``journal`` keeps an Optuna journal in the store with compare-and-swap; ``studies`` opens a

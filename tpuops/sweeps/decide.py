@@ -1,7 +1,7 @@
 """The rules of a sweep pass, as a pure function: what the pass saw -> what to report, tell, stop, adopt, launch.
 
 No I/O and no Optuna here, so every rule is tested without servers (``advance`` applies the plan).
-Trial states are ``TrialState``, named as Optuna names them (``tpuops.sweeps.study`` turns one into
+Trial states are ``TrialState``, named as Optuna names them (``tpuops.sweeps.trials`` turns one into
 the other, and its test fails if Optuna renames one); a run's ending is ``tpuops.runs.Outcome``,
 told as ``TRIAL_STATE`` says.
 

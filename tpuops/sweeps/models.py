@@ -86,17 +86,22 @@ class SweepRecord(BaseModel):
     @classmethod
     def _from_before_the_template_froze_its_config(cls, data: Any) -> Any:
         """A sweep.json written before ``project`` and ``store_root`` were frozen into the template: read them
-        from trial 0's startup script, which was rendered with them (``_CONTEXT_LINE``)."""
+        from trial 0's startup script, which was rendered with them (``_CONTEXT_LINE``).
+
+        Anything else (a damaged file) is returned unchanged, so that validation names the missing field.
+        """
         template = data.get("template") if isinstance(data, dict) else None
         if not isinstance(template, dict) or "project" in template:
             return data
-        metadata = template.get("record", {}).get("node", {}).get("metadata", {})
-        script = metadata.get(MetadataKey.STARTUP_SCRIPT.value, "")
-        line = next((line for line in script.splitlines() if line.startswith(_CONTEXT_LINE)), None)
-        if line is None:
-            return data  # validation then names the missing field
-        context = json.loads(shlex.split(line[len(_CONTEXT_LINE):])[0])
-        return {**data, "template": {**template, "project": context["project"], "store_root": context["store_root"]}}
+        try:
+            metadata = template.get("record", {}).get("node", {}).get("metadata", {})
+            script = metadata.get(MetadataKey.STARTUP_SCRIPT.value, "")
+            line = next(line for line in script.splitlines() if line.startswith(_CONTEXT_LINE))
+            context = json.loads(shlex.split(line[len(_CONTEXT_LINE):])[0])
+            frozen = {"project": context["project"], "store_root": context["store_root"]}
+        except (StopIteration, KeyError, AttributeError, IndexError, TypeError, ValueError):
+            return data
+        return {**data, "template": {**template, **frozen}}
 
     @property
     def name(self) -> str:

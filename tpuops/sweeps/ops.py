@@ -27,7 +27,7 @@ from tpuops.naming import check_sweep_name
 from tpuops.runs.models import parse
 from tpuops.store import Store
 from tpuops.sweeps.models import SweepPhase, SweepRecord, SweepState
-from tpuops.sweeps.template import run_spec_json, trial_run_id
+from tpuops.sweeps.template import trial_run_id
 
 ACTIVE = "sweeps-active/"
 SWEEPS = "sweeps/"
@@ -119,7 +119,7 @@ def declare_trial_run(store: Store, sweep: SweepRecord, number: int, params: dic
     """
     run_id = trial_run_id(sweep.name, number)
     trial = sweep.template.for_trial(number, params)
-    spec = run_spec_json(trial.spec)
+    spec = runs.spec_json(trial.spec)
     if runs.run_exists(store, run_id):
         if json.loads(store.read_bytes(runs.spec_key(run_id))) != spec:
             raise TpuopsError(f"run {run_id} exists with other parameters than trial {number} of "

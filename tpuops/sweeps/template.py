@@ -16,7 +16,6 @@ exactly (a test holds it to that).
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, NamedTuple
 
@@ -26,7 +25,7 @@ from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.naming import RUN_KEY
 from tpuops.providers.nodes import MetadataKey
 from tpuops.render import StartupContext, render_startup_script
-from tpuops.runs import RunRecord
+from tpuops.runs import RunRecord, spec_json
 from tpuops.runs.job import job_argv
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -46,12 +45,7 @@ def _parse_run_spec(value: Any) -> RunSpec:
         raise ValueError(str(err)) from None
 
 
-def run_spec_json(spec: RunSpec) -> dict[str, Any]:
-    """The run spec as JSON (what ``spec.json`` holds)."""
-    return json.loads(json.dumps(dataclasses.asdict(spec)))
-
-
-FrozenRunSpec = Annotated[RunSpec, PlainValidator(_parse_run_spec), PlainSerializer(run_spec_json)]
+FrozenRunSpec = Annotated[RunSpec, PlainValidator(_parse_run_spec), PlainSerializer(spec_json)]
 """A ``RunSpec`` in a pydantic document: checked by the agent's own parser, written as ``spec.json`` is."""
 
 
