@@ -34,9 +34,9 @@ def this_tree() -> list[dict[str, object]]:
     from tpuops.providers.registry import PROVIDERS
 
     rows = []
-    for name, cls in PROVIDERS.items():
-        module = cls.__module__
-        files = naming_files(ROOT, [rf"\b{re.escape(module)}\b", rf"\b{cls.__name__}\b"])
+    for name, path in PROVIDERS.items():
+        module, _, cls = path.partition(":")
+        files = naming_files(ROOT, [rf"\b{re.escape(module)}\b", rf"\b{cls}\b"])
         rows.append({"tree": "this tree", "provider": name, "files": files, "count": len(files)})
     return rows
 

@@ -5,19 +5,19 @@ class implements ``tpuops.providers.base.NodeProvider`` (optional capabilities a
 protocols) with a ``connect(Connection)`` class method, and the line maps its name to that class.
 Nothing dispatches on names anywhere else; the ``Fleet`` holds whichever provider this returns, and
 what needs no connection (a dry run's request body) asks the class itself (``provider_class``).
-Invariant: this module imports nothing of tpuops above the providers (``config`` imports it to
-check ``node_provider``).
+A line names its class by import path, and the class is imported when it is asked for: checking
+``node_provider`` (``config``) loads no provider, and a command loads only the one it uses.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import importlib
+from typing import TYPE_CHECKING, Protocol
 
 from tpuops.errors import UsageError
-from tpuops.providers.base import Connection, NodeProvider
-from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.memory import MemoryProvider
-from tpuops.providers.simulated import SimulatedCloud
+
+if TYPE_CHECKING:
+    from tpuops.providers.base import Connection, NodeProvider
 
 
 class ProviderClass(Protocol):
@@ -26,18 +26,20 @@ class ProviderClass(Protocol):
     def connect(self, connection: Connection) -> NodeProvider: ...
 
 
-PROVIDERS: dict[str, ProviderClass] = {
-    "cloud-tpu": TpuApi,
-    "memory": MemoryProvider,
-    "simulated": SimulatedCloud,
+PROVIDERS: dict[str, str] = {
+    "cloud-tpu": "tpuops.providers.cloud_tpu:TpuApi",
+    "memory": "tpuops.providers.memory:MemoryProvider",
+    "simulated": "tpuops.providers.simulated:SimulatedCloud",
 }
 
 
 def provider_class(name: str) -> ProviderClass:
     """The class registered as ``name``; ``UsageError`` for an unknown name."""
-    found = PROVIDERS.get(name)
-    if found is None:
+    path = PROVIDERS.get(name)
+    if path is None:
         raise UsageError(f"unknown node provider {name!r}: expected one of {', '.join(sorted(PROVIDERS))}")
+    module, _, attribute = path.partition(":")
+    found: ProviderClass = getattr(importlib.import_module(module), attribute)
     return found
 
 
