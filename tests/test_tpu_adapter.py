@@ -116,3 +116,39 @@ def test_errors_say_what_went_wrong_not_which_url_was_asked(api: TpuApi) -> None
         api.get_node("us-central1-a", "missing-node")
     assert "$alt=json" not in str(caught.value) and "http" not in str(caught.value)
     assert "missing-node" in str(caught.value)
+
+
+def test_a_server_that_accepts_and_never_answers_is_one_transient_error_not_a_hang() -> None:
+    """Every call has its own deadline (the client's default is none): silence is retried, then refused."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_hold() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])  # read nothing, answer nothing
+            except TimeoutError:
+                continue
+
+    holder = threading.Thread(target=accept_and_hold, daemon=True)
+    holder.start()
+    api = TpuApi("proj-silent", endpoint=f"http://127.0.0.1:{listener.getsockname()[1]}", token="t", deadline_s=1.0)
+    try:
+        with ThreadPoolExecutor(1) as pool:  # the result() bound only catches a hang; it is no speed claim
+            with pytest.raises(TransientError, match="connection to the Cloud TPU API failed"):
+                pool.submit(api.list_nodes, "us-central1-a").result(timeout=120)
+        assert api.call_timeout_s == 1.0
+        assert held, "the call never reached the silent server"
+    finally:
+        stop.set()
+        holder.join()
+        for connection in held:
+            connection.close()
+        listener.close()

@@ -37,6 +37,10 @@ from tpuops.retry import call_with_retry
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
+CALL_TIMEOUT_S = 30.0
+"""The longest one HTTP call may take (the client's own default is none: a server that accepts and never
+answers would hold a command forever); the retry policy's deadline (``api_deadline_s``) bounds the retries."""
+
 
 def _capacity_of(scheduling: Any) -> Capacity:
     if getattr(scheduling, "spot", False):
@@ -203,6 +207,7 @@ class TpuApi:
     ) -> None:
         self.project, self.endpoint, self.token = project, endpoint, token
         self.deadline_s, self.poll_interval_s, self.page_size = deadline_s, poll_interval_s, page_size
+        self.call_timeout_s = min(deadline_s, CALL_TIMEOUT_S)
         self.calls = CallCounter()
         self._client: Any = None
         self._client_lock = threading.Lock()
@@ -269,7 +274,7 @@ class TpuApi:
             request = {"parent": self.parent(zone), "page_token": token, "page_size": self.page_size}
 
             def one_page(req: dict[str, Any] = request) -> tuple[list[Any], str]:
-                pager = method(request=req)  # the pager's attributes are those of the first page
+                pager = method(request=req, timeout=self.call_timeout_s)  # attributes: those of the first page
                 return list(getattr(pager, field_name)), pager.next_page_token
 
             items, token = self._call(rpc, one_page, zone=zone)
@@ -279,7 +284,8 @@ class TpuApi:
 
     def get_node(self, zone: str, name: str) -> NodeInfo:
         """The node, or ``NotFound``."""
-        node = self._call("GetNode", lambda: self.client.get_node(name=self.node_path(zone, name)), zone=zone)
+        node = self._call("GetNode", lambda: self.client.get_node(name=self.node_path(zone, name),
+                                                                        timeout=self.call_timeout_s), zone=zone)
         return _node_info(node)
 
     def find_node(self, zone: str, name: str) -> NodeInfo | None:
@@ -298,12 +304,13 @@ class TpuApi:
             body["metadata"][MetadataKey.TPU_API.value] = self.endpoint
         node = tpu_v2.Node.from_json(json.dumps(body))
         return self._started("CreateNode", zone, lambda: self.client.create_node(
-            parent=self.parent(zone), node_id=request.name, node=node))
+            parent=self.parent(zone), node_id=request.name, node=node, timeout=self.call_timeout_s))
 
     def delete_node(self, zone: str, name: str) -> Operation | None:
         """Start deleting; None when the node does not exist (success)."""
         try:
-            return self._started("DeleteNode", zone, lambda: self.client.delete_node(name=self.node_path(zone, name)))
+            return self._started("DeleteNode", zone, lambda: self.client.delete_node(
+                name=self.node_path(zone, name), timeout=self.call_timeout_s))
         except NotFound:
             return None
 
@@ -311,13 +318,13 @@ class TpuApi:
         from google.cloud import tpu_v2
 
         return self._started("StopNode", zone, lambda: self.client.stop_node(
-            request=tpu_v2.StopNodeRequest(name=self.node_path(zone, name))))
+            request=tpu_v2.StopNodeRequest(name=self.node_path(zone, name)), timeout=self.call_timeout_s))
 
     def start_node(self, zone: str, name: str) -> Operation:
         from google.cloud import tpu_v2
 
         return self._started("StartNode", zone, lambda: self.client.start_node(
-            request=tpu_v2.StartNodeRequest(name=self.node_path(zone, name))))
+            request=tpu_v2.StartNodeRequest(name=self.node_path(zone, name)), timeout=self.call_timeout_s))
 
     def _started(self, rpc: str, zone: str, call: Callable[[], Any]) -> Operation:
         """One call that starts a long-running operation, as our snapshot of the operation it returned."""
@@ -332,8 +339,9 @@ class TpuApi:
         classified like the same error raised by a call, except that RESOURCE_EXHAUSTED there is
         a stockout (``CapacityError``) unless it names a quota, not a rate limit.
         """
-        return _operation(self._call("GetOperation", lambda: self.client.get_operation({"name": name}), zone=zone),
-                          zone)
+        answer = self._call("GetOperation", lambda: self.client.get_operation({"name": name},
+                                                                             timeout=self.call_timeout_s), zone=zone)
+        return _operation(answer, zone)
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         return sorted(self._pages("ListAcceleratorTypes", zone, self.client.list_accelerator_types,
@@ -370,11 +378,12 @@ class TpuApi:
         resource = tpu_v2.QueuedResource.from_json(json.dumps(self.queued_body(self.project, zone, request,
                                                                                valid_until_s=valid_until_s)))
         return self._started("CreateQueuedResource", zone, lambda: self.client.create_queued_resource(
-            parent=self.parent(zone), queued_resource_id=qr_id, queued_resource=resource))
+            parent=self.parent(zone), queued_resource_id=qr_id, queued_resource=resource,
+            timeout=self.call_timeout_s))
 
     def get_queued_resource(self, zone: str, qr_id: str) -> QueuedInfo:
         resource = self._call("GetQueuedResource", lambda: self.client.get_queued_resource(
-            name=f"{self.parent(zone)}/queuedResources/{qr_id}"), zone=zone)
+            name=f"{self.parent(zone)}/queuedResources/{qr_id}", timeout=self.call_timeout_s), zone=zone)
         return _queued_info(resource)
 
     def list_queued_resources(self, zone: str) -> list[QueuedInfo]:
@@ -389,7 +398,8 @@ class TpuApi:
                                                      force=force)
         try:
             return self._started("DeleteQueuedResource", zone,
-                                 lambda: self.client.delete_queued_resource(request=request))
+                                 lambda: self.client.delete_queued_resource(
+                                     request=request, timeout=self.call_timeout_s))
         except NotFound:
             return None
 
