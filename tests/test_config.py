@@ -144,3 +144,16 @@ def test_a_store_the_machine_can_serve_is_kept_without_a_warning(tmp_path: Path)
     else:
         assert kept.store_root == str(tmp_path / "store")
         assert warned == [f"{reason}: using the local store {tmp_path / 'store'} instead of gs://b/p"]
+
+
+def test_an_integer_setting_from_the_environment_is_read_as_its_number(tmp_path: Path) -> None:
+    """The environment is text: TPUOPS_MAX_RESTARTS=1 is 1, while a file's `max_restarts = true` stays refused."""
+    config = tmp_path / "tpuops.toml"
+    config.write_text("")
+    settings = load_settings(config_path=config, environ={"TPUOPS_MAX_RESTARTS": "1", "TPUOPS_HOME": str(tmp_path)})
+    assert settings.max_restarts == 1
+    with pytest.raises(UsageError, match="max_restarts"):
+        load_settings(config_path=config, environ={"TPUOPS_MAX_RESTARTS": "one", "TPUOPS_HOME": str(tmp_path)})
+    config.write_text("max_restarts = true\n")
+    with pytest.raises(UsageError, match="max_restarts"):
+        load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path)})

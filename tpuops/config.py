@@ -199,6 +199,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             values[key] = [part.strip() for part in raw.split(",") if part.strip()]
         elif key in _MAP_KEYS:
             values[key] = parse_labels(raw, f"{ENV_PREFIX}{key.upper()}")
+        elif Settings.model_fields[key].annotation is int and raw.strip().lstrip("+-").isdigit():
+            values[key] = int(raw)  # the environment is text; strict integers refuse `true` in a file, not "1" here
         else:
             values[key] = raw
     return values

@@ -182,8 +182,9 @@ class Simulation:
             declared.append(record.run_id)
         return declared
 
-    def run(self, *, max_hours: float, every_passes: int = 100) -> SimReport:
-        """Pass after pass until nothing is active (no run, no sweep) or ``max_hours`` of virtual time."""
+    def run(self, *, max_hours: float, every_passes: int = 100, wall_budget_s: float | None = None) -> SimReport:
+        """Pass after pass until nothing is active (no run, no sweep), ``max_hours`` of virtual time, or
+        ``wall_budget_s`` of real time (a forecast must answer: what has not ended by then is reported unfinished)."""
         from tpuops.sweeps.ops import active_sweeps
 
         report = SimReport()
@@ -201,6 +202,8 @@ class Simulation:
                 report.ended = True
                 break
             if now - START >= max_hours * 3600:
+                break
+            if wall_budget_s is not None and time.perf_counter() - started >= wall_budget_s:
                 break
             if report.passes % every_passes == 0:
                 self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "

@@ -23,6 +23,10 @@ from tpuops.runs import Run
 from tpuops.sim.engine import SimReport
 from tpuops.sim.scenario import DEFAULT_STEPS_PER_S, Policy, is_sweep, simulate
 
+FORECAST_WALL_S = 20.0
+"""The real time a dry run's forecast may take, over every policy's simulations: a risk so high that runs
+never end (the ledger of an emulator preempting every few seconds) shows as runs not finished, not a hang."""
+
 
 @dataclass(frozen=True)
 class Band:
@@ -126,15 +130,16 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
+    budget_s = FORECAST_WALL_S / (len(Policy) * (sweeps if sweep else 1))
     policies = []
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress)
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s)
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress)]
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s)]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}

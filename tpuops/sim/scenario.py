@@ -108,7 +108,8 @@ def _on(plan: SweepPlan, capacity: Capacity) -> SweepPlan:
 def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
              seed: int = 0, cron_s: float = 300.0, max_hours: float = 24 * 30,
              steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
-             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None) -> SimReport:
+             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None,
+             wall_budget_s: float | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
     ``cloud``, a model given whole: a benchmark's stockout episode).
 
@@ -125,15 +126,15 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     user_store = store(settings)
     if workdir is not None:
         return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, max_hours, steps_per_s,
-                    setup_s, cloud, say)
+                    setup_s, cloud, say, wall_budget_s)
     with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
         return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, max_hours,
-                    steps_per_s, setup_s, cloud, say)
+                    steps_per_s, setup_s, cloud, say, wall_budget_s)
 
 
 def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
          count: int, seed: int, cron_s: float, max_hours: float, steps_per_s: float, setup_s: float | None,
-         cloud: CloudModel | None, say: Callable[[str], None]) -> SimReport:
+         cloud: CloudModel | None, say: Callable[[str], None], wall_budget_s: float | None) -> SimReport:
     if is_sweep(path):
         plan = _on(plan_sweep(settings, path, user_store), policy.capacity)
         train = plan.job.spec.train
@@ -149,4 +150,4 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
                          agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s), cron_s=cron_s,
                          seed=seed, progress=say)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity) for index in range(count))
-    return sim.run(max_hours=max_hours)
+    return sim.run(max_hours=max_hours, wall_budget_s=wall_budget_s)
