@@ -33,6 +33,7 @@ migrations run in order when a ledger is opened.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -195,22 +196,27 @@ class Ledger:
             return conn.execute("PRAGMA journal_mode").fetchone()[0]
 
     def _enable_wal(self) -> None:
-        """Switch the file to WAL once (it stays so): readers then never block the writer."""
-        try:
-            if self._journal_mode() == "wal":
-                return
-        except sqlite3.DatabaseError as err:
-            if isinstance(err, sqlite3.OperationalError):  # locked or unreadable: not about the content
-                raise
-            raise UsageError(f"{self.path} is not a tpuops ledger (SQLite says: {err})") from err
-        try:
-            with self._connect() as conn:
-                conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError:
-            # Two processes switching at once: rather than deadlock, SQLite fails one of them at
-            # once (no busy wait). The other one's switch is all this one wanted.
-            if self._journal_mode() != "wal":
-                raise
+        """Switch the file to WAL once (it stays so): readers then never block the writer.
+
+        Two processes opening a new ledger at once race for the switch. SQLite fails the loser
+        at once instead of making it wait (the switch takes an exclusive lock, and even reading
+        the mode can fail while the winner holds it), so the loser polls until the file is in
+        WAL mode, within the same deadline as any other wait for the lock.
+        """
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                if self._journal_mode() == "wal":
+                    return
+                with self._connect() as conn:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                return  # a file system without WAL keeps its rollback journal, which also works
+            except sqlite3.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+            except sqlite3.DatabaseError as err:
+                raise UsageError(f"{self.path} is not a tpuops ledger (SQLite says: {err})") from err
 
     def _migrate(self) -> None:
         self._enable_wal()
