@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -30,6 +31,29 @@ def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def example_datasets(data: Path) -> None:
+    """The example experiments' datasets under ``data``: digits, diabetes, topics (``experiments/sample_data.py``)."""
+    from tpuops.data.samples import digits
+
+    spec = importlib.util.spec_from_file_location("sample_data", REPO / "experiments" / "sample_data.py")
+    assert spec is not None and spec.loader is not None
+    samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(samples)
+    digits(data / "digits")
+    samples.diabetes(data / "diabetes")
+    samples.topics(data / "topics")
+
+
+def small_digits(text: str, steps: int = 60, expected_hours: float = 0.01) -> str:
+    """experiments/digits_cnn.yaml's ``text`` made small: ``steps`` steps, an evaluation and a checkpoint every 20."""
+    for old, new in (("name: digits-cnn", "name: small"), ("steps: 600", f"steps: {steps}"),
+                     ("steps_per_call: 20", "steps_per_call: 10"), ("every_steps: 100", "every_steps: 20"),
+                     ("per_replica: 64", "per_replica: 32"), ("\neval:\n", "\neval:\n  every_steps: 20\n")):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text + f"expected_hours: {expected_hours}\n"
 
 
 def local_or_gcs_store(request: Any, tmp_path: Path) -> Store:

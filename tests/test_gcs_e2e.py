@@ -13,7 +13,10 @@ path. Few runs, many assertions each:
   the usual way, trains on the CPU and finds its data through ``TPUOPS_DATA_TRAIN_PATTERN``;
 - what the runs wrote is readable with ``tf.io.gfile`` through the same names;
 - a corrupt newest gs:// checkpoint is skipped for the one before it, still bit-identical;
-- ``infer`` writes its prediction shards and manifest to gs://;
+- ``infer`` writes its prediction shards and manifest to gs://, and a preempted ``infer`` resumes
+  keeping the shards it had finished (their generations unchanged);
+- the compiled-Keras and ``input_fn`` kinds (the regression and text examples, made short) train
+  on gs://, as does a small sweep advanced by real ``tpuops reconcile`` processes;
 - with 2 % of the nodes' storage requests failing (503, 429, resets), a run ends in one attempt,
   bit-identical, with every checkpoint whole;
 - neither the emulator's token, nor a node's service-account token, nor the CA key appears in
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -34,9 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll
+from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, small_digits
 
-from tpuops.data.samples import digits
 from tpuops.emulator import control
 from tpuops.emulator.netview import enter_command, unavailable_reason
 from tpuops.emulator.storage import read_front
@@ -44,7 +47,6 @@ from tpuops.store import Store, open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "experiments" / "digits_cnn.yaml"
 ZONE = "us-central1-a"
 BUCKET = "e2e-bucket"
@@ -130,7 +132,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsWorld]:
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("gcs")
-    digits(work / "data" / "digits")
+    shutil.copytree(REPO / "experiments", work / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    example_datasets(work / "data")
     state_dir = work / "home" / "emulator"
     info = control.start_background(state_dir, boot_delay_s=0.2, grace_s=20.0, image_python=str(TF_PYTHON),
                                     gcs_buckets=[BUCKET])
@@ -143,6 +146,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsWorld]:
                TPUOPS_POLL_INTERVAL_S="0.2", STORAGE_EMULATOR_HOST=endpoint)
     yield GcsWorld(work, info, env, open_store(ROOT, gcs_endpoint=endpoint), [])
     control.stop(state_dir)
+
+
+def _variant(work: Path, example: str, replace: dict[str, str]) -> Path:
+    """A short copy of experiments/<example>.yaml beside it (same bundle folder)."""
+    text = (work / "experiments" / f"{example}.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = work / "experiments" / f"short_{example}.yaml"
+    path.write_text(text)
+    return path
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> dict:
@@ -277,3 +291,104 @@ def test_no_token_or_ca_key_in_logs_specs_objects_or_metadata(world: GcsWorld) -
             assert secret not in data, f"the {name} is in {where}"
         for token in world.node_tokens:
             assert token.encode() not in data, f"a node's service-account token is in {where}"
+
+
+def test_compiled_keras_and_input_fn_kinds_train_on_gs(world: GcsWorld) -> None:
+    """The regression example (a compiled model with its own loss and metrics) and the text one (its own input_fn)."""
+    short = {"steps: 300": "steps: 100", "every_steps: 100": "every_steps: 50"}
+    runs = {"compiled": _variant(world.work, "diabetes_regression", short),
+            "input-fn": _variant(world.work, "text_classifier", short)}
+    procs = {run: world.tpuops("train", str(spec), "--name", run, "--json") for run, spec in runs.items()}
+    for run, proc in procs.items():
+        result = _finish(proc)
+        assert (result["exit_class"], result["step"], result["attempts"]) == ("succeeded", 100, 1), result
+        status = world.status(run)
+        assert [e["step"] for e in status["evals"]] == [50, 100]
+        names = {info.key for info in world.store.list(f"runs/{run}/")}
+        assert {f"runs/{run}/ckpt/ckpt-100.index", f"runs/{run}/model/saved_model.pb"} <= names, sorted(names)
+    assert set(world.status("compiled")["metrics"]["eval"]) >= {"mae", "root_mean_squared_error", "within_10pct"}
+    assert "accuracy" in world.status("input-fn")["metrics"]["eval"]
+
+
+def _repeated(source: Path, target: Path, copies: int) -> int:
+    """Dataset ``target``: ``copies`` copies of dataset ``source``'s shards in order; its record count."""
+    manifest = json.loads((source / "manifest.json").read_text())
+    target.mkdir(parents=True)
+    shards = []
+    for copy in range(copies):
+        for shard in manifest["shards"]:
+            name = f"c{copy:03d}-{shard['name']}"
+            shutil.copyfile(source / shard["name"], target / name)
+            shards.append({**shard, "name": name})
+    manifest.update(shards=shards, records=manifest["records"] * copies, bytes=manifest["bytes"] * copies)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return manifest["records"]
+
+
+def test_a_preempted_infer_resumes_on_gs_keeping_its_finished_shards(world: GcsWorld) -> None:
+    """Each shard's commit is slowed (400 ms per request) so that the notice lands between shards, whatever the load.
+
+    The input is the 360 test digits 20 times over, so example ``i`` must predict exactly as ``i % 360``
+    whichever attempt wrote it.
+    """
+    total = _repeated(world.work / "data" / "digits" / "test", world.work / "data" / "digits-x20", 20)
+    prefix = "runs/infer-cut/predictions/"
+    admin = control.AdminClient(world.info.endpoint)
+    proc = world.tpuops("infer", str(SPEC), "--checkpoint", "ref", "--input", "data/digits-x20", "--shards", "8",
+                        "--batch-size", "64", "--name", "infer-cut", "--json")
+    try:
+        poll(lambda: world.store.exists(prefix + "plan.json"), "the infer job's plan in gs://", timeout_s=240)
+        admin.set_faults(gcs_latency_ms=400)
+        poll(lambda: _shards(world, prefix), "a finished prediction shard in gs://", timeout_s=120)
+        admin.preempt("tpuops-local", ZONE, "infer-cut", grace_s=20.0)
+        poll(lambda: world.status("infer-cut").get("attempt") == 2, "the resumed attempt", timeout_s=120)
+    finally:
+        admin.clear_faults()
+    kept = _shards(world, prefix)
+    result = _finish(proc)
+    assert (result["exit_class"], result["preemptions"], result["attempts"]) == ("succeeded", 1, 2), result
+    assert 1 <= len(kept) < 8
+    final = _shards(world, prefix)
+    assert len(final) == 8 and all(final[key] == generation for key, generation in kept.items()), (kept, final)
+    manifest = json.loads(world.store.read_bytes(prefix + "manifest.json"))
+    lines = [json.loads(line) for key in sorted(final) for line in world.store.read_bytes(key).decode().splitlines()]
+    assert manifest["total"] == total and [line["index"] for line in lines] == list(range(total))
+    assert all(line["output"] == lines[line["index"] % 360]["output"] for line in lines)
+
+
+def _shards(world: GcsWorld, prefix: str) -> dict[str, int]:
+    """The finished prediction shards under ``prefix`` and their generations."""
+    return {info.key: info.generation for info in world.store.list(prefix) if info.key.endswith(".jsonl")}
+
+
+SWEEP = """
+name: gsweep
+experiment: ../experiments/small.yaml
+space:
+  learning_rate: {type: float, low: 0.001, high: 0.02, log: true}
+objective: {metric: accuracy, direction: maximize}
+sampler: {type: random, seed: 3}
+trials: 2
+parallel: 2
+eval_every_steps: 20
+"""
+
+
+def test_a_small_sweep_on_gs_ends_through_reconcile_with_its_study_and_trials_in_the_bucket(world: GcsWorld) -> None:
+    (world.work / "experiments" / "small.yaml").write_text(small_digits(SPEC.read_text(), steps=40))
+    (world.work / "sweeps").mkdir(exist_ok=True)
+    (world.work / "sweeps" / "gsweep.yaml").write_text(SWEEP)
+    _finish(world.tpuops("sweep", "start", "sweeps/gsweep.yaml", "--json"), timeout=120)
+
+    def ended() -> dict | None:
+        _finish(world.tpuops("reconcile", "--json"), timeout=120)
+        status = _finish(world.tpuops("sweep", "status", "gsweep", "--json"), timeout=120)
+        return status if status["phase"] == "finished" else None
+
+    status = poll(ended, "the sweep's end through reconcile passes", timeout_s=300, interval_s=1.0)
+    assert status["outcome"] == "completed" and status["counts"]["COMPLETE"] == 2, status
+    for trial in status["trials"]:
+        run = trial["run_id"]
+        assert trial["value"] == world.status(run)["metrics"]["eval"]["accuracy"]
+        assert world.store.exists(f"runs/{run}/ckpt/ckpt-40.index")
+    assert [info.key for info in world.store.list("sweeps/gsweep/")], "the sweep's journal lives in the bucket"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, TfWorld, poll, tf_emulator_env
+from helpers import REPO, TfWorld, poll, small_digits, tf_emulator_env
 
 from tpuops import runs
 from tpuops.config import load_settings
@@ -55,15 +55,6 @@ parallel: 2
 eval_every_steps: 20
 pruner: {{type: {pruner}, startup_trials: 2, warmup_steps: 20}}
 """
-
-
-def _small_experiment(text: str, steps: int = STEPS, expected_hours: float = 0.01) -> str:
-    for old, new in (("name: digits-cnn", "name: small"), ("steps: 600", f"steps: {steps}"),
-                     ("steps_per_call: 20", "steps_per_call: 10"), ("every_steps: 100", "every_steps: 20"),
-                     ("per_replica: 64", "per_replica: 32"), ("\neval:\n", "\neval:\n  every_steps: 20\n")):
-        assert old in text, old
-        text = text.replace(old, new)
-    return text + f"expected_hours: {expected_hours}\n"
 
 
 class World(TfWorld):
@@ -116,10 +107,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (work / "sweeps").mkdir()
     (work / "experiments" / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
     source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
-    (work / "experiments" / "small.yaml").write_text(_small_experiment(source))
-    (work / "experiments" / "medium.yaml").write_text(_small_experiment(source, steps=MEDIUM)
+    (work / "experiments" / "small.yaml").write_text(small_digits(source))
+    (work / "experiments" / "medium.yaml").write_text(small_digits(source, steps=MEDIUM)
                                                       .replace("name: small", "name: medium"))
-    (work / "experiments" / "long.yaml").write_text(_small_experiment(source, steps=100000, expected_hours=0.002)
+    (work / "experiments" / "long.yaml").write_text(small_digits(source, steps=100000, expected_hours=0.002)
                                                     .replace("name: small", "name: long"))
     config = work / "tpuops.toml"
     config.write_text(f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n')  # a v3-8 (4 chips): $1/s

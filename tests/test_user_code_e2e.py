@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -22,9 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, example_datasets, poll, start_tf_emulator
 
-from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
@@ -47,23 +45,12 @@ if mode == "hang" and os.environ["TPUOPS_ATTEMPT"] == "1":
 """
 
 
-def _sample_data() -> object:
-    spec = importlib.util.spec_from_file_location("sample_data", REPO / "experiments" / "sample_data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
     """A working directory with a copy of experiments/, the three datasets, and a TF 2.9 emulator."""
     work = tmp_path_factory.mktemp("usercode")
     shutil.copytree(REPO / "experiments", work / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
-    digits(work / "data" / "digits")
-    samples = _sample_data()
-    samples.diabetes(work / "data" / "diabetes")  # type: ignore[attr-defined]
-    samples.topics(work / "data" / "topics")  # type: ignore[attr-defined]
+    example_datasets(work / "data")
     (work / "experiments" / "outcomes.py").write_text(OUTCOMES)
     info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
     yield work, info
