@@ -157,3 +157,45 @@ def test_an_integer_setting_from_the_environment_is_read_as_its_number(tmp_path:
     config.write_text("max_restarts = true\n")
     with pytest.raises(UsageError, match="max_restarts"):
         load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path)})
+
+
+
+
+@pytest.mark.parametrize("lacking", ["CAP_SYS_ADMIN", "util-linux"])
+def test_without_namespaces_a_gs_store_on_provider_local_is_one_line_then_the_local_store(lacking: str,
+                                                                                          tmp_path: Path) -> None:
+    """The real check (``netview.unavailable_reason``) in a real ``tpuops`` process that lacks what it needs.
+
+    As root, that process has CAP_SYS_ADMIN dropped from its bounding set (setpriv), so the
+    ``unshare -m`` probe really fails, or has no util-linux on its PATH; run by another user it has
+    no root. (runuser to ``nobody`` cannot be used here: the interpreter lives under /root, mode 0700.)
+    The listing shows the run declared in the local store beforehand: that store is the one used.
+    """
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from test_runs import declare
+
+    from tpuops.store import LocalStore
+
+    root = os.geteuid() == 0
+    if root and lacking == "CAP_SYS_ADMIN" and shutil.which("setpriv") is None:
+        pytest.skip("dropping CAP_SYS_ADMIN needs setpriv (util-linux)")
+    declare(LocalStore(tmp_path / "store"), "kept-locally")
+    (tmp_path / "tpuops.toml").write_text('provider = "local"\nstore = "gs://bkt/prefix"\n')
+    env = {"PATH": os.environ["PATH"], "TPUOPS_HOME": str(tmp_path), "TPUOPS_CONFIG": str(tmp_path / "tpuops.toml")}
+    command = [sys.executable, "-m", "tpuops", "runs", "--json"]
+    if lacking == "util-linux":
+        env["PATH"] = str(tmp_path)  # no unshare on this PATH; the interpreter is named by its path
+    elif root:
+        command = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", *command]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stderr.splitlines()
+    why = {"CAP_SYS_ADMIN": "needs mount namespaces (unshare -m: ", "util-linux": "needs unshare and mount"}[lacking]
+    assert line.startswith("tpuops: a gs:// store on the local emulator " + (why if root else "needs root")), line
+    assert line.endswith(f": using the local store {tmp_path / 'store'} instead of gs://bkt/prefix"), line
+    assert [run["run_id"] for run in json.loads(done.stdout)["runs"]] == ["kept-locally"]

@@ -245,3 +245,46 @@ def test_a_storage_failure_at_start_is_one_line_and_leaves_nothing_running(tmp_p
     log = (state_dir / control.LOG_FILE).read_text()
     assert "Traceback" not in log
     assert control.status(state_dir) is None and storage.read_front(state_dir) is None
+
+
+def test_the_control_planes_storage_calls_ride_through_injected_faults_on_our_retry_policy(
+        served: tuple[storage.Storage, Faults], tmp_path: Path) -> None:
+    """google-cloud-storage through the control plane's front with 2 % of requests failed (503, 429, reset).
+
+    The SDK's own retries are off in ``GcsStore``, so every injected failure is one retry of ``tpuops.retry``.
+    """
+    from tpuops.errors import TpuopsError
+    from tpuops.store import gcs_client
+    from tpuops.store.gcs import GcsStore
+
+    front, faults = served
+    retried: list[BaseException] = []
+    store = GcsStore("bkt", "control", client=gcs_client(front.front.http_endpoint), deadline_s=60,
+                     on_retry=lambda err, _wait: retried.append(err))
+    before = STATS.snapshot()
+    faults.update({"gcs_error_rate": 0.02, "seed": 20})
+    try:
+        for n in range(60):
+            generation = store.write_bytes(f"obj-{n}", f"value {n}".encode())
+            store.write_if_generation_match(f"obj-{n}", f"value {n}, again".encode(), generation)
+        big = tmp_path / "big"
+        big.write_bytes(os.urandom(9 << 20))  # above the multipart limit: a resumable upload
+        store.upload_file(big, "big")
+        store.download_file("big", tmp_path / "back")
+        listed = store.list("obj-")
+        read = {info.key: store.read_bytes(info.key) for info in listed}
+        for n in range(0, 60, 2):
+            store.delete(f"obj-{n}")
+        left = sorted(info.key for info in store.list("obj-"))
+    finally:
+        faults.update({"gcs_error_rate": 0.0})
+    after = STATS.snapshot()
+    injected = {kind: after.get(name, 0) - before.get(name, 0)
+                for kind in ("503", "429", "reset") for name in [f"control-storage:injected-{kind}"]}
+    assert all(injected.values()), injected
+    assert len(retried) == sum(injected.values()) and all(isinstance(e, TpuopsError) and e.retryable
+                                                          for e in retried), (injected, retried)
+    assert read == {f"obj-{n}": f"value {n}, again".encode() for n in range(60)}
+    assert (tmp_path / "back").read_bytes() == big.read_bytes()
+    assert left == sorted(f"obj-{n}" for n in range(1, 60, 2))
+    assert after.get("control-storage:POST", 0) > before.get("control-storage:POST", 0)

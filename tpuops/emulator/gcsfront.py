@@ -1,4 +1,5 @@
-"""The HTTPS front that emulated nodes reach as ``storage.googleapis.com`` and ``www.googleapis.com``.
+"""The fronts of fake-gcs-server: the HTTPS one emulated nodes reach as ``storage.googleapis.com``, and the
+control plane's.
 
 A small HTTP/1.1 proxy: TLS with the emulator's certificate (``tls``) on ``<address>:443``,
 plain HTTP to fake-gcs-server. It exists for three reasons:
@@ -16,14 +17,20 @@ plain HTTP to fake-gcs-server. It exists for three reasons:
   or its connection is reset before a response byte, without reaching fake-gcs-server, so an
   injected failure never half-applies a write.
 
+The control plane's front (``tls=None``) is plain HTTP on 127.0.0.1 and lets every request through
+(the control plane's client is anonymous against an emulator, as against any fake-gcs-server), so
+its only job is the faults: the control plane's own retries (``tpuops.retry`` around
+google-cloud-storage) meet the same 503s, 429s, resets and latency as TensorFlow's do.
+
 Invariants: responses and Content-Length request bodies stream through in 1-MiB pieces (a 64-MiB
 ranged read is never held whole); a ``Transfer-Encoding: chunked`` request body is buffered whole,
 because fake-gcs-server needs its Content-Length (TensorFlow's uploads send Content-Length, so
 only small requests of other clients take that path);
 one upstream connection per client connection, so keep-alive on one side is keep-alive on the
-other; every request is counted as ``storage:<METHOD>`` and every injected failure as
-``storage:injected-<503|429|reset>`` (``RpcStats``, ``GET /_admin/stats``), which is how the
-benchmark counts requests per 1,000 steps and the fault tests see that faults were injected.
+other; every request is counted as ``<name>:<METHOD>`` and every injected failure as
+``<name>:injected-<503|429|reset>`` (``RpcStats``, ``GET /_admin/stats``), where ``<name>`` is
+``storage`` for the nodes' front and ``control-storage`` for the control plane's: that is how the
+benchmark counts the nodes' requests per 1,000 steps and the fault tests see that faults were injected.
 """
 
 from __future__ import annotations
@@ -104,7 +111,8 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=IDLE_S)
         try:
-            self.connection.do_handshake()
+            if isinstance(self.connection, ssl.SSLSocket):
+                self.connection.do_handshake()
             while self._one_request(upstream):
                 pass
         except (_Closed, OSError, ValueError, http.client.HTTPException):
@@ -118,7 +126,7 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         method, target, version = [*head[0].split(" "), "", ""][:3]
         headers = head[1]
-        self.server.count(f"storage:{method}")
+        self.server.count(f"{self.server.name}:{method}")
         if (_header(headers, "expect") or "").lower() == "100-continue":
             # curl waits a second for this before sending a body (every upload of TensorFlow's).
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -129,14 +137,14 @@ class _Handler(socketserver.StreamRequestHandler):
         if not self.server.authorized(_header(headers, "authorization") or ""):
             for _ in body:
                 pass
-            self.server.count("storage:unauthenticated")
+            self.server.count(f"{self.server.name}:unauthenticated")
             self._send_error(401)
             return True
         delay, failure = self.server.faults.storage_fault()
         if delay > 0:
             time.sleep(delay)
         if failure is not None:
-            self.server.count(f"storage:injected-{failure}")
+            self.server.count(f"{self.server.name}:injected-{failure}")
             for _ in body:
                 pass
             if failure == "reset":
@@ -146,7 +154,7 @@ class _Handler(socketserver.StreamRequestHandler):
             return True
         forwarded = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"]
         upstream.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-        for key, value in [*forwarded, ("X-Forwarded-Proto", "https"), ("Connection", "keep-alive")]:
+        for key, value in [*forwarded, ("X-Forwarded-Proto", self.server.scheme), ("Connection", "keep-alive")]:
             upstream.putheader(key, value)
         if chunked:
             pieces = list(body)
@@ -198,19 +206,23 @@ class _Front(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: str, port: int, context: ssl.SSLContext, upstream: tuple[str, int],
-                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
+    def __init__(self, address: str, port: int, context: ssl.SSLContext | None, upstream: tuple[str, int],
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool], name: str) -> None:
         self.authorized = authorized
         self.context = context
+        self.scheme = "http" if context is None else "https"
         self.upstream = upstream
         self.faults = faults
         self.count = count
+        self.name = name
         super().__init__((address, port), _Handler)
 
     def get_request(self) -> tuple[socket.socket, object]:
         sock, peer = super().get_request()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(IDLE_S)
+        if self.context is None:
+            return sock, peer
         # The handshake runs on the connection's own thread (``handle``), never in the accept loop.
         return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), peer
 
@@ -219,18 +231,28 @@ class _Front(socketserver.ThreadingTCPServer):
 
 
 class GcsFront:
-    """The HTTPS front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port).
+    """A front on ``address:port`` forwarding to fake-gcs-server at ``upstream`` (host, port).
 
-    ``count`` receives the name of every request and injected failure (``RpcStats.count``);
-    ``authorized`` says whether a request's ``Authorization`` header may pass.
+    ``tls`` is (certificate, key) for the nodes' HTTPS front, None for the control plane's plain one;
+    ``count`` receives the name of every request and injected failure (``RpcStats.count``), prefixed
+    with ``name``; ``authorized`` says whether a request's ``Authorization`` header may pass.
     """
 
-    def __init__(self, address: str, port: int, cert: Path, key: Path, upstream: tuple[str, int],
-                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool]) -> None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(cert), str(key))
-        context.set_alpn_protocols(["http/1.1"])
-        self._running = Background(_Front(address, port, context, upstream, faults, count, authorized), "gcs-front")
+    def __init__(self, address: str, port: int, tls: tuple[Path, Path] | None, upstream: tuple[str, int],
+                 faults: Faults, count: Callable[[str], None], authorized: Callable[[str], bool],
+                 name: str = "storage") -> None:
+        context = None
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            context.set_alpn_protocols(["http/1.1"])
+        self._running = Background(_Front(address, port, context, upstream, faults, count, authorized, name),
+                                   name)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the kernel chose when asked for port 0)."""
+        return int(self._running.server.server_address[1])
 
     def close(self) -> None:
         self._running.close()

