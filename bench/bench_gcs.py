@@ -1,7 +1,8 @@
 """Benchmark a gs:// store on the emulator against a local one: what TensorFlow's own Cloud Storage path costs.
 
 Run (as root: nodes need mount namespaces):
-    .venv/bin/python bench/bench_gcs.py [--repeats 3] [--checkpoint-mb 100] [--input-mb 100] [--json]
+    .venv/bin/python bench/bench_gcs.py [--repeats 3] [--checkpoint-mb 100,1024] [--input-mb 100]
+        [--parts input,checkpoint,requests,recovery] [--json]
 
 One emulator serves bucket ``bench`` through fake-gcs-server and its HTTPS front; every TF 2.9
 process below runs with a node's view of the network (``storage.googleapis.com`` is the front,
@@ -10,10 +11,14 @@ the local case and the gs:// case back to back in one process (ours / baseline =
 
 - input: the same TFRecord shards (64 float32 + an int64 label per example), read with
   ``TFRecordDataset`` (4 files interleaved, 8 MiB read buffer), parsed in batches of 1,024;
-  examples per second. Goal: gs:// >= 0.9 of local.
-- checkpoint save and restore of one ``--checkpoint-mb`` variable with ``tf.train.Checkpoint``;
-  the largest SIGTERM save that fits the 30-s notice is the measured gs:// save rate times 30 s
-  minus the fixed part of a save (the time of a 1-MB save), an estimate, labelled so.
+  examples per second. Goal: gs:// >= 0.9 of local. Beside it, where the time goes: wall and CPU
+  seconds of the TF process, the emulator (whose threads run the HTTPS front) and fake-gcs-server
+  (from /proc), for the parsing pipeline and for the transport alone (every shard read through
+  ``tf.io.gfile``, nothing parsed).
+- checkpoint save and restore of one variable of each ``--checkpoint-mb`` size with
+  ``tf.train.Checkpoint``. The largest size is the SIGTERM save as measured (does it fit the 30-s
+  notice?); the largest that would fit is extrapolated from its save rate, minus the fixed part
+  of a save (the time of a 1-MB save), and labelled so.
 - recovery: a ``tpuops train`` of the digits CNN preempted (30-s notice) once a checkpoint at step
   200 is in, on the gs:// store and on a local one: seconds from the preemption to the resumed
   attempt's first step (emulated boot 0.2 s; the rest is the control plane, the bootstrap, the
@@ -58,6 +63,24 @@ import numpy as np
 import tensorflow as tf
 
 command, local, remote = sys.argv[1], sys.argv[2], sys.argv[3]
+# Processes whose CPU time is charged to each measurement: the emulator (the HTTPS front's threads)
+# and fake-gcs-server. The nodes' view shares the machine's PID namespace, so /proc shows them.
+SERVERS = json.loads(os.environ.get("BENCH_SERVER_PIDS", "{}"))
+TICK = os.sysconf("SC_CLK_TCK")
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+def measured(fn, *args):
+    # fn's result, and what it cost: wall seconds, CPU seconds of this process (every thread) and of each server.
+    before = {name: cpu_s(pid) for name, pid in SERVERS.items()}
+    own, wall = time.process_time(), time.perf_counter()
+    result = fn(*args)
+    cost = {"wall": time.perf_counter() - wall, "tf": time.process_time() - own}
+    cost.update({name: cpu_s(pid) - before[name] for name, pid in SERVERS.items()})
+    return result, cost
 
 def make(mb):
     rng = np.random.default_rng(0)
@@ -84,6 +107,15 @@ def read_rate(root):
         count += int(batch["y"].shape[0])
     return count / (time.perf_counter() - start)
 
+def read_only(root):
+    # Seconds to read every shard's bytes through tf.io.gfile: the transport alone, no parsing.
+    start = time.perf_counter()
+    for path in sorted(tf.io.gfile.glob(root + "/shard-*.tfrecord")):
+        with tf.io.gfile.GFile(path, "rb") as src:
+            while src.read(8 << 20):
+                pass
+    return time.perf_counter() - start
+
 def checkpoint(root, mb):
     variable = tf.Variable(tf.random.uniform([mb << 18]))
     ckpt = tf.train.Checkpoint(v=variable)
@@ -99,7 +131,10 @@ def checkpoint(root, mb):
 if command == "make":
     result = make(int(sys.argv[4]))
 elif command == "input":
-    result = {"local": read_rate(local), "gcs": read_rate(remote)}
+    result = {}
+    for name, root in (("local", local), ("gcs", remote)):
+        result[name], result[name + "_cpu"] = measured(read_rate, root)
+        result[name + "_transport_s"], result[name + "_transport_cpu"] = measured(read_only, root)
 else:
     mb = int(sys.argv[4])
     result = {"small_gcs": checkpoint(remote, 1)[0]}
@@ -111,9 +146,11 @@ print("RESULT " + json.dumps(result))
 
 def _in_node_view(state_dir: Path, *args: str) -> dict[str, Any]:
     front = read_front(state_dir)
-    assert front is not None
+    info = control.status(state_dir)
+    assert front is not None and info is not None
     env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,
-           "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "BENCH_SERVER_PIDS": json.dumps({"front": info.pid, "fake_gcs": front.pid})}
     done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
                           capture_output=True, text=True, check=False, timeout=1800)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -176,7 +213,12 @@ def _requests_per_1000_steps(work: Path, info: control.EmulatorInfo) -> dict[str
             "per_1000_steps": sum(counts.values()) * 1000 / steps}
 
 
-def run(repeats: int, checkpoint_mb: int, input_mb: int, recovery_repeats: int) -> dict[str, Any]:
+PARTS = ("input", "checkpoint", "requests", "recovery")
+
+
+def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats: int,
+        parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    result: dict[str, Any] = {"repeats": repeats, "rows": [], "samples": {}}
     with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
         work = Path(tmp)
         state_dir = work / "home" / "emulator"
@@ -186,67 +228,110 @@ def run(repeats: int, checkpoint_mb: int, input_mb: int, recovery_repeats: int) 
             local = work / "local"
             local.mkdir()
             remote = f"gs://{BUCKET}/bench"
-            made = _in_node_view(state_dir, "make", str(local), remote, str(input_mb))
-            inputs = [_in_node_view(state_dir, "input", str(local), remote) for _ in range(repeats)]
-            ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(checkpoint_mb))
-                     for _ in range(repeats)]
+            if "input" in parts:
+                result["input_examples"] = _in_node_view(state_dir, "make", str(local), remote,
+                                                         str(input_mb))["examples"]
+                inputs = [_in_node_view(state_dir, "input", str(local), remote) for _ in range(repeats)]
+                result["samples"]["input"] = inputs
+                result["rows"].append(_row("input examples/s", inputs, lambda r, case: r[case]))
+                result["input_cpu"] = _input_cpu(inputs)
+            if "checkpoint" in parts:
+                for mb in checkpoint_mbs:
+                    ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(mb))
+                             for _ in range(repeats)]
+                    result["samples"][f"checkpoint_{mb}mb"] = ckpts
+                    result["rows"].append(_row(f"checkpoint save {mb} MB (s)", ckpts, lambda r, case: r[case][0]))
+                    result["rows"].append(_row(f"checkpoint restore {mb} MB (s)", ckpts,
+                                               lambda r, case: r[case][1]))
+                result["sigterm"] = _largest_sigterm_save(max(checkpoint_mbs),
+                                                          result["samples"][f"checkpoint_{max(checkpoint_mbs)}mb"])
             digits(work / "data" / "digits")
-            requests = _requests_per_1000_steps(work, info)
-            recoveries = [{"gcs": _recovery_s(work, info, f"gs://{BUCKET}/tpuops", f"cut-gcs-{i}"),
-                           "local": _recovery_s(work, info, str(work / "home" / "store"), f"cut-local-{i}")}
-                          for i in range(recovery_repeats)]
+            if "requests" in parts:
+                result["requests"] = _requests_per_1000_steps(work, info)
+            if "recovery" in parts:
+                recoveries = [{"gcs": _recovery_s(work, info, f"gs://{BUCKET}/tpuops", f"cut-gcs-{i}"),
+                               "local": _recovery_s(work, info, str(work / "home" / "store"), f"cut-local-{i}")}
+                              for i in range(recovery_repeats)]
+                result["samples"]["recovery"] = recoveries
+                result["rows"].append(_row(f"recovery, preemption -> first step (s; {recovery_repeats} runs)",
+                                           recoveries, lambda r, case: r[case]))
         finally:
             control.stop(state_dir)
+    return result
+
+
+def _row(what: str, samples: list[dict[str, Any]], pick: Any) -> dict[str, Any]:
+    """One table row: per-repetition values of each case side by side, their medians and the ratio of medians."""
+    gcs = [pick(sample, "gcs") for sample in samples]
+    local = [pick(sample, "local") for sample in samples]
     median = statistics.median
-    save_gcs = median(c["gcs"][0] for c in ckpts)
+    return {"what": what, "gcs": median(gcs), "local": median(local), "ratio": median(gcs) / median(local),
+            "gcs_each": gcs, "local_each": local}
+
+
+def _input_cpu(inputs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Median CPU seconds per process while reading (parsing, and the transport alone), local and gs://."""
+    median = statistics.median
+    return {f"{case}{part}": {who: median(r[f"{case}{part}_cpu" if part else f"{case}_cpu"][who] for r in inputs)
+                              for who in inputs[0][f"{case}_cpu"]}
+            for case in ("local", "gcs") for part in ("", "_transport")}
+
+
+def _largest_sigterm_save(mb: int, ckpts: list[dict[str, Any]]) -> dict[str, float]:
+    """The ``mb`` save as measured, and the size that would take the whole notice at its rate (an extrapolation)."""
+    median = statistics.median
+    save = median(c["gcs"][0] for c in ckpts)
     fixed = median(c["small_gcs"] for c in ckpts)
-    rate = checkpoint_mb / max(save_gcs - fixed, 1e-6)
-    rows = [
-        ("input examples/s", median(r["gcs"] for r in inputs), median(r["local"] for r in inputs)),
-        (f"checkpoint save {checkpoint_mb} MB (s)", save_gcs, median(c["local"][0] for c in ckpts)),
-        (f"checkpoint restore {checkpoint_mb} MB (s)", median(c["gcs"][1] for c in ckpts),
-         median(c["local"][1] for c in ckpts)),
-        (f"recovery, preemption -> first step (s; median of {recovery_repeats})",
-         median(r["gcs"] for r in recoveries),
-         median(r["local"] for r in recoveries)),
-    ]
-    return {
-        "repeats": repeats, "input_examples": made["examples"],
-        "rows": [{"what": what, "gcs": gcs, "local": local_value, "ratio": gcs / local_value}
-                 for what, gcs, local_value in rows],
-        "samples": {"input": inputs, "checkpoint": ckpts, "recovery": recoveries},
-        "largest_sigterm_save_mb_estimate": max(0.0, (NOTICE_S - fixed) * rate),
-        "gcs_save_mb_per_s": rate, "fixed_save_s": fixed,
-        "requests": requests,
-    }
+    rate = mb / max(save - fixed, 1e-6)
+    return {"measured_mb": mb, "measured_save_s": save, "fits": save <= NOTICE_S, "fixed_save_s": fixed,
+            "gcs_save_mb_per_s": rate, "largest_mb_estimate": max(0.0, (NOTICE_S - fixed) * rate)}
 
 
 def _print_table(result: dict[str, Any]) -> None:
-    print(f"| what (median of {result['repeats']}) | gs:// | local | gs:// / local |")
+    print(f"| what (median of {result['repeats']}; each repetition in brackets) | gs:// | local | gs:// / local |")
     print("|---|---|---|---|")
     for row in result["rows"]:
-        print(f"| {row['what']} | {row['gcs']:.3g} | {row['local']:.3g} | {row['ratio']:.2f} |")
-    print(f"| largest SIGTERM save in {NOTICE_S:.0f} s (estimate: {result['gcs_save_mb_per_s']:.0f} MB/s, "
-          f"{result['fixed_save_s']:.2f} s fixed) | {result['largest_sigterm_save_mb_estimate']:.0f} MB | | |")
-    requests = result["requests"]
-    methods = ", ".join(f"{k} {v}" for k, v in sorted(requests["by_method"].items()))
-    print(f"| storage requests per 1,000 steps (whole run of {requests['steps']} steps: {methods}) | "
-          f"{requests['per_1000_steps']:.0f} | 0 | |")
+        each = ", ".join(f"{g:.3g}/{v:.3g}" for g, v in zip(row["gcs_each"], row["local_each"], strict=True))
+        print(f"| {row['what']} [{each}] | {row['gcs']:.3g} | {row['local']:.3g} | {row['ratio']:.2f} |")
+    if "sigterm" in result:
+        sig = result["sigterm"]
+        print(f"| SIGTERM save of {sig['measured_mb']} MB to gs:// (measured; notice {NOTICE_S:.0f} s) | "
+              f"{sig['measured_save_s']:.1f} s ({'fits' if sig['fits'] else 'does not fit'}) | | |")
+        print(f"| largest save in {NOTICE_S:.0f} s (extrapolated: {sig['gcs_save_mb_per_s']:.0f} MB/s, "
+              f"{sig['fixed_save_s']:.2f} s fixed) | {sig['largest_mb_estimate']:.0f} MB | | |")
+    if "requests" in result:
+        requests = result["requests"]
+        methods = ", ".join(f"{k} {v}" for k, v in sorted(requests["by_method"].items()))
+        print(f"| storage requests per 1,000 steps (whole run of {requests['steps']} steps: {methods}) | "
+              f"{requests['per_1000_steps']:.0f} | 0 | |")
+    if "input_cpu" in result:
+        print()
+        print("| input: CPU seconds (median) | wall | TF process | emulator (HTTPS front) | fake-gcs-server |")
+        print("|---|---|---|---|---|")
+        for case, cpu in result["input_cpu"].items():
+            print(f"| {case} | {cpu['wall']:.2f} | {cpu['tf']:.2f} | {cpu.get('front', 0):.2f} | "
+                  f"{cpu.get('fake_gcs', 0):.2f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--checkpoint-mb", type=int, default=100)
+    parser.add_argument("--checkpoint-mb", default="100,1024", help="checkpoint sizes in MB, comma-separated")
     parser.add_argument("--input-mb", type=int, default=100)
     parser.add_argument("--recovery-repeats", type=int, default=3, help="preempted runs per store")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"what to measure, of {','.join(PARTS)}")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
     reason = unavailable_reason() or (None if TF_PYTHON.exists() else f"no TF 2.9 runtime at {TF_PYTHON}")
     if reason:
         print(f"bench_gcs: {reason}", file=sys.stderr)
         raise SystemExit(2)
-    result = run(args.repeats, args.checkpoint_mb, args.input_mb, args.recovery_repeats)
+    parts = tuple(part for part in args.parts.split(",") if part)
+    if not set(parts) <= set(PARTS):
+        print(f"bench_gcs: --parts takes some of {','.join(PARTS)}, not {args.parts}", file=sys.stderr)
+        raise SystemExit(2)
+    sizes = [int(mb) for mb in args.checkpoint_mb.split(",")]
+    result = run(args.repeats, sizes, args.input_mb, args.recovery_repeats, parts)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -44,6 +44,7 @@ from tpuops.emulator import control
 from tpuops.emulator.netview import enter_command, unavailable_reason
 from tpuops.emulator.storage import read_front
 from tpuops.store import Store, open_store
+from tpuops.sweeps import ops as sweep_ops
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -295,17 +296,17 @@ def test_no_token_or_ca_key_in_logs_specs_objects_or_metadata(world: GcsWorld) -
 
 def test_compiled_keras_and_input_fn_kinds_train_on_gs(world: GcsWorld) -> None:
     """The regression example (a compiled model with its own loss and metrics) and the text one (its own input_fn)."""
-    short = {"steps: 300": "steps: 100", "every_steps: 100": "every_steps: 50"}
-    runs = {"compiled": _variant(world.work, "diabetes_regression", short),
+    short = {"steps: 300": "steps: 40", "every_steps: 100": "every_steps: 20"}
+    runs = {"compiled": _variant(world.work, "diabetes_regression", {**short, "every_steps: 50": "every_steps: 20"}),
             "input-fn": _variant(world.work, "text_classifier", short)}
     procs = {run: world.tpuops("train", str(spec), "--name", run, "--json") for run, spec in runs.items()}
     for run, proc in procs.items():
         result = _finish(proc)
-        assert (result["exit_class"], result["step"], result["attempts"]) == ("succeeded", 100, 1), result
+        assert (result["exit_class"], result["step"], result["attempts"]) == ("succeeded", 40, 1), result
         status = world.status(run)
-        assert [e["step"] for e in status["evals"]] == [50, 100]
+        assert [e["step"] for e in status["evals"]] == [20, 40]
         names = {info.key for info in world.store.list(f"runs/{run}/")}
-        assert {f"runs/{run}/ckpt/ckpt-100.index", f"runs/{run}/model/saved_model.pb"} <= names, sorted(names)
+        assert {f"runs/{run}/ckpt/ckpt-40.index", f"runs/{run}/model/saved_model.pb"} <= names, sorted(names)
     assert set(world.status("compiled")["metrics"]["eval"]) >= {"mae", "root_mean_squared_error", "within_10pct"}
     assert "accuracy" in world.status("input-fn")["metrics"]["eval"]
 
@@ -326,24 +327,25 @@ def _repeated(source: Path, target: Path, copies: int) -> int:
 
 
 def test_a_preempted_infer_resumes_on_gs_keeping_its_finished_shards(world: GcsWorld) -> None:
-    """Each shard's commit is slowed (400 ms per request) so that the notice lands between shards, whatever the load.
+    """Until the notice, every storage request waits 400 ms, so that the notice lands between shards whatever the load.
 
-    The input is the 360 test digits 20 times over, so example ``i`` must predict exactly as ``i % 360``
-    whichever attempt wrote it.
+    The emulator sends SIGTERM before ``preempt`` returns and the agent checks for it before each
+    shard, so the requests are fast again from then on. The input is the 360 test digits 10 times
+    over, so example ``i`` must predict exactly as ``i % 360`` whichever attempt wrote it.
     """
-    total = _repeated(world.work / "data" / "digits" / "test", world.work / "data" / "digits-x20", 20)
+    total = _repeated(world.work / "data" / "digits" / "test", world.work / "data" / "digits-x10", 10)
     prefix = "runs/infer-cut/predictions/"
     admin = control.AdminClient(world.info.endpoint)
-    proc = world.tpuops("infer", str(SPEC), "--checkpoint", "ref", "--input", "data/digits-x20", "--shards", "8",
+    proc = world.tpuops("infer", str(SPEC), "--checkpoint", "ref", "--input", "data/digits-x10", "--shards", "8",
                         "--batch-size", "64", "--name", "infer-cut", "--json")
     try:
         poll(lambda: world.store.exists(prefix + "plan.json"), "the infer job's plan in gs://", timeout_s=240)
         admin.set_faults(gcs_latency_ms=400)
         poll(lambda: _shards(world, prefix), "a finished prediction shard in gs://", timeout_s=120)
         admin.preempt("tpuops-local", ZONE, "infer-cut", grace_s=20.0)
-        poll(lambda: world.status("infer-cut").get("attempt") == 2, "the resumed attempt", timeout_s=120)
     finally:
         admin.clear_faults()
+    poll(lambda: world.status("infer-cut").get("attempt") == 2, "the resumed attempt", timeout_s=240)
     kept = _shards(world, prefix)
     result = _finish(proc)
     assert (result["exit_class"], result["preemptions"], result["attempts"]) == ("succeeded", 1, 2), result
@@ -375,20 +377,20 @@ eval_every_steps: 20
 
 
 def test_a_small_sweep_on_gs_ends_through_reconcile_with_its_study_and_trials_in_the_bucket(world: GcsWorld) -> None:
-    (world.work / "experiments" / "small.yaml").write_text(small_digits(SPEC.read_text(), steps=40))
+    (world.work / "experiments" / "small.yaml").write_text(small_digits(SPEC.read_text(), steps=20))
     (world.work / "sweeps").mkdir(exist_ok=True)
     (world.work / "sweeps" / "gsweep.yaml").write_text(SWEEP)
     _finish(world.tpuops("sweep", "start", "sweeps/gsweep.yaml", "--json"), timeout=120)
 
-    def ended() -> dict | None:
+    def ended() -> bool:
         _finish(world.tpuops("reconcile", "--json"), timeout=120)
-        status = _finish(world.tpuops("sweep", "status", "gsweep", "--json"), timeout=120)
-        return status if status["phase"] == "finished" else None
+        return sweep_ops.load_state(world.store, "gsweep")[0].phase == "finished"
 
-    status = poll(ended, "the sweep's end through reconcile passes", timeout_s=300, interval_s=1.0)
+    poll(ended, "the sweep's end through reconcile passes", timeout_s=300, interval_s=0.5)
+    status = _finish(world.tpuops("sweep", "status", "gsweep", "--json"), timeout=120)
     assert status["outcome"] == "completed" and status["counts"]["COMPLETE"] == 2, status
     for trial in status["trials"]:
         run = trial["run_id"]
         assert trial["value"] == world.status(run)["metrics"]["eval"]["accuracy"]
-        assert world.store.exists(f"runs/{run}/ckpt/ckpt-40.index")
+        assert world.store.exists(f"runs/{run}/ckpt/ckpt-20.index")
     assert [info.key for info in world.store.list("sweeps/gsweep/")], "the sweep's journal lives in the bucket"
