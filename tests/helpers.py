@@ -56,6 +56,17 @@ def small_digits(text: str, steps: int = 60, expected_hours: float = 0.01) -> st
     return text + f"expected_hours: {expected_hours}\n"
 
 
+def spec_variant(work: Path, example: str, name: str, replace: dict[str, str]) -> Path:
+    """A copy of ``work``/experiments/<example>.yaml next to it (same bundle folder) with lines replaced."""
+    text = (work / "experiments" / f"{example}.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = work / "experiments" / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
 def local_or_gcs_store(request: Any, tmp_path: Path) -> Store:
     """The store a ``LOCAL_AND_GCS``-parametrized fixture stands for: a fresh local one, or one in a fresh bucket
     on the session's fake-gcs-server."""

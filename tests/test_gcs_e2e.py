@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, small_digits
+from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, small_digits, spec_variant
 
 from tpuops.emulator import control
 from tpuops.emulator.netview import enter_command, unavailable_reason
@@ -147,17 +147,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsWorld]:
                TPUOPS_POLL_INTERVAL_S="0.2", STORAGE_EMULATOR_HOST=endpoint)
     yield GcsWorld(work, info, env, open_store(ROOT, gcs_endpoint=endpoint), [])
     control.stop(state_dir)
-
-
-def _variant(work: Path, example: str, replace: dict[str, str]) -> Path:
-    """A short copy of experiments/<example>.yaml beside it (same bundle folder)."""
-    text = (work / "experiments" / f"{example}.yaml").read_text()
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    path = work / "experiments" / f"short_{example}.yaml"
-    path.write_text(text)
-    return path
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> dict:
@@ -297,8 +286,9 @@ def test_no_token_or_ca_key_in_logs_specs_objects_or_metadata(world: GcsWorld) -
 def test_compiled_keras_and_input_fn_kinds_train_on_gs(world: GcsWorld) -> None:
     """The regression example (a compiled model with its own loss and metrics) and the text one (its own input_fn)."""
     short = {"steps: 300": "steps: 40", "every_steps: 100": "every_steps: 20"}
-    runs = {"compiled": _variant(world.work, "diabetes_regression", {**short, "every_steps: 50": "every_steps: 20"}),
-            "input-fn": _variant(world.work, "text_classifier", short)}
+    runs = {"compiled": spec_variant(world.work, "diabetes_regression", "short_regression",
+                                     {**short, "every_steps: 50": "every_steps: 20"}),
+            "input-fn": spec_variant(world.work, "text_classifier", "short_text", short)}
     procs = {run: world.tpuops("train", str(spec), "--name", run, "--json") for run, spec in runs.items()}
     for run, proc in procs.items():
         result = _finish(proc)

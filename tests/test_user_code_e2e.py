@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, example_datasets, poll, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, example_datasets, poll, spec_variant, start_tf_emulator
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
@@ -84,17 +84,6 @@ def _status(work: Path, run: str) -> dict:
         return {}
 
 
-def _variant(work: Path, example: str, name: str, replace: dict[str, str]) -> Path:
-    """A copy of experiments/<example>.yaml next to it (same bundle folder) with lines replaced."""
-    text = (work / "experiments" / f"{example}.yaml").read_text()
-    for old, new in replace.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    path = work / "experiments" / f"{name}.yaml"
-    path.write_text(text)
-    return path
-
-
 def _checkpointed(work: Path, run: str, attempt: int, past: int) -> bool:
     status = _status(work, run)
     return status.get("attempt") == attempt and (status.get("last_checkpoint_step") or 0) >= past
@@ -102,7 +91,7 @@ def _checkpointed(work: Path, run: str, attempt: int, past: int) -> bool:
 
 def test_article_cnn_script_preempted_twice_finishes_all_its_epochs(world: tuple[Path, EmulatorInfo]) -> None:
     work, info = world
-    spec = _variant(work, "article_cnn", "article_test", {
+    spec = spec_variant(work, "article_cnn", "article_test", {
         "epochs: 6": f"epochs: {ARTICLE_EPOCHS}", "batch_size: 64": "batch_size: 16",
         "  pixel_max: 16": f"  pixel_max: 16\n  steps_per_epoch: {ARTICLE_STEPS_PER_EPOCH}",
         "every_steps: 50": "every_steps: 100"})
@@ -202,7 +191,7 @@ def test_bad_user_code_fails_before_any_node_in_one_line(world: tuple[Path, Emul
     work, info = world
     key = yaml_line.split(":")[0]
     example = {"model": "diabetes_regression", "input": "text_classifier", "script": "article_cnn"}[key]
-    spec = _variant(work, example, f"bad_{example}", {yaml_line: replacement})
+    spec = spec_variant(work, example, f"bad_{example}", {yaml_line: replacement})
     code, _, err = _finish(_tpuops(work, info, "train", str(spec), "--name", f"bad-{key}", "--json"))
     assert code == 2
     last = err.strip().splitlines()[-1]
