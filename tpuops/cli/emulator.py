@@ -93,9 +93,9 @@ def fault(
     latency: float | None = typer.Option(None, min=0, max=60, help="Seconds added to every API request."),
     gcs_error_rate: float | None = typer.Option(
         None, min=0, max=1,
-        help="Fraction of the nodes' Cloud Storage requests failed (503, 429 or a reset connection)."),
+        help="Fraction of Cloud Storage requests failed, the nodes' and the control plane's (503, 429, reset)."),
     gcs_latency_ms: float | None = typer.Option(
-        None, min=0, max=60_000, help="Milliseconds added to each Cloud Storage request of the nodes."),
+        None, min=0, max=60_000, help="Milliseconds added to each Cloud Storage request (nodes, control plane)."),
     preempt_rate: float | None = typer.Option(None, min=0, max=1, help="Random preemptions per node per second."),
     seed: int | None = typer.Option(None, min=0, max=2**32 - 1, help="Seed of the fault dice."),
     hold_delete: list[str] | None = typer.Option(

@@ -6,9 +6,9 @@ test that sets a seed sees the same sequence of failures for the same sequence o
 ``error_burst: N`` fails exactly the next N API calls, for tests that need no randomness.
 Admin and metadata requests are never failed.
 
-``gcs_error_rate`` / ``gcs_latency_ms`` act on the Cloud Storage front that emulated nodes reach
-as storage.googleapis.com (``gcsfront``): a failed request is, in turns, a 503, a 429, or a
-connection reset before any response byte; the latency delays every response.
+``gcs_error_rate`` / ``gcs_latency_ms`` act on both Cloud Storage fronts (``gcsfront``): the one
+emulated nodes reach as storage.googleapis.com and the control plane's: a failed request is, in
+turns, a 503, a 429, or a connection reset before any response byte; the latency delays every response.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class FaultConfig:
     disabled_services: list[str] = field(default_factory=list)
     denied_permissions: list[str] = field(default_factory=list)
     missing_service_accounts: list[str] = field(default_factory=list)
-    # The nodes' Cloud Storage path (gcsfront): fraction of requests failed, milliseconds added to each.
+    # The Cloud Storage fronts (gcsfront, nodes' and control plane's): fraction failed, milliseconds added to each.
     gcs_error_rate: float = 0.0
     gcs_latency_ms: float = 0.0
 
