@@ -337,7 +337,7 @@ def test_a_preempted_infer_resumes_on_gs_keeping_its_finished_shards(world: GcsW
         admin.clear_faults()
     poll(lambda: world.status("infer-cut").get("attempt") == 2, "the resumed attempt", timeout_s=240)
     kept = _shards(world, prefix)
-    result = _finish(proc)
+    result = _finish(proc, timeout=600)
     assert (result["exit_class"], result["preemptions"], result["attempts"]) == ("succeeded", 1, 2), result
     assert 1 <= len(kept) < 8
     final = _shards(world, prefix)
@@ -376,7 +376,7 @@ def test_a_small_sweep_on_gs_ends_through_reconcile_with_its_study_and_trials_in
         _finish(world.tpuops("reconcile", "--json"), timeout=120)
         return sweep_ops.load_state(world.store, "gsweep")[0].phase == "finished"
 
-    poll(ended, "the sweep's end through reconcile passes", timeout_s=300, interval_s=0.5)
+    poll(ended, "the sweep's end through reconcile passes", timeout_s=600, interval_s=0.5)
     status = _finish(world.tpuops("sweep", "status", "gsweep", "--json"), timeout=120)
     assert status["outcome"] == "completed" and status["counts"]["COMPLETE"] == 2, status
     for trial in status["trials"]:
