@@ -77,6 +77,12 @@ class RunRecord(_Doc):
     budget_usd: float | None = None
     target: dict[str, Any] | None = None
     sweep: str | None = None
+    deadline_at: float | None = None
+    """When the run must be done (epoch seconds): its capacity follows ``tpuops.deadline.choose``."""
+    expected_s: float | None = None
+    """The run's expected length at on-demand speed: its remaining work until a pass has measured its speed."""
+    fallback: bool = False
+    """Spot until the first preemption, on-demand after (``tpuops.deadline.fallback``: the SkyPilot-like baseline)."""
 
     @property
     def node_name(self) -> str:
