@@ -140,6 +140,7 @@ def plan_train(
     ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
+    deadline = _deadline(experiment, spec_path)
     check_experiment(experiment, spec_path.resolve().parent)
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     base = base_dir or Path.cwd()
@@ -178,7 +179,8 @@ def plan_train(
             metrics=tuple(experiment.eval.metrics),
         ))
     record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
-                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep)
+                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep,
+                     deadline=deadline)
     datasets = tuple(d for d in (train, evaluation) if d is not None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                             datasets=datasets))
@@ -191,18 +193,37 @@ def _checked(plan: JobPlan) -> JobPlan:
 
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
             spec_path: Path, accelerator: str, capacity: Capacity | None, bundle: Bundle, *, keep: bool,
-            budget_usd: float | None, sweep: str | None = None) -> RunRecord:
+            budget_usd: float | None, sweep: str | None = None,
+            deadline: dict[str, float] | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
                  sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None)
     return RunRecord(
+        **(deadline or {}),
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,
         spec_file=str(spec_path), bundle_sha256=bundle.sha256,
         created=datetime.now(UTC).isoformat(timespec="seconds"), keep=keep, budget_usd=budget_usd,
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
         sweep=sweep,
     )
+
+
+def _deadline(experiment: Experiment, spec_path: Path) -> dict[str, float]:
+    """The record's deadline fields for a run launched now; a deadline that has passed, or is nearer than the
+    run's ``expected_hours`` at on-demand speed, is refused (one line)."""
+    now = datetime.now(UTC).timestamp()
+    due = experiment.deadline_at(now)
+    if due is None:
+        return {}
+    expected = experiment.expected_hours * 3600
+    when = datetime.fromtimestamp(due, UTC).isoformat(timespec="minutes")
+    if due <= now:
+        raise UsageError(f"{spec_path}: deadline {when} has passed: give a later one, or finish_within: 36h")
+    if due - now < expected:
+        raise UsageError(f"{spec_path}: deadline {when} is {(due - now) / 3600:.1f} h away, shorter than the run "
+                         f"at on-demand speed (expected_hours: {experiment.expected_hours:g}): give a later deadline")
+    return {"deadline_at": due, "expected_s": expected}
 
 
 def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment, dataset: DatasetSpec, *,
