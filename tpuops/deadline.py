@@ -32,8 +32,8 @@ MARGIN = 0.05
 """The share of the remaining work kept free on spot, against the spread of preemptions around their mean."""
 
 RECOVERY_S = 900.0
-"""ASSUMED cost of one move or preemption where no better number is known: a cron pass to notice it (300 s),
-create -> READY (about 120 s), setup and restore (about 150-300 s) and the work since the last save."""
+"""ASSUMED cost of one move or preemption (the ``recovery_s`` setting's default): a cron pass to notice it
+(300 s), create -> READY (about 120 s), setup and restore (about 150-300 s) and the work since the last save."""
 
 
 @dataclass(frozen=True)

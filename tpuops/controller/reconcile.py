@@ -199,7 +199,7 @@ class Controller:
         s = self.settings
         return Policy(zones=tuple(record.zones), max_crashes=s.max_restarts, hang_after_s=s.hang_after_s,
                       boot_timeout_s=s.boot_timeout_s, stockout_backoff_s=s.stockout_backoff_s,
-                      keep_node=record.keep, capacity=capacity_rule(record, s.spot_preemptions_per_hour))
+                      keep_node=record.keep, capacity=capacity_rule(record, s.spot_preemptions_per_hour, s.recovery_s))
 
     def _record(self, run_id: str, fresh: bool) -> RunRecord:
         if fresh or run_id not in self._records:
@@ -555,13 +555,13 @@ class Controller:
         return report.reaped
 
 
-def capacity_rule(record: RunRecord, hazard_per_hour: float) -> Rule | None:
-    """The run's capacity rule (``tpuops.deadline``), at ``hazard_per_hour`` spot preemptions; None without one,
-    or for a run declared on-demand (nothing cheaper to move to)."""
+def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
+    """The run's capacity rule (``tpuops.deadline``), at ``hazard_per_hour`` spot preemptions costing ``recovery_s``
+    each; None without one, or for a run declared on-demand (nothing cheaper to move to)."""
     if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
         return None
     return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
-                fallback=record.fallback, hazard_per_hour=hazard_per_hour)
+                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
 
 
 def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,

@@ -83,8 +83,7 @@ class Forecast:
     assumptions: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions,
-                "not_forecast": ["deadline policy: not built yet (issue 23, scope 4)"]}
+        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions}
 
 
 def measured(found: Sequence[Run], experiment: str) -> Measured | None:
