@@ -91,6 +91,9 @@ class Batch(_Strict):
 class Checkpoint(_Strict):
     every_steps: StrictInt = Field(default=1000, ge=0)
     every_seconds: StrictInt = Field(default=600, ge=0)
+    every: Literal["auto"] | None = None
+    """``auto``: by time only, every Young/Daly interval for the save cost the agent measures and the
+    ``lost_work_per_hour`` of ``tpuops.toml`` (``tpuops/agent/interval.py``); every_steps/every_seconds unused."""
     keep: StrictInt = Field(default=3, gt=0)
 
 

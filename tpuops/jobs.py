@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuops import accelerators, runs
+from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.bundle import Bundle, build_bundle
 from tpuops.config import Settings
@@ -160,8 +161,7 @@ def plan_train(
         spec = _run_spec(settings, store, run_id, experiment, dataset, script=ScriptSpec(
             command=program,
             hparams_as_flags=experiment.hparams_as_flags,
-            checkpoint_every_steps=experiment.checkpoint.every_steps,
-            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            **_schedule(experiment, settings, auto_rate=False),
             keep_checkpoints=experiment.checkpoint.keep,
             total_steps=experiment.steps,
         ))
@@ -171,8 +171,7 @@ def plan_train(
             per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
-            checkpoint_every_steps=experiment.checkpoint.every_steps,
-            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            **_schedule(experiment, settings, auto_rate=True),
             keep_checkpoints=experiment.checkpoint.keep,
             eval_every_steps=experiment.eval.every_steps,
             eval_steps=experiment.eval.steps,
@@ -207,6 +206,18 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
         sweep=sweep,
     )
+
+
+def _schedule(experiment: Experiment, settings: Settings, *, auto_rate: bool) -> dict[str, Any]:
+    """The agent's checkpoint schedule: the experiment's, or for ``every: auto`` by time only, starting at the
+    Young/Daly interval of an assumed save; the built-in loop (``auto_rate``) re-chooses it after each save, a
+    script keeps that first interval."""
+    every = experiment.checkpoint
+    if every.every != "auto":
+        return {"checkpoint_every_steps": every.every_steps, "checkpoint_every_seconds": float(every.every_seconds)}
+    first = young_daly_s(FIRST_SAVE_S, settings.lost_work_per_hour)
+    rate = {"checkpoint_loss_rate_per_hour": settings.lost_work_per_hour} if auto_rate else {}
+    return {"checkpoint_every_steps": 0, "checkpoint_every_seconds": first, **rate}
 
 
 def _deadline(experiment: Experiment, spec_path: Path) -> dict[str, float]:

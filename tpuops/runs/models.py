@@ -149,6 +149,8 @@ class AgentStatus(_Doc):
     last_checkpoint_step: int | None = None
     checkpoint_in_flight: int | None = None
     """The step of the checkpoint being written in the background; None from an agent older than that."""
+    checkpoint_every_s: float | None = None
+    """The periodic checkpoint interval in use (``every: auto`` re-chooses it after each save)."""
     metrics: dict[str, Any] = Field(default_factory=dict)
     input_wait_ms: float | None = None
     evals: list[EvalPoint] = Field(default_factory=list)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from tpuops import jobs
+from tpuops.agent.interval import young_daly_s
 from tpuops.config import Settings
 from tpuops.errors import UsageError
 from tpuops.experiment import Experiment
@@ -75,12 +76,14 @@ class Policy(ValueEnum):
 
 
 def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None,
-                eval_every_steps: int = 0) -> AgentModel:
+                lost_work_per_hour: float, eval_every_steps: int = 0) -> AgentModel:
     """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval."""
     steps = experiment.steps or max(1, round(experiment.expected_hours * 3600 * steps_per_s))
     every = [s for s in (experiment.checkpoint.every_seconds,
                          experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
              if s > 0]
+    if experiment.checkpoint.every == "auto":
+        every = [young_daly_s(Segments.save_s, lost_work_per_hour)]
     setup = {} if setup_s is None else {"setup_s": setup_s}
     return AgentModel(total_steps=steps, steps_per_s=steps_per_s,
                       segments=Segments(checkpoint_every_s=min(every, default=600.0), **setup),
@@ -167,6 +170,7 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
         model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+                            lost_work_per_hour=settings.lost_work_per_hour,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
         waves = -(-plan.spec.trials // plan.spec.parallel)
         plan = _on(plan, policy.capacity, policy.rule(waves * model.length_s, _due_s(plan.job.experiment)))
@@ -176,7 +180,8 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         start_sweep(plan, sim.store, say, upload=False)
     else:
         job = jobs.plan_train(settings, path, user_store, capacity=policy.capacity)
-        model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s)
+        model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+                            lost_work_per_hour=settings.lost_work_per_hour)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
         rule = policy.rule(model.length_s, _due_s(job.experiment))
