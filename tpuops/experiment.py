@@ -249,6 +249,21 @@ def load_experiment(path: Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is one ``UsageError`` line."""
     raw = read_yaml_mapping(path, "experiment spec", "model, dataset, batch, steps")
     try:
-        return Experiment.model_validate(raw)
+        experiment = Experiment.model_validate(raw)
     except ValidationError as err:
         raise UsageError(one_line(err, str(path), Experiment)) from None
+    _check_deadline(experiment, path, datetime.now(UTC).timestamp())
+    return experiment
+
+
+def _check_deadline(experiment: Experiment, path: Path, now: float) -> None:
+    """A run launched ``now`` must be able to meet its deadline on on-demand (``expected_hours``); one line if not."""
+    due = experiment.deadline_at(now)
+    if due is None:
+        return
+    when = datetime.fromtimestamp(due, UTC).isoformat(timespec="minutes")
+    if due <= now:
+        raise UsageError(f"{path}: deadline {when} has passed: give a later one, or finish_within: 36h")
+    if due - now < experiment.expected_hours * 3600:
+        raise UsageError(f"{path}: deadline {when} is {(due - now) / 3600:.1f} h away, shorter than the run at "
+                         f"on-demand speed (expected_hours: {experiment.expected_hours:g}): give a later deadline")

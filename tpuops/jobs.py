@@ -141,7 +141,7 @@ def plan_train(
     ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
-    deadline = _deadline(experiment, spec_path)
+    deadline = _deadline(experiment)
     check_experiment(experiment, spec_path.resolve().parent)
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     base = base_dir or Path.cwd()
@@ -220,21 +220,11 @@ def _schedule(experiment: Experiment, settings: Settings, *, auto_rate: bool) ->
     return {"checkpoint_every_steps": 0, "checkpoint_every_seconds": first, **rate}
 
 
-def _deadline(experiment: Experiment, spec_path: Path) -> dict[str, float]:
-    """The record's deadline fields for a run launched now; a deadline that has passed, or is nearer than the
-    run's ``expected_hours`` at on-demand speed, is refused (one line)."""
-    now = datetime.now(UTC).timestamp()
-    due = experiment.deadline_at(now)
-    if due is None:
-        return {}
-    expected = experiment.expected_hours * 3600
-    when = datetime.fromtimestamp(due, UTC).isoformat(timespec="minutes")
-    if due <= now:
-        raise UsageError(f"{spec_path}: deadline {when} has passed: give a later one, or finish_within: 36h")
-    if due - now < expected:
-        raise UsageError(f"{spec_path}: deadline {when} is {(due - now) / 3600:.1f} h away, shorter than the run "
-                         f"at on-demand speed (expected_hours: {experiment.expected_hours:g}): give a later deadline")
-    return {"deadline_at": due, "expected_s": expected}
+def _deadline(experiment: Experiment) -> dict[str, float]:
+    """The record's deadline fields for a run launched now (``load_experiment`` refused a deadline already passed
+    or nearer than the run's ``expected_hours``)."""
+    due = experiment.deadline_at(datetime.now(UTC).timestamp())
+    return {} if due is None else {"deadline_at": due, "expected_s": experiment.expected_hours * 3600}
 
 
 def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment, dataset: DatasetSpec, *,
