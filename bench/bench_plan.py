@@ -151,10 +151,10 @@ def _row(hazard: str, policy: Policy, slack: float, results: list[tuple[float | 
             "speedup": sum(r[3] for r in results) / max(1e-9, sum(r[4] for r in results))}
 
 
-def policy_study(runs: int, repetitions: int, workers: int) -> list[dict[str, Any]]:
-    """Every cell over ``repetitions``: median (min-max) of its cost ratio and miss share."""
+def policy_study(runs: int, repetitions: int, workers: int, first: int = 0) -> list[dict[str, Any]]:
+    """Every cell over ``repetitions`` from repetition ``first``: median (min-max) of its cost ratio and miss share."""
     table: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
-    for repetition in range(repetitions):
+    for repetition in range(first, first + repetitions):
         for row in policy_repetition(runs, repetition, workers):
             table.setdefault((row["hazard"], row["slack"], row["policy"]), []).append(row)
     return [{"hazard": hazard, "slack": slack, "policy": policy, "runs": found[0]["runs"],
@@ -250,6 +250,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=50)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="processes for the policy study")
+    parser.add_argument("--first-repetition", type=int, default=0,
+                        help="the policy study's first repetition (its seeds): repetitions run apart, merged by hand")
     parser.add_argument("--skip-policy", action="store_true")
     parser.add_argument("--budget-per-trial", type=float, default=1.0, help="the spot sweep's budget, USD a trial")
     parser.add_argument("--skip-fleet", action="store_true")
@@ -258,7 +260,7 @@ def main() -> None:
     started = time.perf_counter()
     out: dict[str, Any] = {}
     if not args.skip_policy:
-        out["policy_study"] = policy_study(args.runs, args.repetitions, args.workers)
+        out["policy_study"] = policy_study(args.runs, args.repetitions, args.workers, args.first_repetition)
     if not args.skip_fleet:
         out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial)
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
