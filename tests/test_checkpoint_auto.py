@@ -52,3 +52,12 @@ def test_an_auto_experiment_saves_by_time_from_the_first_interval_and_tells_the_
     train = plan.spec.train
     assert train is not None and train.checkpoint_every_steps == 0 and train.checkpoint_loss_rate_per_hour == 0.2
     assert train.checkpoint_every_seconds == young_daly_s(FIRST_SAVE_S, 0.2) == pytest.approx(600.0)
+
+
+def test_status_shows_the_interval_in_use_next_to_the_last_checkpoint() -> None:
+    from tpuops.cli.nodes import _checkpoint_cell
+
+    assert _checkpoint_cell({"last_checkpoint_step": 40, "checkpoint_in_flight": 50,
+                             "checkpoint_every_s": 612.3}) == "40 (saving 50), every 612 s"
+    assert _checkpoint_cell({"last_checkpoint_step": None, "checkpoint_every_s": 600.0}) == "every 600 s"
+    assert _checkpoint_cell({"last_checkpoint_step": 40, "checkpoint_every_s": 0}) == "40"  # by steps only
