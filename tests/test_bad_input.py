@@ -71,6 +71,11 @@ REFUSED = [  # argv, what the one line must say
     (["train", "--resume", ""], "run id '' is not allowed"),
     (["init", "--path", "x" * 300], "File name too long"),
     (["train", corpus("nul_escape.yaml"), "--dry-run"], "NUL character"),
+    (["train", corpus("deadline_past.yaml"), "--dry-run"], "deadline 2020-01-01T00:00+00:00 has passed"),
+    (["train", corpus("deadline_too_near.yaml"), "--dry-run"], "shorter than the run at on-demand speed"),
+    (["train", corpus("deadline_both.yaml"), "--dry-run"], "give deadline or finish_within, not both"),
+    (["train", corpus("deadline_bad_duration.yaml"), "--dry-run"], "a duration like 36h"),
+    (["simulate", SPEC, "--policy", "cheapest"], "unknown policy 'cheapest'"),
 ]
 
 

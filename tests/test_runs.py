@@ -16,6 +16,7 @@ import pytest
 from lanes import LOCAL_AND_GCS
 
 from tpuops import runs
+from tpuops.deadline import endgame
 from tpuops.errors import PreconditionFailed, UsageError
 from tpuops.kinds import Capacity
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
@@ -119,16 +120,16 @@ def test_a_memory_in_its_legacy_file_is_read_and_the_next_save_moves_it_to_memor
 @pytest.mark.unit
 def test_memory_owns_its_transitions_finish_promote_and_reopen() -> None:
     memory = Memory()
-    assert memory.promote(1.0, Capacity.ON_DEMAND, Capacity.SPOT)
+    assert memory.promote(1.0, endgame(), Capacity.SPOT)
     assert (memory.capacity, memory.deleting, memory.events[-1]["message"]) == (
         Capacity.ON_DEMAND, True, "endgame: moving from spot to on-demand at the next checkpoint")
-    assert not memory.promote(2.0, Capacity.ON_DEMAND, Capacity.SPOT)  # once
+    assert not memory.promote(2.0, endgame(), Capacity.SPOT)  # once
     assert not memory.reopen(3.0, "not finished")
     memory.pending_create = None
     memory.finish(4.0, Outcome.PRUNED, "pruned at step 40")
     assert (memory.phase, memory.outcome, memory.events[-1]["message"]) == (
         RunPhase.FINISHED, Outcome.PRUNED, "pruned: pruned at step 40")
-    assert not memory.promote(5.0, Capacity.ON_DEMAND, Capacity.SPOT)
+    assert not memory.promote(5.0, endgame(), Capacity.SPOT)
     assert memory.reopen(6.0, "train --resume")
     assert (memory.phase, memory.outcome, memory.reason, memory.crashes) == (RunPhase.ACTIVE, None, None, 0)
 

@@ -25,6 +25,7 @@ from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
+from tpuops.sim.scenario import Policy
 from tpuops.store import LocalStore
 
 ZONES = ("us-central1-a", "us-central1-b")
@@ -201,7 +202,7 @@ def test_tpuops_simulate_runs_an_experiment_and_a_sweep(project: Path) -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("args", "message"), [
-    (["--policy", "cheapest"], "unknown policy 'cheapest': expected one of spot, on-demand"),
+    (["--policy", "cheapest"], "unknown policy 'cheapest': expected one of spot, on-demand, fallback, deadline"),
     (["--runs", "0"], "runs = 0 is not allowed: expected at least 1"),
     (["--pass-every", "-5"], "the pass interval = -5.0 s is not allowed: expected > 0"),
 ])
@@ -225,7 +226,8 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
     assert done.exit_code == 0, done.output
     forecast = json.loads(done.stdout)["forecast"]
     by_policy = {row["policy"]: row for row in forecast["policies"]}
-    assert set(by_policy) == {"spot", "on-demand"} and forecast["not_forecast"]
+    assert set(by_policy) == {"spot", "on-demand", "fallback", "deadline"} and "not_forecast" not in forecast
+    assert forecast["assumptions"]["deadline"].startswith("assumed: 1.5x")
     spot, on_demand = by_policy["spot"], by_policy["on-demand"]
     assert spot["simulated"] == on_demand["simulated"] == 20
     assert spot["usd"]["p10"] <= spot["usd"]["p50"] <= spot["usd"]["p90"] < on_demand["usd"]["p10"]
@@ -235,7 +237,10 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
     sweep = CliRunner().invoke(app, ["sweep", "start", "sweeps/digits_lr.yaml", "--dry-run", "--json"])
     assert sweep.exit_code == 0, sweep.output
     rows = json.loads(sweep.stdout)["forecast"]["policies"]
-    assert [(r["policy"], r["simulated"], r["finished"]) for r in rows] == [("spot", 3, 3), ("on-demand", 3, 3)]
+    # How many end within the forecast's wall budget depends on the machine's load: not asserted here.
+    assert [(r["policy"], r["simulated"]) for r in rows] == [("spot", 3), ("on-demand", 3), ("fallback", 3),
+                                                              ("deadline", 3)]
+    assert all(0 <= r["finished"] <= 3 for r in rows)
 
 
 @pytest.mark.unit
@@ -256,3 +261,49 @@ def test_history_gives_the_experiments_own_speed_and_setup() -> None:
     assert history is not None and (history.runs, history.steps_per_s, history.setup_s) == (2, 25.0, 60.0)
     assert measured(found, "never-ran") is None
     assert Band.of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]) == Band(2.0, 6.0, 10.0)
+
+
+# -- capacity policies and the engine's fast path ------------------------------------------------------------
+
+
+def _one(tmp_path: Path, cloud: CloudModel, policy: Policy, due_s: float | None, *, seed: int = 4,
+         quiet_skip_s: float = 0.0) -> tuple[Simulation, SimReport]:
+    job = AgentModel(total_steps=3 * 3600 * 10, steps_per_s=10)
+    settings = _settings(tmp_path).model_copy(update={"spot_preemptions_per_hour": cloud.spot_hazard_per_hour,
+                                                        "recovery_s": 450.0})
+    sim = Simulation(settings, tmp_path / "world", cloud, job, cron_s=300, seed=seed)
+    record, spec = _record(settings, "job-0", policy.capacity)
+    sim.declare([(record.model_copy(update=policy.rule(job.length_s, due_s)), spec)])
+    return sim, sim.run(max_hours=24, quiet_skip_s=quiet_skip_s)
+
+
+@pytest.mark.unit
+def test_the_fast_path_skips_quiet_passes_and_changes_no_result(tmp_path: Path) -> None:
+    cloud = CloudModel(spot_hazard_per_hour=1.0)
+    _, every = _one(tmp_path / "every", cloud, Policy.SPOT, None)
+    _, fast = _one(tmp_path / "fast", cloud, Policy.SPOT, None, quiet_skip_s=3600)
+    assert every.runs[0].preemptions > 0 and fast.passes < every.passes / 2
+    assert [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in fast.runs] == \
+        [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in every.runs]
+
+
+@pytest.mark.unit
+def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_and_it_finishes_on_time(
+        tmp_path: Path) -> None:
+    due = 3.3 * 3600  # 3 h of steps and about 4 min of setup and saves: 1.1x
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=3.0), Policy.DEADLINE, due)
+    result = report.runs[0]
+    assert result.outcome == "succeeded" and result.hours_to_result is not None
+    assert result.hours_to_result * 3600 <= due
+    memory = runs.load_memory(sim.store, "job-0")[0]
+    moves = [e for e in memory.events if e["kind"] == "capacity"]
+    assert moves and "to on-demand" in moves[0]["message"]
+    assert {b.capacity for b in sim.cloud.billing} >= {"on-demand"}
+
+
+@pytest.mark.unit
+def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> None:
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), Policy.FALLBACK, None)
+    capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
+    assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
+    assert "spot" not in capacities[capacities.index("on-demand"):]

@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tpuops.deadline import RECOVERY_S
 from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity, Provider
 from tpuops.naming import SERVICE_ACCOUNT, rule_in_words
@@ -114,6 +115,12 @@ class Settings(BaseModel):
     spot_preemptions_per_hour: float = Field(default=0.1, ge=0, le=3600)
     """ASSUMPTION, not a measurement: the preemption rate (per READY node-hour) that planning uses for
     spot and preemptible capacity where the ledger has no READY time yet (Google publishes none)."""
+    lost_work_per_hour: float = Field(default=0.05, gt=0, le=3600)
+    """ASSUMPTION: how often a run loses the work since its last save for lack of a notice save (crashes, hangs,
+    notice saves that did not fit), per running hour: what ``checkpoint: {every: auto}`` weighs save costs against."""
+    recovery_s: float = Field(default=RECOVERY_S, gt=0, le=WEEK_S)
+    """ASSUMPTION: what one preemption or capacity move costs a run (a pass to notice it, create -> READY, setup,
+    restore, the work since the last save); the deadline policy keeps room for it (``tpuops.deadline``)."""
 
     @field_validator("project")
     @classmethod

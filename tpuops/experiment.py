@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import difflib
 import shlex
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tpuops.documents import read_yaml_mapping
 from tpuops.errors import UsageError, excerpt
@@ -35,6 +36,22 @@ from tpuops.kinds import Capacity
 from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
+
+UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(text: str) -> float:
+    """``36h``, ``90m``, ``2d``, ``3600s`` in seconds (ValueError: not such a duration, or not > 0)."""
+    number, unit = text[:-1], text[-1:]
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError("expected a duration like 36h, 90m or 2d") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError("expected a duration > 0, like 36h")
+    return seconds
 
 
 class _Strict(BaseModel):
@@ -74,6 +91,9 @@ class Batch(_Strict):
 class Checkpoint(_Strict):
     every_steps: StrictInt = Field(default=1000, ge=0)
     every_seconds: StrictInt = Field(default=600, ge=0)
+    every: Literal["auto"] | None = None
+    """``auto``: by time only, every Young/Daly interval for the save cost the agent measures and the
+    ``lost_work_per_hour`` of ``tpuops.toml`` (``tpuops/agent/interval.py``); every_steps/every_seconds unused."""
     keep: StrictInt = Field(default=3, gt=0)
 
 
@@ -120,10 +140,32 @@ class Experiment(_Strict):
     capacity: Capacity | None = None
     target: Target | None = None
     expected_hours: float = Field(default=1.0, gt=0)
-    """How long one run is expected to take: what a budget is checked against before launch."""
+    """How long one run is expected to take at on-demand speed: what a budget and a deadline are checked against."""
+    deadline: datetime | None = None
+    """When the run must be done (ISO time; UTC when it names no zone): spot while it fits, on-demand when not."""
+    finish_within: str | None = None
+    """The same, from the launch: ``36h``, ``90m``, ``2d``."""
+
+    @field_validator("finish_within")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            duration_s(value)
+        return value
+
+    def deadline_at(self, now: float) -> float | None:
+        """The deadline in epoch seconds for a run launched at ``now``; None without one."""
+        if self.finish_within is not None:
+            return now + duration_s(self.finish_within)
+        if self.deadline is None:
+            return None
+        when = self.deadline if self.deadline.tzinfo else self.deadline.replace(tzinfo=UTC)
+        return when.timestamp()
 
     @model_validator(mode="after")
     def _one_mode(self) -> Experiment:
+        if self.deadline is not None and self.finish_within is not None:
+            raise ValueError("give deadline or finish_within, not both")
         if self.command is not None and self.script is not None:
             raise ValueError("give command or script, not both")
         if self.program is not None:
@@ -207,6 +249,21 @@ def load_experiment(path: Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is one ``UsageError`` line."""
     raw = read_yaml_mapping(path, "experiment spec", "model, dataset, batch, steps")
     try:
-        return Experiment.model_validate(raw)
+        experiment = Experiment.model_validate(raw)
     except ValidationError as err:
         raise UsageError(one_line(err, str(path), Experiment)) from None
+    _check_deadline(experiment, path, datetime.now(UTC).timestamp())
+    return experiment
+
+
+def _check_deadline(experiment: Experiment, path: Path, now: float) -> None:
+    """A run launched ``now`` must be able to meet its deadline on on-demand (``expected_hours``); one line if not."""
+    due = experiment.deadline_at(now)
+    if due is None:
+        return
+    when = datetime.fromtimestamp(due, UTC).isoformat(timespec="minutes")
+    if due <= now:
+        raise UsageError(f"{path}: deadline {when} has passed: give a later one, or finish_within: 36h")
+    if due - now < experiment.expected_hours * 3600:
+        raise UsageError(f"{path}: deadline {when} is {(due - now) / 3600:.1f} h away, shorter than the run at "
+                         f"on-demand speed (expected_hours: {experiment.expected_hours:g}): give a later deadline")

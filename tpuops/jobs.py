@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuops import accelerators, runs
+from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.bundle import Bundle, build_bundle
 from tpuops.config import Settings
@@ -140,6 +141,7 @@ def plan_train(
     ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
+    deadline = _deadline(experiment)
     check_experiment(experiment, spec_path.resolve().parent)
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     base = base_dir or Path.cwd()
@@ -159,8 +161,7 @@ def plan_train(
         spec = _run_spec(settings, store, run_id, experiment, dataset, script=ScriptSpec(
             command=program,
             hparams_as_flags=experiment.hparams_as_flags,
-            checkpoint_every_steps=experiment.checkpoint.every_steps,
-            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            **_schedule(experiment, settings, auto_rate=False),
             keep_checkpoints=experiment.checkpoint.keep,
             total_steps=experiment.steps,
         ))
@@ -170,15 +171,15 @@ def plan_train(
             per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
-            checkpoint_every_steps=experiment.checkpoint.every_steps,
-            checkpoint_every_seconds=float(experiment.checkpoint.every_seconds),
+            **_schedule(experiment, settings, auto_rate=True),
             keep_checkpoints=experiment.checkpoint.keep,
             eval_every_steps=experiment.eval.every_steps,
             eval_steps=experiment.eval.steps,
             metrics=tuple(experiment.eval.metrics),
         ))
     record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
-                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep)
+                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep,
+                     deadline=deadline)
     datasets = tuple(d for d in (train, evaluation) if d is not None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                             datasets=datasets))
@@ -191,18 +192,39 @@ def _checked(plan: JobPlan) -> JobPlan:
 
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
             spec_path: Path, accelerator: str, capacity: Capacity | None, bundle: Bundle, *, keep: bool,
-            budget_usd: float | None, sweep: str | None = None) -> RunRecord:
+            budget_usd: float | None, sweep: str | None = None,
+            deadline: dict[str, float] | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
                  sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None)
     return RunRecord(
+        **(deadline or {}),
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,
         spec_file=str(spec_path), bundle_sha256=bundle.sha256,
         created=datetime.now(UTC).isoformat(timespec="seconds"), keep=keep, budget_usd=budget_usd,
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
         sweep=sweep,
     )
+
+
+def _schedule(experiment: Experiment, settings: Settings, *, auto_rate: bool) -> dict[str, Any]:
+    """The agent's checkpoint schedule: the experiment's, or for ``every: auto`` by time only, starting at the
+    Young/Daly interval of an assumed save; the built-in loop (``auto_rate``) re-chooses it after each save, a
+    script keeps that first interval."""
+    every = experiment.checkpoint
+    if every.every != "auto":
+        return {"checkpoint_every_steps": every.every_steps, "checkpoint_every_seconds": float(every.every_seconds)}
+    first = young_daly_s(FIRST_SAVE_S, settings.lost_work_per_hour)
+    rate = {"checkpoint_loss_rate_per_hour": settings.lost_work_per_hour} if auto_rate else {}
+    return {"checkpoint_every_steps": 0, "checkpoint_every_seconds": first, **rate}
+
+
+def _deadline(experiment: Experiment) -> dict[str, float]:
+    """The record's deadline fields for a run launched now (``load_experiment`` refused a deadline already passed
+    or nearer than the run's ``expected_hours``)."""
+    due = experiment.deadline_at(datetime.now(UTC).timestamp())
+    return {} if due is None else {"deadline_at": due, "expected_s": experiment.expected_hours * 3600}
 
 
 def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experiment, dataset: DatasetSpec, *,

@@ -238,3 +238,18 @@ def test_background_save_keeps_the_values_of_its_step(tmp_path: Path, staged: bo
     assert checkpointer.stored_step == 10
     saved = tf.train.load_checkpoint(str(store / "ckpt-10")).get_tensor("w/.ATTRIBUTES/VARIABLE_VALUE")
     assert (saved == 1.0).all()
+
+
+def test_every_auto_re_chooses_the_interval_from_each_measured_save(tmp_path: Path) -> None:
+    from tpuops.agent.interval import young_daly_s
+
+    checkpointer = Checkpointer(tf.train.Checkpoint(w=tf.Variable(tf.zeros([64]))), str(tmp_path), keep=2,
+                                every_steps=0, every_seconds=600.0, loss_rate_per_hour=0.2)
+    assert checkpointer.every_seconds == 600.0 and checkpointer.save_s is None  # nothing measured yet
+    checkpointer.save(10)
+    assert checkpointer.save_s is not None and checkpointer.save_s > 0
+    assert checkpointer.every_seconds == young_daly_s(checkpointer.save_s, 0.2)
+    fixed = Checkpointer(tf.train.Checkpoint(w=tf.Variable(1.0)), str(tmp_path / "fixed"), keep=2, every_steps=0,
+                         every_seconds=600.0)
+    fixed.save(10)
+    assert fixed.every_seconds == 600.0

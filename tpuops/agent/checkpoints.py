@@ -53,6 +53,7 @@ from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
+from tpuops.agent.interval import young_daly_s
 from tpuops.agent.paths import CHECKPOINT_INDEX, join, local_directory, write_whole
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,11 @@ class Checkpointer:
         staging: Optional[str] = None,
         on_writing: Optional[Callable[[int], None]] = None,
         on_stored: Optional[Callable[[int], None]] = None,
+        loss_rate_per_hour: Optional[float] = None,
     ) -> None:
         self._checkpoint = checkpoint
+        self._loss_rate_per_hour = loss_rate_per_hour
+        self.save_s: Optional[float] = None  # the last save's cost, snapshot to whole in the store
         self._on_writing = on_writing
         self._on_stored = on_stored
         self._directory = directory
@@ -265,13 +269,14 @@ class Checkpointer:
                 self.wait()
             return stored
         self.wait()
+        began = time.monotonic()
         before = set(threading.enumerate())
         path = self._manager.save(checkpoint_number=step, options=_ASYNC)
         writers = [thread for thread in threading.enumerate() if thread not in before]
         self.last_step = step
         self._last_time = time.monotonic()
         self._finisher = threading.Thread(
-            target=self._finish, args=(path, step, writers), name="tpuops-checkpoint-finish"
+            target=self._finish, args=(path, step, writers, began), name="tpuops-checkpoint-finish"
         )
         self._finisher.start()
         if not background:
@@ -288,7 +293,12 @@ class Checkpointer:
             self.last_step = self.stored_step  # its step was not saved: saving that step again writes it
             raise error
 
-    def _finish(self, path: str, step: int, writers: List[threading.Thread]) -> None:
+    @property
+    def every_seconds(self) -> float:
+        """The periodic interval in use: fixed, or (``every: auto``) Young/Daly's for the last save's cost."""
+        return self._every_seconds
+
+    def _finish(self, path: str, step: int, writers: List[threading.Thread], began: float) -> None:
         started = time.monotonic()
         try:
             if self._on_writing is not None:
@@ -302,8 +312,12 @@ class Checkpointer:
                 copy_checkpoint(path, self._directory)
                 prune(self._directory, self._keep)
             self.stored_step = step
+            self.save_s = time.monotonic() - began
             log.info("checkpoint at step %d is in %s (%.1f s after the snapshot)", step, self._directory,
                      time.monotonic() - started)
+            if self._loss_rate_per_hour is not None:
+                self._every_seconds = young_daly_s(self.save_s, self._loss_rate_per_hour)
+                log.info("every: auto: the save took %.1f s; saving every %.0f s", self.save_s, self._every_seconds)
             if self._on_stored is not None:
                 self._on_stored(step)
         except Exception as err:  # raised in the training thread by the next save or wait()

@@ -66,6 +66,8 @@ Schema (version 1; "=" gives the default of an optional key)::
         "steps_per_call": 50,            = 50; steps run inside one tf.function call
         "checkpoint_every_steps": 1000,  = 1000; 0: only by time, on preemption and at the end
         "checkpoint_every_seconds": 600, = 600; 0: never by time
+        "checkpoint_loss_rate_per_hour": null,  = null; a rate: `every: auto`, the interval is
+                                         re-chosen after each save (agent/interval.py)
         "keep_checkpoints": 3,           = 3; CheckpointManager max_to_keep
         "eval_every_steps": 0,           = 0; 0: evaluate once, at the end
         "eval_steps": null,              = null; null: the whole eval set, else at most N batches
@@ -290,6 +292,8 @@ class TrainSpec:
     steps_per_call: int = 50
     checkpoint_every_steps: int = 1000
     checkpoint_every_seconds: float = 600.0
+    checkpoint_loss_rate_per_hour: Optional[float] = None
+    """Set by ``checkpoint: {every: auto}``: the interval follows the measured save cost (``agent/interval.py``)."""
     keep_checkpoints: int = 3
     eval_every_steps: int = 0
     eval_steps: Optional[int] = None
@@ -310,8 +314,12 @@ class TrainSpec:
         seconds = _get(obj, "checkpoint_every_seconds", (int, float), where, cls.checkpoint_every_seconds)
         if seconds < 0:
             raise SpecError(f"{where}.checkpoint_every_seconds: must be >= 0")
+        rate = _get(obj, "checkpoint_loss_rate_per_hour", (int, float), where, None)
+        if rate is not None and not 0 < rate < float("inf"):
+            raise SpecError(f"{where}.checkpoint_loss_rate_per_hour: must be a number > 0")
         return cls(
             per_replica_batch_size=count("per_replica_batch_size"),
+            checkpoint_loss_rate_per_hour=None if rate is None else float(rate),
             steps=count("steps"),
             steps_per_call=count("steps_per_call", cls.steps_per_call),
             checkpoint_every_steps=count("checkpoint_every_steps", cls.checkpoint_every_steps, zero_ok=True),

@@ -16,6 +16,7 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     last_checkpoint_step  the newest checkpoint known to be whole in the store (a resumed attempt
                  never starts before it), null before the first; written once its copy is complete
     checkpoint_in_flight  the step of the checkpoint being written in the background, else null
+    checkpoint_every_s  the periodic checkpoint interval in use (``every: auto``: re-chosen after each save)
     metrics      {"train": {...}, "eval": {...}, "predicted": n}
     input_wait_ms  mean time a training step waited for its batch over the last call (the
                  starvation measure: near 0 when the input pipeline keeps up), null before
@@ -130,6 +131,7 @@ class Status:
             "recomputed_steps": reach[1],
             "last_checkpoint_step": None,
             "checkpoint_in_flight": None,
+            "checkpoint_every_s": None,
             "metrics": {},
             "input_wait_ms": None,
             "evals": list(evals or []),

@@ -133,8 +133,11 @@ class _Run:
             every_steps=self.tspec.checkpoint_every_steps,
             every_seconds=self.tspec.checkpoint_every_seconds,
             on_writing=lambda step: self.status.update(checkpoint_in_flight=step, write=True),
-            on_stored=lambda step: self.status.update(last_checkpoint_step=step, checkpoint_in_flight=None, write=True),
+            on_stored=lambda step: self.status.update(last_checkpoint_step=step, checkpoint_in_flight=None,
+                                                      checkpoint_every_s=self.ckpt.every_seconds, write=True),
+            loss_rate_per_hour=self.tspec.checkpoint_loss_rate_per_hour,
         )
+        self.status.update(checkpoint_every_s=self.ckpt.every_seconds)
         resumed = self.ckpt.restore_newest(self.fetched.newest_checkpoint() if self.fetched else None)
         if resumed is None:
             log.info("fresh start at step 0")

@@ -27,5 +27,3 @@ def print_forecast(forecast: dict[str, Any], what: str) -> None:
     console.print(table)
     for key, value in forecast["assumptions"].items():
         console.print(f"  {key}: {value}", markup=False, soft_wrap=True)
-    for missing in forecast["not_forecast"]:
-        console.print(f"  not forecast: {missing}", markup=False)

@@ -119,10 +119,13 @@ def status(
 
 
 def _checkpoint_cell(run: dict) -> str:
-    """The last checkpoint whole in the store, and the one being written if any: ``40 (saving 50)``."""
+    """The last checkpoint whole in the store, the one being written if any, and the interval in use:
+    ``40 (saving 50), every 600 s``."""
     saved = str(run["last_checkpoint_step"] if run["last_checkpoint_step"] is not None else "")
     in_flight = run.get("checkpoint_in_flight")
-    return f"{saved} (saving {in_flight})".strip() if in_flight is not None else saved
+    cell = f"{saved} (saving {in_flight})".strip() if in_flight is not None else saved
+    every = run.get("checkpoint_every_s")
+    return f"{cell}, every {every:.0f} s".lstrip(", ") if every else cell
 
 
 def down(

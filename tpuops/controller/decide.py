@@ -17,7 +17,11 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
 - a create request refused for quota, permission or validity finishes the run as failed (no
   retry); one that failed transiently is tried again on the next pass;
 - spending at or over the run's budget -> finish as budget-exhausted and delete the node
-  (deletion sends the preemption notice, so the agent checkpoints).
+  (deletion sends the preemption notice, so the agent checkpoints);
+- a run with a capacity rule (a deadline, or the fallback: ``tpuops.deadline``) is steered every
+  pass it is listed: a change of the wanted capacity is an event with its reason
+  (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
+  delete makes the agent save on the notice), and every create asks for the wanted capacity.
 
 Replacing a node is one pass: the decision holds the DELETE of the dead node followed by the
 CREATE of its replacement, and ``reconcile`` waits for the delete to complete before it creates
@@ -31,8 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpuops.create_result import CreateResult
+from tpuops.deadline import Rule
 from tpuops.formats import format_usd
-from tpuops.kinds import ValueEnum
+from tpuops.kinds import Capacity, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate
 
@@ -49,6 +54,8 @@ class Policy:
     boot_timeout_s: float = 900.0
     stockout_backoff_s: float = 300.0
     keep_node: bool = False
+    capacity: Rule | None = None
+    """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class Observed:
     node_state: NodeState | None = None
     node_zone: str | None = None
     node_uid: str | None = None
+    node_capacity: Capacity | None = None
     status: AgentStatus | None = None
     create_result: CreateResult | None = None  # None: no create in flight
     create_message: str = ""
@@ -191,8 +199,15 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
     if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+        _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
     elif state is NodeState.READY:
+        _steer(memory, observed, now, policy)
+        wanted = memory.capacity
+        if wanted is not None and observed.node_capacity not in (None, wanted) and not memory.deleting:
+            memory.event(now, "checkpoint", f"moving the run to {wanted.value} through a checkpoint")
+            _replace(memory, observed, policy, now, f"moving to {wanted.value}", decision)
+            return decision
         _ready(memory, observed, now, policy, decision)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
@@ -238,6 +253,7 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
             memory.pending_create = None
             memory.missing_passes += 1
         return
+    _steer(memory, observed, now, policy)
     if memory.attempts == 0:
         _create(memory, policy, now, "first node of the run", decision)
         return
@@ -250,6 +266,27 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
         memory.event(now, "vanished", f"node missing for {memory.missing_passes} passes (preemption "
                                       f"{memory.preemptions})")
         _create(memory, policy, now, "replacing a vanished node", decision)
+
+
+def _steer(memory: Memory, observed: Observed, now: float, policy: Policy) -> None:
+    """Apply the run's capacity rule: the capacity its nodes should be on from now (an event when it changes)."""
+    rule = policy.capacity
+    if rule is None:
+        return
+    status = observed.status
+    on = memory.capacity or rule.declared
+    choice = rule.choice(now, on, memory.preemptions, status.step if status else 0,
+                         status.total_steps if status else None, memory.speed)
+    memory.switch(now, choice, rule.declared)
+
+
+def _measure(memory: Memory, attempt: int, step: int, now: float) -> None:
+    """The run's speed in this attempt, from the first progress a pass saw in it (saves and evals included)."""
+    start = memory.speed_from
+    if start is None or start[0] != attempt or step < start[1]:
+        memory.speed_from = (attempt, step, now)
+    elif now > start[2] and step > start[1]:
+        memory.speed = (step - start[1]) / (now - start[2])
 
 
 def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
@@ -265,6 +302,8 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
     attempt = status.attempt if status is not None else 0
     if live and (attempt, step) > (memory.progress_attempt, memory.progress_step):
         memory.progress_attempt, memory.progress_step, memory.progress_at = attempt, step, now
+        if policy.capacity is not None:
+            _measure(memory, attempt, step, now)
     if not live and now - memory.ready_since > policy.boot_timeout_s:
         _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
                  decision, policy)

@@ -63,6 +63,7 @@ from tpuops.clock import Clock, system_clock
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
 from tpuops.create_result import CreateResult
+from tpuops.deadline import Rule
 from tpuops.errors import (
     AlreadyExists,
     Interrupted,
@@ -72,6 +73,7 @@ from tpuops.errors import (
     UsageError,
 )
 from tpuops.fleet import Fleet, Listing
+from tpuops.kinds import Capacity
 from tpuops.naming import RUN_KEY
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
@@ -197,7 +199,7 @@ class Controller:
         s = self.settings
         return Policy(zones=tuple(record.zones), max_crashes=s.max_restarts, hang_after_s=s.hang_after_s,
                       boot_timeout_s=s.boot_timeout_s, stockout_backoff_s=s.stockout_backoff_s,
-                      keep_node=record.keep)
+                      keep_node=record.keep, capacity=capacity_rule(record, s.spot_preemptions_per_hour, s.recovery_s))
 
     def _record(self, run_id: str, fresh: bool) -> RunRecord:
         if fresh or run_id not in self._records:
@@ -412,7 +414,7 @@ class Controller:
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
-                        status=status, create_result=result,
+                        node_capacity=node.capacity if node else None, status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
@@ -512,7 +514,7 @@ class Controller:
                 return False
             return True
         request = record.node
-        if memory.capacity is not None:  # moved by a sweep's endgame (the record stays as declared)
+        if memory.capacity is not None:  # moved by a capacity rule or a sweep's endgame (the record stays as declared)
             request = request.model_copy(update={"capacity": memory.capacity})
         try:
             operation = self.nodes.create(action.zone, request)
@@ -551,6 +553,15 @@ class Controller:
         listed, _ = self.nodes.list_zones(self.settings.zones)
         self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
         return report.reaped
+
+
+def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
+    """The run's capacity rule (``tpuops.deadline``), at ``hazard_per_hour`` spot preemptions costing ``recovery_s``
+    each; None without one, or for a run declared on-demand (nothing cheaper to move to)."""
+    if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
+        return None
+    return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
+                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
 
 
 def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,

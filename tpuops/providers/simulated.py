@@ -151,6 +151,11 @@ class SimulatedCloud:
         with self._lock:
             return self._events[0][0] if self._events else None
 
+    def ready_nodes(self) -> int:
+        """How many nodes are READY now."""
+        with self._lock:
+            return sum(node.state is NodeState.READY for node in self._nodes.values())
+
     def catch_up(self) -> None:
         """Apply, in time order, everything due by the clock's now."""
         now = self.clock()

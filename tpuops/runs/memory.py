@@ -8,7 +8,8 @@ update. ``phase`` FINISHED is the controller's word that the run is over: whatev
 status says, such a run is not active.
 
 The memory owns its transitions: ``finish`` (the controller's decisions and a sweep's stops),
-``promote`` (a sweep's endgame) and ``reopen`` (``train --resume``). Each is written once, here,
+``switch`` (a capacity move chosen by ``tpuops.deadline``: the deadline policy, the fallback, a
+sweep's endgame through ``promote``) and ``reopen`` (``train --resume``). Each is written once, here,
 and says in its event why; callers decide *whether*, never *how*.
 """
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 from tpuops.create_result import CreateResult
+from tpuops.deadline import Choice
 from tpuops.kinds import Capacity
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome
@@ -71,7 +73,11 @@ class Memory(BaseModel):
     # when it is missing, create the next one at once and count no preemption.
     deleting: bool = False
     capacity: Capacity | None = None
-    """Set by a sweep's endgame: the next node of this run is created with this capacity, not the record's."""
+    """Set by a capacity move (``switch``): the run's nodes are created with this capacity, not the record's."""
+    speed: float | None = None
+    """Steps per second of READY wall time, as the passes saw the current attempt progress (saves included)."""
+    speed_from: tuple[int, int, float] | None = None
+    """(attempt, step, at) of the first progress a pass saw in the current attempt: where ``speed`` is measured from."""
     events: list[Event] = Field(default_factory=list)
 
     @property
@@ -85,17 +91,28 @@ class Memory(BaseModel):
         self.deleting = True
         self.event(now, "finished", f"{outcome}: {reason}")
 
-    def promote(self, now: float, capacity: Capacity, was: Capacity) -> bool:
-        """Recreate the run's next node with ``capacity`` instead of the record's ``was``; its node goes on purpose.
+    def switch(self, now: float, choice: Choice, declared: Capacity, kind: str = "capacity") -> bool:
+        """Create the run's nodes on ``choice.capacity`` from now on (the record declared ``declared``).
 
-        False (and nothing changes) when the run is finished or was promoted already.
+        The controller moves a READY node of the other capacity through a checkpoint (``decide``).
+        False (and nothing changes) when the run is finished or already there.
         """
-        if self.finished or self.capacity is not None:
+        was = self.capacity or declared
+        if self.finished or choice.capacity is was:
             return False
-        self.capacity = capacity
+        self.capacity = choice.capacity
+        self.event(now, kind, f"{choice.reason}: moving from {was.value} to {choice.capacity.value} "
+                              "at the next checkpoint")
+        return True
+
+    def promote(self, now: float, choice: Choice, was: Capacity) -> bool:
+        """A sweep's endgame (``tpuops.deadline.endgame``): ``switch`` once, and the node goes on purpose (the
+        sweep pass deletes it). False (and nothing changes) when the run is finished or was promoted already.
+        """
+        if self.capacity is not None or not self.switch(now, choice, was, kind="promoted"):
+            return False
         self.deleting = True
         self.pending_create = None
-        self.event(now, "promoted", f"endgame: moving from {was.value} to {capacity.value} at the next checkpoint")
         return True
 
     def reopen(self, now: float, reason: str) -> bool:

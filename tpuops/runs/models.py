@@ -77,6 +77,12 @@ class RunRecord(_Doc):
     budget_usd: float | None = None
     target: dict[str, Any] | None = None
     sweep: str | None = None
+    deadline_at: float | None = None
+    """When the run must be done (epoch seconds): its capacity follows ``tpuops.deadline.choose``."""
+    expected_s: float | None = None
+    """The run's expected length at on-demand speed: its remaining work until a pass has measured its speed."""
+    fallback: bool = False
+    """Spot until the first preemption, on-demand after (``tpuops.deadline.fallback``: the SkyPilot-like baseline)."""
 
     @property
     def node_name(self) -> str:
@@ -143,6 +149,8 @@ class AgentStatus(_Doc):
     last_checkpoint_step: int | None = None
     checkpoint_in_flight: int | None = None
     """The step of the checkpoint being written in the background; None from an agent older than that."""
+    checkpoint_every_s: float | None = None
+    """The periodic checkpoint interval in use (``every: auto`` re-chooses it after each save)."""
     metrics: dict[str, Any] = Field(default_factory=dict)
     input_wait_ms: float | None = None
     evals: list[EvalPoint] = Field(default_factory=list)

@@ -14,6 +14,7 @@ the clock starts at ``START`` (2030-01-01 UTC), so a seed reproduces a run's tim
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any
 from tpuops import runs
 from tpuops.clock import VirtualClock
 from tpuops.config import Settings
-from tpuops.controller.reconcile import Controller
+from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, spent
 from tpuops.fleet import Fleet
 from tpuops.ledger import Ledger
@@ -182,9 +183,16 @@ class Simulation:
             declared.append(record.run_id)
         return declared
 
-    def run(self, *, max_hours: float, every_passes: int = 100, wall_budget_s: float | None = None) -> SimReport:
+    def run(self, *, max_hours: float, every_passes: int = 100, wall_budget_s: float | None = None,
+            quiet_skip_s: float = 0.0) -> SimReport:
         """Pass after pass until nothing is active (no run, no sweep), ``max_hours`` of virtual time, or
-        ``wall_budget_s`` of real time (a forecast must answer: what has not ended by then is reported unfinished)."""
+        ``wall_budget_s`` of real time (a forecast must answer: what has not ended by then is reported unfinished).
+
+        ``quiet_skip_s`` > 0 is the fast path of long studies: after a pass that acted on nothing while every
+        active run has a READY node, the passes before the cloud's next event are skipped, up to ``quiet_skip_s``
+        of virtual time; the pass after the event is still the first one on the ``cron_s`` grid, so every event
+        is seen when cron would see it. What the skipped passes would have seen is only time passing: a rule that
+        acts on time alone (the deadline policy's return to spot) acts up to ``quiet_skip_s`` later."""
         from tpuops.sweeps.ops import active_sweeps
 
         report = SimReport()
@@ -195,7 +203,7 @@ class Simulation:
             self.cloud.catch_up()
             self.agents.publish(now)
             before = time.perf_counter()
-            self.controller.run_pass(now=now)
+            passed = self.controller.run_pass(now=now)
             report.slowest_pass_s = max(report.slowest_pass_s, time.perf_counter() - before)
             report.passes += 1
             if not runs.active_run_ids(self.store) and not active_sweeps(self.store):
@@ -208,7 +216,7 @@ class Simulation:
             if report.passes % every_passes == 0:
                 self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "
                               f"{len(runs.active_run_ids(self.store))} runs going")
-            now += self.cron_s
+            now += self._skip(now, passed, quiet_skip_s) if quiet_skip_s > 0 else self.cron_s
         self.controller.release()
         report.wall_s = time.perf_counter() - started
         report.simulated_s = now - START
@@ -219,6 +227,15 @@ class Simulation:
                                      journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
         report.runs = self._results(now)
         return report
+
+    def _skip(self, now: float, passed: PassReport, quiet_skip_s: float) -> float:
+        """How far the next pass is: one ``cron_s``, or past a quiet stretch (see ``run``)."""
+        quiet = not (passed.acted or passed.finished or passed.errors or any(passed.sweeps.values()))
+        if not quiet or self.cloud.ready_nodes() < len(runs.active_run_ids(self.store)):
+            return self.cron_s
+        upcoming = self.cloud.next_event()
+        until = min(quiet_skip_s, (upcoming - now) if upcoming is not None else quiet_skip_s)
+        return max(self.cron_s, math.ceil(until / self.cron_s) * self.cron_s)
 
     def _price(self, interval: Billed) -> float:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)

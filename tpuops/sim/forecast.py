@@ -6,12 +6,14 @@ few whole simulated sweeps per policy (a sweep's result is its last trial's end,
 trial's). Quantiles are empirical over those runs. What was assumed rather than measured is named in
 ``assumptions`` (the speed of an experiment without history, the hazard of a zone without it).
 
-The deadline policy (issue 23, scope 4) is not built yet: forecasts cover spot and on-demand.
+Every policy of ``tpuops.sim.scenario.Policy`` is forecast: spot, on-demand, the fallback (on-demand from the
+first preemption) and the deadline policy (against the experiment's deadline, or an assumed one).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +23,9 @@ from tpuops.config import Settings
 from tpuops.risk import Risk
 from tpuops.runs import Run
 from tpuops.sim.engine import SimReport
-from tpuops.sim.scenario import DEFAULT_STEPS_PER_S, Policy, is_sweep, simulate
+from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Policy, is_sweep, simulate
 
-FORECAST_WALL_S = 20.0
+FORECAST_WALL_S = 30.0
 """The real time a dry run's forecast may take, over every policy's simulations: a risk so high that runs
 never end (the ledger of an emulator preempting every few seconds) shows as runs not finished, not a hang."""
 
@@ -83,8 +85,20 @@ class Forecast:
     assumptions: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions,
-                "not_forecast": ["deadline policy: not built yet (issue 23, scope 4)"]}
+        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions}
+
+
+def _names_deadline(path: Path) -> bool:
+    """Whether the experiment (or the sweep's experiment) names a deadline of its own."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text())
+        if isinstance(document, dict) and "trials" in document:
+            document = yaml.safe_load((path.parent / str(document.get("experiment", ""))).read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(document, dict) and ("deadline" in document or "finish_within" in document)
 
 
 def measured(found: Sequence[Run], experiment: str) -> Measured | None:
@@ -130,16 +144,26 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
-    budget_s = FORECAST_WALL_S / (len(Policy) * (sweeps if sweep else 1))
+    deadline = time.perf_counter() + FORECAST_WALL_S
+    left = len(Policy) * (sweeps if sweep else 1)
+
+    def budget_s() -> float:
+        """An equal share of what is left of the wall budget: a simulation that ends early leaves its rest."""
+        nonlocal left
+        share = max(0.0, deadline - time.perf_counter()) / left
+        left -= 1
+        return share
+
     policies = []
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s)
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s())
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s)]
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress,
+                                wall_budget_s=budget_s())]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
@@ -150,5 +174,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         "spot_preemptions_per_hour_without_history": settings.spot_preemptions_per_hour,
         "risk": learned or "no ledger history: every zone assumed",
         "pass_every_s": cron_s,
+        "deadline": "the experiment's" if _names_deadline(path) else
+                    f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
+        "recovery_s": settings.recovery_s,
     }
     return Forecast(tuple(policies), assumptions)

@@ -5,6 +5,7 @@ Durations are seconds of virtual time. A caller with an experiment's history pas
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from tpuops.errors import UsageError
@@ -39,6 +40,13 @@ class AgentModel:
     segments: Segments = field(default_factory=Segments)
     eval_every_steps: int = 0
     """0: no evaluations (a run); a sweep's trials evaluate on the synthetic surface."""
+
+    @property
+    def length_s(self) -> float:
+        """The job from READY to its end when nothing interrupts it: setup, stepping and its saves."""
+        stepping = self.total_steps / self.steps_per_s
+        saves = max(1, math.ceil(stepping / self.segments.checkpoint_every_s))
+        return self.segments.setup_s + stepping + saves * self.segments.save_s
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0 or self.steps_per_s <= 0:

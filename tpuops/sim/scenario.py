@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from tpuops import jobs
+from tpuops.agent.interval import young_daly_s
 from tpuops.config import Settings
 from tpuops.errors import UsageError
 from tpuops.experiment import Experiment
@@ -28,7 +30,7 @@ from tpuops.naming import RUN_KEY
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
-from tpuops.sim.engine import SimReport, Simulation
+from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import Store
 from tpuops.sweeps.start import SweepPlan, plan_sweep, start_sweep
@@ -37,11 +39,19 @@ DEFAULT_STEPS_PER_S = 10.0
 """ASSUMED training speed where an experiment has no history: stated, and shown as an assumption."""
 
 
+DEADLINE_SLACK = 1.5
+"""ASSUMED deadline of the deadline policy for an experiment that names none: 1.5x its length on-demand."""
+
+
 class Policy(ValueEnum):
-    """How a simulated run picks its capacity."""
+    """How a simulated run picks its capacity (``tpuops.deadline`` has the rules of the last two)."""
 
     SPOT = "spot"
     ON_DEMAND = "on-demand"
+    FALLBACK = "fallback"
+    """Spot until the first preemption, on-demand from then on (SkyPilot-like)."""
+    DEADLINE = "deadline"
+    """Uniform progress against the experiment's deadline (or ``DEADLINE_SLACK`` x its length)."""
 
     @classmethod
     def parse(cls, text: str) -> Policy:
@@ -52,16 +62,28 @@ class Policy(ValueEnum):
 
     @property
     def capacity(self) -> Capacity:
-        return Capacity.SPOT if self is Policy.SPOT else Capacity.ON_DEMAND
+        return Capacity.ON_DEMAND if self is Policy.ON_DEMAND else Capacity.SPOT
+
+    def rule(self, length_s: float, due_s: float | None, start: float = START) -> dict[str, Any]:
+        """The record fields of a run under this policy, launched at ``start``: its job ``length_s`` long on-demand,
+        due ``due_s`` after its launch (None: ``DEADLINE_SLACK`` x its length)."""
+        if self is Policy.FALLBACK:
+            return {"fallback": True}
+        if self is Policy.DEADLINE:
+            return {"deadline_at": start + (due_s if due_s is not None else DEADLINE_SLACK * length_s),
+                    "expected_s": length_s}
+        return {}
 
 
 def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None,
-                eval_every_steps: int = 0) -> AgentModel:
+                lost_work_per_hour: float, eval_every_steps: int = 0) -> AgentModel:
     """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval."""
     steps = experiment.steps or max(1, round(experiment.expected_hours * 3600 * steps_per_s))
     every = [s for s in (experiment.checkpoint.every_seconds,
                          experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
              if s > 0]
+    if experiment.checkpoint.every == "auto":
+        every = [young_daly_s(Segments.save_s, lost_work_per_hour)]
     setup = {} if setup_s is None else {"setup_s": setup_s}
     return AgentModel(total_steps=steps, steps_per_s=steps_per_s,
                       segments=Segments(checkpoint_every_s=min(every, default=600.0), **setup),
@@ -90,18 +112,27 @@ def is_sweep(path: Path) -> bool:
     return isinstance(document, dict) and "experiment" in document and "trials" in document
 
 
-def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capacity) -> tuple[RunRecord, dict]:
+def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capacity,
+             rule: dict[str, Any]) -> tuple[RunRecord, dict]:
     run_id = f"{record.run_id}-{index:03d}"
     node = record.node.model_copy(update={"name": run_id, "capacity": capacity,
                                           "labels": {**record.node.labels, RUN_KEY: run_id}})
-    return record.model_copy(update={"run_id": run_id, "node": node}), {**spec, "run_id": run_id}
+    return record.model_copy(update={"run_id": run_id, "node": node, **rule}), {**spec, "run_id": run_id}
 
 
-def _on(plan: SweepPlan, capacity: Capacity) -> SweepPlan:
-    """The sweep with every trial on ``capacity`` (its frozen template's node request changed, nothing else)."""
+def _due_s(experiment: Experiment) -> float | None:
+    """The experiment's deadline as seconds from its launch (an absolute one, from now)."""
+    now = time.time()
+    due = experiment.deadline_at(now)
+    return None if due is None else due - now
+
+
+def _on(plan: SweepPlan, capacity: Capacity, rule: dict[str, Any]) -> SweepPlan:
+    """The sweep with every trial on ``capacity`` under ``rule`` (its frozen template's record changed, nothing
+    else): under the deadline policy, every trial is due by the sweep's deadline."""
     record = plan.template.record
     node = record.node.model_copy(update={"capacity": capacity})
-    template = plan.template.model_copy(update={"record": record.model_copy(update={"node": node})})
+    template = plan.template.model_copy(update={"record": record.model_copy(update={"node": node, **rule})})
     return dataclasses.replace(plan, template=template)
 
 
@@ -136,18 +167,23 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
          count: int, seed: int, cron_s: float, max_hours: float, steps_per_s: float, setup_s: float | None,
          cloud: CloudModel | None, say: Callable[[str], None], wall_budget_s: float | None) -> SimReport:
     if is_sweep(path):
-        plan = _on(plan_sweep(settings, path, user_store), policy.capacity)
+        plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
         model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+                            lost_work_per_hour=settings.lost_work_per_hour,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
+        waves = -(-plan.spec.trials // plan.spec.parallel)
+        plan = _on(plan, policy.capacity, policy.rule(waves * model.length_s, _due_s(plan.job.experiment)))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
                          seed=seed, progress=say)
         start_sweep(plan, sim.store, say, upload=False)
     else:
         job = jobs.plan_train(settings, path, user_store, capacity=policy.capacity)
+        model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+                            lost_work_per_hour=settings.lost_work_per_hour)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
-                         agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s), cron_s=cron_s,
-                         seed=seed, progress=say)
-        sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity) for index in range(count))
+                         model, cron_s=cron_s, seed=seed, progress=say)
+        rule = policy.rule(model.length_s, _due_s(job.experiment))
+        sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
     return sim.run(max_hours=max_hours, wall_budget_s=wall_budget_s)

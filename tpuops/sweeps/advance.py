@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from tpuops import runs
+from tpuops import deadline, runs
 from tpuops.cost import catalog_for, spent
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
@@ -144,7 +144,7 @@ def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: fl
     if record.node.capacity is Capacity.ON_DEMAND:
         return False
     if not _rewrite(store, leases, run_id,
-                    lambda memory: memory.promote(now, Capacity.ON_DEMAND, record.node.capacity)):
+                    lambda memory: memory.promote(now, deadline.endgame(), record.node.capacity)):
         return False
     zone = runs.load_memory(store, run_id)[0].zone
     if zone:

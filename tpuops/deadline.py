@@ -1,0 +1,137 @@
+"""Which capacity a run should be on now: the deadline policy (uniform progress) and the fallback, as pure functions.
+
+One module decides every capacity move of a run, so that the controller, a sweep's endgame and the
+simulator move runs by the same rules (``Memory.switch`` records a move, the controller carries it
+out through a checkpoint: the node is deleted, the agent saves on the notice, the run resumes on
+the other capacity).
+
+The deadline rule, after "Can't Be Late" (NSDI '24): a run keeps making progress on spot while what
+is left fits the time left with a margin, and moves to on-demand the pass it no longer does.
+
+- On spot, ``W`` seconds of work take ``W / (1 - h R)`` on average (``h`` preemptions per second of
+  node time, each costing a recovery of ``R`` seconds: detection, create -> READY, setup, restore and
+  the work since the last save), and one more ``R`` is kept in reserve for the move to on-demand
+  that a late preemption would force. Spot fits while that, plus ``MARGIN`` of the work, is at most
+  the time left.
+- On on-demand the slack (time left minus work left) stays constant while the work shrinks, so spot
+  fits again near the end; the run moves back once spot fits with one more ``R`` to spare (the move
+  back is itself a recovery), which keeps it from switching back and forth on every pass.
+
+Invariants: the functions read nothing and write nothing; ``choose`` never returns spot when the
+work cannot even be done on on-demand (then on-demand is the best there is, and it says so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpuops.kinds import Capacity
+
+MARGIN = 0.05
+"""The share of the remaining work kept free on spot, against the spread of preemptions around their mean."""
+
+RECOVERY_S = 900.0
+"""ASSUMED cost of one move or preemption (the ``recovery_s`` setting's default): a cron pass to notice it
+(300 s), create -> READY (about 120 s), setup and restore (about 150-300 s) and the work since the last save."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The capacity a run should be on, and why (the text of its event)."""
+
+    capacity: Capacity
+    reason: str
+
+    @property
+    def on_demand(self) -> bool:
+        return self.capacity is Capacity.ON_DEMAND
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Where a run stands against its deadline at ``now``."""
+
+    now: float
+    deadline_at: float
+    remaining_s: float
+    """Work left, in seconds at the run's own speed (the same on spot and on-demand)."""
+    on_demand: bool
+    """What the run is on (or moving to) now."""
+    hazard_per_hour: float
+    """Spot preemptions per READY hour."""
+    recovery_s: float = RECOVERY_S
+
+
+def spot_needs_s(situation: Situation) -> float:
+    """The time the remaining work needs on spot, with its expected recoveries, one reserve and the margin."""
+    lost = situation.hazard_per_hour / 3600.0 * situation.recovery_s
+    if lost >= 1.0:
+        return math.inf  # preemptions come faster than recoveries end: spot never finishes
+    work = situation.remaining_s
+    return work / (1.0 - lost) + situation.recovery_s + MARGIN * work
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def choose(situation: Situation, spot: Capacity = Capacity.SPOT) -> Choice:
+    """Uniform progress: ``spot`` (the run's declared cheap capacity) while it fits, on-demand when not."""
+    left = situation.deadline_at - situation.now
+    needs = spot_needs_s(situation)
+    if situation.on_demand:
+        back = needs + situation.recovery_s
+        if left >= back:
+            return Choice(spot, f"slack returned: {_hours(situation.remaining_s)} of work needs {_hours(back)} on "
+                                f"{spot.value} with a move back, {_hours(left)} left before the deadline")
+        return Choice(Capacity.ON_DEMAND, f"{_hours(situation.remaining_s)} of work, {_hours(left)} left: "
+                                          f"{spot.value} would need {_hours(back)}")
+    if left >= needs:
+        return Choice(spot, f"{_hours(situation.remaining_s)} of work needs {_hours(needs)} on {spot.value}, "
+                            f"{_hours(left)} left before the deadline")
+    late = "" if left >= situation.remaining_s + situation.recovery_s else "; it may be late even there"
+    return Choice(Capacity.ON_DEMAND, f"{_hours(situation.remaining_s)} of work needs {_hours(needs)} on "
+                                      f"{spot.value} with its expected recoveries, only {_hours(left)} left "
+                                      f"before the deadline{late}")
+
+
+def fallback(preemptions: int, spot: Capacity = Capacity.SPOT) -> Choice:
+    """SkyPilot-like: ``spot`` until the first preemption, on-demand from then on."""
+    if preemptions > 0:
+        return Choice(Capacity.ON_DEMAND, f"preempted {preemptions} time(s): on-demand from the first preemption")
+    return Choice(spot, "not preempted yet")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A run's capacity rule, from its record: a deadline (uniform progress) or the fallback."""
+
+    declared: Capacity
+    """The capacity the run was declared on (spot or preemptible): the cheap one it returns to."""
+    deadline_at: float | None = None
+    expected_s: float | None = None
+    """Its length at on-demand speed, until its speed is measured."""
+    fallback: bool = False
+    hazard_per_hour: float = 0.1
+    recovery_s: float = RECOVERY_S
+
+    def remaining_s(self, step: int, total_steps: int | None, speed: float | None) -> float:
+        """Work left: the steps left at the measured speed, else the expected length's share still to do."""
+        if total_steps and speed and speed > 0:
+            return max(0.0, total_steps - step) / speed
+        done = min(1.0, step / total_steps) if total_steps else 0.0
+        return (self.expected_s or 0.0) * (1.0 - done)
+
+    def choice(self, now: float, on: Capacity, preemptions: int, step: int, total_steps: int | None,
+               speed: float | None) -> Choice:
+        """What the run should be on at ``now``, on ``on`` so far."""
+        if self.deadline_at is None:
+            return fallback(preemptions, self.declared)
+        return choose(Situation(now, self.deadline_at, self.remaining_s(step, total_steps, speed),
+                                on is Capacity.ON_DEMAND, self.hazard_per_hour, self.recovery_s), self.declared)
+
+
+def endgame() -> Choice:
+    """A sweep's endgame: its leading trials move to on-demand so that its last results do not wait on spot."""
+    return Choice(Capacity.ON_DEMAND, "endgame")
