@@ -46,7 +46,10 @@ def marker_key(run_id: str) -> str:
 
 def write_marker(store_root: str, run_id: str, attempt: int, now: Optional[float] = None) -> None:
     """Write ``wake/<run>`` under ``store_root``."""
+    import tensorflow as tf  # loaded by then (module docstring)
+
     document = {"run_id": run_id, "attempt": attempt, "at": time.time() if now is None else now}
+    tf.io.gfile.makedirs(join(store_root, WAKE_PREFIX))  # a local store needs the folder
     write_whole(join(store_root, marker_key(run_id)), json.dumps(document))
 
 
