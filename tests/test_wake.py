@@ -154,3 +154,21 @@ def test_the_wake_up_shortens_time_to_result_at_equal_preemptions_in_the_simulat
     assert cron.outcome == woken.outcome == "succeeded"
     assert woken.hours_to_result is not None and cron.hours_to_result is not None
     assert woken.hours_to_result < cron.hours_to_result
+
+
+def test_infra_lets_the_vm_account_run_the_reconcile_job_and_nothing_else() -> None:
+    """Read the Terraform as text (no provider can be downloaded here, so ``terraform validate`` cannot run)."""
+    import re
+
+    from helpers import REPO
+
+    module = (REPO / "infra" / "modules" / "reconcile" / "main.tf").read_text()
+    blocks = re.findall(r'^resource "([^"]+)" "([^"]+)" \{\n(.*?)^\}', module, re.MULTILINE | re.DOTALL)
+    granted = [(kind, body) for kind, _name, body in blocks if "var.vm_account_email" in body]
+    assert len(granted) == 1, "one binding for the VMs' account in the module"
+    kind, body = granted[0]
+    assert kind == "google_cloud_run_v2_job_iam_member"
+    assert 'role     = "roles/run.invoker"' in body and "google_cloud_run_v2_job.reconcile.name" in body
+    root = (REPO / "infra" / "main.tf").read_text()
+    assert "vm_account_email = google_service_account.vm.email" in root
+    assert "run." not in " ".join(re.findall(r'role\s*=\s*"([^"]+)"', root)), "no Cloud Run role at project level"
