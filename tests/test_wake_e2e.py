@@ -39,7 +39,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfWorld]:
     experiments.mkdir()
     (experiments / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
     source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
-    for old, new in (("name: digits-cnn", "name: wake"), ("steps: 600", "steps: 2000"),
+    for old, new in (("name: digits-cnn", "name: wake"), ("steps: 600", "steps: 1000"),
                      ("every_steps: 100", "every_steps: 500")):
         assert old in source, old
         source = source.replace(old, new)
@@ -88,7 +88,7 @@ def test_watch_wakes_on_the_marker_and_recovers_before_its_next_pass(world: TfWo
     finally:
         halt.set()
         thread.join(30)
-    assert final.step == 2000 and final.attempt == 2
+    assert final.step == 1000 and final.attempt == 2
     assert final.resumed_from_step is not None and final.resumed_from_step >= status.step, "resumed from the notice"
     memory = runs.load_memory(world.store, run)[0]
     assert memory.preemptions == 1 and memory.attempts == 2, memory.events
