@@ -21,18 +21,18 @@ create (the controller's events).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tpuops.config import Settings, load_settings
-from tpuops.kinds import Capacity
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.provision import plan_up
-from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.sim.calibrate import replicas
 from tpuops.sim.engine import Simulation, WakeUp
 from tpuops.sim.model import AgentModel, Segments
 
@@ -64,9 +64,7 @@ def simulate_day(cron_s: float, wake: WakeUp | None, seed: int, preempted: bool 
         settings = _settings(work)
         cloud = CloudModel(spot_hazard_per_hour=0.0, lifetime=Latency(LIFETIME_S, 0.0) if preempted else None)
         sim = Simulation(settings, work / "world", cloud, DAY_JOB, cron_s=cron_s, seed=seed, wake=wake)
-        up = plan_up(settings, "day", accelerator="v3-8", capacity=Capacity.SPOT, zone=None, run_id="day")
-        sim.declare([(RunRecord(run_id="day", kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones)),
-                      {"run_id": "day"})])
+        sim.declare(replicas(settings, 1, prefix="day"))
         report = sim.run(max_hours=24 * 3)
     (run,) = report.runs
     return {"hours_to_result": run.hours_to_result, "preemptions": run.preemptions, "usd": run.usd,
@@ -102,20 +100,13 @@ class _Stop(Exception):
     """Ends the watch thread from its own sleep."""
 
 
-def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dict[str, Any]:
-    """One detached run recovered by ``api.watch`` every 30 s (with or without the wake-up), preempted evenly."""
-    import dataclasses
+@contextlib.contextmanager
+def watching(settings: Settings, interval_s: float, wake: bool) -> Iterator[list[BaseException]]:
+    """``api.watch`` in a thread for the block (what ``tpuops watch`` runs); yields the errors it stopped on."""
     import threading
 
-    from bench_controller import PROJECT, TF_ZONE
+    from tpuops import api
 
-    from tpuops import api, runs
-    from tpuops.jobs import declare, plan_train
-
-    plan = plan_train(w.settings, spec, w.store, run_id=run_id, base_dir=work)
-    plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.25))
-    launched = time.time()
-    declare(plan, w.store, w.settings, lambda _text: None)
     halt = threading.Event()
     failures: list[BaseException] = []
 
@@ -123,19 +114,39 @@ def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dic
         if halt.wait(seconds):
             raise _Stop
 
-    def watching() -> None:
+    def loop() -> None:
         try:
-            api.watch(w.settings, interval_s=WATCH_S, sleep=sleep, wake=wake)
+            api.watch(settings, interval_s=interval_s, sleep=sleep, wake=wake)
         except _Stop:
             pass
-        except BaseException as err:  # re-raised in the main thread
+        except BaseException as err:  # re-raised by the caller
             failures.append(err)
 
-    thread = threading.Thread(target=watching, name=f"watch-{run_id}", daemon=True)
+    thread = threading.Thread(target=loop, name="watch", daemon=True)
     thread.start()
-    preempted_at: list[float] = []
-    deadline = time.monotonic() + 1800
     try:
+        yield failures
+    finally:
+        halt.set()
+        thread.join(60)
+
+
+def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dict[str, Any]:
+    """One detached run recovered by ``api.watch`` every 30 s (with or without the wake-up), preempted evenly."""
+    import dataclasses
+
+    from bench_controller import PROJECT, TF_ZONE
+
+    from tpuops import runs
+    from tpuops.jobs import declare, plan_train
+
+    plan = plan_train(w.settings, spec, w.store, run_id=run_id, base_dir=work)
+    plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.25))
+    launched = time.time()
+    declare(plan, w.store, w.settings, lambda _text: None)
+    with watching(w.settings, WATCH_S, wake) as failures:
+        preempted_at: list[float] = []
+        deadline = time.monotonic() + 1800
         while not runs.load_memory(w.store, run_id)[0].finished:
             if time.monotonic() > deadline or failures:
                 raise SystemExit(f"bench: run {run_id} did not finish within 30 min ({failures})")
@@ -146,9 +157,6 @@ def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dic
                 preempted_at.append(time.time())
                 w.admin.preempt(PROJECT, TF_ZONE, run_id, grace_s=30.0)
             time.sleep(0.1)
-    finally:
-        halt.set()
-        thread.join(60)
     memory = runs.load_memory(w.store, run_id)[0]
     creates = [e["at"] for e in memory.events if e["kind"] == "create"][1:]
     finished = next(e["at"] for e in memory.events if e["kind"] == "finished")

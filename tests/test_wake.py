@@ -172,3 +172,38 @@ def test_infra_lets_the_vm_account_run_the_reconcile_job_and_nothing_else() -> N
     root = (REPO / "infra" / "main.tf").read_text()
     assert "vm_account_email = google_service_account.vm.email" in root
     assert "run." not in " ".join(re.findall(r'role\s*=\s*"([^"]+)"', root)), "no Cloud Run role at project level"
+
+
+# -- calibration (tpuops.sim.calibrate): the scoring, and the profile a real run gives ------------------------
+
+
+def test_score_counts_runs_inside_both_bands_and_the_median_error_against_p50() -> None:
+    from tpuops.sim.calibrate import Forecast, Measured, score
+    from tpuops.sim.forecast import Band
+
+    predicted = Forecast(seconds=Band(10.0, 20.0, 30.0), usd=Band(1.0, 2.0, 3.0), preemptions=1.0, simulated=100)
+    runs_ = [Measured("a", 20.0, 2.0, 0), Measured("b", 25.0, 3.5, 1), Measured("c", 40.0, 2.5, 2)]
+    scored = score(runs_, predicted)
+    assert (scored.inside, scored.seconds_inside, scored.usd_inside) == (1, 2, 2)
+    assert scored.median_abs_error_seconds == pytest.approx(0.2)  # 0, 5/25, 20/40
+    assert scored.median_abs_error_usd == pytest.approx(0.2)  # 0, 1.5/3.5, 0.5/2.5
+
+
+def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_after_the_first_step() -> None:
+    from tpuops.runs import AgentStatus
+    from tpuops.runs.models import AttemptTime
+    from tpuops.sim.calibrate import measured_of, profile_of
+
+    memory = Memory()
+    memory.event(100.0, "create", "attempt 1")
+    memory.event(130.0, "create", "attempt 2")
+    status = AgentStatus(run_id="r", attempt=2, step=300, recomputed_steps=20, exit_class="succeeded", attempts=[
+        AttemptTime(attempt=1, first_step_at=110.0, ended_at=125.0, productive_s=10.0, checkpoint_s=1.0),
+        AttemptTime(attempt=2, first_step_at=144.0, ended_at=170.0, productive_s=20.0, recomputed_s=1.0,
+                    eval_s=0.5, save_s=0.5)])
+    profile = profile_of(status, memory)
+    assert profile is not None and profile.setup_s == pytest.approx(12.0)  # median of 10 and 14
+    assert profile.steps_per_s == pytest.approx(320 / 33.0)
+    measured = measured_of("r", status, memory, 0.01)
+    assert measured is not None and measured.seconds == pytest.approx(70.0) and measured.usd == 0.01
+    assert profile_of(status.model_copy(update={"exit_class": "preempted"}), memory) is None
