@@ -12,6 +12,12 @@ notice) and the controller's pace are given as the real runs had them.
 ``score`` counts the runs whose measured wall time and cost both fall inside the forecast's p10-p90
 band, and the median absolute error of each against the band's p50.
 
+Known limits, seen on this machine: within one world every run has the same setup and speed, so the
+wall times of the runs a world does not preempt are nearly one value (the p10 of a forecast with few
+preemptions sits on it, and a real run a little faster falls outside); and a spot node preempted within
+a minute of its create is free, so runs shorter than a minute cost only their last attempt, a narrow
+band that load on the real side widens.
+
 Statistical ceiling, stated: for a forecast that is exactly right, a run falls inside its p10-p90
 band with probability 0.8, so "at least 16 of 20 inside" holds with probability 0.63 (binomial); a
 test asserting it would fail about one run in three however good the simulator is.
