@@ -137,9 +137,14 @@ class Waker:
             if on_pass is not None:
                 on_pass(report)
             for marker in list(waiting.values()):
-                if self.handled(marker) or self.clock() - marker.at > self.window_s:
-                    self._forget(marker)
-                    del waiting[marker.run_id]
+                over = self.clock() - marker.at > self.window_s
+                try:
+                    if over or self.handled(marker):
+                        self._forget(marker)
+                        del waiting[marker.run_id]
+                except TpuopsError:  # the store is unwell: the pass reports it; the window still ends
+                    if over:
+                        del waiting[marker.run_id]
             if waiting:
                 self.sleep(max(0.0, self.pace_s - (time.monotonic() - started)))
         return done
