@@ -147,15 +147,16 @@ resource "google_storage_bucket_iam_member" "operators_objects" {
 # Optional: `tpuops reconcile` every few minutes from Cloud Scheduler on Cloud Run Jobs, so that
 # recovery and sweeps need neither a laptop nor an always-on VM.
 module "reconcile" {
-  source          = "./modules/reconcile"
-  count           = var.reconcile_image == "" ? 0 : 1
-  project         = var.project
-  region          = var.region
-  image           = var.reconcile_image
-  schedule        = var.reconcile_schedule
-  store           = "gs://${google_storage_bucket.store.name}/${var.store_prefix}"
-  zones           = var.zones
-  operator_role   = google_project_iam_custom_role.operator.name
-  vm_account_name = google_service_account.vm.name
-  bucket          = google_storage_bucket.store.name
+  source           = "./modules/reconcile"
+  count            = var.reconcile_image == "" ? 0 : 1
+  project          = var.project
+  region           = var.region
+  image            = var.reconcile_image
+  schedule         = var.reconcile_schedule
+  store            = "gs://${google_storage_bucket.store.name}/${var.store_prefix}"
+  zones            = var.zones
+  operator_role    = google_project_iam_custom_role.operator.name
+  vm_account_name  = google_service_account.vm.name
+  vm_account_email = google_service_account.vm.email
+  bucket           = google_storage_bucket.store.name
 }

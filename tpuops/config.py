@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tpuops.deadline import RECOVERY_S
 from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity, Provider
-from tpuops.naming import SERVICE_ACCOUNT, rule_in_words
+from tpuops.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, rule_in_words
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
@@ -93,6 +93,10 @@ class Settings(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     service_account: str | None = Field(default=None, pattern=SERVICE_ACCOUNT)
     """The account TPU VMs run as (infra/'s ``vm_service_account``); none: the project's default account."""
+    wake_job: str | None = Field(default=None, pattern=CLOUD_RUN_JOB)
+    """The reconcile Cloud Run job (infra/'s ``wake_job``: ``projects/P/locations/R/jobs/J``) that a preempted
+    node's agent starts after its save, so that recovery starts at once (``tpuops.agent.wake``); none: the
+    node only leaves its wake marker in the store, for ``watch`` and the scheduled reconcile."""
     tpu_endpoint: str | None = None
     node_provider: str = "cloud-tpu"
     """Which registered node provider makes the nodes (``tpuops.providers.registry``)."""

@@ -36,12 +36,16 @@ FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 METRIC = r"^[A-Za-z_][\w.]*$"
 SERVICE_ACCOUNT = r"^[^@\s]+@[^@\s]+\.iam\.gserviceaccount\.com$"
 URL = r"^[a-z0-9+]+://"
+CLOUD_RUN_JOB = r"^projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/locations/[a-z]+-[a-z]+[0-9]+/jobs/[a-z][a-z0-9-]{0,62}$"
+"""A Cloud Run job's full resource name, as infra/ outputs it (``wake_job``)."""
 _RULES = {
     SPEC_NAME: "use 1-41 lowercase letters, digits and '-', starting with a letter (no '/', '.' or spaces)",
     FUNCTION: "write module:function, e.g. models:digits_cnn",
     METRIC: "a metric name such as accuracy or val_loss (letters, digits, '_' and '.')",
     SERVICE_ACCOUNT: "an account email such as runner@my-project.iam.gserviceaccount.com",
     URL: "a URL such as postgresql://user@host:5432/db",
+    CLOUD_RUN_JOB: "a Cloud Run job name such as projects/my-project/locations/us-central1/jobs/tpuops-reconcile "
+                   "(terraform output -raw wake_job)",
 }
 
 

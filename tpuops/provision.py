@@ -42,6 +42,8 @@ def plan_up(
     metadata = {MetadataKey.STARTUP_SCRIPT.value: script}
     if settings.max_run_hours:
         metadata[MetadataKey.MAX_RUN_SECONDS.value] = str(int(settings.max_run_hours * 3600))
+    if settings.wake_job:
+        metadata[MetadataKey.WAKE_JOB.value] = settings.wake_job
     metadata.update(extra_metadata or {})
     request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
                           capacity=capacity or settings.capacity, labels=labels, metadata=metadata,

@@ -5,7 +5,7 @@ log chunks, the status file and the heartbeat start, and only then does anything
 fail slowly (TPU initialisation, data, model) run. Every way out of the command goes through
 one ``except``: the exception is classified (``exits.classify``), ``status.json`` gets the
 exit class, a one-line message and, for user-error and crashed, the traceback; the process
-exits with the class's code.
+exits with the class's code. A preempted attempt then wakes the control plane (``wake``).
 
 A ``train`` spec with a ``script`` section runs the user's program (``script``) instead of the
 built-in loop; the agent then never initialises the TPU itself (the program does).
@@ -21,7 +21,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tpuops.agent import entry, infer, script, train
+from tpuops.agent import entry, infer, script, train, wake
 from tpuops.agent.exits import ExitClass, UserError, classify, describe, traceback_tail
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
@@ -96,7 +96,8 @@ def run(
     tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
     for ticker in tickers:
         ticker.start()
-    notice.watch_metadata(metadata_host())
+    host = metadata_host()
+    notice.watch_metadata(host)
     log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())
     exit_class, message, trace = ExitClass.SUCCEEDED, None, None
     failure: Optional[BaseException] = None
@@ -121,6 +122,8 @@ def run(
     else:
         log.info("%s finished: %s", command, exit_class.value)
     status.finish(exit_class, message, trace)
+    if exit_class is ExitClass.PREEMPTED:  # the save is done: recovery need not wait for the next pass
+        wake.wake(spec.store_root, spec.run_id, attempt, host)
     for ticker in tickers:
         ticker.stop()
     if then_exit:

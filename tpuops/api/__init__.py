@@ -200,33 +200,62 @@ def drive(settings: Settings, run_id: str, *, detach: bool = False, progress: Sa
                      on_status=on_status or (lambda _status: None), on_log=on_log)
 
 
-def reconcile(settings: Settings, progress: Say = _quiet) -> PassReport:
-    """``tpuops reconcile``: one pass over every unfinished run (safe from cron)."""
+def reconcile(settings: Settings, progress: Say = _quiet, *, wake: bool = True) -> PassReport:
+    """``tpuops reconcile``: one pass over every unfinished run (safe from cron); then, with ``wake``, passes at
+    the wake pace while a preempted agent's wake marker is fresh (``tpuops.controller.wake``)."""
+    from tpuops.controller.wake import Waker
+    from tpuops.session import store
+
     control = controller(settings, progress)
     try:
-        return control.run_pass()
+        report = control.run_pass()
+        waker = Waker(store(settings)) if wake else None
+        woken = waker.fresh() if waker is not None else []
+        if waker is not None and woken:
+            progress(f"woken by {', '.join(m.run_id for m in woken)}: passing every {waker.pace_s:.0f} s")
+            waker.hurry(control, woken, report.add)
+        return report
     finally:
         control.release()
 
 
 def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, progress: Say = _quiet,
           on_pass: Callable[[int, PassReport], None] | None = None,
-          sleep: Callable[[float], None] | None = None) -> int:
-    """``tpuops watch``: reconcile every ``interval_s`` (``passes`` of them, 0: until interrupted); passes made."""
+          sleep: Callable[[float], None] | None = None, wake: bool = True) -> int:
+    """``tpuops watch``: reconcile every ``interval_s`` (``passes`` of them, 0: until interrupted); passes made.
+
+    With ``wake``, between passes it looks for wake markers and hurries at once when a preempted agent
+    left one (``tpuops.controller.wake``); its hurried passes count as passes too.
+    """
     import time
 
+    from tpuops.controller.wake import Waker
+    from tpuops.session import store
+
     control = controller(settings, progress)
+    waker = Waker(store(settings), sleep=sleep or time.sleep) if wake else None
     done = 0
+
+    def report(result: PassReport) -> None:
+        nonlocal done
+        done += 1
+        if on_pass is not None:
+            on_pass(done, result)
+
     try:
         while not passes or done < passes:
             started = time.monotonic()
-            report = control.run_pass()
-            done += 1
-            if on_pass is not None:
-                on_pass(done, report)
+            report(control.run_pass())
             if passes and done >= passes:
                 break
-            (sleep or time.sleep)(max(0.0, interval_s - (time.monotonic() - started)))
+            left = max(0.0, interval_s - (time.monotonic() - started))
+            if waker is None:
+                (sleep or time.sleep)(left)
+                continue
+            woken = waker.wait(left)
+            if woken:
+                progress(f"woken by {', '.join(m.run_id for m in woken)}: passing every {waker.pace_s:.0f} s")
+                waker.hurry(control, woken, report)
     finally:
         control.release()
     return done

@@ -31,15 +31,18 @@ def _say(quiet: bool) -> Callable[[str], None]:
 def reconcile(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print the pass as JSON."),
+    wake: bool = typer.Option(True, "--wake/--no-wake",
+                              help="After the pass, hurry while a preempted agent's wake marker is fresh."),
 ) -> None:
     """One reconcile pass over every run: recover, restart, finish, reap. Safe to run from cron."""
     from tpuops import api
 
-    report = api.reconcile(load_settings(ctx), progress=_say(as_json))
+    report = api.reconcile(load_settings(ctx), progress=_say(as_json), wake=wake)
     if as_json:
         print_json(report.__dict__)
     else:
-        err_console().print(f"{report.runs} run(s) looked at, {len(report.acted)} action(s), "
+        err_console().print(f"{report.runs} run(s) looked at in {report.passes} pass(es), "
+                            f"{len(report.acted)} action(s), "
                             f"{len(report.reaped)} orphan(s) reaped, {len(report.skipped_leased)} leased elsewhere, "
                             f"{len(report.errors)} error(s)")
         for run_id, why in report.errors.items():
@@ -58,6 +61,8 @@ def watch(
     interval: float = typer.Option(30.0, "--interval", min=0.1, max=86400, help="Seconds between passes."),
     passes: int = typer.Option(0, "--passes", min=0, max=1_000_000,
                                help="Stop after this many passes (0: run until Ctrl-C)."),
+    wake: bool = typer.Option(True, "--wake/--no-wake",
+                              help="Between passes, wake at once on a preempted agent's wake marker."),
 ) -> None:
     """Reconcile in a loop: every preempted run comes back, every finished run's node goes."""
     from tpuops import api
@@ -67,7 +72,8 @@ def watch(
             err_console().print(f"pass {done}: {len(report.acted)} action(s), {len(report.reaped)} reaped")
 
     try:
-        api.watch(load_settings(ctx), interval_s=interval, passes=passes, progress=_say(False), on_pass=shown)
+        api.watch(load_settings(ctx), interval_s=interval, passes=passes, progress=_say(False), on_pass=shown,
+                  wake=wake)
     except KeyboardInterrupt:
         err_console().print("stopped watching; runs go on, 'tpuops watch' again picks them up")
 

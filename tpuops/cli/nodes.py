@@ -56,7 +56,7 @@ def up(
     settings = load_settings(ctx)
     capacity = capacity_flag(spot, preemptible, on_demand)
     if not dry_run:
-        with progress(f"creating {name}", quiet=as_json) as show:
+        with progress(f"creating {name!r}", quiet=as_json) as show:  # repr: a bad name is still one line
             result = api.up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime,
                             wait=not no_wait, queued=queued, valid_for_s=valid_for, progress=show)
         _report_up(result, as_json)

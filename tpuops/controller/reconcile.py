@@ -106,6 +106,17 @@ class PassReport:
     unlisted_zones: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
     sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep pass did (tpuops.sweeps.advance)
+    passes: int = 1
+
+    def add(self, later: PassReport) -> None:
+        """Fold a later pass's report into this one (a reconcile that hurried for a wake marker)."""
+        self.runs = max(self.runs, later.runs)
+        self.acted.extend(later.acted)
+        self.reaped.extend(later.reaped)
+        self.finished.update(later.finished)
+        self.errors.update(later.errors)
+        self.sweeps = later.sweeps or self.sweeps
+        self.passes += later.passes
 
 
 @dataclass

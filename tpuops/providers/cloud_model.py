@@ -58,6 +58,9 @@ class CloudModel:
     stockouts: tuple[Stockout, ...] = ()
     delete_latency: Latency = Latency(30.0)
     notice_s: float = NOTICE_S
+    lifetime: Latency | None = None
+    """A preemption trace instead of the hazard: a READY spot or preemptible node is preempted at an age drawn
+    from this (sigma 0: every node at the same age), so that policies compare on equal preemption counts."""
 
     def __post_init__(self) -> None:
         rates = [self.spot_hazard_per_hour, *self.hazard_per_hour.values()]

@@ -10,6 +10,7 @@ Invariants:
   (``runs.NodeSpec`` is a ``NodeRequest`` plus the zones to try), so a recreate asks the same.
 - ``MetadataKey`` is the one list of node metadata keys that tpuops sets and the startup script
   reads (``templates/startup.sh.j2`` gets them from the renderer): a key spelled anywhere else is a bug.
+  The agent, which cannot import this module, reads ``WAKE_JOB`` by the constant it is made from.
 - ``Operation`` is a snapshot of a long-running request; it is never refreshed in place: ask the
   provider again (``NodeProvider.operation``) for a newer one.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
 from tpuops.create_result import CreateResult
 from tpuops.errors import TpuopsError
 from tpuops.kinds import Capacity, ValueEnum
@@ -43,6 +45,9 @@ class MetadataKey(ValueEnum):
     """Set ("true"): the node stays up after its job ends (``--keep``)."""
     TPU_API = "tpuops-tpu-api"
     """A non-default API endpoint (the emulator) the node deletes itself through."""
+    WAKE_JOB = WAKE_JOB_ATTRIBUTE
+    """The Cloud Run job (``projects/P/locations/R/jobs/J``) the agent starts after its save on a preemption
+    notice (``tpuops.agent.wake``; setting ``wake_job``)."""
 
 
 class NodeState(str, Enum):

@@ -8,7 +8,8 @@ nodes live on virtual time (``CloudModel``):
   for its accelerator; its create operation ends then (its end dates the start of billing, as on
   Cloud TPU);
 - a READY spot or preemptible node is preempted after an exponential time at its zone's and
-  capacity's hazard: the agent gets the notice ``notice_s`` before, the node turns PREEMPTED;
+  capacity's hazard (or at an age from the model's ``lifetime`` trace): the agent gets the notice
+  ``notice_s`` before, the node turns PREEMPTED;
 - a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM);
 - a delete stops billing at once and frees the name after a drawn delete latency: a create of that
   name before then starts only when the delete is over (the controller's replacement waits for
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Protocol
 
-from tpuops.billing_rules import preemption_is_free
+from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES, preemption_is_free
 from tpuops.clock import Clock, system_clock
 from tpuops.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.naming import RUN_KEY
@@ -156,6 +157,18 @@ class SimulatedCloud:
         with self._lock:
             return sum(node.state is NodeState.READY for node in self._nodes.values())
 
+    def notices_ahead(self) -> list[tuple[float, float]]:
+        """(notice, end) of every preemption still to come: the notice ``notice_s`` before the end, not before READY."""
+        with self._lock:
+            ahead = []
+            for at, _, kind, uid in self._events:
+                key = self._by_uid.get(uid)
+                node = self._nodes.get(key) if key else None
+                if kind == "preempt" and node is not None and node.uid == uid:
+                    ready = self._open[uid].start if uid in self._open else at
+                    ahead.append((max(ready, at - self.model.notice_s), at))
+            return ahead
+
     def catch_up(self) -> None:
         """Apply, in time order, everything due by the clock's now."""
         now = self.clock()
@@ -176,6 +189,8 @@ class SimulatedCloud:
         self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
         hazard = self.model.hazard(node.zone, node.capacity.value)
         preempt = at + self._rng.expovariate(hazard / 3600.0) if hazard > 0 else None
+        if self.model.lifetime is not None and node.capacity.value in PREEMPTIBLE_CAPACITIES:
+            preempt = at + self.model.lifetime.draw(self._rng)
         finish = self.workload.finish_time(run_id, at) if run_id else None
         if run_id:
             self.workload.started(run_id, at)

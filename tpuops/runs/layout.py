@@ -28,12 +28,19 @@ Every key below is relative to the store root (docs/design.md, "The store is the
     index/built               written once the two indexes cover every run (a store from before
                               the index is indexed on first use by scanning ``runs/``).
     leases/<run>              a controller's lease on the run (``tpuops.store.lease``).
+    wake/<run>                the wake marker: written by the agent after its save on a preemption
+                              notice (``tpuops.agent.wake``, which defines the prefix: the agent
+                              cannot import this module), JSON ``{run_id, attempt, at}``. Deleted
+                              by the controller that hurried for it, or found stale
+                              (``tpuops.controller.wake``), and with the run's active marker.
 
 A run exists once its run.json does; the markers are derived from the run documents and can be
 rebuilt from them (``rebuild_index``).
 """
 
 from __future__ import annotations
+
+from tpuops.agent.wake import WAKE_PREFIX as WAKE
 
 RUNS = "runs/"
 INDEX_RUNS = "index/runs/"
@@ -72,6 +79,10 @@ def memory_key(run_id: str) -> str:
 
 def logs_prefix(run_id: str) -> str:
     return run_key(run_id, LOGS)
+
+
+def wake_key(run_id: str) -> str:
+    return f"{WAKE}{run_id}"
 
 
 def run_of(key: str, prefix: str) -> str:

@@ -289,7 +289,9 @@ def mark_active(store: Store, run_id: str) -> None:
 
 
 def drop_active(store: Store, run_id: str) -> None:
+    """Take the finished run out of the active index, with the wake marker its last notice may have left."""
     store.delete(layout.INDEX_ACTIVE + run_id)
+    store.delete(layout.wake_key(run_id))
 
 
 def _indexed(store: Store, prefix: str) -> dict[str, int]:

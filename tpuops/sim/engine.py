@@ -2,7 +2,8 @@
 
 One ``Simulation`` wires what production wires (a store, a ledger, a ``Fleet``, a ``Controller``)
 around a ``SimulatedCloud`` and one ``VirtualClock``, in a scratch directory. Each step moves the
-clock to the next pass (every ``cron_s``, as ``tpuops schedule`` runs ``reconcile``), applies what
+clock to the next pass (every ``cron_s``, as ``tpuops schedule`` runs ``reconcile``, and, with a
+``WakeUp``, when a preempted agent's wake marker would bring one sooner), applies what
 the cloud did meanwhile (boots, notices, preemptions, jobs that ended), lets every running agent
 write its heartbeat, and runs one real pass: ``decide`` for every run, the sweep pass (Optuna's
 sampler and pruner on the store journal), the Fleet's ledger dating. Nothing is patched; the only
@@ -89,6 +90,32 @@ class Agents:
 
 
 @dataclass(frozen=True)
+class WakeUp:
+    """The wake-up (``tpuops.agent.wake``, ``tpuops.controller.wake``) as the simulation models it.
+
+    The agent writes its marker ``save_s`` after the notice when its save fits in the notice (else it is
+    killed first and there is none); the first hurried pass comes ``delay_s`` later (``watch`` lists the
+    markers every second; a Cloud Run job takes its start-up time), then one every ``pace_s``. Only the
+    first of those passes at or after the node's end is simulated: the ones before it see the node READY
+    and do nothing but read.
+    """
+
+    delay_s: float = 1.0
+    pace_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.delay_s < 0 or self.pace_s <= 0:
+            raise ValueError(f"a wake-up needs a delay >= 0 and a pace > 0, got {self.delay_s} and {self.pace_s}")
+
+    def pass_at(self, notice: float, end: float, save_s: float) -> float | None:
+        """When the hurried pass that recovers a node preempted at ``end`` comes; None: no marker."""
+        if save_s > end - notice:
+            return None
+        first = notice + save_s + self.delay_s
+        return first + math.ceil(max(0.0, end - first) / self.pace_s) * self.pace_s
+
+
+@dataclass(frozen=True)
 class RunResult:
     """One run as the simulation ended it."""
 
@@ -157,9 +184,10 @@ class Simulation:
     """One simulated world in ``workdir``: store, ledger, cloud, agents, and the real controller over them."""
 
     def __init__(self, settings: Settings, workdir: Path, cloud: CloudModel, agent: AgentModel, *,
-                 cron_s: float = 300.0, seed: int = 0, progress: Say = _quiet) -> None:
+                 cron_s: float = 300.0, seed: int = 0, progress: Say = _quiet, wake: WakeUp | None = None) -> None:
         if cron_s <= 0:
             raise ValueError(f"the pass interval must be > 0 s, got {cron_s}")
+        self.wake = wake
         workdir.mkdir(parents=True, exist_ok=True)
         self.settings = settings.model_copy(update={"store": str(workdir / "store"), "home": workdir,
                                                     "node_provider": "simulated"})
@@ -197,7 +225,7 @@ class Simulation:
 
         report = SimReport()
         started = time.perf_counter()
-        now = START
+        now = next_cron = START
         while True:
             self.clock.advance_to(now)
             self.cloud.catch_up()
@@ -216,7 +244,12 @@ class Simulation:
             if report.passes % every_passes == 0:
                 self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "
                               f"{len(runs.active_run_ids(self.store))} runs going")
-            now += self._skip(now, passed, quiet_skip_s) if quiet_skip_s > 0 else self.cron_s
+            while next_cron <= now:
+                next_cron += self.cron_s
+            if quiet_skip_s > 0:
+                next_cron += self._skip(now, passed, quiet_skip_s) - self.cron_s
+            woken = self._next_wake(now)
+            now = next_cron if woken is None else min(next_cron, woken)
         self.controller.release()
         report.wall_s = time.perf_counter() - started
         report.simulated_s = now - START
@@ -236,6 +269,14 @@ class Simulation:
         upcoming = self.cloud.next_event()
         until = min(quiet_skip_s, (upcoming - now) if upcoming is not None else quiet_skip_s)
         return max(self.cron_s, math.ceil(until / self.cron_s) * self.cron_s)
+
+    def _next_wake(self, after: float) -> float | None:
+        """The first hurried pass after ``after`` that a wake marker brings (None without a wake-up)."""
+        if self.wake is None:
+            return None
+        save_s = self.agents.model.segments.save_s
+        times = (self.wake.pass_at(notice, end, save_s) for notice, end in self.cloud.notices_ahead())
+        return min((t for t in times if t is not None and t > after), default=None)
 
     def _price(self, interval: Billed) -> float:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)

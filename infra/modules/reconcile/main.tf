@@ -66,6 +66,18 @@ resource "google_cloud_run_v2_job" "reconcile" {
   }
 }
 
+# The wake-up: after its save on a preemption notice, a TPU VM's agent starts this job at once
+# (Cloud Run Admin API jobs.run with the VM's metadata token) instead of leaving the recovery to the
+# next scheduled run. Least privilege: the VMs' account may run this one job and nothing else
+# (roles/run.invoker on the job resource, no project-level Cloud Run role, no overrides).
+resource "google_cloud_run_v2_job_iam_member" "vm_wakes_job" {
+  project  = var.project
+  location = var.region
+  name     = google_cloud_run_v2_job.reconcile.name
+  role     = "roles/run.invoker"
+  member   = "serviceAccount:${var.vm_account_email}"
+}
+
 # Cloud Scheduler calls the Cloud Run Admin API's jobs.run with an OAuth token of this account.
 resource "google_service_account" "scheduler" {
   project      = var.project

@@ -42,3 +42,8 @@ variable "bucket" {
   type        = string
   description = "Store bucket name."
 }
+
+variable "vm_account_email" {
+  type        = string
+  description = "Email of the TPU VMs' service account: it may run this job (the wake-up), nothing else."
+}

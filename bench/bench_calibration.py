@@ -1,0 +1,154 @@
+"""Forecast calibration (issue 23, scope 7): the simulator, set to the emulator's timings, against real emulator runs.
+
+    .venv/bin/python bench/bench_calibration.py [--runs 20] [--wave 5] [--steps 300] [--json]
+
+Real side: ``--runs`` digits CNN runs (real TF 2.9 agent) on the local emulator, ``--wave`` at a time,
+recovered by ``tpuops watch`` (``api.watch``, a pass every 2 s, with the wake-up) while the emulator
+preempts READY spot nodes at random (``preempt_rate_per_s``, seeded). Per run: wall time from its first
+create to its agent's success, cost from the emulator's billing records (a spot node preempted within
+a minute of its create is free), preemptions.
+
+Simulated side (``tpuops.sim.calibrate``): the same job on the simulator set to this session's measured
+timings (each run's setup and speed, resampled: 10 worlds of 20 runs), the emulator's hazard, create
+-> READY folded into the measured setup, the agent's exit after its notice save (1 s, assumed), the
+same pass interval and wake-up. Reported: how many runs fall inside the forecast's p10-p90 band for
+wall time and cost (goal: at least 16 of 20 for both), and the median absolute error against the p50
+(goal <= 10 %). A calibrated forecast puts a run inside p10-p90 with probability 0.8, so the count
+goal is met with probability 0.63 even by an exact simulator (see ``tpuops.sim.calibrate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_controller import TF_PYTHON, TF_ZONE, World, digits_spec, world
+from bench_detection import watching
+
+from tpuops import runs
+from tpuops.cost import catalog_for
+from tpuops.data.samples import digits
+from tpuops.jobs import declare, plan_train
+from tpuops.providers.cloud_model import CloudModel, Latency
+from tpuops.sim.calibrate import Measured, Profile, forecast, measured_of, profile_of, score
+from tpuops.sim.engine import WakeUp
+
+PASS_S = 2.0
+RATE_PER_S = 1 / 60
+"""Preemptions per READY second: about one a minute, so that most runs meet none, one or two."""
+AGENT_EXIT_S = 1.0
+"""ASSUMED: from the notice to the node's end on the emulator (the agent saves at its next call, exits)."""
+
+
+def billed_usd(w: World, run_id: str) -> float:
+    catalog = catalog_for(w.settings)
+    return sum((interval["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(
+        interval["accelerator_type"], interval["capacity"], interval["zone"])
+        for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}"))
+
+
+def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int
+            ) -> tuple[list[Measured], list[Profile], str]:
+    """Run ``count`` runs, ``wave`` at a time, under random preemptions; their results, profiles, accelerator."""
+    w.admin.set_faults(preempt_rate_per_s=RATE_PER_S, seed=seed)
+    ids = [f"calib-{seed}-{index:02d}" for index in range(count)]
+    accelerator = ""
+    started = time.monotonic()
+    with watching(w.settings, PASS_S, wake=True) as failures:
+        for first in range(0, count, wave):
+            batch = ids[first:first + wave]
+            for run_id in batch:
+                plan = plan_train(w.settings, spec, w.store, run_id=run_id, base_dir=work)
+                plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.5))
+                declare(plan, w.store, w.settings, lambda _text: None)
+                accelerator = plan.record.node.accelerator
+            deadline = time.monotonic() + 900
+            while not all(runs.load_memory(w.store, run_id)[0].finished for run_id in batch):
+                if time.monotonic() > deadline or failures:
+                    raise SystemExit(f"bench: runs {batch} did not finish within 15 min ({failures})")
+                time.sleep(0.2)
+            print(f"bench: {first + len(batch)}/{count} runs done ({time.monotonic() - started:.0f} s)",
+                  file=sys.stderr)
+    w.admin.set_faults(preempt_rate_per_s=0.0)
+    measured, profiles = [], []
+    for run_id in ids:
+        status = runs.read_status(w.store, run_id)
+        memory = runs.load_memory(w.store, run_id)[0]
+        if status is None:
+            continue
+        result = measured_of(run_id, status, memory, billed_usd(w, run_id))
+        profile = profile_of(status, memory)
+        if result is not None:
+            measured.append(result)
+        if profile is not None:
+            profiles.append(profile)
+    return measured, profiles, accelerator
+
+
+def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-calibration-") as tmp:
+        work = Path(tmp)
+        digits(work / "data" / "digits", overwrite=True)
+        spec = digits_spec(work, steps, max(1, steps // 3))
+        emulator = {"boot_delay_s": 0.2, "grace_s": 30.0, "image_python": str(TF_PYTHON)}
+        with world(work / "home", [TF_ZONE], emulator, poll_interval_s=0.2) as w:
+            began = time.monotonic()
+            measured, profiles, accelerator = measure(w, work, spec, count, wave, seed)
+            real_s = time.monotonic() - began
+            cloud = CloudModel(default_ready=Latency(0.0, 0.0), delete_latency=Latency(0.0, 0.0),
+                               spot_hazard_per_hour=RATE_PER_S * 3600, notice_s=AGENT_EXIT_S)
+            began = time.monotonic()
+            settings = w.settings.model_copy(update={"accelerator": accelerator})
+            predicted = forecast(settings, profiles, steps, cloud, pass_every_s=PASS_S,
+                                 wake=WakeUp(delay_s=1.0, pace_s=PASS_S), seed=seed)
+            sim_s = time.monotonic() - began
+    scored = score(measured, predicted)
+    return {"runs": count, "wave": wave, "steps": steps, "seed": seed, "real_wall_s": round(real_s, 1),
+            "simulation_wall_s": round(sim_s, 1), "forecast": {
+                "seconds": predicted.seconds.to_json(), "usd": predicted.usd.to_json(),
+                "expected_preemptions": round(predicted.preemptions, 3), "simulated_runs": predicted.simulated},
+            "score": scored.to_json(),
+            "measured": [{"run_id": m.run_id, "seconds": round(m.seconds, 2), "usd": round(m.usd, 6),
+                          "preemptions": m.preemptions} for m in measured],
+            "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1)} for p in profiles]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--wave", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repetitions", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out = [calibrate(args.runs, args.wave, args.steps, seed) for seed in range(args.repetitions)]
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=180)
+    table = Table(title=f"forecast calibration: {args.runs} digits runs on the emulator, random preemptions")
+    for column in ("seed", "p10-p50-p90 wall s", "p10-p50-p90 USD", "inside both / wall / cost",
+                   "median abs error wall / cost", "preemptions measured (forecast mean)", "real s"):
+        table.add_column(column)
+    for row in out:
+        f, s = row["forecast"], row["score"]
+        table.add_row(str(row["seed"]), "-".join(f"{f['seconds'][k]:.1f}" for k in ("p10", "p50", "p90")),
+                      "-".join(f"{f['usd'][k]:.5f}" for k in ("p10", "p50", "p90")),
+                      f"{s['inside_both']} / {s['seconds_inside']} / {s['usd_inside']} of {s['runs']}",
+                      f"{s['median_abs_error_seconds']:.1%} / {s['median_abs_error_usd']:.1%}",
+                      f"{sum(m['preemptions'] for m in row['measured']) / max(1, len(row['measured'])):.2f} "
+                      f"({f['expected_preemptions']:.2f})", f"{row['real_wall_s']:.0f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Calibration: the simulator, set to timings measured on real runs, forecasts those runs.
+
+The real runs' agents time every attempt (``status.json`` ``attempts``); the controller dates every
+create (``memory.json`` events). From them, each run gives a ``Profile``: its setup (the create of an
+attempt to that attempt's first completed step: boot, TensorFlow import, restore, the first call) and
+its speed (steps trained, redone ones included, per second of everything after the first step:
+steps, checkpoints, evaluations, the final save). The forecast resamples those profiles (one per
+simulated world, ``worlds`` of them, ``runs_per_world`` runs each): what load did to a run's segments
+in the session is in the band, not only what preemptions do. The cloud (hazard, create -> READY,
+notice) and the controller's pace are given as the real runs had them.
+
+``score`` counts the runs whose measured wall time and cost both fall inside the forecast's p10-p90
+band, and the median absolute error of each against the band's p50.
+
+Known limits, seen on this machine: within one world every run has the same setup and speed, so the
+wall times of the runs a world does not preempt are nearly one value (the p10 of a forecast with few
+preemptions sits on it, and a real run a little faster falls outside); and a spot node preempted within
+a minute of its create is free, so runs shorter than a minute cost only their last attempt, a narrow
+band that load on the real side widens.
+
+Statistical ceiling, stated: for a forecast that is exactly right, a run falls inside its p10-p90
+band with probability 0.8, so "at least 16 of 20 inside" holds with probability 0.63 (binomial); a
+test asserting it would fail about one run in three however good the simulator is.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuops.config import Settings
+from tpuops.kinds import Capacity
+from tpuops.providers.cloud_model import CloudModel
+from tpuops.provision import plan_up
+from tpuops.runs import AgentStatus, Memory, NodeSpec, RunKind, RunRecord
+from tpuops.sim.engine import Simulation, WakeUp
+from tpuops.sim.forecast import Band
+from tpuops.sim.model import AgentModel, Segments
+
+
+def replicas(settings: Settings, count: int, *, prefix: str = "run", accelerator: str = "v3-8",
+             capacity: Capacity = Capacity.SPOT) -> list[tuple[RunRecord, dict[str, Any]]]:
+    """``count`` runs of one node each, declared as ``train --detach`` would (no bundle: a simulated agent)."""
+    declared = []
+    for index in range(count):
+        run_id = f"{prefix}-{index:04d}"
+        up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity, zone=None, run_id=run_id)
+        declared.append((RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones)),
+                         {"run_id": run_id}))
+    return declared
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One real run's timings, as the simulator takes them."""
+
+    setup_s: float
+    steps_per_s: float
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One real run's result."""
+
+    run_id: str
+    seconds: float
+    """From its first create to its agent's success."""
+    usd: float
+    """The cloud's billing truth for its nodes."""
+    preemptions: int
+
+
+def profile_of(status: AgentStatus, memory: Memory) -> Profile | None:
+    """The run's profile; None when it has not succeeded or its attempts do not line up with its creates."""
+    creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+    attempts = [a for a in status.attempts if a.first_step_at is not None]
+    if status.exit_class != "succeeded" or not attempts or len(creates) < len(status.attempts):
+        return None
+    setups = [a.first_step_at - creates[a.attempt - 1] for a in attempts if a.first_step_at is not None]
+    working = sum(a.productive_s + a.recomputed_s + a.checkpoint_s + a.eval_s + a.save_s for a in attempts)
+    if working <= 0:
+        return None
+    return Profile(statistics.median(setups), (status.step + status.recomputed_steps) / working)
+
+
+def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: float) -> Measured | None:
+    creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+    ended = status.attempts[-1].ended_at if status.attempts else None
+    if status.exit_class != "succeeded" or not creates or ended is None:
+        return None
+    return Measured(run_id, ended - creates[0], billed_usd, memory.preemptions)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    seconds: Band
+    usd: Band
+    preemptions: float
+    simulated: int
+
+
+def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
+             pass_every_s: float, wake: WakeUp | None, worlds: int = 10, runs_per_world: int = 20,
+             seed: int = 0) -> Forecast:
+    """The bands of wall time and cost over ``worlds`` x ``runs_per_world`` simulated runs (profiles resampled)."""
+    if not profiles:
+        raise ValueError("a calibration needs at least one measured profile")
+    rng = random.Random(seed)
+    seconds: list[float] = []
+    usd: list[float] = []
+    preemptions: list[int] = []
+    for world in range(worlds):
+        profile = profiles[rng.randrange(len(profiles))]
+        job = AgentModel(total_steps=total_steps, steps_per_s=profile.steps_per_s,
+                         segments=Segments(setup_s=profile.setup_s, checkpoint_every_s=1e9, save_s=0.0,
+                                           restore_s=0.0))
+        with tempfile.TemporaryDirectory(prefix="tpuops-calibrate-") as scratch:
+            sim = Simulation(settings, Path(scratch), cloud, job, cron_s=pass_every_s, seed=seed * 1000 + world,
+                             wake=wake)
+            sim.declare(replicas(settings, runs_per_world, prefix=f"w{world}"))
+            report = sim.run(max_hours=24)
+        for run in report.runs:
+            if run.hours_to_result is not None:
+                seconds.append(run.hours_to_result * 3600)
+                usd.append(run.usd)
+                preemptions.append(run.preemptions)
+    seconds_band, usd_band = Band.of(seconds), Band.of(usd)
+    if seconds_band is None or usd_band is None:
+        raise ValueError("no simulated run finished: the hazard is too high for the job")
+    return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds))
+
+
+@dataclass(frozen=True)
+class Score:
+    runs: int
+    inside: int
+    """Runs whose wall time and cost both fall inside p10-p90."""
+    seconds_inside: int
+    usd_inside: int
+    median_abs_error_seconds: float
+    """Relative to the measured value, against the forecast's p50."""
+    median_abs_error_usd: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": self.runs, "inside_both": self.inside, "seconds_inside": self.seconds_inside,
+                "usd_inside": self.usd_inside,
+                "median_abs_error_seconds": round(self.median_abs_error_seconds, 4),
+                "median_abs_error_usd": round(self.median_abs_error_usd, 4)}
+
+
+def _inside(value: float, band: Band) -> bool:
+    return band.p10 <= value <= band.p90
+
+
+def _error(value: float, band: Band) -> float:
+    return abs(value - band.p50) / value if value else 0.0
+
+
+def score(runs: Iterable[Measured], predicted: Forecast) -> Score:
+    done = list(runs)
+    if not done:
+        raise ValueError("nothing to score: no measured run")
+    seconds = [_inside(r.seconds, predicted.seconds) for r in done]
+    usd = [_inside(r.usd, predicted.usd) for r in done]
+    return Score(len(done), sum(s and u for s, u in zip(seconds, usd, strict=True)), sum(seconds), sum(usd),
+                 statistics.median(_error(r.seconds, predicted.seconds) for r in done),
+                 statistics.median(_error(r.usd, predicted.usd) for r in done))
