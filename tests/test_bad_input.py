@@ -63,7 +63,7 @@ REFUSED = [  # argv, what the one line must say
     (["events", "../../etc/passwd"], "run id '../../etc/passwd' is not allowed"),
     (["up", "n1", "--queued", "--valid-for", "1e400"], "--valid-for"),
     (["watch", "--interval", "1e300"], "--interval"),
-    (["emulator", "fault", "--latency", "1e400"], "--latency"),
+    (["emulator", "fault", "--latency", "1e400"], "latency_s = inf is not a finite number"),
     (["emulator", "start", "--boot-delay", "-1"], "--boot-delay"),
     (["emulator", "start", "--grace", "nan"], "--grace"),
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
@@ -124,6 +124,27 @@ def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sa
     outcome = tpuops(sandbox, "infer", SPEC, "--checkpoint", str(empty), "--input", "data/x")
     assert outcome.code == 2 and "holds neither a SavedModel" in outcome.stderr
     assert "cannot reach" not in outcome.stderr  # refused before the API was called
+
+
+@pytest.mark.parametrize(("fault", "value", "said"), [
+    ("latency_s", float("nan"), "latency_s = nan is not a finite number"),
+    ("latency_s", float("inf"), "latency_s = inf is not a finite number"),
+    ("gcs_latency_ms", -5.0, "gcs_latency_ms = -5.0 is outside [0, 60000]"),
+    ("preempt_rate_per_s", -0.1, "preempt_rate_per_s = -0.1 is outside [0, 100]"),
+    ("error_rate", float("nan"), "error_rate = nan is not a finite number"),
+    ("error_burst", 2.5, "error_burst = 2.5 is not a whole number"),
+    ("seed", True, "seed = True is not a whole number"),
+    ("error_code", 404, "error_code must be one of [429, 500, 503], not 404"),
+    ("stockout_zones", "us-central1-a", "stockout_zones must be a list of strings"),
+])
+def test_a_python_caller_gets_the_admin_apis_one_line_for_a_bad_fault(fault: str, value: object, said: str) -> None:
+    """AdminClient refuses, in the emulator's words, before it reaches for the (here unreachable) server."""
+    from tpuops.emulator.control import AdminClient
+    from tpuops.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest) as refused:
+        AdminClient("http://127.0.0.1:1", timeout_s=0.5).set_faults(**{fault: value})
+    assert str(refused.value) == said + "."
 
 
 def test_an_unreachable_endpoint_is_one_line_naming_it(sandbox: Sandbox) -> None:
