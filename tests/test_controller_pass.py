@@ -36,7 +36,7 @@ from tpuops.store import open_store
 pytestmark = pytest.mark.unit
 
 ZONE = "us-central1-b"
-WAIT_S = 10.0  # how long a held delete may hold a pass here before its wait fails
+WAIT_S = 60.0  # how long a held delete may hold a pass here before its wait fails (never reached when passing)
 LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
 DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000}
 
