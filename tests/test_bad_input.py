@@ -8,6 +8,7 @@ port nothing listens on, so a command that reaches for the API meets an unreacha
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -195,6 +196,42 @@ def test_schedule_install_systemd_without_a_user_bus_writes_no_unit(sandbox: San
         assert outcome.code == 1 and "systemctl --user" in outcome.stderr
     assert not (sandbox.root / "xdg").exists()
     assert not list((sandbox.root / "home").rglob("pass.sh"))
+
+
+# A stand-in for systemctl, first on PATH: the real one cannot enable anything here (no user bus, and a
+# user systemd instance does not start in this container), so the one outcome the rollback is for,
+# a bus that answers and an enable that fails, is played by this script. It answers like systemctl
+# does, notes each call and what unit files exist at that moment, and refuses `enable`.
+FAILING_SYSTEMCTL = """#!/bin/sh
+echo "$* | $(ls "$XDG_CONFIG_HOME/systemd/user" 2>/dev/null | tr '\\n' ' ')" >> "$SYSTEMCTL_LOG"
+case "$*" in
+  *enable*) echo "Failed to enable unit: Unit tpuops-reconcile.timer is masked." >&2; exit 1 ;;
+esac
+exit 0
+"""
+
+
+def test_schedule_install_systemd_rolls_back_when_enable_fails(sandbox: Sandbox) -> None:
+    """The units and the script are written, enabling fails: all of it is removed, status says not installed."""
+    stand_in, log = sandbox.root / "bin", sandbox.root / "systemctl.log"
+    stand_in.mkdir()
+    (stand_in / "systemctl").write_text(FAILING_SYSTEMCTL)
+    (stand_in / "systemctl").chmod(0o755)
+    sandbox.env.update(XDG_CONFIG_HOME=str(sandbox.root / "xdg"), SYSTEMCTL_LOG=str(log),
+                       PATH=f"{stand_in}{os.pathsep}{os.environ['PATH']}")
+    before = sandbox.listing()
+    outcome = tpuops(sandbox, "schedule", "install", "--systemd")
+    [line] = outcome.stderr.strip().splitlines()
+    assert outcome.code == 1 and "systemctl --user enable --now tpuops-reconcile.timer" in line and "masked" in line
+    calls = log.read_text().splitlines()
+    assert [call.split(" | ")[0] for call in calls] == [
+        "--user show-environment", "--user daemon-reload", "--user enable --now tpuops-reconcile.timer"]
+    assert calls[-1].split(" | ")[1].split() == ["tpuops-reconcile.service", "tpuops-reconcile.timer"]  # written
+    assert not list((sandbox.root / "xdg").rglob("tpuops-reconcile.*"))  # then removed
+    assert not list((sandbox.root / "home").rglob("pass.sh"))
+    assert sandbox.listing() - before == {"systemctl.log"}  # nor the folders the install made for them
+    status = json.loads(tpuops(sandbox, "schedule", "status", "--json").stdout)
+    assert (status["systemd_timer"], status["script"]) == (False, None)
 
 
 def _sweep_world(sandbox: Sandbox, budget: str) -> Path:
