@@ -136,6 +136,8 @@ def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sa
     ("error_burst", 2.5, "error_burst = 2.5 is not a whole number"),
     ("seed", True, "seed = True is not a whole number"),
     ("error_code", 404, "error_code must be one of [429, 500, 503], not 404"),
+    pytest.param("error_burst", 10**5000, "error_burst = an integer of 16610 bits is outside [0, 1e+06]",
+                 id="error_burst-huge"),
     ("stockout_zones", "us-central1-a", "stockout_zones must be a list of strings"),
 ])
 def test_a_python_caller_gets_the_admin_apis_one_line_for_a_bad_fault(fault: str, value: object, said: str) -> None:

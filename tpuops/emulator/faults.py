@@ -176,9 +176,17 @@ def _problem(key: str, value: Any) -> str | None:
     if key == "hold_queued":
         return None if isinstance(value, bool) else "hold_queued must be true or false"
     whole = key in _INTEGERS
-    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or not math.isfinite(value):
-        return f"{key} = {value!r} is not {'a whole' if whole else 'a finite'} number"
+    if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+            or (isinstance(value, float) and not math.isfinite(value))):  # an int of any size is finite
+        return f"{key} = {_shown(value)} is not {'a whole' if whole else 'a finite'} number"
     if key == "error_code":
         return None if value in INJECTABLE else f"error_code must be one of {sorted(INJECTABLE)}, not {value}"
     low, high = LIMITS[key]
-    return None if low <= value <= high else f"{key} = {value!r} is outside [{low:g}, {high:g}]"
+    return None if low <= value <= high else f"{key} = {_shown(value)} is outside [{low:g}, {high:g}]"
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message: a huge integer by its size (its digits would not fit one line, nor ``repr``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
