@@ -54,12 +54,16 @@ def emulator_admin(emulator: Any) -> Any:
 
 @pytest.fixture
 def finish() -> Callable[..., Any]:
-    """``finish(operation, timeout=30)``: the operation's result, polled every 50-200 ms."""
+    """``finish(operation, timeout=120)``: the operation's result, polled every 50-200 ms.
+
+    The deadlines here and in ``wait_until`` are for a test that has already failed: a passing one
+    returns as soon as its condition holds, so they are long enough for a machine that 6 test runs load.
+    """
     from google.api_core.future import polling
 
     fast = polling.DEFAULT_POLLING.with_delay(initial=0.05, maximum=0.2, multiplier=1.5)
 
-    def _finish(operation: Any, timeout: float = 30.0) -> Any:
+    def _finish(operation: Any, timeout: float = 120.0) -> Any:
         return operation.result(timeout=timeout, polling=fast)
 
     return _finish
@@ -67,9 +71,9 @@ def finish() -> Callable[..., Any]:
 
 @pytest.fixture
 def wait_until() -> Callable[..., Any]:
-    """``wait_until(condition, timeout=20)``: poll until ``condition()`` is truthy, return it."""
+    """``wait_until(condition, timeout=60)``: poll until ``condition()`` is truthy, return it."""
 
-    def _wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05) -> T:
+    def _wait_until(condition: Callable[[], T], timeout: float = 60.0, interval: float = 0.05) -> T:
         return poll(condition, str(condition), timeout, interval)
 
     return _wait_until

@@ -47,6 +47,7 @@ class FakeGcsServer:
 
     def __init__(self, port: int | None = None, *, root: Path | None = None, backend: str = "memory") -> None:
         self.port = port or free_port()
+        self._chosen = port is None  # a port we picked may be taken before the server binds it: pick another
         self.backend = backend
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if root is None and backend == "filesystem":
@@ -60,8 +61,24 @@ class FakeGcsServer:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, *, timeout_s: float = 15.0) -> None:
-        """Launch the server and return once it answers HTTP (poll with a deadline)."""
+    def start(self, *, timeout_s: float = 60.0) -> None:
+        """Launch the server and return once it answers HTTP (poll with a deadline).
+
+        A port this object picked that another process took between the pick and the server's bind
+        (the server exits: address already in use) is replaced by another, up to 5 times.
+        """
+        for _ in range(5):
+            try:
+                self._launch(timeout_s)
+                self._chosen = False  # clients now know this port: a restart keeps it
+                return
+            except Timeout as err:
+                if not (self._chosen and "address already in use" in str(err)):
+                    raise
+                self.port = free_port()
+        raise Timeout("fake-gcs-server found its port taken 5 times in a row")
+
+    def _launch(self, timeout_s: float) -> None:
         args = [
             str(binary_path()),
             "-scheme", "http",
@@ -117,7 +134,8 @@ class FakeGcsServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise Timeout(f"fake-gcs-server exited with {self._process.returncode}: {self._log_tail()}")
+                code, self._process = self._process.returncode, None
+                raise Timeout(f"fake-gcs-server exited with {code}: {self._log_tail()}")
             try:
                 with _opener().open(f"{self.endpoint}/storage/v1/b", timeout=1):
                     return
@@ -128,7 +146,9 @@ class FakeGcsServer:
 
     def _log_tail(self) -> str:
         self._log.seek(0)
-        return self._log.read()[-500:].decode(errors="replace").strip()
+        tail = self._log.read()[-500:].decode(errors="replace").strip()
+        self._log.seek(0, 2)
+        return tail
 
 
 def _opener() -> urllib.request.OpenerDirector:

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 
 
-def poll(check: Callable[[], T], what: str, timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
+def poll(check: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> T:
     """Call ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -35,6 +35,17 @@ def find_bindir() -> Path | None:
     return found[-1] if found else None
 
 
+_PORT_TRIES = 5
+
+
+def _ready(pid_file: Path) -> bool:
+    try:
+        lines = pid_file.read_text().splitlines()
+    except OSError:
+        return False
+    return len(lines) >= 8 and lines[7].strip() == "ready"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -83,6 +94,19 @@ class LocalPostgres:
         self._run(str(self.bindir / "initdb"), "-D", str(data), "-U", USER, "--auth=scram-sha-256",
                   f"--pwfile={pwfile}", "--no-sync", "-E", "UTF8")
         pwfile.unlink()
+        for _ in range(_PORT_TRIES):
+            if self._serve(data, timeout_s):
+                return self
+            self.port = _free_port()  # another server took the port between our look and postgres's bind
+        raise TpuopsError(f"postgres found its port taken {_PORT_TRIES} times in a row")
+
+    def _serve(self, data: Path, timeout_s: float) -> bool:
+        """Run postgres on ``self.port``: True once it is ready, False when the port was taken meanwhile.
+
+        Ready is what postgres itself writes in its ``postmaster.pid`` once it listens ("ready" on
+        the 8th line), not a connection to the port, which another engineer's server on this machine
+        could have answered.
+        """
         self._proc = subprocess.Popen(
             [str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-h", "127.0.0.1",
              "-k", str(self.root), "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
@@ -91,12 +115,13 @@ class LocalPostgres:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise TpuopsError(f"postgres exited: {(self.root / 'server.log').read_text()[-400:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.1)
+                log = (self.root / "server.log").read_text()
+                if "Address already in use" in log:
+                    return False
+                raise TpuopsError(f"postgres exited: {log[-400:]}")
+            if _ready(data / "postmaster.pid"):
+                return True
+            time.sleep(0.1)
         self.close()
         raise TpuopsError(f"postgres did not listen on port {self.port} within {timeout_s:.0f} s")
 

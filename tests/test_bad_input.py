@@ -8,6 +8,7 @@ port nothing listens on, so a command that reaches for the API meets an unreacha
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -63,7 +64,7 @@ REFUSED = [  # argv, what the one line must say
     (["events", "../../etc/passwd"], "run id '../../etc/passwd' is not allowed"),
     (["up", "n1", "--queued", "--valid-for", "1e400"], "--valid-for"),
     (["watch", "--interval", "1e300"], "--interval"),
-    (["emulator", "fault", "--latency", "1e400"], "--latency"),
+    (["emulator", "fault", "--latency", "1e400"], "latency_s = inf is not a finite number"),
     (["emulator", "start", "--boot-delay", "-1"], "--boot-delay"),
     (["emulator", "start", "--grace", "nan"], "--grace"),
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),
@@ -131,6 +132,29 @@ def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sa
     assert "cannot reach" not in outcome.stderr  # refused before the API was called
 
 
+@pytest.mark.parametrize(("fault", "value", "said"), [
+    ("latency_s", float("nan"), "latency_s = nan is not a finite number"),
+    ("latency_s", float("inf"), "latency_s = inf is not a finite number"),
+    ("gcs_latency_ms", -5.0, "gcs_latency_ms = -5.0 is outside [0, 60000]"),
+    ("preempt_rate_per_s", -0.1, "preempt_rate_per_s = -0.1 is outside [0, 100]"),
+    ("error_rate", float("nan"), "error_rate = nan is not a finite number"),
+    ("error_burst", 2.5, "error_burst = 2.5 is not a whole number"),
+    ("seed", True, "seed = True is not a whole number"),
+    ("error_code", 404, "error_code must be one of [429, 500, 503], not 404"),
+    pytest.param("error_burst", 10**5000, "error_burst = an integer of 16610 bits is outside [0, 1e+06]",
+                 id="error_burst-huge"),
+    ("stockout_zones", "us-central1-a", "stockout_zones must be a list of strings"),
+])
+def test_a_python_caller_gets_the_admin_apis_one_line_for_a_bad_fault(fault: str, value: object, said: str) -> None:
+    """AdminClient refuses, in the emulator's words, before it reaches for the (here unreachable) server."""
+    from tpuops.emulator.control import AdminClient
+    from tpuops.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest) as refused:
+        AdminClient("http://127.0.0.1:1", timeout_s=0.5).set_faults(**{fault: value})
+    assert str(refused.value) == said + "."
+
+
 def test_an_unreachable_endpoint_is_one_line_naming_it(sandbox: Sandbox) -> None:
     outcome = tpuops(sandbox, "status")
     assert outcome.code == 1
@@ -179,6 +203,42 @@ def test_schedule_install_systemd_without_a_user_bus_writes_no_unit(sandbox: San
         assert outcome.code == 1 and "systemctl --user" in outcome.stderr
     assert not (sandbox.root / "xdg").exists()
     assert not list((sandbox.root / "home").rglob("pass.sh"))
+
+
+# A stand-in for systemctl, first on PATH: the real one cannot enable anything here (no user bus, and a
+# user systemd instance does not start in this container), so the one outcome the rollback is for,
+# a bus that answers and an enable that fails, is played by this script. It answers like systemctl
+# does, notes each call and what unit files exist at that moment, and refuses `enable`.
+FAILING_SYSTEMCTL = """#!/bin/sh
+echo "$* | $(ls "$XDG_CONFIG_HOME/systemd/user" 2>/dev/null | tr '\\n' ' ')" >> "$SYSTEMCTL_LOG"
+case "$*" in
+  *enable*) echo "Failed to enable unit: Unit tpuops-reconcile.timer is masked." >&2; exit 1 ;;
+esac
+exit 0
+"""
+
+
+def test_schedule_install_systemd_rolls_back_when_enable_fails(sandbox: Sandbox) -> None:
+    """The units and the script are written, enabling fails: all of it is removed, status says not installed."""
+    stand_in, log = sandbox.root / "bin", sandbox.root / "systemctl.log"
+    stand_in.mkdir()
+    (stand_in / "systemctl").write_text(FAILING_SYSTEMCTL)
+    (stand_in / "systemctl").chmod(0o755)
+    sandbox.env.update(XDG_CONFIG_HOME=str(sandbox.root / "xdg"), SYSTEMCTL_LOG=str(log),
+                       PATH=f"{stand_in}{os.pathsep}{os.environ['PATH']}")
+    before = sandbox.listing()
+    outcome = tpuops(sandbox, "schedule", "install", "--systemd")
+    [line] = outcome.stderr.strip().splitlines()
+    assert outcome.code == 1 and "systemctl --user enable --now tpuops-reconcile.timer" in line and "masked" in line
+    calls = log.read_text().splitlines()
+    assert [call.split(" | ")[0] for call in calls] == [
+        "--user show-environment", "--user daemon-reload", "--user enable --now tpuops-reconcile.timer"]
+    assert calls[-1].split(" | ")[1].split() == ["tpuops-reconcile.service", "tpuops-reconcile.timer"]  # written
+    assert not list((sandbox.root / "xdg").rglob("tpuops-reconcile.*"))  # then removed
+    assert not list((sandbox.root / "home").rglob("pass.sh"))
+    assert sandbox.listing() - before == {"systemctl.log"}  # nor the folders the install made for them
+    status = json.loads(tpuops(sandbox, "schedule", "status", "--json").stdout)
+    assert (status["systemd_timer"], status["script"]) == (False, None)
 
 
 def _sweep_world(sandbox: Sandbox, budget: str) -> Path:

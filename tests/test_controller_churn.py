@@ -6,8 +6,16 @@ Their nodes run a startup script that exits at once: billing needs READY time, n
 so the whole test takes about as long as the READY time of its busiest run (~50 s).
 
 Checked: each preemption is replaced in the pass that notices it (that pass deletes the node and
-creates its replacement, with the two events at that pass's time), and the cost ledger's READY
-seconds per run are within 2 % of the emulator's billing record. And with one delete held
+creates its replacement, with the two events at that pass's time), and the cost ledger dates each
+node's READY time as the emulator bills it: the start by the create operation's end and the end of a
+deleted node by the delete operation's start, each within one pass (a sighting is stamped when its
+listing arrives, and the operation's time is kept after the sighting before it), and the end of a
+preempted node within the two passes that frame its preemption (nothing in the API dates one; the
+ledger places it between the last sighting as READY and the first as PREEMPTED). The windows are
+those of the passes as they ran, so a loaded machine, whose passes are slower, widens them rather
+than failing the test; the
+ledger's total against billing is printed (the README's 2 % is measured on a quiet machine, by
+``bench/bench_goodput.py``). And with one delete held
 (the emulator's ``hold_deletes``), as slow as a delete on Cloud TPU, another run's replacement
 still goes out in the same pass, while that pass waits for the held one.
 """
@@ -28,7 +36,7 @@ from helpers import poll
 from tpuops import runs
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, node_cost
+from tpuops.cost import catalog_for, node_cost, ready_intervals
 from tpuops.fleet import Fleet
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
@@ -59,7 +67,7 @@ def _settings(tmp_path: Path) -> Settings:
     config.write_text("")
     return load_settings(config_path=config, environ={
         "TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE, "TPUOPS_POLL_INTERVAL_S": str(PASS_S),
-        "TPUOPS_OPERATION_TIMEOUT_S": "30", "TPUOPS_MAX_RUN_HOURS": "0"})
+        "TPUOPS_OPERATION_TIMEOUT_S": "300", "TPUOPS_MAX_RUN_HOURS": "0"})
 
 
 def _declare(settings: Settings, store: Any, run_id: str) -> None:
@@ -79,6 +87,7 @@ class Watch:
 
     controller: Controller
     reports: list[PassReport] = field(default_factory=list)
+    spans: list[tuple[datetime, datetime]] = field(default_factory=list)  # each pass's start and end
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -89,7 +98,9 @@ class Watch:
     def _loop(self) -> None:
         try:
             while not self.done.is_set():
+                started = datetime.now(UTC)
                 self.reports.append(self.controller.run_pass())
+                self.spans.append((started, datetime.now(UTC)))
                 self.done.wait(PASS_S)
         except BaseException as err:
             self.error = err
@@ -164,7 +175,7 @@ def test_churn_is_replaced_in_one_pass_and_billed_as_cloud_tpu_bills(
     truth = emulator_admin.billing()
     catalog = catalog_for(settings)
     now = datetime.now(UTC)
-    apart: dict[str, tuple[float, float]] = {}  # run -> (ledger, billing) READY seconds
+    longest = max(end - start for start, end in watch.spans)  # the longest pass
     for run_id, preemptions in SCENARIOS.items():
         memory = runs.load_memory(store, run_id)[0]
         kinds = [e["kind"] for e in memory.events if e["kind"] in ("create", "preempted", "vanished", "finished")]
@@ -174,17 +185,32 @@ def test_churn_is_replaced_in_one_pass_and_billed_as_cloud_tpu_bills(
         noticed = [e["at"] for e in memory.events if e["kind"] == "preempted"]
         created = [e["at"] for e in memory.events if e["kind"] == "create"][1:]
         assert noticed == created, run_id
-        replaced = [r.acted for r in watch.reports if (run_id, "delete", ZONE) in r.acted
+        replaced = [k for k, r in enumerate(watch.reports) if (run_id, "delete", ZONE) in r.acted
                     and (run_id, "create", ZONE) in r.acted]
         assert len(replaced) == preemptions, run_id
 
-        billed = [i for i in truth if i["node"].endswith(f"/nodes/{run_id}")]
-        assert len(billed) == preemptions + 1 and all(i["end"] is not None for i in billed)
-        truth_s = sum(i["seconds"] for i in billed)
-        ledger_s = sum(node_cost(h, catalog, now).ready_seconds for h in ledger.histories(PROJECT, run_id=run_id))
+        billed = {i["node_uid"]: i for i in truth if i["node"].endswith(f"/nodes/{run_id}")}
+        assert len(billed) == preemptions + 1 and all(i["end"] is not None for i in billed.values())
+        histories = ledger.histories(PROJECT, run_id=run_id)
+        assert [h.node.uid for h in histories] and set(billed) == {h.node.uid for h in histories}, run_id
+        for number, history in enumerate(histories):
+            [ours] = ready_intervals(history.transitions, now)
+            interval = billed[history.node.uid]
+            truth_start, truth_end = _instant(interval["start"]), _instant(interval["end"])
+            assert abs(ours.start - truth_start) <= longest, (run_id, number, ours, truth_start, longest)
+            if number < preemptions:  # preempted: between the pass before the one that noticed it, and that one
+                low, high = watch.spans[replaced[number] - 1][0], watch.spans[replaced[number]][1]
+                assert low <= truth_end <= high, (run_id, number, truth_end, low, high)  # the right window
+                assert low <= ours.end <= high, (run_id, number, ours.end, low, high)
+            else:  # deleted by the controller once the run succeeded: the delete operation dates it
+                assert abs(ours.end - truth_end) <= longest, (run_id, number, ours, truth_end, longest)
+        truth_s = sum(i["seconds"] for i in billed.values())
+        ledger_s = sum(node_cost(h, catalog, now).ready_seconds for h in histories)
         print(f"{run_id}: ledger {ledger_s:.3f} s, billing {truth_s:.3f} s ({ledger_s / truth_s - 1:+.2%})")
-        apart[run_id] = (ledger_s, truth_s)
-    assert all(abs(ours - billed) <= 0.02 * billed for ours, billed in apart.values()), apart
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _node(admin: Any, run_id: str) -> dict[str, Any] | None:
@@ -219,9 +245,10 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
     passing = threading.Thread(target=lambda: reports.append(controller.run_pass()), name="pass")
     passing.start()
     try:
-        # far less than the 30 s the pass may wait for the held delete before it gives up on it
+        # the pass waits for the held delete until it is released below (or 300 s), so a replacement seen
+        # while it is alive is its own, however slowly a loaded machine runs it
         replaced = poll(lambda: (node := _node(emulator_admin, quick)) is not None and node["uid"] != first[quick],
-                        "the quick run's replacement created", timeout_s=10)
+                        "the quick run's replacement created", timeout_s=120)
         assert replaced and passing.is_alive(), "the replacement was created by a later pass"
         assert _node(emulator_admin, slow)["state"] == "DELETING"  # type: ignore[index]
     finally:

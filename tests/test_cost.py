@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from tpuops.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
 from tpuops.cli.cost import register
+from tpuops.clock import VirtualClock
 from tpuops.config import Settings, load_settings
 from tpuops.cost import (
     build_report,
@@ -38,7 +39,7 @@ from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.pricing import Catalog, default_catalog
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
+from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState, Operation
 from tpuops.provision import plan_up
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -415,6 +416,40 @@ def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, look
     provisioner.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
     assert [(t.state, t.at) for t in ledger.transitions(P, US, "n")] == [
         ("READY", at(0)), ("PREEMPTED", at(dated))]
+
+
+class _SlowListing:
+    """A provider whose ListNodes shows the node as it was when asked, and answers ``latency_s`` later."""
+
+    def __init__(self, clock: VirtualClock, latency_s: float, create_ended: float) -> None:
+        self.clock, self.latency_s, self.create_ended = clock, latency_s, create_ended
+        self.state = NodeState.CREATING
+
+    def list_nodes(self, zone: str) -> list[NodeInfo]:
+        seen = dataclasses.replace(_sighted(self.state), zone=zone)
+        self.clock.advance_to(self.clock() + self.latency_s)
+        return [seen]
+
+    def operation(self, zone: str, name: str) -> Operation:
+        return Operation(name=name, zone=zone, done=True, started=at(0), ended=at(self.create_ended))
+
+
+@pytest.mark.unit
+def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:
+    """CREATING in an answer asked at 10 s that arrived at 13 s; the create ended at 11 s: READY from 11 s.
+
+    The answer showed the node as it was at some moment after the ask, so READY may have come at any
+    time after 10 s; kept at the answer's arrival (13 s), READY started up to a call's latency late."""
+    clock = VirtualClock(at(10).timestamp())
+    provider = _SlowListing(clock, latency_s=3.0, create_ended=11.0)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    fleet = Fleet(provider, _settings(tmp_path), ledger, clock=clock)  # type: ignore[arg-type]
+    fleet.expect(US, "n", "operation-1")
+    fleet.list_zones([US])
+    clock.advance_to(at(20).timestamp())
+    provider.state, provider.latency_s = NodeState.READY, 0.0
+    fleet.list_zones([US])
+    assert [(t.state, t.at) for t in ledger.transitions(P, US, "n")] == [("CREATING", at(10)), ("READY", at(11))]
 
 
 @pytest.mark.unit

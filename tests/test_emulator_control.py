@@ -6,6 +6,8 @@ import json
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -74,6 +76,23 @@ def test_admin_client_errors(emulator_admin):
     unreachable = control.AdminClient("http://127.0.0.1:1", timeout_s=2.0)
     with pytest.raises(errors.TransientError):
         unreachable.health()
+
+
+BAD_FAULTS = ['{"latency_s": NaN}', '{"latency_s": Infinity}', '{"gcs_latency_ms": -1}',
+              '{"preempt_rate_per_s": "fast"}', '{"error_burst": true}']
+
+
+def test_the_admin_api_itself_refuses_a_bad_fault_from_any_caller(emulator, emulator_admin):
+    """Raw requests, past AdminClient's own check: the server refuses each and keeps the faults it had."""
+    emulator_admin.set_faults(latency_s=0.01)
+    for body in BAD_FAULTS:
+        request = urllib.request.Request(f"{emulator.endpoint}/_admin/faults", data=body.encode(), method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {emulator.token}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 400 and "INVALID_ARGUMENT" in refused.value.read().decode(), body
+    assert emulator_admin.set_faults()["latency_s"] == 0.01
 
 
 def test_admin_shutdown_stops_the_emulator(emulator, emulator_admin, wait_until):

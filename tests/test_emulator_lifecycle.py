@@ -135,13 +135,18 @@ exit 3
 
 
 def test_script_runs_again_after_stop_and_start(tpu_client, emulator, emulator_admin, finish, wait_until):
-    node = _create(tpu_client, finish, "again", "echo run >> runs.txt\n")
-    runs_file = _sandbox(emulator, "again") / "runs.txt"
-    wait_until(lambda: _read(runs_file).count("run") == 1)
+    """Each boot runs the script again, with a /tmp of the node's own that starts empty, as a VM's does."""
+    python_tmp = "$(python3 -c 'import tempfile; print(tempfile.gettempdir())')"
+    script = f'echo "run $TMPDIR {python_tmp} $(ls -A "$TMPDIR" | wc -l)" >> runs.txt\ntouch "$TMPDIR/left"\n'
+    node = _create(tpu_client, finish, "again", script)
+    sandbox = _sandbox(emulator, "again")
+    runs_file = sandbox / "runs.txt"
+    wait_until(lambda: len(_read(runs_file).splitlines()) == 1)
 
     finish(tpu_client.stop_node(request={"name": node.name}))
     finish(tpu_client.start_node(request={"name": node.name}))
-    wait_until(lambda: _read(runs_file).count("run") == 2)
+    wait_until(lambda: len(_read(runs_file).splitlines()) == 2)
+    assert _read(runs_file).splitlines() == [f"run {sandbox / 'tmp'} {sandbox / 'tmp'} 0"] * 2
     runs = wait_until(
         lambda: (
             [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fuzzing import PROFILE, UNFUZZED, Sandbox, cli_cases, leaves, run_case, verdict
+from fuzzing import PROFILE, UNFUZZED, Sandbox, cli_cases, leaves, peak_mb, reset_peak, run_case, verdict
 from hypothesis import given, settings
 
 pytestmark = pytest.mark.unit
@@ -28,3 +28,13 @@ def test_any_arguments_keep_the_promise(tmp_path_factory: pytest.TempPathFactory
     outcome = run_case(sandbox, argv)
     problem = verdict(outcome)
     assert problem is None, f"tpuops {' '.join(argv)}: {problem}\nstderr: {outcome.stderr[-2000:]}"
+
+
+def test_a_cases_memory_is_counted_from_its_own_start() -> None:
+    """What a case grows by is measured from its start, not the process's lifetime peak (order-proof)."""
+    resident = reset_peak()
+    block = b"x" * (80 << 20)
+    assert peak_mb() - resident >= 75
+    del block
+    resident = reset_peak()
+    assert peak_mb() - resident < 75  # the earlier peak no longer counts

@@ -65,8 +65,11 @@ def controller(emulator: Any, tmp_path: Path) -> Controller:
 
 
 def _ready(controller: Controller, capacity: Capacity) -> bool:
+    """READY as the Fleet sees it, so the ledger has the READY it is checked for. Asked of the provider
+    directly, a node that went READY just after the pass's listing was READY here but never in the ledger,
+    which then billed its incarnation 0 s (seen on a loaded machine)."""
     controller.run_pass()
-    node = controller.nodes.provider.find_node(ZONE, NODE)
+    node = controller.nodes.find(ZONE, NODE)
     return node is not None and node.state is NodeState.READY and node.capacity is capacity
 
 

@@ -22,6 +22,7 @@ from tpuops.providers.nodes import NodeState
 from tpuops.providers.simulated import SimulatedCloud
 from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
+from tpuops.sim import forecast as forecast_module
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
@@ -221,7 +222,13 @@ def test_a_negative_hazard_is_refused() -> None:
 
 
 @pytest.mark.unit
-def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(project: Path) -> None:
+def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The forecast's 20-s wall budget ends simulations that have not ended by then: on a loaded machine a
+    # simulated sweep (12 passes, 5 s there) outlasted its share (3.3 s) and the forecast said "not finished".
+    # Whether a budget in wall time runs out depends on the machine's load, not on tpuops: the forecast's
+    # content is checked here with room to finish.
+    monkeypatch.setattr(forecast_module, "FORECAST_WALL_S", 600.0)
     done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"])
     assert done.exit_code == 0, done.output
     forecast = json.loads(done.stdout)["forecast"]

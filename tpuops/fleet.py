@@ -115,15 +115,20 @@ class Fleet:
 
     # -- observation -------------------------------------------------------------------------
 
-    def observe(self, *nodes: NodeInfo, at: datetime | None = None) -> None:
+    def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
 
         A node seen again in the state this engine last recorded for it is skipped: the ledger
         keeps transitions only, so a listing of unchanged nodes costs no ledger work. A change
         is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
-        it was seen.
+        it was seen. ``asked``: when the call that saw them went out. What an answer shows held
+        at some moment between the call and its arrival, so a change first seen happened before
+        ``at``, and one not yet seen happened after ``asked``, which is what the sighting keeps
+        for the next change: kept as ``at``, a slow answer (a loaded machine, a slow API) made
+        READY start up to its latency late.
         """
         now = at or utc_now(self.clock)
+        stamp = min(asked, now) if asked is not None else now
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
         if fresh:
@@ -132,15 +137,15 @@ class Fleet:
                          capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
                          run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
                          created_at=n.create_time, at=self._ready_at(n, now) if n.state is NodeState.READY else
-                         self._changed_at(n.zone, n.name, now))
+                         self._changed_at(n.zone, n.name, now, first=stamp))
                 for n in fresh]
             self.ledger.observe_nodes(sightings)
         for n in nodes:
             if n.managed:
                 before = last.get((n.zone, n.name))
-                last[(n.zone, n.name)] = _Sighted(n.uid, n.state, now, None if before is None else now - before.at)
+                last[(n.zone, n.name)] = _Sighted(n.uid, n.state, stamp, None if before is None else stamp - before.at)
 
-    def _changed_at(self, zone: str, name: str, seen: datetime) -> datetime:
+    def _changed_at(self, zone: str, name: str, seen: datetime, first: datetime | None = None) -> datetime:
         """When a change first seen at ``seen`` most likely happened: within the gap since the last sighting.
 
         Cloud TPU bills a node while it is READY, but a node carries no time of its last state
@@ -155,10 +160,12 @@ class Fleet:
         gap longer than twice the pace before it may mean that nobody was looking (``up``, then
         nothing until ``status``), and the middle of it could bill far less than Cloud TPU did,
         so the date stays within one pace of the sighting, on the safe side. With no earlier
-        sighting (a new process), the sighting's time it is.
+        sighting (a new process), the sighting's time it is (``first``: when the call that saw it went out).
         """
         last = self._last_seen.get((zone, name))
-        if last is None or last.at >= seen:
+        if last is None:
+            return first or seen
+        if last.at >= seen:
             return seen
         back = (seen - last.at) / 2
         return seen - (back if last.gap is None else min(back, _PACES * last.gap))
@@ -231,9 +238,10 @@ class Fleet:
 
     def find(self, zone: str, name: str) -> NodeInfo | None:
         """The node called ``name`` in ``zone``, or None (one GetNode); what is seen goes to the ledger."""
+        asked = utc_now(self.clock)
         node = self.provider.find_node(zone, name)
         if node is not None:
-            self.observe(node)
+            self.observe(node, asked=asked)
         return node
 
     def operation(self, zone: str, name: str) -> Operation:
@@ -277,11 +285,12 @@ class Fleet:
             except TpuopsError as err:
                 return zone, err
 
+        asked = utc_now(self.clock)
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(zones)))) as pool:
             results = list(pool.map(one, zones))
         listed = {zone: {n.name: n for n in found} for zone, found in results if not isinstance(found, TpuopsError)}
         failed = {zone: found for zone, found in results if isinstance(found, TpuopsError)}
-        self.observe(*(n for nodes in listed.values() for n in nodes.values()))
+        self.observe(*(n for nodes in listed.values() for n in nodes.values()), asked=asked)
         for zone, nodes in listed.items():
             for record in self.ledger.nodes(self.settings.project, zone, open_only=True):
                 if record.name not in nodes:

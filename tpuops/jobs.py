@@ -292,7 +292,7 @@ def plan_infer(
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     dataset = _dataset(inputs, store, base_dir or Path.cwd())
     features = _features(dataset.manifest, inputs)
-    model = _model_uri(store, checkpoint)
+    model = _model_uri(settings, store, checkpoint)
     bundle = build_bundle(spec_path.resolve().parent)
     label = experiment.dataset.label if experiment.dataset.label in features else None
     spec = _run_spec(settings, store, run_id, experiment, DatasetSpec(features=features, label=label),
@@ -305,23 +305,40 @@ def plan_infer(
                             datasets=(dataset,)))
 
 
+_NOT_A_MODEL = ("holds neither a SavedModel (saved_model.pb) nor a TensorFlow checkpoint "
+                "(a 'checkpoint' file with its .index and data files)")
+
+
 def _local_model(folder: Path) -> str:
     """A local SavedModel or checkpoint folder, checked before any node is made for it."""
     if not folder.is_dir():
         raise UsageError(f"--checkpoint {folder}: no such directory (give a SavedModel or checkpoint directory)")
     if not (folder / "saved_model.pb").is_file() and not (folder / "checkpoint").is_file():
-        raise UsageError(f"--checkpoint {folder}: holds neither a SavedModel (saved_model.pb) nor a TensorFlow "
-                         "checkpoint (a 'checkpoint' file with its .index and data files)")
+        raise UsageError(f"--checkpoint {folder}: {_NOT_A_MODEL}")
     return str(folder)
 
 
-def _model_uri(store: Store, checkpoint: str) -> str:
+def _stored_model(settings: Settings, uri: str) -> str:
+    """A SavedModel or checkpoint folder in a store (``gs://``), checked before any node is made for it.
+
+    Opened as the node would reach it (``session.open_uri``: on provider local only a bucket the
+    emulator or STORAGE_EMULATOR_HOST serves), and two object lookups, not a listing of the folder.
+    """
+    from tpuops.session import open_uri
+
+    folder = open_uri(settings, uri)
+    if not folder.exists("saved_model.pb") and not folder.exists("checkpoint"):
+        raise UsageError(f"--checkpoint {uri}: {_NOT_A_MODEL}")
+    return uri
+
+
+def _model_uri(settings: Settings, store: Store, checkpoint: str) -> str:
     if RUN_ID.match(checkpoint) and runs.run_exists(store, checkpoint):
         status = runs.read_status(store, checkpoint)
         kind = "model" if status is not None and status.exit_class is ExitClass.SUCCEEDED else "ckpt"
         return store.uri_of(runs.layout.run_key(checkpoint, kind))
     if "://" in checkpoint:
-        return checkpoint
+        return _stored_model(settings, checkpoint)
     if Path(checkpoint).is_absolute():
         return _local_model(Path(checkpoint))
     raise UsageError(f"--checkpoint {checkpoint!r}: not a run in {store.uri} nor an absolute path or URI "

@@ -12,6 +12,7 @@ removes it, and lines of other programs are kept as they were.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -158,18 +159,24 @@ def install(schedule: Schedule, *, systemd: bool = False, dry_run: bool = False)
         _systemctl("show-environment")  # a user bus to talk to, checked before anything is written (dry run too)
     if dry_run:
         return plan
-    write_script(schedule)
     if systemd:
         _install_units(schedule)
     else:
+        write_script(schedule)
         _write_crontab(merge_crontab(_read_crontab(), schedule.cron_line(), schedule.home))
     return plan
 
 
 def _install_units(schedule: Schedule) -> None:
-    """Write and enable the units; a failure part-way removes what was written (and the script)."""
+    """Write the script and the units, and enable them; a failure part-way removes what was written.
+
+    That is the files and the folders this install made (an empty ``schedule/`` or
+    ``systemd/user/`` left behind would be half an install), never a folder that was there before.
+    """
+    made = [*_missing(schedule.folder), *_missing(_unit_dir())]
     written: list[Path] = []
     try:
+        written.append(write_script(schedule))
         _unit_dir().mkdir(parents=True, exist_ok=True)
         for name, text in _units(schedule).items():
             written.append(_unit_dir() / name)
@@ -177,9 +184,17 @@ def _install_units(schedule: Schedule) -> None:
         _systemctl("daemon-reload")
         _systemctl("enable", "--now", f"{UNIT}.timer")
     except BaseException:
-        for path in [*written, schedule.script]:
+        for path in written:
             path.unlink(missing_ok=True)
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):  # the deepest first
+            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                folder.rmdir()
         raise
+
+
+def _missing(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet (what ``mkdir(parents=True)`` would make)."""
+    return [path for path in (folder, *folder.parents) if not path.exists()]
 
 
 def uninstall(schedule: Schedule, *, systemd: bool = False) -> bool:

@@ -140,12 +140,16 @@ def emulator_preempt(settings: Settings, node: str, *, zone: str | None = None,
 def emulator_fault(settings: Settings, *, clear: bool = False, **faults: Any) -> dict[str, Any]:
     """``tpuops emulator fault``: set the faults given (``None`` leaves one as it is), or ``clear`` them all.
 
-    Returns the faults in force.
+    Returns the faults in force. A value the emulator would refuse is refused before it is looked for.
     """
+    from tpuops.emulator.control import check_faults
+
+    changes = {key: value for key, value in faults.items() if value is not None}
+    check_faults(changes)
     admin = _admin(settings)
     if clear:
         return admin.clear_faults()
-    return admin.set_faults(**{key: value for key, value in faults.items() if value is not None})
+    return admin.set_faults(**changes)
 
 
 def emulator_billing(settings: Settings) -> list[dict[str, Any]]:

@@ -280,6 +280,21 @@ def _terminate(pid: int, timeout_s: float) -> None:
         child.wait(timeout=5.0)
 
 
+def check_faults(changes: dict[str, Any]) -> None:
+    """Refuse (``InvalidRequest``) what the emulator's admin API would refuse, without a server.
+
+    The rules are the emulator's own (``faults.check_changes``, which the server runs on every
+    request): checked here too so that a bad value gets the server's one line before anything is reached.
+    """
+    from tpuops.emulator.apierror import ApiError
+    from tpuops.emulator.faults import check_changes
+
+    try:
+        check_changes(changes)
+    except ApiError as err:
+        raise errors.InvalidRequest(err.message) from None
+
+
 class AdminClient:
     """The emulator's admin API (``/_admin``), with the standard library only.
 
@@ -340,7 +355,12 @@ class AdminClient:
         return self._call("POST", "preempt", body)
 
     def set_faults(self, **faults: Any) -> dict[str, Any]:
-        """Set the given fault keys (others unchanged); returns the faults in force."""
+        """Set the given fault keys (others unchanged); returns the faults in force.
+
+        Raises:
+            InvalidRequest: a value the emulator refuses (``check_faults``).
+        """
+        check_faults(faults)
         return self._call("POST", "faults", faults)["faults"]
 
     def clear_faults(self) -> dict[str, Any]:

@@ -68,13 +68,9 @@ class Faults:
         Raises:
             ApiError: INVALID_ARGUMENT for an unknown key or a value out of range.
         """
-        known = {f.name for f in fields(FaultConfig)}
-        unknown = set(changes) - known
-        if unknown:
-            raise ApiError("INVALID_ARGUMENT", f"Unknown fault keys {sorted(unknown)}; known: {sorted(known)}.")
+        check_changes(changes)
         with self._lock:
             merged = FaultConfig(**{**asdict(self._config), **changes})
-            _check(merged)
             self._config = merged
             if "seed" in changes:
                 self._rng.seed(merged.seed)
@@ -139,19 +135,58 @@ class Faults:
             return [self._rng.random() < chance for _ in range(count)]
 
 
-def _check(config: FaultConfig) -> None:
-    problems = []
-    if not 0.0 <= config.error_rate <= 1.0:
-        problems.append("error_rate must be within [0, 1]")
-    if config.error_code not in INJECTABLE:
-        problems.append(f"error_code must be one of {sorted(INJECTABLE)}")
-    if not 0.0 <= config.gcs_error_rate <= 1.0:
-        problems.append("gcs_error_rate must be within [0, 1]")
-    if config.error_burst < 0 or config.latency_s < 0 or config.preempt_rate_per_s < 0 or config.gcs_latency_ms < 0:
-        problems.append("error_burst, latency_s, preempt_rate_per_s and gcs_latency_ms must not be negative")
-    for name in ("stockout_zones", "hold_deletes", "fail_queued_zones", "disabled_services", "denied_permissions",
-                 "missing_service_accounts"):
-        if not isinstance(getattr(config, name), list):
-            problems.append(f"{name} must be a list of strings")
+# The numeric faults and their ranges, inclusive: what ``check_changes`` enforces for every caller.
+LIMITS: dict[str, tuple[float, float]] = {
+    "error_rate": (0.0, 1.0),
+    "gcs_error_rate": (0.0, 1.0),
+    "preempt_rate_per_s": (0.0, 100.0),
+    "latency_s": (0.0, 60.0),
+    "gcs_latency_ms": (0.0, 60_000.0),
+    "error_burst": (0, 1_000_000),
+    "seed": (0, 2**32 - 1),
+}
+_INTEGERS = ("error_burst", "seed", "error_code")
+_LISTS = ("stockout_zones", "hold_deletes", "fail_queued_zones", "disabled_services", "denied_permissions",
+          "missing_service_accounts")
+
+
+def check_changes(changes: dict[str, Any]) -> None:
+    """Refuse (``ApiError`` INVALID_ARGUMENT, one line) fault values of the wrong type or out of range.
+
+    The one place the admin API's rules live: the emulator runs it on every ``POST /_admin/faults``,
+    and ``AdminClient.set_faults`` runs it before sending, so the CLI, a Python caller and a raw
+    HTTP request are refused alike. NaN, infinity and booleans are no numbers here (a NaN latency
+    compares false with every bound and used to pass; an infinite one hung every API call).
+    """
+    known = {f.name for f in fields(FaultConfig)}
+    unknown = set(changes) - known
+    if unknown:
+        raise ApiError("INVALID_ARGUMENT", f"Unknown fault keys {sorted(unknown)}; known: {sorted(known)}.")
+    problems = [problem for key, value in changes.items() if (problem := _problem(key, value))]
     if problems:
         raise ApiError("INVALID_ARGUMENT", "; ".join(problems) + ".")
+
+
+def _problem(key: str, value: Any) -> str | None:
+    if key == "seed" and value is None:
+        return None
+    if key in _LISTS:
+        ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+        return None if ok else f"{key} must be a list of strings"
+    if key == "hold_queued":
+        return None if isinstance(value, bool) else "hold_queued must be true or false"
+    whole = key in _INTEGERS
+    if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+            or (isinstance(value, float) and not math.isfinite(value))):  # an int of any size is finite
+        return f"{key} = {_shown(value)} is not {'a whole' if whole else 'a finite'} number"
+    if key == "error_code":
+        return None if value in INJECTABLE else f"error_code must be one of {sorted(INJECTABLE)}, not {value}"
+    low, high = LIMITS[key]
+    return None if low <= value <= high else f"{key} = {_shown(value)} is outside [{low:g}, {high:g}]"
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message: a huge integer by its size (its digits would not fit one line, nor ``repr``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)

@@ -2,7 +2,12 @@
 
 A READY node runs its ``startup-script`` with bash in a new session (so its process group
 id is the bash pid) inside ``<state-dir>/nodes/<project>/<zone>/<node>/``, which is also its
-HOME. What the script starts in the background stays in that group, as on a VM where the
+HOME. Its temporary directory (``TMPDIR``) is ``tmp/`` in there, emptied at each boot, as a
+VM's /tmp is its own and starts empty: the agent stages checkpoints and prefetches under it in a
+folder named by the store path, and in the host's /tmp two emulators on one machine (concurrent
+test runs, or one run and the leftovers of an earlier one) shared those folders for same-named runs.
+
+What the script starts in the background stays in that group, as on a VM where the
 agent outlives the startup script, so ending a node always means ending the whole group:
 SIGTERM, a grace period that ends early once no live process is left, then SIGKILL.
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -38,6 +44,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 KILL_CONFIRM_S = 2.0
 SCRIPT_LOG = "startup-script.log"
+NODE_TMP = "tmp"  # the node's TMPDIR, under its directory
 GROUPS_FILE = "process_groups.json"
 # Variables of the emulator's own environment that a VM would not have.
 _DROPPED_ENV_PREFIXES = ("TPUOPS_", "GCE_METADATA_")
@@ -150,6 +157,7 @@ class Sandboxes:
             # google-auth's ping read GCE_METADATA_IP. On a VM both default to the same server.
             GCE_METADATA_HOST=metadata_host,
             GCE_METADATA_IP=metadata_host,
+            TMPDIR=str(home / NODE_TMP),
             PATH=os.pathsep.join([*self._path_prefix, os.environ.get("PATH", os.defpath)]),
         )
         if self._network is not None:
@@ -164,6 +172,8 @@ class Sandboxes:
         Returns at once; output is appended to ``startup-script.log`` in ``directory``.
         """
         directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory / NODE_TMP, ignore_errors=True)  # a boot starts with an empty /tmp
+        (directory / NODE_TMP).mkdir()
         script_path = directory / ".startup-script"
         script_path.write_text(script)
         log_path = directory / SCRIPT_LOG

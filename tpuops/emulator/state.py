@@ -97,6 +97,7 @@ class EmulatorState:
         self._tick_hooks: list[Callable[[], None]] = [self._random_preemptions]
         self._node_listeners: list[Callable[[tuple[str, str, str]], None]] = []
         self._last_heartbeat = 0.0
+        self._last_draw = time.monotonic()
         self.scheduler.call_later(config.tick_s, self._tick)
 
     # ----- reading
@@ -509,13 +510,18 @@ class EmulatorState:
             spec.network_config = {**current, "enableExternalIps": enabled}
 
     def _random_preemptions(self) -> None:
+        """Draw random preemptions for the time since the last draw, as it passed: a tick comes every
+        ``tick_s`` or later (a loaded machine runs the scheduler late), and drawing for ``tick_s`` then
+        gave fewer preemptions than ``preempt_rate_per_s`` says (half of them at a load of 25)."""
+        now = time.monotonic()
+        elapsed, self._last_draw = now - self._last_draw, now
         with self.lock:
             candidates = [
                 node
                 for node in self.nodes.values()
                 if node.state == "READY" and node.preemptible and not node.preempting
             ]
-            draws = self.faults.preemption_draws(len(candidates), self.config.tick_s)
+            draws = self.faults.preemption_draws(len(candidates), elapsed)
             for node, hit in zip(candidates, draws, strict=True):
                 if hit:
                     log.info("random preemption of %s", node.name)
