@@ -37,12 +37,13 @@ def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_l
     assert "token=" not in browser.current_url
     poll(lambda: world.status(run).get("phase") == "training", "the run to train", timeout_s=150)
     browser.get(dashboard.split("/?")[0] + f"/runs/{run}")
-    poll(lambda: drawn(browser, 'svg.timeline rect[data-state="READY"]'), "the timeline to draw a READY node")
+    poll(lambda: drawn(browser, 'svg.timeline rect[data-state="READY"]'), "the timeline to draw a READY node",
+         timeout_s=180)
     poll(lambda: world.preempt(run, grace_s=NOTICE_S), "the node READY, to preempt it", timeout_s=60)
-    before = poll(lambda: browser.find_element("id", "log").text, "the first log lines", timeout_s=60)
+    before = poll(lambda: browser.find_element("id", "log").text, "the first log lines", timeout_s=180)
     finished = driving.wait(timeout_s=240)
     assert finished.memory.preemptions == 1
-    poll(lambda: drawn(browser, 'svg.timeline line[data-kind="recovery"]'), "the recovery mark", timeout_s=30)
+    poll(lambda: drawn(browser, 'svg.timeline line[data-kind="recovery"]'), "the recovery mark", timeout_s=180)
     bars = [tuple(bar) for bar in browser.execute_script(  # one read: the panel may be redrawn meanwhile
         "return Array.from(document.querySelectorAll('svg.timeline rect'), (e) => [e.dataset.lane, e.dataset.state]);")]
     assert ("attempt 2", "TRAINING") in bars, bars
@@ -50,7 +51,8 @@ def test_a_preempted_run_shows_its_preemption_and_recovery_and_its_log_follows_l
     assert (f"node {run} #1", "PREEMPTED") in bars, bars
     assert drawn(browser, 'svg.timeline line[data-kind="preemption"]') == 1
     assert "preemption to first new step" in browser.find_element("id", "recoveries").text
-    log = poll(lambda: (text := browser.find_element("id", "log").text) != before and text, "the log to grow")
+    log = poll(lambda: (text := browser.find_element("id", "log").text) != before and text, "the log to grow",
+               timeout_s=180)
     assert log.startswith(before)  # it grew in place: the page was never reloaded
     rows = set(browser.execute_script(
         "return Array.from(document.querySelectorAll('#events td:nth-child(2)'), (e) => e.textContent);"))
