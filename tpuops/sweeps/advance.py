@@ -21,7 +21,9 @@ deletes its node, which sends the agent the preemption notice, so it checkpoints
 New runs get their nodes from that same run pass. Killed at any line, the next pass redoes what
 is missing: the journal is written before the run is declared, a declared run is never declared
 twice, and a trial is asked only when the plan counts a free slot after adopting every RUNNING
-trial.
+trial. A pass batches its journal appends (``StoreJournal.batched``: one segment for the pass,
+flushed before any run is declared), and a controller that runs pass after pass keeps each sweep's
+study open between them for as long as it keeps the sweep's lease (``studies.KeptStudies``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from tpuops import runs
-from tpuops.cost import catalog_for, spent
+from tpuops.cost import catalog_for, spent_by_run
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
@@ -158,8 +160,10 @@ class SweepPass:
 
     def __init__(self, settings: Settings, store: Store, ledger: Ledger, leases: Leases, *,
                  held: set[str], progress: Callable[[str], None], fleet: Fleet | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, kept: studies.KeptStudies | None = None) -> None:
         self.settings = settings
+        self.kept = kept or studies.KeptStudies()
+        """The studies kept open from earlier passes of the same controller (a one-shot pass keeps none)."""
         self.fleet = fleet
         self.store = store
         self.ledger = ledger
@@ -175,8 +179,12 @@ class SweepPass:
             try:
                 self._advance(name, report, time.time() if now is None else now)
             except TpuopsError as err:
+                self.kept.forget(name)
                 report.errors[name] = str(err)
                 self.progress(f"sweep {name}: {err}; the next pass tries again")
+            except BaseException:
+                self.kept.forget(name)  # what it kept may hold half a pass
+                raise
         return report
 
     def _advance(self, name: str, report: SweepPassReport, now: float) -> None:
@@ -190,11 +198,12 @@ class SweepPass:
         self.held.add(lease_name(name))
         sweep = sweep_ops.read_sweep(self.store, name)
         spec = sweep.spec
-        storage, journal = studies.open_journaled(spec, self.store, exclusive=True, environ=self.environ)
-        study = PassStudy(spec, storage)
-        views = self._views(spec, study.trials(), now)
-        spent_usd = spent(self.ledger, self.catalog, project=self.settings.project, sweep_id=name,
-                          now=datetime.fromtimestamp(now, UTC))
+        storage, journal = self.kept.open(spec, self.store, self.leases.tenure(lease_name(name)), self.environ)
+        study = PassStudy(spec, storage, journal)
+        costs = spent_by_run(self.ledger, self.catalog, project=self.settings.project, sweep_id=name,
+                             now=datetime.fromtimestamp(now, UTC))
+        views = self._views(spec, study.trials(), costs)
+        spent_usd = sum(costs.values())
         plan = decide(SweepView(
             trials=tuple(views.values()), wanted=spec.trials, parallel=spec.parallel,
             max_preemptions=spec.max_preemptions, max_failures=spec.max_failures,
@@ -203,7 +212,8 @@ class SweepPass:
             maximize=spec.objective.direction == "maximize",
             endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
             promoted=len(state.promoted)))
-        self._apply(sweep, study, views, plan, report, now)
+        with journal.batched() if journal is not None else contextlib.nullcontext():
+            self._apply(sweep, study, views, plan, report, now)
         report.advanced.append(name)
         state.promoted = sorted({*state.promoted, *(int(r.rsplit("-t", 1)[1]) for r in report.promoted
                                                    if r.startswith(f"{name}-t"))})
@@ -213,6 +223,7 @@ class SweepPass:
         state.last_pass = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
         state.waiting = plan.waiting_reason
         if plan.ended is not None:
+            self.kept.forget(name)
             state.finish(*plan.ended)
             report.ended[name] = plan.ended[0]
             self.progress(f"sweep {name}: {state.outcome}: {state.reason}")
@@ -221,16 +232,14 @@ class SweepPass:
         except PreconditionFailed:
             self.progress(f"sweep {name}: its state changed during the pass ('sweep stop'); the next pass sees it")
 
-    def _views(self, spec: SweepSpec, trials: list[FrozenTrial], now: float) -> dict[int, TrialView]:
+    def _views(self, spec: SweepSpec, trials: list[FrozenTrial], costs: Mapping[str, float]) -> dict[int, TrialView]:
         views = {}
         for trial in trials:
             run = None
             state = state_of(trial)
             if state is TrialState.RUNNING:
                 run_id = trial_run_id(spec.name, trial.number)
-                cost = spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id,
-                             now=datetime.fromtimestamp(now, UTC))
-                run = run_view(self.store, run_id, spec.objective.metric, cost)
+                run = run_view(self.store, run_id, spec.objective.metric, costs.get(run_id, 0.0))
             reported = max(trial.intermediate_values, default=-1)
             views[trial.number] = TrialView(trial.number, state, reported=reported,
                                             failure=bool(trial.user_attrs.get(FAILURE_ATTR)), run=run)
@@ -295,6 +304,7 @@ class SweepPass:
                  adopted: bool) -> None:
         run_id = trial_run_id(sweep.name, number)
         params = study.params(number, run_id)
+        study.durable()  # the journal holds the trial before its run exists
         if sweep_ops.declare_trial_run(self.store, sweep, number, params):
             report.launched.append(run_id)
             verb = "adopted trial" if adopted else "trial"
