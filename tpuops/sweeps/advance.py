@@ -40,6 +40,7 @@ from tpuops.cost import catalog_for, spent_by_run
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.pricing import Catalog
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
 from tpuops.store.lease import Leases
@@ -87,8 +88,8 @@ def lease_name(sweep: str) -> str:
     return f"sweeps/{sweep}"
 
 
-def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView | None:
-    """What a trial's run shows: None when it was never declared."""
+def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: Catalog) -> RunView | None:
+    """What a trial's run shows (its node priced by ``catalog``): None when it was never declared."""
     try:
         record = runs.read_record(store, run_id)
     except UsageError:
@@ -101,10 +102,12 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView
                   if metric in point.metrics)
     final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None
     capacity = memory.capacity or record.node.capacity
+    zone = memory.zone or (record.zones[0] if record.zones else "")
+    hourly = catalog.price_per_hour(record.node.accelerator, capacity, zone) if zone else 0.0
     return RunView(finished=memory.finished, outcome=memory.outcome,
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
-                   promoted=memory.capacity is not None)
+                   promoted=memory.capacity is not None, usd_per_hour=hourly)
 
 
 def _rewrite(store: Store, leases: Leases, run_id: str, change: Callable[[Memory], bool]) -> bool:
@@ -153,6 +156,16 @@ def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: fl
         with contextlib.suppress(NotFound):  # gone already: the run pass recreates it all the same
             fleet.delete(zone, record.node_name)
     return True
+
+
+def _pace(last_pass: str | None, now: float) -> float:
+    """The gap since the sweep's last pass: how long the next one is likely to be away (0 for a first pass)."""
+    if not last_pass:
+        return 0.0
+    try:
+        return max(0.0, now - datetime.fromisoformat(last_pass).timestamp())
+    except ValueError:
+        return 0.0
 
 
 class SweepPass:
@@ -211,7 +224,7 @@ class SweepPass:
             budget_usd=spec.budget_usd, spent_usd=spent_usd, projected_usd=sweep.projected_usd,
             maximize=spec.objective.direction == "maximize",
             endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
-            promoted=len(state.promoted)))
+            promoted=len(state.promoted), pace_s=_pace(state.last_pass, now)))
         with journal.batched() if journal is not None else contextlib.nullcontext():
             self._apply(sweep, study, views, plan, report, now)
         report.advanced.append(name)
@@ -239,7 +252,7 @@ class SweepPass:
             state = state_of(trial)
             if state is TrialState.RUNNING:
                 run_id = trial_run_id(spec.name, trial.number)
-                run = run_view(self.store, run_id, spec.objective.metric, costs.get(run_id, 0.0))
+                run = run_view(self.store, run_id, spec.objective.metric, costs.get(run_id, 0.0), self.catalog)
             reported = max(trial.intermediate_values, default=-1)
             views[trial.number] = TrialView(trial.number, state, reported=reported,
                                             failure=bool(trial.user_attrs.get(FAILURE_ATTR)), run=run)
