@@ -164,9 +164,10 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
     return report, counts
 
 
-def fleet_study(trials: int, parallel: int, repetitions: int, budget_per_trial: float) -> dict[str, Any]:
+def fleet_study(trials: int, parallel: int, repetitions: int, budget_per_trial: float,
+                first_seed: int = 0) -> dict[str, Any]:
     rows = []
-    for repetition in range(repetitions):
+    for repetition in range(first_seed, first_seed + repetitions):
         spot, counts = fleet_sweep(trials, parallel, seed=repetition, on_demand=False,
                                    budget_per_trial=budget_per_trial)
         on_demand, _ = fleet_sweep(trials, parallel, seed=repetition, on_demand=True)
@@ -197,13 +198,16 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=50)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--budget-per-trial", type=float, default=1.0, help="the spot sweep's budget, USD a trial")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the fleet sweep's first seed (repetitions split over processes)")
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
     out: dict[str, Any] = {"policy_study": policy_study(args.runs, args.repetitions)}
     if not args.skip_fleet:
-        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial)
+        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial,
+                                         args.first_seed)
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
