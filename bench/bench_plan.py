@@ -18,10 +18,14 @@ means over the same seeds) and the share of deadlines missed. Goal of the issue:
 
 Fleet-scale sweep: ``--trials`` trials, ``--parallel`` at a time, 3 zones with a 4-hour stockout in the
 first from hour 2, cron every 5 minutes, spot at 0.3 preemptions per READY hour; the same sweep all
-on-demand for the price ratio. Reported: simulated hours, wall time and speed-up (goal >= 1,000x), the
-slowest controller pass, Cloud TPU API calls per minute at peak, store objects and the study journal's
-size, duplicated or orphaned trials (goal 0), budget overrun (goal <= one trial's cost) under a budget that
-stops the spot sweep, and $ per trial vs the same sweep all on-demand (whose budget does not bind).
+on-demand for the price ratio. Reported: simulated hours, wall time and speed-up (goal >= 1,000x; also
+per CPU second of this process, which a shared machine's load does not move), the controller pass at
+the fleet's peak (median of the passes with the most runs going) and the slowest, Cloud TPU API calls
+per minute at peak (all calls, and CreateNode calls against ``CREATE_QUOTA_PER_MINUTE``), store objects
+and the study journal's size, duplicated or orphaned trials (goal 0), budget overrun (goal <= one
+trial's cost) under a budget that stops the spot sweep, against the billing truth and against the
+ledger the sweep budgets from, and $ per trial vs the same sweep all on-demand (whose budget does not
+bind).
 
 Each measurement is repeated ``--repetitions`` times with other seeds; tables show the median and range.
 """
@@ -57,6 +61,10 @@ ZONES = ("us-central1-a", "us-central1-b", "us-central1-f")  # the three that of
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 """Worlds live on tmpfs: the ledger's SQLite and the store's files are the simulation's cost on a disk."""
 QUIET_SKIP_S = 3600.0
+CREATE_QUOTA_PER_MINUTE = 91
+"""The project-wide CreateNode rate quota (``tpu.googleapis.com/qps/create``) as one team's quota query
+showed it (marin-community/marin pull request 6198). Google's Cloud TPU quota page documents chip
+quotas, not request rates, and no documented figure was found: this is a reported one."""
 
 
 def _settings(work: Path, zones: tuple[str, ...]) -> Settings:
@@ -210,16 +218,20 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
         report = simulate(settings, sweep, [], policy=policy, seed=seed, cloud=cloud, workdir=work / "world",
                           max_hours=24 * 30)
     ids = [run.run_id for run in report.runs]
+    ledger_usd = sum(run.ledger_usd for run in report.runs)
     counts = {"duplicated": len(ids) - len(set(ids)),
               "orphaned": sum(1 for run in report.runs if run.outcome == "unfinished"),
               "budget_usd": budget, "overrun_usd": max(0.0, report.usd - budget),
-              "one_trial_usd": statistics.median(run.usd for run in report.runs) if report.runs else 0.0}
+              "ledger_usd": ledger_usd, "ledger_overrun_usd": max(0.0, ledger_usd - budget),
+              "one_trial_usd": statistics.median(run.usd for run in report.runs) if report.runs else 0.0,
+              "create_quota_per_minute": CREATE_QUOTA_PER_MINUTE}
     return report, counts
 
 
-def fleet_study(trials: int, parallel: int, repetitions: int, budget_per_trial: float) -> dict[str, Any]:
+def fleet_study(trials: int, parallel: int, repetitions: int, budget_per_trial: float,
+                first_seed: int = 0) -> dict[str, Any]:
     rows = []
-    for repetition in range(repetitions):
+    for repetition in range(first_seed, first_seed + repetitions):
         spot, counts = fleet_sweep(trials, parallel, seed=repetition, on_demand=False,
                                    budget_per_trial=budget_per_trial)
         on_demand, _ = fleet_sweep(trials, parallel, seed=repetition, on_demand=True)
@@ -254,6 +266,8 @@ def main() -> None:
                         help="the policy study's first repetition (its seeds): repetitions run apart, merged by hand")
     parser.add_argument("--skip-policy", action="store_true")
     parser.add_argument("--budget-per-trial", type=float, default=1.0, help="the spot sweep's budget, USD a trial")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the fleet sweep's first seed (repetitions split over processes)")
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -262,7 +276,8 @@ def main() -> None:
     if not args.skip_policy:
         out["policy_study"] = policy_study(args.runs, args.repetitions, args.workers, args.first_repetition)
     if not args.skip_fleet:
-        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial)
+        out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial,
+                                         args.first_seed)
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
@@ -285,14 +300,17 @@ def main() -> None:
     if "fleet_sweep" in out:
         fleet = Table(title=f"fleet-scale sweep: {args.trials} trials, {args.parallel} parallel, 3 zones, a stockout, "
                             "cron every 5 min")
-        keys = ("seed", "simulated_hours", "wall_s", "speedup", "slowest_pass_s", "peak_api_calls_per_minute",
-                "calls_per_minute_mean", "store_objects", "journal_bytes", "duplicated", "orphaned", "overrun_usd",
-                "one_trial_usd", "trials_run", "usd", "on_demand_trials_run", "on_demand_usd",
+        keys = ("seed", "simulated_hours", "wall_s", "speedup", "cpu_speedup", "peak_pass_s", "slowest_pass_s",
+                "peak_api_calls_per_minute", "calls_per_minute_mean", "peak_creates_per_minute",
+                "create_quota_per_minute", "store_objects", "journal_bytes", "duplicated", "orphaned", "overrun_usd",
+                "ledger_overrun_usd", "one_trial_usd", "trials_run", "usd", "on_demand_trials_run", "on_demand_usd",
                 "usd_per_trial_vs_on_demand")
-        for key in keys:
-            fleet.add_column(key)
+        fleet.add_column("measure")
         for row in out["fleet_sweep"]["repetitions"]:
-            fleet.add_row(*(f"{row[k]:,.3f}" if isinstance(row[k], float) else str(row[k]) for k in keys))
+            fleet.add_column(f"seed {row['seed']}")
+        for key in keys[1:]:  # one row a measure: the table stays readable at any width
+            fleet.add_row(key, *(f"{row[key]:,.3f}" if isinstance(row[key], float) else str(row[key])
+                                 for row in out["fleet_sweep"]["repetitions"]))
         console.print(fleet)
 
 

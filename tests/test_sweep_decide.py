@@ -228,3 +228,36 @@ def test_an_agent_exit_ends_a_run_unless_it_was_a_preemption() -> None:
         ExitClass.SUCCEEDED: Outcome.SUCCEEDED, ExitClass.USER_ERROR: Outcome.USER_ERROR,
         ExitClass.CRASHED: Outcome.CRASHED, ExitClass.PREEMPTED: None}
     assert all(Outcome.of_exit(e) is OUTCOME_OF_EXIT[e] for e in OUTCOME_OF_EXIT)
+
+
+def test_a_trial_past_its_projection_still_reserves_what_it_bills_until_the_next_pass() -> None:
+    # $10 budget, $2 a trial, passes every 30 min; trial 0 spent $3 (past its projection) and bills $4/h:
+    # it still holds $2 until the next pass, so $10 - $5 spent - $2 leaves room for one launch, not two.
+    limits = {"budget_usd": 10.0, "projected_usd": 2.0, "parallel": 4, "wanted": 8, "pace_s": 1800.0}
+    plan = decide(view(running(0, cost_usd=3.0, usd_per_hour=4.0), spent_usd=5.0, **limits))
+    assert plan.launch == 1 and plan.stops == []
+    without_pace = decide(view(running(0, cost_usd=3.0, usd_per_hour=4.0), spent_usd=5.0,
+                               **{**limits, "pace_s": 0.0}))
+    assert without_pace.launch == 2  # the old rule: a trial past its projection held nothing
+
+
+def test_trials_stop_as_soon_as_the_budget_would_run_out_before_the_next_pass() -> None:
+    # $1.50 left, 5-min passes, three trials billing $6/h each ($0.50 each until the next pass): all three fit.
+    limits = {"budget_usd": 10.0, "spent_usd": 8.5, "projected_usd": 0.1, "pace_s": 300.0, "parallel": 3}
+    trials = [running(n, step=step, usd_per_hour=6.0) for n, step in ((0, 500), (1, 100), (2, 900))]
+    assert decide(view(*trials, **limits)).stops == []
+    # $1.00 left: they would bill $1.50 before the next pass, so the one least far along (trial 1) stops now.
+    plan = decide(view(*trials, **{**limits, "spent_usd": 9.0}))
+    assert [(s.number, s.outcome) for s in plan.stops] == [(1, "budget-exhausted")]
+    assert "before the next pass" in plan.stops[0].why and plan.launch == 0
+    # $0.40 left: not even one fits; all stop, least far along first.
+    plan = decide(view(*trials, **{**limits, "spent_usd": 9.6}))
+    assert [s.number for s in plan.stops] == [1, 0, 2] and plan.ended is None
+    # A first pass (no pace known yet) has nothing to look ahead to.
+    assert decide(view(*trials, **{**limits, "spent_usd": 9.6, "pace_s": 0.0})).stops == []
+
+
+def test_no_trial_is_launched_in_a_pass_that_stopped_one_for_the_budget() -> None:
+    limits = {"budget_usd": 10.0, "spent_usd": 9.0, "projected_usd": 0.01, "pace_s": 3600.0, "parallel": 4}
+    plan = decide(view(running(0, step=10, usd_per_hour=0.6), running(1, step=20, usd_per_hour=0.6), **limits))
+    assert [s.number for s in plan.stops] == [0] and plan.launch == 0 and plan.waiting_reason is None

@@ -63,3 +63,49 @@ def test_params_an_ask_left_undrawn_are_drawn_once_with_the_trials_run_id(study:
     assert isinstance(params["n"], int) and 1 <= params["n"] <= 9
     assert study.params(0, "adapter-t0000") == params
     assert study.trials()[0].user_attrs["run_id"] == "adapter-t0000"
+
+
+def _segments(store: LocalStore, spec: SweepSpec) -> int:
+    return sum(1 for o in store.list(studies.journal_prefix(spec.name) + "/") if "/seg-" in o.key)
+
+
+def test_a_pass_writes_its_appends_as_one_segment_and_before_a_run_is_declared(tmp_path: Path) -> None:
+    store, spec = LocalStore(tmp_path / "store"), _spec()
+    studies.create_study(spec, studies.open_storage(spec, store))
+    storage, journal = studies.open_journaled(spec, store, exclusive=True)
+    assert journal is not None
+    study, before = PassStudy(spec, storage, journal), _segments(store, spec)
+    with journal.batched():
+        number = study.ask()
+        study.report(number, 1, 0.5)
+        assert study.trials()[0].intermediate_values == {1: 0.5}  # this process reads its own appends at once
+        assert _segments(store, spec) == before  # nothing written yet: another reader sees no trial
+        assert studies.open_storage(spec, store).get_all_trials(study.study_id) == []
+        study.durable()  # what a pass does before it declares the trial's run
+        assert _segments(store, spec) == before + 1
+        study.tell(number, TrialState.COMPLETE, 0.5, "succeeded", False)
+    assert _segments(store, spec) == before + 2
+    fresh = studies.open_storage(spec, store).get_all_trials(study.study_id)
+    assert [(t.state.name, t.value, t.intermediate_values) for t in fresh] == [("COMPLETE", 0.5, {1: 0.5})]
+    shared = studies.open_journaled(spec, store)[1]
+    assert shared is not None
+    with pytest.raises(ValueError, match="lease"):
+        shared.batched().__enter__()  # only the lease holder batches
+
+
+def test_a_kept_study_is_reused_for_the_same_tenure_and_catches_up_with_other_writers(tmp_path: Path) -> None:
+    store, spec = LocalStore(tmp_path / "store"), _spec()
+    studies.create_study(spec, studies.open_storage(spec, store))
+    kept = studies.KeptStudies()
+    first, _ = kept.open(spec, store, tenure=1)
+    again, _ = kept.open(spec, store, tenure=1)
+    assert again is first  # no replay of the journal
+    other = studies.open_storage(spec, store)  # another writer (``sweep start``, a non-exclusive reader)
+    study_id = other.get_study_id_from_name(spec.name)
+    other.create_new_trial(study_id)
+    caught, _ = kept.open(spec, store, tenure=1)
+    assert caught is first and len(caught.get_all_trials(study_id)) == 1
+    assert kept.open(spec, store, tenure=2)[0] is not first  # the lease was lost and taken again
+    kept.forget(spec.name)
+    assert kept.open(spec, store, tenure=2)[0] is not first
+    assert kept.open(spec, store, tenure=None)[0] is not kept.open(spec, store, tenure=None)[0]

@@ -357,6 +357,21 @@ def spent(
     return sum(node_cost(h, catalog, now, since).usd for h in histories)
 
 
+def spent_by_run(ledger: Ledger, catalog: Catalog, *, project: str | None, sweep_id: str,
+                 now: datetime | None = None) -> dict[str, float]:
+    """USD spent by each run of a sweep (open intervals up to ``now``), from one read of the ledger.
+
+    A sweep pass needs the sweep's total and every running trial's share: one read of the sweep's
+    nodes instead of one per trial (a pass's main ledger cost at 50 trials in parallel).
+    """
+    now = now or datetime.now(UTC)
+    by_run: dict[str, float] = {}
+    for history in ledger.histories(project, sweep_id=sweep_id):
+        run_id = history.node.run_id or ""
+        by_run[run_id] = by_run.get(run_id, 0.0) + node_cost(history, catalog, now, None).usd
+    return by_run
+
+
 def catalog_for(settings: Settings) -> Catalog:
     """The packaged prices with the ``prices`` table of tpuops.toml on top."""
     return default_catalog().with_overrides(settings.prices)

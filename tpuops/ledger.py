@@ -23,19 +23,25 @@ Invariants:
   well as the observer can tell (``Fleet`` dates it between two sightings, or from the
   delete operation), which is what the cost tracker bills from.
 
-Concurrency: each call opens its own connection (so a ``Ledger`` is safe to share between
-threads), the database is in WAL mode, and writers take the write lock up front
-(``BEGIN IMMEDIATE``) and wait up to ``busy_timeout_s`` for it, so two processes writing at
-once serialise instead of failing or losing rows. The schema version is ``PRAGMA user_version``;
-migrations run in order when a ledger is opened.
+Concurrency: each thread has its own connection, kept for the ``Ledger``'s life (so a ``Ledger``
+is safe to share between threads; a connection whose thread ended is closed when another thread
+opens one, and all of them by ``close`` or when the ``Ledger`` goes). Keeping them open is what
+makes a call cheap: SQLite checkpoints and removes the write-ahead log whenever the last connection
+to the file closes, which made every call of a controller pass pay an fsync. The database is in
+WAL mode, and writers take the write lock up front (``BEGIN IMMEDIATE``) and wait up to
+``busy_timeout_s`` for it, so two processes writing at once serialise instead of failing or losing
+rows. The schema version is ``PRAGMA user_version``; migrations run in order when a ledger is opened.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -151,6 +157,12 @@ _NODE_COLUMNS = ", ".join(("id", *_NODE_FIELDS, "deleted_at"))
 _INSERT_NODE = f"INSERT INTO nodes ({', '.join(_NODE_FIELDS)}) VALUES ({', '.join('?' * len(_NODE_FIELDS))})"
 
 
+def _close_all(connections: dict[threading.Thread, sqlite3.Connection]) -> None:
+    for conn in connections.values():
+        conn.close()
+    connections.clear()
+
+
 def _node_filter(**filters: str | None) -> tuple[str, list[str]]:
     """A WHERE clause on ``nodes`` (and its parameters) matching every filter that is not None."""
     given = {column: value for column, value in filters.items() if value is not None}
@@ -169,15 +181,45 @@ class Ledger:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
+        self._connections_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _close_all, self._connections)
         self._migrate()
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)) as conn:
+    def close(self) -> None:
+        """Close every connection (a later call opens its thread's again)."""
+        with self._connections_lock:
+            _close_all(self._connections)
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's connection (see the module docstring); a forked child opens its own."""
+        me = threading.current_thread()
+        with self._connections_lock:
+            if self._pid != os.getpid():  # inherited through a fork: SQLite forbids using them here
+                self._connections.clear()
+                self._pid = os.getpid()
+            conn = self._connections.get(me)
+            if conn is not None:
+                return conn
+            for thread in [t for t in self._connections if not t.is_alive()]:
+                self._connections.pop(thread).close()
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)  # only its thread uses it; any thread may close it
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
+            self._connections[me] = conn
+            return conn
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        try:
             yield conn
+        finally:
+            if conn.in_transaction:  # a call that failed half way leaves nothing open for the next
+                conn.execute("ROLLBACK")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

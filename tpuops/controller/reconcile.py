@@ -56,7 +56,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops import runs
 from tpuops.clock import Clock, system_clock
@@ -79,6 +79,9 @@ from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
+
+if TYPE_CHECKING:
+    from tpuops.sweeps.studies import KeptStudies
 
 T = TypeVar("T")
 
@@ -193,6 +196,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
+        self._studies: KeptStudies | None = None  # the sweeps' studies, kept open across passes
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
 
@@ -496,9 +500,11 @@ class Controller:
         from dataclasses import asdict
 
         from tpuops.sweeps.advance import SweepPass
+        from tpuops.sweeps.studies import KeptStudies
 
+        self._studies = self._studies or KeptStudies()
         sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
-                           fleet=self.nodes)
+                           fleet=self.nodes, kept=self._studies)
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,

@@ -125,6 +125,8 @@ class SimulatedCloud:
         self.start = clock()
         self.calls: Counter[int] = Counter()
         """API calls per virtual minute since ``start``."""
+        self.creates: Counter[int] = Counter()
+        """CreateNode calls per virtual minute (Cloud TPU rates them apart from reads)."""
         self.billing: list[Billed] = []
         self._rng = random.Random(seed)
         self._nodes: dict[tuple[str, str], NodeInfo] = {}
@@ -220,11 +222,14 @@ class SimulatedCloud:
             billed.end, billed.reason = at, reason
             self.billing.append(billed)
 
-    def _call(self) -> float:
+    def _call(self, create: bool = False) -> float:
         self.catch_up()
         now = self.clock()
+        minute = int((now - self.start) // 60)
         with self._lock:
-            self.calls[int((now - self.start) // 60)] += 1
+            self.calls[minute] += 1
+            if create:
+                self.creates[minute] += 1
         return now
 
     # -- NodeProvider ----------------------------------------------------------------------------
@@ -240,7 +245,7 @@ class SimulatedCloud:
             return self._nodes.get((zone, name))
 
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
-        now = self._call()
+        now = self._call(create=True)
         with self._lock:
             key = (zone, request.name)
             if key in self._nodes:

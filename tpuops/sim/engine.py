@@ -16,6 +16,7 @@ the clock starts at ``START`` (2030-01-01 UTC), so a seed reproduces a run's tim
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -142,6 +143,8 @@ class Footprint:
     api_calls: int = 0
     peak_calls_per_minute: int = 0
     """Cloud TPU API calls in the busiest virtual minute."""
+    peak_creates_per_minute: int = 0
+    """CreateNode calls in the busiest virtual minute for creates."""
     store_objects: int = 0
     journal_bytes: int = 0
     """Size of the sweeps' Optuna journals in the store (0 without a sweep)."""
@@ -155,9 +158,14 @@ class SimReport:
     simulated_s: float = 0.0
     wall_s: float = 0.0
     """What simulating took, on this machine."""
+    cpu_s: float = 0.0
+    """The CPU time this process spent simulating (every thread): what the simulation costs apart from
+    the machine's other load and its disk."""
     passes: int = 0
     slowest_pass_s: float = 0.0
-    """The longest real controller pass (wall time): the pass at the fleet's peak."""
+    """The longest real controller pass (wall time)."""
+    peak_pass_s: float = 0.0
+    """The median wall time of the passes that saw the most runs going (the fleet at its peak)."""
     ended: bool = False
     """Every run and sweep finished within the simulated time allowed."""
     runs: list[RunResult] = field(default_factory=list)
@@ -172,9 +180,13 @@ class SimReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"simulated_hours": round(self.simulated_s / 3600, 4), "wall_s": round(self.wall_s, 3),
-                "speedup": round(self.speedup, 1), "passes": self.passes,
-                "slowest_pass_s": round(self.slowest_pass_s, 4), "api_calls": self.footprint.api_calls,
+                "speedup": round(self.speedup, 1), "cpu_s": round(self.cpu_s, 3),
+                "cpu_speedup": round(self.simulated_s / self.cpu_s, 1) if self.cpu_s > 0 else 0.0,
+                "passes": self.passes,
+                "slowest_pass_s": round(self.slowest_pass_s, 4), "peak_pass_s": round(self.peak_pass_s, 4),
+                "api_calls": self.footprint.api_calls,
                 "peak_api_calls_per_minute": self.footprint.peak_calls_per_minute,
+                "peak_creates_per_minute": self.footprint.peak_creates_per_minute,
                 "store_objects": self.footprint.store_objects, "journal_bytes": self.footprint.journal_bytes,
                 "ended": self.ended, "usd": round(self.usd, 6),
                 "runs": [run.to_json() for run in self.runs]}
@@ -224,17 +236,21 @@ class Simulation:
         from tpuops.sweeps.ops import active_sweeps
 
         report = SimReport()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         now = next_cron = START
+        passes: list[tuple[int, float]] = []  # (runs going, wall seconds) of every pass
         while True:
             self.clock.advance_to(now)
             self.cloud.catch_up()
             self.agents.publish(now)
             before = time.perf_counter()
             passed = self.controller.run_pass(now=now)
-            report.slowest_pass_s = max(report.slowest_pass_s, time.perf_counter() - before)
+            took = time.perf_counter() - before
+            report.slowest_pass_s = max(report.slowest_pass_s, took)
             report.passes += 1
-            if not runs.active_run_ids(self.store) and not active_sweeps(self.store):
+            going = len(runs.active_run_ids(self.store))
+            passes.append((going, took))
+            if not going and not active_sweeps(self.store):
                 report.ended = True
                 break
             if now - START >= max_hours * 3600:
@@ -243,7 +259,7 @@ class Simulation:
                 break
             if report.passes % every_passes == 0:
                 self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "
-                              f"{len(runs.active_run_ids(self.store))} runs going")
+                              f"{going} runs going")
             while next_cron <= now:
                 next_cron += self.cron_s
             if quiet_skip_s > 0:
@@ -251,11 +267,14 @@ class Simulation:
             woken = self._next_wake(now)
             now = next_cron if woken is None else min(next_cron, woken)
         self.controller.release()
-        report.wall_s = time.perf_counter() - started
+        report.wall_s, report.cpu_s = time.perf_counter() - started, time.process_time() - cpu
         report.simulated_s = now - START
+        peak = max(going for going, _ in passes)
+        report.peak_pass_s = statistics.median(took for going, took in passes if going == peak)
         objects = self.store.list("")
         report.footprint = Footprint(api_calls=sum(self.cloud.calls.values()),
                                      peak_calls_per_minute=max(self.cloud.calls.values(), default=0),
+                                     peak_creates_per_minute=max(self.cloud.creates.values(), default=0),
                                      store_objects=len(objects),
                                      journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
         report.runs = self._results(now)

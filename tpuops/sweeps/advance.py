@@ -21,7 +21,9 @@ deletes its node, which sends the agent the preemption notice, so it checkpoints
 New runs get their nodes from that same run pass. Killed at any line, the next pass redoes what
 is missing: the journal is written before the run is declared, a declared run is never declared
 twice, and a trial is asked only when the plan counts a free slot after adopting every RUNNING
-trial.
+trial. A pass batches its journal appends (``StoreJournal.batched``: one segment for the pass,
+flushed before any run is declared), and a controller that runs pass after pass keeps each sweep's
+study open between them for as long as it keeps the sweep's lease (``studies.KeptStudies``).
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from tpuops import deadline, runs
-from tpuops.cost import catalog_for, spent
+from tpuops.cost import catalog_for, spent_by_run
 from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
+from tpuops.pricing import Catalog
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
 from tpuops.store.lease import Leases
@@ -85,8 +88,8 @@ def lease_name(sweep: str) -> str:
     return f"sweeps/{sweep}"
 
 
-def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView | None:
-    """What a trial's run shows: None when it was never declared."""
+def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: Catalog) -> RunView | None:
+    """What a trial's run shows (its node priced by ``catalog``): None when it was never declared."""
     try:
         record = runs.read_record(store, run_id)
     except UsageError:
@@ -99,10 +102,12 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float) -> RunView
                   if metric in point.metrics)
     final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None
     capacity = memory.capacity or record.node.capacity
+    zone = memory.zone or (record.zones[0] if record.zones else "")
+    hourly = catalog.price_per_hour(record.node.accelerator, capacity, zone) if zone else 0.0
     return RunView(finished=memory.finished, outcome=memory.outcome,
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
-                   promoted=memory.capacity is not None)
+                   promoted=memory.capacity is not None, usd_per_hour=hourly)
 
 
 def _rewrite(store: Store, leases: Leases, run_id: str, change: Callable[[Memory], bool]) -> bool:
@@ -153,13 +158,25 @@ def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: fl
     return True
 
 
+def _pace(last_pass: str | None, now: float) -> float:
+    """The gap since the sweep's last pass: how long the next one is likely to be away (0 for a first pass)."""
+    if not last_pass:
+        return 0.0
+    try:
+        return max(0.0, now - datetime.fromisoformat(last_pass).timestamp())
+    except ValueError:
+        return 0.0
+
+
 class SweepPass:
     """Advances every active sweep of one store; used by ``Controller.run_pass`` before it reconciles runs."""
 
     def __init__(self, settings: Settings, store: Store, ledger: Ledger, leases: Leases, *,
                  held: set[str], progress: Callable[[str], None], fleet: Fleet | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, kept: studies.KeptStudies | None = None) -> None:
         self.settings = settings
+        self.kept = kept or studies.KeptStudies()
+        """The studies kept open from earlier passes of the same controller (a one-shot pass keeps none)."""
         self.fleet = fleet
         self.store = store
         self.ledger = ledger
@@ -175,8 +192,12 @@ class SweepPass:
             try:
                 self._advance(name, report, time.time() if now is None else now)
             except TpuopsError as err:
+                self.kept.forget(name)
                 report.errors[name] = str(err)
                 self.progress(f"sweep {name}: {err}; the next pass tries again")
+            except BaseException:
+                self.kept.forget(name)  # what it kept may hold half a pass
+                raise
         return report
 
     def _advance(self, name: str, report: SweepPassReport, now: float) -> None:
@@ -190,11 +211,12 @@ class SweepPass:
         self.held.add(lease_name(name))
         sweep = sweep_ops.read_sweep(self.store, name)
         spec = sweep.spec
-        storage, journal = studies.open_journaled(spec, self.store, exclusive=True, environ=self.environ)
-        study = PassStudy(spec, storage)
-        views = self._views(spec, study.trials(), now)
-        spent_usd = spent(self.ledger, self.catalog, project=self.settings.project, sweep_id=name,
-                          now=datetime.fromtimestamp(now, UTC))
+        storage, journal = self.kept.open(spec, self.store, self.leases.tenure(lease_name(name)), self.environ)
+        study = PassStudy(spec, storage, journal)
+        costs = spent_by_run(self.ledger, self.catalog, project=self.settings.project, sweep_id=name,
+                             now=datetime.fromtimestamp(now, UTC))
+        views = self._views(spec, study.trials(), costs)
+        spent_usd = sum(costs.values())
         plan = decide(SweepView(
             trials=tuple(views.values()), wanted=spec.trials, parallel=spec.parallel,
             max_preemptions=spec.max_preemptions, max_failures=spec.max_failures,
@@ -202,8 +224,9 @@ class SweepPass:
             budget_usd=spec.budget_usd, spent_usd=spent_usd, projected_usd=sweep.projected_usd,
             maximize=spec.objective.direction == "maximize",
             endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
-            promoted=len(state.promoted)))
-        self._apply(sweep, study, views, plan, report, now)
+            promoted=len(state.promoted), pace_s=_pace(state.last_pass, now)))
+        with journal.batched() if journal is not None else contextlib.nullcontext():
+            self._apply(sweep, study, views, plan, report, now)
         report.advanced.append(name)
         state.promoted = sorted({*state.promoted, *(int(r.rsplit("-t", 1)[1]) for r in report.promoted
                                                    if r.startswith(f"{name}-t"))})
@@ -213,6 +236,7 @@ class SweepPass:
         state.last_pass = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
         state.waiting = plan.waiting_reason
         if plan.ended is not None:
+            self.kept.forget(name)
             state.finish(*plan.ended)
             report.ended[name] = plan.ended[0]
             self.progress(f"sweep {name}: {state.outcome}: {state.reason}")
@@ -221,16 +245,14 @@ class SweepPass:
         except PreconditionFailed:
             self.progress(f"sweep {name}: its state changed during the pass ('sweep stop'); the next pass sees it")
 
-    def _views(self, spec: SweepSpec, trials: list[FrozenTrial], now: float) -> dict[int, TrialView]:
+    def _views(self, spec: SweepSpec, trials: list[FrozenTrial], costs: Mapping[str, float]) -> dict[int, TrialView]:
         views = {}
         for trial in trials:
             run = None
             state = state_of(trial)
             if state is TrialState.RUNNING:
                 run_id = trial_run_id(spec.name, trial.number)
-                cost = spent(self.ledger, self.catalog, project=self.settings.project, run_id=run_id,
-                             now=datetime.fromtimestamp(now, UTC))
-                run = run_view(self.store, run_id, spec.objective.metric, cost)
+                run = run_view(self.store, run_id, spec.objective.metric, costs.get(run_id, 0.0), self.catalog)
             reported = max(trial.intermediate_values, default=-1)
             views[trial.number] = TrialView(trial.number, state, reported=reported,
                                             failure=bool(trial.user_attrs.get(FAILURE_ATTR)), run=run)
@@ -295,6 +317,7 @@ class SweepPass:
                  adopted: bool) -> None:
         run_id = trial_run_id(sweep.name, number)
         params = study.params(number, run_id)
+        study.durable()  # the journal holds the trial before its run exists
         if sweep_ops.declare_trial_run(self.store, sweep, number, params):
             report.launched.append(run_id)
             verb = "adopted trial" if adopted else "trial"

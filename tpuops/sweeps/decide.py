@@ -20,8 +20,13 @@ told as ``TRIAL_STATE`` says.
   steps, so a trial late because it was preempted is not pruned for it).
 - New trials are launched up to ``parallel`` at once and ``trials`` in all, while the sweep is
   active, failures are under ``max_failures`` and the projected cost of one more trial fits in
-  what is left of the budget after what the running trials are still expected to cost.
-- Spending at or over the budget, or ``sweep stop``, stops every running trial (the node's
+  what is left of the budget after what the running trials still reserve: each its expected
+  remaining cost (projected minus spent), and at least what its node bills until the next pass
+  (a trial that outran its projection still costs money until a pass can stop it).
+- A budget acts only at passes, and nodes bill between them. So a pass stops trials as soon as
+  what the running trials would bill until the next pass (``pace_s``: the gap since the last
+  one) no longer fits in what is left: the trials least far along first, until the rest fit.
+  Spending at or over the budget, or ``sweep stop``, stops every running trial (the node's
   deletion makes the agent checkpoint); the sweep ends once no trial runs.
 - Endgame (optional): once a set fraction of the budget is spent or of the trials has ended, the
   leading running trials (by their latest value) still on spot or preemptible capacity are
@@ -85,6 +90,8 @@ class RunView:
     """Its node is (or will be recreated as) on-demand: promoted already, or never spot."""
     promoted: bool = False
     """The endgame promoted it."""
+    usd_per_hour: float = 0.0
+    """What its node bills an hour (at its current capacity)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,8 @@ class SweepView:
     endgame: Endgame | None = None
     promoted: int = 0
     """Trials the endgame promoted so far, as the sweep's state remembers them (running or ended)."""
+    pace_s: float = 0.0
+    """How long until the next pass, as far as the sweep can tell (the gap since the last one)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,8 @@ def decide(view: SweepView) -> Plan:
             plan.stops.append(Stop(trial.number, Outcome.BUDGET_EXHAUSTED, _budget_text(view)))
         elif values:
             plan.prune_candidates.append(trial.number)
+    if not (view.stopping or over_budget):
+        plan.stops.extend(_runs_out(view, plan, running))
     failures = sum(t.failure for t in view.trials) + sum(t.failure for t in plan.tells)
     created = sum(t.state != TrialState.WAITING for t in view.trials)
     if not (view.stopping or over_budget):
@@ -229,14 +240,16 @@ def _launch(view: SweepView, plan: Plan, running: list[TrialView], failures: int
     """Set ``plan.launch``; True when the budget refused a launch."""
     if view.stopping or over_budget or failures >= view.max_failures:
         return over_budget
+    if any(s.outcome is Outcome.BUDGET_EXHAUSTED for s in plan.stops):
+        return True  # trials were just stopped for the budget: no new one takes their money
     slots = min(view.parallel - len(running), view.wanted - created)
     if slots <= 0:
         return False
     if view.budget_usd is None:
         plan.launch = slots
         return False
-    committed = view.spent_usd + sum(max(0.0, view.projected_usd - (t.run.cost_usd if t.run else 0.0))
-                                     for t in running)
+    stopped = {s.number for s in plan.stops}
+    committed = view.spent_usd + sum(_reserved(view, t) for t in running if t.number not in stopped)
     for _ in range(slots):
         if committed + view.projected_usd > view.budget_usd:
             plan.waiting_reason = (f"a trial is projected to cost {format_usd(view.projected_usd)}; "
@@ -246,6 +259,35 @@ def _launch(view: SweepView, plan: Plan, running: list[TrialView], failures: int
         committed += view.projected_usd
         plan.launch += 1
     return False
+
+
+def _reserved(view: SweepView, trial: TrialView) -> float:
+    """What a running trial holds of the budget: its expected remaining cost, and at least what it bills
+    until the next pass."""
+    run = trial.run
+    if run is None:  # adopted: its run is declared this pass, nothing spent yet
+        return view.projected_usd
+    return max(view.projected_usd - run.cost_usd, run.usd_per_hour * view.pace_s / 3600)
+
+
+def _runs_out(view: SweepView, plan: Plan, running: list[TrialView]) -> list[Stop]:
+    """The trials to stop now because the budget would run out before the next pass (least far along first)."""
+    if view.budget_usd is None:
+        return []
+    stopped = {s.number for s in plan.stops}
+    going = [t for t in running if t.run is not None and t.number not in stopped]
+    left = view.budget_usd - view.spent_usd
+    billing = sum(t.run.usd_per_hour for t in going if t.run is not None)
+    stops = []
+    for trial in sorted(going, key=lambda t: (t.run.step if t.run else 0, -t.number)):
+        if billing * view.pace_s / 3600 <= left:
+            break
+        rate = trial.run.usd_per_hour if trial.run else 0.0
+        stops.append(Stop(trial.number, Outcome.BUDGET_EXHAUSTED,
+                          f"the budget would run out before the next pass: {format_usd(left)} of the "
+                          f"{format_usd(view.budget_usd)} left, running trials bill {format_usd(billing)}/h"))
+        billing -= rate
+    return stops
 
 
 def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]:

@@ -19,8 +19,16 @@ Invariants:
   ``head.json`` points at it. A load reads the head, the snapshot and the segments from K on:
   its cost grows with the segments written since the last compaction, not with the study.
 - ``exclusive``: the caller holds the sweep's lease, so nobody else writes. Reads then never go
-  back to the store after the load, and a lost compare-and-swap means the lease was lost:
-  ``JournalConflict``, the pass stops for that sweep and the next one starts afresh.
+  back to the store after the load (``catch_up`` does, when asked), and a lost compare-and-swap
+  means the lease was lost: ``JournalConflict``, the pass stops for that sweep and the next one
+  starts afresh.
+- ``batched`` (exclusive holders only): the appends of a block become one segment, written by
+  ``flush`` or when the block ends; this process reads them at once. Optuna appends once per
+  call (a report, an attribute, a tell), about 20 segments a pass at 50 trials in parallel: one
+  store write each, and one read each for every later load until the next compaction. A holder
+  killed inside a block loses its unwritten appends, which a sweep pass tolerates: it flushes
+  before it declares a trial's run, and whatever else it did is redone by the next pass from
+  what the journal and the runs show.
 
 What Optuna's journal backends promise, this one keeps: many threads may share one backend
 (every read and append holds its lock, so the logs read and the next segment number move
@@ -33,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend
@@ -62,6 +71,7 @@ class StoreJournal(BaseJournalBackend):
         self._logs: list[dict[str, Any]] = []
         self._next = 0  # the next segment number
         self._base = 0  # the snapshot the load started from
+        self._pending: list[dict[str, Any]] | None = None  # batched appends not written yet (None: not batching)
         self._load()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -79,9 +89,9 @@ class StoreJournal(BaseJournalBackend):
             text = self.store.read_bytes(self._key(SNAPSHOT, head["snapshot"])).decode()
             self._logs = [json.loads(line) for line in text.splitlines() if line]
             self._next = self._base = int(head["snapshot"])
-        self._catch_up()
+        self.catch_up()
 
-    def _catch_up(self) -> None:
+    def catch_up(self) -> None:
         """Read the segments written since we last looked (one read that misses when there are none)."""
         while True:
             try:
@@ -94,13 +104,40 @@ class StoreJournal(BaseJournalBackend):
     def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
         with self._lock:
             if not self.exclusive:
-                self._catch_up()
+                self.catch_up()
             return self._logs[log_number_from:]
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        body = json.dumps(logs, separators=(",", ":")).encode()
         with self._lock:
-            self._append(body, logs)
+            if self._pending is not None:
+                self._logs.extend(logs)
+                self._pending.extend(logs)
+                return
+            self._append(json.dumps(logs, separators=(",", ":")).encode(), logs)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Make the appends inside one segment, written by ``flush`` or when the block ends (see the
+        module docstring); exclusive holders only."""
+        if not self.exclusive:
+            raise ValueError("only the holder of the sweep's lease batches its appends")
+        with self._lock:
+            self._pending = []
+        try:
+            yield
+        finally:
+            with self._lock:
+                try:
+                    self.flush()
+                finally:
+                    self._pending = None
+
+    def flush(self) -> None:
+        """Write the appends batched so far as one segment (nothing when there are none)."""
+        with self._lock:
+            if self._pending:
+                self._append(json.dumps(self._pending, separators=(",", ":")).encode(), [])
+                self._pending.clear()
 
     def _append(self, body: bytes, logs: list[dict[str, Any]]) -> None:
         while True:
@@ -110,7 +147,7 @@ class StoreJournal(BaseJournalBackend):
                 if self.exclusive:
                     raise JournalConflict(f"another process wrote {self.store.uri_of(self.prefix[:-1])} while this "
                                           "one held the sweep's lease; the next pass starts afresh") from None
-                self._catch_up()
+                self.catch_up()
                 continue
             self._logs.extend(logs)
             self._next += 1

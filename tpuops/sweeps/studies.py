@@ -84,6 +84,39 @@ def open_journaled(spec: SweepSpec, store: Store, *, exclusive: bool = False,
     return JournalStorage(journal), journal
 
 
+class KeptStudies:
+    """The store-journal studies one controller keeps open across its passes (``watch``, a simulation).
+
+    Opening a journal study replays its whole log into Optuna's in-memory state: at a 1,000-trial
+    sweep that replay, not the pass's work, was most of a pass. A controller that holds a sweep's
+    lease for consecutive passes keeps the storage it opened instead, and at the start of each pass
+    reads only the segments written since (one read that misses when nobody else wrote: the
+    sweep's lease holder is the only writer, but ``sweep start`` or a non-exclusive reader may
+    append too). What was kept is only good for the same tenure of the lease (``Leases.tenure``):
+    a lease lost and taken again means another holder may have written and compacted, so the
+    study is opened afresh. A pass that fails drops what it kept (``forget``).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[int, BaseStorage, StoreJournal]] = {}
+
+    def open(self, spec: SweepSpec, store: Store, tenure: int | None,
+             environ: Mapping[str, str] | None = None) -> tuple[BaseStorage, StoreJournal | None]:
+        """The sweep's storage for a pass holding its lease in ``tenure`` (None: nothing is kept)."""
+        kept = self._kept.get(spec.name)
+        if kept is not None and tenure is not None and kept[0] == tenure:
+            kept[2].catch_up()
+            return kept[1], kept[2]
+        self._kept.pop(spec.name, None)
+        storage, journal = open_journaled(spec, store, exclusive=True, environ=environ)
+        if journal is not None and tenure is not None:
+            self._kept[spec.name] = (tenure, storage, journal)
+        return storage, journal
+
+    def forget(self, name: str) -> None:
+        self._kept.pop(name, None)
+
+
 def _database(storage: DatabaseStorage, environ: Mapping[str, str] | None) -> BaseStorage:
     from optuna.storages import RDBStorage
     from sqlalchemy.exc import SQLAlchemyError

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
 
+    from tpuops.sweeps.journal import StoreJournal
+
 RUN_ID_ATTR = "run_id"
 ENDED_ATTR = "ended"
 FAILURE_ATTR = "failure"
@@ -41,12 +43,19 @@ def optuna_state(state: TrialState) -> optuna.trial.TrialState:
 class PassStudy:
     """The sweep's study as one pass uses it (the caller holds the sweep's lease)."""
 
-    def __init__(self, spec: SweepSpec, storage: BaseStorage) -> None:
+    def __init__(self, spec: SweepSpec, storage: BaseStorage, journal: StoreJournal | None = None) -> None:
         self.spec = spec
         self.storage = storage
+        self.journal = journal
+        """The store journal under ``storage`` when the study is kept in the store (its appends may be batched)."""
         self.study = studies.load_study(spec, storage)
         self.study_id = storage.get_study_id_from_name(spec.name)
         self._ids: dict[int, int] = {}
+
+    def durable(self) -> None:
+        """Write what this pass told the study so far (before a trial's run is declared)."""
+        if self.journal is not None:
+            self.journal.flush()
 
     def trials(self) -> list[FrozenTrial]:
         return self.study.get_trials(deepcopy=False)
