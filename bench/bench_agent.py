@@ -148,6 +148,7 @@ def agent_loop(dataset: tf.data.Dataset, builtin: bool = False) -> Callable[[int
     """The agent's multi-step call, driving a compiled model (``CompiledSteps``) or a plain one (``Steps``)."""
     strategy = tf.distribute.get_strategy()
     steps = builtin_steps(strategy) if builtin else CompiledSteps(strategy, compiled_model())
+    steps.prepare(dataset.element_spec)  # as train does before its first call
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
 
     def run(count: int) -> float:
@@ -245,6 +246,7 @@ def whole_run(build: Callable[[], tf.keras.Model], agent: bool, memory: tf.data.
     if agent:
         strategy = tf.distribute.get_strategy()
         loop = CompiledSteps(strategy, model)
+        loop.prepare(memory.element_spec)
         iterator = iter(strategy.experimental_distribute_dataset(memory))
         for start in range(0, steps, STEPS_PER_CALL):
             float(loop.train_call(iterator, tf.constant(min(STEPS_PER_CALL, steps - start), tf.int64)).numpy())
