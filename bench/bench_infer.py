@@ -10,18 +10,27 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   path (``infer.predict_shards``: TFRecords of raw uint8 images -> parse -> several batches per
   ``tf.function`` call -> JSON Lines shards and manifest, written by the writer thread) against
   ``model.predict`` on the same images already decoded in memory (no reading, no parsing, no
-  writing), and against a plain ``tf.function`` loop over in-memory batches (latency per batch
-  of 64). Our path runs with XLA off (what the agent does on the CPU) and on. Ratios are the
-  median of the paired ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the
-  order rotating from round to round). The record count the agent
-  takes while the model loads is timed on its own.
+  writing), and against a plain ``tf.function`` loop over in-memory batches (time per batch
+  of 64: run time / batches, a throughput). Our path runs with XLA off (what the agent does on
+  the CPU) and on. Our clock covers ``predict_shards`` and the manifest; the pipeline and the
+  output prefix are set up before it (``agent_pass``). Ratios are the median of the paired
+  ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the order rotating from round
+  to round); ``spread`` is [min, median, max] over the repetitions of the ratio of their summed
+  seconds. ``--examples`` images per run (default 40,960: 4-8 s per batch-256 run here; with
+  1-s runs the ratio swung from 0.9 to 1.9). The record count the agent takes while the model
+  loads is timed on its own.
 - latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
-  batch, p50 and p99 (the clock covers one batch: for ours the call that reads, parses and
-  predicts it and hands it to the writer; for the plain ``tf.function`` (XLA as ours) over
-  pre-batched float32 tensors in memory, and for ``model.predict_on_batch`` on the same tensors,
-  the call and the result as numpy), and throughput (examples / wall time of the whole pass,
-  ours including the shards and manifest). Tracing is left out (a warm-up pass first). The
-  variants take turns, the order rotating; ``p50_vs_function`` / ``p50_vs_predict`` are
+  batch, p50 and p99. The clock covers one batch: for ours the argument-free call that takes
+  the next batch from the pipeline (read, parsed and padded ahead by tf.data's threads) and
+  predicts it, and the hand-over of its outputs to the writer thread; for the plain
+  ``tf.function`` (XLA as ours) over pre-batched float32 tensors in memory
+  (``function``), and for ``model.predict_on_batch`` on the same tensors (``predict``), the
+  call and the result as numpy; for the plain ``tf.function`` fed by plain tf.data over the
+  same TFRecords (``function_records``: batch -> parse the batch in parallel -> prefetch), the
+  next batch, the call and the result as numpy. Throughput: examples / wall time of the whole
+  pass, ours including the writer's shards and manifest. Tracing is left out (a warm-up pass
+  first; ours traces its latency call before its clock starts, as ``infer`` does before its
+  first batch). The variants take turns, the order rotating; ``p50_vs_<baseline>`` are
   [min, median, max] of the per-repetition ratios ours / baseline (goal <= 1.0).
   Op determinism is set as ``infer`` sets it (``--determinism``, default on: ``auto`` on a CPU).
 - checkpoints: the time the step loop is blocked per save against the checkpoint size, for a
@@ -535,14 +544,17 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
 
 def _infer_rows(inference: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
+    covers = ("ours: read TFRecords, parse, predict, write the shards and manifest; model.predict: the images "
+              "decoded in memory")
     for batch in map(str, BATCHES):
-        rates = inference[batch]["examples_per_s"]
-        rows.append((f"infer batch {batch}, examples/s (vs model.predict)", str(rates["ours"]), str(rates["predict"]),
-                     f"{inference[batch]['ours_vs_predict']:.3f}x"))
-        rows.append((f"infer batch {batch} with XLA, examples/s (vs predict)", str(rates["ours_jit"]),
-                     str(rates["predict"]), f"{inference[batch]['ours_jit_vs_predict']:.3f}x"))
+        rates, fig = inference[batch]["examples_per_s"], inference[batch]
+        for key, name, title in (("ours_vs_predict", "ours", ""), ("ours_jit_vs_predict", "ours_jit", " with XLA")):
+            rows.append((f"infer batch {batch}{title}, examples/s vs model.predict ({covers}; spread over "
+                         f"repetitions {fig['spread'][key]}; {fig['seconds_per_run'][name]} s per run)",
+                         str(rates[name]), str(rates["predict"]), f"{fig[key]:.3f}x"))
     per_batch = inference["64"]["ms_per_batch"]
-    rows.append(("ms per batch of 64 (vs plain tf.function loop)", str(per_batch["ours"]), str(per_batch["function"]),
+    rows.append(("ms per batch of 64 (run time / batches, a throughput: vs plain tf.function loop over the "
+                 "images in memory)", str(per_batch["ours"]), str(per_batch["function"]),
                  f"{inference['64']['ours_latency_vs_function']:.3f}x"))
     rows.append(("record count while the model loads, s", str(inference["count_records_s"]), "-", "-"))
     return rows
@@ -613,7 +625,8 @@ def connect_as_infer(deterministic: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--examples", type=int, default=20480, help="images predicted per run")
+    parser.add_argument("--examples", type=int, default=40960,
+                        help="images predicted per run (40,960: 4-8 s per batch-256 run here; 1 s runs swung 0.9-1.9x)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
