@@ -184,7 +184,7 @@ def _spread(ours: list[float], base: list[float], rounds: int) -> list[float]:
     return [round(ratios[0], 3), round(statistics.median(ratios), 3), round(ratios[-1], 3)]
 
 
-def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
+def bench_infer(work: Path, examples: int, reps: int, batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     files, memory = write_images(work, examples)
     model = cifar_model()
     strategy = tf.distribute.get_strategy()
@@ -207,7 +207,7 @@ def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
 
     result: dict[str, Any] = {"count_records_s": round(count_s, 3), "examples": examples,
                               "runs_per_variant": reps * INFER_ROUNDS}
-    for batch in BATCHES:
+    for batch in batches:
         # Ours and its baselines run back to back and each repetition's ratios are paired, so that
         # the load other processes put on the machine drifts as little as possible within a pair.
         function = function_loop(batch)
@@ -230,11 +230,11 @@ def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
         for leftover in work.glob("tmp*"):
             shutil.rmtree(leftover)
         medians = {name: median_time(runs) for name, runs in times.items()}
-        batches = -(-examples // batch)
+        count = -(-examples // batch)
 
         result[str(batch)] = {
             "examples_per_s": {name: round(examples / seconds) for name, seconds in medians.items()},
-            "ms_per_batch": {name: round(1000 * seconds / batches, 2) for name, seconds in medians.items()},
+            "ms_per_batch": {name: round(1000 * seconds / count, 2) for name, seconds in medians.items()},
             "seconds_per_run": {name: round(seconds, 2) for name, seconds in medians.items()},
             "ours_vs_predict": paired(times["predict"], times["ours"]),
             "ours_jit_vs_predict": paired(times["predict"], times["ours_jit"]),
@@ -546,16 +546,17 @@ def _infer_rows(inference: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
     covers = ("ours: read TFRecords, parse, predict, write the shards and manifest; model.predict: the images "
               "decoded in memory")
-    for batch in map(str, BATCHES):
+    for batch in (batch for batch in map(str, BATCHES) if batch in inference):
         rates, fig = inference[batch]["examples_per_s"], inference[batch]
         for key, name, title in (("ours_vs_predict", "ours", ""), ("ours_jit_vs_predict", "ours_jit", " with XLA")):
             rows.append((f"infer batch {batch}{title}, examples/s vs model.predict ({covers}; spread over "
                          f"repetitions {fig['spread'][key]}; {fig['seconds_per_run'][name]} s per run)",
                          str(rates[name]), str(rates["predict"]), f"{fig[key]:.3f}x"))
-    per_batch = inference["64"]["ms_per_batch"]
-    rows.append(("ms per batch of 64 (run time / batches, a throughput: vs plain tf.function loop over the "
-                 "images in memory)", str(per_batch["ours"]), str(per_batch["function"]),
-                 f"{inference['64']['ours_latency_vs_function']:.3f}x"))
+    if "64" in inference:
+        per_batch = inference["64"]["ms_per_batch"]
+        rows.append(("ms per batch of 64 (run time / batches, a throughput: vs plain tf.function loop over the "
+                     "images in memory)", str(per_batch["ours"]), str(per_batch["function"]),
+                     f"{inference['64']['ours_latency_vs_function']:.3f}x"))
     rows.append(("record count while the model loads, s", str(inference["count_records_s"]), "-", "-"))
     return rows
 
@@ -596,7 +597,8 @@ def render(details: dict[str, Any]) -> str:
     loads: dict[str, Any] = {}
     if "infer" in details:
         rows += _infer_rows(details["infer"])
-        loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)}
+        loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)
+                          if batch in details["infer"]}
     if "latency" in details:
         rows += _latency_rows(details["latency"])
         loads["latency"] = details["latency"]["load"]
@@ -629,6 +631,8 @@ def main() -> None:
                         help="images predicted per run (40,960: 4-8 s per batch-256 run here; 1 s runs swung 0.9-1.9x)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help=f"batch sizes of the infer part, of {','.join(map(str, BATCHES))}")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
     parser.add_argument("--determinism", choices=("on", "off"), default="on",
                         help="TF op determinism, as infer sets it: on is what deterministic: auto gives on a CPU")
@@ -638,11 +642,14 @@ def main() -> None:
     unknown = set(parts) - set(PARTS)
     if unknown:
         parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
+    batches = tuple(int(batch) for batch in args.batches.split(",") if batch.strip().isdigit())
+    if not batches or set(batches) - set(BATCHES):
+        parser.error(f"--batches: choose from {','.join(map(str, BATCHES))}")
     work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
     details: dict[str, Any] = {}
     try:
         if "infer" in parts:
-            details["infer"] = bench_infer(work, args.examples, args.reps)
+            details["infer"] = bench_infer(work, args.examples, args.reps, batches)
         if "latency" in parts:
             details["latency"] = bench_latency(work, args.examples, args.reps)
         if "saves" in parts:
@@ -657,9 +664,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     inference, sizes = details.get("infer"), details.get("ckpt_save_by_size_mb", {})
     figures = {
-        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)}
-        if inference else None,
-        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"] if inference else None,
+        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)
+                             if batch in inference} if inference else None,
+        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"]
+        if inference and "64" in inference else None,
         "latency64_p50_vs_function": {xla: details["latency"][xla]["p50_vs_function"] for xla in ("xla_off", "xla_on")}
         if "latency" in details else None,
         "ckpt_overhead": details["ckpt_loop"]["ours"]["blocked_share"] if "ckpt_loop" in details else None,
