@@ -16,7 +16,7 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   output prefix are set up before it (``agent_pass``). Ratios are the median of the paired
   ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the order rotating from round
   to round); ``spread`` is [min, median, max] over the repetitions of the ratio of their summed
-  seconds. ``--examples`` images per run (default 40,960: 4-8 s per batch-256 run here; with
+  seconds. ``--examples`` images per run (default 40,960: 3-5 s per batch-256 run here; with
   1-s runs the ratio swung from 0.9 to 1.9). The record count the agent takes while the model
   loads is timed on its own.
 - latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
@@ -628,7 +628,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--examples", type=int, default=40960,
-                        help="images predicted per run (40,960: 4-8 s per batch-256 run here; 1 s runs swung 0.9-1.9x)")
+                        help="images per run (40,960: 3-5 s per batch-256 run here; 1-s runs swung 0.9-1.9x)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
