@@ -10,18 +10,27 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   path (``infer.predict_shards``: TFRecords of raw uint8 images -> parse -> several batches per
   ``tf.function`` call -> JSON Lines shards and manifest, written by the writer thread) against
   ``model.predict`` on the same images already decoded in memory (no reading, no parsing, no
-  writing), and against a plain ``tf.function`` loop over in-memory batches (latency per batch
-  of 64). Our path runs with XLA off (what the agent does on the CPU) and on. Ratios are the
-  median of the paired ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the
-  order rotating from round to round). The record count the agent
-  takes while the model loads is timed on its own.
+  writing), and against a plain ``tf.function`` loop over in-memory batches (time per batch
+  of 64: run time / batches, a throughput). Our path runs with XLA off (what the agent does on
+  the CPU) and on. Our clock covers ``predict_shards`` and the manifest; the pipeline and the
+  output prefix are set up before it (``agent_pass``). Ratios are the median of the paired
+  ratios of ``--reps`` x INFER_ROUNDS rounds (runs back to back, the order rotating from round
+  to round); ``spread`` is [min, median, max] over the repetitions of the ratio of their summed
+  seconds. ``--examples`` images per run (default 40,960: 3-5 s per batch-256 run here; with
+  1-s runs the ratio swung from 0.9 to 1.9). The record count the agent takes while the model
+  loads is timed on its own.
 - latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
-  batch, p50 and p99 (the clock covers one batch: for ours the call that reads, parses and
-  predicts it and hands it to the writer; for the plain ``tf.function`` (XLA as ours) over
-  pre-batched float32 tensors in memory, and for ``model.predict_on_batch`` on the same tensors,
-  the call and the result as numpy), and throughput (examples / wall time of the whole pass,
-  ours including the shards and manifest). Tracing is left out (a warm-up pass first). The
-  variants take turns, the order rotating; ``p50_vs_function`` / ``p50_vs_predict`` are
+  batch, p50 and p99. The clock covers one batch: for ours the argument-free call that takes
+  the next batch from the pipeline (read, parsed and padded ahead by tf.data's threads) and
+  predicts it, and the hand-over of its outputs to the writer thread; for the plain
+  ``tf.function`` (XLA as ours) over pre-batched float32 tensors in memory
+  (``function``), and for ``model.predict_on_batch`` on the same tensors (``predict``), the
+  call and the result as numpy; for the plain ``tf.function`` fed by plain tf.data over the
+  same TFRecords (``function_records``: batch -> parse the batch in parallel -> prefetch), the
+  next batch, the call and the result as numpy. Throughput: examples / wall time of the whole
+  pass, ours including the writer's shards and manifest. Tracing is left out (a warm-up pass
+  first; ours traces its latency call before its clock starts, as ``infer`` does before its
+  first batch). The variants take turns, the order rotating; ``p50_vs_<baseline>`` are
   [min, median, max] of the per-repetition ratios ours / baseline (goal <= 1.0).
   Op determinism is set as ``infer`` sets it (``--determinism``, default on: ``auto`` on a CPU).
 - checkpoints: the time the step loop is blocked per save against the checkpoint size, for a
@@ -144,27 +153,47 @@ def cifar_model() -> tf.keras.Model:
     return model
 
 
-def agent_pass(work: Path, files: list[str], examples: int, batch: int, call: Any, latency: bool = False) -> None:
-    """The agent's path over ``files``: padded batches, ``predict_shards`` with ``call``, 4 shards, the manifest."""
+def agent_pass(work: Path, files: list[str], examples: int, batch: int,
+               predictor: Callable[[Any], Callable[[int], Any]], latency: bool = False) -> Callable[[], None]:
+    """One pass of the agent's path over ``files``, set up: returns what the clock covers.
+
+    Set up before the clock: the output prefix and its plan, the input pipeline, its iterator
+    and ``predictor(iterator)`` (the latency call is traced there, as ``infer`` traces it before
+    its first batch). Timed: ``predict_shards`` (read, parse, predict, write 4 shards) and the
+    manifest. The caller removes the prefixes (``work/tmp*``) after its runs.
+    """
     prefix = tempfile.mkdtemp(dir=work)
     plan = {"inputs": [], "total": examples, "model": {"source": "bench"}, "batch_size": batch, "num_shards": 4}
     outputs = infer.Outputs(prefix, plan)
     outputs.adopt()
     batches = inputs.padded_batches(files, DatasetSpec.from_json({"features": IMAGE}, "dataset"), batch, False)
-    infer.predict_shards(call, iter(batches), outputs, 0, PreemptionNotice(), latency=latency)
-    outputs.write_manifest("bench")
-    shutil.rmtree(prefix)
+    predict = predictor(iter(batches))
+
+    def run() -> None:
+        infer.predict_shards(predict, outputs, 0, PreemptionNotice(), latency=latency)
+        outputs.write_manifest("bench")
+
+    return run
 
 
-def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
+def _spread(ours: list[float], base: list[float], rounds: int) -> list[float]:
+    """[min, median, max] over repetitions of the ratio base seconds / ours seconds, each summed over its rounds."""
+    reps = len(ours) // rounds
+    ratios = sorted(sum(base[r * rounds:(r + 1) * rounds]) / sum(ours[r * rounds:(r + 1) * rounds])
+                    for r in range(reps))
+    return [round(ratios[0], 3), round(statistics.median(ratios), 3), round(ratios[-1], 3)]
+
+
+def bench_infer(work: Path, examples: int, reps: int, batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     files, memory = write_images(work, examples)
     model = cifar_model()
     strategy = tf.distribute.get_strategy()
     calls = {jit: infer.predict_call(model, strategy, jit) for jit in (False, True)}
     count_s = median_time([timed(lambda: inputs.count_records(files)) for _ in range(reps)])
 
-    def ours(batch: int, jit: bool) -> None:
-        agent_pass(work, files, examples, batch, calls[jit])
+    def ours(batch: int, jit: bool) -> Callable[[], Callable[[], None]]:
+        return lambda: agent_pass(work, files, examples, batch,
+                                  lambda iterator: infer.batched_predictor(calls[jit], iterator))
 
     def function_loop(batch: int) -> Callable[[], None]:
         forward = tf.function(lambda images: model(images, training=False))
@@ -176,35 +205,44 @@ def bench_infer(work: Path, examples: int, reps: int) -> dict[str, Any]:
 
         return run
 
-    result: dict[str, Any] = {"count_records_s": round(count_s, 3)}
-    for batch in BATCHES:
+    result: dict[str, Any] = {"count_records_s": round(count_s, 3), "examples": examples,
+                              "runs_per_variant": reps * INFER_ROUNDS}
+    for batch in batches:
         # Ours and its baselines run back to back and each repetition's ratios are paired, so that
         # the load other processes put on the machine drifts as little as possible within a pair.
-        variants = {
-            "ours": lambda: ours(batch, False),  # noqa: B023 (called within this iteration)
-            "predict": lambda: model.predict(memory, batch_size=batch, verbose=0),  # noqa: B023
-            "function": function_loop(batch),
-            "ours_jit": lambda: ours(batch, True),  # noqa: B023
+        function = function_loop(batch)
+        variants: dict[str, Callable[[], Callable[[], None]]] = {
+            "ours": ours(batch, False),
+            "predict": lambda: lambda: model.predict(memory, batch_size=batch, verbose=0),  # noqa: B023
+            "function": lambda: function,  # noqa: B023
+            "ours_jit": ours(batch, True),
         }
-        for fn in variants.values():
-            fn()  # trace, compile, warm the page cache
+        for setup in variants.values():
+            setup()()  # trace, compile, warm the page cache
         times: dict[str, list[float]] = {name: [] for name in variants}
         loads = [load()]
         names = list(variants)
         for rep in range(reps * INFER_ROUNDS):
             turn = rep % len(names)
             for name in names[turn:] + names[:turn]:
-                times[name].append(timed(variants[name]))
+                times[name].append(timed(variants[name]()))
             loads.append(load())
+        for leftover in work.glob("tmp*"):
+            shutil.rmtree(leftover)
         medians = {name: median_time(runs) for name, runs in times.items()}
-        batches = -(-examples // batch)
+        count = -(-examples // batch)
 
         result[str(batch)] = {
             "examples_per_s": {name: round(examples / seconds) for name, seconds in medians.items()},
-            "ms_per_batch": {name: round(1000 * seconds / batches, 2) for name, seconds in medians.items()},
+            "ms_per_batch": {name: round(1000 * seconds / count, 2) for name, seconds in medians.items()},
+            "seconds_per_run": {name: round(seconds, 2) for name, seconds in medians.items()},
             "ours_vs_predict": paired(times["predict"], times["ours"]),
             "ours_jit_vs_predict": paired(times["predict"], times["ours_jit"]),
             "ours_latency_vs_function": paired(times["ours"], times["function"]),
+            "spread": {
+                "ours_vs_predict": _spread(times["ours"], times["predict"], INFER_ROUNDS),
+                "ours_jit_vs_predict": _spread(times["ours_jit"], times["predict"], INFER_ROUNDS),
+            },
             "load": loads,
         }
     return result
@@ -221,31 +259,61 @@ def _p50_ratios(ours: list[list[float]], base: list[list[float]]) -> list[float]
     return [round(ratios[0], 3), round(statistics.median(ratios), 3), round(ratios[-1], 3)]
 
 
+def plain_records(files: list[str]) -> tf.data.Dataset:
+    """What a good TF user writes to read the same TFRecords: batch, parse the batch in parallel, prefetch."""
+    raw = {"image": tf.io.FixedLenFeature([], tf.string)}
+
+    def parse(serialized: tf.Tensor) -> tf.Tensor:
+        pixels = tf.io.decode_raw(tf.io.parse_example(serialized, raw)["image"], tf.uint8)
+        return tf.cast(tf.reshape(pixels, [-1, 32, 32, 3]), tf.float32)
+
+    batches = tf.data.TFRecordDataset(files).batch(LATENCY_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
 def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
-    """Latency mode against a plain pre-batched tf.function and predict_on_batch (module docstring)."""
+    """Latency mode against a plain tf.function (pre-batched, and on the TFRecords) and predict_on_batch."""
     files, memory = write_images(work, examples)
     model = cifar_model()
     strategy = tf.distribute.get_strategy()
     tensors = [tf.constant(memory[i : i + LATENCY_BATCH]) for i in range(0, len(memory), LATENCY_BATCH)]
     result: dict[str, Any] = {"batch": LATENCY_BATCH, "examples": examples, "load": [load()]}
     for jit in (False, True):
-        call = infer.predict_call(model, strategy, jit)
         plain = tf.function(lambda images: model(images, training=False), jit_compile=jit)
 
-        def ours(latencies: list[float]) -> None:
-            def timed_call(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
-                started = time.perf_counter()
-                outputs = call(iterator, steps)  # noqa: B023
-                latencies.append(time.perf_counter() - started)
-                return outputs
+        def ours(latencies: list[float]) -> Callable[[], None]:
+            def timed_predictor(iterator: Any) -> Callable[[int], Any]:
+                predict = infer.latency_predictor(model, strategy, jit, iterator)  # noqa: B023
 
-            agent_pass(work, files, examples, LATENCY_BATCH, timed_call, latency=True)
-
-        def each_batch(predict: Callable[[tf.Tensor], Any]) -> Callable[[list[float]], None]:
-            def run(latencies: list[float]) -> None:
-                for images in tensors:
+                def timed_predict(steps: int) -> Any:
                     started = time.perf_counter()
-                    np.asarray(predict(images))
+                    outputs = predict(steps)
+                    latencies.append(time.perf_counter() - started)
+                    return outputs
+
+                return timed_predict
+
+            return agent_pass(work, files, examples, LATENCY_BATCH, timed_predictor, latency=True)
+
+        def each_batch(predict: Callable[[tf.Tensor], Any]) -> Callable[[list[float]], Callable[[], None]]:
+            def setup(latencies: list[float]) -> Callable[[], None]:
+                def run() -> None:
+                    for images in tensors:
+                        started = time.perf_counter()
+                        np.asarray(predict(images))
+                        latencies.append(time.perf_counter() - started)
+
+                return run
+
+            return setup
+
+        def from_records(latencies: list[float]) -> Callable[[], None]:
+            batches = iter(plain_records(files))
+
+            def run() -> None:
+                for _ in range(len(tensors)):
+                    started = time.perf_counter()
+                    np.asarray(plain(next(batches)))  # noqa: B023
                     latencies.append(time.perf_counter() - started)
 
             return run
@@ -253,10 +321,11 @@ def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
         variants = {
             "ours": ours,
             "function": each_batch(plain),
+            "function_records": from_records,
             "predict": each_batch(model.predict_on_batch),
         }
         for warm in variants.values():
-            warm([])  # trace, compile, warm the page cache
+            warm([])()  # trace, compile, warm the page cache
         names = list(variants)
         per_batch: dict[str, list[list[float]]] = {name: [] for name in names}
         walls: dict[str, list[float]] = {name: [] for name in names}
@@ -264,30 +333,41 @@ def bench_latency(work: Path, examples: int, reps: int) -> dict[str, Any]:
             turn = rep % len(names)
             for name in names[turn:] + names[:turn]:
                 samples: list[float] = []
-                walls[name].append(timed(lambda: variants[name](samples)))  # noqa: B023
+                walls[name].append(timed(variants[name](samples)))
                 per_batch[name].append(samples)
             result["load"].append(load())
+        for leftover in work.glob("tmp*"):
+            shutil.rmtree(leftover)
         every = {name: [value for samples in runs for value in samples] for name, runs in per_batch.items()}
 
         result["xla_on" if jit else "xla_off"] = {
             "p50_ms": {name: round(1000 * statistics.median(values), 2) for name, values in every.items()},
             "p99_ms": {name: round(1000 * _percentile(values, 0.99), 2) for name, values in every.items()},
             "examples_per_s": {name: round(examples / statistics.median(runs)) for name, runs in walls.items()},
-            "p50_vs_function": _p50_ratios(per_batch["ours"], per_batch["function"]),
-            "p50_vs_predict": _p50_ratios(per_batch["ours"], per_batch["predict"]),
+            **{f"p50_vs_{base}": _p50_ratios(per_batch["ours"], per_batch[base])
+               for base in ("function", "function_records", "predict")},
         }
     return result
+
+
+# Per baseline of the latency part: its name in the table and what its clock covers per batch.
+LATENCY_BASELINES = {
+    "function": "plain tf.function on pre-batched float32 tensors in memory (call + result as numpy)",
+    "function_records": "plain tf.function fed by plain tf.data over the same TFRecords "
+                        "(next batch + call + result as numpy)",
+    "predict": "model.predict_on_batch on pre-batched float32 tensors in memory",
+}
 
 
 def _latency_rows(latency: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
     for xla in ("xla_off", "xla_on"):
         fig = latency[xla]
-        for base in ("function", "predict"):
+        for base, covers in LATENCY_BASELINES.items():
             rows.append((
-                f"latency mode, batch {latency['batch']}, {xla.replace('_', ' ')}: p50 time-to-result vs {base} "
-                f"(p99 {fig['p99_ms']['ours']} vs {fig['p99_ms'][base]} ms; ex/s {fig['examples_per_s']['ours']} "
-                f"vs {fig['examples_per_s'][base]})",
+                f"latency mode, batch {latency['batch']}, {xla.replace('_', ' ')}: p50 time-to-result (ours: the "
+                f"call that reads, parses and predicts the batch; vs {covers}) (p99 {fig['p99_ms']['ours']} vs "
+                f"{fig['p99_ms'][base]} ms; ex/s {fig['examples_per_s']['ours']} vs {fig['examples_per_s'][base]})",
                 f"{fig['p50_ms']['ours']} ms",
                 f"{fig['p50_ms'][base]} ms",
                 f"{fig[f'p50_vs_{base}']} (<= 1.0)",
@@ -464,15 +544,19 @@ def table(rows: list[tuple[str, str, str, str]]) -> str:
 
 def _infer_rows(inference: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
-    for batch in map(str, BATCHES):
-        rates = inference[batch]["examples_per_s"]
-        rows.append((f"infer batch {batch}, examples/s (vs model.predict)", str(rates["ours"]), str(rates["predict"]),
-                     f"{inference[batch]['ours_vs_predict']:.3f}x"))
-        rows.append((f"infer batch {batch} with XLA, examples/s (vs predict)", str(rates["ours_jit"]),
-                     str(rates["predict"]), f"{inference[batch]['ours_jit_vs_predict']:.3f}x"))
-    per_batch = inference["64"]["ms_per_batch"]
-    rows.append(("ms per batch of 64 (vs plain tf.function loop)", str(per_batch["ours"]), str(per_batch["function"]),
-                 f"{inference['64']['ours_latency_vs_function']:.3f}x"))
+    covers = ("ours: read TFRecords, parse, predict, write the shards and manifest; model.predict: the images "
+              "decoded in memory")
+    for batch in (batch for batch in map(str, BATCHES) if batch in inference):
+        rates, fig = inference[batch]["examples_per_s"], inference[batch]
+        for key, name, title in (("ours_vs_predict", "ours", ""), ("ours_jit_vs_predict", "ours_jit", " with XLA")):
+            rows.append((f"infer batch {batch}{title}, examples/s vs model.predict ({covers}; spread over "
+                         f"repetitions {fig['spread'][key]}; {fig['seconds_per_run'][name]} s per run)",
+                         str(rates[name]), str(rates["predict"]), f"{fig[key]:.3f}x"))
+    if "64" in inference:
+        per_batch = inference["64"]["ms_per_batch"]
+        rows.append(("ms per batch of 64 (run time / batches, a throughput: vs plain tf.function loop over the "
+                     "images in memory)", str(per_batch["ours"]), str(per_batch["function"]),
+                     f"{inference['64']['ours_latency_vs_function']:.3f}x"))
     rows.append(("record count while the model loads, s", str(inference["count_records_s"]), "-", "-"))
     return rows
 
@@ -513,7 +597,8 @@ def render(details: dict[str, Any]) -> str:
     loads: dict[str, Any] = {}
     if "infer" in details:
         rows += _infer_rows(details["infer"])
-        loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)}
+        loads["infer"] = {batch: details["infer"][batch]["load"] for batch in map(str, BATCHES)
+                          if batch in details["infer"]}
     if "latency" in details:
         rows += _latency_rows(details["latency"])
         loads["latency"] = details["latency"]["load"]
@@ -542,9 +627,12 @@ def connect_as_infer(deterministic: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--examples", type=int, default=20480, help="images predicted per run")
+    parser.add_argument("--examples", type=int, default=40960,
+                        help="images per run (40,960: 3-5 s per batch-256 run here; 1-s runs swung 0.9-1.9x)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported")
     parser.add_argument("--no-1gb", action="store_true", help="skip the 1 GB checkpoints (about 2 minutes)")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help=f"batch sizes of the infer part, of {','.join(map(str, BATCHES))}")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
     parser.add_argument("--determinism", choices=("on", "off"), default="on",
                         help="TF op determinism, as infer sets it: on is what deterministic: auto gives on a CPU")
@@ -554,11 +642,14 @@ def main() -> None:
     unknown = set(parts) - set(PARTS)
     if unknown:
         parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
+    batches = tuple(int(batch) for batch in args.batches.split(",") if batch.strip().isdigit())
+    if not batches or set(batches) - set(BATCHES):
+        parser.error(f"--batches: choose from {','.join(map(str, BATCHES))}")
     work = Path(tempfile.mkdtemp(prefix="bench-infer-"))
     details: dict[str, Any] = {}
     try:
         if "infer" in parts:
-            details["infer"] = bench_infer(work, args.examples, args.reps)
+            details["infer"] = bench_infer(work, args.examples, args.reps, batches)
         if "latency" in parts:
             details["latency"] = bench_latency(work, args.examples, args.reps)
         if "saves" in parts:
@@ -573,9 +664,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     inference, sizes = details.get("infer"), details.get("ckpt_save_by_size_mb", {})
     figures = {
-        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)}
-        if inference else None,
-        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"] if inference else None,
+        "infer_vs_predict": {batch: inference[batch]["ours_vs_predict"] for batch in map(str, BATCHES)
+                             if batch in inference} if inference else None,
+        "infer_latency64_vs_function": inference["64"]["ours_latency_vs_function"]
+        if inference and "64" in inference else None,
         "latency64_p50_vs_function": {xla: details["latency"][xla]["p50_vs_function"] for xla in ("xla_off", "xla_on")}
         if "latency" in details else None,
         "ckpt_overhead": details["ckpt_loop"]["ours"]["blocked_share"] if "ckpt_loop" in details else None,

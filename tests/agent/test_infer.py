@@ -179,12 +179,28 @@ def test_latency_mode_hands_each_batch_to_the_writer_alone(
     outputs.adopt()
     asked: List[int] = []
 
-    def call(iterator: Any, steps: tf.Tensor) -> np.ndarray:
-        asked.append(int(steps))
+    def predict(steps: int) -> np.ndarray:
+        asked.append(steps)
         first = sum(asked[:-1]) * batch
-        return np.arange(first, first + int(steps) * batch, dtype=np.float32).reshape(-1, 1)
+        return np.arange(first, first + steps * batch, dtype=np.float32).reshape(-1, 1)
 
-    infer.predict_shards(call, None, outputs, 0, PreemptionNotice(), latency=latency)
+    infer.predict_shards(predict, outputs, 0, PreemptionNotice(), latency=latency)
     assert asked == per_call
     lines = (tmp_path / shard_name(0, 1)).read_text().splitlines()
     assert [json.loads(line)["output"] for line in lines] == [[float(i)] for i in range(total)]
+
+
+def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> None:
+    """The argument-free latency call predicts the iterator's batches in order, as the multi-batch call does."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+    images = np.arange(7 * 5 * 4, dtype=np.float32).reshape(7 * 5, 4)
+
+    def batches() -> Any:
+        return iter(tf.data.Dataset.from_tensor_slices((images,)).batch(5))
+
+    strategy = tf.distribute.get_strategy()
+    batched = infer.batched_predictor(infer.predict_call(model, strategy, jit_compile=False), batches())(7)
+    latency = infer.latency_predictor(model, strategy, False, batches())
+    one_by_one = np.concatenate([latency(1).numpy() for _ in range(7)])
+    np.testing.assert_array_equal(one_by_one, batched.numpy())
+    np.testing.assert_allclose(one_by_one, model(images).numpy(), rtol=1e-6)

@@ -26,8 +26,12 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   trip per call, not one per batch. Latency mode (``infer.latency``, ``tpuops infer --latency``)
   is the exception: one batch per call, so that each batch's results reach the writer as soon
   as they exist instead of after up to ``CALL_EXAMPLES`` examples (at batch 64, a batch's
-  results came about 170 ms late on this CPU). Batches are padded to one static size (one compilation);
-  the number of real rows comes from the record count, never from a mask read back per batch.
+  results came about 170 ms late on this CPU), through a function that closes over the
+  iterator and takes no argument (``latency_predictor``: the cheapest dispatch there is).
+  Batches are padded to one static size (one compilation); the number of real rows comes from
+  the record count, never from a mask read back per batch.
+* The batches are read, parsed and padded ahead, in tf.data's threads, while the model works
+  (``inputs.padded_batches``): the next batch is ready when the model is.
 * A writer thread turns a call's output into JSON with one encoder call (not one per example)
   and writes it. The loop hands outputs over through a bounded queue, so the device waits for
   the writer only when the store stays slower than the device for longer than the queue holds.
@@ -60,7 +64,7 @@ import queue
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -116,17 +120,22 @@ def load_model(spec: RunSpec, runtime: Runtime, source: str) -> Tuple[tf.keras.M
     return model, {"source": source, "checkpoint": found[1], "sha256": _sha256([found[1] + ".index"])}
 
 
+def _forward(model: tf.keras.Model, jit_compile: bool) -> Any:
+    """The replica function: the model's float32 outputs for one batch (XLA-compiled if ``jit_compile``)."""
+
+    def forward(batch: Any) -> tf.Tensor:
+        return tf.cast(model(batch, training=False), tf.float32)
+
+    return tf.function(forward, jit_compile=True) if jit_compile else forward
+
+
 def predict_call(model: tf.keras.Model, strategy: Any, jit_compile: bool) -> Any:
     """``call(iterator, steps)``: the float32 outputs of the next ``steps`` batches, concatenated.
 
     ``iterator`` yields ``(inputs, mask)`` as ``inputs.padded_batches`` makes them (distributed
     by ``strategy`` on a TPU). ``steps`` is an int32 tensor, so a short call does not retrace.
     """
-
-    def forward(batch: Any) -> tf.Tensor:
-        return tf.cast(model(batch, training=False), tf.float32)
-
-    replica_fn = tf.function(forward, jit_compile=True) if jit_compile else forward
+    replica_fn = _forward(model, jit_compile)
 
     @tf.function
     def call(iterator: Any, steps: tf.Tensor) -> tf.Tensor:
@@ -137,6 +146,30 @@ def predict_call(model: tf.keras.Model, strategy: Any, jit_compile: bool) -> Any
         return outputs.concat()
 
     return call
+
+
+def batched_predictor(call: Any, iterator: Any) -> Callable[[int], Any]:
+    """``predict(steps)`` for ``predict_shards``: one ``predict_call`` call over the next ``steps`` batches."""
+    return lambda steps: call(iterator, tf.constant(steps, tf.int32))
+
+
+def latency_predictor(model: tf.keras.Model, strategy: Any, jit_compile: bool, iterator: Any) -> Callable[[int], Any]:
+    """``predict(1)`` for latency mode: the next batch's float32 outputs, one argument-free call per batch.
+
+    The function closes over ``iterator`` instead of taking it: a ``tf.function`` taking an
+    iterator works out the iterator's type spec and flattens it on every call, about 0.2 ms of
+    host time per batch on this CPU, a twentieth of a batch of 64's time-to-result
+    (``bench/bench_infer.py --only latency``). It is traced here, once per job (per iterator),
+    so the first batch does not wait for the tracing.
+    """
+    replica_fn = _forward(model, jit_compile)
+
+    @tf.function
+    def next_batch() -> tf.Tensor:
+        return strategy.gather(strategy.run(replica_fn, args=(next(iterator)[0],)), axis=0)
+
+    next_batch.get_concrete_function()
+    return lambda steps: next_batch()
 
 
 def format_lines(first_index: int, rows: np.ndarray) -> str:
@@ -308,18 +341,19 @@ def batches_per_call(batch: int, latency: bool) -> int:
 
 
 def predict_shards(
-    call: Any,
-    iterator: Any,
+    predict: Callable[[int], Any],
     outputs: Outputs,
     first_shard: int,
     notice: PreemptionNotice,
     progress: Any = None,
     latency: bool = False,
 ) -> None:
-    """Predict the shards from ``first_shard`` on and write them; ``iterator`` starts at that shard's first batch.
+    """Predict the shards from ``first_shard`` on and write them; ``predict`` starts at that shard's first batch.
 
-    ``progress(n)`` is told the number of examples before the next one to predict. A
-    preemption notice raises PreemptedExit at the next call boundary, after the writer is done.
+    ``predict(steps)`` returns the outputs of the next ``steps`` batches (``batched_predictor``,
+    or ``latency_predictor``, which is only ever asked for one). ``progress(n)`` is told the
+    number of examples before the next one to predict. A preemption notice raises
+    PreemptedExit at the next call boundary, after the writer is done.
     """
     per_call = batches_per_call(outputs.batch, latency)
     writer = ShardWriter(outputs.prefix)
@@ -333,7 +367,7 @@ def predict_shards(
                 steps = min(per_call, end - first)
                 start = outputs.examples_before(first)
                 rows = outputs.examples_before(first + steps) - start
-                writer.rows(call(iterator, tf.constant(steps, tf.int32)), start, rows)
+                writer.rows(predict(steps), start, rows)
                 first += steps
                 if progress is not None:
                     progress(outputs.examples_before(first))
@@ -386,8 +420,12 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         batches = batches.skip(outputs.ranges[done][0])
         if runtime.on_tpu:
             batches = runtime.strategy.experimental_distribute_dataset(batches)
-        call = predict_call(model, runtime.strategy, jit_compile=False)
-        predict_shards(call, iter(batches), outputs, done, notice, _Progress(status), ispec.latency)
+        iterator = iter(batches)
+        if ispec.latency:
+            predict = latency_predictor(model, runtime.strategy, False, iterator)
+        else:
+            predict = batched_predictor(predict_call(model, runtime.strategy, jit_compile=False), iterator)
+        predict_shards(predict, outputs, done, notice, _Progress(status), ispec.latency)
     with status.clock.timed("save"):
         outputs.write_manifest(spec.run_id)
     log.info("wrote %d predictions in %d shard(s) under %s", outputs.total, len(outputs.names), prefix)

@@ -183,6 +183,7 @@ class _Run:
         if step >= self.tspec.steps:
             return
         dataset = self._train_stream(step)
+        self.steps.prepare(dataset.element_spec)
         # Kept on the attempt, which outlives the process's last status write (``run``).
         iterator = self.stream = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
         self.status.set_phase("training")

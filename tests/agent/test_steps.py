@@ -1,0 +1,63 @@
+"""The training call is traced once: ``prepare`` creates the variables its first trace would create."""
+
+from typing import Any, List
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tpuops.agent.runspec import TrainSpec
+from tpuops.agent.steps import CompiledSteps, MultiStep, Steps, make_optimizer
+
+pytestmark = pytest.mark.tf
+
+BATCH = 8
+
+
+def _batches() -> tf.data.Dataset:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4 * BATCH, 5)).astype(np.float32)
+    y = rng.integers(0, 3, size=4 * BATCH).astype(np.int64)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=True).repeat()
+
+
+def _model(compiled: bool) -> tf.keras.Model:
+    tf.keras.utils.set_random_seed(11)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="relu", input_shape=(5,)),
+                                 tf.keras.layers.Dense(3, activation="softmax")])
+    if compiled:
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def _steps(compiled: bool) -> MultiStep:
+    strategy = tf.distribute.get_strategy()
+    model = _model(compiled)
+    if compiled:
+        return CompiledSteps(strategy, model)
+    spec = TrainSpec(per_replica_batch_size=BATCH, steps=100, steps_per_call=2)
+    return Steps(strategy, model, make_optimizer({"optimizer": "adam"}), spec, BATCH)
+
+
+def _train(steps: MultiStep, prepare: bool) -> List[np.ndarray]:
+    data = _batches()
+    if prepare:
+        steps.prepare(data.element_spec)
+    iterator = iter(data)
+    for size in (2, 3):
+        steps.train_call(iterator, tf.constant(size, tf.int64))
+    model: Any = steps._model
+    return [value.numpy() for value in model.weights] + [steps.train_metrics.results()]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_prepared_call_is_traced_once_and_trains_the_same(compiled: bool) -> None:
+    prepared, unprepared = _steps(compiled), _steps(compiled)
+    after = _train(prepared, prepare=True)
+    before = _train(unprepared, prepare=False)
+    assert prepared.train_call.experimental_get_tracing_count() == 1
+    assert unprepared.train_call.experimental_get_tracing_count() == 2  # what prepare saves
+    for mine, theirs in zip(after[:-1], before[:-1]):
+        np.testing.assert_array_equal(mine, theirs)
+    assert after[-1] == before[-1]
+    if compiled:
+        assert sorted(after[-1]) == ["accuracy", "loss"]
