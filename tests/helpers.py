@@ -46,6 +46,18 @@ def example_datasets(data: Path) -> None:
     samples.topics(data / "topics")
 
 
+def digits_project(work: Path) -> str:
+    """``work`` laid out as a digits project (its data, ``experiments/models.py``); the text of
+    experiments/digits_cnn.yaml, for a test to write its variants next to the models."""
+    from tpuops.data.samples import digits
+
+    digits(work / "data" / "digits")
+    experiments = work / "experiments"
+    experiments.mkdir()
+    (experiments / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
+    return (REPO / "experiments" / "digits_cnn.yaml").read_text()
+
+
 def small_digits(text: str, steps: int = 60, expected_hours: float = 0.01) -> str:
     """experiments/digits_cnn.yaml's ``text`` made small: ``steps`` steps, an evaluation and a checkpoint every 20."""
     for old, new in (("name: digits-cnn", "name: small"), ("steps: 600", f"steps: {steps}"),

@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from helpers import REPO, TF_PYTHON, TfWorld, poll, start_tf_emulator
+from helpers import TF_PYTHON, TfWorld, digits_project, poll, start_tf_emulator
 
 from tpuops import jobs, runs
 from tpuops.config import load_settings
 from tpuops.controller.drive import Finished, drive
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, spent
-from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, stop
 from tpuops.errors import InvalidRequest
 from tpuops.ledger import Ledger
@@ -162,11 +161,8 @@ class World(TfWorld):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     work = tmp_path_factory.mktemp("controller")
-    digits(work / "data" / "digits")
+    source = digits_project(work)
     experiments = work / "experiments"
-    experiments.mkdir()
-    (experiments / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
-    source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
     (experiments / "small.yaml").write_text(
         _small_spec(source, name="small", steps=STEPS, steps_per_call=20, every_steps=20, every_seconds=60))
     (experiments / "sparse.yaml").write_text(

@@ -12,11 +12,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from helpers import REPO, TfWorld, poll, tf_emulator_env
+from helpers import TfWorld, digits_project, poll, tf_emulator_env
 
 from tpuops import api, runs
 from tpuops.config import load_settings
-from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, stop
 from tpuops.runs import layout
 from tpuops.store import open_store
@@ -34,11 +33,8 @@ class _Stop(Exception):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfWorld]:
     work = tmp_path_factory.mktemp("wake")
-    digits(work / "data" / "digits")
+    source = digits_project(work)
     experiments = work / "experiments"
-    experiments.mkdir()
-    (experiments / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
-    source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
     for old, new in (("name: digits-cnn", "name: wake"), ("steps: 600", "steps: 1000"),
                      ("every_steps: 100", "every_steps: 500")):
         assert old in source, old
