@@ -558,9 +558,16 @@ def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_adm
         assert provisioner.up(plan).node.state is NodeState.READY
     _accrue(2.0)
 
+    asked: list[float] = []  # when each status pass asked: the ledger dates the end between the last two
+
+    def seen(state: NodeState) -> bool:
+        asked.append(time.monotonic())
+        return any(n.name == "pre-spot" and n.state is state for n in provisioner.status())
+
+    assert seen(NodeState.READY)
     emulator_admin.preempt(settings.project, US, "pre-spot", grace_s=0.5)
-    _poll(lambda: any(n.name == "pre-spot" and n.state is NodeState.PREEMPTED for n in provisioner.status()),
-          "the preemption, seen by a status pass")
+    _poll(lambda: seen(NodeState.PREEMPTED), "the preemption, seen by a status pass")
+    sighting_window_s = asked[-1] - asked[-2]
     recreated = provisioner.up(plans["pre-spot"])  # deletes the preempted node, makes a new incarnation
     assert recreated.node.state is NodeState.READY and not recreated.adopted
     _accrue(8.0)
@@ -585,7 +592,9 @@ def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_adm
 
     for uid, cost in ours.items():
         short = truth_seconds[uid] < 5.0
-        tolerance = ABS_TOLERANCE_S if short else 0.0
+        # The preempted incarnation's end is known only within the window between the status passes that framed
+        # it, which a loaded machine stretches (a 0.36-s miss was seen at load ~25 against a fixed 0.3 s).
+        tolerance = ABS_TOLERANCE_S + sighting_window_s if short else 0.0
         assert _agree(cost.ready_seconds, truth_seconds[uid], tolerance), (names[uid], cost.ready_seconds,
                                                                            truth_seconds[uid])
         assert cost.free == short  # only the preempted-early incarnation is short, and it is free
