@@ -16,6 +16,7 @@ import pytest
 from tpuops import runs
 from tpuops.clock import VirtualClock
 from tpuops.config import Settings, load_settings
+from tpuops.controller.reconcile import Controller
 from tpuops.fleet import Fleet
 from tpuops.kinds import Capacity
 from tpuops.ledger import DELETED, Ledger
@@ -121,3 +122,14 @@ def test_the_run_status_says_when_its_node_deleted_itself(
     assert runs.self_deleted_at(store, RUN) is None
     runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=exit_class, ended=ended))
     assert runs.self_deleted_at(store, RUN) == evidence
+
+
+def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    store = LocalStore(tmp_path / "store", durable=False)
+    fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
+    Controller(settings, store, fleet, holder="test")
+    assert fleet.self_deletes is not None and fleet.self_deletes(RUN) is None
+    runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=ExitClass.SUCCEEDED,
+                                              ended=at(42).isoformat()))
+    assert fleet.self_deletes(RUN) == at(42)
