@@ -2,6 +2,7 @@
 
 import json
 import logging
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,13 @@ def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
     assert not path.exists(), "progress waits for the heartbeat"
     status.set_phase("training")
     assert json.loads(path.read_text())["step"] == 5
+    assert json.loads(path.read_text())["ended"] is None, "only a finished agent dates its end"
     status.finish(ExitClass.USER_ERROR, "bad data", "Traceback ...")
     final = json.loads(path.read_text())
     assert (final["phase"], final["exit_class"], final["exit_code"]) == ("done", "user-error", 3)
     assert final["traceback"] == "Traceback ..." and final["heartbeat"].endswith("+00:00")
+    ended = datetime.fromisoformat(final["ended"])  # what the control plane dates the node's self-delete by
+    assert ended.tzinfo is not None and ended >= datetime.fromisoformat(final["started"])
     assert Previous(str(path)).attempt == 1
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"], "no temporary file is left behind"
     with pytest.raises(KeyError):

@@ -30,6 +30,10 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  [] in script mode, where the agent does not see the program's steps
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
     exit_class   null while running, else succeeded | user-error | preempted | crashed
+    ended        null while running, else when the agent finished (set with exit_class, to the
+                 microsecond): unless the VM is being preempted or the node is kept, the startup
+                 script deletes the node right after (the dead-man's switch), so the control plane
+                 dates the end of billing of a node gone by itself here (``runs.self_deleted_at``)
     exit_code, message  one line saying why (for every non-success)
     traceback    the last lines of the traceback for user-error and crashed
 
@@ -139,6 +143,7 @@ class Status:
             "started": now,
             "heartbeat": now,
             "exit_class": None,
+            "ended": None,
             "exit_code": None,
             "message": None,
             "traceback": None,
@@ -187,6 +192,7 @@ class Status:
             write=True,
             phase="done",
             exit_class=exit_class.value,
+            ended=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
             exit_code=exit_class.code,
             message=message,
             traceback=traceback,

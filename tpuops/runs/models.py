@@ -159,6 +159,8 @@ class AgentStatus(_Doc):
     started: str | None = None
     heartbeat: str | None = None
     exit_class: ExitClass | None = None
+    ended: str | None = None
+    """When the agent finished; None while it runs or from an older agent (``runs.self_deleted_at`` reads it)."""
     exit_code: int | None = None
     message: str | None = None
     traceback: str | None = None

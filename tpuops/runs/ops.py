@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuops.errors import NotFound, PreconditionFailed, UsageError
+from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
-from tpuops.runs.models import AgentStatus, Outcome, RunPhase, RunRecord, parse
+from tpuops.runs.models import AgentStatus, ExitClass, Outcome, RunPhase, RunRecord, parse
 from tpuops.store import Store
 
 if TYPE_CHECKING:
@@ -93,6 +94,27 @@ def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None
 
 def read_status(store: Store, run_id: str) -> AgentStatus | None:
     return read_status_versioned(store, run_id)[0]
+
+
+def self_deleted_at(store: Store, run_id: str) -> datetime | None:
+    """When the run's node asked for its own delete, as the agent's last status says; None when it did not.
+
+    The startup script deletes the node as soon as the agent has finished, unless the VM is being
+    preempted (``tpuops/templates/startup.sh.j2``): so a finished status that is not a preemption
+    dates the self-delete, to the few seconds the script takes to ask (early by those, never late),
+    and Cloud TPU bills the node until its delete starts. A status that cannot be read is no evidence.
+    """
+    try:
+        status = read_status(store, run_id)
+    except TpuopsError:
+        return None
+    if status is None or status.ended is None or status.exit_class in (None, ExitClass.PREEMPTED):
+        return None
+    try:
+        ended = datetime.fromisoformat(status.ended)
+    except ValueError:
+        return None
+    return ended if ended.tzinfo is not None else None
 
 
 def write_status(store: Store, run_id: str, status: AgentStatus) -> None:

@@ -2,7 +2,9 @@
 
 It stands in for ``tpuops/agent`` on a node of the simulated cloud, and the controller reads what it
 writes exactly as it reads the real agent: ``status.json`` through ``tpuops.runs`` (attempt, phase,
-step, last checkpoint, heartbeat, evaluations, exit class). Its timeline per attempt (``AgentModel``):
+step, last checkpoint, heartbeat, evaluations, exit class, and when it ended: the simulated cloud deletes
+a node whose job ended at that moment, as the startup script does on a VM, and billing stops there).
+Its timeline per attempt (``AgentModel``):
 setup, a restore when a checkpoint exists, then stepping with a periodic save every
 ``checkpoint_every_s`` of stepping, and a final save. The node's end (a preemption after its notice,
 or a delete) ends the attempt: the work since the last checkpoint is lost unless the save on the
@@ -158,4 +160,5 @@ class SimulatedAgent:
             run_id=self.run_id, attempt=self.attempts if attempt is None else attempt, phase=phase, step=step,
             total_steps=m.total_steps, last_checkpoint_step=self.checkpoint if checkpoint is None else checkpoint,
             recomputed_steps=self.recomputed_steps, metrics=final, evals=evals, heartbeat=stamp,
-            exit_class=exit_class, exit_code=exit_class.code if exit_class else None))
+            exit_class=exit_class, ended=stamp if exit_class else None,
+            exit_code=exit_class.code if exit_class else None))

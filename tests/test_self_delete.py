@@ -1,0 +1,135 @@
+"""A node that deletes itself when its job ends: the ledger ends its READY time at the self-delete.
+
+The dead-man's switch deletes the node from inside the VM, which no API call dates; the run's last
+status does (``runs.self_deleted_at``), and ``Fleet`` keeps that moment within the two sightings
+that framed the disappearance. Without it the end is the middle of the gap, which for jobs of one
+length is off the same way every time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tpuops import runs
+from tpuops.clock import VirtualClock
+from tpuops.config import Settings, load_settings
+from tpuops.controller.reconcile import Controller
+from tpuops.fleet import Fleet
+from tpuops.kinds import Capacity
+from tpuops.ledger import DELETED, Ledger
+from tpuops.naming import RUN_KEY
+from tpuops.providers.cloud_model import CloudModel
+from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
+from tpuops.providers.simulated import SimulatedCloud
+from tpuops.provision import plan_up
+from tpuops.runs import AgentStatus, ExitClass, Phase
+from tpuops.sim.engine import Agents
+from tpuops.sim.model import AgentModel, Segments
+from tpuops.store.local import LocalStore
+
+pytestmark = pytest.mark.unit
+
+UTC = timezone.utc
+P, ZONE, RUN = "tpuops-local", "us-central1-b", "r-1"
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+PASS_S = 300.0
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _settings(tmp_path: Path) -> Settings:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "tpuops.toml"
+    config.write_text("")
+    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE})
+
+
+def _watch_until_gone(tmp_path: Path, *, evidence: bool) -> tuple[datetime, float]:
+    """A run's on-demand node in the simulated cloud, listed every pass until it deleted itself.
+
+    Returns the end the ledger dated and the end Cloud TPU billed (epoch seconds)."""
+    clock = VirtualClock(T0.timestamp())
+    store = LocalStore(tmp_path / "store", durable=False)
+    agents = Agents(store, AgentModel(total_steps=1000, steps_per_s=1.3, segments=Segments(setup_s=37.0)), seed=0)
+    cloud = SimulatedCloud(P, CloudModel(), clock=clock, seed=3, workload=agents)
+    settings = _settings(tmp_path)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    fleet = Fleet(cloud, settings, ledger, clock=clock,
+                  self_deletes=(lambda run_id: runs.self_deleted_at(store, run_id)) if evidence else None)
+    plan = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE, run_id=RUN)
+    fleet.create(ZONE, plan.request)
+    for _ in range(100):
+        clock.advance_to(clock() + PASS_S)
+        listed, _ = fleet.list_zones([ZONE])
+        if not listed[ZONE]:
+            break
+    [billed] = cloud.billing
+    assert billed.reason == "job-ended" and billed.end is not None
+    [last] = ledger.transitions(P, ZONE, "n")[-1:]
+    assert last.state == DELETED
+    return last.at, billed.end
+
+
+def test_a_self_deleted_node_is_dated_at_its_self_delete(tmp_path: Path) -> None:
+    """The simulated agent's last status dates the self-delete; the ledger ends READY there, as billed."""
+    ended, billed_end = _watch_until_gone(tmp_path / "evidence", evidence=True)
+    assert abs(ended.timestamp() - billed_end) < 1e-3
+    guessed, _ = _watch_until_gone(tmp_path / "guess", evidence=False)
+    assert abs(guessed.timestamp() - billed_end) > 1.0  # the middle of the gap: what the evidence replaces
+
+
+def _node(state: NodeState) -> NodeInfo:
+    return NodeInfo(name="n", zone=ZONE, project=P, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
+                    capacity=Capacity.ON_DEMAND, state=state, health="",
+                    labels={MANAGED_LABEL: MANAGED_VALUE, RUN_KEY: RUN}, create_time=at(0), uid="7")
+
+
+@pytest.mark.parametrize(("said", "dated"), [
+    (420.0, 420.0),  # inside the gap between the last READY sighting (300 s) and DELETING (600 s)
+    (700.0, 600.0),  # after the sighting that saw it: kept to it
+    (100.0, 300.0),  # before the last READY sighting (a kept node deleted later): kept to that
+    (-50.0, 450.0),  # before the node's create: another incarnation's, so the middle of the gap
+    (None, 450.0),  # no evidence: the middle of the gap
+])
+def test_the_self_delete_is_kept_within_the_sightings(tmp_path: Path, said: float | None, dated: float) -> None:
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"),
+                  self_deletes=lambda run_id: None if said is None else at(said))
+    fleet.observe(_node(NodeState.READY), at=at(0))
+    fleet.observe(_node(NodeState.READY), at=at(300))
+    fleet.observe(_node(NodeState.DELETING), at=at(600))
+    assert [(t.state, t.at) for t in fleet.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(0)), ("DELETING", at(dated))]
+
+
+@pytest.mark.parametrize(("exit_class", "ended", "evidence"), [
+    (ExitClass.SUCCEEDED, at(42).isoformat(), at(42)),
+    (ExitClass.CRASHED, at(42).isoformat(), at(42)),  # the switch deletes the node whatever the exit
+    (ExitClass.PREEMPTED, at(42).isoformat(), None),  # a preempted VM does not delete itself
+    (None, None, None),  # still running
+    (ExitClass.SUCCEEDED, None, None),  # an agent older than the field
+    (ExitClass.SUCCEEDED, "2024-05-01T12:00:42", None),  # no time zone: no evidence
+])
+def test_the_run_status_says_when_its_node_deleted_itself(
+    tmp_path: Path, exit_class: ExitClass | None, ended: str | None, evidence: datetime | None,
+) -> None:
+    store = LocalStore(tmp_path / "store", durable=False)
+    assert runs.self_deleted_at(store, RUN) is None
+    runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=exit_class, ended=ended))
+    assert runs.self_deleted_at(store, RUN) == evidence
+
+
+def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    store = LocalStore(tmp_path / "store", durable=False)
+    fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
+    Controller(settings, store, fleet, holder="test")
+    assert fleet.self_deletes is not None and fleet.self_deletes(RUN) is None
+    runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=ExitClass.SUCCEEDED,
+                                              ended=at(42).isoformat()))
+    assert fleet.self_deletes(RUN) == at(42)
