@@ -266,7 +266,18 @@ def test_a_risk_so_high_that_runs_never_end_ends_the_forecast_with_them_unfinish
     # Stopped by the horizon (a digits run is minutes long: the 24-h floor of 288 passes), preempted at most
     # once a pass, not by the work budget (288 run-passes) nor the wall clock.
     assert 100 < spot["expected_preemptions"] <= 24 * 3600 / 300
-    assert FORECAST_RUN_PASSES > 288 and rows["on-demand"]["finished"] == 1
+    assert FORECAST_RUN_PASSES // len(rows) > 288 and rows["on-demand"]["finished"] == 1
+
+
+@pytest.mark.unit
+def test_a_simulation_stops_at_its_work_budget_and_says_so(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), SHIFT_JOB, cron_s=300)
+    sim.declare(_record(settings, f"job-{index}") for index in range(2))
+    report = sim.run(max_hours=24, max_run_passes=10)  # 2 runs going: 5 passes of an 8-h job
+    assert (report.stopped_by, report.ended, report.passes) == ("work", False, 5)
+    assert [run.outcome for run in report.runs] == ["unfinished", "unfinished"]
+    assert report.to_json()["stopped_by"] == "work"
 
 
 @pytest.mark.unit

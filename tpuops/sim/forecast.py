@@ -31,12 +31,13 @@ least 24 h, of virtual time: a run that has not ended by then is reported not fi
 below, this is what bounds a risk so high that runs never end (the ledger of an emulator preempting every few
 seconds); both depend on the inputs alone, so the same inputs give the same forecast under any load."""
 
-FORECAST_RUN_PASSES = 12_000
-"""A forecast's simulation stops after this much simulated work (runs going, summed over its passes), so that
-a long job's horizon is bounded too: 20 runs for 600 passes (50 h at a pass every 5 min). Measured on the
-2-core CI machine under load, a run-pass costs about 4 ms: a pathological ledger (spot preempted 1000 times
-an hour) takes 24 s for the digits experiment (its 24-h horizon, 5,760 run-passes), and at most about
-4 x 12,000 x 4 ms = 190 s for any experiment."""
+FORECAST_RUN_PASSES = 48_000
+"""A forecast's simulated work (runs going, summed over passes), shared equally by its simulations, so that
+a long job's horizon is bounded too: an experiment's 4 simulations of 20 runs get 600 passes each (50 h at a
+pass every 5 min; a longer job shows as not finished), a sweep's 12 get 4,000 run-passes each. Measured on
+the shared 2-core machine, a pathological ledger (spot preempted 1000 times an hour) costs the digits
+experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes of spot), and an 83-h job's 103 s wall, 72 s
+CPU (every policy stopped by this budget: 48,000 run-passes, about 2 ms each)."""
 
 FORECAST_WALL_S = 600.0
 """The last resort, over every policy's simulations: met only when the machine is far slower than the work
@@ -161,7 +162,7 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
-    left = len(Policy) * (sweeps if sweep else 1)
+    left = simulations = len(Policy) * (sweeps if sweep else 1)
 
     def budget_s() -> float:
         """An equal share of what is left of the wall guard: a simulation that ends early leaves its rest."""
@@ -171,7 +172,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         return share
 
     def limits() -> Limits:
-        return Limits(horizon=FORECAST_HORIZON, max_run_passes=FORECAST_RUN_PASSES, wall_budget_s=budget_s())
+        return Limits(horizon=FORECAST_HORIZON, max_run_passes=FORECAST_RUN_PASSES // simulations,
+                      wall_budget_s=budget_s())
 
     policies = []
     for policy in Policy:
@@ -195,7 +197,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         "deadline": "the experiment's" if _names_deadline(path) else
                     f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
         "recovery_s": settings.recovery_s,
-        "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand, at most {FORECAST_RUN_PASSES:,} run-passes "
-                   "per simulation: what has not ended by then is not finished",
+        "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h), at most "
+                   f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation: what has not ended by then "
+                   "is not finished",
     }
     return Forecast(tuple(policies), assumptions)
