@@ -215,8 +215,7 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
         sweep = _project(work, trials, parallel, budget)
         settings = _settings(work, ZONES)
         policy = Policy.ON_DEMAND if on_demand else Policy.SPOT
-        report = simulate(settings, sweep, [], policy=policy, seed=seed, cloud=cloud, workdir=work / "world",
-                          max_hours=24 * 30)
+        report = simulate(settings, sweep, [], policy=policy, seed=seed, cloud=cloud, workdir=work / "world")
     ids = [run.run_id for run in report.runs]
     ledger_usd = sum(run.ledger_usd for run in report.runs)
     counts = {"duplicated": len(ids) - len(set(ids)),

@@ -95,6 +95,11 @@ class UserJobError(TpuopsError):
     """The user's job raised or its spec is wrong: never retried."""
 
 
+class StudyError(TpuopsError):
+    """Optuna failed on a sweep's study: its sampler or pruner raised (user-supplied code, in the end), or its
+    storage holds what Optuna cannot read. That sweep waits for the next pass; every other sweep and run goes on."""
+
+
 class Timeout(TpuopsError):
     """A bounded wait ran out (operation, node state, server start)."""
 

@@ -44,12 +44,12 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
              ) -> SimReport:
     """``tpuops simulate SPEC|SWEEP``: ``runs`` runs of the experiment (or the sweep) under ``policy``, with the
     real controller and sweep passes on the virtual-time Cloud TPU, on the risk the ledger learned."""
-    from tpuops.sim.scenario import Policy
+    from tpuops.sim.scenario import Limits, Policy
     from tpuops.sim.scenario import simulate as run_simulation
 
     chosen = Policy.parse(policy)
     return run_simulation(settings, path, risk(settings), policy=chosen, count=runs, seed=seed, cron_s=cron_s,
-                          max_hours=max_hours, progress=progress)
+                          limits=Limits(max_hours=max_hours), progress=progress)
 
 
 @dataclass(frozen=True)

@@ -25,5 +25,9 @@ def print_forecast(forecast: dict[str, Any], what: str) -> None:
                       _band(row["hours"], lambda h: f"{h:,.2f}"), f"{row['expected_preemptions']:.2f}")
     console = err_console()
     console.print(table)
+    for row in forecast["policies"]:
+        if row["cut_short_by_time"]:
+            console.print(f"  {row['policy']}: cut short by time (this machine, not the model, limited it: "
+                          "fewer may show finished)", markup=False, soft_wrap=True)
     for key, value in forecast["assumptions"].items():
         console.print(f"  {key}: {value}", markup=False, soft_wrap=True)

@@ -19,7 +19,10 @@ Events are applied lazily, in time order, whenever the provider is called or ``c
 ``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
 is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
 quota), every READY interval kept as the billing truth with the first-minute rule
-(``tpuops.billing_rules``). Every draw comes from one ``random.Random(seed)``. Thread-safe: one lock.
+(``tpuops.billing_rules``). Every draw comes from the node's own generator, seeded by (seed, zone, name,
+how many creates of that name came before): the controller acts on runs concurrently, so the order of
+calls varies from one simulation to the next, and a shared stream would hand a node another run's draw;
+so the same seed gives the same timeline whatever the order. Thread-safe: one lock.
 """
 
 from __future__ import annotations
@@ -128,7 +131,9 @@ class SimulatedCloud:
         self.creates: Counter[int] = Counter()
         """CreateNode calls per virtual minute (Cloud TPU rates them apart from reads)."""
         self.billing: list[Billed] = []
-        self._rng = random.Random(seed)
+        self._seed = seed
+        self._rngs: dict[str, random.Random] = {}  # by uid: the node's own draws
+        self._incarnations: Counter[tuple[str, str]] = Counter()  # creates per (zone, name)
         self._nodes: dict[tuple[str, str], NodeInfo] = {}
         self._open: dict[str, Billed] = {}  # by uid
         self._free_at: dict[tuple[str, str], float] = {}  # a deleted name is taken until its delete is over
@@ -190,9 +195,10 @@ class SimulatedCloud:
         created = node.create_time.timestamp() if node.create_time else at
         self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
         hazard = self.model.hazard(node.zone, node.capacity.value)
-        preempt = at + self._rng.expovariate(hazard / 3600.0) if hazard > 0 else None
+        rng = self._rngs[node.uid]
+        preempt = at + rng.expovariate(hazard / 3600.0) if hazard > 0 else None
         if self.model.lifetime is not None and node.capacity.value in PREEMPTIBLE_CAPACITIES:
-            preempt = at + self.model.lifetime.draw(self._rng)
+            preempt = at + self.model.lifetime.draw(rng)
         finish = self.workload.finish_time(run_id, at) if run_id else None
         if run_id:
             self.workload.started(run_id, at)
@@ -212,6 +218,7 @@ class SimulatedCloud:
     def _finish(self, node: NodeInfo, at: float) -> None:
         self._close(node.uid, at, "job-ended")
         del self._nodes[(node.zone, node.name)]
+        del self._rngs[node.uid]
         run_id = node.labels.get(RUN_KEY)
         if run_id:
             self.workload.finished(run_id, at)
@@ -256,8 +263,10 @@ class SimulatedCloud:
                     f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))
                 return self._snapshot(operation)
             begins = max(now, self._free_at.pop(key, now))  # the name is free once its delete is over
-            ready_at = begins + self.model.ready_for(request.accelerator).draw(self._rng)
             uid = str(next(self._ids))
+            self._incarnations[key] += 1
+            rng = self._rngs[uid] = random.Random(f"{self._seed}/{zone}/{request.name}/{self._incarnations[key]}")
+            ready_at = begins + self.model.ready_for(request.accelerator).draw(rng)
             self._nodes[key] = NodeInfo(
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
@@ -277,7 +286,7 @@ class SimulatedCloud:
                 self._close(node.uid, now, "deleted")
                 if node.labels.get(RUN_KEY):
                     self.workload.interrupted(node.labels[RUN_KEY], now, now + self.model.notice_s)
-            self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rng)
+            self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rngs.pop(node.uid))
             operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
             self._ops[operation] = _Op(zone, name, now, now)
             return self._snapshot(operation)

@@ -168,6 +168,10 @@ class SimReport:
     """The median wall time of the passes that saw the most runs going (the fleet at its peak)."""
     ended: bool = False
     """Every run and sweep finished within the simulated time allowed."""
+    stopped_by: str = "ended"
+    """What ended the simulation: ``ended`` (nothing active), ``horizon`` (``max_hours`` of virtual time),
+    ``work`` (``max_run_passes`` of simulated work) or ``time`` (the wall-clock guard: the machine, not the
+    model, limited it)."""
     runs: list[RunResult] = field(default_factory=list)
 
     @property
@@ -188,7 +192,7 @@ class SimReport:
                 "peak_api_calls_per_minute": self.footprint.peak_calls_per_minute,
                 "peak_creates_per_minute": self.footprint.peak_creates_per_minute,
                 "store_objects": self.footprint.store_objects, "journal_bytes": self.footprint.journal_bytes,
-                "ended": self.ended, "usd": round(self.usd, 6),
+                "ended": self.ended, "stopped_by": self.stopped_by, "usd": round(self.usd, 6),
                 "runs": [run.to_json() for run in self.runs]}
 
 
@@ -223,10 +227,13 @@ class Simulation:
             declared.append(record.run_id)
         return declared
 
-    def run(self, *, max_hours: float, every_passes: int = 100, wall_budget_s: float | None = None,
-            quiet_skip_s: float = 0.0) -> SimReport:
-        """Pass after pass until nothing is active (no run, no sweep), ``max_hours`` of virtual time, or
-        ``wall_budget_s`` of real time (a forecast must answer: what has not ended by then is reported unfinished).
+    def run(self, *, max_hours: float, every_passes: int = 100, max_run_passes: int | None = None,
+            wall_budget_s: float | None = None, quiet_skip_s: float = 0.0) -> SimReport:
+        """Pass after pass until nothing is active (no run, no sweep), ``max_hours`` of virtual time,
+        ``max_run_passes`` of simulated work (the runs going, summed over the passes: what a pass costs grows
+        with them), or ``wall_budget_s`` of real time. The first three depend on the inputs alone, so the same
+        inputs stop at the same pass; the last depends on the machine and is a last resort, reported as
+        ``stopped_by="time"``. What has not ended when one of them stops it is reported unfinished.
 
         ``quiet_skip_s`` > 0 is the fast path of long studies: after a pass that acted on nothing while every
         active run has a READY node, the passes before the cloud's next event are skipped, up to ``quiet_skip_s``
@@ -239,6 +246,7 @@ class Simulation:
         started, cpu = time.perf_counter(), time.process_time()
         now = next_cron = START
         passes: list[tuple[int, float]] = []  # (runs going, wall seconds) of every pass
+        work = 0
         while True:
             self.clock.advance_to(now)
             self.cloud.catch_up()
@@ -250,12 +258,18 @@ class Simulation:
             report.passes += 1
             going = len(runs.active_run_ids(self.store))
             passes.append((going, took))
+            work += going
             if not going and not active_sweeps(self.store):
                 report.ended = True
                 break
             if now - START >= max_hours * 3600:
+                report.stopped_by = "horizon"
+                break
+            if max_run_passes is not None and work >= max_run_passes:
+                report.stopped_by = "work"
                 break
             if wall_budget_s is not None and time.perf_counter() - started >= wall_budget_s:
+                report.stopped_by = "time"
                 break
             if report.passes % every_passes == 0:
                 self.progress(f"simulated {(now - START) / 3600:,.1f} h in {time.perf_counter() - started:,.1f} s: "

@@ -23,11 +23,25 @@ from tpuops.config import Settings
 from tpuops.risk import Risk
 from tpuops.runs import Run
 from tpuops.sim.engine import SimReport
-from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Policy, is_sweep, simulate
+from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Policy, is_sweep, simulate
 
-FORECAST_WALL_S = 30.0
-"""The real time a dry run's forecast may take, over every policy's simulations: a risk so high that runs
-never end (the ledger of an emulator preempting every few seconds) shows as runs not finished, not a hang."""
+FORECAST_HORIZON = 20.0
+"""A forecast's simulations stop at 20x the job's length on-demand (a sweep's: its waves of trials), at
+least 24 h, of virtual time: a run that has not ended by then is reported not finished. With the work budget
+below, this is what bounds a risk so high that runs never end (the ledger of an emulator preempting every few
+seconds); both depend on the inputs alone, so the same inputs give the same forecast under any load."""
+
+FORECAST_RUN_PASSES = 48_000
+"""A forecast's simulated work (runs going, summed over passes), shared equally by its simulations, so that
+a long job's horizon is bounded too: an experiment's 4 simulations of 20 runs get 600 passes each (50 h at a
+pass every 5 min; a longer job shows as not finished), a sweep's 12 get 4,000 run-passes each. Measured on
+the shared 2-core machine, a pathological ledger (spot preempted 1000 times an hour) costs the digits
+experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes of spot), and an 83-h job's 103 s wall, 72 s
+CPU (every policy stopped by this budget: 48,000 run-passes, about 2 ms each)."""
+
+FORECAST_WALL_S = 600.0
+"""The last resort, over every policy's simulations: met only when the machine is far slower than the work
+budget assumes; a policy it stopped says so (``cut_short_by_time``), as it is the machine, not the model."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +77,13 @@ class PolicyForecast(NamedTuple):
     """``usd`` (cost) and ``hours`` (time to result from the launch), over the simulated runs or sweeps."""
     preemptions: float
     """Mean preemptions per run (per sweep: over all its trials)."""
+    cut_short: bool = False
+    """The wall-clock guard stopped one of its simulations (the machine, not the model, limited it)."""
 
     def to_json(self) -> dict[str, Any]:
         bands = {name: band.to_json() if band else None for name, band in self.bands.items()}
         return {"policy": self.policy, "simulated": self.simulated, "finished": self.finished, **bands,
-                "expected_preemptions": round(self.preemptions, 3)}
+                "expected_preemptions": round(self.preemptions, 3), "cut_short_by_time": self.cut_short}
 
 
 class Measured(NamedTuple):
@@ -123,18 +139,19 @@ def measured(found: Sequence[Run], experiment: str) -> Measured | None:
 
 
 def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
+    cut_short = any(r.stopped_by == "time" for r in reports)
     if per_sweep:
         finished = [r for r in reports if r.ended]
         hours = [max((run.hours_to_result or 0.0 for run in r.runs), default=0.0) for r in finished]
         usd = [r.usd for r in reports]
         preemptions = [float(sum(run.preemptions for run in r.runs)) for r in reports]
         return PolicyForecast(policy.value, len(reports), len(finished), {"usd": Band.of(usd), "hours": Band.of(hours)},
-                              statistics.fmean(preemptions) if preemptions else 0.0)
+                              statistics.fmean(preemptions) if preemptions else 0.0, cut_short)
     runs = [run for r in reports for run in r.runs]
     done = [run for run in runs if run.hours_to_result is not None]
     bands = {"usd": Band.of([run.usd for run in runs]), "hours": Band.of([run.hours_to_result or 0.0 for run in done])}
     return PolicyForecast(policy.value, len(runs), len(done), bands,
-                          statistics.fmean(run.preemptions for run in runs) if runs else 0.0)
+                          statistics.fmean(run.preemptions for run in runs) if runs else 0.0, cut_short)
 
 
 def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Measured | None, *, runs: int = 20,
@@ -145,25 +162,28 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
-    left = len(Policy) * (sweeps if sweep else 1)
+    left = simulations = len(Policy) * (sweeps if sweep else 1)
 
     def budget_s() -> float:
-        """An equal share of what is left of the wall budget: a simulation that ends early leaves its rest."""
+        """An equal share of what is left of the wall guard: a simulation that ends early leaves its rest."""
         nonlocal left
         share = max(0.0, deadline - time.perf_counter()) / left
         left -= 1
         return share
 
+    def limits() -> Limits:
+        return Limits(horizon=FORECAST_HORIZON, max_run_passes=FORECAST_RUN_PASSES // simulations,
+                      wall_budget_s=budget_s())
+
     policies = []
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, wall_budget_s=budget_s())
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress,
-                                wall_budget_s=budget_s())]
+                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
@@ -177,5 +197,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         "deadline": "the experiment's" if _names_deadline(path) else
                     f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
         "recovery_s": settings.recovery_s,
+        "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h), at most "
+                   f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation: what has not ended by then "
+                   "is not finished",
     }
     return Forecast(tuple(policies), assumptions)

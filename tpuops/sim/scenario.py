@@ -15,6 +15,7 @@ import dataclasses
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tpuops import jobs
 from tpuops.agent.interval import young_daly_s
 from tpuops.config import Settings
 from tpuops.errors import UsageError
-from tpuops.experiment import Experiment
+from tpuops.experiment import Experiment, load_experiment
 from tpuops.kinds import Capacity, ValueEnum
 from tpuops.naming import RUN_KEY
 from tpuops.providers.cloud_model import CloudModel, Latency
@@ -103,6 +104,27 @@ def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> 
                       spot_hazard_per_hour=settings.spot_preemptions_per_hour)
 
 
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Where a simulation stops if its runs have not all ended (``Simulation.run``).
+
+    ``max_hours`` of virtual time, or ``horizon`` times the job's length on-demand (a sweep's: its waves of
+    trials) but at least ``floor_hours`` (a short job's time to result is mostly passes and boots, not its
+    length), whichever is less; ``max_run_passes`` of simulated work; ``wall_budget_s`` of real time (a last
+    resort: the only limit that depends on the machine, not the inputs)."""
+
+    max_hours: float = 24 * 30
+    horizon: float | None = None
+    floor_hours: float = 24.0
+    max_run_passes: int | None = None
+    wall_budget_s: float | None = None
+
+    def hours(self, length_s: float) -> float:
+        if self.horizon is None:
+            return self.max_hours
+        return min(self.max_hours, max(self.floor_hours, self.horizon * length_s / 3600))
+
+
 def is_sweep(path: Path) -> bool:
     """A sweep file names its experiment and its trials; an experiment file does neither."""
     try:
@@ -137,10 +159,9 @@ def _on(plan: SweepPlan, capacity: Capacity, rule: dict[str, Any]) -> SweepPlan:
 
 
 def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
-             seed: int = 0, cron_s: float = 300.0, max_hours: float = 24 * 30,
+             seed: int = 0, cron_s: float = 300.0, limits: Limits = Limits(),
              steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
-             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None,
-             wall_budget_s: float | None = None) -> SimReport:
+             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
     ``cloud``, a model given whole: a benchmark's stockout episode).
 
@@ -156,34 +177,39 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     say = progress or (lambda _text: None)
     user_store = store(settings)
     if workdir is not None:
-        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, max_hours, steps_per_s,
-                    setup_s, cloud, say, wall_budget_s)
+        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, limits, steps_per_s,
+                    setup_s, cloud, say)
     with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
-        return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, max_hours,
-                    steps_per_s, setup_s, cloud, say, wall_budget_s)
+        return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, limits,
+                    steps_per_s, setup_s, cloud, say)
 
 
 def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
-         count: int, seed: int, cron_s: float, max_hours: float, steps_per_s: float, setup_s: float | None,
-         cloud: CloudModel | None, say: Callable[[str], None], wall_budget_s: float | None) -> SimReport:
+         count: int, seed: int, cron_s: float, limits: Limits, steps_per_s: float, setup_s: float | None,
+         cloud: CloudModel | None, say: Callable[[str], None]) -> SimReport:
     if is_sweep(path):
         plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
         model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
                             lost_work_per_hour=settings.lost_work_per_hour,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
-        waves = -(-plan.spec.trials // plan.spec.parallel)
-        plan = _on(plan, policy.capacity, policy.rule(waves * model.length_s, _due_s(plan.job.experiment)))
+        length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
+        plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment)))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
                          seed=seed, progress=say)
         start_sweep(plan, sim.store, say, upload=False)
     else:
-        job = jobs.plan_train(settings, path, user_store, capacity=policy.capacity)
+        # Launched at the simulation's START, not now: the run ids (and so every node's draws) are the same
+        # on every call.
+        launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, timezone.utc))
+        job = jobs.plan_train(settings, path, user_store, run_id=launched, capacity=policy.capacity)
         model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
                             lost_work_per_hour=settings.lost_work_per_hour)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
-        rule = policy.rule(model.length_s, _due_s(job.experiment))
+        length_s = model.length_s
+        rule = policy.rule(length_s, _due_s(job.experiment))
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
-    return sim.run(max_hours=max_hours, wall_budget_s=wall_budget_s)
+    return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.max_run_passes,
+                   wall_budget_s=limits.wall_budget_s)

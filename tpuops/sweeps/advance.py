@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from tpuops import deadline, runs
 from tpuops.cost import catalog_for, spent_by_run
-from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.pricing import Catalog
@@ -187,14 +187,22 @@ class SweepPass:
         self.catalog = catalog_for(settings)
 
     def run(self, now: float | None = None) -> SweepPassReport:
+        """Advance every active sweep; one sweep's failure is that sweep's error in the report, never the pass's.
+
+        Optuna's exceptions (a sampler's or pruner's, a journal entry it cannot read) share no base class and
+        come through every call of a sweep's step, so they are converted here, once, to ``StudyError``; the
+        sweep's state is not written, and the next pass tries it again. KeyboardInterrupt and SystemExit are
+        not failures of a sweep: they end the pass."""
         report = SweepPassReport()
         for name in sweep_ops.active_sweeps(self.store):
             try:
                 self._advance(name, report, time.time() if now is None else now)
-            except TpuopsError as err:
+            except Exception as err:
                 self.kept.forget(name)
-                report.errors[name] = str(err)
-                self.progress(f"sweep {name}: {err}; the next pass tries again")
+                failure = err if isinstance(err, TpuopsError) else StudyError(
+                    f"its study failed ({type(err).__name__}: {err})")
+                report.errors[name] = str(failure)
+                self.progress(f"sweep {name}: {failure}; the next pass tries again")
             except BaseException:
                 self.kept.forget(name)  # what it kept may hold half a pass
                 raise

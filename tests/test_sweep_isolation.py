@@ -1,0 +1,108 @@
+"""One sweep's failure is that sweep's error, never the controller pass's.
+
+Two sweeps share a store; the study of one has a sampler that raises (in real life: user-supplied code,
+or a journal entry Optuna cannot read). The real controller pass, on the simulated cloud, still advances
+the other sweep and creates nodes for its trials; the failing sweep is reported in the pass report,
+its state left as it was for the next pass. KeyboardInterrupt is not a sweep's failure: it ends the pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from helpers import REPO
+
+from tpuops import runs
+from tpuops.config import load_settings
+from tpuops.data.samples import digits
+from tpuops.providers.cloud_model import CloudModel
+from tpuops.sim.engine import START, Simulation
+from tpuops.sim.model import AgentModel
+from tpuops.sweeps import ops as sweep_ops
+from tpuops.sweeps import studies
+from tpuops.sweeps.spec import SweepSpec
+from tpuops.sweeps.start import plan_sweep, start_sweep
+
+pytestmark = pytest.mark.unit
+
+SWEEP = """
+name: {name}
+experiment: ../experiments/digits_cnn.yaml
+space:
+  learning_rate: {{type: float, low: 0.001, high: 0.1, log: true}}
+sampler: {{type: random, seed: 5}}
+trials: 2
+parallel: 2
+"""
+
+
+class Raising(optuna.samplers.RandomSampler):
+    """A sampler whose every draw raises ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(seed=0)
+        self.error = error
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        raise self.error
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Simulation:
+    """Two sweeps, ``good`` and ``bad``, started in one simulated world's store."""
+    digits(tmp_path / "data" / "digits")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "sweeps").mkdir()
+    for name in ("digits_cnn.yaml", "models.py"):
+        shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
+    config = tmp_path / "tpuops.toml"
+    config.write_text('zones = ["us-central1-a"]\n')
+    settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
+    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
+    for name in ("good", "bad"):
+        path = tmp_path / "sweeps" / f"{name}.yaml"
+        path.write_text(SWEEP.format(name=name))
+        start_sweep(plan_sweep(settings, path, sim.store, base_dir=tmp_path), sim.store, lambda _: None,
+                    upload=False)
+    return sim
+
+
+def _break(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    """The ``bad`` sweep's study samples with ``Raising``; every other study with its own sampler."""
+    real = studies.sampler_for
+
+    def sampler_for(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
+        return Raising(error) if spec.name == "bad" else real(spec, number)
+
+    monkeypatch.setattr(studies, "sampler_for", sampler_for)
+
+
+def test_a_sweep_whose_sampler_raises_is_that_sweeps_error_and_the_pass_goes_on(
+        world: Simulation, monkeypatch: pytest.MonkeyPatch) -> None:
+    _break(monkeypatch, ValueError("the sampler's own bug"))
+    before, _ = sweep_ops.load_state(world.store, "bad")
+    passed = world.controller.run_pass(now=START)
+    assert passed.sweeps["errors"] == {"bad": "its study failed (ValueError: the sampler's own bug)"}
+    assert passed.sweeps["advanced"] == ["good"] and len(passed.sweeps["launched"]) == 2
+    assert all(r.startswith("good-") for r in passed.sweeps["launched"])
+    # The good sweep's trials got their nodes in this same pass: the runs were reconciled after the failure.
+    assert sorted((run_id, str(kind)) for run_id, kind, _ in passed.acted) == [
+        ("good-t0000", "create"), ("good-t0001", "create")]
+    assert sum(world.cloud.creates.values()) == 2
+    after, _ = sweep_ops.load_state(world.store, "bad")
+    assert after == before and "bad" in sweep_ops.active_sweeps(world.store)  # left as it was for the next pass
+    assert not [r for r in runs.active_run_ids(world.store) if r.startswith("bad-")]
+    monkeypatch.undo()
+    again = world.controller.run_pass(now=START + 300)
+    assert not again.sweeps["errors"] and "bad" in again.sweeps["advanced"]  # the next pass tries it again
+    assert len([r for r in again.sweeps["launched"] if r.startswith("bad-")]) == 2
+
+
+def test_ctrl_c_in_a_sampler_ends_the_pass(world: Simulation, monkeypatch: pytest.MonkeyPatch) -> None:
+    _break(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        world.controller.run_pass(now=START)
