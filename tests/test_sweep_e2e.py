@@ -238,7 +238,8 @@ def test_a_clearly_bad_trial_is_pruned_and_loses_its_node(world: World) -> None:
 
 
 def test_a_budget_that_fits_three_trials_runs_three_and_ends_budget_exhausted(world: World) -> None:
-    """Trials that would train for hours at $1 a second: three fit the budget's projection, the cap stops them."""
+    """Trials that would train for hours at $1 a second: three fit the budget's projection, the cap stops them
+    before they overrun it."""
     sweep = "broke"
     text = SWEEP.format(name=sweep, pruner="none").replace("../experiments/small.yaml", "../experiments/long.yaml") \
         .replace("parallel: 2", "parallel: 4").replace("trials: 3", "trials: 6")
@@ -257,7 +258,10 @@ def test_a_budget_that_fits_three_trials_runs_three_and_ends_budget_exhausted(wo
     budget = 3.5 * projected
     burn = 3 * hourly / 3600  # $/s of three READY nodes
     total = spent(ledger, catalog_for(world.settings), project=PROJECT, sweep_id=sweep)
-    assert budget <= total <= budget + burn * 2.0, total  # one pass (0.2 s) plus a node deletion of slack
+    # The pass stops the trials at the last pass before they would spend the rest (a running trial reserves what
+    # it bills until the next pass), so the spend ends under the budget, over it by at most a node deletion; and
+    # well past half of it, or something other than the budget stopped them.
+    assert budget / 2 <= total <= budget + burn * 2.0, total
     assert world.nodes(sweep) == []
 
 
