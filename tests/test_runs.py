@@ -82,6 +82,16 @@ def test_a_missing_run_and_a_malformed_document_are_one_clear_error(store: Store
         runs.read_status(store, "r1")
 
 
+def test_an_empty_status_object_reads_as_no_status_yet(store: Store) -> None:
+    """The agent rewrites its status every heartbeat; a zero-byte one (an interrupted upload) is not a broken run."""
+    declare(store, "r1")
+    store.write_bytes(runs.status_key("r1"), b"")
+    assert runs.read_status(store, "r1") is None
+    write_status(store, "r1", phase="training", step=40)
+    status = runs.read_status(store, "r1")
+    assert status is not None and status.step == 40
+
+
 def test_an_old_status_and_a_new_one_with_evals_both_parse(store: Store) -> None:
     declare(store, "r1")
     write_status(store, "r1", phase="training", step=40, metrics={"eval": {"accuracy": 0.5}})

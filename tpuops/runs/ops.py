@@ -83,12 +83,20 @@ def run_exists(store: Store, run_id: str) -> bool:
 
 
 def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None, int]:
-    """The agent's status and its generation; (None, 0) before the agent wrote one."""
+    """The agent's status and its generation; (None, 0) before the agent wrote one.
+
+    An empty object reads as no status yet, not as a broken document: the agent rewrites its
+    status every heartbeat, and on a store under injected faults (fake-gcs-server behind the fault
+    front) an interrupted upload has been seen to leave a zero-byte status for one heartbeat, which
+    made ``tpuops train`` stop with exit 2. A status is never empty when whole.
+    """
     key = layout.status_key(run_id)
     try:
         data, generation = store.read_versioned(key)
     except NotFound:
         return None, 0
+    if not data.strip():
+        return None, generation
     return parse(AgentStatus, data, store.uri_of(key)), generation
 
 
