@@ -59,6 +59,16 @@ def _https(served: storage.Storage, host: str = "www.googleapis.com") -> http.cl
     return connection
 
 
+def _upload_session(connection: http.client.HTTPSConnection, name: str, size: int) -> str:
+    """Start a resumable upload of ``size`` bytes to ``bkt/name`` as TensorFlow does; its session URI."""
+    connection.request("POST", f"/upload/storage/v1/b/bkt/o?uploadType=resumable&name={name}", body=b"",
+                       headers={"X-Upload-Content-Length": str(size), **AUTH})
+    session = connection.getresponse()
+    session.read()
+    assert session.status == 200
+    return str(session.getheader("Location"))
+
+
 def test_keys_are_private_and_the_certificate_is_trusted_only_for_the_storage_hosts(
         served: tuple[storage.Storage, Faults]) -> None:
     front = served[0]
@@ -80,12 +90,8 @@ def test_front_takes_tensorflows_upload_headers_and_answers_resumable_sessions_i
         served: tuple[storage.Storage, Faults]) -> None:
     front = served[0]
     connection = _https(front)
-    connection.request("POST", "/upload/storage/v1/b/bkt/o?uploadType=resumable&name=dir%2Fobj", body=b"",
-                       headers={"X-Upload-Content-Length": "5", **AUTH})
-    session = connection.getresponse()
-    session.read()
-    location = session.getheader("Location")
-    assert session.status == 200 and location.startswith("https://www.googleapis.com/upload/")
+    location = _upload_session(connection, "dir%2Fobj", 5)
+    assert location.startswith("https://www.googleapis.com/upload/")
     # What TensorFlow 2.9's curl sends: Go's server alone refuses "Transfer-Encoding: identity" (501).
     connection.putrequest("PUT", location.removeprefix("https://www.googleapis.com"))
     for key, value in (("Transfer-Encoding", "identity"), ("Content-Length", "5"), ("Expect", "100-continue"),
@@ -100,6 +106,33 @@ def test_front_takes_tensorflows_upload_headers_and_answers_resumable_sessions_i
     reader.request("GET", "/bkt/dir%2Fobj", headers={"Range": "bytes=1-3", **AUTH})
     ranged = reader.getresponse()
     assert (ranged.status, ranged.read()) == (206, b"ell")
+
+
+def test_a_status_query_on_an_upload_session_publishes_nothing_as_on_google(
+        served: tuple[storage.Storage, Faults]) -> None:
+    # TensorFlow 2.9 asks "how far did it get?" after every failed upload request. fake-gcs-server
+    # alone answers 200 and publishes a zero-byte object: an empty status.json behind injected faults.
+    front = served[0]
+    connection = _https(front)
+    path = _upload_session(connection, "queried", 5).removeprefix("https://www.googleapis.com")
+
+    def status_query() -> tuple[int, str | None, bytes]:
+        connection.request("PUT", path, body=b"", headers={"Content-Range": "bytes */5", **AUTH})
+        answer = connection.getresponse()
+        return answer.status, answer.getheader("Range"), answer.read()
+
+    assert status_query() == (308, None, b"")
+    connection.request("GET", "/storage/v1/b/bkt/o/queried", headers=AUTH)
+    absent = connection.getresponse()
+    assert (absent.status, absent.read() and None) == (404, None)
+    connection.request("PUT", path, body=b"hello", headers={"Content-Range": "bytes 0-4/5", **AUTH})
+    uploaded = connection.getresponse()
+    assert (uploaded.status, json.loads(uploaded.read())["size"]) == (200, "5")
+    status, _, body = status_query()
+    assert (status, json.loads(body)["size"]) == (200, "5")
+    reader = _https(front, "storage.googleapis.com")
+    reader.request("GET", "/bkt/queried", headers=AUTH)
+    assert reader.getresponse().read() == b"hello"
 
 
 def test_injected_faults_are_503_429_and_resets_that_never_reach_the_server(

@@ -49,13 +49,19 @@ class RunPaths:
 def write_whole(path: str, data: str) -> None:
     """Write ``data`` so that a reader sees the old file or the new one, never a torn one.
 
-    Writes a temporary sibling, then renames it over ``path``. Locally the rename is atomic;
-    on GCS tf.io.gfile renames by copy and delete, and the copy is itself a whole object, so
-    readers still never see partial content. The temporary name never ends in the final
-    name's suffix, so a reader that lists ``*.log`` or ``*.json`` does not pick it up.
+    Locally: a temporary sibling renamed over ``path`` (the rename is atomic). Its name never
+    ends in the final name's suffix, so a reader that lists ``*.log`` or ``*.json`` does not pick
+    it up. In a bucket (any ``scheme://``): one upload straight to ``path``. Cloud Storage
+    publishes an object only when its upload completes, so readers see the old generation or the
+    new one. A temporary object would add nothing but requests: tf.io.gfile renames by a
+    directory check, a copy and a delete, on every heartbeat's ``status.json``.
     """
     import tensorflow as tf  # loaded by then: a dictionary lookup (see the module docstring)
 
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "w") as out:
+            out.write(data)
+        return
     tmp = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(tmp, "w") as out:
         out.write(data)

@@ -2,7 +2,7 @@
 control plane's.
 
 A small HTTP/1.1 proxy: TLS with the emulator's certificate (``tls``) on ``<address>:443``,
-plain HTTP to fake-gcs-server. It exists for three reasons:
+plain HTTP to fake-gcs-server. It exists for four reasons:
 
 * TensorFlow 2.9's uploads carry ``Transfer-Encoding: identity`` (with a Content-Length), which
   Google's front end accepts and Go's HTTP server, hence fake-gcs-server, refuses with
@@ -16,6 +16,10 @@ plain HTTP to fake-gcs-server. It exists for three reasons:
   a request is answered 503 or 429 (Cloud Storage's retryable statuses, in its JSON error shape)
   or its connection is reset before a response byte, without reaching fake-gcs-server, so an
   injected failure never half-applies a write.
+* Resumable-upload status queries (``uploads``): fake-gcs-server finalises the object with the
+  bytes it holds, where Cloud Storage answers 308 and keeps the session open; TensorFlow asks
+  after every failed upload request, so behind the faults that published empty objects. The
+  front answers those queries itself, from the session states it relayed.
 
 The control plane's front (``tls=None``) is plain HTTP on 127.0.0.1 and lets every request through
 (the control plane's client is anonymous against an emulator, as against any fake-gcs-server), so
@@ -45,6 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from tpuops.emulator import uploads
 from tpuops.emulator.background import Background
 from tpuops.emulator.faults import Faults
 
@@ -152,6 +157,10 @@ class _Handler(socketserver.StreamRequestHandler):
                 raise _Closed
             self._send_error(int(failure))
             return True
+        keep = version == "HTTP/1.1" and (_header(headers, "connection") or "").lower() != "close"
+        if not chunked and uploads.is_status_query(method, target, _header(headers, "content-range"), length):
+            self._send(self.server.uploads.answer(target))
+            return keep
         forwarded = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"]
         upstream.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
         for key, value in [*forwarded, ("X-Forwarded-Proto", self.server.scheme), ("Connection", "keep-alive")]:
@@ -169,16 +178,23 @@ class _Handler(socketserver.StreamRequestHandler):
             for piece in body:
                 upstream.send(piece)
         response = upstream.getresponse()
-        self._relay(method, response)
-        keep = version == "HTTP/1.1" and (_header(headers, "connection") or "").lower() != "close"
+        if uploads.is_upload(method, target):
+            # Small JSON answers; read whole so that the session's state is recorded before the client sees it.
+            data = response.read()
+            self.server.uploads.relayed(method, target, response.status, response.getheader("Location"),
+                                        response.getheader("Range"), data)
+            self._relay(method, response, data)
+        else:
+            self._relay(method, response)
         return keep and not response.will_close
 
-    def _relay(self, method: str, response: http.client.HTTPResponse) -> None:
+    def _relay(self, method: str, response: http.client.HTTPResponse, data: bytes | None = None) -> None:
         out = self.wfile
         kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
         length = response.getheader("Content-Length")
-        if length is None and method != "HEAD" and response.status not in (204, 304):
+        if data is None and length is None and method != "HEAD" and response.status not in (204, 304):
             data = response.read()
+        if data is not None:
             kept = [(k, v) for k, v in kept if k.lower() != "content-length"] + [("Content-Length", str(len(data)))]
             pieces = iter([data])
         else:
@@ -195,9 +211,12 @@ class _Handler(socketserver.StreamRequestHandler):
         message = "Anonymous caller does not have storage access." if status == 401 else f"Injected fault: {reason}."
         body = json.dumps({"error": {"code": status, "message": message,
                                      "errors": [{"reason": code, "message": reason}]}}).encode()
-        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n")
-        self.wfile.write(head.encode() + body)
+        self._send(uploads.Answer(status, reason, [("Content-Type", "application/json; charset=UTF-8")], body))
+
+    def _send(self, answer: uploads.Answer) -> None:
+        lines = [f"HTTP/1.1 {answer.status} {answer.reason}", *(f"{k}: {v}" for k, v in answer.headers),
+                 f"Content-Length: {len(answer.body)}"]
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + answer.body)
         self.wfile.flush()
 
 
@@ -215,6 +234,7 @@ class _Front(socketserver.ThreadingTCPServer):
         self.faults = faults
         self.count = count
         self.name = name
+        self.uploads = uploads.UploadSessions()
         super().__init__((address, port), _Handler)
 
     def get_request(self) -> tuple[socket.socket, object]:
