@@ -18,7 +18,7 @@ path. Few runs, many assertions each:
 - the compiled-Keras and ``input_fn`` kinds (the regression and text examples, made short) train
   on gs://, as does a small sweep advanced by real ``tpuops reconcile`` processes;
 - with 2 % of the nodes' storage requests failing (503, 429, resets), a run ends in one attempt,
-  bit-identical, with every checkpoint whole;
+  bit-identical, with every checkpoint whole and no empty object;
 - neither the emulator's token, nor a node's service-account token, nor the CA key appears in
   a log, a spec, a store object or node metadata.
 
@@ -252,7 +252,10 @@ def test_two_percent_of_storage_requests_failing_changes_nothing(world: GcsWorld
     injected = sum(count for name, count in counts.items() if name.startswith("storage:injected-"))
     assert injected > 0, counts
     assert (result["exit_class"], result["step"], result["attempts"]) == ("succeeded", 600, 1)
-    names = {info.key.rsplit("/", 1)[-1] for info in world.store.list("runs/faulty/ckpt/")}
+    # TensorFlow asks a session's state after each failed upload request: that must never publish an empty object.
+    objects = world.store.list("runs/faulty/")
+    assert not [info.key for info in objects if info.size == 0 and not info.key.endswith("/")]  # "/": TF's folders
+    names = {info.key.rsplit("/", 1)[-1] for info in objects if info.key.startswith("runs/faulty/ckpt/")}
     steps = {name.split(".")[0] for name in names if name.startswith("ckpt-") and name.endswith(".index")}
     assert steps and all(f"{step}.data-00000-of-00001" in names for step in steps), names
     assert not [name for name in names if "tempstate" in name or "_temp" in name], names
