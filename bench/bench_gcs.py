@@ -2,19 +2,20 @@
 
 Run (as root: nodes need mount namespaces):
     .venv/bin/python bench/bench_gcs.py [--repeats 3] [--checkpoint-mb 100,1024] [--input-mb 100]
-        [--parts input,checkpoint,requests,recovery] [--json]
+        [--parts input,checkpoint,requests,recovery] [--baseline DIR] [--json]
 
 One emulator serves bucket ``bench`` through fake-gcs-server and its HTTPS front; every TF 2.9
 process below runs with a node's view of the network (``storage.googleapis.com`` is the front,
 the emulator's CA trusted), so TF uses the exact code path of a TPU VM. Each repetition measures
 the local case and the gs:// case back to back in one process (ours / baseline = gs / local):
 
-- input: the same TFRecord shards (64 float32 + an int64 label per example), read with
-  ``TFRecordDataset`` (4 files interleaved, 8 MiB read buffer), parsed in batches of 1,024;
-  examples per second. Goal: gs:// >= 0.9 of local. Beside it, where the time goes: wall and CPU
-  seconds of the TF process, the emulator (whose threads run the HTTPS front) and fake-gcs-server
-  (from /proc), for the parsing pipeline and for the transport alone (every shard read through
-  ``tf.io.gfile``, nothing parsed).
+- input: the same TFRecord shards (8 of them; 64 float32 + an int64 label per example) through
+  the agent's own training stream (``tpuops.agent.inputs.train_dataset``: shuffled, parsed in
+  batches of 1,024, op determinism on), one epoch; examples per second. Goal: gs:// >= 0.9 of
+  local. With ``--baseline DIR`` the same for an older tree, repetitions alternating. Beside it,
+  where the time goes: wall and CPU seconds of the TF process, the emulator (whose threads run
+  the HTTPS front) and fake-gcs-server (from /proc), for the parsing pipeline and for the
+  transport alone (every shard read through ``tf.io.gfile``, nothing parsed).
 - checkpoint save and restore of one variable of each ``--checkpoint-mb`` size with
   ``tf.train.Checkpoint``. The largest size is the SIGTERM save as measured (does it fit the 30-s
   notice?); the largest that would fit is extrapolated from its save rate, minus the fixed part
@@ -95,17 +96,19 @@ def make(mb):
         tf.io.gfile.copy(path, f"{remote}/shard-{shard:05d}.tfrecord", overwrite=True)
     return {"examples": per_shard * 8}
 
-def read_rate(root):
-    spec = {"x": tf.io.FixedLenFeature([64], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+def read_rate(root, examples):
+    # The agent's own training stream (tpuops.agent.inputs of the tree on PYTHONPATH), op determinism on as in
+    # a run without a TPU: one epoch of parsed batches of 1,024.
+    from tpuops.agent import inputs
+    from tpuops.agent.runspec import DatasetSpec, FeatureSpec
+    spec = DatasetSpec(features={"x": FeatureSpec("float32", (64,)), "y": FeatureSpec("int64", ())}, label="y")
     files = sorted(tf.io.gfile.glob(root + "/shard-*.tfrecord"))
-    data = (tf.data.Dataset.from_tensor_slices(files)
-            .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=4,
-                        num_parallel_calls=4)
-            .batch(1024).map(lambda b: tf.io.parse_example(b, spec), num_parallel_calls=4).prefetch(4))
-    count, start = 0, time.perf_counter()
-    for batch in data:
-        count += int(batch["y"].shape[0])
-    return count / (time.perf_counter() - start)
+    steps = examples // 1024
+    data = inputs.train_dataset(files, spec, 0, 1024, 0, examples)
+    start = time.perf_counter()
+    for _ in data.take(steps):
+        pass
+    return steps * 1024 / (time.perf_counter() - start)
 
 def read_only(root):
     # Seconds to read every shard's bytes through tf.io.gfile: the transport alone, no parsing.
@@ -131,9 +134,10 @@ def checkpoint(root, mb):
 if command == "make":
     result = make(int(sys.argv[4]))
 elif command == "input":
+    tf.config.experimental.enable_op_determinism()
     result = {}
     for name, root in (("local", local), ("gcs", remote)):
-        result[name], result[name + "_cpu"] = measured(read_rate, root)
+        result[name], result[name + "_cpu"] = measured(read_rate, root, int(sys.argv[4]))
         result[name + "_transport_s"], result[name + "_transport_cpu"] = measured(read_only, root)
 else:
     mb = int(sys.argv[4])
@@ -144,11 +148,12 @@ print("RESULT " + json.dumps(result))
 """
 
 
-def _in_node_view(state_dir: Path, *args: str) -> dict[str, Any]:
+def _in_node_view(state_dir: Path, *args: str, tree: Path = ROOT) -> dict[str, Any]:
+    """The ``_TF`` step ``args`` in a node's view of the network, importing tpuops from ``tree``."""
     front = read_front(state_dir)
     info = control.status(state_dir)
     assert front is not None and info is not None
-    env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,
+    env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle, "PYTHONPATH": str(tree),
            "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "BENCH_SERVER_PIDS": json.dumps({"front": info.pid, "fake_gcs": front.pid})}
     done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
@@ -217,7 +222,7 @@ PARTS = ("input", "checkpoint", "requests", "recovery")
 
 
 def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats: int,
-        parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
+        parts: tuple[str, ...] = PARTS, baseline: Path | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"repeats": repeats, "rows": [], "samples": {}}
     with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
         work = Path(tmp)
@@ -229,12 +234,19 @@ def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats
             local.mkdir()
             remote = f"gs://{BUCKET}/bench"
             if "input" in parts:
-                result["input_examples"] = _in_node_view(state_dir, "make", str(local), remote,
-                                                         str(input_mb))["examples"]
-                inputs = [_in_node_view(state_dir, "input", str(local), remote) for _ in range(repeats)]
-                result["samples"]["input"] = inputs
-                result["rows"].append(_row("input examples/s", inputs, lambda r, case: r[case]))
-                result["input_cpu"] = _input_cpu(inputs)
+                examples = str(_in_node_view(state_dir, "make", str(local), remote, str(input_mb))["examples"])
+                result["input_examples"] = int(examples)
+                trees = {"this tree": ROOT, **({f"baseline {baseline}": baseline} if baseline else {})}
+                for label in trees:
+                    result["samples"][f"input {label}"] = []
+                for _ in range(repeats):  # repetitions alternate between the trees
+                    for label, tree in trees.items():
+                        result["samples"][f"input {label}"].append(
+                            _in_node_view(state_dir, "input", str(local), remote, examples, tree=tree))
+                for label in trees:
+                    result["rows"].append(_row(f"training input examples/s, {label}",
+                                               result["samples"][f"input {label}"], lambda r, case: r[case]))
+                result["input_cpu"] = _input_cpu(result["samples"]["input this tree"])
             if "checkpoint" in parts:
                 for mb in checkpoint_mbs:
                     ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(mb))
@@ -320,8 +332,14 @@ def main() -> None:
     parser.add_argument("--input-mb", type=int, default=100)
     parser.add_argument("--recovery-repeats", type=int, default=3, help="preempted runs per store")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"what to measure, of {','.join(PARTS)}")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an older tree (git archive COMMIT | tar -x -C DIR) whose training input is measured "
+                             "beside this tree's")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
+    if args.baseline is not None and not (args.baseline / "tpuops" / "agent" / "inputs.py").is_file():
+        print(f"bench_gcs: no tpuops tree at {args.baseline} (git archive COMMIT | tar -x -C DIR)", file=sys.stderr)
+        raise SystemExit(2)
     reason = unavailable_reason() or (None if TF_PYTHON.exists() else f"no TF 2.9 runtime at {TF_PYTHON}")
     if reason:
         print(f"bench_gcs: {reason}", file=sys.stderr)
@@ -331,7 +349,7 @@ def main() -> None:
         print(f"bench_gcs: --parts takes some of {','.join(PARTS)}, not {args.parts}", file=sys.stderr)
         raise SystemExit(2)
     sizes = [int(mb) for mb in args.checkpoint_mb.split(",")]
-    result = run(args.repeats, sizes, args.input_mb, args.recovery_repeats, parts)
+    result = run(args.repeats, sizes, args.input_mb, args.recovery_repeats, parts, args.baseline)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
