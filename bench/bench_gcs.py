@@ -11,8 +11,9 @@ the local case and the gs:// case back to back in one process (ours / baseline =
 
 - input: the same TFRecord shards (8 of them; 64 float32 + an int64 label per example) through
   the agent's own training stream (``tpuops.agent.inputs.train_dataset``: shuffled, parsed in
-  batches of 1,024, op determinism on), one epoch; examples per second. Goal: gs:// >= 0.9 of
-  local. With ``--baseline DIR`` the same for an older tree, repetitions alternating. Beside it,
+  batches of 1,024), one epoch, with op determinism off (a TPU VM's default) and on (the
+  default without a TPU); examples per second. Goal: gs:// >= 0.9 of local. With
+  ``--baseline DIR`` the same for an older tree, repetitions alternating. Beside it,
   where the time goes: wall and CPU seconds of the TF process, the emulator (whose threads run
   the HTTPS front) and fake-gcs-server (from /proc), for the parsing pipeline and for the
   transport alone (every shard read through ``tf.io.gfile``, nothing parsed).
@@ -97,8 +98,8 @@ def make(mb):
     return {"examples": per_shard * 8}
 
 def read_rate(root, examples):
-    # The agent's own training stream (tpuops.agent.inputs of the tree on PYTHONPATH), op determinism on as in
-    # a run without a TPU: one epoch of parsed batches of 1,024.
+    # The agent's own training stream (tpuops.agent.inputs of the tree on PYTHONPATH): one epoch of parsed
+    # batches of 1,024.
     from tpuops.agent import inputs
     from tpuops.agent.runspec import DatasetSpec, FeatureSpec
     spec = DatasetSpec(features={"x": FeatureSpec("float32", (64,)), "y": FeatureSpec("int64", ())}, label="y")
@@ -134,7 +135,8 @@ def checkpoint(root, mb):
 if command == "make":
     result = make(int(sys.argv[4]))
 elif command == "input":
-    tf.config.experimental.enable_op_determinism()
+    if sys.argv[5] == "on":
+        tf.config.experimental.enable_op_determinism()
     result = {}
     for name, root in (("local", local), ("gcs", remote)):
         result[name], result[name + "_cpu"] = measured(read_rate, root, int(sys.argv[4]))
@@ -156,8 +158,9 @@ def _in_node_view(state_dir: Path, *args: str, tree: Path = ROOT) -> dict[str, A
     env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle, "PYTHONPATH": str(tree),
            "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "BENCH_SERVER_PIDS": json.dumps({"front": info.pid, "fake_gcs": front.pid})}
+    # cwd: ``python -c`` puts it first on sys.path, before PYTHONPATH.
     done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
-                          capture_output=True, text=True, check=False, timeout=1800)
+                          cwd=tree, capture_output=True, text=True, check=False, timeout=1800)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"bench step {args[0]} failed: {done.stderr[-2000:]}")
@@ -237,16 +240,18 @@ def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats
                 examples = str(_in_node_view(state_dir, "make", str(local), remote, str(input_mb))["examples"])
                 result["input_examples"] = int(examples)
                 trees = {"this tree": ROOT, **({f"baseline {baseline}": baseline} if baseline else {})}
-                for label in trees:
+                cases = [(f"op determinism {mode}, {label}", mode, tree)
+                         for mode in ("off", "on") for label, tree in trees.items()]
+                for label, _, _ in cases:
                     result["samples"][f"input {label}"] = []
-                for _ in range(repeats):  # repetitions alternate between the trees
-                    for label, tree in trees.items():
+                for _ in range(repeats):  # repetitions alternate between the cases
+                    for label, mode, tree in cases:
                         result["samples"][f"input {label}"].append(
-                            _in_node_view(state_dir, "input", str(local), remote, examples, tree=tree))
-                for label in trees:
+                            _in_node_view(state_dir, "input", str(local), remote, examples, mode, tree=tree))
+                for label, _, _ in cases:
                     result["rows"].append(_row(f"training input examples/s, {label}",
                                                result["samples"][f"input {label}"], lambda r, case: r[case]))
-                result["input_cpu"] = _input_cpu(result["samples"]["input this tree"])
+                result["input_cpu"] = _input_cpu(result["samples"]["input op determinism off, this tree"])
             if "checkpoint" in parts:
                 for mb in checkpoint_mbs:
                     ckpts = [_in_node_view(state_dir, "checkpoint", str(local), remote, str(mb))
