@@ -218,14 +218,14 @@ def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Datase
     but each file's records come through a one-file parallel interleave in blocks of
     REMOTE_BLOCK records, so that the next file is opened, and its first block (TF 2.9 reads
     gs:// in 64-MB requests) fetched, while this one is consumed: the network wait is hidden
-    without a per-record cost. The alternatives measured worse (bench/bench_gcs.py ``input``,
-    the agent's training stream, 100 MB in 8 shards, on 2 cores): sixteen files interleaved
-    record by record, as before, made the stream 0.14 of local disk (the hand-over of every
-    record between threads cost more than parsing it); file after file without read-ahead made
-    it ~0.5, and 0.24 once every request waited 100 ms, a real bucket's first-byte latency, which
-    the read-ahead brings back to ~0.4. A larger ``TFRecordDataset`` ``buffer_size`` changes
-    nothing on gs:// (the filesystem's own 64-MB read buffer serves it: one request per block
-    either way). The same order as local files also means one data order for either store.
+    without a per-record cost. The alternatives measured worse (the agent's training stream over
+    100 MB in 8 shards on 2 cores, op determinism off as on a TPU VM; README, "The agent on
+    gs://"): sixteen files interleaved record by record, as before, made the stream 0.14 of
+    local disk (handing every record between threads cost more than parsing it); file after
+    file without read-ahead 0.50 like this path, but 0.23 against this path's 0.41 once every
+    request waited 100 ms, a real bucket's first-byte latency. A larger ``TFRecordDataset``
+    ``buffer_size`` changes nothing on gs:// (the filesystem's own 64-MB read buffer serves it:
+    one request per block either way). The local order also means one data order for either store.
     """
     if not any("://" in name for name in files):
         return tf.data.TFRecordDataset(names)
