@@ -244,6 +244,42 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
 
 
 @pytest.mark.unit
+def test_a_dry_run_plans_on_the_hazard_and_recovery_learned_from_the_ledger_and_says_so(project: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tpuops import runs
+    from tpuops.runs import AgentStatus
+    from tpuops.runs.models import AttemptTime
+    from tpuops.session import open_ledger, store
+
+    assumed = json.loads(CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"]
+                                            ).stdout)["forecast"]["assumptions"]
+    assert [assumed[k]["learned"] for k in ("hazard_per_hour", "recovery_s", "lost_work_per_hour")] == [False] * 3
+    assert assumed["recovery_s"]["source"].startswith("assumed: recovery_s in tpuops.toml")
+    # History: run "old" was preempted after an hour on spot in the first zone; its replacement was READY 300 s
+    # later and its agent set up in 200 s: one recovery of 500 s, one preemption in about 1.1 READY hours.
+    settings = load_settings()
+    ledger, t0 = open_ledger(settings), datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for uid, created, ready, end, state in (("1", 0, 60, 3660, NodeState.PREEMPTED), ("2", 3900, 3960, 7200, None)):
+        ledger.record_node(settings.project, ZONES[0], "old", "v3-8", "spot", run_id="old", uid=uid,
+                           at=t0 + timedelta(seconds=created))
+        ledger.observe(settings.project, ZONES[0], "old", NodeState.READY, t0 + timedelta(seconds=ready), uid=uid)
+        if state is not None:
+            ledger.observe(settings.project, ZONES[0], "old", state, t0 + timedelta(seconds=end), uid=uid)
+        ledger.mark_deleted(settings.project, ZONES[0], "old", t0 + timedelta(seconds=end + 10), uid=uid)
+    second = (t0 + timedelta(seconds=3920)).timestamp()
+    runs.write_status(store(settings), "old", AgentStatus(run_id="old", attempts=[
+        AttemptTime(attempt=1, started_at=t0.timestamp() + 70, first_step_at=t0.timestamp() + 270, setup_s=200,
+                    productive_s=3300),
+        AttemptTime(attempt=2, started_at=second, first_step_at=second + 200, setup_s=200, productive_s=3000)]))
+    done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run"])
+    assert done.exit_code == 0, done.output
+    assert "recovery_s: 500 (learned from 1 preemption in us-central1-a" in done.output
+    assert "hazard_per_hour:" in done.output and "learned from 1 preemption over" in done.output
+    assert "lost_work_per_hour: 0.05 (assumed: lost_work_per_hour in tpuops.toml" in done.output
+
+
+@pytest.mark.unit
 def test_a_forecast_is_the_same_on_every_call(project: Path) -> None:
     from tpuops.sim.forecast import forecast
 

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from tpuops.config import Settings
 from tpuops.risk import Risk
 from tpuops.runs import Run
+from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Policy, is_sweep, simulate
 
@@ -155,9 +156,10 @@ def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> P
 
 
 def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Measured | None, *, runs: int = 20,
-             sweeps: int = 3, seed: int = 0, cron_s: float = 300.0,
+             sweeps: int = 3, seed: int = 0, cron_s: float = 300.0, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> Forecast:
-    """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps)."""
+    """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps), its
+    runs planning on ``inputs`` (``tpuops.planning``: learned or assumed, and each says which)."""
     steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
@@ -179,11 +181,13 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())
+                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                limits=limits())
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())]
+                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                limits=limits())]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
@@ -196,7 +200,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         "pass_every_s": cron_s,
         "deadline": "the experiment's" if _names_deadline(path) else
                     f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
-        "recovery_s": settings.recovery_s,
+        **(inputs.model_dump() if inputs else {"recovery_s": settings.recovery_s,
+                                                "lost_work_per_hour": settings.lost_work_per_hour}),
         "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h), at most "
                    f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation: what has not ended by then "
                    "is not finished",
