@@ -64,15 +64,17 @@ def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
     from tpuops.risk import learn
     from tpuops.session import store
 
-    def attempts(run_id: str) -> list[AttemptTime]:
-        try:
-            status = run_store.read_status(store(settings), run_id)
-        except TpuopsError:
-            return []
-        return list(status.attempts) if status else []
-
     @cache
     def history() -> tuple[list[NodeHistory], list[Risk], dict[str, list[AttemptTime]]]:
+        root = store(settings)
+
+        def attempts(run_id: str) -> list[AttemptTime]:
+            try:
+                status = run_store.read_status(root, run_id)
+            except TpuopsError:  # an unreadable status is no evidence
+                return []
+            return list(status.attempts) if status else []
+
         histories = _histories(settings)
         newest = sorted({h.node.run_id: h.node.created_at for h in histories if h.node.run_id}.items(),
                         key=lambda item: item[1])
