@@ -306,6 +306,23 @@ def test_a_risk_so_high_that_runs_never_end_ends_the_forecast_with_them_unfinish
 
 
 @pytest.mark.unit
+def test_a_job_far_longer_than_the_work_share_is_forecast_to_its_end(project: Path) -> None:
+    """A 300-h job (5.4 M steps at the assumed 10 steps/s, saving every 100 steps for 10 s): 4 runs per policy get
+    a share of 3,000 passes each (250 h), which used to end them all not finished. The budget now scales with the
+    job, and its quiet passes are skipped, so every run ends, at 300 h plus boots, in about 100 passes each."""
+    from tpuops.sim.forecast import FORECAST_RUN_PASSES, forecast
+
+    spec = project / "experiments" / "digits_cnn.yaml"
+    spec.write_text(spec.read_text().replace("steps: 600\n", "steps: 5400000\n"))
+    settings = load_settings().model_copy(update={"spot_preemptions_per_hour": 0.0})
+    assert 300 * 3600 / 300 > FORECAST_RUN_PASSES // 4 // 4  # more passes than the old share gave each run
+    rows = {row["policy"]: row for row in forecast(settings, spec, [], None, runs=4).to_json()["policies"]}
+    for row in rows.values():
+        assert (row["simulated"], row["finished"], row["cut_short_by_time"]) == (4, 4, False), row
+        assert 300 < row["hours"]["p50"] < 301
+
+
+@pytest.mark.unit
 def test_a_simulation_stops_at_its_work_budget_and_says_so(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), SHIFT_JOB, cron_s=300)
