@@ -28,6 +28,10 @@ ledger the sweep budgets from, and $ per trial vs the same sweep all on-demand (
 bind).
 
 Each measurement is repeated ``--repetitions`` times with other seeds; tables show the median and range.
+
+``--hysteresis 1 2 3`` runs instead the deadline policy alone at 2 / h and both slacks, ``--runs`` seeds from
+``--first-seed``, at each of those return reserves (``tpuops.deadline.RETURN_RESERVES``: the recoveries in hand
+a move back to spot waits for): cost vs on-demand, deadlines missed, capacity switches per run (mean and most).
 """
 
 from __future__ import annotations
