@@ -28,6 +28,10 @@ ledger the sweep budgets from, and $ per trial vs the same sweep all on-demand (
 bind).
 
 Each measurement is repeated ``--repetitions`` times with other seeds; tables show the median and range.
+
+``--hysteresis 1 2 3`` runs instead the deadline policy alone at 2 / h and both slacks, ``--runs`` seeds from
+``--first-seed``, at each of those return reserves (``tpuops.deadline.RETURN_RESERVES``: the recoveries in hand
+a move back to spot waits for): cost vs on-demand, deadlines missed, capacity switches per run (mean and most).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tpuops import deadline, runs
 from tpuops.config import Settings, load_settings
 from tpuops.kinds import Capacity
 from tpuops.providers.cloud_model import CloudModel, Stockout
@@ -93,10 +98,13 @@ class Cell(NamedTuple):
     slack: float | None
     recovery_s: float
     seeds: tuple[int, ...]
+    return_reserves: float = deadline.RETURN_RESERVES
+    """The deadline policy's hysteresis (``tpuops.deadline.RETURN_RESERVES``) in this cell's worlds."""
 
 
-def run_cell(cell: Cell) -> list[tuple[float | None, float, int, float, float]]:
-    """(hours to result, USD, preemptions, simulated s, wall s) per seed: one world per run."""
+def run_cell(cell: Cell) -> list[tuple[float | None, float, int, float, float, int]]:
+    """(hours to result, USD, preemptions, simulated s, wall s, capacity switches) per seed: one world per run."""
+    deadline.RETURN_RESERVES = cell.return_reserves  # this worker process's worlds only: a tuning study's knob
     out = []
     for seed in cell.seeds:
         with tempfile.TemporaryDirectory(dir=SCRATCH) as scratch:
@@ -108,16 +116,18 @@ def run_cell(cell: Cell) -> list[tuple[float | None, float, int, float, float]]:
             rule = cell.policy.rule(DAY_S, DAY_S * cell.slack if cell.slack else None)
             sim.declare(_day_runs(settings, 1, cell.policy.capacity, rule))
             report = sim.run(max_hours=24 * 3, quiet_skip_s=QUIET_SKIP_S)
+            memory, _ = runs.load_memory(sim.store, report.runs[0].run_id)
+        switches = sum(1 for event in memory.events if event["kind"] == "capacity")
         run = report.runs[0]
-        out.append((run.hours_to_result, run.usd, run.preemptions, report.simulated_s, report.wall_s))
+        out.append((run.hours_to_result, run.usd, run.preemptions, report.simulated_s, report.wall_s, switches))
     return out
 
 
-def _cells(cells: list[Cell], workers: int) -> list[list[tuple[float | None, float, int, float, float]]]:
+def _cells(cells: list[Cell], workers: int) -> list[list[tuple[float | None, float, int, float, float, int]]]:
     """Every cell's results, its seeds split over ``workers`` processes."""
     chunks = [(index, cell._replace(seeds=cell.seeds[start::workers]))
               for index, cell in enumerate(cells) for start in range(workers)]
-    results: list[list[tuple[float | None, float, int, float, float]]] = [[] for _ in cells]
+    results: list[list[tuple[float | None, float, int, float, float, int]]] = [[] for _ in cells]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for (index, _), rows in zip(chunks, pool.map(run_cell, [chunk for _, chunk in chunks]), strict=True):
             results[index].extend(rows)
@@ -148,7 +158,7 @@ def policy_repetition(runs: int, repetition: int, workers: int) -> list[dict[str
     return rows
 
 
-def _row(hazard: str, policy: Policy, slack: float, results: list[tuple[float | None, float, int, float, float]],
+def _row(hazard: str, policy: Policy, slack: float, results: list[tuple[float | None, float, int, float, float, int]],
          od_usd: float, recovery_s: float) -> dict[str, Any]:
     due = DAY_S * slack / 3600
     missed = sum(1 for h, *_ in results if h is None or h > due)
@@ -170,6 +180,33 @@ def policy_study(runs: int, repetitions: int, workers: int, first: int = 0) -> l
                                            for key in ("cost_vs_on_demand", "missed", "preemptions_mean",
                                                        "recovery_s_learned", "speedup")}}
             for (hazard, slack, policy), found in table.items()]
+
+
+HYSTERESIS_HAZARD = 2.0
+HYSTERESIS_RECOVERY_S = 437.0
+"""The recovery the policy study's always-spot runs measured at 2 / h (436-438 s a preemption): fixed here, so that
+the hysteresis study runs the deadline policy alone."""
+
+
+def hysteresis_study(runs: int, workers: int, reserves: tuple[float, ...], first_seed: int = 0) -> list[dict[str, Any]]:
+    """The deadline policy at 2 / h and both slacks, seeds ``first_seed`` on, at each ``reserves`` (the recoveries to
+    spare before a move back to spot): cost vs on-demand, deadlines missed, capacity switches per run."""
+    seeds = tuple(range(first_seed, first_seed + runs))
+    [on_demand] = _cells([Cell(Policy.ON_DEMAND, HYSTERESIS_HAZARD, None, 0.0, seeds)], workers)
+    od_usd = statistics.fmean(usd for _, usd, *_ in on_demand)
+    cells = [Cell(Policy.DEADLINE, HYSTERESIS_HAZARD, slack, HYSTERESIS_RECOVERY_S, seeds, reserve)
+             for reserve in reserves for slack in SLACKS]
+    rows = []
+    for cell, results in zip(cells, _cells(cells, workers), strict=True):
+        switches = [r[5] for r in results]
+        assert cell.slack is not None
+        due = DAY_S * cell.slack / 3600
+        rows.append({"return_reserves": cell.return_reserves, "slack": cell.slack, "runs": len(results),
+                     "cost_vs_on_demand": statistics.fmean(usd for _, usd, *_ in results) / od_usd,
+                     "missed": sum(1 for h, *_ in results if h is None or h > due) / len(results),
+                     "switches_mean": statistics.fmean(switches), "switches_max": max(switches),
+                     "preemptions_mean": statistics.fmean(r[2] for r in results)})
+    return rows
 
 
 def _project(work: Path, trials: int, parallel: int, budget_usd: float) -> Path:
@@ -268,10 +305,15 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the fleet sweep's first seed (repetitions split over processes)")
     parser.add_argument("--skip-fleet", action="store_true")
+    parser.add_argument("--hysteresis", type=float, nargs="+", metavar="RESERVES",
+                        help="instead: the deadline policy's hysteresis study at these return reserves (e.g. 1 2 3)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
     out: dict[str, Any] = {}
+    if args.hysteresis:
+        out["hysteresis"] = hysteresis_study(args.runs, args.workers, tuple(args.hysteresis), args.first_seed)
+        args.skip_policy = args.skip_fleet = True
     if not args.skip_policy:
         out["policy_study"] = policy_study(args.runs, args.repetitions, args.workers, args.first_repetition)
     if not args.skip_fleet:
@@ -295,6 +337,17 @@ def main() -> None:
             table.add_row(row["hazard"], f"{row['slack']}x", row["policy"], _cell(row["cost_vs_on_demand"]),
                           _cell(row["missed"]), _cell(row["preemptions_mean"], "{:.1f}"),
                           _cell(row["recovery_s_learned"], "{:.0f}"), _cell(row["speedup"], "{:,.0f}x"))
+        console.print(table)
+    if "hysteresis" in out:
+        table = Table(title=f"deadline policy hysteresis: 24-h job at {HYSTERESIS_HAZARD:g} / h, "
+                            f"{args.runs} runs a cell")
+        for column in ("return reserves (R)", "slack", "cost vs on-demand", "deadlines missed", "switches per run",
+                       "most switches", "preemptions"):
+            table.add_column(column)
+        for row in out["hysteresis"]:
+            table.add_row(f"{row['return_reserves']:g}", f"{row['slack']}x", f"{row['cost_vs_on_demand']:.3f}",
+                          f"{row['missed']:.3f}", f"{row['switches_mean']:.2f}", str(row["switches_max"]),
+                          f"{row['preemptions_mean']:.1f}")
         console.print(table)
     if "fleet_sweep" in out:
         fleet = Table(title=f"fleet-scale sweep: {args.trials} trials, {args.parallel} parallel, 3 zones, a stockout, "

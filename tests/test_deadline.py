@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tpuops.controller.decide import Observed, Policy, decide
-from tpuops.deadline import MARGIN, Rule, Situation, choose, fallback, spot_needs_s
+from tpuops.deadline import MARGIN, RETURN_RESERVES, Rule, Situation, choose, fallback, spot_needs_s
 from tpuops.kinds import Capacity
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, Memory
@@ -47,10 +47,12 @@ def test_on_demand_returns_to_spot_once_slack_allows_a_move_back_and_not_one_pas
     timeline = [(moved + k * PASS, WORK - k * PASS) for k in range(int(WORK / PASS))]
     back = next(now for now, left in timeline if not choose(_at(now, left, True)).on_demand)
     work_then = dict(timeline)[back]
-    assert DUE - back >= spot_needs_s(_at(back, work_then, True)) + RECOVERY  # a move back's recovery fits
+    spare = RETURN_RESERVES * RECOVERY
+    assert RETURN_RESERVES >= 1  # at least the move back's own recovery
+    assert DUE - back >= spot_needs_s(_at(back, work_then, True)) + spare  # the move back's recoveries fit
     before = back - PASS
-    assert DUE - before < spot_needs_s(_at(before, work_then + PASS, True)) + RECOVERY
-    # Hysteresis: on spot with that slack the run would stay; on on-demand it waits for one more recovery.
+    assert DUE - before < spot_needs_s(_at(before, work_then + PASS, True)) + spare
+    # Hysteresis: on spot with that slack the run would stay; on on-demand it waits for more recoveries.
     assert any(not choose(_at(now, left, False)).on_demand and choose(_at(now, left, True)).on_demand
                for now, left in timeline)
     assert "slack returned" in choose(_at(back, work_then, True)).reason

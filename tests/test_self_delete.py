@@ -8,6 +8,7 @@ length is off the same way every time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -133,3 +134,61 @@ def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> Non
     runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=ExitClass.SUCCEEDED,
                                               ended=at(42).isoformat()))
     assert fleet.self_deletes(RUN) == at(42)
+
+
+def _vanished(tmp_path: Path, ended: datetime | None) -> Settings:
+    """A run's node READY in the ledger since 60 s, gone from the cloud (the in-memory provider holds none), and its
+    run's last status saying when the agent ended (None: no status)."""
+    from tpuops.kinds import Provider
+    from tpuops.session import open_ledger, store
+
+    settings = Settings(provider=Provider.GCP, node_provider="memory", project=P, zones=[ZONE],
+                        home=tmp_path / "home", store=str(tmp_path / "store"))
+    ledger = open_ledger(settings)
+    ledger.record_node(P, ZONE, "n", "v2-8", "on-demand", run_id=RUN, uid="7", at=at(0))
+    ledger.observe(P, ZONE, "n", NodeState.READY, at(60), uid="7")
+    if ended is not None:
+        runs.write_status(store(settings), RUN, AgentStatus(run_id=RUN, phase=Phase.DONE,
+                                                            exit_class=ExitClass.SUCCEEDED, ended=ended.isoformat()))
+    return settings
+
+
+def _status(settings: Settings) -> None:
+    from tpuops import api
+
+    api.status(settings)
+
+
+def _down_all(settings: Settings) -> None:
+    from tpuops import api
+
+    api.down(settings, None)
+
+
+def _dashboard_nodes(settings: Settings) -> None:
+    from tpuops.api.dashboard import nodes
+
+    nodes(settings)
+
+
+@pytest.mark.parametrize("command", [_status, _down_all, _dashboard_nodes], ids=["status", "down --all", "dashboard"])
+@pytest.mark.parametrize(("said", "dated"), [
+    (420.0, 420.0),  # the self-delete its run's status dates
+    (30.0, 60.0),  # before the READY the ledger holds: kept to it
+    (None, None),  # no evidence: when the listing saw it gone (now)
+])
+def test_status_down_and_the_dashboard_date_a_self_deleted_node_where_its_run_says(
+    tmp_path: Path, command: Callable[[Settings], None], said: float | None, dated: float | None,
+) -> None:
+    """Not only the controller: any command whose listing finds a run's node gone ends it at its self-delete."""
+    from tpuops.session import open_ledger
+
+    settings = _vanished(tmp_path, None if said is None else at(said))
+    before = datetime.now(UTC)
+    command(settings)
+    last = open_ledger(settings).transitions(P, ZONE, "n", uid="7")[-1]
+    assert last.state == DELETED
+    if dated is None:
+        assert last.at >= before
+    else:
+        assert last.at == at(dated)

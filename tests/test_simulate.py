@@ -244,6 +244,42 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
 
 
 @pytest.mark.unit
+def test_a_dry_run_plans_on_the_hazard_and_recovery_learned_from_the_ledger_and_says_so(project: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tpuops import runs
+    from tpuops.runs import AgentStatus
+    from tpuops.runs.models import AttemptTime
+    from tpuops.session import open_ledger, store
+
+    assumed = json.loads(CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"]
+                                            ).stdout)["forecast"]["assumptions"]
+    assert [assumed[k]["learned"] for k in ("hazard_per_hour", "recovery_s", "lost_work_per_hour")] == [False] * 3
+    assert assumed["recovery_s"]["source"].startswith("assumed: recovery_s in tpuops.toml")
+    # History: run "old" was preempted after an hour on spot in the first zone; its replacement was READY 300 s
+    # later and its agent set up in 200 s: one recovery of 500 s, one preemption in about 1.1 READY hours.
+    settings = load_settings()
+    ledger, t0 = open_ledger(settings), datetime(2026, 1, 1, tzinfo=timezone.utc)
+    for uid, created, ready, end, state in (("1", 0, 60, 3660, NodeState.PREEMPTED), ("2", 3900, 3960, 7200, None)):
+        ledger.record_node(settings.project, ZONES[0], "old", "v3-8", "spot", run_id="old", uid=uid,
+                           at=t0 + timedelta(seconds=created))
+        ledger.observe(settings.project, ZONES[0], "old", NodeState.READY, t0 + timedelta(seconds=ready), uid=uid)
+        if state is not None:
+            ledger.observe(settings.project, ZONES[0], "old", state, t0 + timedelta(seconds=end), uid=uid)
+        ledger.mark_deleted(settings.project, ZONES[0], "old", t0 + timedelta(seconds=end + 10), uid=uid)
+    second = (t0 + timedelta(seconds=3920)).timestamp()
+    runs.write_status(store(settings), "old", AgentStatus(run_id="old", attempts=[
+        AttemptTime(attempt=1, started_at=t0.timestamp() + 70, first_step_at=t0.timestamp() + 270, setup_s=200,
+                    productive_s=3300),
+        AttemptTime(attempt=2, started_at=second, first_step_at=second + 200, setup_s=200, productive_s=3000)]))
+    done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run"])
+    assert done.exit_code == 0, done.output
+    assert "recovery_s: 500 (learned from 1 preemption in us-central1-a" in done.output
+    assert "hazard_per_hour:" in done.output and "learned from 1 preemption over" in done.output
+    assert "lost_work_per_hour: 0.05 (assumed: lost_work_per_hour in tpuops.toml" in done.output
+
+
+@pytest.mark.unit
 def test_a_forecast_is_the_same_on_every_call(project: Path) -> None:
     from tpuops.sim.forecast import forecast
 
@@ -267,6 +303,23 @@ def test_a_risk_so_high_that_runs_never_end_ends_the_forecast_with_them_unfinish
     # once a pass, not by the work budget (288 run-passes) nor the wall clock.
     assert 100 < spot["expected_preemptions"] <= 24 * 3600 / 300
     assert FORECAST_RUN_PASSES // len(rows) > 288 and rows["on-demand"]["finished"] == 1
+
+
+@pytest.mark.unit
+def test_a_job_far_longer_than_the_work_share_is_forecast_to_its_end(project: Path) -> None:
+    """A 300-h job (5.4 M steps at the assumed 10 steps/s, saving every 100 steps for 10 s): 4 runs per policy get
+    a share of 3,000 passes each (250 h), which used to end them all not finished. The budget now scales with the
+    job, and its quiet passes are skipped, so every run ends, at 300 h plus boots, in about 100 passes each."""
+    from tpuops.sim.forecast import FORECAST_RUN_PASSES, forecast
+
+    spec = project / "experiments" / "digits_cnn.yaml"
+    spec.write_text(spec.read_text().replace("steps: 600\n", "steps: 5400000\n"))
+    settings = load_settings().model_copy(update={"spot_preemptions_per_hour": 0.0})
+    assert FORECAST_RUN_PASSES // 4 // 4 < 300 * 3600 / 300  # more passes than the old share gave each run
+    rows = {row["policy"]: row for row in forecast(settings, spec, [], None, runs=4).to_json()["policies"]}
+    for row in rows.values():
+        assert (row["simulated"], row["finished"], row["cut_short_by_time"]) == (4, 4, False), row
+        assert 300 < row["hours"]["p50"] < 301
 
 
 @pytest.mark.unit

@@ -155,11 +155,12 @@ class Fleet:
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
         if node.state is NodeState.DELETING:
-            return self._ended_at(node.zone, node.name, node.labels.get(naming.RUN_KEY), node.create_time, seen, first)
+            return self._ended_at(node.zone, node.name, node.labels.get(naming.RUN_KEY), node.create_time, seen, first,
+                                  uid=node.uid or None)
         return self._changed_at(node.zone, node.name, seen, first=first)
 
     def _ended_at(self, zone: str, name: str, run_id: str | None, created: datetime | None, seen: datetime,
-                  first: datetime | None = None) -> datetime:
+                  first: datetime | None = None, *, uid: str | None = None) -> datetime:
         """When a node first seen DELETING or gone at ``seen`` stopped costing: its self-delete, else ``_changed_at``.
 
         A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
@@ -168,16 +169,27 @@ class Fleet:
         ~58 s early on average, 1.3 % of its spend under billing truth. The run's status dates the
         self-delete (``self_deletes``): when it is of this incarnation (not before its create), the
         end is dated there, kept within the gap between the last sighting of the node as it was and
-        this one (a clock that is off, or a kept node deleted later, cannot move it out).
+        this one (a clock that is off, or a kept node deleted later, cannot move it out). A process
+        that never saw the node before (``status``, ``down``, the dashboard) keeps it after the last
+        transition the ledger holds of the incarnation (``uid``) instead: the node was in that state
+        from then on, so it cannot have ended before.
         """
         guess = self._changed_at(zone, name, seen, first)
+        if run_id is None or self.self_deletes is None:
+            return guess
         last = self._last_seen.get((zone, name))
-        if run_id is None or self.self_deletes is None or last is None or last.at >= seen:
+        since = last.at if last is not None else self._last_change(zone, name, uid)
+        if since is None or since >= seen:
             return guess
         asked = self.self_deletes(run_id)
         if asked is None or (created is not None and asked < created):
             return guess
-        return min(max(asked, last.at), seen)
+        return min(max(asked, since), seen)
+
+    def _last_change(self, zone: str, name: str, uid: str | None) -> datetime | None:
+        """When the ledger's last transition of the incarnation happened; None when it holds none."""
+        changes = self.ledger.transitions(self.settings.project, zone, name, uid=uid)
+        return changes[-1].at if changes else None
 
     def _changed_at(self, zone: str, name: str, seen: datetime, first: datetime | None = None) -> datetime:
         """When a change first seen at ``seen`` most likely happened: within the gap since the last sighting.
@@ -236,9 +248,14 @@ class Fleet:
             self._creating.setdefault((zone, name), operation)
 
     def _gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
-        """Close the node's ledger incarnation (``record``, when at hand): at ``at`` when known, else when it went."""
+        """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
+        went (``_ended_at``: a node that deleted itself, where its run says)."""
+        if at is None and record is None:
+            record = next((r for r in self.ledger.nodes(self.settings.project, zone, open_only=True)
+                           if r.name == name), None)
         stamp = at or self._ended_at(zone, name, record.run_id if record else None,
-                                     record.created_at if record else None, utc_now(self.clock))
+                                     record.created_at if record else None, utc_now(self.clock),
+                                     uid=record.uid if record else None)
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)

@@ -31,6 +31,7 @@ from tpuops.errors import NotFound, UsageError
 from tpuops.experiment import Experiment, load_experiment
 from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity, Provider
+from tpuops.planning import Learner, keys_of
 from tpuops.providers.nodes import MetadataKey
 from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
@@ -135,10 +136,13 @@ def plan_train(
     keep: bool = False,
     budget_usd: float | None = None,
     sweep: str | None = None,
+    learner: Learner | None = None,
 ) -> JobPlan:
     """Validate the experiment and its data and compute the run; nothing is written or created.
 
-    ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id.
+    ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id. ``learner`` gives
+    what a deadline or ``every: auto`` rests on (``tpuops.planning``), asked only for such an experiment;
+    without one the settings' assumptions apply.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
     deadline = _deadline(experiment)
@@ -156,12 +160,18 @@ def plan_train(
     dataset = DatasetSpec(features=features, label=label, train=train.patterns(store),
                           eval=evaluation.patterns(store) if evaluation else [],
                           shuffle_buffer=experiment.dataset.shuffle_buffer, cache=experiment.dataset.cache)
+    record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
+                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep,
+                     deadline=deadline)
+    if learner is not None and (deadline or experiment.checkpoint.every == "auto"):
+        record = record.model_copy(update={"inputs": learner(keys_of(record))})
+    lost_rate = record.inputs.lost_work_per_hour.value if record.inputs else settings.lost_work_per_hour
     program = experiment.program
     if program is not None:
         spec = _run_spec(settings, store, run_id, experiment, dataset, script=ScriptSpec(
             command=program,
             hparams_as_flags=experiment.hparams_as_flags,
-            **_schedule(experiment, settings, auto_rate=False),
+            **_schedule(experiment, lost_rate, auto_rate=False),
             keep_checkpoints=experiment.checkpoint.keep,
             total_steps=experiment.steps,
         ))
@@ -171,15 +181,12 @@ def plan_train(
             per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
-            **_schedule(experiment, settings, auto_rate=True),
+            **_schedule(experiment, lost_rate, auto_rate=True),
             keep_checkpoints=experiment.checkpoint.keep,
             eval_every_steps=experiment.eval.every_steps,
             eval_steps=experiment.eval.steps,
             metrics=tuple(experiment.eval.metrics),
         ))
-    record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
-                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep,
-                     deadline=deadline)
     datasets = tuple(d for d in (train, evaluation) if d is not None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                             datasets=datasets))
@@ -208,15 +215,15 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
     )
 
 
-def _schedule(experiment: Experiment, settings: Settings, *, auto_rate: bool) -> dict[str, Any]:
+def _schedule(experiment: Experiment, lost_rate: float, *, auto_rate: bool) -> dict[str, Any]:
     """The agent's checkpoint schedule: the experiment's, or for ``every: auto`` by time only, starting at the
-    Young/Daly interval of an assumed save; the built-in loop (``auto_rate``) re-chooses it after each save, a
-    script keeps that first interval."""
+    Young/Daly interval of an assumed save at ``lost_rate`` losses an hour (``tpuops.planning``); the built-in
+    loop (``auto_rate``) re-chooses it after each save, a script keeps that first interval."""
     every = experiment.checkpoint
     if every.every != "auto":
         return {"checkpoint_every_steps": every.every_steps, "checkpoint_every_seconds": float(every.every_seconds)}
-    first = young_daly_s(FIRST_SAVE_S, settings.lost_work_per_hour)
-    rate = {"checkpoint_loss_rate_per_hour": settings.lost_work_per_hour} if auto_rate else {}
+    first = young_daly_s(FIRST_SAVE_S, lost_rate)
+    rate = {"checkpoint_loss_rate_per_hour": lost_rate} if auto_rate else {}
     return {"checkpoint_every_steps": 0, "checkpoint_every_seconds": first, **rate}
 
 

@@ -108,7 +108,7 @@ def prior_rate(capacity: str, spot_preemptions_per_hour: float) -> float:
     return spot_preemptions_per_hour if parse_capacity(capacity) in SPOT_PRICED else 0.0
 
 
-def _ready_at(history: NodeHistory) -> datetime | None:
+def ready_at(history: NodeHistory) -> datetime | None:
     return next((t.at for t in history.transitions if t.state == NodeState.READY.value), None)
 
 
@@ -117,7 +117,7 @@ def _stockouts(members: Sequence[NodeHistory]) -> tuple[Stockout, ...]:
     start: datetime | None = None
     failed = 0
     for history in sorted(members, key=lambda h: h.node.created_at):
-        if _ready_at(history) is not None:
+        if ready_at(history) is not None:
             if failed:
                 episodes.append(Stockout(start or history.node.created_at, history.node.created_at, failed))
             start, failed = None, 0
@@ -135,7 +135,7 @@ def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, spot_pr
     preemptions = sum(1 for h in members if any(t.state == NodeState.PREEMPTED.value for t in h.transitions))
     latencies = tuple((ready - h.node.created_at).total_seconds()
                       for h in sorted(members, key=lambda h: h.node.created_at)
-                      if (ready := _ready_at(h)) is not None)
+                      if (ready := ready_at(h)) is not None)
     common = {"key": key, "nodes": len(members), "ready_hours": ready_s / 3600, "preemptions": preemptions,
               "ready_latency_s": latencies, "stockouts": _stockouts(members)}
     if ready_s <= 0:

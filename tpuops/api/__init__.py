@@ -104,10 +104,12 @@ def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accel
                sweep: str | None = None, base_dir: Path | None = None) -> JobPlan:
     """What ``train`` would declare and create (``--dry-run``): validated, nothing written."""
     from tpuops import jobs
+    from tpuops.api.plan import learner
     from tpuops.session import store
 
     return jobs.plan_train(settings, spec, store(settings), run_id=name, accelerator=accelerator, capacity=capacity,
-                           keep=keep, budget_usd=budget_usd, sweep=sweep, base_dir=base_dir)
+                           keep=keep, budget_usd=budget_usd, sweep=sweep, base_dir=base_dir,
+                           learner=learner(settings))
 
 
 @dataclass(frozen=True)

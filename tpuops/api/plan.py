@@ -8,7 +8,7 @@ and imports what it computes with lazily; the models (``tpuops.risk``) compute w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +19,10 @@ from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
     from tpuops.jobs import JobPlan
-    from tpuops.risk import Risk
+    from tpuops.ledger import NodeHistory
+    from tpuops.planning import Learner
+    from tpuops.risk import Risk, RiskKey
+    from tpuops.runs.models import AttemptTime, PlanInputs, RunRecord
     from tpuops.sim.engine import SimReport
     from tpuops.sim.forecast import Forecast
     from tpuops.sweeps.start import SweepPlan
@@ -32,11 +35,60 @@ def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
     """``tpuops risk``: per (zone, accelerator, capacity) of the project's ledger, READY node-hours,
     preemptions, the rate with its 95 % interval, create -> READY latency and stockout episodes."""
     from tpuops.risk import learn
+
+    return learn(_histories(settings), now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+
+
+def _histories(settings: Settings) -> list[NodeHistory]:
+    """Every node incarnation of the project in the ledger; none without a ledger, which reading must not create
+    (a refused command leaves nothing behind)."""
     from tpuops.session import open_ledger
 
-    # No ledger yet is no history: reading it must not create it (a refused command leaves nothing behind).
-    histories = open_ledger(settings).histories(settings.project) if settings.ledger_path.exists() else []
-    return learn(histories, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+    return open_ledger(settings).histories(settings.project) if settings.ledger_path.exists() else []
+
+
+RECENT_RUNS = 200
+"""How many of the newest runs the ledger names a plan reads the statuses of (recovery costs, lost work): a
+bounded number of store reads per launch, however long the history."""
+
+
+def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
+    """What a run's deadline and ``every: auto`` rest on (``tpuops.planning``), learned from the ledger and the
+    statuses of the ``RECENT_RUNS`` newest runs it names; read once, on the first ask (a run that needs
+    neither reads nothing)."""
+    from functools import cache
+
+    from tpuops import planning
+    from tpuops import runs as run_store
+    from tpuops.errors import TpuopsError
+    from tpuops.risk import learn
+    from tpuops.session import store
+
+    @cache
+    def history() -> tuple[list[NodeHistory], list[Risk], dict[str, list[AttemptTime]]]:
+        root = store(settings)
+
+        def attempts(run_id: str) -> list[AttemptTime]:
+            try:
+                status = run_store.read_status(root, run_id)
+            except TpuopsError:  # an unreadable status is no evidence
+                return []
+            return list(status.attempts) if status else []
+
+        histories = _histories(settings)
+        newest = sorted({h.node.run_id: h.node.created_at for h in histories if h.node.run_id}.items(),
+                        key=lambda item: item[1])
+        ids = [run_id for run_id, _ in newest[-RECENT_RUNS:]]
+        risks = learn(histories, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+        return histories, risks, dict(zip(ids, run_store.parallel_map(attempts, ids), strict=True))
+
+    defaults = planning.Defaults(settings.spot_preemptions_per_hour, settings.recovery_s, settings.lost_work_per_hour)
+
+    def learn_inputs(keys: Sequence[RiskKey]) -> PlanInputs:
+        histories, risks, found = history()
+        return planning.learn(risks, histories, found, keys, defaults)
+
+    return learn_inputs
 
 
 def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int = 1, seed: int = 0,
@@ -61,13 +113,16 @@ class Forecasted(Generic[PlanT]):
     forecast: Forecast
 
 
-def _forecast(settings: Settings, path: Path, experiment: str, runs: int, sweeps: int) -> Forecast:
+def _forecast(settings: Settings, path: Path, experiment: str, record: RunRecord, runs: int, sweeps: int
+              ) -> Forecast:
     from tpuops import runs as run_store
+    from tpuops.planning import keys_of
     from tpuops.session import store
     from tpuops.sim.forecast import forecast, measured
 
     history = measured(run_store.list_runs(store(settings)), experiment)
-    return forecast(settings, path, risk(settings), history, runs=runs, sweeps=sweeps)
+    return forecast(settings, path, risk(settings), history, runs=runs, sweeps=sweeps,
+                    inputs=learner(settings)(keys_of(record)))
 
 
 def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
@@ -79,7 +134,7 @@ def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, a
 
     plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
                       budget_usd=budget_usd)
-    return Forecasted(plan, _forecast(settings, spec, plan.experiment.name, runs, sweeps=0))
+    return Forecasted(plan, _forecast(settings, spec, plan.experiment.name, plan.record, runs, sweeps=0))
 
 
 def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> Forecasted[SweepPlan]:
@@ -87,4 +142,5 @@ def forecast_sweep(settings: Settings, spec: Path, *, sweeps: int = 3) -> Foreca
     from tpuops.api.sweeps import sweep_plan
 
     plan = sweep_plan(settings, spec)
-    return Forecasted(plan, _forecast(settings, spec, plan.job.experiment.name, runs=0, sweeps=sweeps))
+    return Forecasted(plan, _forecast(settings, spec, plan.job.experiment.name, plan.job.record, runs=0,
+                                          sweeps=sweeps))

@@ -35,21 +35,23 @@ class SweepStarted:
 
 def sweep_plan(settings: Settings, spec: Path) -> SweepPlan:
     """``tpuops sweep start SPEC --dry-run``: the validated sweep and its trials' run template; nothing written."""
+    from tpuops.api.plan import learner
     from tpuops.session import store
     from tpuops.sweeps.start import plan_sweep
 
-    return plan_sweep(settings, spec, store(settings))
+    return plan_sweep(settings, spec, store(settings), learner=learner(settings))
 
 
 def sweep_start(settings: Settings, spec: Path, *, progress: Callable[[str], None] | None = None) -> SweepStarted:
     """``tpuops sweep start SPEC``: declare the sweep, then one reconcile pass launches its first trials."""
     from tpuops.api import reconcile
+    from tpuops.api.plan import learner
     from tpuops.session import store
     from tpuops.sweeps.start import plan_sweep, start_sweep
 
     say = progress or (lambda _text: None)
     root = store(settings)
-    plan = plan_sweep(settings, spec, root)
+    plan = plan_sweep(settings, spec, root, learner=learner(settings))
     start_sweep(plan, root, say)
     return SweepStarted(plan, reconcile(settings, progress=say))
 

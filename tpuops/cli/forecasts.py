@@ -30,4 +30,11 @@ def print_forecast(forecast: dict[str, Any], what: str) -> None:
             console.print(f"  {row['policy']}: cut short by time (this machine, not the model, limited it: "
                           "fewer may show finished)", markup=False, soft_wrap=True)
     for key, value in forecast["assumptions"].items():
-        console.print(f"  {key}: {value}", markup=False, soft_wrap=True)
+        console.print(f"  {key}: {_assumption(value)}", markup=False, soft_wrap=True)
+
+
+def _assumption(value: Any) -> str:
+    """A planning input (``tpuops.planning``) as its value and where it came from; anything else as it is."""
+    if isinstance(value, dict) and "source" in value:
+        return f"{value['value']:.4g} ({value['source']})"
+    return str(value)

@@ -116,6 +116,15 @@ def status(
                       {True: "on", False: "off"}.get(r["deterministic"], ""),
                       _checkpoint_cell(r), "" if r["goodput"] is None else r["goodput"]["goodput"] or "",
                       r["heartbeat"] or "") for r in rows])
+        for r in rows:
+            for line in _input_lines(r):
+                err_console().print(line, markup=False, soft_wrap=True)
+
+
+def _input_lines(run: dict) -> list[str]:
+    """What a run's deadline rule and ``every: auto`` rest on, each with where it came from (``tpuops.planning``)."""
+    inputs = run.get("inputs") or {}
+    return [f"  {run['run_id']}: {name} {found['value']:.4g} ({found['source']})" for name, found in inputs.items()]
 
 
 def _checkpoint_cell(run: dict) -> str:

@@ -575,10 +575,14 @@ class Controller:
 
 
 def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
-    """The run's capacity rule (``tpuops.deadline``), at ``hazard_per_hour`` spot preemptions costing ``recovery_s``
-    each; None without one, or for a run declared on-demand (nothing cheaper to move to)."""
+    """The run's capacity rule (``tpuops.deadline``), at the spot hazard and recovery cost learned at its launch
+    (``record.inputs``, ``tpuops.planning``), else at ``hazard_per_hour`` preemptions costing ``recovery_s`` each
+    (the settings' assumptions, for a record from before them); None without a rule, or for a run declared
+    on-demand (nothing cheaper to move to)."""
     if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
         return None
+    if record.inputs is not None:
+        hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
     return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
                 fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
 

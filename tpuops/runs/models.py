@@ -63,6 +63,28 @@ class NodeSpec(NodeRequest):
         return cls(**request.model_dump(), zones=list(zones))
 
 
+class Learned(_Doc):
+    """One input of a plan: its value, whether history gave it, and the words that say where it came from
+    (``tpuops.planning`` learns them)."""
+
+    value: float
+    learned: bool
+    source: str
+
+    @classmethod
+    def of(cls, value: float, learned: bool, source: str) -> Learned:
+        return cls(value=value, learned=learned, source=source)
+
+
+class PlanInputs(_Doc):
+    """What a run's plan rests on, frozen into its record at launch (``tpuops.planning``): the spot hazard and
+    the cost of one recovery the deadline policy weighs, and the rate of lost work ``every: auto`` saves against."""
+
+    hazard_per_hour: Learned
+    recovery_s: Learned
+    lost_work_per_hour: Learned
+
+
 class RunRecord(_Doc):
     """``run.json``: what the run is, the node it runs on (frozen) and its limits. Written once."""
 
@@ -83,6 +105,9 @@ class RunRecord(_Doc):
     """The run's expected length at on-demand speed: its remaining work until a pass has measured its speed."""
     fallback: bool = False
     """Spot until the first preemption, on-demand after (``tpuops.deadline.fallback``: the SkyPilot-like baseline)."""
+    inputs: PlanInputs | None = None
+    """What its deadline rule and ``every: auto`` rest on, learned at launch; None: a record from before them, or
+    a run with neither (the settings' assumptions apply)."""
 
     @property
     def node_name(self) -> str:

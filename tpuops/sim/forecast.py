@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from tpuops.config import Settings
 from tpuops.risk import Risk
 from tpuops.runs import Run
+from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Policy, is_sweep, simulate
 
@@ -32,12 +33,31 @@ below, this is what bounds a risk so high that runs never end (the ledger of an 
 seconds); both depend on the inputs alone, so the same inputs give the same forecast under any load."""
 
 FORECAST_RUN_PASSES = 48_000
-"""A forecast's simulated work (runs going, summed over passes), shared equally by its simulations, so that
-a long job's horizon is bounded too: an experiment's 4 simulations of 20 runs get 600 passes each (50 h at a
-pass every 5 min; a longer job shows as not finished), a sweep's 12 get 4,000 run-passes each. Measured on
-the shared 2-core machine, a pathological ledger (spot preempted 1000 times an hour) costs the digits
-experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes of spot), and an 83-h job's 103 s wall, 72 s
-CPU (every policy stopped by this budget: 48,000 run-passes, about 2 ms each)."""
+"""A forecast's simulated work (runs going, summed over passes), shared equally by its simulations: an
+experiment's 4 simulations of 20 runs get 600 passes each, a sweep's 12 get 4,000 run-passes each. A longer job
+gets more (``FORECAST_PASSES_PER_LENGTH``). Measured on the shared 2-core machine, a pathological ledger (spot
+preempted 1000 times an hour) costs the digits experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes
+of spot)."""
+
+FORECAST_PASSES_PER_LENGTH = 2.0
+"""A simulation's work budget is at least twice the passes its runs take over the job's length on-demand, up to
+``FORECAST_SCALED_CAP``: a run that takes more than twice its length, or that never ends, stops there. Where the
+share above is less (a job longer than about 25 h), this is what lets a long job finish; with every pass
+counted, an experiment's 20 runs of up to 50 h finish within it at any hazard, and longer ones as far as their
+passes are quiet (``FORECAST_QUIET_SHARE``: on-demand, or spot at a modest hazard). It depends on the inputs
+alone."""
+
+FORECAST_SCALED_CAP = FORECAST_RUN_PASSES // 2
+"""The most work one simulation gets, however long the job: it bounds a ledger so bad that spot runs never end
+(spot preempted 1000 times an hour: a 166-h job's forecast took 135 s, 93 s CPU, on the shared 2-core machine,
+spot stopped at 24,000 run-passes; at twice this cap, the wall guard's share cut spot short at 150 s)."""
+
+FORECAST_QUIET_SHARE = 0.01
+"""A forecast skips quiet passes up to 1 % of the job's length (``Limits.quiet_share``): a job shorter than
+about 8 h (100 passes of 5 minutes) skips none, and a longer one costs about 100 passes per run where nothing
+happens, so that the forecast of an 83-h job takes about as long as a 1-day one. The only rule this can delay
+is the deadline policy's return to spot (by at most that share); costs and times come from the simulated
+cloud's billing and the agents' clocks, which skipped passes do not change."""
 
 FORECAST_WALL_S = 600.0
 """The last resort, over every policy's simulations: met only when the machine is far slower than the work
@@ -155,9 +175,10 @@ def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> P
 
 
 def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Measured | None, *, runs: int = 20,
-             sweeps: int = 3, seed: int = 0, cron_s: float = 300.0,
+             sweeps: int = 3, seed: int = 0, cron_s: float = 300.0, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> Forecast:
-    """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps)."""
+    """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps), its
+    runs planning on ``inputs`` (``tpuops.planning``: learned or assumed, and each says which)."""
     steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
     setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
@@ -173,17 +194,21 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
 
     def limits() -> Limits:
         return Limits(horizon=FORECAST_HORIZON, max_run_passes=FORECAST_RUN_PASSES // simulations,
+                      passes_per_length=FORECAST_PASSES_PER_LENGTH, scaled_cap=FORECAST_SCALED_CAP,
+                      quiet_share=FORECAST_QUIET_SHARE,
                       wall_budget_s=budget_s())
 
     policies = []
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())
+                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                limits=limits())
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, progress=progress, limits=limits())]
+                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                limits=limits())]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
@@ -196,9 +221,11 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
         "pass_every_s": cron_s,
         "deadline": "the experiment's" if _names_deadline(path) else
                     f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
-        "recovery_s": settings.recovery_s,
+        **(inputs.model_dump() if inputs else {"recovery_s": settings.recovery_s,
+                                                "lost_work_per_hour": settings.lost_work_per_hour}),
         "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h), at most "
-                   f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation: what has not ended by then "
-                   "is not finished",
+                   f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation or "
+                   f"{FORECAST_PASSES_PER_LENGTH:g}x the passes of the job's length, if more: what has not ended by "
+                   "then is not finished",
     }
     return Forecast(tuple(policies), assumptions)

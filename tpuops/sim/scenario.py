@@ -12,6 +12,7 @@ checkpoint interval) and the stated defaults below for what only a run can measu
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from tpuops.naming import RUN_KEY
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
+from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import Store
@@ -65,14 +67,16 @@ class Policy(ValueEnum):
     def capacity(self) -> Capacity:
         return Capacity.ON_DEMAND if self is Policy.ON_DEMAND else Capacity.SPOT
 
-    def rule(self, length_s: float, due_s: float | None, start: float = START) -> dict[str, Any]:
+    def rule(self, length_s: float, due_s: float | None, start: float = START,
+             inputs: PlanInputs | None = None) -> dict[str, Any]:
         """The record fields of a run under this policy, launched at ``start``: its job ``length_s`` long on-demand,
-        due ``due_s`` after its launch (None: ``DEADLINE_SLACK`` x its length)."""
+        due ``due_s`` after its launch (None: ``DEADLINE_SLACK`` x its length), its deadline weighing ``inputs``
+        (None: the settings' assumptions)."""
         if self is Policy.FALLBACK:
             return {"fallback": True}
         if self is Policy.DEADLINE:
             return {"deadline_at": start + (due_s if due_s is not None else DEADLINE_SLACK * length_s),
-                    "expected_s": length_s}
+                    "expected_s": length_s, "inputs": inputs}
         return {}
 
 
@@ -110,19 +114,36 @@ class Limits:
 
     ``max_hours`` of virtual time, or ``horizon`` times the job's length on-demand (a sweep's: its waves of
     trials) but at least ``floor_hours`` (a short job's time to result is mostly passes and boots, not its
-    length), whichever is less; ``max_run_passes`` of simulated work; ``wall_budget_s`` of real time (a last
-    resort: the only limit that depends on the machine, not the inputs)."""
+    length), whichever is less; ``max_run_passes`` of simulated work, or, when more, ``passes_per_length``
+    times the passes the job's runs going at once take over its length on-demand (so that a long job can
+    finish: the budget scales with it) up to ``scaled_cap``; ``wall_budget_s`` of real time (a last resort:
+    the only limit that depends on the machine, not the inputs).
+
+    ``quiet_share`` > 0 lets the engine skip quiet passes (``Simulation.run(quiet_skip_s=)``) up to that share
+    of the job's length: every cloud event is still seen at the cron pass after it, so a long job costs about
+    1 / ``quiet_share`` passes per run while nothing happens, and a job shorter than ``cron_s / quiet_share``
+    skips nothing."""
 
     max_hours: float = 24 * 30
     horizon: float | None = None
     floor_hours: float = 24.0
     max_run_passes: int | None = None
+    passes_per_length: float = 0.0
+    scaled_cap: int | None = None
+    quiet_share: float = 0.0
     wall_budget_s: float | None = None
 
     def hours(self, length_s: float) -> float:
         if self.horizon is None:
             return self.max_hours
         return min(self.max_hours, max(self.floor_hours, self.horizon * length_s / 3600))
+
+    def run_passes(self, length_s: float, cron_s: float, going: int) -> int | None:
+        """The work budget of a job ``length_s`` long with ``going`` runs at once, passing every ``cron_s``."""
+        if self.max_run_passes is None:
+            return None
+        scaled = math.ceil(self.passes_per_length * going * length_s / cron_s)
+        return max(self.max_run_passes, min(scaled, self.scaled_cap or scaled))
 
 
 def is_sweep(path: Path) -> bool:
@@ -161,9 +182,11 @@ def _on(plan: SweepPlan, capacity: Capacity, rule: dict[str, Any]) -> SweepPlan:
 def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
              seed: int = 0, cron_s: float = 300.0, limits: Limits = Limits(),
              steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
-             cloud: CloudModel | None = None, progress: Callable[[str], None] | None = None) -> SimReport:
+             cloud: CloudModel | None = None, inputs: PlanInputs | None = None,
+             progress: Callable[[str], None] | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
-    ``cloud``, a model given whole: a benchmark's stockout episode).
+    ``cloud``, a model given whole: a benchmark's stockout episode), the runs planning on ``inputs``
+    (``tpuops.planning``; None: the settings' assumptions).
 
     Raises:
         UsageError: a bad file, count or interval (one line each).
@@ -178,23 +201,25 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     user_store = store(settings)
     if workdir is not None:
         return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, limits, steps_per_s,
-                    setup_s, cloud, say)
+                    setup_s, cloud, inputs, say)
     with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
         return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, limits,
-                    steps_per_s, setup_s, cloud, say)
+                    steps_per_s, setup_s, cloud, inputs, say)
 
 
 def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
          count: int, seed: int, cron_s: float, limits: Limits, steps_per_s: float, setup_s: float | None,
-         cloud: CloudModel | None, say: Callable[[str], None]) -> SimReport:
+         cloud: CloudModel | None, inputs: PlanInputs | None, say: Callable[[str], None]) -> SimReport:
+    lost_rate = inputs.lost_work_per_hour.value if inputs else settings.lost_work_per_hour
     if is_sweep(path):
         plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
         model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
-                            lost_work_per_hour=settings.lost_work_per_hour,
+                            lost_work_per_hour=lost_rate,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
         length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
-        plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment)))
+        going = plan.spec.parallel
+        plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment), inputs=inputs))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
                          seed=seed, progress=say)
@@ -205,11 +230,11 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, timezone.utc))
         job = jobs.plan_train(settings, path, user_store, run_id=launched, capacity=policy.capacity)
         model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
-                            lost_work_per_hour=settings.lost_work_per_hour)
+                            lost_work_per_hour=lost_rate)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
-        length_s = model.length_s
-        rule = policy.rule(length_s, _due_s(job.experiment))
+        length_s, going = model.length_s, count
+        rule = policy.rule(length_s, _due_s(job.experiment), inputs=inputs)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
-    return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.max_run_passes,
-                   wall_budget_s=limits.wall_budget_s)
+    return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.run_passes(length_s, cron_s, going),
+                   wall_budget_s=limits.wall_budget_s, quiet_skip_s=limits.quiet_share * length_s)

@@ -21,6 +21,7 @@ from tpuops import jobs
 from tpuops.config import Settings
 from tpuops.cost import catalog_for
 from tpuops.errors import UsageError
+from tpuops.planning import Learner
 from tpuops.store import Store
 from tpuops.sweeps import ops, studies
 from tpuops.sweeps.models import SweepRecord
@@ -53,7 +54,8 @@ class SweepPlan:
                 "storage": spec.storage.kind, "first_runs": [trial_run_id(spec.name, n) for n in range(spec.parallel)]}
 
 
-def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path | None = None) -> SweepPlan:
+def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path | None = None,
+               learner: Learner | None = None) -> SweepPlan:
     """Validate the sweep, its experiment and its data; compute the trials' run template. Nothing is written.
 
     Refused here, so before any upload and by ``--dry-run`` too: a budget that cannot pay for one
@@ -62,7 +64,8 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
     spec = load_sweep(path)
     experiment = experiment_path(path, spec)
     job = jobs.plan_train(settings, experiment, store, run_id=trial_run_id(spec.name, 0),
-                          accelerator=spec.accelerator, capacity=spec.capacity, base_dir=base_dir, sweep=spec.name)
+                          accelerator=spec.accelerator, capacity=spec.capacity, base_dir=base_dir, sweep=spec.name,
+                          learner=learner)
     train = job.spec.train
     assert train is not None
     metrics = list(train.metrics)
