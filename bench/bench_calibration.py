@@ -36,7 +36,7 @@ from tpuops.cost import catalog_for
 from tpuops.data.samples import digits
 from tpuops.jobs import declare, plan_train
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.sim.calibrate import Measured, Profile, forecast, measured_of, profile_of, score
+from tpuops.sim.calibrate import Measured, Profile, fit, forecast, measured_of, profile_of, score, self_delete_of
 from tpuops.sim.engine import WakeUp
 
 PASS_S = 2.0
@@ -46,16 +46,22 @@ AGENT_EXIT_S = 1.0
 """ASSUMED: from the notice to the node's end on the emulator (the agent saves at its next call, exits)."""
 
 
-def billed_usd(w: World, run_id: str) -> float:
+def intervals_of(w: World, run_id: str) -> list[dict[str, Any]]:
+    """The emulator's billing records of the run's nodes (named after the run), in order."""
+    return sorted((interval for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}")),
+                  key=lambda interval: interval["start_epoch"])
+
+
+def billed_usd(w: World, intervals: list[dict[str, Any]]) -> float:
     catalog = catalog_for(w.settings)
     return sum((interval["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(
-        interval["accelerator_type"], interval["capacity"], interval["zone"])
-        for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}"))
+        interval["accelerator_type"], interval["capacity"], interval["zone"]) for interval in intervals)
 
 
 def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int
-            ) -> tuple[list[Measured], list[Profile], str]:
-    """Run ``count`` runs, ``wave`` at a time, under random preemptions; their results, profiles, accelerator."""
+            ) -> tuple[list[Measured], list[Profile], list[float], dict[str, Any], str]:
+    """Run ``count`` runs, ``wave`` at a time, under random preemptions; their results, profiles, self-delete
+    times, billing intervals (by run) and accelerator."""
     w.admin.set_faults(preempt_rate_per_s=RATE_PER_S, seed=seed)
     ids = [f"calib-{seed}-{index:02d}" for index in range(count)]
     accelerator = ""
@@ -76,19 +82,26 @@ def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int
             print(f"bench: {first + len(batch)}/{count} runs done ({time.monotonic() - started:.0f} s)",
                   file=sys.stderr)
     w.admin.set_faults(preempt_rate_per_s=0.0)
-    measured, profiles = [], []
+    measured, profiles, tails, billing = [], [], [], {}
     for run_id in ids:
         status = runs.read_status(w.store, run_id)
         memory = runs.load_memory(w.store, run_id)[0]
-        if status is None:
+        intervals = intervals_of(w, run_id)
+        if status is None or not intervals:
             continue
-        result = measured_of(run_id, status, memory, billed_usd(w, run_id))
+        result = measured_of(run_id, status, memory, billed_usd(w, intervals))
         profile = profile_of(status, memory)
+        tail = self_delete_of(status, intervals[-1]["end_epoch"] or 0.0, intervals[-1]["end_reason"] or "")
+        first = intervals[0]["created_epoch"]
+        billing[run_id] = [{"created_s": round(i["created_epoch"] - first, 2), "ready_s": round(i["seconds"], 2),
+                            "billed_s": round(i["billed_seconds"], 2), "reason": i["end_reason"]} for i in intervals]
         if result is not None:
             measured.append(result)
         if profile is not None:
             profiles.append(profile)
-    return measured, profiles, accelerator
+        if tail is not None:
+            tails.append(tail)
+    return measured, profiles, tails, billing, accelerator
 
 
 def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
@@ -99,10 +112,12 @@ def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
         emulator = {"boot_delay_s": 0.2, "grace_s": 30.0, "image_python": str(TF_PYTHON)}
         with world(work / "home", [TF_ZONE], emulator, poll_interval_s=0.2) as w:
             began = time.monotonic()
-            measured, profiles, accelerator = measure(w, work, spec, count, wave, seed)
+            measured, profiles, tails, billing, accelerator = measure(w, work, spec, count, wave, seed)
             real_s = time.monotonic() - began
+            self_delete = fit(tails)
             cloud = CloudModel(default_ready=Latency(0.0, 0.0), delete_latency=Latency(0.0, 0.0),
-                               spot_hazard_per_hour=RATE_PER_S * 3600, notice_s=AGENT_EXIT_S)
+                               spot_hazard_per_hour=RATE_PER_S * 3600, notice_s=AGENT_EXIT_S,
+                               self_delete=self_delete)
             began = time.monotonic()
             settings = w.settings.model_copy(update={"accelerator": accelerator})
             predicted = forecast(settings, profiles, steps, cloud, pass_every_s=PASS_S,
@@ -114,8 +129,10 @@ def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
                 "seconds": predicted.seconds.to_json(), "usd": predicted.usd.to_json(),
                 "expected_preemptions": round(predicted.preemptions, 3), "simulated_runs": predicted.simulated},
             "score": scored.to_json(),
+            "self_delete_s": {"median": round(self_delete.median_s, 2), "sigma": round(self_delete.sigma, 3),
+                              "samples": len(tails)},
             "measured": [{"run_id": m.run_id, "seconds": round(m.seconds, 2), "usd": round(m.usd, 6),
-                          "preemptions": m.preemptions} for m in measured],
+                          "preemptions": m.preemptions, "billing": billing.get(m.run_id)} for m in measured],
             "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1)} for p in profiles]}
 
 

@@ -189,6 +189,21 @@ def test_score_counts_runs_inside_both_bands_and_the_median_error_against_p50() 
     assert scored.median_abs_error_usd == pytest.approx(0.2)  # 0, 1.5/3.5, 0.5/2.5
 
 
+def test_the_self_delete_is_timed_from_the_agent_s_end_to_the_node_s_delete_and_fitted_log_normal() -> None:
+    from tpuops.runs import AgentStatus
+    from tpuops.runs.models import AttemptTime
+    from tpuops.sim.calibrate import fit, self_delete_of
+
+    status = AgentStatus(run_id="r", attempt=1, step=300, exit_class="succeeded",
+                         attempts=[AttemptTime(attempt=1, first_step_at=110.0, ended_at=125.0)])
+    assert self_delete_of(status, 125.5, "deleted") == pytest.approx(0.5)
+    assert self_delete_of(status, 126.0, "preempted") is None  # preempted first: no delete to time
+    assert self_delete_of(status.model_copy(update={"exit_class": "crashed"}), 126.0, "deleted") is None
+    fitted = fit([0.5, 1.0, 2.0])
+    assert fitted.median_s == 1.0 and fitted.sigma == pytest.approx(0.6931, abs=1e-4)  # the logs' stdev: ln 2
+    assert fit([]) == Latency(0.0, 0.0)
+
+
 def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_after_the_first_step() -> None:
     from tpuops.runs import AgentStatus
     from tpuops.runs.models import AttemptTime

@@ -7,7 +7,10 @@ its speed (steps trained, redone ones included, per second of everything after t
 steps, checkpoints, evaluations, the final save). The forecast resamples those profiles (one per
 simulated world, ``worlds`` of them, ``runs_per_world`` runs each): what load did to a run's segments
 in the session is in the band, not only what preemptions do. The cloud (hazard, create -> READY,
-notice) and the controller's pace are given as the real runs had them.
+notice) and the controller's pace are given as the real runs had them. The node's self-delete after
+the job's end (``self_delete_of``: the agent's end to the end of the node's last billed interval, as
+the emulator's billing records it) is fitted over the session's runs (``fit``): the node is READY,
+billed and preemptible in it, and a spot node preempted there within a minute of its create is free.
 
 ``score`` counts the runs whose measured wall time and cost both fall inside the forecast's p10-p90
 band, and the median absolute error of each against the band's p50.
@@ -25,6 +28,7 @@ test asserting it would fail about one run in three however good the simulator i
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import tempfile
@@ -35,7 +39,7 @@ from typing import Any
 
 from tpuops.config import Settings
 from tpuops.kinds import Capacity
-from tpuops.providers.cloud_model import CloudModel
+from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, Memory, NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import Simulation, WakeUp
@@ -86,6 +90,24 @@ def profile_of(status: AgentStatus, memory: Memory) -> Profile | None:
     if working <= 0:
         return None
     return Profile(statistics.median(setups), (status.step + status.recomputed_steps) / working)
+
+
+def self_delete_of(status: AgentStatus, last_interval_end_s: float, last_interval_reason: str) -> float | None:
+    """From the agent's end to its node's self-delete (the node's last READY interval closed by a delete);
+    None for a run that did not succeed or whose node was preempted or stopped first (no delete to time)."""
+    ended = status.attempts[-1].ended_at if status.attempts else None
+    if status.exit_class != "succeeded" or ended is None or last_interval_reason != "deleted":
+        return None
+    return max(0.0, last_interval_end_s - ended)
+
+
+def fit(samples: Sequence[float]) -> Latency:
+    """A log-normal through ``samples`` (seconds > 0): their median and the spread of their logarithms."""
+    positive = [sample for sample in samples if sample > 0]
+    if not positive:
+        return Latency(0.0, 0.0)
+    logs = [math.log(sample) for sample in positive]
+    return Latency(statistics.median(positive), statistics.stdev(logs) if len(logs) > 1 else 0.0)
 
 
 def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: float) -> Measured | None:
