@@ -187,6 +187,16 @@ def test_score_counts_runs_inside_both_bands_and_the_median_error_against_p50() 
     assert (scored.inside, scored.seconds_inside, scored.usd_inside) == (1, 2, 2)
     assert scored.median_abs_error_seconds == pytest.approx(0.2)  # 0, 5/25, 20/40
     assert scored.median_abs_error_usd == pytest.approx(0.2)  # 0, 1.5/3.5, 0.5/2.5
+    free = score([Measured("a", 20.0, 0.0, 1), Measured("b", 20.0, 2.0, 0)], predicted)
+    assert free.median_abs_error_usd == pytest.approx(0.5)  # a free run counts in full against its p50: 1, 0
+
+
+def test_coverage_p_is_the_binomial_chance_of_so_few_inside_for_an_exact_forecast() -> None:
+    from tpuops.sim.calibrate import coverage_p
+
+    assert coverage_p(20, 20) == pytest.approx(1.0)
+    assert coverage_p(15, 20) == pytest.approx(0.3704, abs=1e-4)  # "16 of 20" fails 37 % of exact sessions
+    assert coverage_p(3, 10) == pytest.approx(0.000864, abs=1e-6)
 
 
 def test_the_self_delete_is_timed_from_the_agent_s_end_to_the_node_s_delete_and_fitted_log_normal() -> None:

@@ -21,9 +21,13 @@ preemptions sits on it, and a real run a little faster falls outside); and a spo
 a minute of its create is free, so runs shorter than a minute cost only their last attempt, a narrow
 band that load on the real side widens.
 
-Statistical ceiling, stated: for a forecast that is exactly right, a run falls inside its p10-p90
+Statistical ceilings, stated: for a forecast that is exactly right, a run falls inside its p10-p90
 band with probability 0.8, so "at least 16 of 20 inside" holds with probability 0.63 (binomial); a
-test asserting it would fail about one run in three however good the simulator is.
+test asserting it would fail about one run in three however good the simulator is. ``coverage_p``
+says how surprising a count is for such a forecast (P(at most that many inside)). And the median
+absolute error against the p50 has a floor set by the spread of the outcome itself:
+``Forecast.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
+p50, what an exact forecast would score on average; a goal below the floor is out of reach.
 """
 
 from __future__ import annotations
@@ -124,6 +128,9 @@ class Forecast:
     usd: Band
     preemptions: float
     simulated: int
+    floor_seconds: float = 0.0
+    """The median absolute error of the simulated runs' wall times against their own p50 (see the module)."""
+    floor_usd: float = 0.0
 
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
@@ -154,7 +161,9 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
     seconds_band, usd_band = Band.of(seconds), Band.of(usd)
     if seconds_band is None or usd_band is None:
         raise ValueError("no simulated run finished: the hazard is too high for the job")
-    return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds))
+    return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
+                    statistics.median(_error(value, seconds_band) for value in seconds),
+                    statistics.median(_error(value, usd_band) for value in usd))
 
 
 @dataclass(frozen=True)
@@ -175,12 +184,20 @@ class Score:
                 "median_abs_error_usd": round(self.median_abs_error_usd, 4)}
 
 
+def coverage_p(inside: int, runs: int, chance: float = 0.8) -> float:
+    """P(at most ``inside`` of ``runs`` inside), each inside with probability ``chance`` (binomial)."""
+    return sum(math.comb(runs, k) * chance ** k * (1 - chance) ** (runs - k) for k in range(inside + 1))
+
+
 def _inside(value: float, band: Band) -> bool:
     return band.p10 <= value <= band.p90
 
 
 def _error(value: float, band: Band) -> float:
-    return abs(value - band.p50) / value if value else 0.0
+    """Relative to the measured value; a measured 0 (a free run) counts in full against a p50 above it."""
+    if value:
+        return abs(value - band.p50) / value
+    return 1.0 if band.p50 else 0.0
 
 
 def score(runs: Iterable[Measured], predicted: Forecast) -> Score:
