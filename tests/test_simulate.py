@@ -127,6 +127,9 @@ class _TwentySecondJob:
     def finish_time(self, run_id: str, ready_at: float) -> float:
         return ready_at + 20.0
 
+    def final_s(self, run_id: str) -> float:
+        return 4.0  # its last 4 s: its final save
+
     def started(self, run_id: str, at: float) -> None:
         self.told.append("started")
 
@@ -138,18 +141,19 @@ class _TwentySecondJob:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("self_delete_s", "billed"), [
-    (0.0, (20.0, "job-ended", False)),  # the node goes at the job's end (the default)
-    (3.0, (23.0, "job-ended", False)),  # READY and billed until its self-delete, 3 s on
-    (10.0, (25.0, "preempted", True)),  # preempted at 25 s, before its self-delete: inside the first minute, free
+@pytest.mark.parametrize(("self_delete_s", "preempted_at", "billed"), [
+    (0.0, 25.0, (20.0, "job-ended", False)),  # the node goes at the job's end (the default)
+    (3.0, 25.0, (23.0, "job-ended", False)),  # READY and billed until its self-delete, 3 s on
+    (10.0, 25.0, (25.0, "preempted", True)),  # preempted before its self-delete: inside the first minute, free
+    (0.0, 18.0, (20.0, "preempted", True)),  # noticed at 17 s, in its final save: it ends, then the node is PREEMPTED
 ])
-def test_a_node_whose_job_ended_is_billed_and_preemptible_until_its_self_delete(
-        self_delete_s: float, billed: tuple[float, str, bool]) -> None:
+def test_a_node_is_billed_and_preemptible_until_its_self_delete_and_the_final_save_outlives_a_notice(
+        self_delete_s: float, preempted_at: float, billed: tuple[float, str, bool]) -> None:
     from tpuops.naming import RUN_KEY
     from tpuops.providers.nodes import NodeRequest
 
     clock, job = VirtualClock(START), _TwentySecondJob()
-    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(0, 0), lifetime=Latency(25, 0),
+    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(0, 0), lifetime=Latency(preempted_at, 0), notice_s=1.0,
                                            self_delete=Latency(self_delete_s, 0)), clock=clock, workload=job)
     cloud.create_node(ZONES[0], NodeRequest(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
                                             capacity=Capacity.SPOT, labels={RUN_KEY: "r"}))

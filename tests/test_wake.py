@@ -228,7 +228,8 @@ def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_afte
                     eval_s=0.5, save_s=0.5)])
     profile = profile_of(status, memory)
     assert profile is not None and profile.setup_s == pytest.approx(12.0)  # median of 10 and 14
-    assert profile.steps_per_s == pytest.approx(320 / 33.0)
+    assert profile.steps_per_s == pytest.approx(320 / 32.0)  # stepping and checkpoints
+    assert profile.final_s == pytest.approx(1.0)  # the last attempt's final evaluation and SavedModel
     measured = measured_of("r", status, memory, 0.01)
     assert measured is not None and measured.seconds == pytest.approx(70.0) and measured.usd == 0.01
     assert profile_of(status.model_copy(update={"exit_class": "preempted"}), memory) is None

@@ -13,6 +13,8 @@ nodes live on virtual time (``CloudModel``):
 - a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM), the
   model's ``self_delete`` later: until then it stays READY, billed and preemptible (a preemption then
   is billed, or free under the first-minute rule, like any other; the job has ended, so nobody saves);
+  a notice inside the job's final save (``Workload.final_s``) does not stop it either: the job ends as
+  it would and the node turns PREEMPTED then, with no self-delete (the startup script sees the notice);
 - a delete stops billing at once and frees the name after a drawn delete latency: a create of that
   name before then starts only when the delete is over (the controller's replacement waits for
   the delete; here the wait is folded into the create, so nothing blocks on virtual time).
@@ -57,6 +59,10 @@ class Workload(Protocol):
         """When the run's job would end on a node READY at ``ready_at`` (None: it never ends by itself)."""
         ...
 
+    def final_s(self, run_id: str) -> float:
+        """The job's last seconds (its final save) that a notice no longer stops: it ends as it would."""
+        ...
+
     def started(self, run_id: str, at: float) -> None: ...
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None: ...
@@ -69,6 +75,9 @@ class Idle:
 
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
         return None
+
+    def final_s(self, run_id: str) -> float:
+        return 0.0
 
     def started(self, run_id: str, at: float) -> None:
         return None
@@ -207,7 +216,9 @@ class SimulatedCloud:
         finish = self.workload.finish_time(run_id, at) if run_id else None
         if run_id:
             self.workload.started(run_id, at)
-        if finish is not None and (preempt is None or finish < preempt):
+        final = self.workload.final_s(run_id) if run_id and finish is not None else 0.0
+        if finish is not None and (preempt is None or finish < preempt
+                                   or preempt - self.model.notice_s >= finish - final):
             self._schedule(finish, "finish", node.uid)
             if preempt is not None:
                 self._preempt_at[node.uid] = preempt
@@ -228,13 +239,16 @@ class SimulatedCloud:
         if run_id:
             self.workload.finished(run_id, at)
         preempt = self._preempt_at.pop(node.uid, None)
-        if self.model.self_delete.median_s <= 0:
+        noticed = preempt is not None and preempt <= at  # in its final save: the node goes with the job
+        if self.model.self_delete.median_s <= 0 and not noticed:
             self._gone(node, at)
             return
         gone = at + self.model.self_delete.draw(self._rngs[node.uid])
         self._ended.add(node.uid)
-        self._schedule(gone, "gone", node.uid)
-        if preempt is not None and preempt < gone:
+        self._schedule(gone, "gone", node.uid)  # the self-delete, or the controller's delete of a PREEMPTED node
+        if noticed:
+            self._preempt(node, at)
+        elif preempt is not None and preempt < gone:
             self._schedule(preempt, "preempt", node.uid)
 
     def _gone(self, node: NodeInfo, at: float) -> None:

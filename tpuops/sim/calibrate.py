@@ -3,8 +3,10 @@
 The real runs' agents time every attempt (``status.json`` ``attempts``); the controller dates every
 create (``memory.json`` events). From them, each run gives a ``Profile``: its setup (the create of an
 attempt to that attempt's first completed step: boot, TensorFlow import, restore, the first call) and
-its speed (steps trained, redone ones included, per second of everything after the first step:
-steps, checkpoints, evaluations, the final save). The forecast resamples those profiles (one per
+its speed (steps trained, redone ones included, per second of the stepping after the first step,
+checkpoints included), and its final stretch (the last attempt's final evaluation and SavedModel: a
+notice then no longer stops the job, ``Workload.final_s``; the final checkpoint before them is
+counted with the speed, not here, so the stretch is a little short). The forecast resamples those profiles (one per
 simulated world, ``worlds`` of them, ``runs_per_world`` runs each): what load did to a run's segments
 in the session is in the band, not only what preemptions do. The cloud (hazard, create -> READY,
 notice) and the controller's pace are given as the real runs had them. The node's self-delete after
@@ -69,6 +71,7 @@ class Profile:
 
     setup_s: float
     steps_per_s: float
+    final_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,12 @@ def profile_of(status: AgentStatus, memory: Memory) -> Profile | None:
     if status.exit_class != "succeeded" or not attempts or len(creates) < len(status.attempts):
         return None
     setups = [a.first_step_at - creates[a.attempt - 1] for a in attempts if a.first_step_at is not None]
-    working = sum(a.productive_s + a.recomputed_s + a.checkpoint_s + a.eval_s + a.save_s for a in attempts)
+    working = sum(a.productive_s + a.recomputed_s + a.checkpoint_s for a in attempts)
     if working <= 0:
         return None
-    return Profile(statistics.median(setups), (status.step + status.recomputed_steps) / working)
+    last = status.attempts[-1]
+    return Profile(statistics.median(setups), (status.step + status.recomputed_steps) / working,
+                   last.eval_s + last.save_s)
 
 
 def self_delete_of(status: AgentStatus, last_interval_end_s: float, last_interval_reason: str) -> float | None:
@@ -147,7 +152,7 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
         profile = profiles[rng.randrange(len(profiles))]
         job = AgentModel(total_steps=total_steps, steps_per_s=profile.steps_per_s,
                          segments=Segments(setup_s=profile.setup_s, checkpoint_every_s=1e9, save_s=0.0,
-                                           restore_s=0.0))
+                                           restore_s=0.0, final_s=profile.final_s))
         with tempfile.TemporaryDirectory(prefix="tpuops-calibrate-") as scratch:
             sim = Simulation(settings, Path(scratch), cloud, job, cron_s=pass_every_s, seed=seed * 1000 + world,
                              wake=wake)
