@@ -150,7 +150,8 @@ def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
                               "samples": len(tails)},
             "measured": [{"run_id": m.run_id, "seconds": round(m.seconds, 2), "usd": round(m.usd, 6),
                           "preemptions": m.preemptions, "billing": billing.get(m.run_id)} for m in measured],
-            "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1)} for p in profiles]}
+            "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1),
+                          "final_s": round(p.final_s, 2)} for p in profiles]}
 
 
 def main() -> None:
