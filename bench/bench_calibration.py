@@ -9,7 +9,7 @@ create to its agent's success, cost from the emulator's billing records (a spot 
 a minute of its create is free), preemptions.
 
 Simulated side (``tpuops.sim.calibrate``): the same job on the simulator set to this session's measured
-timings (each run's setup and speed, resampled: 10 worlds of 20 runs), the emulator's hazard, create
+timings (each run's setup, speed and final stretch, resampled: 40 worlds of 5 runs), the emulator's hazard, create
 -> READY folded into the measured setup, the agent's exit after its notice save (1 s, assumed), the
 same pass interval and wake-up, the node's self-delete after the job's end as this session timed it.
 Reported: how many runs fall inside the forecast's p10-p90 band for wall time and cost (goal: at least

@@ -6,8 +6,10 @@ attempt to that attempt's first completed step: boot, TensorFlow import, restore
 its speed (steps trained, redone ones included, per second of the stepping after the first step,
 checkpoints included), and its final stretch (the last attempt's final evaluation and SavedModel: a
 notice then no longer stops the job, ``Workload.final_s``; the final checkpoint before them is
-counted with the speed, not here, so the stretch is a little short). The forecast resamples those profiles (one per
-simulated world, ``worlds`` of them, ``runs_per_world`` runs each): what load did to a run's segments
+counted with the speed, not here, so the stretch is a little short). The forecast resamples those
+profiles (one per simulated world, ``worlds`` of them, ``runs_per_world`` runs each; 40 of 5 by default, so that the
+draws cover 20 measured profiles: with 10 the band's edges were the two extreme draws, and runs that
+met no preemption, all within 2 % of each other, fell just outside): what load did to a run's segments
 in the session is in the band, not only what preemptions do. The cloud (hazard, create -> READY,
 notice) and the controller's pace are given as the real runs had them. The node's self-delete after
 the job's end (``self_delete_of``: the agent's end to the end of the node's last billed interval, as
@@ -18,10 +20,11 @@ billed and preemptible in it, and a spot node preempted there within a minute of
 band, and the median absolute error of each against the band's p50.
 
 Known limits, seen on this machine: within one world every run has the same setup and speed, so the
-wall times of the runs a world does not preempt are nearly one value (the p10 of a forecast with few
-preemptions sits on it, and a real run a little faster falls outside); and a spot node preempted within
-a minute of its create is free, so runs shorter than a minute cost only their last attempt, a narrow
-band that load on the real side widens.
+costs of the runs a world does not preempt are one value, and the band's edges sit among real runs
+that differ by 1-2 %; a spot node preempted within a minute of its create is free, so runs shorter
+than a minute cost only their last attempt; and a run's attempts do not all meet the same load: the
+bench starts runs ten at a time, so first attempts share the two cores (22-29 s to their first step)
+while a replacement often runs alone (6-15 s), which a profile (one setup, one speed) averages.
 
 Statistical ceilings, stated: for a forecast that is exactly right, a run falls inside its p10-p90
 band with probability 0.8, so "at least 16 of 20 inside" holds with probability 0.63 (binomial); a
@@ -139,7 +142,7 @@ class Forecast:
 
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
-             pass_every_s: float, wake: WakeUp | None, worlds: int = 10, runs_per_world: int = 20,
+             pass_every_s: float, wake: WakeUp | None, worlds: int = 40, runs_per_world: int = 5,
              seed: int = 0) -> Forecast:
     """The bands of wall time and cost over ``worlds`` x ``runs_per_world`` simulated runs (profiles resampled)."""
     if not profiles:
