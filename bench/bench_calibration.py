@@ -1,6 +1,7 @@
 """Forecast calibration (issue 23, scope 7): the simulator, set to the emulator's timings, against real emulator runs.
 
-    .venv/bin/python bench/bench_calibration.py [--runs 20] [--wave 5] [--steps 300] [--json]
+    .venv/bin/python bench/bench_calibration.py [--runs 20] [--wave 5] [--steps 300] [--per-minute 0.5]
+        [--repetitions 1] [--json]
 
 Real side: ``--runs`` digits CNN runs (real TF 2.9 agent) on the local emulator, ``--wave`` at a time,
 recovered by ``tpuops watch`` (``api.watch``, a pass every 2 s, with the wake-up) while the emulator
@@ -9,12 +10,15 @@ create to its agent's success, cost from the emulator's billing records (a spot 
 a minute of its create is free), preemptions.
 
 Simulated side (``tpuops.sim.calibrate``): the same job on the simulator set to this session's measured
-timings (each run's setup and speed, resampled: 10 worlds of 20 runs), the emulator's hazard, create
+timings (each run's setup, speed and final stretch, resampled: 40 worlds of 5 runs), the emulator's hazard, create
 -> READY folded into the measured setup, the agent's exit after its notice save (1 s, assumed), the
-same pass interval and wake-up. Reported: how many runs fall inside the forecast's p10-p90 band for
-wall time and cost (goal: at least 16 of 20 for both), and the median absolute error against the p50
-(goal <= 10 %). A calibrated forecast puts a run inside p10-p90 with probability 0.8, so the count
-goal is met with probability 0.63 even by an exact simulator (see ``tpuops.sim.calibrate``).
+same pass interval and wake-up, the node's self-delete after the job's end as this session timed it.
+Reported: how many runs fall inside the forecast's p10-p90 band for wall time and cost (goal: at least
+16 of 20 for both) and how likely that few would be for an exact forecast (``coverage_p``), and the
+median absolute error against the p50 (goal <= 10 %) beside the one an exact forecast would score
+(the floor the outcome's own spread sets). A calibrated forecast puts a run inside p10-p90 with
+probability 0.8, so the count goal is met with probability 0.63 even by an exact simulator (see
+``tpuops.sim.calibrate``).
 """
 
 from __future__ import annotations
@@ -36,27 +40,47 @@ from tpuops.cost import catalog_for
 from tpuops.data.samples import digits
 from tpuops.jobs import declare, plan_train
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.sim.calibrate import Measured, Profile, forecast, measured_of, profile_of, score
+from tpuops.sim.calibrate import (
+    Measured,
+    Profile,
+    coverage_p,
+    fit,
+    forecast,
+    measured_of,
+    profile_of,
+    score,
+    self_delete_of,
+)
 from tpuops.sim.engine import WakeUp
 
 PASS_S = 2.0
-RATE_PER_S = 1 / 60
-"""Preemptions per READY second: about one a minute, so that most runs meet none, one or two."""
+PER_MINUTE = 0.5
+"""Preemptions per READY minute (``--per-minute``): at 0.5 about three runs in four meet none. At 1, the setup
+measured first, two in five met one or more, so a session where half its runs met one came about once in
+four even for an exact forecast, and its median run, hence its median error against the p50, was a
+preempted one (18 % in such a session against 2-6 % in the others): the error goal then measured the
+luck of the draw, not the simulator."""
 AGENT_EXIT_S = 1.0
 """ASSUMED: from the notice to the node's end on the emulator (the agent saves at its next call, exits)."""
 
 
-def billed_usd(w: World, run_id: str) -> float:
+def intervals_of(w: World, run_id: str) -> list[dict[str, Any]]:
+    """The emulator's billing records of the run's nodes (named after the run), in order."""
+    return sorted((interval for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}")),
+                  key=lambda interval: interval["start_epoch"])
+
+
+def billed_usd(w: World, intervals: list[dict[str, Any]]) -> float:
     catalog = catalog_for(w.settings)
     return sum((interval["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(
-        interval["accelerator_type"], interval["capacity"], interval["zone"])
-        for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}"))
+        interval["accelerator_type"], interval["capacity"], interval["zone"]) for interval in intervals)
 
 
-def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int
-            ) -> tuple[list[Measured], list[Profile], str]:
-    """Run ``count`` runs, ``wave`` at a time, under random preemptions; their results, profiles, accelerator."""
-    w.admin.set_faults(preempt_rate_per_s=RATE_PER_S, seed=seed)
+def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int, per_minute: float
+            ) -> tuple[list[Measured], list[Profile], list[float], dict[str, Any], str]:
+    """Run ``count`` runs, ``wave`` at a time, under random preemptions; their results, profiles, self-delete
+    times, billing intervals (by run) and accelerator."""
+    w.admin.set_faults(preempt_rate_per_s=per_minute / 60, seed=seed)
     ids = [f"calib-{seed}-{index:02d}" for index in range(count)]
     accelerator = ""
     started = time.monotonic()
@@ -76,22 +100,29 @@ def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int
             print(f"bench: {first + len(batch)}/{count} runs done ({time.monotonic() - started:.0f} s)",
                   file=sys.stderr)
     w.admin.set_faults(preempt_rate_per_s=0.0)
-    measured, profiles = [], []
+    measured, profiles, tails, billing = [], [], [], {}
     for run_id in ids:
         status = runs.read_status(w.store, run_id)
         memory = runs.load_memory(w.store, run_id)[0]
-        if status is None:
+        intervals = intervals_of(w, run_id)
+        if status is None or not intervals:
             continue
-        result = measured_of(run_id, status, memory, billed_usd(w, run_id))
+        result = measured_of(run_id, status, memory, billed_usd(w, intervals))
         profile = profile_of(status, memory)
+        tail = self_delete_of(status, intervals[-1]["end_epoch"] or 0.0, intervals[-1]["end_reason"] or "")
+        first = intervals[0]["created_epoch"]
+        billing[run_id] = [{"created_s": round(i["created_epoch"] - first, 2), "ready_s": round(i["seconds"], 2),
+                            "billed_s": round(i["billed_seconds"], 2), "reason": i["end_reason"]} for i in intervals]
         if result is not None:
             measured.append(result)
         if profile is not None:
             profiles.append(profile)
-    return measured, profiles, accelerator
+        if tail is not None:
+            tails.append(tail)
+    return measured, profiles, tails, billing, accelerator
 
 
-def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
+def calibrate(count: int, wave: int, steps: int, seed: int, per_minute: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-calibration-") as tmp:
         work = Path(tmp)
         digits(work / "data" / "digits", overwrite=True)
@@ -99,24 +130,34 @@ def calibrate(count: int, wave: int, steps: int, seed: int) -> dict[str, Any]:
         emulator = {"boot_delay_s": 0.2, "grace_s": 30.0, "image_python": str(TF_PYTHON)}
         with world(work / "home", [TF_ZONE], emulator, poll_interval_s=0.2) as w:
             began = time.monotonic()
-            measured, profiles, accelerator = measure(w, work, spec, count, wave, seed)
+            measured, profiles, tails, billing, accelerator = measure(w, work, spec, count, wave, seed, per_minute)
             real_s = time.monotonic() - began
+            self_delete = fit(tails)
             cloud = CloudModel(default_ready=Latency(0.0, 0.0), delete_latency=Latency(0.0, 0.0),
-                               spot_hazard_per_hour=RATE_PER_S * 3600, notice_s=AGENT_EXIT_S)
+                               spot_hazard_per_hour=per_minute * 60, notice_s=AGENT_EXIT_S,
+                               self_delete=self_delete)
             began = time.monotonic()
             settings = w.settings.model_copy(update={"accelerator": accelerator})
             predicted = forecast(settings, profiles, steps, cloud, pass_every_s=PASS_S,
                                  wake=WakeUp(delay_s=1.0, pace_s=PASS_S), seed=seed)
             sim_s = time.monotonic() - began
     scored = score(measured, predicted)
-    return {"runs": count, "wave": wave, "steps": steps, "seed": seed, "real_wall_s": round(real_s, 1),
+    return {"runs": count, "wave": wave, "steps": steps, "seed": seed, "preemptions_per_ready_minute": per_minute,
+            "real_wall_s": round(real_s, 1),
             "simulation_wall_s": round(sim_s, 1), "forecast": {
                 "seconds": predicted.seconds.to_json(), "usd": predicted.usd.to_json(),
-                "expected_preemptions": round(predicted.preemptions, 3), "simulated_runs": predicted.simulated},
-            "score": scored.to_json(),
+                "expected_preemptions": round(predicted.preemptions, 3), "simulated_runs": predicted.simulated,
+                "floor_median_abs_error_seconds": round(predicted.floor_seconds, 4),
+                "floor_median_abs_error_usd": round(predicted.floor_usd, 4)},
+            "score": {**scored.to_json(),
+                      "coverage_p_seconds": round(coverage_p(scored.seconds_inside, scored.runs), 4),
+                      "coverage_p_usd": round(coverage_p(scored.usd_inside, scored.runs), 4)},
+            "self_delete_s": {"median": round(self_delete.median_s, 2), "sigma": round(self_delete.sigma, 3),
+                              "samples": len(tails)},
             "measured": [{"run_id": m.run_id, "seconds": round(m.seconds, 2), "usd": round(m.usd, 6),
-                          "preemptions": m.preemptions} for m in measured],
-            "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1)} for p in profiles]}
+                          "preemptions": m.preemptions, "billing": billing.get(m.run_id)} for m in measured],
+            "profiles": [{"setup_s": round(p.setup_s, 2), "steps_per_s": round(p.steps_per_s, 1),
+                          "final_s": round(p.final_s, 2)} for p in profiles]}
 
 
 def main() -> None:
@@ -125,9 +166,10 @@ def main() -> None:
     parser.add_argument("--wave", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repetitions", type=int, default=1)
+    parser.add_argument("--per-minute", type=float, default=PER_MINUTE, help="preemptions per READY minute")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    out = [calibrate(args.runs, args.wave, args.steps, seed) for seed in range(args.repetitions)]
+    out = [calibrate(args.runs, args.wave, args.steps, seed, args.per_minute) for seed in range(args.repetitions)]
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -135,18 +177,23 @@ def main() -> None:
     from rich.table import Table
 
     console = Console(width=180)
-    table = Table(title=f"forecast calibration: {args.runs} digits runs on the emulator, random preemptions")
+    table = Table(title=f"forecast calibration: {args.runs} digits runs on the emulator, {args.per_minute:g} "
+                        "preemptions per READY minute")
     for column in ("seed", "p10-p50-p90 wall s", "p10-p50-p90 USD", "inside both / wall / cost",
-                   "median abs error wall / cost", "preemptions measured (forecast mean)", "real s"):
+                   "P(<= inside) wall / cost", "median abs error wall / cost (exact forecast's)",
+                   "preemptions measured (forecast mean)", "self-delete s", "real s"):
         table.add_column(column)
     for row in out:
         f, s = row["forecast"], row["score"]
         table.add_row(str(row["seed"]), "-".join(f"{f['seconds'][k]:.1f}" for k in ("p10", "p50", "p90")),
                       "-".join(f"{f['usd'][k]:.5f}" for k in ("p10", "p50", "p90")),
                       f"{s['inside_both']} / {s['seconds_inside']} / {s['usd_inside']} of {s['runs']}",
-                      f"{s['median_abs_error_seconds']:.1%} / {s['median_abs_error_usd']:.1%}",
+                      f"{s['coverage_p_seconds']:.3f} / {s['coverage_p_usd']:.3f}",
+                      f"{s['median_abs_error_seconds']:.1%} / {s['median_abs_error_usd']:.1%} "
+                      f"({f['floor_median_abs_error_seconds']:.1%} / {f['floor_median_abs_error_usd']:.1%})",
                       f"{sum(m['preemptions'] for m in row['measured']) / max(1, len(row['measured'])):.2f} "
-                      f"({f['expected_preemptions']:.2f})", f"{row['real_wall_s']:.0f}")
+                      f"({f['expected_preemptions']:.2f})", f"{row['self_delete_s']['median']:.2f}",
+                      f"{row['real_wall_s']:.0f}")
     console.print(table)
 
 

@@ -118,6 +118,55 @@ def test_the_simulated_cloud_boots_stocks_out_and_frees_names_on_its_clock() -> 
     assert (billed.seconds, billed.reason) == (0.0, "deleted")
 
 
+class _TwentySecondJob:
+    """A workload whose job ends 20 s after READY; it records what the cloud told it."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def finish_time(self, run_id: str, ready_at: float) -> float:
+        return ready_at + 20.0
+
+    def final_s(self, run_id: str) -> float:
+        return 4.0  # its last 4 s: its final save
+
+    def started(self, run_id: str, at: float) -> None:
+        self.told.append("started")
+
+    def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
+        self.told.append("interrupted")
+
+    def finished(self, run_id: str, at: float) -> None:
+        self.told.append("finished")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("self_delete_s", "preempted_at", "billed"), [
+    (0.0, 25.0, (20.0, "job-ended", False)),  # the node goes at the job's end (the default)
+    (3.0, 25.0, (23.0, "job-ended", False)),  # READY and billed until its self-delete, 3 s on
+    (10.0, 25.0, (25.0, "preempted", True)),  # preempted before its self-delete: inside the first minute, free
+    (0.0, 18.0, (20.0, "preempted", True)),  # noticed at 17 s, in its final save: it ends, then the node is PREEMPTED
+])
+def test_a_node_is_billed_and_preemptible_until_its_self_delete_and_the_final_save_outlives_a_notice(
+        self_delete_s: float, preempted_at: float, billed: tuple[float, str, bool]) -> None:
+    from tpuops.naming import RUN_KEY
+    from tpuops.providers.nodes import NodeRequest
+
+    clock, job = VirtualClock(START), _TwentySecondJob()
+    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(0, 0), lifetime=Latency(preempted_at, 0), notice_s=1.0,
+                                           self_delete=Latency(self_delete_s, 0)), clock=clock, workload=job)
+    cloud.create_node(ZONES[0], NodeRequest(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
+                                            capacity=Capacity.SPOT, labels={RUN_KEY: "r"}))
+    clock.advance_to(START + 21)
+    node = cloud.find_node(ZONES[0], "n")
+    assert (node.state if node else None) is (NodeState.READY if self_delete_s > 1 else None)
+    clock.advance_to(START + 40)
+    assert cloud.find_node(ZONES[0], "n") is None
+    [interval] = cloud.billing
+    assert (interval.seconds, interval.reason, interval.free) == billed
+    assert job.told == ["started", "finished"]  # a preemption after the job's end interrupts nobody
+
+
 # -- the real controller over it ------------------------------------------------------------------------
 
 

@@ -187,6 +187,31 @@ def test_score_counts_runs_inside_both_bands_and_the_median_error_against_p50() 
     assert (scored.inside, scored.seconds_inside, scored.usd_inside) == (1, 2, 2)
     assert scored.median_abs_error_seconds == pytest.approx(0.2)  # 0, 5/25, 20/40
     assert scored.median_abs_error_usd == pytest.approx(0.2)  # 0, 1.5/3.5, 0.5/2.5
+    free = score([Measured("a", 20.0, 0.0, 1), Measured("b", 20.0, 2.0, 0)], predicted)
+    assert free.median_abs_error_usd == pytest.approx(0.5)  # a free run counts in full against its p50: 1, 0
+
+
+def test_coverage_p_is_the_binomial_chance_of_so_few_inside_for_an_exact_forecast() -> None:
+    from tpuops.sim.calibrate import coverage_p
+
+    assert coverage_p(20, 20) == pytest.approx(1.0)
+    assert coverage_p(15, 20) == pytest.approx(0.3704, abs=1e-4)  # "16 of 20" fails 37 % of exact sessions
+    assert coverage_p(3, 10) == pytest.approx(0.000864, abs=1e-6)
+
+
+def test_the_self_delete_is_timed_from_the_agent_s_end_to_the_node_s_delete_and_fitted_log_normal() -> None:
+    from tpuops.runs import AgentStatus
+    from tpuops.runs.models import AttemptTime
+    from tpuops.sim.calibrate import fit, self_delete_of
+
+    status = AgentStatus(run_id="r", attempt=1, step=300, exit_class="succeeded",
+                         attempts=[AttemptTime(attempt=1, first_step_at=110.0, ended_at=125.0)])
+    assert self_delete_of(status, 125.5, "deleted") == pytest.approx(0.5)
+    assert self_delete_of(status, 126.0, "preempted") is None  # preempted first: no delete to time
+    assert self_delete_of(status.model_copy(update={"exit_class": "crashed"}), 126.0, "deleted") is None
+    fitted = fit([0.5, 1.0, 2.0])
+    assert fitted.median_s == 1.0 and fitted.sigma == pytest.approx(0.6931, abs=1e-4)  # the logs' stdev: ln 2
+    assert fit([]) == Latency(0.0, 0.0)
 
 
 def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_after_the_first_step() -> None:
@@ -203,7 +228,8 @@ def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_afte
                     eval_s=0.5, save_s=0.5)])
     profile = profile_of(status, memory)
     assert profile is not None and profile.setup_s == pytest.approx(12.0)  # median of 10 and 14
-    assert profile.steps_per_s == pytest.approx(320 / 33.0)
+    assert profile.steps_per_s == pytest.approx(320 / 32.0)  # stepping and checkpoints
+    assert profile.final_s == pytest.approx(1.0)  # the last attempt's final evaluation and SavedModel
     measured = measured_of("r", status, memory, 0.01)
     assert measured is not None and measured.seconds == pytest.approx(70.0) and measured.usd == 0.01
     assert profile_of(status.model_copy(update={"exit_class": "preempted"}), memory) is None

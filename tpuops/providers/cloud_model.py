@@ -58,6 +58,10 @@ class CloudModel:
     stockouts: tuple[Stockout, ...] = ()
     delete_latency: Latency = Latency(30.0)
     notice_s: float = NOTICE_S
+    self_delete: Latency = Latency(0.0, 0.0)
+    """From a job's end to its node's self-delete (the startup script's metadata calls and its DELETE):
+    the node stays READY, billed and preemptible meanwhile, as on the emulator and on Cloud TPU. 0 by
+    default (the node goes at the job's end); a calibration passes the time it measured."""
     lifetime: Latency | None = None
     """A preemption trace instead of the hazard: a READY spot or preemptible node is preempted at an age drawn
     from this (sigma 0: every node at the same age), so that policies compare on equal preemption counts."""

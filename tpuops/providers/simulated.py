@@ -10,7 +10,11 @@ nodes live on virtual time (``CloudModel``):
 - a READY spot or preemptible node is preempted after an exponential time at its zone's and
   capacity's hazard (or at an age from the model's ``lifetime`` trace): the agent gets the notice
   ``notice_s`` before, the node turns PREEMPTED;
-- a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM);
+- a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM), the
+  model's ``self_delete`` later: until then it stays READY, billed and preemptible (a preemption then
+  is billed, or free under the first-minute rule, like any other; the job has ended, so nobody saves);
+  a notice inside the job's final save (``Workload.final_s``) does not stop it either: the job ends as
+  it would and the node turns PREEMPTED then, with no self-delete (the startup script sees the notice);
 - a delete stops billing at once and frees the name after a drawn delete latency: a create of that
   name before then starts only when the delete is over (the controller's replacement waits for
   the delete; here the wait is folded into the create, so nothing blocks on virtual time).
@@ -55,6 +59,10 @@ class Workload(Protocol):
         """When the run's job would end on a node READY at ``ready_at`` (None: it never ends by itself)."""
         ...
 
+    def final_s(self, run_id: str) -> float:
+        """The job's last seconds (its final save) that a notice no longer stops: it ends as it would."""
+        ...
+
     def started(self, run_id: str, at: float) -> None: ...
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None: ...
@@ -67,6 +75,9 @@ class Idle:
 
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
         return None
+
+    def final_s(self, run_id: str) -> float:
+        return 0.0
 
     def started(self, run_id: str, at: float) -> None:
         return None
@@ -138,6 +149,8 @@ class SimulatedCloud:
         self._open: dict[str, Billed] = {}  # by uid
         self._free_at: dict[tuple[str, str], float] = {}  # a deleted name is taken until its delete is over
         self._events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, uid)
+        self._preempt_at: dict[str, float] = {}  # by uid: the drawn preemption a job's end came before
+        self._ended: set[str] = set()  # uids whose job ended, READY until their self-delete
         self._by_uid: dict[str, tuple[str, str]] = {}
         self._ops: dict[str, _Op] = {}
         self._seq = itertools.count()
@@ -171,7 +184,7 @@ class SimulatedCloud:
             for at, _, kind, uid in self._events:
                 key = self._by_uid.get(uid)
                 node = self._nodes.get(key) if key else None
-                if kind == "preempt" and node is not None and node.uid == uid:
+                if kind == "preempt" and node is not None and node.uid == uid and uid not in self._ended:
                     ready = self._open[uid].start if uid in self._open else at
                     ahead.append((max(ready, at - self.model.notice_s), at))
             return ahead
@@ -186,7 +199,8 @@ class SimulatedCloud:
                 node = self._nodes.get(key) if key else None
                 if node is None or node.uid != uid:
                     continue  # the node went (deleted) before its event
-                {"ready": self._ready, "preempt": self._preempt, "finish": self._finish}[kind](node, at)
+                {"ready": self._ready, "preempt": self._preempt, "finish": self._finish, "gone": self._gone}[kind](
+                    node, at)
 
     def _ready(self, node: NodeInfo, at: float) -> None:
         key = (node.zone, node.name)
@@ -202,8 +216,12 @@ class SimulatedCloud:
         finish = self.workload.finish_time(run_id, at) if run_id else None
         if run_id:
             self.workload.started(run_id, at)
-        if finish is not None and (preempt is None or finish < preempt):
+        final = self.workload.final_s(run_id) if run_id and finish is not None else 0.0
+        if finish is not None and (preempt is None or finish < preempt
+                                   or preempt - self.model.notice_s >= finish - final):
             self._schedule(finish, "finish", node.uid)
+            if preempt is not None:
+                self._preempt_at[node.uid] = preempt
         elif preempt is not None:
             self._schedule(preempt, "preempt", node.uid)
 
@@ -212,16 +230,33 @@ class SimulatedCloud:
         self._close(node.uid, at, "preempted")
         self._nodes[(node.zone, node.name)] = replace(node, state=NodeState.PREEMPTED)
         run_id = node.labels.get(RUN_KEY)
-        if run_id:
+        if run_id and node.uid not in self._ended:
             self.workload.interrupted(run_id, max(ready, at - self.model.notice_s), at)
 
     def _finish(self, node: NodeInfo, at: float) -> None:
-        self._close(node.uid, at, "job-ended")
-        del self._nodes[(node.zone, node.name)]
-        del self._rngs[node.uid]
+        """The job ended: the node deletes itself ``self_delete`` later (at once by default)."""
         run_id = node.labels.get(RUN_KEY)
         if run_id:
             self.workload.finished(run_id, at)
+        preempt = self._preempt_at.pop(node.uid, None)
+        noticed = preempt is not None and preempt <= at  # in its final save: the node goes with the job
+        if self.model.self_delete.median_s <= 0 and not noticed:
+            self._gone(node, at)
+            return
+        gone = at + self.model.self_delete.draw(self._rngs[node.uid])
+        self._ended.add(node.uid)
+        self._schedule(gone, "gone", node.uid)  # the self-delete, or the controller's delete of a PREEMPTED node
+        if noticed:
+            self._preempt(node, at)
+        elif preempt is not None and preempt < gone:
+            self._schedule(preempt, "preempt", node.uid)
+
+    def _gone(self, node: NodeInfo, at: float) -> None:
+        """The node's self-delete: billing stops, the name is free."""
+        self._close(node.uid, at, "job-ended")
+        del self._nodes[(node.zone, node.name)]
+        del self._rngs[node.uid]
+        self._ended.discard(node.uid)
 
     def _close(self, uid: str, at: float, reason: str) -> None:
         billed = self._open.pop(uid, None)
@@ -282,9 +317,12 @@ class SimulatedCloud:
             node = self._nodes.pop((zone, name), None)
             if node is None:
                 return None
+            ended = node.uid in self._ended
+            self._ended.discard(node.uid)
+            self._preempt_at.pop(node.uid, None)
             if node.state is NodeState.READY:
                 self._close(node.uid, now, "deleted")
-                if node.labels.get(RUN_KEY):
+                if node.labels.get(RUN_KEY) and not ended:
                     self.workload.interrupted(node.labels[RUN_KEY], now, now + self.model.notice_s)
             self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rngs.pop(node.uid))
             operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"

@@ -6,7 +6,8 @@ step, last checkpoint, heartbeat, evaluations, exit class, and when it ended: th
 a node whose job ended at that moment, as the startup script does on a VM, and billing stops there).
 Its timeline per attempt (``AgentModel``):
 setup, a restore when a checkpoint exists, then stepping with a periodic save every
-``checkpoint_every_s`` of stepping, and a final save. The node's end (a preemption after its notice,
+``checkpoint_every_s`` of stepping, and the final stretch (``Segments.final``: a notice in it no longer
+stops the job). The node's end (a preemption after its notice,
 or a delete) ends the attempt: the work since the last checkpoint is lost unless the save on the
 notice fits in it.
 
@@ -102,7 +103,7 @@ class SimulatedAgent:
         attempt = self._plan(ready_at)
         remaining_s = (m.total_steps - attempt.base_step) / m.steps_per_s
         periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
-        return attempt.stepping_at + remaining_s + (periodic + 1) * segments.save_s
+        return attempt.stepping_at + remaining_s + periodic * segments.save_s + segments.final
 
     # -- what the node's life does to it -----------------------------------------------------------
 

@@ -75,6 +75,9 @@ class Agents:
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
         return self.agent(run_id).finish_time(ready_at)
 
+    def final_s(self, run_id: str) -> float:
+        return self.model.segments.final
+
     def started(self, run_id: str, at: float) -> None:
         self.agent(run_id).started(at)
 

@@ -22,10 +22,17 @@ class Segments:
     save_s: float = 10.0
     """One checkpoint save, periodic or on the notice."""
     restore_s: float = 20.0
+    final_s: float | None = None
+    """The job's end after its last step (final save, evaluation, SavedModel): a notice then no longer
+    stops it. None: one ``save_s``."""
+
+    @property
+    def final(self) -> float:
+        return self.save_s if self.final_s is None else self.final_s
 
     def __post_init__(self) -> None:
-        if min(self.setup_s, self.save_s, self.restore_s) < 0 or self.checkpoint_every_s <= 0:
-            raise UsageError("setup, save and restore times must be >= 0 and the checkpoint interval > 0")
+        if min(self.setup_s, self.save_s, self.restore_s, self.final) < 0 or self.checkpoint_every_s <= 0:
+            raise UsageError("setup, save, restore and final times must be >= 0 and the checkpoint interval > 0")
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class AgentModel:
     def length_s(self) -> float:
         """The job from READY to its end when nothing interrupts it: setup, stepping and its saves."""
         stepping = self.total_steps / self.steps_per_s
-        saves = max(1, math.ceil(stepping / self.segments.checkpoint_every_s))
-        return self.segments.setup_s + stepping + saves * self.segments.save_s
+        periodic = max(0, math.ceil(stepping / self.segments.checkpoint_every_s) - 1)
+        return self.segments.setup_s + stepping + periodic * self.segments.save_s + self.segments.final
 
     def __post_init__(self) -> None:
         if self.total_steps <= 0 or self.steps_per_s <= 0:
