@@ -31,7 +31,10 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   Batches are padded to one static size (one compilation); the number of real rows comes from
   the record count, never from a mask read back per batch.
 * The batches are read, parsed and padded ahead, in tf.data's threads, while the model works
-  (``inputs.padded_batches``): the next batch is ready when the model is.
+  (``inputs.padded_batches``): the next batch is ready when the model is. In latency mode
+  off a TPU the whole input is read and parsed before the first batch instead (``preload``,
+  up to PRELOAD_LIMIT_BYTES), so that tf.data's threads do not take the cores from the model
+  while a batch is being predicted.
 * A writer thread turns a call's output into JSON with one encoder call (not one per example)
   and writes it. The loop hands outputs over through a bounded queue, so the device waits for
   the writer only when the store stays slower than the device for longer than the queue holds.
