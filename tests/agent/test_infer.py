@@ -130,6 +130,24 @@ def test_resume_after_a_notice_redoes_no_written_shard(
     assert _read_shards(resumed, manifest) == _read_shards(whole, json.loads((whole / "manifest.json").read_text()))
 
 
+def test_latency_mode_reads_ahead_and_resumes_to_the_same_shards(
+    make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
+) -> None:
+    """Latency mode, its input read ahead from the first missing shard on, writes what the batched mode writes."""
+    model = reference_run.run_dir / "model"
+    batched, latency = tmp_path / "batched", tmp_path / "latency"
+    settings = {"num_shards": 3, "batch_size": 32}  # 5 batches: shards of 1, 2 and 2 batches
+    _infer_in_process(_infer_spec(make_spec, "infer-batched", model, data_dir, batched, **settings), PreemptionNotice())
+    spec = _infer_spec(make_spec, "infer-latency", model, data_dir, latency, latency=True, **settings)
+    with pytest.raises(PreemptedExit):
+        _infer_in_process(spec, _NoticeAtCall(2))  # one batch per call: shard 0, then the notice
+    assert sorted(_files(latency)) == ["plan.json", shard_name(0, 3)]
+    notice = _NoticeAtCall(0)
+    _infer_in_process(spec, notice)
+    assert notice.checks == 4, "the 4 batches left, one call each"
+    assert _files(latency) == _files(batched)
+
+
 def test_a_different_job_in_the_same_prefix_reuses_nothing(
     make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
 ) -> None:
