@@ -164,7 +164,7 @@ def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Op
 
     For latency mode on one host: read and parsed in one go before the first batch, the
     batches no longer pass through tf.data's threads while the model works on the same cores
-    (at batch 64 on this 2-core CPU, p50 time-to-result 1.20 -> 1.12x a plain ``tf.function``
+    (at batch 64 on this 2-core CPU, p50 time-to-result 1.20 -> 1.10x a plain ``tf.function``
     on pre-batched tensors, ``bench/bench_infer.py --only latency``). The size is known before
     reading: ``batches`` times one batch's inputs, from the iterator's element spec (static:
     ``inputs.padded_batches`` pads every batch to one size).
