@@ -22,7 +22,7 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
 - latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
   batch, p50 and p99. The clock covers one batch: for ours the argument-free call that takes
   the next batch from memory (``infer.preload`` read and parsed the whole input before the
-  first batch, as ``infer`` does in latency mode on one host; that preload is reported as
+  first batch, as ``infer`` does in latency mode off a TPU; that preload is reported as
   ``preload_ms`` and added to ours' wall time) and predicts it, and the hand-over of its
   outputs to the writer thread; for the plain
   ``tf.function`` (XLA as ours) over pre-batched float32 tensors in memory

@@ -87,7 +87,7 @@ PLAN = "plan.json"
 # Examples per tf.function call: ~0.3 s of CPU work, a few ms on a TPU; a preemption notice
 # waits at most one call.
 CALL_EXAMPLES = 4096
-# Latency mode on one host reads its whole input ahead when the parsed inputs take at most
+# Latency mode off a TPU reads its whole input ahead when the parsed inputs take at most
 # this much memory (``preload``): 10,240 CIFAR images as float32 are 126 MB.
 PRELOAD_LIMIT_BYTES = 512 << 20
 # Calls whose outputs may wait for the writer before the loop blocks.
@@ -162,7 +162,7 @@ def batched_predictor(call: Any, iterator: Any) -> Callable[[int], Any]:
 def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Optional[Any]:
     """The inputs of the iterator's next ``batches`` batches, stacked ``[batches, batch, ...]``; None above ``limit``.
 
-    For latency mode on one host: read and parsed in one go before the first batch, the
+    For latency mode off a TPU: read and parsed in one go before the first batch, the
     batches no longer pass through tf.data's threads while the model works on the same cores
     (at batch 64 on this 2-core CPU, p50 time-to-result 1.20 -> 1.10x a plain ``tf.function``
     on pre-batched tensors, ``bench/bench_infer.py --only latency``). The size is known before
