@@ -130,6 +130,24 @@ def test_resume_after_a_notice_redoes_no_written_shard(
     assert _read_shards(resumed, manifest) == _read_shards(whole, json.loads((whole / "manifest.json").read_text()))
 
 
+def test_latency_mode_reads_ahead_and_resumes_to_the_same_shards(
+    make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
+) -> None:
+    """Latency mode, its input read ahead from the first missing shard on, writes what the batched mode writes."""
+    model = reference_run.run_dir / "model"
+    batched, latency = tmp_path / "batched", tmp_path / "latency"
+    settings = {"num_shards": 3, "batch_size": 32}  # 5 batches: shards of 1, 2 and 2 batches
+    _infer_in_process(_infer_spec(make_spec, "infer-batched", model, data_dir, batched, **settings), PreemptionNotice())
+    spec = _infer_spec(make_spec, "infer-latency", model, data_dir, latency, latency=True, **settings)
+    with pytest.raises(PreemptedExit):
+        _infer_in_process(spec, _NoticeAtCall(2))  # one batch per call: shard 0, then the notice
+    assert sorted(_files(latency)) == ["plan.json", shard_name(0, 3)]
+    notice = _NoticeAtCall(0)
+    _infer_in_process(spec, notice)
+    assert notice.checks == 4, "the 4 batches left, one call each"
+    assert _files(latency) == _files(batched)
+
+
 def test_a_different_job_in_the_same_prefix_reuses_nothing(
     make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -196,7 +214,7 @@ def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> Non
     images = np.arange(7 * 5 * 4, dtype=np.float32).reshape(7 * 5, 4)
 
     def batches() -> Any:
-        return iter(tf.data.Dataset.from_tensor_slices((images,)).batch(5))
+        return iter(tf.data.Dataset.from_tensor_slices((images,)).batch(5, drop_remainder=True))
 
     strategy = tf.distribute.get_strategy()
     batched = infer.batched_predictor(infer.predict_call(model, strategy, jit_compile=False), batches())(7)
@@ -204,3 +222,18 @@ def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> Non
     one_by_one = np.concatenate([latency(1).numpy() for _ in range(7)])
     np.testing.assert_array_equal(one_by_one, batched.numpy())
     np.testing.assert_allclose(one_by_one, model(images).numpy(), rtol=1e-6)
+    preloaded = infer.latency_predictor(model, strategy, False, infer.preload(batches(), 7), preloaded=True)
+    np.testing.assert_array_equal(np.concatenate([preloaded(1).numpy() for _ in range(7)]), one_by_one)
+
+
+def test_preload_reads_ahead_only_what_fits() -> None:
+    """The batches left, stacked, from where the iterator stands; None (nothing read) when over the limit."""
+    images = np.arange(6 * 2 * 3, dtype=np.float32).reshape(6 * 2, 3)
+    iterator = iter(tf.data.Dataset.from_tensor_slices((images, np.ones(12, np.float32))).batch(2, drop_remainder=True))
+    next(iterator)
+    batch_bytes = 2 * 3 * 4
+    assert infer.preload(iterator, 5, limit=5 * batch_bytes - 1) is None
+    stacked = infer.preload(iterator, 5, limit=5 * batch_bytes)
+    np.testing.assert_array_equal(stacked.numpy(), images[2:].reshape(5, 2, 3))
+    unknown_size = iter(tf.data.Dataset.from_tensor_slices((images,)).batch(2))
+    assert infer.preload(unknown_size, 6, limit=1 << 30) is None

@@ -87,7 +87,9 @@ Schema (version 1; "=" gives the default of an optional key)::
         "batch_size": 256,               = 256; global batch of the prediction loop
         "latency": false                 = false; true: one batch per call, each batch's results
                                          written as soon as they exist (small batches, someone
-                                         waiting); false: ~4096 examples per call (throughput)
+                                         waiting; off a TPU the input, up to 512 MB parsed, is
+                                         read ahead before the first batch); false: ~4096
+                                         examples per call (throughput)
       }
     }
 
