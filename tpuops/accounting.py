@@ -9,10 +9,11 @@ launches over budget. Nothing here prints or decides a price itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuops import runs
+from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.errors import UsageError
 from tpuops.session import open_ledger, store
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from tpuops.jobs import JobPlan
     from tpuops.runs.goodput import Goodput
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 @dataclass(frozen=True)

@@ -34,18 +34,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tpuops.billing_rules import preemption_is_free
+from tpuops.clock import UTC
 from tpuops.errors import UsageError
 from tpuops.formats import format_usd
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger, NodeHistory, Transition
 from tpuops.pricing import Catalog, default_catalog, parse_capacity
 from tpuops.providers.nodes import NodeState
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 if TYPE_CHECKING:
     from tpuops.config import Settings

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import difflib
 import shlex
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
+from tpuops.clock import UTC
 from tpuops.documents import read_yaml_mapping
 from tpuops.errors import UsageError, excerpt
 from tpuops.kinds import Capacity
@@ -37,7 +38,6 @@ from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import NamedTuple, cast
 
 from tpuops import naming
-from tpuops.clock import Clock, system_clock, utc_now
+from tpuops.clock import UTC, Clock, system_clock, utc_now
 from tpuops.config import Settings
 from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
 from tpuops.kinds import ValueEnum
@@ -39,8 +39,6 @@ from tpuops.ledger import Ledger, NodeRecord, Sighting
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation
 from tpuops.retry import call_with_retry
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 Progress = Callable[[str], None]
 SelfDeletes = Callable[[str], datetime | None]

@@ -16,7 +16,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from tpuops import accelerators, runs
 from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.bundle import Bundle, build_bundle
+from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
@@ -38,8 +39,6 @@ from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
 from tpuops.usercode import check_experiment
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _AGENT_DTYPES = {"float": "float32", "int64": "int64"}

@@ -43,13 +43,12 @@ import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 
+from tpuops.clock import UTC
 from tpuops.errors import NotFound, UsageError
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 DELETED = "DELETED"
 """The state ``mark_deleted`` appends: the end of an incarnation's last interval."""

@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.dashboard.source import DashboardInfo, NodeRow, RunDetail, Source
 from tpuops.errors import NotFound, UsageError
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from tpuops.runs import LogTail, Run
     from tpuops.store import Store
 
-UTC = timezone.utc
 
 
 def run_ids(settings: Settings, *, root: Store | None = None) -> list[str]:

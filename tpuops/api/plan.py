@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.kinds import Capacity
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from tpuops.sim.forecast import Forecast
     from tpuops.sweeps.start import SweepPlan
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 PlanT = TypeVar("PlanT")
 
 

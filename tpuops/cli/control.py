@@ -10,8 +10,6 @@ import typer
 
 from tpuops.cli.common import err_console, load_settings, print_json, print_table
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
-
 if TYPE_CHECKING:
     from tpuops.api import PassReport
 
@@ -93,5 +91,5 @@ def events(
         return
     print_table(f"events of {run_id} ({memory.phase}{', ' + memory.outcome if memory.outcome else ''})",
                 ("time (UTC)", "event", "detail"),
-                [(datetime.fromtimestamp(e["at"], UTC).strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["message"])
+                [(datetime.fromtimestamp(e["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["message"])
                  for e in memory.events])

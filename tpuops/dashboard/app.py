@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from tpuops.clock import UTC
 from tpuops.dashboard import svg, views
 from tpuops.dashboard.auth import CSRF_HEADER, csrf_value, same
 from tpuops.dashboard.guard import TokenGuard
@@ -44,7 +45,6 @@ from tpuops.dashboard.source import Source
 from tpuops.errors import NotFound, TpuopsError, UsageError
 
 HERE = Path(__file__).parent
-UTC = timezone.utc
 PAGE_ROWS = 200
 """Rows the Runs page asks for per request: enough to fill the screen fast, small enough to show progress."""
 ACTION_PATHS = ("/actions/sweeps/{name}/stop", "/actions/runs/{run_id}/stop", "/actions/nodes/{zone}/{name}/delete")

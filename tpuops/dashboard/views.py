@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from tpuops.clock import UTC
 
 if TYPE_CHECKING:
     from tpuops.dashboard.source import NodeRow
     from tpuops.runs import Run
 
-UTC = timezone.utc
 
 
 def age_s(created: str, now: datetime) -> float | None:

@@ -16,9 +16,10 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from tpuops.clock import UTC
 from tpuops.errors import (
     AlreadyExists,
     CapacityError,
@@ -34,8 +35,6 @@ from tpuops.kinds import Capacity
 from tpuops.providers.base import Connection
 from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 from tpuops.retry import call_with_retry
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 CALL_TIMEOUT_S = 30.0
 """The longest one HTTP call may take (the client's own default is none: a server that accepts and never

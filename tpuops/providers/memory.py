@@ -22,13 +22,12 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 
+from tpuops.clock import UTC
 from tpuops.errors import AlreadyExists, NotFound, TpuopsError
 from tpuops.providers.base import Connection
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 @dataclass

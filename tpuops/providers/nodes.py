@@ -18,18 +18,17 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
+from tpuops.clock import UTC
 from tpuops.create_result import CreateResult
 from tpuops.errors import TpuopsError
 from tpuops.kinds import Capacity, ValueEnum
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "tpuops"

@@ -38,18 +38,16 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Protocol
 
 from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES, preemption_is_free
-from tpuops.clock import Clock, system_clock
+from tpuops.clock import UTC, Clock, system_clock
 from tpuops.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.naming import RUN_KEY
 from tpuops.providers.base import Connection
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 class Workload(Protocol):

@@ -31,17 +31,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from tpuops.agent.timing import DISJOINT, SEGMENTS
+from tpuops.clock import UTC
 from tpuops.cost import Interval, node_cost, ready_intervals
 from tpuops.ledger import NodeHistory
 from tpuops.pricing import Catalog
 from tpuops.runs.models import AgentStatus, AttemptTime
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
-
 
 
 @dataclass(frozen=True)

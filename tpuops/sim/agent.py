@@ -22,15 +22,14 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from tpuops import runs
+from tpuops.clock import UTC
 from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
 from tpuops.sim.model import AgentModel
 from tpuops.store import Store
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 Metrics = Callable[[int], dict[str, float]]
 """The evaluation metrics at a step."""

@@ -20,12 +20,12 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tpuops import runs
-from tpuops.clock import VirtualClock
+from tpuops.clock import UTC, VirtualClock
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for, spent
@@ -38,8 +38,6 @@ from tpuops.runs import RunRecord
 from tpuops.sim.agent import SimulatedAgent, surface
 from tpuops.sim.model import AgentModel
 from tpuops.store import LocalStore, Store
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
 """Where every simulation's clock starts."""

@@ -32,10 +32,11 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tpuops import deadline, runs
+from tpuops.clock import UTC
 from tpuops.cost import catalog_for, spent_by_run
 from tpuops.errors import NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
 from tpuops.kinds import Capacity
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
     from tpuops.config import Settings
     from tpuops.fleet import Fleet
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 @dataclass

@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tpuops import jobs
+from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.cost import catalog_for
 from tpuops.errors import UsageError
@@ -27,8 +28,6 @@ from tpuops.sweeps import ops, studies
 from tpuops.sweeps.models import SweepRecord
 from tpuops.sweeps.spec import SweepSpec, experiment_path, grid_points, load_sweep
 from tpuops.sweeps.template import TrialTemplate, trial_run_id
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 @dataclass(frozen=True)

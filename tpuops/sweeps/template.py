@@ -16,19 +16,18 @@ exactly (a test holds it to that).
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
 
 from tpuops.agent.runspec import RunSpec, SpecError
+from tpuops.clock import UTC
 from tpuops.naming import RUN_KEY
 from tpuops.providers.nodes import MetadataKey
 from tpuops.render import StartupContext, render_startup_script
 from tpuops.runs import RunRecord, spec_json
 from tpuops.runs.job import job_argv
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 
 def trial_run_id(sweep: str, number: int) -> str:
