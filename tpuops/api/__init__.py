@@ -104,7 +104,7 @@ def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accel
                sweep: str | None = None, base_dir: Path | None = None) -> JobPlan:
     """What ``train`` would declare and create (``--dry-run``): validated, nothing written."""
     from tpuops import jobs
-    from tpuops.api.plan import learner
+    from tpuops.api.history import learner
     from tpuops.session import store
 
     return jobs.plan_train(settings, spec, store(settings), run_id=name, accelerator=accelerator, capacity=capacity,

@@ -8,7 +8,7 @@ and imports what it computes with lazily; the models (``tpuops.risk``) compute w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,10 +20,8 @@ from tpuops.kinds import Capacity
 
 if TYPE_CHECKING:
     from tpuops.jobs import JobPlan
-    from tpuops.ledger import NodeHistory
-    from tpuops.planning import Learner
-    from tpuops.risk import Risk, RiskKey
-    from tpuops.runs.models import AttemptTime, PlanInputs, RunRecord
+    from tpuops.risk import Risk
+    from tpuops.runs.models import RunRecord
     from tpuops.sim.engine import SimReport
     from tpuops.sim.forecast import Forecast
     from tpuops.sweeps.start import SweepPlan
@@ -34,61 +32,10 @@ PlanT = TypeVar("PlanT")
 def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
     """``tpuops risk``: per (zone, accelerator, capacity) of the project's ledger, READY node-hours,
     preemptions, the rate with its 95 % interval, create -> READY latency and stockout episodes."""
+    from tpuops.api.history import histories
     from tpuops.risk import learn
 
-    return learn(_histories(settings), now or datetime.now(UTC), settings.spot_preemptions_per_hour)
-
-
-def _histories(settings: Settings) -> list[NodeHistory]:
-    """Every node incarnation of the project in the ledger; none without a ledger, which reading must not create
-    (a refused command leaves nothing behind)."""
-    from tpuops.session import open_ledger
-
-    return open_ledger(settings).histories(settings.project) if settings.ledger_path.exists() else []
-
-
-RECENT_RUNS = 200
-"""How many of the newest runs the ledger names a plan reads the statuses of (recovery costs, lost work): a
-bounded number of store reads per launch, however long the history."""
-
-
-def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
-    """What a run's deadline and ``every: auto`` rest on (``tpuops.planning``), learned from the ledger and the
-    statuses of the ``RECENT_RUNS`` newest runs it names; read once, on the first ask (a run that needs
-    neither reads nothing)."""
-    from functools import cache
-
-    from tpuops import planning
-    from tpuops import runs as run_store
-    from tpuops.errors import TpuopsError
-    from tpuops.risk import learn
-    from tpuops.session import store
-
-    @cache
-    def history() -> tuple[list[NodeHistory], list[Risk], dict[str, list[AttemptTime]]]:
-        root = store(settings)
-
-        def attempts(run_id: str) -> list[AttemptTime]:
-            try:
-                status = run_store.read_status(root, run_id)
-            except TpuopsError:  # an unreadable status is no evidence
-                return []
-            return list(status.attempts) if status else []
-
-        histories = _histories(settings)
-        newest = sorted({h.node.run_id: h.node.created_at for h in histories if h.node.run_id}.items(),
-                        key=lambda item: item[1])
-        ids = [run_id for run_id, _ in newest[-RECENT_RUNS:]]
-        risks = learn(histories, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
-        return histories, risks, dict(zip(ids, run_store.parallel_map(attempts, ids), strict=True))
-
-    defaults = planning.Defaults(settings.spot_preemptions_per_hour, settings.recovery_s, settings.lost_work_per_hour)
-
-    def learn_inputs(keys: Sequence[RiskKey]) -> PlanInputs:
-        histories, risks, found = history()
-        return planning.learn(risks, histories, found, keys, defaults)
-
-    return learn_inputs
+    return learn(histories(settings), now or datetime.now(UTC), settings.spot_preemptions_per_hour)
 
 
 def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int = 1, seed: int = 0,
@@ -116,6 +63,7 @@ class Forecasted(Generic[PlanT]):
 def _forecast(settings: Settings, path: Path, experiment: str, record: RunRecord, runs: int, sweeps: int
               ) -> Forecast:
     from tpuops import runs as run_store
+    from tpuops.api.history import learner
     from tpuops.planning import keys_of
     from tpuops.session import store
     from tpuops.sim.forecast import forecast, measured

@@ -35,7 +35,7 @@ class SweepStarted:
 
 def sweep_plan(settings: Settings, spec: Path) -> SweepPlan:
     """``tpuops sweep start SPEC --dry-run``: the validated sweep and its trials' run template; nothing written."""
-    from tpuops.api.plan import learner
+    from tpuops.api.history import learner
     from tpuops.session import store
     from tpuops.sweeps.start import plan_sweep
 
@@ -45,7 +45,7 @@ def sweep_plan(settings: Settings, spec: Path) -> SweepPlan:
 def sweep_start(settings: Settings, spec: Path, *, progress: Callable[[str], None] | None = None) -> SweepStarted:
     """``tpuops sweep start SPEC``: declare the sweep, then one reconcile pass launches its first trials."""
     from tpuops.api import reconcile
-    from tpuops.api.plan import learner
+    from tpuops.api.history import learner
     from tpuops.session import store
     from tpuops.sweeps.start import plan_sweep, start_sweep
 
