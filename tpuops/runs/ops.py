@@ -85,10 +85,11 @@ def run_exists(store: Store, run_id: str) -> bool:
 def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None, int]:
     """The agent's status and its generation; (None, 0) before the agent wrote one.
 
-    An empty object reads as no status yet, not as a broken document: the agent rewrites its
-    status every heartbeat, and on a store under injected faults (fake-gcs-server behind the fault
-    front) an interrupted upload has been seen to leave a zero-byte status for one heartbeat, which
-    made ``tpuops train`` stop with exit 2. A status is never empty when whole.
+    An empty object reads as no status yet, not as a broken document. A CI run once saw a
+    zero-byte status (``tpuops train`` stopped with exit 2): fake-gcs-server published an upload's
+    bytes so far when TensorFlow asked how far a failed upload had got, where Cloud Storage answers
+    308. The emulator's fronts now answer those queries themselves (``tpuops.emulator.uploads``);
+    this reading stays as the safe one, since a whole status is never empty.
     """
     key = layout.status_key(run_id)
     try:
