@@ -169,6 +169,8 @@ def main() -> None:
     parser.add_argument("--per-minute", type=float, default=PER_MINUTE, help="preemptions per READY minute")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if not 0 <= args.per_minute <= 6000:  # the emulator's preempt_rate_per_s is within [0, 100]
+        parser.error(f"--per-minute {args.per_minute:g} is not a rate between 0 and 6000 preemptions per READY minute")
     out = [calibrate(args.runs, args.wave, args.steps, seed, args.per_minute) for seed in range(args.repetitions)]
     if args.json:
         print(json.dumps(out, indent=2))
