@@ -54,7 +54,7 @@ from typing import Callable, List, Optional, Tuple
 import tensorflow as tf
 
 from tpuops.agent.interval import young_daly_s
-from tpuops.agent.paths import CHECKPOINT_INDEX, join, local_directory, write_whole
+from tpuops.agent.paths import CHECKPOINT_INDEX, is_remote, join, local_directory, write_whole
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,6 @@ def newest_valid(directory: str) -> Optional[Tuple[int, str]]:
         log.warning("skipping corrupt checkpoint %s (%s); removing it", prefix, reason)
         _delete(prefix)
     return None
-
-
-def is_remote(directory: str) -> bool:
-    return "://" in directory
 
 
 def default_staging(directory: str) -> Optional[str]:

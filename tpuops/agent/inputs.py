@@ -49,6 +49,7 @@ from tensorflow.python.framework import random_seed
 from tensorflow.python.ops import gen_dataset_ops
 
 from tpuops.agent.exits import UserError
+from tpuops.agent.paths import is_remote
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -227,7 +228,7 @@ def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Datase
     ``buffer_size`` changes nothing on gs:// (the filesystem's own 64-MB read buffer serves it:
     one request per block either way). The local order also means one data order for either store.
     """
-    if not any("://" in name for name in files):
+    if not any(is_remote(name) for name in files):
         return tf.data.TFRecordDataset(names)
     blocks = names.interleave(
         lambda name: tf.data.TFRecordDataset(name).batch(REMOTE_BLOCK),

@@ -46,6 +46,11 @@ class RunPaths:
         self.predictions = join(self.run_dir, "predictions")
 
 
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is in a bucket (any ``scheme://``, e.g. ``gs://``) rather than on the VM's disk."""
+    return "://" in path
+
+
 def write_whole(path: str, data: str) -> None:
     """Write ``data`` so that a reader sees the old file or the new one, never a torn one.
 
@@ -58,7 +63,7 @@ def write_whole(path: str, data: str) -> None:
     """
     import tensorflow as tf  # loaded by then: a dictionary lookup (see the module docstring)
 
-    if "://" in path:
+    if is_remote(path):
         with tf.io.gfile.GFile(path, "w") as out:
             out.write(data)
         return
