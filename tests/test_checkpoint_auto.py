@@ -61,3 +61,5 @@ def test_status_shows_the_interval_in_use_next_to_the_last_checkpoint() -> None:
                              "checkpoint_every_s": 612.3}) == "40 (saving 50), every 612 s"
     assert _checkpoint_cell({"last_checkpoint_step": None, "checkpoint_every_s": 600.0}) == "every 600 s"
     assert _checkpoint_cell({"last_checkpoint_step": 40, "checkpoint_every_s": 0}) == "40"  # by steps only
+    assert _checkpoint_cell({"last_checkpoint_step": 40, "checkpoint_every_s": 612.3, "last_save_s": 4.24}) == \
+        "40, every 612 s, save 4.2 s"

@@ -383,23 +383,45 @@ def test_a_simulation_stops_at_its_work_budget_and_says_so(tmp_path: Path) -> No
 
 
 @pytest.mark.unit
-def test_history_gives_the_experiments_own_speed_and_setup() -> None:
+def test_history_gives_the_experiments_own_speed_setup_and_save_cost() -> None:
     from tpuops.runs import AgentStatus, Memory, Run
     from tpuops.runs.models import AttemptTime
-    from tpuops.sim.forecast import Band, measured
+    from tpuops.sim.forecast import Band
+    from tpuops.sim.history import history_of
 
-    def run(experiment: str, step: int, productive: float, setup: float) -> Run:
+    def run(experiment: str, step: int, productive: float, setup: float, save: float | None = None) -> Run:
         record = RunRecord(run_id=f"{experiment}-{step}", kind=RunKind.TRAIN, experiment=experiment,
                            node=NodeSpec(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
                                          capacity=Capacity.SPOT, zones=[ZONES[0]]))
-        status = AgentStatus(step=step, attempts=[AttemptTime(attempt=1, productive_s=productive, setup_s=setup)])
+        status = AgentStatus(step=step, last_save_s=save,
+                             attempts=[AttemptTime(attempt=1, productive_s=productive, setup_s=setup)])
         return Run(record, status, Memory())
 
-    found = [run("digits", 600, 20.0, 50.0), run("digits", 900, 40.0, 70.0), run("other", 10, 100.0, 1.0)]
-    history = measured(found, "digits")
-    assert history is not None and (history.runs, history.steps_per_s, history.setup_s) == (2, 25.0, 60.0)
-    assert measured(found, "never-ran") is None
+    found = [run("digits", 600, 20.0, 50.0, 3.0), run("digits", 900, 40.0, 70.0, 5.0),
+             run("digits", 100, 4.0, 60.0), run("other", 10, 100.0, 1.0, 99.0)]
+    history = history_of(found, "digits")
+    assert history is not None and (history.runs, history.steps_per_s, history.setup_s) == (3, 25.0, 60.0)
+    assert history.save_s == 4.0  # the median of the runs that measured one; the third never saved
+    assert history_of(found[2:3], "digits").save_s is None  # type: ignore[union-attr]
+    assert history_of(found, "never-ran") is None
     assert Band.of([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]) == Band(2.0, 6.0, 10.0)
+
+
+@pytest.mark.unit
+def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() -> None:
+    from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
+    from tpuops.experiment import Checkpoint, load_experiment
+    from tpuops.sim.history import History
+    from tpuops.sim.scenario import agent_model
+
+    experiment = load_experiment(REPO / "experiments" / "digits_cnn.yaml").model_copy(
+        update={"checkpoint": Checkpoint(every="auto")})
+    assumed = agent_model(experiment, None, lost_work_per_hour=0.5)
+    learned = agent_model(experiment, History(2, 12.0, 40.0, 90.0), lost_work_per_hour=0.5)
+    assert (assumed.segments.save_s, assumed.segments.checkpoint_every_s) == \
+        (FIRST_SAVE_S, young_daly_s(FIRST_SAVE_S, 0.5))
+    assert (learned.steps_per_s, learned.segments.setup_s, learned.segments.save_s) == (12.0, 40.0, 90.0)
+    assert learned.segments.checkpoint_every_s == young_daly_s(90.0, 0.5) > assumed.segments.checkpoint_every_s
 
 
 # -- capacity policies and the engine's fast path ------------------------------------------------------------

@@ -36,6 +36,7 @@ def test_train_to_completion(reference_run: AgentRun) -> None:
     assert status["phase"] == "done" and status["step"] == TOTAL_STEPS
     assert (status["last_checkpoint_step"], status["checkpoint_in_flight"]) == (TOTAL_STEPS, None)
     assert status["checkpoint_every_s"] == 0  # the interval in use: by steps only in this spec
+    assert status["last_save_s"] > 0  # the last checkpoint's measured cost: what a forecast learns
     assert status["resumed_from_step"] is None and status["attempt"] == 1
     assert status["recomputed_steps"] == 0
     assert status["device"] == "CPU" and status["global_batch"] == 32

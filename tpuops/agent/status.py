@@ -17,6 +17,8 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  never starts before it), null before the first; written once its copy is complete
     checkpoint_in_flight  the step of the checkpoint being written in the background, else null
     checkpoint_every_s  the periodic checkpoint interval in use (``every: auto``: re-chosen after each save)
+    last_save_s  the last checkpoint's cost in seconds, from its snapshot to whole in the store (what
+                 ``every: auto`` weighs; a forecast learns an experiment's save cost from it), null before the first
     metrics      {"train": {...}, "eval": {...}, "predicted": n}
     input_wait_ms  mean time a training step waited for its batch over the last call (the
                  starvation measure: near 0 when the input pipeline keeps up), null before
@@ -136,6 +138,7 @@ class Status:
             "last_checkpoint_step": None,
             "checkpoint_in_flight": None,
             "checkpoint_every_s": None,
+            "last_save_s": None,
             "metrics": {},
             "input_wait_ms": None,
             "evals": list(evals or []),

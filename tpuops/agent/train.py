@@ -134,7 +134,8 @@ class _Run:
             every_seconds=self.tspec.checkpoint_every_seconds,
             on_writing=lambda step: self.status.update(checkpoint_in_flight=step, write=True),
             on_stored=lambda step: self.status.update(last_checkpoint_step=step, checkpoint_in_flight=None,
-                                                      checkpoint_every_s=self.ckpt.every_seconds, write=True),
+                                                      checkpoint_every_s=self.ckpt.every_seconds,
+                                                      last_save_s=self.ckpt.save_s, write=True),
             loss_rate_per_hour=self.tspec.checkpoint_loss_rate_per_hour,
         )
         self.status.update(checkpoint_every_s=self.ckpt.every_seconds)

@@ -1,7 +1,8 @@
 """The history a plan learns from (``tpuops.planning``): the ledger's node incarnations and the statuses of
 the newest runs they name, read through ``Settings``.
 
-Part of the front door's planning calls: ``tpuops.api.plan`` (the dry runs' forecasts, ``tpuops risk``),
+Part of the front door's planning calls: ``tpuops.api.plan`` (the dry runs' forecasts, ``tpuops risk``,
+``tpuops simulate``),
 ``tpuops.api`` (``plan_train``) and ``tpuops.api.sweeps`` (a sweep's trials) all learn through here, so a
 launch and a forecast rest on the same reading. Reading never creates a ledger.
 """
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from tpuops.planning import Learner
     from tpuops.risk import Risk, RiskKey
     from tpuops.runs.models import AttemptTime, PlanInputs
+    from tpuops.sim.history import History
 
 
 def histories(settings: Settings) -> list[NodeHistory]:
@@ -28,6 +30,16 @@ def histories(settings: Settings) -> list[NodeHistory]:
     from tpuops.session import open_ledger
 
     return open_ledger(settings).histories(settings.project) if settings.ledger_path.exists() else []
+
+
+def experiment_history(settings: Settings, experiment: str) -> History | None:
+    """What earlier runs of ``experiment`` in the store measured (speed, setup, save cost): a forecast and
+    ``tpuops simulate`` rest on the same."""
+    from tpuops import runs as run_store
+    from tpuops.session import store
+    from tpuops.sim.history import history_of
+
+    return history_of(run_store.list_runs(store(settings)), experiment)
 
 
 RECENT_RUNS = 200

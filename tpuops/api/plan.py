@@ -43,12 +43,15 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
              ) -> SimReport:
     """``tpuops simulate SPEC|SWEEP``: ``runs`` runs of the experiment (or the sweep) under ``policy``, with the
     real controller and sweep passes on the virtual-time Cloud TPU, on the risk the ledger learned."""
+    from tpuops.api.history import experiment_history
+    from tpuops.sim.history import experiment_name
     from tpuops.sim.scenario import Limits, Policy
     from tpuops.sim.scenario import simulate as run_simulation
 
     chosen = Policy.parse(policy)
+    history = experiment_history(settings, experiment_name(path))
     return run_simulation(settings, path, risk(settings), policy=chosen, count=runs, seed=seed, cron_s=cron_s,
-                          limits=Limits(max_hours=max_hours), progress=progress)
+                          limits=Limits(max_hours=max_hours), history=history, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -62,22 +65,20 @@ class Forecasted(Generic[PlanT]):
 
 def _forecast(settings: Settings, path: Path, experiment: str, record: RunRecord, runs: int, sweeps: int
               ) -> Forecast:
-    from tpuops import runs as run_store
-    from tpuops.api.history import learner
+    from tpuops.api.history import experiment_history, learner
     from tpuops.planning import keys_of
-    from tpuops.session import store
-    from tpuops.sim.forecast import forecast, measured
+    from tpuops.sim.forecast import forecast
 
-    history = measured(run_store.list_runs(store(settings)), experiment)
-    return forecast(settings, path, risk(settings), history, runs=runs, sweeps=sweeps,
+    return forecast(settings, path, risk(settings), experiment_history(settings, experiment), runs=runs, sweeps=sweeps,
                     inputs=learner(settings)(keys_of(record)))
+
 
 
 def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
                    capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
                    runs: int = 20) -> Forecasted[JobPlan]:
     """``tpuops train SPEC --dry-run``: the plan, and ``runs`` simulated runs per policy on the learned risk
-    and the experiment's own history (steps/s, setup) or the stated defaults."""
+    and the experiment's own history (steps/s, setup, save cost) or the stated defaults."""
     from tpuops.api import plan_train
 
     plan = plan_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,

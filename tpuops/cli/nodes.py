@@ -128,13 +128,14 @@ def _input_lines(run: dict) -> list[str]:
 
 
 def _checkpoint_cell(run: dict) -> str:
-    """The last checkpoint whole in the store, the one being written if any, and the interval in use:
-    ``40 (saving 50), every 600 s``."""
+    """The last checkpoint whole in the store, the one being written if any, the interval in use and the last
+    save's cost (what ``every: auto`` chose the interval for): ``40 (saving 50), every 600 s, save 4.2 s``."""
     saved = str(run["last_checkpoint_step"] if run["last_checkpoint_step"] is not None else "")
     in_flight = run.get("checkpoint_in_flight")
     cell = f"{saved} (saving {in_flight})".strip() if in_flight is not None else saved
-    every = run.get("checkpoint_every_s")
-    return f"{cell}, every {every:.0f} s".lstrip(", ") if every else cell
+    every, cost = run.get("checkpoint_every_s"), run.get("last_save_s")
+    parts = [cell, f"every {every:.0f} s" if every else "", f"save {cost:.1f} s" if cost is not None else ""]
+    return ", ".join(part for part in parts if part)
 
 
 def down(

@@ -176,6 +176,8 @@ class AgentStatus(_Doc):
     """The step of the checkpoint being written in the background; None from an agent older than that."""
     checkpoint_every_s: float | None = None
     """The periodic checkpoint interval in use (``every: auto`` re-chooses it after each save)."""
+    last_save_s: float | None = None
+    """The last checkpoint's cost, snapshot to whole in the store; None before one, or from an older agent."""
     metrics: dict[str, Any] = Field(default_factory=dict)
     input_wait_ms: float | None = None
     evals: list[EvalPoint] = Field(default_factory=list)

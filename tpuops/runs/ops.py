@@ -210,6 +210,7 @@ class Run:
             "heartbeat": status.heartbeat, "metrics": status.metrics,
             "examples_per_sec": status.examples_per_sec, "last_checkpoint_step": status.last_checkpoint_step,
             "checkpoint_in_flight": status.checkpoint_in_flight, "checkpoint_every_s": status.checkpoint_every_s,
+            "last_save_s": status.last_save_s,
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
             "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
             "deterministic": status.deterministic,

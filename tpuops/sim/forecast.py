@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tpuops.agent.interval import FIRST_SAVE_S
 from tpuops.config import Settings
 from tpuops.risk import Risk
-from tpuops.runs import Run
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
+from tpuops.sim.history import History
 from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Policy, is_sweep, simulate
 
 FORECAST_HORIZON = 20.0
@@ -35,7 +36,7 @@ seconds); both depend on the inputs alone, so the same inputs give the same fore
 FORECAST_RUN_PASSES = 48_000
 """A forecast's simulated work (runs going, summed over passes), shared equally by its simulations: an
 experiment's 4 simulations of 20 runs get 600 passes each, a sweep's 12 get 4,000 run-passes each. A longer job
-gets more (``FORECAST_PASSES_PER_LENGTH``). Measured on the shared 2-core machine, a pathological ledger (spot
+gets more (``FORECAST_PASSES_PER_LENGTH``). History on the shared 2-core machine, a pathological ledger (spot
 preempted 1000 times an hour) costs the digits experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes
 of spot)."""
 
@@ -106,15 +107,6 @@ class PolicyForecast(NamedTuple):
                 "expected_preemptions": round(self.preemptions, 3), "cut_short_by_time": self.cut_short}
 
 
-class Measured(NamedTuple):
-    """What earlier runs of the experiment measured (their agents' clocks)."""
-
-    runs: int
-    steps_per_s: float
-    """Steps done (not redone) per second of productive time, over every attempt of those runs."""
-    setup_s: float
-
-
 @dataclass(frozen=True)
 class Forecast:
     policies: tuple[PolicyForecast, ...]
@@ -137,27 +129,6 @@ def _names_deadline(path: Path) -> bool:
     return isinstance(document, dict) and ("deadline" in document or "finish_within" in document)
 
 
-def measured(found: Sequence[Run], experiment: str) -> Measured | None:
-    """Steps per second of stepping and the median setup over earlier runs of ``experiment``; None without any."""
-    steps = productive = 0.0
-    setups: list[float] = []
-    count = 0
-    for run in found:
-        status = run.status
-        if run.record.experiment != experiment or status is None or not status.attempts:
-            continue
-        seconds = sum(a.productive_s for a in status.attempts)
-        if seconds <= 0 or status.step <= 0:
-            continue
-        count += 1
-        steps += status.step - status.recomputed_steps
-        productive += seconds
-        setups.extend(a.setup_s for a in status.attempts if a.setup_s > 0)
-    if count == 0 or productive <= 0 or steps <= 0:
-        return None
-    return Measured(count, steps / productive, statistics.median(setups) if setups else 0.0)
-
-
 def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
     cut_short = any(r.stopped_by == "time" for r in reports)
     if per_sweep:
@@ -174,13 +145,11 @@ def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> P
                           statistics.fmean(run.preemptions for run in runs) if runs else 0.0, cut_short)
 
 
-def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Measured | None, *, runs: int = 20,
+def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: History | None, *, runs: int = 20,
              sweeps: int = 3, seed: int = 0, cron_s: float = 300.0, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> Forecast:
     """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps), its
     runs planning on ``inputs`` (``tpuops.planning``: learned or assumed, and each says which)."""
-    steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
-    setup_s = history.setup_s if history and history.setup_s > 0 else None
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
     left = simulations = len(Policy) * (sweeps if sweep else 1)
@@ -202,20 +171,22 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: Mea
     for policy in Policy:
         if sweep:
             reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                history=history, inputs=inputs, progress=progress,
                                 limits=limits())
                        for index in range(sweeps)]
         else:
             reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                steps_per_s=steps_per_s, setup_s=setup_s, inputs=inputs, progress=progress,
+                                history=history, inputs=inputs, progress=progress,
                                 limits=limits())]
         policies.append(_summary(policy, reports, sweep))
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
     assumptions = {
-        "steps_per_s": round(steps_per_s, 3),
+        "steps_per_s": round(history.steps_per_s if history else DEFAULT_STEPS_PER_S, 3),
         "steps_per_s_source": f"measured over {history.runs} earlier runs" if history else "assumed (no history)",
-        "setup_s": setup_s if setup_s is not None else "assumed (default of the agent model)",
+        "setup_s": history.setup_s if history and history.setup_s > 0 else "assumed (default of the agent model)",
+        "save_s": history.save_s if history and history.save_s is not None else
+                  f"assumed: {FIRST_SAVE_S:g} (no earlier run measured a save)",
         "spot_preemptions_per_hour_without_history": settings.spot_preemptions_per_hour,
         "risk": learned or "no ledger history: every zone assumed",
         "pass_every_s": cron_s,

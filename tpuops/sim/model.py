@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tpuops.agent.interval import FIRST_SAVE_S
 from tpuops.errors import UsageError
 
 
@@ -19,8 +20,8 @@ class Segments:
     """Bundle, TensorFlow import, TPU init and the first (compiling) call."""
     checkpoint_every_s: float = 600.0
     """Stepping time between two periodic saves."""
-    save_s: float = 10.0
-    """One checkpoint save, periodic or on the notice."""
+    save_s: float = FIRST_SAVE_S
+    """One checkpoint save, periodic or on the notice (the agent's assumption until it measures one)."""
     restore_s: float = 20.0
     final_s: float | None = None
     """The job's end after its last step (final save, evaluation, SavedModel): a notice then no longer

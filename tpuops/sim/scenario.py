@@ -34,6 +34,7 @@ from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import START, SimReport, Simulation
+from tpuops.sim.history import History
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import Store
 from tpuops.sweeps.start import SweepPlan, plan_sweep, start_sweep
@@ -80,18 +81,23 @@ class Policy(ValueEnum):
         return {}
 
 
-def agent_model(experiment: Experiment, *, steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None,
-                lost_work_per_hour: float, eval_every_steps: int = 0) -> AgentModel:
-    """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval."""
+def agent_model(experiment: Experiment, history: History | None, *, lost_work_per_hour: float,
+                eval_every_steps: int = 0) -> AgentModel:
+    """The experiment's job by its segments: its steps (or ``expected_hours`` of steps) and checkpoint interval
+    (``every: auto``: Young/Daly's for the save cost, as the agent picks it once it has measured a save), at the
+    speed, setup and save cost earlier runs measured (``history``), else the stated defaults."""
+    steps_per_s = history.steps_per_s if history else DEFAULT_STEPS_PER_S
+    setup_s = history.setup_s if history and history.setup_s > 0 else None
+    save_s = history.save_s if history else None
     steps = experiment.steps or max(1, round(experiment.expected_hours * 3600 * steps_per_s))
     every = [s for s in (experiment.checkpoint.every_seconds,
                          experiment.checkpoint.every_steps / steps_per_s if experiment.checkpoint.every_steps else 0)
              if s > 0]
     if experiment.checkpoint.every == "auto":
-        every = [young_daly_s(Segments.save_s, lost_work_per_hour)]
-    setup = {} if setup_s is None else {"setup_s": setup_s}
+        every = [young_daly_s(Segments.save_s if save_s is None else save_s, lost_work_per_hour)]
+    measured = {name: value for name, value in (("setup_s", setup_s), ("save_s", save_s)) if value is not None}
     return AgentModel(total_steps=steps, steps_per_s=steps_per_s,
-                      segments=Segments(checkpoint_every_s=min(every, default=600.0), **setup),
+                      segments=Segments(checkpoint_every_s=min(every, default=600.0), **measured),
                       eval_every_steps=eval_every_steps)
 
 
@@ -181,7 +187,7 @@ def _on(plan: SweepPlan, capacity: Capacity, rule: dict[str, Any]) -> SweepPlan:
 
 def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
              seed: int = 0, cron_s: float = 300.0, limits: Limits = Limits(),
-             steps_per_s: float = DEFAULT_STEPS_PER_S, setup_s: float | None = None, workdir: Path | None = None,
+             history: History | None = None, workdir: Path | None = None,
              cloud: CloudModel | None = None, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
@@ -200,21 +206,21 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     say = progress or (lambda _text: None)
     user_store = store(settings)
     if workdir is not None:
-        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, limits, steps_per_s,
-                    setup_s, cloud, inputs, say)
+        return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, limits, history,
+                    cloud, inputs, say)
     with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
         return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, limits,
-                    steps_per_s, setup_s, cloud, inputs, say)
+                    history, cloud, inputs, say)
 
 
 def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
-         count: int, seed: int, cron_s: float, limits: Limits, steps_per_s: float, setup_s: float | None,
+         count: int, seed: int, cron_s: float, limits: Limits, history: History | None,
          cloud: CloudModel | None, inputs: PlanInputs | None, say: Callable[[str], None]) -> SimReport:
     lost_rate = inputs.lost_work_per_hour.value if inputs else settings.lost_work_per_hour
     if is_sweep(path):
         plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
-        model = agent_model(plan.job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+        model = agent_model(plan.job.experiment, history,
                             lost_work_per_hour=lost_rate,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
         length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
@@ -229,7 +235,7 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         # on every call.
         launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, timezone.utc))
         job = jobs.plan_train(settings, path, user_store, run_id=launched, capacity=policy.capacity)
-        model = agent_model(job.experiment, steps_per_s=steps_per_s, setup_s=setup_s,
+        model = agent_model(job.experiment, history,
                             lost_work_per_hour=lost_rate)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
