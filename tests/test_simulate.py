@@ -282,6 +282,7 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
     assert spot["usd"]["p10"] <= spot["usd"]["p50"] <= spot["usd"]["p90"] < on_demand["usd"]["p10"]
     assert on_demand["expected_preemptions"] == 0 and spot["hours"]["p50"] > 0
     assert forecast["assumptions"]["steps_per_s_source"] == "assumed (no history)"
+    assert forecast["assumptions"]["save_s"] == "assumed: 10 (no earlier run measured a save)"
     assert not (project / "home" / "store" / "runs").exists()  # a dry run declares nothing
     sweep = CliRunner().invoke(app, ["sweep", "start", "sweeps/digits_lr.yaml", "--dry-run", "--json"])
     assert sweep.exit_code == 0, sweep.output
