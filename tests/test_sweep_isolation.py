@@ -18,7 +18,9 @@ from helpers import REPO
 
 from tpuops import runs
 from tpuops.config import load_settings
+from tpuops.controller.reconcile import PassReport
 from tpuops.data.samples import digits
+from tpuops.errors import TransientError
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.model import AgentModel
@@ -106,3 +108,38 @@ def test_ctrl_c_in_a_sampler_ends_the_pass(world: Simulation, monkeypatch: pytes
     _break(monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         world.controller.run_pass(now=START)
+
+
+def _pass(world: Simulation, now: float) -> PassReport:
+    """One controller pass at ``now``, the simulated cloud's clock moved there first."""
+    world.clock.advance_to(now)
+    return world.controller.run_pass(now=now)
+
+
+def test_a_store_that_cannot_list_the_sweeps_fails_no_run_and_the_next_pass_goes_on(
+        world: Simulation, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _pass(world, START)
+    trials = sorted(first.sweeps["launched"])
+    assert len(trials) == 4 and sorted(r for r, _, _ in first.acted) == trials
+    real = world.store.list
+
+    def failing(prefix: str = "") -> list[Any]:
+        if prefix == sweep_ops.ACTIVE:
+            raise TransientError("the store did not answer (503)")
+        return real(prefix)
+
+    monkeypatch.setattr(world.store, "list", failing)
+    said: list[str] = []
+    world.controller.progress = said.append
+    broken = _pass(world, START + 600)  # the trials' jobs (100 s of steps) have ended meanwhile
+    assert broken.sweeps["unlisted"] == "the store did not answer (503)" and not broken.sweeps["advanced"]
+    assert [line for line in said if "sweeps" in line] == [
+        "cannot list the active sweeps this pass (the store did not answer (503)); runs are reconciled, "
+        "sweeps wait for the next pass"]
+    assert broken.finished == dict.fromkeys(trials, "succeeded")  # the run pass went on without the sweeps
+    monkeypatch.undo()
+    again = _pass(world, START + 900)
+    assert not again.sweeps["unlisted"] and sorted(again.sweeps["advanced"]) == ["bad", "good"]
+    assert sorted(again.sweeps["told"]) == trials and not again.sweeps["launched"]  # each told once, none asked again
+    assert again.sweeps["ended"] == {"bad": "completed", "good": "completed"}
+    assert sorted(runs.all_run_ids(world.store)) == trials and not world.cloud.list_nodes("us-central1-a")
