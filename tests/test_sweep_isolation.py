@@ -8,39 +8,22 @@ its state left as it was for the next pass. KeyboardInterrupt is not a sweep's f
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from helpers import REPO
+from helpers import sweeps_world
 
 from tpuops import runs
-from tpuops.config import load_settings
 from tpuops.controller.reconcile import PassReport
-from tpuops.data.samples import digits
 from tpuops.errors import TransientError
-from tpuops.providers.cloud_model import CloudModel
 from tpuops.sim.engine import START, Simulation
-from tpuops.sim.model import AgentModel
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
 from tpuops.sweeps.spec import SweepSpec
-from tpuops.sweeps.start import plan_sweep, start_sweep
 
 pytestmark = pytest.mark.unit
-
-SWEEP = """
-name: {name}
-experiment: ../experiments/digits_cnn.yaml
-space:
-  learning_rate: {{type: float, low: 0.001, high: 0.1, log: true}}
-sampler: {{type: random, seed: 5}}
-trials: 2
-parallel: 2
-"""
-
 
 class Raising(optuna.samplers.RandomSampler):
     """A sampler whose every draw raises ``error``."""
@@ -56,21 +39,7 @@ class Raising(optuna.samplers.RandomSampler):
 @pytest.fixture
 def world(tmp_path: Path) -> Simulation:
     """Two sweeps, ``good`` and ``bad``, started in one simulated world's store."""
-    digits(tmp_path / "data" / "digits")
-    (tmp_path / "experiments").mkdir()
-    (tmp_path / "sweeps").mkdir()
-    for name in ("digits_cnn.yaml", "models.py"):
-        shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
-    config = tmp_path / "tpuops.toml"
-    config.write_text('zones = ["us-central1-a"]\n')
-    settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
-    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
-    for name in ("good", "bad"):
-        path = tmp_path / "sweeps" / f"{name}.yaml"
-        path.write_text(SWEEP.format(name=name))
-        start_sweep(plan_sweep(settings, path, sim.store, base_dir=tmp_path), sim.store, lambda _: None,
-                    upload=False)
-    return sim
+    return sweeps_world(tmp_path, ("good", "bad"))
 
 
 def _break(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
