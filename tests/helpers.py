@@ -10,11 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.config import Settings
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background
 from tpuops.store import Store
+
+if TYPE_CHECKING:
+    from tpuops.sim.engine import Simulation
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
@@ -152,3 +155,42 @@ different = [name for name in left if not np.array_equal(left[name], right[name]
 print(len(left), "tensors;", len(different), "different:", different[:5])
 sys.exit(1 if different else 0)
 """
+
+
+SMALL_SWEEP = """
+name: {name}
+experiment: ../experiments/digits_cnn.yaml
+space:
+  learning_rate: {{type: float, low: 0.001, high: 0.1, log: true}}
+sampler: {{type: random, seed: 5}}
+trials: 2
+parallel: 2
+"""
+
+
+def sweeps_world(tmp_path: Path, names: tuple[str, ...]) -> Simulation:
+    """A simulated world (one zone, jobs of 100 s of steps) whose store holds one started ``SMALL_SWEEP`` per name."""
+    import shutil
+
+    from tpuops.config import load_settings
+    from tpuops.data.samples import digits
+    from tpuops.providers.cloud_model import CloudModel
+    from tpuops.sim.engine import Simulation
+    from tpuops.sim.model import AgentModel
+    from tpuops.sweeps.start import plan_sweep, start_sweep
+
+    digits(tmp_path / "data" / "digits")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "sweeps").mkdir()
+    for name in ("digits_cnn.yaml", "models.py"):
+        shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
+    config = tmp_path / "tpuops.toml"
+    config.write_text('zones = ["us-central1-a"]\n')
+    settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
+    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
+    for name in names:
+        path = tmp_path / "sweeps" / f"{name}.yaml"
+        path.write_text(SMALL_SWEEP.format(name=name))
+        start_sweep(plan_sweep(settings, path, sim.store, base_dir=tmp_path), sim.store, lambda _: None,
+                    upload=False)
+    return sim

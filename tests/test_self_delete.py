@@ -192,3 +192,28 @@ def test_status_down_and_the_dashboard_date_a_self_deleted_node_where_its_run_sa
         assert last.at >= before
     else:
         assert last.at == at(dated)
+
+
+@pytest.mark.parametrize("evidence", [True, False])
+def test_a_delete_of_a_node_already_gone_closes_its_ledger_entry_reading_only_what_its_evidence_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, evidence: bool) -> None:
+    from tpuops.providers.memory import MemoryProvider
+
+    settings = _settings(tmp_path)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for name, uid in (("n", "7"), ("m", "8")):  # both open in the zone; only "n" is deleted
+        ledger.record_node(P, ZONE, name, "v2-8", "on-demand", run_id=f"run-{name}", uid=uid, at=at(0))
+        ledger.observe(P, ZONE, name, NodeState.READY, at(60), uid=uid)
+    said = {"run-n": at(420)}
+    fleet = Fleet(MemoryProvider(P), settings, ledger, clock=VirtualClock(at(900).timestamp()),
+                  self_deletes=said.get if evidence else None)
+    asked: list[dict[str, object]] = []
+    real = Ledger.nodes
+    monkeypatch.setattr(Ledger, "nodes", lambda self, *args, **kwargs: asked.append(kwargs)
+                        or real(self, *args, **kwargs))
+    assert fleet.delete(ZONE, "n") is False  # the provider holds no such node: it deleted itself
+    monkeypatch.undo()
+    assert asked == ([{"name": "n", "open_only": True}] if evidence else [])
+    last = ledger.transitions(P, ZONE, "n", uid="7")[-1]
+    assert (last.state, last.at) == (DELETED, at(420) if evidence else at(900))
+    assert [record.name for record in ledger.nodes(P, ZONE, open_only=True)] == ["m"]

@@ -167,6 +167,34 @@ def test_a_node_is_billed_and_preemptible_until_its_self_delete_and_the_final_sa
     assert job.told == ["started", "finished"]  # a preemption after the job's end interrupts nobody
 
 
+@pytest.mark.unit
+def test_a_node_still_ready_is_billed_up_to_the_simulated_now_and_a_first_minute_preemption_is_free() -> None:
+    from tpuops.naming import RUN_KEY
+    from tpuops.providers.nodes import NodeRequest
+
+    clock = VirtualClock(START)
+    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(30, 0), lifetime=Latency(20, 0)), clock=clock)
+    for name, capacity in (("kept", Capacity.ON_DEMAND), ("early", Capacity.SPOT)):
+        cloud.create_node(ZONES[0], NodeRequest(name=name, accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
+                                                capacity=capacity, labels={RUN_KEY: name}))
+    clock.advance_to(START + 40)  # both READY since 30 s; nothing closed yet
+    assert cloud.billed(lambda _interval: 3600.0) == {"kept": 10.0, "early": 10.0}  # USD per hour = per second here
+    clock.advance_to(START + 7230)  # the spot node was preempted 50 s after its create: free
+    assert cloud.billed(lambda _interval: 3600.0) == {"kept": 7200.0, "early": 0.0}
+    assert [interval.run_id for interval in cloud.billing] == ["early"]  # the READY one is still open
+
+
+@pytest.mark.unit
+def test_a_simulation_cut_short_bills_its_runs_ready_nodes_as_the_ledger_does(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), SHIFT_JOB, cron_s=300)
+    sim.declare([_record(settings, "job-0")])
+    report = sim.run(max_hours=24, max_run_passes=12)  # an 8-h job stopped after an hour, its node READY
+    [run] = report.runs
+    assert (report.stopped_by, run.outcome, sim.cloud.billing) == ("work", "unfinished", [])
+    assert run.usd > 0 and run.usd == pytest.approx(run.ledger_usd, rel=0.05)
+
+
 # -- the real controller over it ------------------------------------------------------------------------
 
 

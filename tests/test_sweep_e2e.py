@@ -69,7 +69,8 @@ class World(TfWorld):
         return json.loads(done.stdout)
 
     def status(self, sweep: str) -> SweepStatus:
-        return sweep_status(self.settings, self.store, Ledger(self.settings.ledger_path), sweep)
+        return sweep_status(self.settings, self.store, Ledger(self.settings.ledger_path),
+                            sweep_ops.read_sweep(self.store, sweep))
 
     def phase(self, sweep: str) -> str:
         return sweep_ops.load_state(self.store, sweep)[0].phase

@@ -8,37 +8,22 @@ its state left as it was for the next pass. KeyboardInterrupt is not a sweep's f
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from helpers import REPO
+from helpers import sweeps_world
 
 from tpuops import runs
-from tpuops.config import load_settings
-from tpuops.data.samples import digits
-from tpuops.providers.cloud_model import CloudModel
+from tpuops.controller.reconcile import PassReport
+from tpuops.errors import TransientError
 from tpuops.sim.engine import START, Simulation
-from tpuops.sim.model import AgentModel
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
 from tpuops.sweeps.spec import SweepSpec
-from tpuops.sweeps.start import plan_sweep, start_sweep
 
 pytestmark = pytest.mark.unit
-
-SWEEP = """
-name: {name}
-experiment: ../experiments/digits_cnn.yaml
-space:
-  learning_rate: {{type: float, low: 0.001, high: 0.1, log: true}}
-sampler: {{type: random, seed: 5}}
-trials: 2
-parallel: 2
-"""
-
 
 class Raising(optuna.samplers.RandomSampler):
     """A sampler whose every draw raises ``error``."""
@@ -54,21 +39,7 @@ class Raising(optuna.samplers.RandomSampler):
 @pytest.fixture
 def world(tmp_path: Path) -> Simulation:
     """Two sweeps, ``good`` and ``bad``, started in one simulated world's store."""
-    digits(tmp_path / "data" / "digits")
-    (tmp_path / "experiments").mkdir()
-    (tmp_path / "sweeps").mkdir()
-    for name in ("digits_cnn.yaml", "models.py"):
-        shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
-    config = tmp_path / "tpuops.toml"
-    config.write_text('zones = ["us-central1-a"]\n')
-    settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
-    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
-    for name in ("good", "bad"):
-        path = tmp_path / "sweeps" / f"{name}.yaml"
-        path.write_text(SWEEP.format(name=name))
-        start_sweep(plan_sweep(settings, path, sim.store, base_dir=tmp_path), sim.store, lambda _: None,
-                    upload=False)
-    return sim
+    return sweeps_world(tmp_path, ("good", "bad"))
 
 
 def _break(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
@@ -106,3 +77,38 @@ def test_ctrl_c_in_a_sampler_ends_the_pass(world: Simulation, monkeypatch: pytes
     _break(monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         world.controller.run_pass(now=START)
+
+
+def _pass(world: Simulation, now: float) -> PassReport:
+    """One controller pass at ``now``, the simulated cloud's clock moved there first."""
+    world.clock.advance_to(now)
+    return world.controller.run_pass(now=now)
+
+
+def test_a_store_that_cannot_list_the_sweeps_fails_no_run_and_the_next_pass_goes_on(
+        world: Simulation, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _pass(world, START)
+    trials = sorted(first.sweeps["launched"])
+    assert len(trials) == 4 and sorted(r for r, _, _ in first.acted) == trials
+    real = world.store.list
+
+    def failing(prefix: str = "") -> list[Any]:
+        if prefix == sweep_ops.ACTIVE:
+            raise TransientError("the store did not answer (503)")
+        return real(prefix)
+
+    monkeypatch.setattr(world.store, "list", failing)
+    said: list[str] = []
+    world.controller.progress = said.append
+    broken = _pass(world, START + 600)  # the trials' jobs (100 s of steps) have ended meanwhile
+    assert broken.sweeps["unlisted"] == "the store did not answer (503)" and not broken.sweeps["advanced"]
+    assert [line for line in said if "sweeps" in line] == [
+        "cannot list the active sweeps this pass (the store did not answer (503)); runs are reconciled, "
+        "sweeps wait for the next pass"]
+    assert broken.finished == dict.fromkeys(trials, "succeeded")  # the run pass went on without the sweeps
+    monkeypatch.undo()
+    again = _pass(world, START + 900)
+    assert not again.sweeps["unlisted"] and sorted(again.sweeps["advanced"]) == ["bad", "good"]
+    assert sorted(again.sweeps["told"]) == trials and not again.sweeps["launched"]  # each told once, none asked again
+    assert again.sweeps["ended"] == {"bad": "completed", "good": "completed"}
+    assert sorted(runs.all_run_ids(world.store)) == trials and not world.cloud.list_nodes("us-central1-a")

@@ -27,3 +27,12 @@ PREEMPTIBLE_CAPACITIES = frozenset({"spot", "preemptible"})
 def preemption_is_free(capacity: str, created_s: float, preempted_s: float) -> bool:
     """Whether a node of ``capacity`` created at ``created_s`` and preempted at ``preempted_s`` costs nothing."""
     return capacity in PREEMPTIBLE_CAPACITIES and preempted_s - created_s < FREE_PREEMPTION_WINDOW_S
+
+
+def billed_seconds(capacity: str, created_s: float, start_s: float, end_s: float, *, preempted: bool) -> float:
+    """The seconds billed for one READY interval from ``start_s`` to ``end_s``: all of them, or none when it
+    ended in a preemption that the first-minute rule makes free. An interval still open is billed up to now
+    (``end_s``): it has not been preempted, so nothing of it is free yet."""
+    if preempted and preemption_is_free(capacity, created_s, end_s):
+        return 0.0
+    return max(0.0, end_s - start_s)

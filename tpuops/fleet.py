@@ -247,10 +247,10 @@ class Fleet:
 
     def _gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
-        went (``_ended_at``: a node that deleted itself, where its run says)."""
-        if at is None and record is None:
-            record = next((r for r in self.ledger.nodes(self.settings.project, zone, open_only=True)
-                           if r.name == name), None)
+        went (``_ended_at``: a node that deleted itself, where its run says). Its open incarnation is read only
+        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way."""
+        if at is None and record is None and self.self_deletes is not None:
+            record = next(iter(self.ledger.nodes(self.settings.project, zone, name=name, open_only=True)), None)
         stamp = at or self._ended_at(zone, name, record.run_id if record else None,
                                      record.created_at if record else None, utc_now(self.clock),
                                      uid=record.uid if record else None)
@@ -557,12 +557,11 @@ class Fleet:
         return self.delete(zone, name, wait=True, on_poll=self._watch(zone, name))
 
     def down(self, names: list[str] | None, *, wait: bool = True) -> list[DownResult]:
-        """Delete the named nodes (``None``: every node of ours in view), concurrently."""
+        """Delete the named nodes (``None``: every node of ours in view), concurrently. The names were checked by
+        the caller (``api.down``, before the ledger or the API was touched)."""
         if names is None:
             targets = [(n.zone, n.name) for n in self.status() if n.managed]
         else:
-            for name in names:
-                naming.check_node_name(name)
             targets = [(n.zone, n.name) for name in names for n in self.locate(name)]
         results = [DownResult(name, None, Deleted.NOT_FOUND) for name in names or []
                    if name not in {t[1] for t in targets}]

@@ -395,12 +395,13 @@ class Ledger:
         project: str | None = None,
         zone: str | None = None,
         *,
+        name: str | None = None,
         run_id: str | None = None,
         sweep_id: str | None = None,
         open_only: bool = False,
     ) -> list[NodeRecord]:
         """Recorded incarnations matching every filter given, oldest first."""
-        where, params = _node_filter(project=project, zone=zone, run_id=run_id, sweep_id=sweep_id)
+        where, params = _node_filter(project=project, zone=zone, name=name, run_id=run_id, sweep_id=sweep_id)
         if open_only:
             where += " AND deleted_at IS NULL"
         with self._connect() as conn:

@@ -15,7 +15,6 @@ buckets go only to a fake-gcs-server named by ``STORAGE_EMULATOR_HOST``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
@@ -107,32 +106,13 @@ def open_ledger(settings: Settings) -> Ledger:
 def fleet(settings: Settings, progress: Callable[[str], None] | None = None) -> Fleet:
     """The configured project's nodes: the one holder of the provider (``up``, ``down``, ``status``, the controller).
 
-    A node that deleted itself is dated where its run's status says (``runs.self_deleted_at``), by every
+    A node that deleted itself is dated where its run's status says (``runs.self_deletes``), by every
     command alike: the store is opened on the first such node only."""
+    from tpuops import runs
     from tpuops.fleet import Fleet
 
     return Fleet(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None),
-                 self_deletes=_self_deletes(settings))
-
-
-def _self_deletes(settings: Settings) -> Callable[[str], datetime | None]:
-    """When a run's node deleted itself, from the configured store (opened once, when first asked); a store that
-    cannot be opened is no evidence, and the node is dated as if it had none."""
-    from functools import cache
-
-    from tpuops import runs
-    from tpuops.errors import TpuopsError
-
-    opened = cache(lambda: store(settings))
-
-    def said(run_id: str) -> datetime | None:
-        try:
-            root = opened()
-        except TpuopsError:
-            return None
-        return runs.self_deleted_at(root, run_id)
-
-    return said
+                 self_deletes=runs.self_deletes(lambda: store(settings)))
 
 
 def emulated_storage(settings: Settings) -> str:

@@ -63,8 +63,8 @@ def sweep_status(settings: Settings, name: str, *, importances: bool = False) ->
     from tpuops.sweeps.status import sweep_status as status_of
 
     root = store(settings)
-    read_sweep(root, name)  # an unknown sweep is refused before the ledger is opened (and created)
-    return status_of(settings, root, open_ledger(settings), name, importances=importances)
+    sweep = read_sweep(root, name)  # an unknown sweep is refused before the ledger is opened (and created)
+    return status_of(settings, root, open_ledger(settings), sweep, importances=importances)
 
 
 def sweep_stop(settings: Settings, name: str) -> SweepState:

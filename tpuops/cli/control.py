@@ -50,7 +50,7 @@ def reconcile(
             err_console().print(f"{len(sweeps['advanced'])} sweep(s) advanced: {len(sweeps['launched'])} trial(s) "
                                 f"launched, {len(sweeps['told'])} told, {len(sweeps['stopped'])} stopped, "
                                 f"{len(sweeps['errors'])} error(s)")
-    if report.errors or report.sweeps.get("errors"):
+    if report.errors or report.sweeps.get("errors") or report.sweeps.get("unlisted"):
         raise typer.Exit(1)
 
 

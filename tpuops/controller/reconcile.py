@@ -191,7 +191,7 @@ class Controller:
         self.store = store
         self.nodes = fleet
         if fleet.self_deletes is None:  # the runs' statuses date the nodes that delete themselves
-            fleet.self_deletes = lambda run_id: runs.self_deleted_at(store, run_id)
+            fleet.self_deletes = runs.self_deletes(lambda: store)
         self.ledger = fleet.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = _one_at_a_time(progress or (lambda _text: None))

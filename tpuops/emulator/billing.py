@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tpuops.billing_rules import preemption_is_free
+from tpuops.billing_rules import billed_seconds, preemption_is_free
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.wire import rfc3339
 
@@ -91,7 +91,8 @@ class BillingLedger:
             out = [dict(interval) for interval in self._intervals]
         for interval in out:
             if interval["end_epoch"] is None:
-                interval["seconds"] = interval["billed_seconds"] = now - interval["start_epoch"]
+                interval["seconds"] = now - interval["start_epoch"]
+                interval["billed_seconds"] = _billed(interval, now, preempted=False)
         return out
 
     def _close_open(self, at: float, reason: str) -> bool:
@@ -109,6 +110,15 @@ def _finish(interval: dict[str, Any], at: float, reason: str) -> None:
     interval["end_epoch"] = at
     interval["end_reason"] = reason
     interval["seconds"] = at - interval["start_epoch"]
-    created = interval.get("created_epoch", interval["start_epoch"])  # records from before the rule: their start
-    interval["free"] = reason == "preempted" and preemption_is_free(interval["capacity"], created, at)
-    interval["billed_seconds"] = 0.0 if interval["free"] else interval["seconds"]
+    interval["free"] = reason == "preempted" and preemption_is_free(interval["capacity"], _created(interval), at)
+    interval["billed_seconds"] = _billed(interval, at, preempted=reason == "preempted")
+
+
+def _created(interval: dict[str, Any]) -> float:
+    return interval.get("created_epoch", interval["start_epoch"])  # records from before the rule: their start
+
+
+def _billed(interval: dict[str, Any], end: float, *, preempted: bool) -> float:
+    """The interval's billed seconds up to ``end`` (``billing_rules``: the one rule the cost tracker and the
+    simulated cloud apply too)."""
+    return billed_seconds(interval["capacity"], _created(interval), interval["start_epoch"], end, preempted=preempted)

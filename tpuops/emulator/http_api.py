@@ -27,7 +27,7 @@ from tpuops.emulator.queued import QueuedResources
 from tpuops.emulator.services import ProjectServices
 from tpuops.emulator.state import EmulatorState
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.wire import Request, page_size_of, paginate, parse_node_spec, parse_update_mask, require_object
+from tpuops.emulator.wire import Request, page_size_of, paginate, parse_node_fields, parse_update_mask, require_object
 from tpuops.tpu_catalog import AcceleratorType, load
 
 _LOCATION = r"projects/(?P<project>[^/:]+)/locations/(?P<zone>[^/:]+)"
@@ -272,7 +272,7 @@ class RestApi:
     def create_node(self, req: Request) -> dict[str, Any]:
         zone = req.params["zone"]
         check_zone(zone)
-        spec = parse_node_spec(req.body, zone)
+        spec = parse_node_fields(req.body, zone)
         return self._state.create_node(req.params["project"], zone, req.query.get("nodeId", ""), spec)
 
     def delete_node(self, req: Request) -> dict[str, Any]:

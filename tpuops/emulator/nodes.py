@@ -16,7 +16,7 @@ from tpuops.emulator import catalog
 from tpuops.emulator.metadata import MetadataServer
 from tpuops.emulator.operations import Operation
 from tpuops.emulator.sandbox import ScriptRun
-from tpuops.emulator.wire import NodeSpec, rfc3339
+from tpuops.emulator.wire import NodeFields, rfc3339
 
 TPU_RUNTIME_PORT = 8470
 
@@ -32,7 +32,7 @@ class Node:
     project: str
     zone: str
     node_id: str
-    spec: NodeSpec
+    spec: NodeFields
     uid: str
     create_time: float
     state: str = "CREATING"
@@ -126,7 +126,7 @@ class QueuedNodeSpec:
     """One entry of a queued resource's ``tpu.nodeSpec``, expanded to node ids."""
 
     node_ids: list[str]
-    spec: NodeSpec
+    spec: NodeFields
     echo: dict[str, Any]
 
 

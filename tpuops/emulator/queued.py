@@ -24,7 +24,7 @@ from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
 from tpuops.emulator.nodes import QueuedNodeSpec, QueuedResource
 from tpuops.emulator.operations import EMPTY_TYPE, QUEUED_RESOURCE_TYPE
 from tpuops.emulator.state import EmulatorState, check_zone
-from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_spec, parse_rfc3339
+from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_fields, parse_rfc3339
 
 _FIELDS = frozenset(
     {"name", "createTime", "tpu", "spot", "guaranteed", "bestEffort", "queueingPolicy", "state", "reservationName"}
@@ -142,7 +142,7 @@ class QueuedResources:
             raise invalid(
                 f"Node spec parent {parent!r} must be the queued resource's parent projects/{project}/locations/{zone}."
             )
-        spec = parse_node_spec(raw.get("node"), zone)
+        spec = parse_node_fields(raw.get("node"), zone)
         if spot:
             spec.scheduling_config = {**spec.scheduling_config, "spot": True}
         multislice = raw.get("multisliceParams")

@@ -43,7 +43,7 @@ from tpuops.emulator.nodes import Node
 from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
 from tpuops.emulator.sandbox import Sandboxes, ScriptRun
 from tpuops.emulator.scheduler import Scheduler
-from tpuops.emulator.wire import NodeSpec, check_resource_id, string_list, string_map
+from tpuops.emulator.wire import NodeFields, check_resource_id, string_list, string_map
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class EmulatorState:
 
     # ----- mutations (each returns the operation as JSON)
 
-    def create_node(self, project: str, zone: str, node_id: str, spec: NodeSpec) -> dict[str, Any]:
+    def create_node(self, project: str, zone: str, node_id: str, spec: NodeFields) -> dict[str, Any]:
         """Start creating a node; the operation finishes when it is READY or out of stock.
 
         Raises:
@@ -142,7 +142,7 @@ class EmulatorState:
         project: str,
         zone: str,
         node_id: str,
-        spec: NodeSpec,
+        spec: NodeFields,
         *,
         queued_resource: str = "",
         check_capacity: bool = True,

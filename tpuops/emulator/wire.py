@@ -153,8 +153,9 @@ def page_size_of(query: dict[str, str]) -> int:
 
 
 @dataclass
-class NodeSpec:
-    """What a caller chose about a node: the writable fields of ``Node``, validated."""
+class NodeFields:
+    """What a caller chose about a node: the writable fields of ``Node``, validated (not ``runs.NodeSpec``, the
+    client's frozen request, nor the API's queued-resource ``NodeSpec``, which ``nodes.QueuedNodeSpec`` mirrors)."""
 
     accelerator: AcceleratorType
     runtime_version: str
@@ -254,7 +255,7 @@ def _resolve_accelerator(body: dict[str, Any], zone: str, scheduling: dict[str, 
     )
 
 
-def parse_node_spec(body: Any, zone: str) -> NodeSpec:
+def parse_node_fields(body: Any, zone: str) -> NodeFields:
     """Validate a ``Node`` request body for ``zone``.
 
     Raises:
@@ -277,7 +278,7 @@ def parse_node_spec(body: Any, zone: str) -> NodeSpec:
         if "mode" in disk:
             disk["mode"] = enum_name(disk["mode"], DISK_MODES, "dataDisks.mode")
         disks.append(disk)
-    return NodeSpec(
+    return NodeFields(
         accelerator=_resolve_accelerator(body, zone, scheduling),
         runtime_version=runtime_version,
         description=str(body.get("description") or ""),

@@ -23,7 +23,8 @@ Events are applied lazily, in time order, whenever the provider is called or ``c
 ``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
 is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
 quota), every READY interval kept as the billing truth with the first-minute rule
-(``tpuops.billing_rules``). Every draw comes from the node's own generator, seeded by (seed, zone, name,
+(``tpuops.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU bills it.
+Every draw comes from the node's own generator, seeded by (seed, zone, name,
 how many creates of that name came before): the controller acts on runs concurrently, so the order of
 calls varies from one simulation to the next, and a shared stream would hand a node another run's draw;
 so the same seed gives the same timeline whatever the order. Thread-safe: one lock.
@@ -41,7 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
-from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES, preemption_is_free
+from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.clock import UTC, Clock, system_clock
 from tpuops.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.naming import RUN_KEY
@@ -104,6 +105,11 @@ class Billed:
     @property
     def seconds(self) -> float:
         return 0.0 if self.end is None else self.end - self.start
+
+    def billed_s(self, now: float) -> float:
+        """Its billed seconds (``billing_rules``); an interval still open is billed up to ``now``."""
+        return billed_seconds(self.capacity, self.created, self.start, now if self.end is None else self.end,
+                              preempted=self.reason == "preempted")
 
     @property
     def free(self) -> bool:
@@ -345,10 +351,12 @@ class SimulatedCloud:
     # -- what a simulation reports -----------------------------------------------------------------
 
     def billed(self, price: Callable[[Billed], float]) -> dict[str | None, float]:
-        """USD per run id of every closed READY interval, by ``price`` (USD per hour of the interval's node)."""
+        """USD per run id of every READY interval up to the clock's now, closed or still open, by ``price``
+        (USD per hour of the interval's node)."""
+        self.catch_up()
+        now = self.clock()
         totals: dict[str | None, float] = Counter()
         with self._lock:
-            for interval in self.billing:
-                if not interval.free:
-                    totals[interval.run_id] += interval.seconds / 3600.0 * price(interval)
+            for interval in (*self.billing, *self._open.values()):
+                totals[interval.run_id] += interval.billed_s(now) / 3600.0 * price(interval)
         return dict(totals)

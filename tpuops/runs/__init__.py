@@ -54,6 +54,7 @@ from tpuops.runs.ops import (
     run_exists,
     save_memory,
     self_deleted_at,
+    self_deletes,
     write_status,
 )
 
@@ -63,6 +64,7 @@ __all__ = [
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
     "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "rebuild_index",
-    "record_key", "reopen", "run_exists", "save_memory", "self_deleted_at", "spec_json", "spec_key", "status_key",
+    "record_key", "reopen", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key",
+    "status_key",
     "write_status",
 ]

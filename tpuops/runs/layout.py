@@ -15,7 +15,9 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               compare-and-swap by the lease holder after a pass that changed it,
                               and by ``reopen``. A run of a store from before this name has its
                               memory in ``control.json``: read there until the memory is next
-                              written (as memory.json).
+                              written (as memory.json), then left like the run's other files (a
+                              run's files outlive it). Nothing writes control.json any more, so
+                              their number cannot grow: not a leak, and not worth a delete per save.
     runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.

@@ -126,6 +126,23 @@ def self_deleted_at(store: Store, run_id: str) -> datetime | None:
     return ended if ended.tzinfo is not None else None
 
 
+def self_deletes(open_store: Callable[[], Store]) -> Callable[[str], datetime | None]:
+    """``self_deleted_at`` for a ``Fleet`` (its ``self_deletes``): the one wiring of that evidence, used by
+    ``session.fleet`` and by a ``Controller`` given a fleet without it. The store is opened once, when a node
+    first asks; a store that cannot be opened is no evidence, and the node is dated as if it had none."""
+    opened: list[Store] = []
+
+    def said(run_id: str) -> datetime | None:
+        if not opened:
+            try:
+                opened.append(open_store())
+            except TpuopsError:
+                return None
+        return self_deleted_at(opened[0], run_id)
+
+    return said
+
+
 def write_status(store: Store, run_id: str, status: AgentStatus) -> None:
     """Write the agent's status whole, as the agent does (it uses ``tf.io.gfile``): for an agent that is
     not the TF one, the simulated agent of ``tpuops.sim``. The control plane itself never writes it."""

@@ -82,6 +82,7 @@ class SweepPassReport:
     promoted: list[str] = field(default_factory=list)  # run ids moved to on-demand (endgame)
     ended: dict[str, SweepOutcome] = field(default_factory=dict)  # sweep -> outcome
     errors: dict[str, str] = field(default_factory=dict)  # sweep -> why
+    unlisted: str = ""  # why the active sweeps could not be listed this pass (none was advanced)
 
 
 def lease_name(sweep: str) -> str:
@@ -192,9 +193,18 @@ class SweepPass:
         Optuna's exceptions (a sampler's or pruner's, a journal entry it cannot read) share no base class and
         come through every call of a sweep's step, so they are converted here, once, to ``StudyError``; the
         sweep's state is not written, and the next pass tries it again. KeyboardInterrupt and SystemExit are
-        not failures of a sweep: they end the pass."""
+        not failures of a sweep: they end the pass. A store that cannot list the active sweeps fails no run: the
+        report says why in ``unlisted``, and the run pass that follows reconciles the trials' runs as it finds
+        them (no trial is asked or stopped, so none is duplicated or orphaned); the next pass lists again."""
         report = SweepPassReport()
-        for name in sweep_ops.active_sweeps(self.store):
+        try:
+            names = sweep_ops.active_sweeps(self.store)
+        except TpuopsError as err:
+            report.unlisted = str(err)
+            self.progress(f"cannot list the active sweeps this pass ({err}); runs are reconciled, "
+                          "sweeps wait for the next pass")
+            return report
+        for name in names:
             try:
                 self._advance(name, report, time.time() if now is None else now)
             except Exception as err:
