@@ -227,11 +227,15 @@ def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, prog
     """``tpuops watch``: reconcile every ``interval_s`` (``passes`` of them, 0: until interrupted); passes made.
 
     With ``wake``, between passes it looks for wake markers and hurries at once when a preempted agent
-    left one (``tpuops.controller.wake``); its hurried passes count as passes too.
+    left one (``tpuops.controller.wake``); its hurried passes count as passes too. A pass that fails on a
+    transient error that outlasted its retries (the store or the API not answering) is said in one line and
+    counted, and the next comes at its time: a watch that exited on it would leave paid nodes unwatched.
+    Any other error ends the watch.
     """
     import time
 
     from tpuops.controller.wake import Waker
+    from tpuops.errors import Timeout, TransientError
     from tpuops.session import store
 
     control = controller(settings, progress)
@@ -244,10 +248,18 @@ def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, prog
         if on_pass is not None:
             on_pass(done, result)
 
+    def one_pass() -> None:
+        nonlocal done
+        try:
+            report(control.run_pass())
+        except (TransientError, Timeout) as err:
+            done += 1
+            progress(f"pass {done} did not finish ({err}); the next one comes in {interval_s:.0f} s")
+
     try:
         while not passes or done < passes:
             started = time.monotonic()
-            report(control.run_pass())
+            one_pass()
             if passes and done >= passes:
                 break
             left = max(0.0, interval_s - (time.monotonic() - started))
