@@ -74,6 +74,7 @@ import tensorflow as tf
 
 from tpuops.agent import checkpoints, entry, inputs
 from tpuops.agent.exits import PreemptedExit, UserError
+from tpuops.agent.jsonlines import Formatter
 from tpuops.agent.paths import RunPaths, join, write_whole
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runspec import RunSpec
@@ -94,7 +95,6 @@ PRELOAD_LIMIT_BYTES = 512 << 20
 WRITER_QUEUE = 4
 # A shard, or (group 1 set) the temporary file of one being written.
 _SHARD_FILE = re.compile(r"^predictions-\d{5}-of-\d{5}\.jsonl(\.tmp-\d+)?$")
-_ENCODE = json.JSONEncoder().encode
 
 
 def shard_name(index: int, count: int) -> str:
@@ -159,8 +159,8 @@ def batched_predictor(call: Any, iterator: Any) -> Callable[[int], Any]:
     return lambda steps: call(iterator, tf.constant(steps, tf.int32))
 
 
-def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Optional[Any]:
-    """The inputs of the iterator's next ``batches`` batches, stacked ``[batches, batch, ...]``; None above ``limit``.
+def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Optional[List[Any]]:
+    """The inputs of the iterator's next ``batches`` batches, one per batch; None above ``limit``.
 
     For latency mode off a TPU: read and parsed in one go before the first batch, the
     batches no longer pass through tf.data's threads while the model works on the same cores
@@ -174,49 +174,35 @@ def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Op
         return None
     if batches * sum(part.shape.num_elements() * part.dtype.size for part in spec) > limit:
         return None
-    parts = [next(iterator)[0] for _ in range(batches)]
-    return tf.nest.map_structure(lambda *tensors: tf.stack(tensors), *parts)
+    return [next(iterator)[0] for _ in range(batches)]
 
 
 def latency_predictor(
     model: tf.keras.Model, strategy: Any, jit_compile: bool, source: Any, preloaded: bool = False
 ) -> Callable[[int], Any]:
-    """``predict(1)`` for latency mode: the next batch's float32 outputs, one argument-free call per batch.
+    """``predict(1)`` for latency mode: the next batch's float32 outputs, one call per batch.
 
-    ``source`` is the iterator, or (``preloaded``) what ``preload`` returned: the call then
-    takes the next batch from memory by a position it counts itself.
-    The function closes over ``source`` instead of taking it: a ``tf.function`` taking an
-    iterator works out the iterator's type spec and flattens it on every call, about 0.2 ms of
-    host time per batch on this CPU, a twentieth of a batch of 64's time-to-result
-    (``bench/bench_infer.py --only latency``). It is traced here, once per job (per iterator),
-    so the first batch does not wait for the tracing.
+    ``source`` is the iterator, or (``preloaded``) what ``preload`` returned. Preloaded, each
+    batch is passed to the traced function as its argument, as a plain loop over batches in
+    memory does (a tensor argument costs next to nothing to match). From an iterator, the function
+    closes over it and takes no argument: a ``tf.function`` taking an iterator works out the
+    iterator's type spec and flattens it on every call, about 0.2 ms of host time per batch on
+    this CPU, a twentieth of a batch of 64's time-to-result (``bench/bench_infer.py --only
+    latency``). The function is traced here, once per job, so the first batch does not wait
+    for the tracing.
     """
     replica_fn = _forward(model, jit_compile)
-    position = tf.Variable(0, dtype=tf.int32, trainable=False) if preloaded else None
 
-    def next_inputs() -> Any:
-        if position is None:
-            return next(source)[0]
-        index = position.assign_add(1).read_value() - 1
-        return tf.nest.map_structure(lambda stacked: tf.gather(stacked, index), source)
+    def predict_batch(batch: Any) -> tf.Tensor:
+        return strategy.gather(strategy.run(replica_fn, args=(batch,)), axis=0)
 
-    @tf.function
-    def next_batch() -> tf.Tensor:
-        return strategy.gather(strategy.run(replica_fn, args=(next_inputs(),)), axis=0)
-
+    if preloaded:
+        batches, call = iter(source), tf.function(predict_batch)
+        call.get_concrete_function(source[0])
+        return lambda steps: call(next(batches))
+    next_batch = tf.function(lambda: predict_batch(next(source)[0]))
     next_batch.get_concrete_function()
     return lambda steps: next_batch()
-
-
-def format_lines(first_index: int, rows: np.ndarray) -> str:
-    """JSON Lines for ``rows`` numbered from ``first_index``: the text ``json.dumps`` gives row by row, faster."""
-    if rows.ndim == 2 and rows.size:
-        # One encoder call for the whole batch: the rows of a 2-D float array hold only numbers,
-        # so "], [" is exactly what separates them.
-        template, values = '{"index": %d, "output": [%s]}\n', _ENCODE(rows.tolist())[2:-2].split("], [")
-    else:
-        template, values = '{"index": %d, "output": %s}\n', [_ENCODE(row) for row in rows.tolist()]
-    return "".join([template % (first_index + i, value) for i, value in enumerate(values)])
 
 
 class ShardWriter:
@@ -225,7 +211,8 @@ class ShardWriter:
     ``open``, ``rows`` and ``commit`` only queue work; the first write error is raised by the
     next of them (or by ``close``) in the caller's thread. ``close`` waits until the queue is
     empty: shards whose ``commit`` was queued are renamed into place, a shard still open is
-    removed.
+    removed. The rows' text is made by a ``jsonlines.Formatter`` child process (why: there);
+    its death is a write error like any other.
     """
 
     def __init__(self, prefix: str, depth: int = WRITER_QUEUE) -> None:
@@ -234,6 +221,7 @@ class ShardWriter:
         self._error: Optional[BaseException] = None
         self._file: Any = None
         self._name = ""
+        self._formatter = Formatter()
         self._thread = threading.Thread(target=self._run, name="tpuops-infer-writer", daemon=True)
         self._thread.start()
 
@@ -250,6 +238,7 @@ class ShardWriter:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
+        self._formatter.close()
         self._raise()
 
     def _raise(self) -> None:
@@ -284,7 +273,7 @@ class ShardWriter:
         elif kind == "rows":
             outputs, first_index, count = item[1:]
             rows = outputs.numpy() if hasattr(outputs, "numpy") else np.asarray(outputs)
-            self._file.write(format_lines(first_index, rows[:count]))
+            self._file.write(self._formatter.format(first_index, rows[:count]))
         else:
             self._file.close()
             self._file = None
