@@ -13,8 +13,7 @@ import pytest
 import tensorflow as tf
 from tpuops.agent import infer
 from tpuops.agent.exits import PreemptedExit
-from tpuops.agent.infer import shard_name
-from tpuops.agent.jsonlines import format_lines
+from tpuops.agent.infer import format_lines, shard_name
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runspec import parse_spec

@@ -74,7 +74,6 @@ import tensorflow as tf
 
 from tpuops.agent import checkpoints, entry, inputs
 from tpuops.agent.exits import PreemptedExit, UserError
-from tpuops.agent.jsonlines import Formatter
 from tpuops.agent.paths import RunPaths, join, write_whole
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runspec import RunSpec
@@ -95,6 +94,7 @@ PRELOAD_LIMIT_BYTES = 512 << 20
 WRITER_QUEUE = 4
 # A shard, or (group 1 set) the temporary file of one being written.
 _SHARD_FILE = re.compile(r"^predictions-\d{5}-of-\d{5}\.jsonl(\.tmp-\d+)?$")
+_ENCODE = json.JSONEncoder().encode
 
 
 def shard_name(index: int, count: int) -> str:
@@ -205,14 +205,24 @@ def latency_predictor(
     return lambda steps: next_batch()
 
 
+def format_lines(first_index: int, rows: np.ndarray) -> str:
+    """JSON Lines for ``rows`` numbered from ``first_index``: the text ``json.dumps`` gives row by row, faster."""
+    if rows.ndim == 2 and rows.size:
+        # One encoder call for the whole batch: the rows of a 2-D float array hold only numbers,
+        # so "], [" is exactly what separates them.
+        template, values = '{"index": %d, "output": [%s]}\n', _ENCODE(rows.tolist())[2:-2].split("], [")
+    else:
+        template, values = '{"index": %d, "output": %s}\n', [_ENCODE(row) for row in rows.tolist()]
+    return "".join([template % (first_index + i, value) for i, value in enumerate(values)])
+
+
 class ShardWriter:
     """A thread that writes shards from a bounded queue of call outputs, in order.
 
     ``open``, ``rows`` and ``commit`` only queue work; the first write error is raised by the
     next of them (or by ``close``) in the caller's thread. ``close`` waits until the queue is
     empty: shards whose ``commit`` was queued are renamed into place, a shard still open is
-    removed. The rows' text is made by a ``jsonlines.Formatter`` child process (why: there);
-    its death is a write error like any other.
+    removed.
     """
 
     def __init__(self, prefix: str, depth: int = WRITER_QUEUE) -> None:
@@ -221,7 +231,6 @@ class ShardWriter:
         self._error: Optional[BaseException] = None
         self._file: Any = None
         self._name = ""
-        self._formatter = Formatter()
         self._thread = threading.Thread(target=self._run, name="tpuops-infer-writer", daemon=True)
         self._thread.start()
 
@@ -238,7 +247,6 @@ class ShardWriter:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
-        self._formatter.close()
         self._raise()
 
     def _raise(self) -> None:
@@ -273,7 +281,7 @@ class ShardWriter:
         elif kind == "rows":
             outputs, first_index, count = item[1:]
             rows = outputs.numpy() if hasattr(outputs, "numpy") else np.asarray(outputs)
-            self._file.write(self._formatter.format(first_index, rows[:count]))
+            self._file.write(format_lines(first_index, rows[:count]))
         else:
             self._file.close()
             self._file = None
