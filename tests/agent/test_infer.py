@@ -209,7 +209,7 @@ def test_latency_mode_hands_each_batch_to_the_writer_alone(
 
 
 def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> None:
-    """The argument-free latency call predicts the iterator's batches in order, as the multi-batch call does."""
+    """The latency call predicts the batches in order, from the iterator or preloaded, as the multi-batch call does."""
     model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
     images = np.arange(7 * 5 * 4, dtype=np.float32).reshape(7 * 5, 4)
 
@@ -227,13 +227,13 @@ def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> Non
 
 
 def test_preload_reads_ahead_only_what_fits() -> None:
-    """The batches left, stacked, from where the iterator stands; None (nothing read) when over the limit."""
+    """The batches left, one per batch, from where the iterator stands; None (nothing read) when over the limit."""
     images = np.arange(6 * 2 * 3, dtype=np.float32).reshape(6 * 2, 3)
     iterator = iter(tf.data.Dataset.from_tensor_slices((images, np.ones(12, np.float32))).batch(2, drop_remainder=True))
     next(iterator)
     batch_bytes = 2 * 3 * 4
     assert infer.preload(iterator, 5, limit=5 * batch_bytes - 1) is None
-    stacked = infer.preload(iterator, 5, limit=5 * batch_bytes)
-    np.testing.assert_array_equal(stacked.numpy(), images[2:].reshape(5, 2, 3))
+    preloaded = infer.preload(iterator, 5, limit=5 * batch_bytes)
+    np.testing.assert_array_equal(np.stack(preloaded), images[2:].reshape(5, 2, 3))
     unknown_size = iter(tf.data.Dataset.from_tensor_slices((images,)).batch(2))
     assert infer.preload(unknown_size, 6, limit=1 << 30) is None

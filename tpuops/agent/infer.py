@@ -26,15 +26,16 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   trip per call, not one per batch. Latency mode (``infer.latency``, ``tpuops infer --latency``)
   is the exception: one batch per call, so that each batch's results reach the writer as soon
   as they exist instead of after up to ``CALL_EXAMPLES`` examples (at batch 64, a batch's
-  results came about 170 ms late on this CPU), through a function that closes over the
-  iterator and takes no argument (``latency_predictor``: the cheapest dispatch there is).
+  results came about 170 ms late on this CPU), through the cheapest dispatch there is
+  (``latency_predictor``): a batch already in memory is the traced function's argument, an
+  iterator is closed over.
   Batches are padded to one static size (one compilation); the number of real rows comes from
   the record count, never from a mask read back per batch.
 * The batches are read, parsed and padded ahead, in tf.data's threads, while the model works
   (``inputs.padded_batches``): the next batch is ready when the model is. In latency mode
   off a TPU the whole input is read and parsed before the first batch instead (``preload``,
-  up to PRELOAD_LIMIT_BYTES), so that tf.data's threads do not take the cores from the model
-  while a batch is being predicted.
+  up to PRELOAD_LIMIT_BYTES, one tensor per batch), so that tf.data's threads do not take the
+  cores from the model while a batch is being predicted.
 * A writer thread turns a call's output into JSON with one encoder call (not one per example)
   and writes it. The loop hands outputs over through a bounded queue, so the device waits for
   the writer only when the store stays slower than the device for longer than the queue holds.
@@ -159,13 +160,14 @@ def batched_predictor(call: Any, iterator: Any) -> Callable[[int], Any]:
     return lambda steps: call(iterator, tf.constant(steps, tf.int32))
 
 
-def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Optional[Any]:
-    """The inputs of the iterator's next ``batches`` batches, stacked ``[batches, batch, ...]``; None above ``limit``.
+def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Optional[List[Any]]:
+    """The inputs of the iterator's next ``batches`` batches, one per batch; None above ``limit``.
 
     For latency mode off a TPU: read and parsed in one go before the first batch, the
     batches no longer pass through tf.data's threads while the model works on the same cores
     (at batch 64 on this 2-core CPU, p50 time-to-result 1.20 -> 1.10x a plain ``tf.function``
-    on pre-batched tensors, ``bench/bench_infer.py --only latency``). The size is known before
+    on pre-batched tensors, ``bench/bench_infer.py --only latency``). One tensor per batch, so
+    that each is the traced function's argument as it is in a plain loop (README, "Inference"). The size is known before
     reading: ``batches`` times one batch's inputs, from the iterator's element spec (static:
     ``inputs.padded_batches`` pads every batch to one size).
     """
@@ -174,36 +176,33 @@ def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Op
         return None
     if batches * sum(part.shape.num_elements() * part.dtype.size for part in spec) > limit:
         return None
-    parts = [next(iterator)[0] for _ in range(batches)]
-    return tf.nest.map_structure(lambda *tensors: tf.stack(tensors), *parts)
+    return [next(iterator)[0] for _ in range(batches)]
 
 
 def latency_predictor(
     model: tf.keras.Model, strategy: Any, jit_compile: bool, source: Any, preloaded: bool = False
 ) -> Callable[[int], Any]:
-    """``predict(1)`` for latency mode: the next batch's float32 outputs, one argument-free call per batch.
+    """``predict(1)`` for latency mode: the next batch's float32 outputs, one call per batch.
 
-    ``source`` is the iterator, or (``preloaded``) what ``preload`` returned: the call then
-    takes the next batch from memory by a position it counts itself.
-    The function closes over ``source`` instead of taking it: a ``tf.function`` taking an
-    iterator works out the iterator's type spec and flattens it on every call, about 0.2 ms of
-    host time per batch on this CPU, a twentieth of a batch of 64's time-to-result
-    (``bench/bench_infer.py --only latency``). It is traced here, once per job (per iterator),
-    so the first batch does not wait for the tracing.
+    ``source`` is the iterator, or (``preloaded``) what ``preload`` returned. Preloaded, each
+    batch is passed to the traced function as its argument, as a plain loop over batches in
+    memory does (a tensor argument costs next to nothing to match). From an iterator, the function
+    closes over it and takes no argument: a ``tf.function`` taking an iterator works out the
+    iterator's type spec and flattens it on every call, about 0.2 ms of host time per batch on
+    this CPU, a twentieth of a batch of 64's time-to-result (``bench/bench_infer.py --only
+    latency``). The function is traced here, once per job, so the first batch does not wait
+    for the tracing.
     """
     replica_fn = _forward(model, jit_compile)
-    position = tf.Variable(0, dtype=tf.int32, trainable=False) if preloaded else None
 
-    def next_inputs() -> Any:
-        if position is None:
-            return next(source)[0]
-        index = position.assign_add(1).read_value() - 1
-        return tf.nest.map_structure(lambda stacked: tf.gather(stacked, index), source)
+    def predict_batch(batch: Any) -> tf.Tensor:
+        return strategy.gather(strategy.run(replica_fn, args=(batch,)), axis=0)
 
-    @tf.function
-    def next_batch() -> tf.Tensor:
-        return strategy.gather(strategy.run(replica_fn, args=(next_inputs(),)), axis=0)
-
+    if preloaded:
+        batches, call = iter(source), tf.function(predict_batch)
+        call.get_concrete_function(source[0])
+        return lambda steps: call(next(batches))
+    next_batch = tf.function(lambda: predict_batch(next(source)[0]))
     next_batch.get_concrete_function()
     return lambda steps: next_batch()
 
@@ -459,9 +458,9 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         iterator = iter(batches)
         if ispec.latency:
             left = outputs.ranges[-1][1] - outputs.ranges[done][0]
-            stacked = None if runtime.on_tpu else preload(iterator, left)
-            source = iterator if stacked is None else stacked
-            predict = latency_predictor(model, runtime.strategy, False, source, preloaded=stacked is not None)
+            preloaded = None if runtime.on_tpu else preload(iterator, left)
+            source = iterator if preloaded is None else preloaded
+            predict = latency_predictor(model, runtime.strategy, False, source, preloaded=preloaded is not None)
         else:
             predict = batched_predictor(predict_call(model, runtime.strategy, jit_compile=False), iterator)
         predict_shards(predict, outputs, done, notice, _Progress(status), ispec.latency)
