@@ -4,7 +4,7 @@ For each client — the Google Cloud CLI (``tests/test_conformance_gcloud.py``: 
 ``gcloud compute tpus`` command) and the official Python client (``tests/test_conformance_client.py``:
 one step per RPC, v2 and v2alpha1, with the inputs of Google's samples) — it counts the steps
 that pass unmodified against this checkout's emulator (``--no-auth``, as for any third-party
-client) and against a baseline emulator started from another checkout (default ``/work/main``,
+client) and against a baseline emulator started from another checkout (``--baseline DIR``,
 the code before this work), side by side in one run. The counts are deterministic, so one
 repetition is run; wall time is reported for information.
 
@@ -64,7 +64,7 @@ def _start_baseline(checkout: Path, state_dir: Path) -> tuple[subprocess.Popen[s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", type=Path, default=Path("/work/main"), help="checkout of the baseline")
+    parser.add_argument("--baseline", type=Path, required=True, help="checkout of the baseline")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
