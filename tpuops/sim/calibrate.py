@@ -42,18 +42,19 @@ import random
 import statistics
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpuops.config import Settings
+from tpuops.controller.wake import POLL_S
 from tpuops.kinds import Capacity
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, Memory, NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import Simulation, WakeUp
 from tpuops.sim.forecast import Band
-from tpuops.sim.model import AgentModel, Segments
+from tpuops.sim.model import AgentModel, Pace, Segments
 
 
 def replicas(settings: Settings, count: int, *, prefix: str = "run", accelerator: str = "v3-8",
@@ -70,11 +71,14 @@ def replicas(settings: Settings, count: int, *, prefix: str = "run", accelerator
 
 @dataclass(frozen=True)
 class Profile:
-    """One real run's timings, as the simulator takes them."""
+    """One real run's last attempt, the one that ran to the job's end, as the simulator takes it."""
 
-    setup_s: float
-    steps_per_s: float
-    final_s: float = 0.0
+    attempt: int
+    """1: a first attempt (the run met no preemption), else a replacement."""
+    pace: Pace
+    """From its READY: setup to the first completed step, speed, final stretch, first look at a notice."""
+    offset_s: float = 0.0
+    """Its READY after the run's first READY (0 for a first attempt)."""
 
 
 @dataclass(frozen=True)
@@ -89,19 +93,33 @@ class Measured:
     preemptions: int
 
 
-def profile_of(status: AgentStatus, memory: Memory) -> Profile | None:
-    """The run's profile; None when it has not succeeded or its attempts do not line up with its creates."""
+def profile_of(status: AgentStatus, ready_at: Sequence[float]) -> Profile | None:
+    """The run's last attempt (``ready_at``: its nodes' READY times in order, from the cloud's billing records);
+    None when the run has not succeeded or its attempts do not line up with its nodes.
+
+    Its speed is what reproduces it: its steps (from the step it resumed from) over its first step to its
+    end less its final stretch, so that a simulated attempt that nothing interrupts lasts exactly as long
+    as the real one (the agent's bookkeeping and exit are in it). It first looks at a notice once its model
+    is built and restored (``loaded_at``): the TensorFlow import before that does not.
+    """
+    last = status.attempts[-1] if status.attempts else None
+    if (status.exit_class != "succeeded" or last is None or last.first_step_at is None or last.ended_at is None
+            or len(ready_at) < last.attempt):
+        return None
+    ready = ready_at[last.attempt - 1]
+    final_s = last.eval_s + last.save_s
+    steps = status.step - (status.resumed_from_step or 0)
+    span = last.ended_at - last.first_step_at - final_s
+    if steps <= 0 or span <= 0 or last.first_step_at < ready:
+        return None
+    listen = None if last.loaded_at is None else min(max(0.0, last.loaded_at - ready), last.first_step_at - ready)
+    return Profile(last.attempt, Pace(last.first_step_at - ready, steps / span, final_s, listen), ready - ready_at[0])
+
+
+def ready_latencies(memory: Memory, ready_at: Sequence[float]) -> list[float]:
+    """Each node's create (the controller's, as ``memory.json`` dates it) to its READY."""
     creates = [event["at"] for event in memory.events if event["kind"] == "create"]
-    attempts = [a for a in status.attempts if a.first_step_at is not None]
-    if status.exit_class != "succeeded" or not attempts or len(creates) < len(status.attempts):
-        return None
-    setups = [a.first_step_at - creates[a.attempt - 1] for a in attempts if a.first_step_at is not None]
-    working = sum(a.productive_s + a.recomputed_s + a.checkpoint_s for a in attempts)
-    if working <= 0:
-        return None
-    last = status.attempts[-1]
-    return Profile(statistics.median(setups), (status.step + status.recomputed_steps) / working,
-                   last.eval_s + last.save_s)
+    return [max(0.0, ready - create) for create, ready in zip(creates, ready_at, strict=False)]
 
 
 def self_delete_of(status: AgentStatus, last_interval_end_s: float, last_interval_reason: str) -> float | None:
@@ -131,6 +149,73 @@ def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: fl
 
 
 @dataclass(frozen=True)
+class Node:
+    """One READY interval of a run's node, as the cloud billed it (the emulator's billing records)."""
+
+    ready_at: float
+    end_at: float
+    end_reason: str
+    """``preempted``, ``deleted``, ..."""
+
+
+@dataclass
+class Session:
+    """What a session of real runs measured, in the simulator's terms (``add`` one run at a time)."""
+
+    measured: list[Measured] = field(default_factory=list)
+    profiles: list[Profile] = field(default_factory=list)
+    ready_s: list[float] = field(default_factory=list)
+    """Create (the controller's) to READY, every first node."""
+    replacement_ready_s: list[float] = field(default_factory=list)
+    """The same, every replacement."""
+    exit_s: list[float] = field(default_factory=list)
+    """From a first attempt's first look at a notice that came during its setup (``loaded_at``) to its node's
+    end: where the agent's exit matters (a notice then waits for it); a replacement that runs alone exits faster."""
+    recovery_s: list[float] = field(default_factory=list)
+    """From a preempted node's end to the create of its replacement (the controller's reaction)."""
+    self_delete_s: list[float] = field(default_factory=list)
+
+    def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[Node], usd: float) -> None:
+        ready_at = [node.ready_at for node in nodes]
+        creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+        for result, kept in ((measured_of(run_id, status, memory, usd), self.measured),
+                             (profile_of(status, ready_at), self.profiles),
+                             (self_delete_of(status, nodes[-1].end_at, nodes[-1].end_reason) if nodes else None,
+                              self.self_delete_s)):
+            if result is not None:
+                kept.append(result)  # type: ignore[arg-type]
+        latencies = ready_latencies(memory, ready_at)
+        self.ready_s.extend(latencies[:1])
+        self.replacement_ready_s.extend(latencies[1:])
+        for index, (attempt, node) in enumerate(zip(status.attempts, nodes, strict=False)):
+            if node.end_reason != "preempted":
+                continue
+            if (index == 0 and attempt.first_step_at is None and attempt.loaded_at is not None
+                    and node.end_at >= attempt.loaded_at):
+                self.exit_s.append(node.end_at - attempt.loaded_at)
+            if index + 1 < len(creates) and creates[index + 1] >= node.end_at:
+                self.recovery_s.append(creates[index + 1] - node.end_at)
+
+    def cloud(self, per_minute: float, grace_s: float) -> CloudModel:
+        """The emulator as this session met it: its hazard and grace, its create -> READY and self-delete."""
+        return CloudModel(default_ready=fit(self.ready_s),
+                          replacement_ready=fit(self.replacement_ready_s) if self.replacement_ready_s else None,
+                          delete_latency=Latency(0.0, 0.0),
+                          spot_hazard_per_hour=per_minute * 60, notice_s=grace_s, ends_with_agent=True,
+                          self_delete=fit(self.self_delete_s))
+
+    @property
+    def agent_exit_s(self) -> float:
+        """The agent's exit after a heard notice (median; 1 s, assumed, when no notice came during a setup)."""
+        return statistics.median(self.exit_s) if self.exit_s else 1.0
+
+    def wake(self, pace_s: float) -> WakeUp:
+        """The wake-up as ``watch`` runs it: ``Waker`` lists the markers every second (its first hurried pass
+        half a second after the marker, on average), then hurries every ``pace_s``."""
+        return WakeUp(delay_s=POLL_S / 2, pace_s=pace_s)
+
+
+@dataclass(frozen=True)
 class Forecast:
     seconds: Band
     usd: Band
@@ -142,20 +227,30 @@ class Forecast:
 
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
-             pass_every_s: float, wake: WakeUp | None, worlds: int = 40, runs_per_world: int = 5,
-             seed: int = 0) -> Forecast:
-    """The bands of wall time and cost over ``worlds`` x ``runs_per_world`` simulated runs (profiles resampled)."""
-    if not profiles:
-        raise ValueError("a calibration needs at least one measured profile")
+             pass_every_s: float, wake: WakeUp | None, exit_s: float = 1.0, worlds: int = 40,
+             runs_per_world: int = 5, seed: int = 0) -> Forecast:
+    """The bands of wall time and cost over at least ``worlds`` x ``runs_per_world`` simulated runs.
+
+    A world's runs start with one measured first attempt's timings and replace a preempted node with one
+    measured replacement's, one (a seeded draw) of those that started at about the same moment after their
+    run's first READY (what else the machine ran then). Every first attempt sets up the same number of worlds (``worlds`` rounded
+    up to a multiple of their count, in a seeded order), so every profile weighs the same in the band
+    instead of as often as a draw happens to pick it."""
+    firsts = [profile.pace for profile in profiles if profile.attempt == 1]
+    if not firsts:
+        raise ValueError("a calibration needs at least one run that met no preemption (a whole first attempt)")
     rng = random.Random(seed)
+    rng.shuffle(firsts)
+    replacements = tuple((profile.offset_s, profile.pace) for profile in profiles if profile.attempt > 1)
     seconds: list[float] = []
     usd: list[float] = []
     preemptions: list[int] = []
-    for world in range(worlds):
-        profile = profiles[rng.randrange(len(profiles))]
-        job = AgentModel(total_steps=total_steps, steps_per_s=profile.steps_per_s,
-                         segments=Segments(setup_s=profile.setup_s, checkpoint_every_s=1e9, save_s=0.0,
-                                           restore_s=0.0, final_s=profile.final_s))
+    for world in range(math.ceil(worlds / len(firsts)) * len(firsts)):
+        first = firsts[world % len(firsts)]
+        job = AgentModel(total_steps=total_steps, steps_per_s=first.steps_per_s,
+                         segments=Segments(setup_s=first.setup_s, checkpoint_every_s=1e9, save_s=0.0, restore_s=0.0,
+                                           final_s=first.final_s, listen_s=first.listen_s, exit_s=exit_s),
+                         replacements=replacements)
         with tempfile.TemporaryDirectory(prefix="tpuops-calibrate-") as scratch:
             sim = Simulation(settings, Path(scratch), cloud, job, cron_s=pass_every_s, seed=seed * 1000 + world,
                              wake=wake)
