@@ -39,7 +39,7 @@ from tpuops import runs
 from tpuops.cost import catalog_for
 from tpuops.data.samples import digits
 from tpuops.jobs import declare, plan_train
-from tpuops.sim.calibrate import Node, Session, coverage_p, forecast, score
+from tpuops.sim.calibrate import Session, coverage_p, forecast, score
 
 PASS_S = 2.0
 PER_MINUTE = 0.5
@@ -50,22 +50,6 @@ preempted one (18 % in such a session against 2-6 % in the others): the error go
 luck of the draw, not the simulator."""
 GRACE_S = 30.0
 """The emulator's notice: a preempted node whose agent has not exited ends this long after it."""
-
-
-def intervals_of(w: World, run_id: str) -> list[dict[str, Any]]:
-    """The emulator's billing records of the run's nodes (named after the run), in order."""
-    return sorted((interval for interval in w.admin.billing() if interval["node"].endswith(f"/nodes/{run_id}")),
-                  key=lambda interval: interval["start_epoch"])
-
-
-def nodes_of(intervals: list[dict[str, Any]]) -> list[Node]:
-    return [Node(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "") for i in intervals]
-
-
-def billed_usd(w: World, intervals: list[dict[str, Any]]) -> float:
-    catalog = catalog_for(w.settings)
-    return sum((interval["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(
-        interval["accelerator_type"], interval["capacity"], interval["zone"]) for interval in intervals)
 
 
 def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int, per_minute: float
@@ -94,13 +78,15 @@ def measure(w: World, work: Path, spec: Path, count: int, wave: int, seed: int, 
                   file=sys.stderr)
     w.admin.set_faults(preempt_rate_per_s=0.0)
     session, billing, records = Session(), {}, {}
+    billing_records, catalog = w.admin.billing(), catalog_for(w.settings)
     for run_id in ids:
         status = runs.read_status(w.store, run_id)
-        intervals = intervals_of(w, run_id)
-        if status is None or not intervals:
+        if status is None:
             continue
         memory = runs.load_memory(w.store, run_id)[0]
-        session.add(run_id, status, memory, nodes_of(intervals), billed_usd(w, intervals))
+        intervals = session.add_emulated(run_id, status, memory, billing_records, catalog)
+        if not intervals:
+            continue
         records[run_id] = {"attempts": [a.model_dump(mode="json") for a in status.attempts],
                            "resumed_from_step": status.resumed_from_step, "events": memory.events,
                            "intervals": intervals}

@@ -41,7 +41,7 @@ import math
 import random
 import statistics
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from typing import Any
 from tpuops.config import Settings
 from tpuops.controller.wake import POLL_S
 from tpuops.kinds import Capacity
+from tpuops.pricing import Catalog
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, Memory, NodeSpec, RunKind, RunRecord
@@ -196,6 +197,19 @@ class Session:
             if index + 1 < len(creates) and creates[index + 1] >= node.end_at:
                 self.recovery_s.append(creates[index + 1] - node.end_at)
 
+    def add_emulated(self, run_id: str, status: AgentStatus, memory: Memory, billing: Sequence[Mapping[str, Any]],
+                     catalog: Catalog) -> list[Mapping[str, Any]]:
+        """``add`` a run of the local emulator, its nodes and cost from the emulator's billing records
+        (``AdminClient.billing``: every node's READY intervals, named after its run); its intervals, in order."""
+        intervals = sorted((i for i in billing if i["node"].endswith(f"/nodes/{run_id}")),
+                           key=lambda interval: interval["start_epoch"])
+        usd = sum((i["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(i["accelerator_type"], i["capacity"],
+                                                                               i["zone"]) for i in intervals)
+        if intervals:  # none: the run never had a READY node, nothing to learn from
+            self.add(run_id, status, memory, [Node(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "")
+                                              for i in intervals], usd)
+        return intervals
+
     def cloud(self, per_minute: float, grace_s: float) -> CloudModel:
         """The emulator as this session met it: its hazard and grace, its create -> READY and self-delete."""
         return CloudModel(default_ready=fit(self.ready_s),
@@ -233,9 +247,9 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
 
     A world's runs start with one measured first attempt's timings and replace a preempted node with one
     measured replacement's, one (a seeded draw) of those that started at about the same moment after their
-    run's first READY (what else the machine ran then). Every first attempt sets up the same number of worlds (``worlds`` rounded
-    up to a multiple of their count, in a seeded order), so every profile weighs the same in the band
-    instead of as often as a draw happens to pick it."""
+    run's first READY (what else the machine ran then). Every first attempt sets up the same number of
+    worlds (``worlds`` rounded up to a multiple of their count, in a seeded order), so every profile weighs
+    the same in the band instead of as often as a draw happens to pick it."""
     firsts = [profile.pace for profile in profiles if profile.attempt == 1]
     if not firsts:
         raise ValueError("a calibration needs at least one run that met no preemption (a whole first attempt)")

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 from tpuops.errors import UsageError
 
-
 REPLACEMENT_WINDOW_S = 2.0
 """How far apart (in their offset from the first READY) measured replacements count as started at about the
 same moment: one controller pass at the bench's pace."""
