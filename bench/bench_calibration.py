@@ -10,9 +10,10 @@ create to its agent's success, cost from the emulator's billing records (a spot 
 a minute of its create is free), preemptions.
 
 Simulated side (``tpuops.sim.calibrate``): the same job on the simulator set to this session's measured
-timings (each run's setup, speed and final stretch, resampled: 40 worlds of 5 runs), the emulator's hazard, create
--> READY folded into the measured setup, the agent's exit after its notice save (1 s, assumed), the
-same pass interval and wake-up, the node's self-delete after the job's end as this session timed it.
+timings (each run's last attempt, first attempts and replacements apart, a replacement by when it started;
+40 worlds of 5 runs or more, every first attempt in as many), the emulator's hazard and grace, a node that
+ends when its agent exits (a notice during the TensorFlow import waits for it), create -> READY, the
+agent's exit and the node's self-delete as this session timed them, the same pass interval and wake-up.
 Reported: how many runs fall inside the forecast's p10-p90 band for wall time and cost (goal: at least
 16 of 20 for both) and how likely that few would be for an exact forecast (``coverage_p``), and the
 median absolute error against the p50 (goal <= 10 %) beside the one an exact forecast would score

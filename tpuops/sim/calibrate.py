@@ -1,30 +1,34 @@
 """Calibration: the simulator, set to timings measured on real runs, forecasts those runs.
 
-The real runs' agents time every attempt (``status.json`` ``attempts``); the controller dates every
-create (``memory.json`` events). From them, each run gives a ``Profile``: its setup (the create of an
-attempt to that attempt's first completed step: boot, TensorFlow import, restore, the first call) and
-its speed (steps trained, redone ones included, per second of the stepping after the first step,
-checkpoints included), and its final stretch (the last attempt's final evaluation and SavedModel: a
-notice then no longer stops the job, ``Workload.final_s``; the final checkpoint before them is
-counted with the speed, not here, so the stretch is a little short). The forecast resamples those
-profiles (one per simulated world, ``worlds`` of them, ``runs_per_world`` runs each; 40 of 5 by default, so that the
-draws cover 20 measured profiles: with 10 the band's edges were the two extreme draws, and runs that
-met no preemption, all within 2 % of each other, fell just outside): what load did to a run's segments
-in the session is in the band, not only what preemptions do. The cloud (hazard, create -> READY,
-notice) and the controller's pace are given as the real runs had them. The node's self-delete after
-the job's end (``self_delete_of``: the agent's end to the end of the node's last billed interval, as
-the emulator's billing records it) is fitted over the session's runs (``fit``): the node is READY,
-billed and preemptible in it, and a spot node preempted there within a minute of its create is free.
+The real runs' agents time every attempt (``status.json`` ``attempts``), the controller dates every
+create (``memory.json`` events) and the cloud every READY interval (the emulator's billing records).
+A ``Session`` gathers, run by run:
+
+- a ``Profile``: the run's last attempt, the one that ran to the job's end, from its READY: its setup
+  (to its first completed step: boot, TensorFlow import, restore, the first call), its first look at a
+  notice (``loaded_at``: the import before it does not look), its speed (its steps over its first step
+  to its end less its final stretch, so that the simulated attempt lasts as long as the real one) and
+  its final stretch (evaluation and SavedModel: a notice then no longer stops the job). A first attempt
+  (a run that met no preemption) and a replacement are kept apart: the bench starts runs ten at a time,
+  so first attempts share the two cores (25-33 s to their first step) while a replacement shares them
+  with what still runs when it starts (5-15 s), so a replacement keeps its start's offset from its
+  run's first READY;
+- the cloud around it: create -> READY (first nodes and replacements apart: a replacement's create
+  comes in a busier pass), the agent's exit after a notice heard during its setup, the controller's
+  recovery (a preempted node's end to its replacement's create), and the node's self-delete after the
+  job's end (``self_delete_of``: READY, billed and preemptible meanwhile; a spot node preempted within
+  a minute of its create is free).
+
+``forecast`` simulates worlds of ``runs_per_world`` runs: every measured first attempt sets up the same
+number of worlds, and a world's replacements take the pace of a measured replacement that started at
+about the same moment (``AgentModel.replacements``). The cloud is the emulator's way
+(``CloudModel.ends_with_agent``): the hazard dates the notice and the node ends when its agent has
+exited, so a notice during the TensorFlow import waits for it (on the emulator most preemptions of a
+first attempt end 22-29 s after READY whatever their notice); the wake-up's hurried passes replace
+``watch``'s regular ones until the recovery, as ``watch`` does.
 
 ``score`` counts the runs whose measured wall time and cost both fall inside the forecast's p10-p90
 band, and the median absolute error of each against the band's p50.
-
-Known limits, seen on this machine: within one world every run has the same setup and speed, so the
-costs of the runs a world does not preempt are one value, and the band's edges sit among real runs
-that differ by 1-2 %; a spot node preempted within a minute of its create is free, so runs shorter
-than a minute cost only their last attempt; and a run's attempts do not all meet the same load: the
-bench starts runs ten at a time, so first attempts share the two cores (22-29 s to their first step)
-while a replacement often runs alone (6-15 s), which a profile (one setup, one speed) averages.
 
 Statistical ceilings, stated: for a forecast that is exactly right, a run falls inside its p10-p90
 band with probability 0.8, so "at least 16 of 20 inside" holds with probability 0.63 (binomial); a
@@ -33,6 +37,12 @@ says how surprising a count is for such a forecast (P(at most that many inside))
 absolute error against the p50 has a floor set by the spread of the outcome itself:
 ``Forecast.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
 p50, what an exact forecast would score on average; a goal below the floor is out of reach.
+
+Known limits: a session's preempted runs share its controller passes and its load, so they miss the
+band together (a count, at 20 runs, moves by the five or six preempted runs at once), and their cost is
+two-valued (a notice during the import waits for it and its replacement starts among the other first
+attempts, slow and dear; a later one starts alone, quick and cheap), so a session's few preempted runs
+fall on either side of the band's p10 by the luck of which kind they met.
 """
 
 from __future__ import annotations
@@ -238,6 +248,10 @@ class Forecast:
     floor_seconds: float = 0.0
     """The median absolute error of the simulated runs' wall times against their own p50 (see the module)."""
     floor_usd: float = 0.0
+    both_chance: float = 0.8
+    """The share of the simulated runs inside both bands: the chance that an exact forecast puts a run
+    inside both. Below 0.8: a run's misses of the two bands are not the same runs (a fast run that met no
+    preemption falls below the wall band, a slow one above the cost band)."""
 
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
@@ -278,9 +292,11 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
     seconds_band, usd_band = Band.of(seconds), Band.of(usd)
     if seconds_band is None or usd_band is None:
         raise ValueError("no simulated run finished: the hazard is too high for the job")
+    both = statistics.fmean(_inside(wall, seconds_band) and _inside(cost, usd_band)
+                            for wall, cost in zip(seconds, usd, strict=True))
     return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
                     statistics.median(_error(value, seconds_band) for value in seconds),
-                    statistics.median(_error(value, usd_band) for value in usd))
+                    statistics.median(_error(value, usd_band) for value in usd), both)
 
 
 @dataclass(frozen=True)
