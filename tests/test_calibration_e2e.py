@@ -13,9 +13,10 @@ time and cost, each side) 4e-5 in all. A simulator whose runs are a few per cent
 real ones puts nearly every unpreempted run on one side (their spread is 1-2 %), so the test catches a
 drift of the model; what it cannot see at 10 runs is the bench's finer goal (16 of 20 inside, median error
 <= 10 %). The rate is 0.25 preemptions a READY minute, half the bench's: a run meets one with probability
-about 0.12, so six preempted runs of ten, whose times share one controller pass and one load and so miss
-together, come about once in 2,000 sessions. Nothing is timed: the forecast is built from the session's
-own timings, so a loaded machine moves the forecast with the runs.
+about 0.12 on a quiet machine (0.2 where load doubles its length), and the preempted runs, whose times
+share one controller pass and one load, miss together, so seven of ten preempted come in 3 sessions in
+100,000 (9 in 10,000 under that load), where the bench's rate would make them 35 in 10,000. Nothing is
+timed: the forecast is built from the session's own timings, so a loaded machine moves it with the runs.
 """
 
 from __future__ import annotations
