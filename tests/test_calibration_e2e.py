@@ -22,15 +22,14 @@ timed: the forecast is built from the session's own timings, so a loaded machine
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, start_tf_emulator
+from helpers import digits_project, poll, start_tf_emulator, watching
 
-from tpuops import api, runs
+from tpuops import runs
 from tpuops.config import Settings
 from tpuops.cost import catalog_for
 from tpuops.emulator.control import AdminClient, stop
@@ -50,10 +49,6 @@ GRACE_S = 30.0
 SIDE = 7
 """Runs on one side of a band that fail the test: 1e-5 for an exact forecast (see the module)."""
 SEED = 7
-
-
-class _Stop(Exception):
-    """Ends the watch thread from its own sleep."""
 
 
 @dataclass
@@ -87,21 +82,6 @@ def _outside(values: list[float], band: Band) -> tuple[int, int]:
 
 def test_the_forecast_from_a_session_s_own_timings_brackets_its_real_runs(world: World) -> None:
     ids = [f"calib-{index:02d}" for index in range(RUNS)]
-    halt = threading.Event()
-    failure: list[BaseException] = []
-
-    def sleep(seconds: float) -> None:
-        if halt.wait(seconds):
-            raise _Stop
-
-    def watching() -> None:
-        try:
-            api.watch(world.settings, interval_s=PASS_S, sleep=sleep, wake=True)
-        except _Stop:
-            pass
-        except BaseException as err:
-            failure.append(err)
-
     world.admin.set_faults(preempt_rate_per_s=PER_MINUTE / 60, seed=SEED)
     accelerator = ""
     for run_id in ids:
@@ -110,16 +90,13 @@ def test_the_forecast_from_a_session_s_own_timings_brackets_its_real_runs(world:
         plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.5))
         declare(plan, world.store, world.settings, lambda _text: None)
         accelerator = plan.record.node.accelerator
-    thread = threading.Thread(target=watching, name="watch", daemon=True)
-    thread.start()
     try:
-        poll(lambda: failure or all(runs.load_memory(world.store, run_id)[0].finished for run_id in ids),
-             "every run to finish", timeout_s=900, interval_s=0.5)
+        with watching(world.settings, PASS_S) as failures:
+            poll(lambda: failures or all(runs.load_memory(world.store, run_id)[0].finished for run_id in ids),
+                 "every run to finish", timeout_s=900, interval_s=0.5)
     finally:
-        halt.set()
-        thread.join(60)
         world.admin.set_faults(preempt_rate_per_s=0.0)
-    assert not failure, failure
+    assert not failures, failures
 
     session, billing, catalog = Session(), world.admin.billing(), catalog_for(world.settings)
     for run_id in ids:
