@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -135,7 +136,8 @@ def calibrate(count: int, wave: int, steps: int, seed: int, per_minute: float) -
                                                  4)},
             "self_delete_s": {"median": round(cloud.self_delete.median_s, 2),
                               "sigma": round(cloud.self_delete.sigma, 3), "samples": len(session.self_delete_s)},
-            "agent_exit_s": round(session.agent_exit_s, 2), "wake_delay_s": round(session.wake(PASS_S).delay_s, 2),
+            "agent_exit_s": round(session.agent_exit_s, 2),
+            "recovery_s": round(statistics.median(session.recovery_s), 2) if session.recovery_s else None,
             "measured": [{"run_id": m.run_id, "seconds": round(m.seconds, 2), "usd": round(m.usd, 6),
                           "preemptions": m.preemptions, "billing": billing.get(m.run_id)} for m in session.measured],
             "profiles": [{"attempt": p.attempt, "offset_s": round(p.offset_s, 2), "setup_s": round(p.pace.setup_s, 2),
@@ -162,7 +164,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=180)
+    console = Console(width=220)
     table = Table(title=f"forecast calibration: {args.runs} digits runs on the emulator, {args.per_minute:g} "
                         "preemptions per READY minute")
     for column in ("seed", "p10-p50-p90 wall s", "p10-p50-p90 USD", "inside both / wall / cost",

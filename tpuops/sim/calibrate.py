@@ -183,7 +183,8 @@ class Session:
     """From a first attempt's first look at a notice that came during its setup (``loaded_at``) to its node's
     end: where the agent's exit matters (a notice then waits for it); a replacement that runs alone exits faster."""
     recovery_s: list[float] = field(default_factory=list)
-    """From a preempted node's end to the create of its replacement (the controller's reaction)."""
+    """From a preempted node's end to the create of its replacement (the controller's reaction: the bench
+    reports it beside the simulated wake-up's, which ``wake`` models rather than replays)."""
     self_delete_s: list[float] = field(default_factory=list)
 
     def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[Node], usd: float) -> None:
