@@ -308,9 +308,10 @@ class Simulation:
 
     def _next_pass(self, now: float, next_cron: float) -> float:
         """The next pass: the next on the ``cron_s`` grid, or the first hurried pass a wake marker brings if
-        sooner. A marker written before the grid's next pass replaces the grid with its hurried passes
-        (``watch`` hurries instead of its regular passes), so the grid's passes until its recovery do not
-        happen."""
+        sooner. A marker written before the grid's next pass replaces that pass with its hurried one when
+        that comes within one ``pace_s`` of it (``watch`` hurries instead of its regular passes; the
+        hurried passes before the node's end are not simulated, so a recovery further off, a notice of
+        30 s on Cloud TPU, keeps the grid, which then also stands for them)."""
         if self.wake is None:
             return next_cron
         save_s = self.agents.model.segments.save_s
@@ -324,7 +325,7 @@ class Simulation:
             hurrying = hurrying or notice + save_s < next_cron
         if woken is None:
             return next_cron
-        return woken if hurrying else min(next_cron, woken)
+        return woken if hurrying and woken <= next_cron + self.wake.pace_s else min(next_cron, woken)
 
     def _price(self, interval: Billed) -> float:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)
