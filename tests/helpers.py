@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,6 +36,39 @@ def poll(check: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+class _Stop(Exception):
+    """Ends a ``watching`` thread from its own sleep."""
+
+
+@contextlib.contextmanager
+def watching(settings: Settings, interval_s: float, *, wake: bool = True) -> Iterator[list[BaseException]]:
+    """``api.watch`` (what ``tpuops watch`` runs) in a thread for the block; yields the errors it stopped on."""
+    from tpuops import api
+
+    halt = threading.Event()
+    failures: list[BaseException] = []
+
+    def sleep(seconds: float) -> None:
+        if halt.wait(seconds):
+            raise _Stop
+
+    def loop() -> None:
+        try:
+            api.watch(settings, interval_s=interval_s, sleep=sleep, wake=wake)
+        except _Stop:
+            pass
+        except BaseException as err:  # the test asserts there is none
+            failures.append(err)
+
+    thread = threading.Thread(target=loop, name="watch", daemon=True)
+    thread.start()
+    try:
+        yield failures
+    finally:
+        halt.set()
+        thread.join(60)
 
 
 def example_datasets(data: Path) -> None:

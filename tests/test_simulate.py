@@ -139,6 +139,12 @@ class _TwentySecondJob:
     def finished(self, run_id: str, at: float) -> None:
         self.told.append("finished")
 
+    def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
+        return (max(notice_at, 8.0 + START), max(notice_at, 8.0 + START) + 1.0) if self.deaf else None
+
+    deaf = False
+    """With ``deaf``, it hears a notice only 8 s after READY (importing before), and stops 1 s after it hears."""
+
 
 @pytest.mark.unit
 @pytest.mark.parametrize(("self_delete_s", "preempted_at", "billed"), [
@@ -193,6 +199,56 @@ def test_a_simulation_cut_short_bills_its_runs_ready_nodes_as_the_ledger_does(tm
     [run] = report.runs
     assert (report.stopped_by, run.outcome, sim.cloud.billing) == ("work", "unfinished", [])
     assert run.usd > 0 and run.usd == pytest.approx(run.ledger_usd, rel=0.05)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("deaf", "notice_at", "ended"), [
+    (True, 3.0, (9.0, 8.0)),  # noticed while importing: heard at 8 s, the node ends when the agent exits at 9 s
+    (True, 12.0, (13.0, 12.0)),  # heard at once: it exits 1 s later
+    (False, 3.0, (13.0, 3.0)),  # a job that does not stop: the node goes at the notice's end (10 s)
+])
+def test_with_ends_with_agent_the_hazard_dates_the_notice_and_the_node_ends_when_its_agent_exits(
+        deaf: bool, notice_at: float, ended: tuple[float, float]) -> None:
+    from tpuops.naming import RUN_KEY
+    from tpuops.providers.nodes import NodeRequest
+
+    clock, job = VirtualClock(START), _TwentySecondJob()
+    job.deaf = deaf
+    told: list[tuple[float, float]] = []
+    job.interrupted = lambda run_id, notice, end: told.append((notice, end))  # type: ignore[method-assign]
+    cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(0, 0), lifetime=Latency(notice_at, 0), notice_s=10.0,
+                                           ends_with_agent=True), clock=clock, workload=job)
+    cloud.create_node(ZONES[0], NodeRequest(name="n", accelerator="v3-8", runtime="tpu-vm-tf-2.9.3",
+                                            capacity=Capacity.SPOT, labels={RUN_KEY: "r"}))
+    clock.advance_to(START + ended[0] - 0.01)
+    assert cloud.find_node(ZONES[0], "n").state is NodeState.READY
+    clock.advance_to(START + ended[0])
+    assert cloud.find_node(ZONES[0], "n").state is NodeState.PREEMPTED
+    assert told == [(START + ended[1], START + ended[0])]  # the agent learns of it when it hears it
+
+
+@pytest.mark.unit
+def test_an_agent_hears_a_notice_after_its_import_and_its_first_call_and_a_replacement_takes_its_own_pace(
+        tmp_path: Path) -> None:
+    from tpuops.sim.model import Pace
+
+    quick, slow = Pace(5.0, 100.0, 0.5, 4.0), Pace(12.0, 50.0, 0.5, 10.0)
+    job = AgentModel(total_steps=1000, steps_per_s=10, replacements=((24.0, slow), (31.0, quick), (32.5, slow)),
+                     segments=Segments(setup_s=30, checkpoint_every_s=1e9, save_s=0, restore_s=0, final_s=3,
+                                       listen_s=20, exit_s=1.0))
+    agent = SimulatedAgent(LocalStore(tmp_path), "r", job)
+    assert agent.finish_time(0.0) == 30 + 100 + 3
+    agent.started(0.0)
+    assert agent.stops_at(3.0) == (20.0, 21.0)  # importing: heard when it looks, 20 s after READY
+    assert agent.stops_at(25.0) == (30.0, 31.0)  # during the first call: heard when it ends
+    assert agent.stops_at(35.0) == (35.0, 36.0)  # stepping: heard at once
+    assert job.pace(2, 23.0) == slow  # the replacement measured nearest its own start, alone within 2 s
+    assert job.pace(2, 31.2, draw=0.0) == quick and job.pace(2, 31.2, draw=0.9) == slow  # two measured about then
+    assert job.pace(1, 31.2) == Pace(30, 10, 3, 20)  # a first attempt keeps the first's
+    agent.interrupted(21.0, 21.0)
+    agent.started(24.5)  # READY 24.5 s after the first: the replacement measured 24 s after its first
+    assert agent.finish_time(24.5) == 24.5 + 12 + 1000 / 50 + 0.5
+    assert agent.final_s == 0.5
 
 
 # -- the real controller over it ------------------------------------------------------------------------

@@ -214,22 +214,38 @@ def test_the_self_delete_is_timed_from_the_agent_s_end_to_the_node_s_delete_and_
     assert fit([]) == Latency(0.0, 0.0)
 
 
-def test_a_run_s_profile_is_its_median_setup_from_each_create_and_its_speed_after_the_first_step() -> None:
+def test_a_run_s_profile_is_its_last_attempt_from_its_ready_and_the_session_measures_the_cloud_around_it() -> None:
     from tpuops.runs import AgentStatus
     from tpuops.runs.models import AttemptTime
-    from tpuops.sim.calibrate import measured_of, profile_of
+    from tpuops.sim.calibrate import Node, Session, measured_of, profile_of
 
     memory = Memory()
     memory.event(100.0, "create", "attempt 1")
     memory.event(130.0, "create", "attempt 2")
-    status = AgentStatus(run_id="r", attempt=2, step=300, recomputed_steps=20, exit_class="succeeded", attempts=[
-        AttemptTime(attempt=1, first_step_at=110.0, ended_at=125.0, productive_s=10.0, checkpoint_s=1.0),
-        AttemptTime(attempt=2, first_step_at=144.0, ended_at=170.0, productive_s=20.0, recomputed_s=1.0,
+    status = AgentStatus(run_id="r", attempt=2, step=300, recomputed_steps=20, resumed_from_step=40,
+                         exit_class="succeeded", attempts=[
+        AttemptTime(attempt=1, loaded_at=120.0, first_step_at=None, ended_at=121.0),
+        AttemptTime(attempt=2, loaded_at=139.0, first_step_at=141.0, ended_at=170.0, productive_s=20.0,
                     eval_s=0.5, save_s=0.5)])
-    profile = profile_of(status, memory)
-    assert profile is not None and profile.setup_s == pytest.approx(12.0)  # median of 10 and 14
-    assert profile.steps_per_s == pytest.approx(320 / 32.0)  # stepping and checkpoints
-    assert profile.final_s == pytest.approx(1.0)  # the last attempt's final evaluation and SavedModel
+    nodes = [Node(100.5, 122.0, "preempted"), Node(131.0, 170.5, "deleted")]
+    profile = profile_of(status, [node.ready_at for node in nodes])
+    assert profile is not None and profile.attempt == 2 and profile.offset_s == pytest.approx(30.5)
+    assert profile.pace.setup_s == pytest.approx(10.0)  # its READY to its first completed step
+    assert profile.pace.listen_s == pytest.approx(8.0)  # its READY to its model built and restored
+    assert profile.pace.final_s == pytest.approx(1.0)  # the final evaluation and SavedModel
+    assert profile.pace.steps_per_s == pytest.approx(260 / 28.0)  # its 260 steps over first step -> end less final
+    assert profile_of(status, [100.5]) is None  # attempts that do not line up with the nodes
     measured = measured_of("r", status, memory, 0.01)
     assert measured is not None and measured.seconds == pytest.approx(70.0) and measured.usd == 0.01
-    assert profile_of(status.model_copy(update={"exit_class": "preempted"}), memory) is None
+    assert profile_of(status.model_copy(update={"exit_class": "preempted"}), [100.5, 131.0]) is None
+
+    session = Session()
+    session.add("r", status, memory, nodes, 0.01)
+    assert session.profiles == [profile] and session.measured == [measured]
+    assert session.ready_s == [pytest.approx(0.5)] and session.replacement_ready_s == [pytest.approx(1.0)]
+    assert session.exit_s == [pytest.approx(2.0)]  # a notice during the import: from its loaded_at to the end
+    assert session.recovery_s == [pytest.approx(8.0)]  # the preempted node's end to the replacement's create
+    assert session.self_delete_s == [pytest.approx(0.5)]
+    cloud = session.cloud(0.5, 30.0)
+    assert cloud.ends_with_agent and cloud.notice_s == 30.0 and cloud.spot_hazard_per_hour == 30.0
+    assert cloud.replacement_ready is not None and cloud.replacement_ready.median_s == pytest.approx(1.0)

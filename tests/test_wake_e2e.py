@@ -8,13 +8,12 @@ what the marker causes (the replacement, the run's end) is.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
-from helpers import TfWorld, digits_project, poll, tf_emulator_env
+from helpers import TfWorld, digits_project, poll, tf_emulator_env, watching
 
-from tpuops import api, runs
+from tpuops import runs
 from tpuops.config import load_settings
 from tpuops.emulator.control import AdminClient, stop
 from tpuops.runs import layout
@@ -24,10 +23,6 @@ pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 PROJECT = "tpuops-local"
 ZONE = "us-central1-a"
-
-
-class _Stop(Exception):
-    """Ends the watch thread from its own sleep."""
 
 
 @pytest.fixture(scope="module")
@@ -54,24 +49,7 @@ def test_watch_wakes_on_the_marker_and_recovers_before_its_next_pass(world: TfWo
     run = "woken"
     done = world.tpuops("train", str(world.work / "experiments" / "wake.yaml"), "--name", run, "--detach", "--json")
     assert done.returncode == 0, done.stderr
-    halt = threading.Event()
-    failure: list[BaseException] = []
-
-    def sleep(seconds: float) -> None:
-        if halt.wait(seconds):
-            raise _Stop
-
-    def watching() -> None:
-        try:
-            api.watch(world.settings, interval_s=3600.0, sleep=sleep)
-        except _Stop:
-            pass
-        except BaseException as err:
-            failure.append(err)
-
-    thread = threading.Thread(target=watching, name="watch", daemon=True)
-    thread.start()
-    try:
+    with watching(world.settings, 3600.0) as failure:
         status = poll(lambda: (s := runs.read_status(world.store, run)) and s.step >= 60 and s.exit_class is None
                       and s, "the agent training past step 60", timeout_s=150, interval_s=0.1)
         world.admin.preempt(PROJECT, ZONE, run, grace_s=60.0)  # the agent saves long before, even under load
@@ -81,9 +59,6 @@ def test_watch_wakes_on_the_marker_and_recovers_before_its_next_pass(world: TfWo
         final = poll(lambda: (s := runs.read_status(world.store, run)) and s.exit_class == "succeeded" and s,
                      "the second attempt's success", timeout_s=240, interval_s=0.2)
         assert not failure, failure
-    finally:
-        halt.set()
-        thread.join(30)
     assert final.step == 1000 and final.attempt == 2
     assert final.resumed_from_step is not None and final.resumed_from_step >= status.step, "resumed from the notice"
     memory = runs.load_memory(world.store, run)[0]

@@ -52,6 +52,9 @@ class CloudModel:
     ready_latency: Mapping[str, Latency] = field(default_factory=dict)
     """By accelerator type (``v3-8``); others take ``default_ready``."""
     default_ready: Latency = Latency(CREATE_TO_READY_S)
+    replacement_ready: Latency | None = None
+    """Create -> READY of a node whose name was created before (a replacement), where it differs (None:
+    as any other): a calibration measures it apart, since a replacement's create comes in a busier pass."""
     hazard_per_hour: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """By (zone, capacity); spot and preemptible capacity elsewhere take ``spot_hazard_per_hour``."""
     spot_hazard_per_hour: float = 0.1
@@ -62,6 +65,10 @@ class CloudModel:
     """From a job's end to its node's self-delete (the startup script's metadata calls and its DELETE):
     the node stays READY, billed and preemptible meanwhile, as on the emulator and on Cloud TPU. 0 by
     default (the node goes at the job's end); a calibration passes the time it measured."""
+    ends_with_agent: bool = False
+    """How a preempted node ends. False: ``notice_s`` after its notice, when Cloud TPU stops the VM. True: once
+    its job has stopped after the notice (``Workload.stops_at``), at the latest ``notice_s`` after it, as the
+    local emulator ends a node when its agent exits; the hazard (or ``lifetime``) then dates the notice."""
     lifetime: Latency | None = None
     """A preemption trace instead of the hazard: a READY spot or preemptible node is preempted at an age drawn
     from this (sigma 0: every node at the same age), so that policies compare on equal preemption counts."""
@@ -77,7 +84,9 @@ class CloudModel:
             return self.hazard_per_hour[(zone, capacity)]
         return self.spot_hazard_per_hour if capacity in PREEMPTIBLE_CAPACITIES else 0.0
 
-    def ready_for(self, accelerator: str) -> Latency:
+    def ready_for(self, accelerator: str, replacement: bool = False) -> Latency:
+        if replacement and self.replacement_ready is not None:
+            return self.replacement_ready
         return self.ready_latency.get(accelerator, self.default_ready)
 
     def out_of_capacity(self, zone: str, offset_s: float) -> bool:

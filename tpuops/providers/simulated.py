@@ -9,7 +9,8 @@ nodes live on virtual time (``CloudModel``):
   Cloud TPU);
 - a READY spot or preemptible node is preempted after an exponential time at its zone's and
   capacity's hazard (or at an age from the model's ``lifetime`` trace): the agent gets the notice
-  ``notice_s`` before, the node turns PREEMPTED;
+  ``notice_s`` before, the node turns PREEMPTED (with ``ends_with_agent``, the emulator's way: the draw
+  dates the notice, and the node turns PREEMPTED when its job has stopped, ``Workload.stops_at``);
 - a READY node whose job ends deletes itself (the agent's dead-man's switch does so on a VM), the
   model's ``self_delete`` later: until then it stays READY, billed and preemptible (a preemption then
   is billed, or free under the first-minute rule, like any other; the job has ended, so nobody saves);
@@ -62,6 +63,11 @@ class Workload(Protocol):
         """The job's last seconds (its final save) that a notice no longer stops: it ends as it would."""
         ...
 
+    def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
+        """After a notice at ``notice_at``: when the job acts on it and when it has stopped (saved, exited);
+        None: it does not stop by itself."""
+        ...
+
     def started(self, run_id: str, at: float) -> None: ...
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None: ...
@@ -77,6 +83,9 @@ class Idle:
 
     def final_s(self, run_id: str) -> float:
         return 0.0
+
+    def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
+        return None
 
     def started(self, run_id: str, at: float) -> None:
         return None
@@ -154,6 +163,7 @@ class SimulatedCloud:
         self._free_at: dict[tuple[str, str], float] = {}  # a deleted name is taken until its delete is over
         self._events: list[tuple[float, int, str, str]] = []  # (time, seq, kind, uid)
         self._preempt_at: dict[str, float] = {}  # by uid: the drawn preemption a job's end came before
+        self._notice_at: dict[str, float] = {}  # by uid: the notice of its drawn preemption
         self._ended: set[str] = set()  # uids whose job ended, READY until their self-delete
         self._by_uid: dict[str, tuple[str, str]] = {}
         self._ops: dict[str, _Op] = {}
@@ -182,15 +192,14 @@ class SimulatedCloud:
             return sum(node.state is NodeState.READY for node in self._nodes.values())
 
     def notices_ahead(self) -> list[tuple[float, float]]:
-        """(notice, end) of every preemption still to come: the notice ``notice_s`` before the end, not before READY."""
+        """(notice, end) of every preemption still to come."""
         with self._lock:
             ahead = []
             for at, _, kind, uid in self._events:
                 key = self._by_uid.get(uid)
                 node = self._nodes.get(key) if key else None
                 if kind == "preempt" and node is not None and node.uid == uid and uid not in self._ended:
-                    ready = self._open[uid].start if uid in self._open else at
-                    ahead.append((max(ready, at - self.model.notice_s), at))
+                    ahead.append((self._notice_at.get(uid, at), at))
             return ahead
 
     def catch_up(self) -> None:
@@ -214,28 +223,45 @@ class SimulatedCloud:
         self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
         hazard = self.model.hazard(node.zone, node.capacity.value)
         rng = self._rngs[node.uid]
-        preempt = at + rng.expovariate(hazard / 3600.0) if hazard > 0 else None
+        drawn = at + rng.expovariate(hazard / 3600.0) if hazard > 0 else None
         if self.model.lifetime is not None and node.capacity.value in PREEMPTIBLE_CAPACITIES:
-            preempt = at + self.model.lifetime.draw(rng)
+            drawn = at + self.model.lifetime.draw(rng)
         finish = self.workload.finish_time(run_id, at) if run_id else None
         if run_id:
             self.workload.started(run_id, at)
         final = self.workload.final_s(run_id) if run_id and finish is not None else 0.0
-        if finish is not None and (preempt is None or finish < preempt
-                                   or preempt - self.model.notice_s >= finish - final):
+        if drawn is None:
+            if finish is not None:
+                self._schedule(finish, "finish", node.uid)
+            return
+        notice, preempt = self._preemption(run_id, at, drawn)
+        self._notice_at[node.uid] = notice
+        if finish is not None and (finish < preempt or notice >= finish - final):
             self._schedule(finish, "finish", node.uid)
-            if preempt is not None:
-                self._preempt_at[node.uid] = preempt
-        elif preempt is not None:
+            self._preempt_at[node.uid] = preempt
+        else:
             self._schedule(preempt, "preempt", node.uid)
 
+    def _preemption(self, run_id: str | None, ready: float, drawn: float) -> tuple[float, float]:
+        """(notice, end) of a preemption drawn at ``drawn`` on a node READY at ``ready`` (see ``ends_with_agent``).
+        The notice is when the job learns of it: with ``ends_with_agent``, when it acts on it (an agent busy
+        importing TensorFlow looks later), which dates its save and its wake marker."""
+        if not self.model.ends_with_agent:
+            return max(ready, drawn - self.model.notice_s), drawn
+        latest = drawn + self.model.notice_s
+        stops = self.workload.stops_at(run_id, drawn) if run_id else None
+        if stops is None:
+            return drawn, latest
+        end = min(latest, max(drawn, stops[1]))
+        return min(max(drawn, stops[0]), end), end
+
     def _preempt(self, node: NodeInfo, at: float) -> None:
-        ready = self._open[node.uid].start if node.uid in self._open else at
+        notice = self._notice_at.pop(node.uid, at)
         self._close(node.uid, at, "preempted")
         self._nodes[(node.zone, node.name)] = replace(node, state=NodeState.PREEMPTED)
         run_id = node.labels.get(RUN_KEY)
         if run_id and node.uid not in self._ended:
-            self.workload.interrupted(run_id, max(ready, at - self.model.notice_s), at)
+            self.workload.interrupted(run_id, notice, at)
 
     def _finish(self, node: NodeInfo, at: float) -> None:
         """The job ended: the node deletes itself ``self_delete`` later (at once by default)."""
@@ -261,6 +287,7 @@ class SimulatedCloud:
         del self._nodes[(node.zone, node.name)]
         del self._rngs[node.uid]
         self._ended.discard(node.uid)
+        self._notice_at.pop(node.uid, None)
 
     def _close(self, uid: str, at: float, reason: str) -> None:
         billed = self._open.pop(uid, None)
@@ -305,7 +332,7 @@ class SimulatedCloud:
             uid = str(next(self._ids))
             self._incarnations[key] += 1
             rng = self._rngs[uid] = random.Random(f"{self._seed}/{zone}/{request.name}/{self._incarnations[key]}")
-            ready_at = begins + self.model.ready_for(request.accelerator).draw(rng)
+            ready_at = begins + self.model.ready_for(request.accelerator, self._incarnations[key] > 1).draw(rng)
             self._nodes[key] = NodeInfo(
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
@@ -324,6 +351,7 @@ class SimulatedCloud:
             ended = node.uid in self._ended
             self._ended.discard(node.uid)
             self._preempt_at.pop(node.uid, None)
+            self._notice_at.pop(node.uid, None)
             if node.state is NodeState.READY:
                 self._close(node.uid, now, "deleted")
                 if node.labels.get(RUN_KEY) and not ended:

@@ -4,12 +4,11 @@ It stands in for ``tpuops/agent`` on a node of the simulated cloud, and the cont
 writes exactly as it reads the real agent: ``status.json`` through ``tpuops.runs`` (attempt, phase,
 step, last checkpoint, heartbeat, evaluations, exit class, and when it ended: the simulated cloud deletes
 a node whose job ended at that moment, as the startup script does on a VM, and billing stops there).
-Its timeline per attempt (``AgentModel``):
-setup, a restore when a checkpoint exists, then stepping with a periodic save every
-``checkpoint_every_s`` of stepping, and the final stretch (``Segments.final``: a notice in it no longer
-stops the job). The node's end (a preemption after its notice,
-or a delete) ends the attempt: the work since the last checkpoint is lost unless the save on the
-notice fits in it.
+Its timeline per attempt (``AgentModel``): setup, a restore when a checkpoint exists, then stepping with a
+periodic save every ``checkpoint_every_s`` of stepping, and the final stretch (``Segments.final``: a
+notice in it no longer stops the job); a replacement's setup and speed may differ from the first
+attempt's (``AgentModel.pace``). The node's end (a preemption after its notice, or a delete) ends the
+attempt: the work since the last checkpoint is lost unless the save on the notice fits in it.
 
 Evaluations, for sweeps, come from a synthetic response surface of the trial's hparams (``surface``):
 smooth in the logarithm of each numeric hparam around an optimum drawn from the seed, so that the
@@ -28,7 +27,7 @@ from typing import Any
 from tpuops import runs
 from tpuops.clock import UTC
 from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
-from tpuops.sim.model import AgentModel
+from tpuops.sim.model import AgentModel, Pace
 from tpuops.store import Store
 
 Metrics = Callable[[int], dict[str, float]]
@@ -61,14 +60,19 @@ class _Attempt:
     base_step: int
     stepping_at: float
     """When steps start: after setup, and a restore when there is a checkpoint."""
+    pace: Pace
+    """This attempt's setup, speed and final stretch (``AgentModel.pace``: a replacement's may differ)."""
 
 
 class SimulatedAgent:
     """One run's agent across its attempts (one per READY node of the run)."""
 
-    def __init__(self, store: Store, run_id: str, model: AgentModel, metrics: Metrics | None = None) -> None:
+    def __init__(self, store: Store, run_id: str, model: AgentModel, metrics: Metrics | None = None,
+                 seed: int = 0) -> None:
         self.store = store
         self.run_id = run_id
+        self.seed = seed
+        """Seeds the attempt's draw of a measured replacement pace (``AgentModel.pace``), per run and attempt."""
         self.model = model
         self.metrics = metrics
         self.checkpoint = 0
@@ -77,12 +81,16 @@ class SimulatedAgent:
         self.finished_at: float | None = None
         self._attempt: _Attempt | None = None
         self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
+        self._first_ready: float | None = None  # the first attempt's READY: a replacement's pace depends on its offset
 
     # -- the timeline (pure) -------------------------------------------------------------------
 
     def _plan(self, ready_at: float) -> _Attempt:
         restore = self.model.segments.restore_s if self.checkpoint > 0 else 0.0
-        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + self.model.segments.setup_s + restore)
+        first_ready = ready_at if self._first_ready is None else self._first_ready
+        pace = self.model.pace(self.attempts + 1, ready_at - first_ready,
+                               random.Random(f"{self.seed}/{self.run_id}/{self.attempts + 1}").random())
+        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + pace.setup_s + restore, pace)
 
     def _progress(self, attempt: _Attempt, at: float) -> tuple[int, int]:
         """(step reached, step of the last periodic checkpoint) at ``at``."""
@@ -92,17 +100,39 @@ class SimulatedAgent:
         elapsed = at - attempt.stepping_at
         cycles, rest = divmod(elapsed, segments.checkpoint_every_s + segments.save_s)
         stepping = cycles * segments.checkpoint_every_s + min(rest, segments.checkpoint_every_s)
-        step = min(m.total_steps, attempt.base_step + int(m.steps_per_s * stepping))
-        saved = min(m.total_steps, attempt.base_step + int(m.steps_per_s * segments.checkpoint_every_s * cycles))
+        speed = attempt.pace.steps_per_s
+        step = min(m.total_steps, attempt.base_step + int(speed * stepping))
+        saved = min(m.total_steps, attempt.base_step + int(speed * segments.checkpoint_every_s * cycles))
         return step, saved
 
     def finish_time(self, ready_at: float) -> float:
         """When the job would end on a node READY at ``ready_at`` that nothing interrupts."""
         m, segments = self.model, self.model.segments
         attempt = self._plan(ready_at)
-        remaining_s = (m.total_steps - attempt.base_step) / m.steps_per_s
+        remaining_s = (m.total_steps - attempt.base_step) / attempt.pace.steps_per_s
         periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
-        return attempt.stepping_at + remaining_s + periodic * segments.save_s + segments.final
+        return attempt.stepping_at + remaining_s + periodic * segments.save_s + self._final(attempt)
+
+    @property
+    def final_s(self) -> float:
+        """The running attempt's final stretch (a notice in it no longer stops the job); none running: the first's."""
+        return self.model.segments.final if self._attempt is None else self._final(self._attempt)
+
+    def _final(self, attempt: _Attempt) -> float:
+        return self.model.segments.final if attempt.pace.final_s is None else attempt.pace.final_s
+
+    def stops_at(self, notice_at: float) -> tuple[float, float] | None:
+        """After a notice at ``notice_at``: when the agent acts on it and when it has stopped (None: no attempt
+        runs). It looks at the notice ``listen_s`` after READY, then after each call; the first call (it traces
+        and compiles) ends when stepping starts. Then it saves and exits."""
+        attempt = self._attempt
+        if attempt is None:
+            return None
+        heard = notice_at
+        if attempt.pace.listen_s is not None and notice_at < attempt.stepping_at:
+            listen_at = attempt.ready_at + attempt.pace.listen_s
+            heard = listen_at if notice_at <= listen_at else attempt.stepping_at
+        return heard, heard + self.model.segments.save_s + self.model.segments.exit_s
 
     # -- what the node's life does to it -----------------------------------------------------------
 
@@ -110,6 +140,8 @@ class SimulatedAgent:
         """The node is READY: a new attempt starts (its startup script runs the agent)."""
         self._attempt = self._plan(at)
         self.attempts = self._attempt.number
+        if self._first_ready is None:
+            self._first_ready = at
         self._write(at, Phase.STARTING, self.checkpoint)
 
     def publish(self, at: float) -> None:

@@ -67,14 +67,17 @@ class Agents:
             if self.model.eval_every_steps:
                 spec = runs.read_run_spec(self.store, run_id)
                 metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
-            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics)
+            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed)
         return self.by_run[run_id]
 
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
         return self.agent(run_id).finish_time(ready_at)
 
     def final_s(self, run_id: str) -> float:
-        return self.model.segments.final
+        return self.agent(run_id).final_s
+
+    def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
+        return self.agent(run_id).stops_at(notice_at)
 
     def started(self, run_id: str, at: float) -> None:
         self.agent(run_id).started(at)
@@ -279,8 +282,7 @@ class Simulation:
                 next_cron += self.cron_s
             if quiet_skip_s > 0:
                 next_cron += self._skip(now, passed, quiet_skip_s) - self.cron_s
-            woken = self._next_wake(now)
-            now = next_cron if woken is None else min(next_cron, woken)
+            now = self._next_pass(now, next_cron)
         self.controller.release()
         report.wall_s, report.cpu_s = time.perf_counter() - started, time.process_time() - cpu
         report.simulated_s = now - START
@@ -304,13 +306,26 @@ class Simulation:
         until = min(quiet_skip_s, (upcoming - now) if upcoming is not None else quiet_skip_s)
         return max(self.cron_s, math.ceil(until / self.cron_s) * self.cron_s)
 
-    def _next_wake(self, after: float) -> float | None:
-        """The first hurried pass after ``after`` that a wake marker brings (None without a wake-up)."""
+    def _next_pass(self, now: float, next_cron: float) -> float:
+        """The next pass: the next on the ``cron_s`` grid, or the first hurried pass a wake marker brings if
+        sooner. A marker written before the grid's next pass replaces that pass with its hurried one when
+        that comes within one ``pace_s`` of it (``watch`` hurries instead of its regular passes; the
+        hurried passes before the node's end are not simulated, so a recovery further off, a notice of
+        30 s on Cloud TPU, keeps the grid, which then also stands for them)."""
         if self.wake is None:
-            return None
+            return next_cron
         save_s = self.agents.model.segments.save_s
-        times = (self.wake.pass_at(notice, end, save_s) for notice, end in self.cloud.notices_ahead())
-        return min((t for t in times if t is not None and t > after), default=None)
+        woken: float | None = None
+        hurrying = False
+        for notice, end in self.cloud.notices_ahead():
+            at = self.wake.pass_at(notice, end, save_s)
+            if at is None or at <= now:
+                continue
+            woken = at if woken is None else min(woken, at)
+            hurrying = hurrying or notice + save_s < next_cron
+        if woken is None:
+            return next_cron
+        return woken if hurrying and woken <= next_cron + self.wake.pace_s else min(next_cron, woken)
 
     def _price(self, interval: Billed) -> float:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)

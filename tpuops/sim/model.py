@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from tpuops.agent.interval import FIRST_SAVE_S
 from tpuops.errors import UsageError
 
+REPLACEMENT_WINDOW_S = 2.0
+"""How far apart (in their offset from the first READY) measured replacements count as started at about the
+same moment: one controller pass at the bench's pace."""
+
 
 @dataclass(frozen=True)
 class Segments:
@@ -26,14 +30,39 @@ class Segments:
     final_s: float | None = None
     """The job's end after its last step (final save, evaluation, SavedModel): a notice then no longer
     stops it. None: one ``save_s``."""
+    listen_s: float | None = None
+    """READY to the agent's first look at a notice (TensorFlow imported, the model built and restored):
+    before it a notice waits, and so does one during the first call (it traces and compiles) until the
+    call ends. None: a notice is heard at once. It matters where a node ends only when its agent exits
+    (``CloudModel.ends_with_agent``, the local emulator)."""
+    exit_s: float = 1.0
+    """ASSUMED: from a heard notice (and its save) to the agent's exit."""
 
     @property
     def final(self) -> float:
         return self.save_s if self.final_s is None else self.final_s
 
     def __post_init__(self) -> None:
-        if min(self.setup_s, self.save_s, self.restore_s, self.final) < 0 or self.checkpoint_every_s <= 0:
-            raise UsageError("setup, save, restore and final times must be >= 0 and the checkpoint interval > 0")
+        if (min(self.setup_s, self.save_s, self.restore_s, self.final, self.exit_s, self.listen_s or 0.0) < 0
+                or self.checkpoint_every_s <= 0):
+            raise UsageError("setup, save, restore, final, listen and exit times must be >= 0 and the checkpoint "
+                             "interval > 0")
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How one attempt goes: its setup (READY to stepping), steps per second of stepping, final stretch and
+    first look at a notice (``Segments.final_s`` and ``listen_s``; None: the first attempt's)."""
+
+    setup_s: float
+    steps_per_s: float
+    final_s: float | None = None
+    listen_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if min(self.setup_s, self.final_s or 0.0, self.listen_s or 0.0) < 0 or self.steps_per_s <= 0:
+            raise UsageError(f"an attempt needs setup, final and listen times >= 0 and steps/s > 0, got "
+                             f"{self.setup_s} s and {self.steps_per_s} steps/s")
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,25 @@ class AgentModel:
     segments: Segments = field(default_factory=Segments)
     eval_every_steps: int = 0
     """0: no evaluations (a run); a sweep's trials evaluate on the synthetic surface."""
+    replacements: tuple[tuple[float, Pace], ...] = ()
+    """Replacement attempts' (the second and later) paces where they differ from the first's (``segments``,
+    ``steps_per_s``), each with its READY's offset from the first attempt's READY: a replacement takes one
+    of those whose offset is within ``REPLACEMENT_WINDOW_S`` of the nearest to its own (empty: the first's).
+    They differ when runs share a machine: the first attempts of a wave share it, and a replacement shares
+    it with what is still running when it starts (a calibration measures them, ``tpuops.sim.calibrate``)."""
+
+    def pace(self, attempt: int, offset_s: float = 0.0, draw: float = 0.0) -> Pace:
+        """Attempt ``attempt``'s (1 = the first) setup, speed, final stretch and first look at a notice, for
+        a replacement READY ``offset_s`` after the first attempt's READY; ``draw`` in [0, 1) picks one of the
+        replacements measured about then."""
+        first = Pace(self.segments.setup_s, self.steps_per_s, self.segments.final, self.segments.listen_s)
+        if attempt == 1 or not self.replacements:
+            return first
+        nearest = min(abs(offset - offset_s) for offset, _ in self.replacements)
+        near = [pace for offset, pace in self.replacements if abs(offset - offset_s) <= nearest + REPLACEMENT_WINDOW_S]
+        other = near[min(len(near) - 1, int(draw * len(near)))]
+        return Pace(other.setup_s, other.steps_per_s, first.final_s if other.final_s is None else other.final_s,
+                    first.listen_s if other.listen_s is None else other.listen_s)
 
     @property
     def length_s(self) -> float:
