@@ -21,12 +21,11 @@ create (the controller's events).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,8 @@ from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.sim.calibrate import replicas
 from tpuops.sim.engine import Simulation, WakeUp
 from tpuops.sim.model import AgentModel, Segments
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 DAY_JOB = AgentModel(total_steps=24 * 3600 * 10, steps_per_s=10,
                      segments=Segments(setup_s=120, checkpoint_every_s=600, save_s=10, restore_s=20))
@@ -96,46 +97,12 @@ EMULATOR_PREEMPTIONS = 3
 WATCH_S = 30.0
 
 
-class _Stop(Exception):
-    """Ends the watch thread from its own sleep."""
-
-
-@contextlib.contextmanager
-def watching(settings: Settings, interval_s: float, wake: bool) -> Iterator[list[BaseException]]:
-    """``api.watch`` in a thread for the block (what ``tpuops watch`` runs); yields the errors it stopped on."""
-    import threading
-
-    from tpuops import api
-
-    halt = threading.Event()
-    failures: list[BaseException] = []
-
-    def sleep(seconds: float) -> None:
-        if halt.wait(seconds):
-            raise _Stop
-
-    def loop() -> None:
-        try:
-            api.watch(settings, interval_s=interval_s, sleep=sleep, wake=wake)
-        except _Stop:
-            pass
-        except BaseException as err:  # re-raised by the caller
-            failures.append(err)
-
-    thread = threading.Thread(target=loop, name="watch", daemon=True)
-    thread.start()
-    try:
-        yield failures
-    finally:
-        halt.set()
-        thread.join(60)
-
-
 def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dict[str, Any]:
     """One detached run recovered by ``api.watch`` every 30 s (with or without the wake-up), preempted evenly."""
     import dataclasses
 
     from bench_controller import PROJECT, TF_ZONE
+    from helpers import watching  # test-only helper (tests/helpers.py): api.watch in a thread
 
     from tpuops import runs
     from tpuops.jobs import declare, plan_train
@@ -144,7 +111,7 @@ def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dic
     plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.25))
     launched = time.time()
     declare(plan, w.store, w.settings, lambda _text: None)
-    with watching(w.settings, WATCH_S, wake) as failures:
+    with watching(w.settings, WATCH_S, wake=wake) as failures:
         preempted_at: list[float] = []
         deadline = time.monotonic() + 1800
         while not runs.load_memory(w.store, run_id)[0].finished:
