@@ -44,8 +44,7 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
     """``tpuops simulate SPEC|SWEEP``: ``runs`` runs of the experiment (or the sweep) under ``policy``, with the
     real controller and sweep passes on the virtual-time Cloud TPU, on the risk the ledger learned."""
     from tpuops.api.history import experiment_history
-    from tpuops.sim.history import experiment_name
-    from tpuops.sim.scenario import Limits, Policy
+    from tpuops.sim.scenario import Limits, Policy, experiment_name
     from tpuops.sim.scenario import simulate as run_simulation
 
     chosen = Policy.parse(policy)

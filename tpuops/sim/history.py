@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 from tpuops.runs import Run
@@ -54,17 +53,3 @@ def history_of(found: Sequence[Run], experiment: str) -> History | None:
     return History(count, steps / productive, statistics.median(setups) if setups else 0.0,
                     statistics.median(saves) if saves else None)
 
-
-def experiment_name(path: Path) -> str:
-    """The name of the experiment ``path`` runs: the file's own, or a sweep's base experiment's.
-
-    Raises:
-        UsageError: the file, or the sweep's experiment, is not valid (one line).
-    """
-    from tpuops.experiment import load_experiment
-    from tpuops.sim.scenario import is_sweep
-    from tpuops.sweeps.spec import experiment_path, load_sweep
-
-    if is_sweep(path):
-        path = experiment_path(path, load_sweep(path))
-    return load_experiment(path).name

@@ -161,6 +161,19 @@ def is_sweep(path: Path) -> bool:
     return isinstance(document, dict) and "experiment" in document and "trials" in document
 
 
+def experiment_name(path: Path) -> str:
+    """The name of the experiment ``path`` runs: the file's own, or a sweep's base experiment's.
+
+    Raises:
+        UsageError: the file, or the sweep's experiment, is not valid (one line).
+    """
+    from tpuops.sweeps.spec import experiment_path, load_sweep
+
+    if is_sweep(path):
+        path = experiment_path(path, load_sweep(path))
+    return load_experiment(path).name
+
+
 def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capacity,
              rule: dict[str, Any]) -> tuple[RunRecord, dict]:
     run_id = f"{record.run_id}-{index:03d}"
