@@ -381,35 +381,33 @@ def paired_blocks(
     block: int,
     per_repeat: dict[str, list[float]],
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Median examples/s per runner and median paired ratio per pair, over rotating blocks.
+    """Median examples/s per runner and median ratio per pair, over repetitions of rotating blocks.
 
-    Blocks of ``block`` steps, every runner in turn and the order rotating: each block gives one
-    paired ratio per comparison, measured seconds apart, so that load from elsewhere on a shared
-    machine hits both sides alike; the result is their median. ``per_repeat`` gets each pair's
-    median over each repetition's blocks (for ``spread``): a burst of load elsewhere can double
-    one runner's block (one core of two taken), and a ratio of the repetition's summed seconds
-    moved with it by up to 30 %, a median of its blocks does not.
+    Each repetition runs ``blocks`` blocks of ``block`` steps per runner, every runner in turn
+    and the order rotating, so that load from elsewhere on a shared machine hits all sides
+    alike. A repetition's ratio is of each side's fastest block (``per_repeat`` gets them, for
+    ``spread``); the result is their median. Disturbances only ever add time to a block (a burst
+    of load elsewhere, one core of two taken, doubled a block; a slow mode of the machine
+    lengthened one by a third at the same CPU, see ``whole_runs``), and a ratio of summed or of
+    per-block seconds moved with them by up to 30 % between repetitions; the fastest block of
+    each side is its undisturbed speed.
     """
     for run in runners.values():
         run(min(block, STEPS_PER_CALL))  # warm-up: tracing, first batches
     names = list(runners)
     samples: dict[str, list[float]] = {name: [] for name in names}
-    ratios: dict[str, list[float]] = {key: [] for key in pairs}
     for repeat in range(repeats):
-        seconds = dict.fromkeys(names, 0.0)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
         for index in range(blocks):
             turn = (repeat * blocks + index) % len(names)
-            took = {name: runners[name](block) for name in names[turn:] + names[:turn]}
-            for name in names:
-                seconds[name] += took[name]
-            for key, (ours, base) in pairs.items():
-                ratios[key].append(took[base] / took[ours])
+            for name in names[turn:] + names[:turn]:
+                seconds[name].append(runners[name](block))
         for name in names:
-            samples[name].append(blocks * block * BATCH / seconds[name])
-        for key in pairs:
-            per_repeat.setdefault(key, []).append(statistics.median(ratios[key][-blocks:]))
+            samples[name].append(block * BATCH / min(seconds[name]))
+        for key, (ours, base) in pairs.items():
+            per_repeat.setdefault(key, []).append(min(seconds[base]) / min(seconds[ours]))
     median = {name: statistics.median(values) for name, values in samples.items()}
-    return median, {key: statistics.median(values) for key, values in ratios.items()}
+    return median, {key: statistics.median(per_repeat[key][-repeats:]) for key in pairs}
 
 
 def spread(values: list[float], overhead: bool = False) -> list[float]:
