@@ -1,6 +1,6 @@
 """Benchmark the agent's training paths against plain Keras, on the CPU under TensorFlow 2.9.
 
-Run:  .venv-tf29/bin/python bench/bench_agent.py [--steps 20] [--repeats 3] [--determinism both|on|off] [--json]
+Run:  .venv-tf29/bin/python bench/bench_agent.py [--steps 60] [--repeats 3] [--determinism both|on|off] [--json]
 
 The runtime is set up as ``train`` sets it (``runtime.connect`` with the spec's
 ``deterministic``): TF op determinism is process-wide and cannot be turned off once on, so
@@ -19,9 +19,11 @@ that load from elsewhere on a shared machine lands on all of them alike:
   loop (``prepare`` first, as ``train`` does) vs ``cifar10_cnn`` + ``compile`` + one ``model.fit``
   call (one iterator for the whole run, as the agent keeps its own), on the same in-memory
   batches; the clock runs from before the model is built to after the last step. Each
-  repetition is four runs (agent-fit-fit-agent, or the reverse by turns) and its ratio is of the
-  sums; ``whole_train_vs_fit_cpu`` is the same ratio of the process's CPU seconds, which other
-  processes' load moves less than wall time. Goal >= 1.0.
+  repetition is six runs (agent-fit-fit-agent-agent-fit, or the mirror by turns) and its ratio
+  is of each side's fastest run; a repetition during which other processes used more than
+  QUIET_SHARE of a core is measured again (``whole_runs`` says why; ``whole_others_cpu_share``
+  and ``whole_discarded_repeats`` report it); ``whole_train_vs_fit_cpu`` is the same ratio of
+  the process's CPU seconds. Goal >= 1.0.
 - ``train_vs_fit``: the agent's loop driving a compiled model (``CompiledSteps``: the model's
   own train_step, ``steps_per_call`` steps per tf.function call, the input-wait clock) vs
   ``model.compile(); model.fit()`` on the same in-memory batches. Goal >= 1.0.
@@ -52,8 +54,9 @@ the agent's loop is timed whole, including its per-call host round trips.
   the difference in ``resume_first_batch_ms`` (seconds to the first batch of a
   stream resumed at the last batch of an epoch, vs at its start).
 
-Throughput is examples per second (medians over repeats); each ratio is the median of the
-per-block ratios, ours / baseline (the overhead is 1 minus that). The pipelines alone take
+Throughput is examples per second of each runner's fastest block (medians over repeats); a
+repetition's ratio is of each side's fastest block, ours / baseline, and each result is the
+median over repetitions (the overhead is 1 minus that; ``paired_blocks`` says why fastest). The pipelines alone take
 turns in blocks of PIPELINE_BLOCK batches, each block on a fresh iterator (an idle iterator
 would keep filling its buffers in the background, taking the CPU from the one being timed).
 """
@@ -553,9 +556,11 @@ def print_table(results: dict) -> None:
     print(
         f"CPU, TensorFlow {results['tensorflow']}, batch {BATCH}, {results['steps']} steps x "
         f"{results['repeats']} repeats; whole runs: {results['whole_steps']} steps from an unbuilt model; "
-        f"results: median of {results['blocks']} paired blocks of {STEPS_PER_CALL} steps (pipelines alone: "
-        f"{results['pipeline_blocks']} of {PIPELINE_BLOCK} batches); first batch of a resumed stream "
-        f"(epoch of {EPOCH_COPIES * RECORDS} records): "
+        f"(others' CPU share per kept repetition {results['whole_others_cpu_share']}, measured again "
+        f"{results['whole_discarded_repeats']}); results: median over repetitions of each side's "
+        f"fastest of {results['blocks'] // results['repeats']} blocks of {STEPS_PER_CALL} steps (pipelines alone: "
+        f"{results['pipeline_blocks'] // results['repeats']} of {PIPELINE_BLOCK} batches); "
+        f"first batch of a resumed stream (epoch of {EPOCH_COPIES * RECORDS} records): "
         f"{results['resume_first_batch_ms']} ms"
     )
 
