@@ -72,7 +72,6 @@ def _forecast(settings: Settings, path: Path, experiment: str, record: RunRecord
                     inputs=learner(settings)(keys_of(record)))
 
 
-
 def forecast_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
                    capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
                    runs: int = 20) -> Forecasted[JobPlan]:

@@ -127,9 +127,13 @@ def profile_of(status: AgentStatus, ready_at: Sequence[float]) -> Profile | None
     return Profile(last.attempt, Pace(last.first_step_at - ready, steps / span, final_s, listen), ready - ready_at[0])
 
 
-def ready_latencies(memory: Memory, ready_at: Sequence[float]) -> list[float]:
-    """Each node's create (the controller's, as ``memory.json`` dates it) to its READY."""
-    creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+def creates_of(memory: Memory) -> list[float]:
+    """When the controller created each of the run's nodes, in order (as ``memory.json`` dates them)."""
+    return [event["at"] for event in memory.events if event["kind"] == "create"]
+
+
+def ready_latencies(creates: Sequence[float], ready_at: Sequence[float]) -> list[float]:
+    """Each node's create (``creates_of``) to its READY."""
     return [max(0.0, ready - create) for create, ready in zip(creates, ready_at, strict=False)]
 
 
@@ -152,7 +156,7 @@ def fit(samples: Sequence[float]) -> Latency:
 
 
 def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: float) -> Measured | None:
-    creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+    creates = creates_of(memory)
     ended = status.attempts[-1].ended_at if status.attempts else None
     if status.exit_class != "succeeded" or not creates or ended is None:
         return None
@@ -189,14 +193,14 @@ class Session:
 
     def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[Node], usd: float) -> None:
         ready_at = [node.ready_at for node in nodes]
-        creates = [event["at"] for event in memory.events if event["kind"] == "create"]
+        creates = creates_of(memory)
         for result, kept in ((measured_of(run_id, status, memory, usd), self.measured),
                              (profile_of(status, ready_at), self.profiles),
                              (self_delete_of(status, nodes[-1].end_at, nodes[-1].end_reason) if nodes else None,
                               self.self_delete_s)):
             if result is not None:
                 kept.append(result)  # type: ignore[arg-type]
-        latencies = ready_latencies(memory, ready_at)
+        latencies = ready_latencies(creates, ready_at)
         self.ready_s.extend(latencies[:1])
         self.replacement_ready_s.extend(latencies[1:])
         for index, (attempt, node) in enumerate(zip(status.attempts, nodes, strict=False)):
@@ -231,8 +235,9 @@ class Session:
 
     @property
     def agent_exit_s(self) -> float:
-        """The agent's exit after a heard notice (median; 1 s, assumed, when no notice came during a setup)."""
-        return statistics.median(self.exit_s) if self.exit_s else 1.0
+        """The agent's exit after a heard notice (median; the agent model's assumed ``Segments.exit_s`` when no
+        notice came during a setup)."""
+        return statistics.median(self.exit_s) if self.exit_s else Segments.exit_s
 
     def wake(self, pace_s: float) -> WakeUp:
         """The wake-up as ``watch`` runs it: ``Waker`` lists the markers every second (its first hurried pass
@@ -256,7 +261,7 @@ class Forecast:
 
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
-             pass_every_s: float, wake: WakeUp | None, exit_s: float = 1.0, worlds: int = 40,
+             pass_every_s: float, wake: WakeUp | None, exit_s: float = Segments.exit_s, worlds: int = 40,
              runs_per_world: int = 5, seed: int = 0) -> Forecast:
     """The bands of wall time and cost over at least ``worlds`` x ``runs_per_world`` simulated runs.
 
