@@ -106,9 +106,11 @@ INFER_ROUNDS = 3
 
 
 def startup_tf_check() -> str:
-    """The Python program the startup script runs to read the TensorFlow version (from the template)."""
+    """The Python program the startup script runs to read the TensorFlow version (from the template).
+
+    Run without arguments, it checks no agent pin: its second line is empty."""
     template = (ROOT / "templates" / "startup.sh.j2").read_text()
-    found = re.search(r"^installed_tf\(\) \{\n  \"\$PYTHON\" -c '(.*?)' \|\| true$", template, re.M | re.S)
+    found = re.search(r"^installed_tf\(\) \{\n  \"\$PYTHON\" -c '(.*?)' \"\$@\" \|\| true$", template, re.M | re.S)
     if found is None:
         raise SystemExit("templates/startup.sh.j2 has no installed_tf() of the expected form")
     return found.group(1)

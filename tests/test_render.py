@@ -27,6 +27,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from tpuops.resources import agent_pins, pin_file_text
 from tpuops.render import STARTUP_TEMPLATE, StartupContext, render_startup_script, render_template
 
 pytestmark = pytest.mark.unit
@@ -35,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 PIN_FILE = REPO / "templates" / "requirements-tf29.txt"
 
 STUB_PYTHON = """#!/bin/bash
-# Stands in for the VM's python3: prints the TF version for any call but '-m pip', which it records.
+# Stands in for the VM's python3: for any call but '-m pip', which it records, prints the TF
+# version and the agent pins it lacks (the startup script's check prints these two lines).
 set -eu
 state={state}
 if [[ ${{1-}} == -m && ${{2-}} == pip ]]; then
@@ -49,6 +51,7 @@ if [[ ${{1-}} == -m && ${{2-}} == pip ]]; then
   exit 0
 fi
 cat "$state/version"
+if [[ -f $state/missing ]]; then cat "$state/missing"; fi
 """
 
 
@@ -263,16 +266,24 @@ def test_wrong_tensorflow_installs_the_pin_file(vm: Vm) -> None:
     assert (vm.state_dir / "job" / "started").exists()
 
 
+def _installed(site: Path, name: str, version: str, top_level: str) -> None:
+    """A distribution's metadata in ``site``, as pip leaves it."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{top_level}\n")
+
+
 def test_reads_the_tf_version_from_metadata_without_importing_it(vm: Vm, tmp_path: Path) -> None:
-    """A real interpreter and an installed "tensorflow-cpu" whose import would leave a trace."""
+    """A real interpreter, an installed "tensorflow-cpu" whose import would leave a trace, and the agent pins."""
     site = tmp_path / "site"
     (site / "tensorflow").mkdir(parents=True)
     (site / "tensorflow" / "__init__.py").write_text(
         f"open({str(tmp_path / 'imported')!r}, 'w').close()\n__version__ = '2.9.3'\n")
-    info = site / "tensorflow_cpu-2.9.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow-cpu\nVersion: 2.9.3\n")
-    (info / "top_level.txt").write_text("tensorflow\n")
+    _installed(site, "tensorflow-cpu", "2.9.3", "tensorflow")
+    for pin in agent_pins(pin_file_text()):
+        name, _, version = pin.partition("==")
+        _installed(site, name, version, name)
     vm.env["PYTHONPATH"] = str(site)
     done = vm.run(context(python=sys.executable))
 
@@ -280,6 +291,37 @@ def test_reads_the_tf_version_from_metadata_without_importing_it(vm: Vm, tmp_pat
     assert vm.marker()["tf_version"] == "2.9.3"
     assert not (tmp_path / "imported").exists(), "the startup script imported TensorFlow"
     assert not (vm.stub / "pip-args").exists()
+
+
+def test_an_image_with_tf29_gets_only_the_agent_pins_it_lacks(vm: Vm, tmp_path: Path) -> None:
+    """The real check finds an agent pin at another version; pip installs just that one, never the TF pins."""
+    pins = agent_pins(pin_file_text())
+    assert pins, "the pin file has no agent pins: this test checks nothing"
+    site = tmp_path / "site"
+    _installed(site, "tensorflow", "2.9.1", "tensorflow")
+    name, _, version = pins[0].partition("==")
+    _installed(site, name, version + ".post1", name)
+    for other in pins[1:]:
+        _installed(site, other.partition("==")[0], other.partition("==")[2], other.partition("==")[0])
+    python = tmp_path / "bin" / "python-real"  # the real interpreter, but pip only records its arguments
+    python.write_text(f"#!/bin/bash\nif [[ ${{1-}} == -m && ${{2-}} == pip ]]; then\n"
+                      f"  printf '%s\\n' \"$@\" > {shlex.quote(str(vm.stub))}/pip-args\n  exit 0\nfi\n"
+                      f"exec {shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    vm.env["PYTHONPATH"] = str(site)
+    done = vm.run(context(python=str(python), job=["/bin/sh", "-c", "touch started"]))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (vm.stub / "pip-args").read_text().splitlines() == ["-m", "pip", "install", "--quiet", pins[0]]
+    assert vm.marker()["tf_version"] == "2.9.1"
+    assert (vm.state_dir / "job" / "started").exists()
+
+
+def test_agent_pins_are_the_last_section_of_the_pin_file() -> None:
+    assert agent_pins(pin_file_text()) == ["orjson==3.10.15"]
+    assert agent_pins("numpy<1.24\n") == []
+    with pytest.raises(ValueError, match="name==version"):
+        agent_pins("tensorflow-cpu==2.9.3\n# The agent's own packages: below\norjson>=3\n")
 
 
 def test_gives_up_when_install_does_not_bring_tf29(vm: Vm) -> None:
@@ -347,7 +389,7 @@ def test_missing_template_value_raises() -> None:
     with pytest.raises(jinja2.UndefinedError, match="zone"):
         render_template(STARTUP_TEMPLATE, {
             "node_name": "n", "project": "p", "accelerator_type": "v2-8", "run_id": "",
-            "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "",
+            "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "", "agent_pins": [],
             "job": [], "context": {},
         })
 
@@ -355,7 +397,7 @@ def test_missing_template_value_raises() -> None:
 def test_none_is_never_quoted_into_the_script() -> None:
     values = {
         "node_name": "n", "project": "p", "zone": "z", "accelerator_type": "v2-8", "run_id": None,
-        "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "",
+        "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "", "agent_pins": [],
         "job": [], "context": {},
     }
     with pytest.raises(TypeError, match="None"):

@@ -24,7 +24,7 @@ import jinja2
 
 from tpuops.accelerators import TF_VERSION_PREFIX
 from tpuops.providers.nodes import MetadataKey
-from tpuops.resources import pin_file_text, template_text
+from tpuops.resources import agent_pins, pin_file_text, template_text
 
 STARTUP_TEMPLATE = "startup.sh.j2"
 
@@ -113,6 +113,7 @@ def render_startup_script(ctx: StartupContext) -> str:
             "python": ctx.python,
             "tf_version_prefix": ctx.tf_version_prefix,
             "pin_file": ctx.pin_file,
+            "agent_pins": agent_pins(ctx.pin_file),
             "job": list(ctx.job or ()),
             "context": context,
             "key": MetadataKey,

@@ -7,7 +7,9 @@ behaves like the editable development install. The files:
 - ``tpuops/templates/``: the repository's top-level ``templates/`` folder, linked into the
   package (a symlink in the checkout, real files in a wheel): the startup script template
   ``startup.sh.j2``, the VM bootstrap ``fetch_bundle.py`` and the one TF 2.9 pin file
-  ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``).
+  ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``);
+  its last section, after the line starting with ``AGENT_PINS_MARKER``, pins the agent's own
+  packages (``agent_pins``).
 - ``tpuops/agent/**.py``: the data plane's sources, shipped to the VM inside each job bundle.
 - ``tpuops/prices.toml``: the price catalog (read by ``tpuops.pricing``).
 """
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 PACKAGE = "tpuops"
 PIN_FILE = "requirements-tf29.txt"
+AGENT_PINS_MARKER = "# The agent's own packages"
 
 
 def _package() -> Traversable:
@@ -37,6 +40,19 @@ def template_text(name: str) -> str:
 def pin_file_text() -> str:
     """The TF 2.9 pin file, byte for byte."""
     return template_text(PIN_FILE)
+
+
+def agent_pins(pin_file: str) -> list[str]:
+    """The ``name==version`` pins after the pin file's ``AGENT_PINS_MARKER`` line: what the agent imports
+    beyond TF 2.9, which a VM image with TF 2.9 does not have."""
+    lines = pin_file.splitlines()
+    start = next((n for n, line in enumerate(lines) if line.startswith(AGENT_PINS_MARKER)), len(lines))
+    pins = [line.strip() for line in lines[start + 1:] if line.strip() and not line.startswith("#")]
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        if not name or not version or any(char in pin for char in " <>!~;[,"):
+            raise ValueError(f"agent pin {pin!r}: expected name==version")
+    return pins
 
 
 def agent_sources() -> Iterator[tuple[str, bytes]]:

@@ -5,6 +5,8 @@ prediction call, so that the interruption falls at the same place every time.
 """
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
@@ -177,11 +179,42 @@ def test_a_different_job_in_the_same_prefix_reuses_nothing(
         np.arange(8, dtype=np.float32).reshape(2, 2, 2),
         np.zeros((2, 0), dtype=np.float32),
         np.zeros((0, 4), dtype=np.float32),
+        np.random.default_rng(0).standard_normal((64, 10)).astype(np.float32)[:, ::2],
     ],
 )
-def test_format_lines_is_json_dumps_per_row(rows: np.ndarray) -> None:
-    expected = "".join(json.dumps({"index": 7 + i, "output": row.tolist()}) + "\n" for i, row in enumerate(rows))
-    assert format_lines(7, rows) == expected
+def test_format_lines_reads_back_as_the_same_float32s(rows: np.ndarray) -> None:
+    """A line per row, numbered; every float reads back as the same float32, NaN and infinities as null."""
+    lines = format_lines(7, rows).splitlines()
+    assert [json.loads(line)["index"] for line in lines] == list(range(7, 7 + len(rows)))
+    for line, row in zip(lines, rows):
+        output = json.loads(line)["output"]
+        finite = np.isfinite(row)
+        as_read = np.array(output, dtype=object).reshape(row.shape)
+        assert all(value is None for value in as_read[~finite])
+        np.testing.assert_array_equal(as_read[finite].astype(np.float32), row[finite])
+
+
+def test_format_lines_writes_the_shortest_float32_text() -> None:
+    rows = np.array([[0.1, 1.0, -2.5e-8]], dtype=np.float32)
+    assert format_lines(0, rows) == b'{"index": 0, "output": [0.1,1.0,-2.5e-8]}\n'
+
+
+def test_the_latency_writer_runs_at_idle_priority(tmp_path: Path) -> None:
+    """Latency mode's writer thread takes only the CPU the model leaves idle; the batched one keeps its priority."""
+    if not hasattr(os, "SCHED_IDLE"):
+        pytest.skip("this platform has no SCHED_IDLE: the writer keeps its priority")
+    policies = {}
+    for idle in (True, False):
+        prefix = tmp_path / str(idle)
+        prefix.mkdir()
+        writer = infer.ShardWriter(str(prefix), idle=idle)
+        writer.open("shard.jsonl")  # once its file exists, the thread is past choosing its priority
+        deadline = time.monotonic() + 30
+        while not list(prefix.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        policies[idle] = os.sched_getscheduler(writer._thread.native_id)
+        writer.close()
+    assert policies == {True: os.SCHED_IDLE, False: os.SCHED_OTHER}
 
 
 @pytest.mark.parametrize(
@@ -224,6 +257,8 @@ def test_latency_predictor_gives_the_batched_outputs_one_batch_per_call() -> Non
     np.testing.assert_allclose(one_by_one, model(images).numpy(), rtol=1e-6)
     preloaded = infer.latency_predictor(model, strategy, False, infer.preload(batches(), 7), preloaded=True)
     np.testing.assert_array_equal(np.concatenate([preloaded(1).numpy() for _ in range(7)]), one_by_one)
+    compiled = infer.latency_predictor(model, strategy, True, infer.preload(batches(), 7), preloaded=True)
+    np.testing.assert_allclose(np.concatenate([compiled(1).numpy() for _ in range(7)]), one_by_one, rtol=1e-5)
 
 
 def test_preload_reads_ahead_only_what_fits() -> None:
