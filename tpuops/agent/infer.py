@@ -44,10 +44,10 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   the writer only when the store stays slower than the device for longer than the queue holds.
   In latency mode the writer runs at idle priority (``SCHED_IDLE`` on Linux, ``yield_cpu``):
   it takes only the CPU that the model leaves idle, so on a CPU the next batch's prediction is
-  not slowed by the text of the one before (at batch 64 on this 2-core CPU, the p50
-  time-to-result fell from 0.995 to 0.977 of the same loop without a writer's text). A VM's
-  host has idle cores to spare; on a CPU kept busy by other processes the writer falls behind
-  until the queue is full, and the loop then waits for it.
+  not slowed by the text of the one before (about 2 % of a batch of 64's time-to-result on this
+  2-core CPU, ``bench/bench_infer.py --only latency``). A VM's host has idle cores to spare; on
+  a CPU kept busy by other processes the writer falls behind until the queue is full, and the
+  loop then waits for it.
 
 Invariants that make an interrupted job resumable without redoing finished shards:
 
