@@ -21,7 +21,7 @@ next to its baseline, measured in the same run, repetitions interleaved, medians
   loads is timed on its own.
 - latency mode (``infer --latency``), batch LATENCY_BATCH, XLA off and on: time-to-result per
   batch, p50 and p99. The clock covers one batch: for ours the call that predicts the next
-  batch in memory, passed to the traced function as its argument (``infer.preload`` read and
+  batch in memory, passed to the traced concrete function as its argument (``infer.preload`` read and
   parsed the whole input before the first batch, as ``infer`` does in latency mode off a TPU;
   that preload is reported as ``preload_ms`` and added to ours' wall time), and the hand-over
   of its outputs to the writer (the clock stops in ``predict_shards``' progress callback,
