@@ -21,6 +21,7 @@ from tpuops.data.samples import digits
 from tpuops.errors import UsageError
 from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
+from tpuops.resources import agent_pins, pin_file_text
 from tpuops.runs import RunKind
 from tpuops.store import LocalStore
 
@@ -154,6 +155,22 @@ def test_infer_overrides_the_experiments_determinism(work: Path, settings: Setti
     assert made.spec.deterministic is (True if override is None else override)
     assert made.spec.require_infer().latency is (override is True)
     assert RunSpec.from_json(made.spec_json()).require_infer().latency is (override is True)
+
+
+def test_only_an_infer_node_is_told_to_install_the_agent_pins(work: Path, settings: Settings, store: LocalStore,
+                                                              tmp_path: Path) -> None:
+    """A training job's boot needs no package index; an infer job's installs orjson where the image lacks it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(b"")
+    spec = _with_determinism(work, tmp_path, "auto")
+    inferred = jobs.plan_infer(settings, spec, store, checkpoint=str(model), inputs="data/digits/test",
+                               run_id="pins-infer-1", base_dir=work)
+    trained = jobs.plan_train(settings, spec, store, run_id="pins-train-1", base_dir=work)
+    script = MetadataKey.STARTUP_SCRIPT.value
+    pins = " ".join(agent_pins(pin_file_text()))
+    assert f"\nAGENT_PINS=({pins})\n" in inferred.record.node.metadata[script]
+    assert "\nAGENT_PINS=()\n" in trained.record.node.metadata[script]
 
 
 def test_a_determinism_that_is_not_true_false_or_auto_is_one_clear_error(work: Path, settings: Settings,

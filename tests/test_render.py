@@ -37,7 +37,8 @@ PIN_FILE = REPO / "templates" / "requirements-tf29.txt"
 
 STUB_PYTHON = """#!/bin/bash
 # Stands in for the VM's python3: for any call but '-m pip', which it records, prints the TF
-# version and the agent pins it lacks (the startup script's check prints these two lines).
+# version and, when the check is given agent pins to look for, those it lacks (the startup
+# script's check prints these two lines).
 set -eu
 state={state}
 if [[ ${{1-}} == -m && ${{2-}} == pip ]]; then
@@ -51,7 +52,7 @@ if [[ ${{1-}} == -m && ${{2-}} == pip ]]; then
   exit 0
 fi
 cat "$state/version"
-if [[ -f $state/missing ]]; then cat "$state/missing"; fi
+if (($# > 2)) && [[ -f $state/missing ]]; then cat "$state/missing"; fi
 """
 
 
@@ -309,11 +310,34 @@ def test_an_image_with_tf29_gets_only_the_agent_pins_it_lacks(vm: Vm, tmp_path: 
                       f"exec {shlex.quote(sys.executable)} \"$@\"\n")
     python.chmod(0o755)
     vm.env["PYTHONPATH"] = str(site)
-    done = vm.run(context(python=str(python), job=["/bin/sh", "-c", "touch started"]))
+    done = vm.run(context(python=str(python), job=["/bin/sh", "-c", "touch started"], agent_pins=pins))
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert (vm.stub / "pip-args").read_text().splitlines() == ["-m", "pip", "install", "--quiet", pins[0]]
     assert vm.marker()["tf_version"] == "2.9.1"
+    assert (vm.state_dir / "job" / "started").exists()
+
+
+def test_a_failed_agent_pin_install_still_starts_the_job(vm: Vm) -> None:
+    """The job then stops itself with a user error naming what is missing, and the node is deleted."""
+    pins = agent_pins(pin_file_text())
+    (vm.stub / "missing").write_text(" ".join(pins) + "\n")
+    python = vm.home.parent / "bin" / "python3"
+    python.write_text(python.read_text().replace("  exit 0\nfi", "  exit 1\nfi", 1))
+    done = vm.run(context(job=["/bin/sh", "-c", "touch started"], agent_pins=pins))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (vm.stub / "pip-args").read_text().splitlines() == ["-m", "pip", "install", "--quiet", *pins]
+    assert f"pip install {' '.join(pins)} failed" in done.stdout
+    assert (vm.state_dir / "job" / "started").exists()
+
+
+def test_a_training_node_checks_no_agent_pin(vm: Vm) -> None:
+    """No agent pins in its context: nothing to install even if the stub says orjson is missing."""
+    (vm.stub / "missing").write_text(" ".join(agent_pins(pin_file_text())) + "\n")
+    done = vm.run(context(job=["/bin/sh", "-c", "touch started"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (vm.stub / "pip-args").exists()
     assert (vm.state_dir / "job" / "started").exists()
 
 

@@ -44,13 +44,13 @@ def pin_file_text() -> str:
 
 def agent_pins(pin_file: str) -> list[str]:
     """The ``name==version`` pins after the pin file's ``AGENT_PINS_MARKER`` line: what the agent imports
-    beyond TF 2.9, which a VM image with TF 2.9 does not have."""
+    beyond TF 2.9 (for ``infer`` only), which a VM image with TF 2.9 does not have."""
     lines = pin_file.splitlines()
     start = next((n for n, line in enumerate(lines) if line.startswith(AGENT_PINS_MARKER)), len(lines))
     pins = [line.strip() for line in lines[start + 1:] if line.strip() and not line.startswith("#")]
     for pin in pins:
         name, _, version = pin.partition("==")
-        if not name or not version or any(char in pin for char in " <>!~;[,"):
+        if not name or not version or "=" in version or any(char in pin for char in " <>!~;[,"):
             raise ValueError(f"agent pin {pin!r}: expected name==version")
     return pins
 

@@ -6,6 +6,8 @@ prediction call, so that the interruption falls at the same place every time.
 
 import json
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tpuops.agent import infer
-from tpuops.agent.exits import PreemptedExit
+from tpuops.agent.exits import PreemptedExit, UserError
 from tpuops.agent.infer import format_lines, shard_name
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
@@ -170,6 +172,25 @@ def test_a_different_job_in_the_same_prefix_reuses_nothing(
     assert json.loads((prefix / "plan.json").read_text())["batch_size"] == 50
 
 
+def test_shards_of_an_agent_that_wrote_other_text_are_not_kept(
+    make_spec: Callable[..., Path], reference_run: AgentRun, data_dir: Path, tmp_path: Path
+) -> None:
+    """A finished shard whose plan.json has no ``text`` (an older agent: float64 reprs, NaN) is predicted again."""
+    prefix = tmp_path / "out"
+    spec = _infer_spec(make_spec, "infer-old", reference_run.run_dir / "model", data_dir, prefix, num_shards=2,
+                       batch_size=32)
+    with pytest.raises(PreemptedExit):
+        _infer_in_process(spec, _NoticeAtCall(2))
+    plan = json.loads((prefix / "plan.json").read_text())
+    assert plan.pop("text") == infer.TEXT
+    (prefix / "plan.json").write_text(json.dumps(plan))
+
+    notice = _NoticeAtCall(0)
+    _infer_in_process(spec, notice)
+    assert notice.checks == 2, "the older agent's shard is predicted again"
+    assert json.loads((prefix / "plan.json").read_text())["text"] == infer.TEXT
+
+
 @pytest.mark.parametrize(
     "rows",
     [
@@ -203,6 +224,17 @@ def test_the_latency_writer_runs_at_idle_priority(tmp_path: Path) -> None:
     """Latency mode's writer thread takes only the CPU the model leaves idle; the batched one keeps its priority."""
     if not hasattr(os, "SCHED_IDLE"):
         pytest.skip("this platform has no SCHED_IDLE: the writer keeps its priority")
+    seen: List[int] = []
+
+    def probe() -> None:
+        infer.yield_cpu()
+        seen.append(os.sched_getscheduler(0))
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    if seen != [os.SCHED_IDLE]:
+        pytest.skip("this system refuses SCHED_IDLE (a seccomp profile?): the writer keeps its priority")
     policies = {}
     for idle in (True, False):
         prefix = tmp_path / str(idle)
@@ -272,3 +304,9 @@ def test_preload_reads_ahead_only_what_fits() -> None:
     np.testing.assert_array_equal(np.stack(preloaded), images[2:].reshape(5, 2, 3))
     unknown_size = iter(tf.data.Dataset.from_tensor_slices((images,)).batch(2))
     assert infer.preload(unknown_size, 6, limit=1 << 30) is None
+
+
+def test_infer_without_orjson_is_a_user_error_saying_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "orjson", None)  # what "import orjson" meets where it is not installed
+    with pytest.raises(UserError, match=r"orjson.*PyPI"):
+        infer.require_orjson()

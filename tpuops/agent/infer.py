@@ -42,18 +42,21 @@ Where the time goes, and why the loop looks the way it does (``bench/bench_infer
   a tenth of the ``json`` module's CPU for float32 rows, which it formats as float64 reprs) and
   writes it. The loop hands outputs over through a bounded queue, so the device waits for
   the writer only when the store stays slower than the device for longer than the queue holds.
+  orjson is the one package the agent needs beyond TF 2.9, and only here: it is imported when
+  an ``infer`` job starts (``require_orjson``), so a training VM never needs it.
   In latency mode the writer runs at idle priority (``SCHED_IDLE`` on Linux, ``yield_cpu``):
   it takes only the CPU that the model leaves idle, so on a CPU the next batch's prediction is
   not slowed by the text of the one before (about 2 % of a batch of 64's time-to-result on this
   2-core CPU, ``bench/bench_infer.py --only latency``). A VM's host has idle cores to spare; on
   a CPU kept busy by other processes the writer falls behind until the queue is full, and the
-  loop then waits for it.
+  loop then waits for it; the loop can also wait for the GIL while the writer, holding it for
+  the tens of microseconds a batch's text takes, waits for a CPU.
 
 Invariants that make an interrupted job resumable without redoing finished shards:
 
 1. ``plan.json`` is written whole before any shard: the input files with their byte sizes, the
    record total, the model (source and a sha256 of its index files, which checksum every
-   tensor), the batch size and the number of shards.
+   tensor), the batch size, the number of shards and how floats are written (``TEXT``).
 2. A shard under its final name is complete: it is written as ``<name>.tmp-<pid>`` and
    renamed once its last line is written. Temporary files of dead attempts are removed.
 3. Every shard under its final name belongs to the plan in ``plan.json``: a job whose plan
@@ -80,7 +83,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import orjson
 import tensorflow as tf
 
 from tpuops.agent import checkpoints, entry, inputs
@@ -95,6 +97,9 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
+TEXT = "shortest-float32"
+"""How the shards write floats (``plan.json`` key ``text``): shards of another plan, or of an older
+agent that wrote float64 reprs, are never kept beside these."""
 # Examples per tf.function call: ~0.3 s of CPU work, a few ms on a TPU; a preemption notice
 # waits at most one call.
 CALL_EXAMPLES = 4096
@@ -201,21 +206,24 @@ def latency_predictor(
     time-to-result (``bench/bench_infer.py --only latency``). The function is traced here, once
     per job, so the first batch does not wait for the tracing, and each batch calls the traced
     concrete function itself: ``tf.function``'s own call (matching the arguments against its
-    traces) took about 4 % of a batch of 64's time here. ``jit_compile`` compiles the whole
-    per-batch function with XLA, not a function nested in it (an extra call per batch, about
-    1 %); on a TPU ``strategy.run`` compiles it and ``infer`` passes False.
+    traces) took about 4 % of a batch of 64's time here. Preloaded, ``jit_compile`` compiles the
+    whole per-batch function with XLA, not a function nested in it (an extra call per batch,
+    about 1 %); from an iterator only the model's call is compiled (the iterator's ops are not
+    XLA's). On a TPU ``strategy.run`` compiles it and ``infer`` passes False.
     """
-    replica_fn = _forward(model, False)
-
-    @tf.function(jit_compile=jit_compile or None)  # None: as before on a TPU, where strategy.run compiles
-    def predict_batch(batch: Any) -> tf.Tensor:
-        return strategy.gather(strategy.run(replica_fn, args=(batch,)), axis=0)
-
     if preloaded:
-        batches, call = iter(source), predict_batch.get_concrete_function(source[0])
+        predict_batch = _replicated(strategy, _forward(model, False))
+        batches = iter(source)
+        call = tf.function(predict_batch, jit_compile=jit_compile or None).get_concrete_function(source[0])
         return lambda steps: call(next(batches))
+    predict_batch = _replicated(strategy, _forward(model, jit_compile))
     next_batch = tf.function(lambda: predict_batch(next(source)[0])).get_concrete_function()
     return lambda steps: next_batch()
+
+
+def _replicated(strategy: Any, replica_fn: Any) -> Callable[[Any], tf.Tensor]:
+    """``replica_fn`` run on every replica of ``strategy``, its outputs gathered in replica order."""
+    return lambda batch: strategy.gather(strategy.run(replica_fn, args=(batch,)), axis=0)
 
 
 def format_lines(first_index: int, rows: np.ndarray) -> bytes:
@@ -234,7 +242,21 @@ def format_lines(first_index: int, rows: np.ndarray) -> bytes:
 
 
 def _encode(value: Any) -> bytes:
+    import orjson  # here, not at the top: only infer needs it (require_orjson), a training VM may lack it
+
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def require_orjson() -> None:
+    """Raise UserError, saying what to do, when orjson is not installed: ``infer`` writes its text with it."""
+    try:
+        import orjson  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "infer writes its JSON Lines with orjson, which this Python lacks: the startup script installs "
+            "the agent pins of requirements-tf29.txt from PyPI (its log says why it could not); give the VM "
+            "access to PyPI, or use an image or runtime that has orjson"
+        ) from None
 
 
 def yield_cpu() -> None:
@@ -465,6 +487,7 @@ class _Progress:
 def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotice, paths: RunPaths) -> None:
     """Predict over ``infer.input`` and write the shards, then the manifest (see the module docstring)."""
     ispec = spec.require_infer()
+    require_orjson()
     status.update(
         device=runtime.device,
         deterministic=runtime.deterministic,
@@ -479,7 +502,8 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         described = pool.submit(describe_inputs, files, _read_json(join(prefix, PLAN)))  # while the model loads
         model, identity = load_model(spec, runtime, ispec.model)
         status.clock.loaded()
-        plan = dict(described.result(), model=identity, batch_size=ispec.batch_size, num_shards=ispec.num_shards)
+        plan = dict(described.result(), model=identity, batch_size=ispec.batch_size, num_shards=ispec.num_shards,
+                    text=TEXT)
     outputs = Outputs(prefix, plan)
     done = outputs.adopt()
     predicted = outputs.examples_before(outputs.ranges[done][0]) if done < len(outputs.names) else outputs.total
