@@ -310,7 +310,8 @@ def test_an_image_with_tf29_gets_only_the_agent_pins_it_lacks(vm: Vm, tmp_path: 
                       f"exec {shlex.quote(sys.executable)} \"$@\"\n")
     python.chmod(0o755)
     vm.env["PYTHONPATH"] = str(site)
-    done = vm.run(context(python=str(python), job=["/bin/sh", "-c", "touch started"], agent_pins=pins))
+    done = vm.run(context(python=str(python), job=["/bin/sh", "-c", "touch started"],
+                          needs_agent_pins=True))
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert (vm.stub / "pip-args").read_text().splitlines() == ["-m", "pip", "install", "--quiet", pins[0]]
@@ -324,7 +325,7 @@ def test_a_failed_agent_pin_install_still_starts_the_job(vm: Vm) -> None:
     (vm.stub / "missing").write_text(" ".join(pins) + "\n")
     python = vm.home.parent / "bin" / "python3"
     python.write_text(python.read_text().replace("  exit 0\nfi", "  exit 1\nfi", 1))
-    done = vm.run(context(job=["/bin/sh", "-c", "touch started"], agent_pins=pins))
+    done = vm.run(context(job=["/bin/sh", "-c", "touch started"], needs_agent_pins=True))
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert (vm.stub / "pip-args").read_text().splitlines() == ["-m", "pip", "install", "--quiet", *pins]

@@ -35,7 +35,6 @@ from tpuops.kinds import Capacity, Provider
 from tpuops.planning import Learner, keys_of
 from tpuops.providers.nodes import MetadataKey
 from tpuops.provision import plan_up
-from tpuops.resources import agent_pins, pin_file_text
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
@@ -205,7 +204,7 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
                  sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None,
-                 agent_pins=agent_pins(pin_file_text()) if kind is RunKind.INFER else ())
+                 needs_agent_pins=kind is RunKind.INFER)
     return RunRecord(
         **(deadline or {}),
         run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,

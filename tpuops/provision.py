@@ -7,8 +7,6 @@ validated before any API call, and its node metadata uses the keys of ``Metadata
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
 from tpuops.fleet import UpPlan
@@ -28,10 +26,10 @@ def plan_up(
     sweep_id: str | None = None,
     job: list[str] | None = None,
     extra_metadata: dict[str, str] | None = None,
-    agent_pins: Sequence[str] = (),
+    needs_agent_pins: bool = False,
 ) -> UpPlan:
-    """Validate everything a create needs, without calling anything; ``agent_pins``: what the job needs
-    beyond TF 2.9 (``StartupContext.agent_pins``)."""
+    """Validate everything a create needs, without calling anything; ``needs_agent_pins``: the job needs
+    packages beyond TF 2.9 (``StartupContext.needs_agent_pins``)."""
     from tpuops.render import StartupContext, render_startup_script  # jinja2: only a plan needs it (status does not)
 
     naming.check_node_name(name)
@@ -41,7 +39,8 @@ def plan_up(
     zones = [check_zone(zone)] if zone else list(settings.zones)
     script = render_startup_script(StartupContext(
         node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
-        run_id=run_id, store_root=settings.store_root, job=job, labels=labels, agent_pins=agent_pins,
+        run_id=run_id, store_root=settings.store_root, job=job, labels=labels,
+        needs_agent_pins=needs_agent_pins,
     ))
     metadata = {MetadataKey.STARTUP_SCRIPT.value: script}
     if settings.max_run_hours:

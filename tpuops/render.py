@@ -24,7 +24,7 @@ import jinja2
 
 from tpuops.accelerators import TF_VERSION_PREFIX
 from tpuops.providers.nodes import MetadataKey
-from tpuops.resources import pin_file_text, template_text
+from tpuops.resources import agent_pins, pin_file_text, template_text
 
 STARTUP_TEMPLATE = "startup.sh.j2"
 
@@ -47,10 +47,10 @@ class StartupContext:
     tf_version_prefix: str = TF_VERSION_PREFIX
     pin_file: str = field(default_factory=pin_file_text)
     """The TF 2.9 pin file, byte for byte: the startup script writes it to disk and pip-installs it."""
-    agent_pins: Sequence[str] = ()
-    """What the job needs beyond TF 2.9 (``tpuops.resources.agent_pins``; an ``infer`` job's): the startup
-    script installs those it lacks also where the image has TF 2.9. None for a training job or a bare node,
-    so that their boot needs no package index."""
+    needs_agent_pins: bool = False
+    """The job needs the pin file's agent pins beyond TF 2.9 (``tpuops.resources.agent_pins``; an ``infer``
+    job): the startup script installs those it lacks also where the image has TF 2.9. False for a training
+    job or a bare node, so that their boot needs no package index."""
 
     def __post_init__(self) -> None:
         if isinstance(self.job, str):
@@ -117,7 +117,7 @@ def render_startup_script(ctx: StartupContext) -> str:
             "python": ctx.python,
             "tf_version_prefix": ctx.tf_version_prefix,
             "pin_file": ctx.pin_file,
-            "agent_pins": list(ctx.agent_pins),
+            "agent_pins": agent_pins(ctx.pin_file) if ctx.needs_agent_pins else [],
             "job": list(ctx.job or ()),
             "context": context,
             "key": MetadataKey,
