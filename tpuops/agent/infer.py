@@ -228,23 +228,21 @@ def _replicated(strategy: Any, replica_fn: Any) -> Callable[[Any], tf.Tensor]:
 
 def format_lines(first_index: int, rows: np.ndarray) -> bytes:
     """JSON Lines for ``rows`` numbered from ``first_index``: floats as their shortest float32 text, NaN as null."""
+    import orjson  # here, not at the top: only infer needs it (require_orjson), a training VM may lack it
+
     rows = np.ascontiguousarray(rows)
     if rows.ndim == 2 and rows.size:
         # One encoder call for the whole batch: the rows of a 2-D float array hold only numbers,
         # so "],[" is exactly what separates them.
-        template, values = b'{"index": %d, "output": [%s]}\n', _encode(rows)[2:-2].split(b"],[")
+        template = b'{"index": %d, "output": [%s]}\n'
+        values = orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY)[2:-2].split(b"],[")
     else:
-        template, values = b'{"index": %d, "output": %s}\n', [_encode(row) for row in rows]
+        template = b'{"index": %d, "output": %s}\n'
+        values = [orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) for row in rows]
     # One formatting call for every line: the writer holds the GIL for as short a time as it can.
     arguments: List[Any] = [None] * (2 * len(values))
     arguments[0::2], arguments[1::2] = range(first_index, first_index + len(values)), values
     return (template * len(values)) % tuple(arguments)
-
-
-def _encode(value: Any) -> bytes:
-    import orjson  # here, not at the top: only infer needs it (require_orjson), a training VM may lack it
-
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def require_orjson() -> None:
