@@ -141,6 +141,16 @@ def test_up_status_down_lifecycle_runs_the_startup_script(cli: Cli) -> None:
     assert twice == [{"name": "life-1", "zone": None, "outcome": "not found"}]
 
 
+def test_up_of_an_existing_name_with_another_spec_is_a_usage_error(cli: Cli) -> None:
+    """The user asked for a node the name cannot give: one line, exit 2 (issue 30, item 16), and nothing changed."""
+    cli.json("up", "other-1", "--accelerator", "v3-8", "--spot")
+    code, _, err = cli("up", "other-1", "--accelerator", "v2-8", "--on-demand")
+    assert code == 2
+    line = _error_line(err)
+    assert "other-1" in line and "v3-8 spot" in line and "choose another name" in line
+    assert cli.nodes() == [(ZONES[0], "other-1", "READY")]
+
+
 def test_status_costs_one_list_per_zone(cli: Cli) -> None:
     for name in ("s-1", "s-2", "s-3"):
         assert cli("up", name, "--no-wait")[0] == 0

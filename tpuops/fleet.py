@@ -33,7 +33,7 @@ from typing import NamedTuple, cast
 from tpuops import naming
 from tpuops.clock import UTC, Clock, system_clock, utc_now
 from tpuops.config import Settings
-from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError
+from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.kinds import ValueEnum
 from tpuops.ledger import Ledger, NodeRecord, Sighting
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
@@ -447,8 +447,8 @@ class Fleet:
             why = ("was not created by tpuops" if not node.managed else
                    f"is {node.accelerator} {node.capacity.value} on {node.runtime}, not "
                    f"{request.accelerator} {request.capacity.value} on {request.runtime}")
-            raise AlreadyExists(f"node {node.name!r} exists in {node.zone} and {why}: "
-                                f"choose another name or delete it first ('tpuops down {node.name}')")
+            raise UsageError(f"node {node.name!r} exists in {node.zone} and {why}: "  # the user's request, exit 2
+                             f"choose another name or delete it first ('tpuops down {node.name}')")
         if node.state.is_dead or node.state is NodeState.DELETING:
             self.progress(f"{node.name} in {node.zone} is {node.state.value}: deleting it to recreate")
             self._delete_and_wait(node.zone, node.name)
