@@ -212,8 +212,25 @@ def test_a_vanished_node_needs_evidence_passes_in_a_row() -> None:
     assert step(memory, unlisted(agent=agent), 230.0) == []  # a failed listing is no evidence either way
     assert memory.preemptions == 0 and memory.attempts == 1
     assert step(memory, missing(agent=agent), 240.0) == [("create", A)]
-    assert (memory.preemptions, memory.attempts) == (1, 2)
+    assert (memory.preemptions, memory.crashes, memory.attempts) == (0, 1, 2)  # gone is no preemption
     assert "vanished" in kinds(memory)
+
+
+def test_a_node_that_keeps_vanishing_is_a_bounded_crash_never_a_preemption() -> None:
+    """An agent that fails because the store cannot be written: its node deletes itself, its status says nothing
+    new. Each time is a restart (issue 30, item 12), and past ``max_crashes`` the run ends crashed, not looping."""
+    memory = training()
+    agent = status(1, 40)
+    at = 200.0
+    for restart in range(1, POLICY.max_crashes + 1):
+        assert step(memory, missing(agent=agent), at) == []
+        assert step(memory, missing(agent=agent), at + 10) == [("create", A)]
+        assert (memory.preemptions, memory.crashes) == (0, restart)
+        assert step(memory, seen(READY, agent=agent), at + 20) == []
+        at += 100
+    assert step(memory, missing(agent=agent), at) == []
+    assert step(memory, missing(agent=agent), at + 10) == []
+    assert memory.finished and memory.outcome == "crashed" and memory.preemptions == 0
 
 
 def test_a_503_storm_does_nothing_for_as_long_as_it_lasts() -> None:

@@ -7,8 +7,10 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   ``max_crashes`` times, then finish as crashed;
 - the node is PREEMPTED or TERMINATED -> count a preemption and replace it;
 - the node is missing although we made one -> only after ``evidence_passes`` passes in a row
-  (a listing that lags or a flaky pass must not destroy a healthy run) count a vanished node
-  and recreate; a zone whose listing failed is no evidence at all;
+  (a listing that lags or a flaky pass must not destroy a healthy run) recreate it, counted as a
+  crash (bounded by ``max_crashes``), never as a preemption: a preempted node stays listed
+  PREEMPTED, so a vanished one was deleted (by itself after its agent failed, or outside tpuops);
+  a zone whose listing failed is no evidence at all;
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang;
 - a create that failed for capacity blocks that zone for ``stockout_backoff_s`` and moves to
@@ -128,7 +130,7 @@ def _replace(memory: Memory, observed: Observed, policy: Policy, now: float, why
 
 def _restart(memory: Memory, observed: Observed, now: float, kind: str, message: str, decision: Decision,
              policy: Policy) -> None:
-    """Crash or hang: recreate from the checkpoint, bounded by ``max_crashes``."""
+    """Crash, hang or vanished node: recreate from the checkpoint, bounded by ``max_crashes``."""
     memory.crashes += 1
     if kind == "hang":
         memory.hangs += 1
@@ -142,10 +144,11 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
         return
     memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
+    why = f"restart {memory.crashes} after a {'vanished node' if kind == 'vanished' else kind}"
     if exists:
-        _replace(memory, observed, policy, now, f"restart {memory.crashes} after a {kind}", decision)
+        _replace(memory, observed, policy, now, why, decision)
     elif observed.listed:
-        _create(memory, policy, now, f"restart {memory.crashes} after a {kind}", decision)
+        _create(memory, policy, now, why, decision)
 
 
 def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decision, policy: Policy) -> bool:
@@ -262,10 +265,11 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
         return
     memory.missing_passes += 1
     if memory.missing_passes >= policy.evidence_passes:
-        memory.preemptions += 1
-        memory.event(now, "vanished", f"node missing for {memory.missing_passes} passes (preemption "
-                                      f"{memory.preemptions})")
-        _create(memory, policy, now, "replacing a vanished node", decision)
+        # Not a preemption: a preempted node stays listed PREEMPTED until it is deleted. A node that is
+        # simply gone was deleted: by itself after its agent ended without a status the store kept (an
+        # unwritable store), or by someone outside tpuops. Restarted like a crash, so bounded.
+        _restart(memory, observed, now, "vanished", f"node gone for {memory.missing_passes} passes without "
+                 "a preemption (deleted outside tpuops, or by itself after its agent failed)", decision, policy)
 
 
 def _steer(memory: Memory, observed: Observed, now: float, policy: Policy) -> None:
