@@ -358,3 +358,31 @@ def test_a_reopened_run_gets_its_node_back_at_once() -> None:
     memory.phase, memory.outcome, memory.reason, memory.crashes = "active", None, None, 0
     assert step(memory, missing(spent_usd=2.0, budget_usd=10.0), 5000.0) == [("create", A)]
     assert memory.preemptions == 0
+
+
+def test_a_stop_request_finishes_the_run_stopped_and_deletes_its_node_even_a_kept_one() -> None:
+    for policy in (POLICY, Policy(zones=(A, B), keep_node=True)):
+        memory = training(policy)
+        assert step(memory, seen(READY, agent=status(1, 60), stop="tpuops stop"), 200.0, policy) == [("delete", A)]
+        assert (memory.finished, memory.outcome, memory.reason, memory.preemptions) == (
+            True, "stopped", "tpuops stop", 0)
+        # the next pass sees the node going, then gone, the agent saying it saved on the notice: no preemption
+        assert step(memory, seen(DELETING, agent=status(1, 60, "preempted")), 210.0, policy) == []
+        assert step(memory, missing(agent=status(1, 60, "preempted")), 220.0, policy) == []
+        assert step(memory, missing(agent=status(1, 60, "preempted")), 230.0, policy) == []
+        assert (memory.attempts, memory.preemptions, memory.crashes) == (1, 0, 0)
+        assert kinds(memory)[-1] == "finished"
+
+
+def test_a_stop_request_of_a_run_whose_node_is_gone_or_not_made_yet_only_finishes_it() -> None:
+    memory = Memory()
+    assert step(memory, unlisted(), 0.0) == []
+    assert step(memory, Observed(listed=False, stop="tpuops stop"), 20.0) == []
+    assert memory.finished and memory.outcome == "stopped" and memory.attempts == 0
+
+
+def test_an_agent_that_ended_the_run_before_the_stop_keeps_its_own_ending() -> None:
+    memory = training()
+    assert step(memory, seen(READY, agent=status(1, 1000, "succeeded"), stop="tpuops stop"), 200.0) == [
+        ("delete", A)]
+    assert memory.outcome == "succeeded"

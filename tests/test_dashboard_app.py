@@ -166,7 +166,21 @@ def test_stopping_a_run_finishes_it_as_stopped_and_a_second_stop_says_it_ended(s
     memory = runs.load_memory(store(settings), "r1")[0]
     assert memory.finished and memory.outcome is Outcome.STOPPED
     again = web.post("/actions/runs/r1/stop", headers=headers, json={"confirm": "r1"})
-    assert again.status_code == 400 and "ended already" in again.json()["error"]
+    assert again.status_code == 200 and "ended already" in again.json()["done"]
+
+
+def test_the_stop_button_is_not_refused_while_another_controller_holds_the_runs_lease(settings: Settings) -> None:
+    """It goes through ``api.stop``: the request is written, and the holder stops the run at its next pass."""
+    from tpuops.store.lease import Leases
+
+    declare(settings, "r1")
+    holder = Leases(store(settings), "train-follow", ttl_s=settings.lease_ttl_s)
+    assert holder.acquire("r1")
+    done = client(settings).post("/actions/runs/r1/stop", headers={CSRF_HEADER: csrf_value(TOKEN)},
+                                 json={"confirm": "r1"})
+    assert done.status_code == 200 and "stop requested" in done.json()["done"]
+    assert runs.read_stop(store(settings), "r1") is not None
+    assert not runs.load_memory(store(settings), "r1")[0].finished  # the holder's to write
 
 
 def test_deleting_a_node_that_is_not_in_view_deletes_nothing_and_says_so(settings: Settings) -> None:

@@ -91,6 +91,7 @@ class Deleted(ValueEnum):
     DELETED = "deleted"
     NOT_FOUND = "not found"
     REQUESTED = "requested"  # --no-wait: deletion asked for, not waited on
+    STOPPED = "run stopped"  # the node's run was stopped (``api.stop``), which deleted the node
 
 
 @dataclass(frozen=True)

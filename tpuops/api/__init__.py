@@ -29,7 +29,6 @@ from tpuops.api.dashboard import (
     run_detail,
     run_ids,
     run_rows,
-    stop_run,
     sweep_storage,
     watch_marks,
 )
@@ -61,11 +60,11 @@ __all__ = [
     "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample", "data_upload", "data_verify",
     "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
     "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "infer",
-    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_train", "plan_up",
-    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "resume", "risk", "run_detail", "run_ids",
-    "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall",
-    "simulate", "status", "stop_run", "sweep_list", "sweep_plan", "sweep_report", "sweep_start", "sweep_status",
-    "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
+    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_stop",
+    "plan_train", "plan_up", "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "resume", "risk",
+    "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
+    "schedule_uninstall", "simulate", "status", "stop", "sweep_list", "sweep_plan", "sweep_report", "sweep_start",
+    "sweep_status", "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:
@@ -73,6 +72,7 @@ if TYPE_CHECKING:
     from tpuops.accounting import CostAndGoodput as CostAndGoodput
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
+    from tpuops.controller.stop import Stopped
     from tpuops.cost import Total as Total
     from tpuops.data import UploadReport as UploadReport
     from tpuops.fleet import DownResult, UpPlan, UpResult
@@ -356,14 +356,80 @@ def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = N
             "body": provider.queued_body(settings.project, plan.zones[0], plan.request, valid_until_s=valid_for_s)}
 
 
-def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet) -> list[DownResult]:
-    """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view)."""
-    from tpuops.naming import check_node_name
-    from tpuops.session import fleet
+def down(settings: Settings, names: list[str] | None, *, wait: bool = True, progress: Say = _quiet,
+         confirm_stop: Callable[[list[str]], bool] | None = None) -> list[DownResult]:
+    """``tpuops down NAMES | --all``: delete nodes (``None``: every tpuops node in view).
+
+    The node of a run still going is not simply deleted (its controller would make it again): its run is
+    stopped as ``stop`` stops it, when ``confirm_stop`` (given those runs) says yes; otherwise ``UsageError``
+    naming ``tpuops stop``, and nothing is deleted.
+    """
+    from tpuops import runs
+    from tpuops.errors import UsageError
+    from tpuops.fleet import Deleted, DownResult
+    from tpuops.naming import RUN_KEY, check_node_name
+    from tpuops.session import fleet, store
 
     for name in names or []:
         check_node_name(name)  # before the ledger or the API is touched
-    return fleet(settings, progress).down(names, wait=wait)
+    nodes = fleet(settings, progress)
+    root = store(settings)
+    found = nodes.status() if names is None else [n for name in names for n in nodes.locate(name)]
+    owned: dict[str, tuple[NodeInfo, Run]] = {}
+    for node in found:
+        run_id = node.labels.get(RUN_KEY)
+        if node.managed and run_id is not None and runs.run_exists(root, run_id):
+            run = runs.open_run(root, run_id)
+            if not run.finished and run.record.node_name == node.name:
+                owned[node.name] = (node, run)
+    if not owned:
+        return nodes.down(names, wait=wait)
+    ids = sorted({run.run_id for _, run in owned.values()})
+    if confirm_stop is None or not confirm_stop(ids):
+        raise UsageError(f"{', '.join(sorted(owned))}: the node(s) of run(s) still going ({', '.join(ids)}), which "
+                         f"their controller would make again; 'tpuops stop {' '.join(ids)}' stops them (each "
+                         "checkpoints, then its node is deleted), as 'tpuops down --yes' does; nothing deleted")
+    stopped = {s.run_id: s for s in _stop(settings, [run for _, run in owned.values()], "tpuops down of its node",
+                                          wait=wait, progress=progress)}
+    results = [DownResult(name, node.zone, Deleted.REQUESTED if stopped[run.run_id].outcome is None
+                          else Deleted.STOPPED) for name, (node, run) in owned.items()]
+    rest = [name for name in (names if names is not None else [n.name for n in found if n.managed])
+            if name not in owned]
+    return results + (nodes.down(rest, wait=wait) if rest else [])
+
+
+def plan_stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None) -> list[Run]:
+    """``tpuops stop RUN... [--sweep S] --dry-run``: the runs a stop would stop (and those that ended already);
+    nothing written. ``UsageError`` for an unknown run or sweep."""
+    from tpuops.controller.stop import targets
+    from tpuops.session import store
+
+    return targets(store(settings), run_ids, sweep)
+
+
+def stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None, wait: bool = True,
+         reason: str = "tpuops stop", progress: Say = _quiet) -> list[Stopped]:
+    """``tpuops stop RUN... [--sweep S]``: end each run STOPPED and delete its node, whoever drives it
+    (``tpuops.controller.stop``); the agent checkpoints on its node's notice, and ``train --resume`` goes on from
+    there. With ``sweep``, the sweep launches no new trial either (as ``sweep stop``) and every trial still going
+    stops now. ``wait``: until each node is gone (``Timeout`` past the lease TTL plus the operation timeout)."""
+    from tpuops.controller.stop import targets
+    from tpuops.session import store
+    from tpuops.sweeps.ops import request_stop
+
+    root = store(settings)
+    found = targets(root, run_ids, sweep)
+    if sweep is not None:
+        request_stop(root, sweep)
+    return _stop(settings, found, reason, wait=wait, progress=progress)
+
+
+def _stop(settings: Settings, found: list[Run], reason: str, *, wait: bool, progress: Say) -> list[Stopped]:
+    from tpuops.controller.stop import stop_runs
+
+    return stop_runs(controller(settings, progress), found, reason, wait=wait,
+                     timeout_s=settings.lease_ttl_s + settings.operation_timeout_s,
+                     poll_s=max(settings.poll_interval_s, 0.2))
 
 
 def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:

@@ -12,7 +12,6 @@ are read only for the rows a page asks for (``run_rows``) and for one run's page
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -107,39 +106,6 @@ def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
     return rows
 
 
-def stop_run(settings: Settings, run_id: str, *, reason: str = "stopped from the dashboard",
-             root: Store | None = None) -> str:
-    """Stop a run: its memory says STOPPED (under its lease), then one pass deletes its node, which sends the
-    agent the preemption notice, so it checkpoints on the way out. What was done, in one line.
-
-    Raises ``UsageError`` for an unknown or finished run, or one whose controller holds its lease now
-    (nothing is changed then: try again once that pass is over).
-    """
-    from tpuops import runs
-    from tpuops.controller.reconcile import Controller
-    from tpuops.runs import Outcome
-    from tpuops.session import fleet, store
-    from tpuops.store.lease import Leases, new_holder_id
-    from tpuops.sweeps.advance import stop_run as finish_run
-
-    root = root or store(settings)
-    run = runs.open_run(root, run_id)
-    if run.finished:
-        raise UsageError(f"run {run_id} has ended already ({run.phase}); nothing to stop")
-    leases = Leases(root, new_holder_id(), ttl_s=settings.lease_ttl_s)
-    try:
-        if not finish_run(root, leases, run_id, Outcome.STOPPED, reason, time.time()):
-            raise UsageError(f"run {run_id} is held by a running controller pass; try again in a moment")
-    finally:
-        leases.release(run_id)
-    control = Controller(settings, root, fleet(settings))
-    try:
-        control.run_pass(only=run_id)
-    finally:
-        control.release()
-    return f"run {run_id} stopped: its node is deleted after its checkpoint"
-
-
 def delete_orphan(settings: Settings, zone: str, name: str, *, root: Store | None = None) -> str:
     """Delete one node whose run the store does not know. ``UsageError`` (nothing deleted) for a node not in
     view, or one that belongs to a known run (stop the run instead) or to no tpuops run at all."""
@@ -209,6 +175,6 @@ def bound_source(settings: Settings, *, root: Store | None = None) -> Source:
         nodes=lambda: nodes(settings, root=root),
         cost=lambda: api.cost(settings),
         stop_sweep=lambda name: f"sweep {name}: {api.sweep_stop(settings, name).phase}",
-        stop_run=lambda run_id: stop_run(settings, run_id, root=root),
+        stop_run=lambda run_id: api.stop(settings, [run_id], wait=False, reason="stopped from the dashboard")[0].text,
         delete_orphan=lambda zone, name: delete_orphan(settings, zone, name, root=root),
     )

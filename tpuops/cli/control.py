@@ -1,4 +1,4 @@
-"""``tpuops reconcile``, ``watch`` and ``events``: the controller from the command line."""
+"""``tpuops reconcile``, ``watch``, ``events`` and ``stop``: the controller from the command line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tpuops.cli.common import err_console, load_settings, print_json, print_table
+from tpuops.cli.common import JSON, err_console, load_settings, print_json, print_table
 
 if TYPE_CHECKING:
     from tpuops.api import PassReport
@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
     app.command("reconcile")(reconcile)
     app.command("watch")(watch)
     app.command("events")(events)
+    app.command("stop")(stop)
 
 
 def _say(quiet: bool) -> Callable[[str], None]:
@@ -93,3 +94,37 @@ def events(
                 ("time (UTC)", "event", "detail"),
                 [(datetime.fromtimestamp(e["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["message"])
                  for e in memory.events])
+
+
+def stop(
+    ctx: typer.Context,
+    run_ids: list[str] | None = typer.Argument(None, help="Runs to stop."),
+    sweep: str | None = typer.Option(None, "--sweep", help="Stop every run of this sweep still going (and the sweep)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return once the stop is asked for."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would stop; write nothing."),
+    as_json: bool = JSON,
+) -> None:
+    """Stop runs for good: each checkpoints and its node is deleted, whoever drives it; 'train --resume' goes on."""
+    from tpuops import api
+
+    settings = load_settings(ctx)
+    if dry_run:
+        found = api.plan_stop(settings, list(run_ids or []), sweep=sweep)
+        if as_json:
+            print_json({"runs": [{"run_id": r.run_id, "would_stop": not r.finished, "phase": r.phase,
+                                  "outcome": r.outcome.value if r.outcome else None,
+                                  "node": None if r.finished else r.record.node_name} for r in found]})
+            return
+        for r in found:
+            err_console().print(f"{r.run_id}: ended already ({r.outcome}); nothing to stop" if r.finished else
+                                f"{r.run_id}: would stop ({r.phase}); its node {r.record.node_name} would be deleted",
+                                markup=False, soft_wrap=True)
+        return
+    stopped = api.stop(settings, list(run_ids or []), sweep=sweep, wait=not no_wait, progress=_say(as_json))
+    if as_json:
+        print_json({"runs": [s.to_json() for s in stopped]})
+        return
+    for s in stopped:
+        err_console().print(s.text, markup=False, soft_wrap=True)
+    if not stopped:
+        err_console().print(f"sweep {sweep}: no run still going to stop")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
@@ -147,7 +149,8 @@ def down(
     no_wait: bool = typer.Option(False, "--no-wait", help="Return once deletion is requested."),
     as_json: bool = JSON,
 ) -> None:
-    """Delete nodes and wait until they are gone; deleting a missing node is fine."""
+    """Delete nodes and wait until they are gone; deleting a missing node is fine. The node of a run still going
+    is deleted by stopping its run ('tpuops stop'): asked, or with --yes."""
     from tpuops import api
     from tpuops.errors import UsageError
 
@@ -166,7 +169,8 @@ def down(
         err_console().print("nothing deleted")
         return
     with progress("deleting", quiet=as_json) as show:
-        results = api.down(settings, None if all_nodes else list(names or []), wait=not no_wait, progress=show)
+        results = api.down(settings, None if all_nodes else list(names or []), wait=not no_wait, progress=show,
+                           confirm_stop=_stopping(yes))
     if as_json:
         print_json({"results": [r.__dict__ for r in results]})
         return
@@ -175,3 +179,12 @@ def down(
         err_console().print(f"{r.name}{where}: {r.outcome}")
     if not results:
         err_console().print("nothing to delete")
+
+
+def _stopping(yes: bool) -> Callable[[list[str]], bool] | None:
+    """Whether ``down`` may stop the runs whose nodes it deletes: yes with --yes, asked on a terminal, else no."""
+    if yes:
+        return lambda _runs: True
+    if not sys.stdin.isatty():
+        return None
+    return lambda runs: confirm(f"{', '.join(runs)} still going: stop (each checkpoints, then its node is deleted)?")

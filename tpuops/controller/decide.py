@@ -20,6 +20,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   retry); one that failed transiently is tried again on the next pass;
 - spending at or over the run's budget -> finish as budget-exhausted and delete the node
   (deletion sends the preemption notice, so the agent checkpoints);
+- a stop request (``tpuops stop``, ``down`` of the run's node, the dashboard) -> finish as stopped
+  and delete the node, the same way, kept node or not; never a preemption (the memory is finished
+  before the node goes). An agent that ended the run for good first keeps its own ending;
 - a run with a capacity rule (a deadline, or the fallback: ``tpuops.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
@@ -74,6 +77,8 @@ class Observed:
     create_message: str = ""
     spent_usd: float | None = None
     budget_usd: float | None = None
+    stop: str | None = None
+    """Why someone asked for the run to stop (its stop request, ``tpuops stop``), None when nobody did."""
 
 
 class ActionKind(ValueEnum):
@@ -177,7 +182,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     """Update ``memory`` in place for this pass and say what to do."""
     decision = Decision()
     if memory.finished:
-        keep = policy.keep_node and memory.outcome != Outcome.BUDGET_EXHAUSTED
+        keep = policy.keep_node and memory.outcome not in (Outcome.BUDGET_EXHAUSTED, Outcome.STOPPED)
         if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
@@ -185,6 +190,11 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
             observed.spent_usd >= observed.budget_usd:
         memory.finish(now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
+        if observed.node_state is not None and observed.node_zone:
+            decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
+        return decision
+    if observed.stop is not None and not _ended_on_its_own(memory, observed):
+        memory.finish(now, Outcome.STOPPED, observed.stop)
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
@@ -218,6 +228,12 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision
+
+
+def _ended_on_its_own(memory: Memory, observed: Observed) -> bool:
+    """The agent ended the run for good (succeeded, user-error) before a stop was honoured: that is its ending."""
+    status = observed.status
+    return status is not None and status.final and status.attempt > memory.handled_agent_attempt
 
 
 def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:

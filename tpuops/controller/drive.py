@@ -66,7 +66,7 @@ def drive(
                 for line in tail.new_lines():
                     on_log(line)
             memory, _ = runs.load_memory(controller.store, run_id)
-            if memory.finished and (record.keep or not _node_left(controller, record.node_name, memory)):
+            if memory.finished and (record.keep or not node_left(controller, record.node_name, memory)):
                 return Finished(run_id, Outcome(memory.outcome or Outcome.FAILED), memory.reason or "",
                                 status or AgentStatus(), memory, time.monotonic() - started, record,
                                 run_goodput(controller.ledger.histories(controller.settings.project, run_id=run_id),
@@ -76,6 +76,6 @@ def drive(
         controller.release()  # 'tpuops watch' may take over at once (after Ctrl-C too)
 
 
-def _node_left(controller: Controller, node: str, memory: Memory) -> bool:
+def node_left(controller: Controller, node: str, memory: Memory) -> bool:
     """Whether the finished run's node still exists (its deletion is still going on)."""
     return memory.zone is not None and controller.nodes.find(memory.zone, node) is not None

@@ -53,7 +53,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -177,6 +177,7 @@ class _Seen:
     status: AgentStatus | None = None
     status_state: NodeState | None = None
     status_due: float = 0.0  # monotonic time after which the status is read again
+    stop: str | None = None  # why a stop was requested, as read with the memory (a request rewrites the marker)
 
 
 class Controller:
@@ -248,20 +249,21 @@ class Controller:
                 runs.drop_active(self.store, run_id)
                 return None
             memory, generation = runs.load_memory(self.store, run_id)
+            stop = runs.read_stop(self.store, run_id) if not memory.finished else None
         except TpuopsError as err:
             return err
-        self._remember(run_id, memory, generation, marker, None)
+        self._remember(run_id, memory, generation, marker, None, stop.reason if stop else None)
         return _Run(record, memory, generation)
 
     def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
-                  tenure: int | None) -> None:
+                  tenure: int | None, stop: str | None) -> None:
         seen = self._seen.get(run_id)
         status = (seen.status, seen.status_state, seen.status_due) if seen else (None, None, 0.0)
         self._seen[run_id] = _Seen(marker if marker is not None else (seen.marker if seen else -1), tenure,
-                                   memory, memory.to_bytes(), generation, *status)
+                                   memory, memory.to_bytes(), generation, *status, stop=stop)
 
-    def run_pass(self, only: str | None = None, now: float | None = None) -> PassReport:
-        """One pass over every unfinished run in the store (or only ``only``, read afresh).
+    def run_pass(self, only: str | Collection[str] | None = None, now: float | None = None) -> PassReport:
+        """One pass over every unfinished run in the store (or only the run or runs ``only`` names, read afresh).
 
         A full pass first advances every unfinished sweep (``tpuops.sweeps.advance``), so that the
         trials it launches get their nodes, and the trials it stops lose theirs, in this same pass.
@@ -270,7 +272,8 @@ class Controller:
         now = self.clock() if now is None else now
         if only is None:
             report.sweeps = self._advance_sweeps(now)
-        index: dict[str, int | None] = {only: None} if only is not None else dict(runs.active_index(self.store))
+        index: dict[str, int | None] = (dict(runs.active_index(self.store)) if only is None else
+                                        dict.fromkeys([only] if isinstance(only, str) else only))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
                                  lambda run_id: self._read(run_id, index[run_id]))
         states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
@@ -411,6 +414,7 @@ class Controller:
         zones = set(record.zones) | ({memory.zone} if memory.zone else set())
         seen = self._seen.get(run_id)
         status = seen.status if seen is not None else runs.read_status(self.store, run_id)
+        stop = seen.stop if seen is not None else None
         result, message = None, ""
         pending = memory.pending_create
         if node is None and pending is not None and pending.error is not None:
@@ -432,7 +436,7 @@ class Controller:
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
                         node_capacity=node.capacity if node else None, status=status, create_result=result,
-                        create_message=message, spent_usd=spent, budget_usd=record.budget_usd)
+                        create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:

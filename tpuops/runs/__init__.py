@@ -25,6 +25,7 @@ from tpuops.runs.models import (
     RunKind,
     RunPhase,
     RunRecord,
+    StopRequest,
     spec_json,
 )
 from tpuops.runs.ops import (
@@ -49,8 +50,10 @@ from tpuops.runs.ops import (
     read_run_spec,
     read_status,
     read_status_versioned,
+    read_stop,
     rebuild_index,
     reopen,
+    request_stop,
     run_exists,
     save_memory,
     self_deleted_at,
@@ -60,11 +63,10 @@ from tpuops.runs.ops import (
 
 __all__ = [
     "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
-    "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
-    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
+    "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "StopRequest", "active_index",
+    "active_run_ids", "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
     "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
-    "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "rebuild_index",
-    "record_key", "reopen", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key",
-    "status_key",
-    "write_status",
+    "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "read_stop",
+    "rebuild_index", "record_key", "reopen", "request_stop", "run_exists", "save_memory", "self_deleted_at",
+    "self_deletes", "spec_json", "spec_key", "status_key", "write_status",
 ]

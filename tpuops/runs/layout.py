@@ -18,13 +18,18 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               written (as memory.json), then left like the run's other files (a
                               run's files outlive it). Nothing writes control.json any more, so
                               their number cannot grow: not a leak, and not worth a delete per save.
+    runs/<run>/stop.json      a request to stop the run (``StopRequest``): written by ``tpuops stop`` (and
+                              ``down`` of the run's node, the dashboard), by anyone, no lease needed; its
+                              index marker is rewritten after it, so the controller holding the run's lease
+                              reads it at its next pass, and that controller finishes the run STOPPED and
+                              deletes its node. Deleted by ``reopen`` (``train --resume``).
     runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
     index/runs/<run>          empty marker of every run: written by ``declare`` after run.json, so
                               listing runs costs one object per run, not every file of its history.
-    index/active/<run>        empty marker of an unfinished run: written by ``declare`` and
-                              ``reopen``, deleted by the controller once the run is finished and
+    index/active/<run>        empty marker of an unfinished run: written by ``declare``,
+                              ``reopen`` and a stop request, deleted by the controller once the run is finished and
                               its node gone. A controller pass lists this prefix only, so its cost
                               grows with the runs still going, not with history.
     index/built               written once the two indexes cover every run (a store from before
@@ -53,6 +58,7 @@ RECORD = "run.json"
 SPEC = "spec.json"
 STATUS = "status.json"
 MEMORY = "memory.json"
+STOP = "stop.json"
 LEGACY_MEMORY = "control.json"
 """Where the memory was kept before it was named after what it is; read only."""
 LOGS = "logs/"
@@ -77,6 +83,10 @@ def status_key(run_id: str) -> str:
 
 def memory_key(run_id: str) -> str:
     return run_key(run_id, MEMORY)
+
+
+def stop_key(run_id: str) -> str:
+    return run_key(run_id, STOP)
 
 
 def logs_prefix(run_id: str) -> str:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tpuops.agent.runspec import RunSpec
 
 __all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
-           "RunPhase", "RunRecord", "parse", "spec_json"]
+           "RunPhase", "RunRecord", "StopRequest", "parse", "spec_json"]
 
 _DocT = TypeVar("_DocT", bound=BaseModel)
 
@@ -200,6 +200,17 @@ class AgentStatus(_Doc):
     def eval_metric(self, name: str) -> float | None:
         value = self.metrics.get("eval", {}).get(name)
         return float(value) if isinstance(value, int | float) else None
+
+
+class StopRequest(_Doc):
+    """``stop.json``: someone asked for the run to stop (``tpuops stop``, ``down`` of its node, the dashboard).
+
+    Anyone may write it; the controller that holds the run's lease honours it at its next pass (the run ends
+    ``Outcome.STOPPED``, its node is deleted), so a stop is never refused because another controller drives the run.
+    """
+
+    reason: str
+    at: float
 
 
 def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:

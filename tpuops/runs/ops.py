@@ -19,7 +19,7 @@ from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
-from tpuops.runs.models import AgentStatus, ExitClass, Outcome, RunPhase, RunRecord, parse
+from tpuops.runs.models import AgentStatus, ExitClass, Outcome, RunPhase, RunRecord, StopRequest, parse
 from tpuops.store import Store
 
 if TYPE_CHECKING:
@@ -172,6 +172,26 @@ def save_memory(store: Store, run_id: str, memory: Memory, generation: int) -> i
     return store.write_if_generation_match(layout.memory_key(run_id), memory.to_bytes(), generation)
 
 
+def request_stop(store: Store, run_id: str, reason: str, now: float) -> None:
+    """Ask whoever drives the run to stop it (``layout``: ``stop.json``), then rewrite its index marker so that
+    a controller's cached copy of the run is read again, the request with it. Needs no lease."""
+    store.write_bytes(layout.stop_key(run_id), StopRequest(reason=reason, at=now).model_dump_json().encode())
+    mark_active(store, run_id)
+
+
+def read_stop(store: Store, run_id: str) -> StopRequest | None:
+    """The run's stop request, None without one. A request that does not parse is still a request to stop."""
+    key = layout.stop_key(run_id)
+    try:
+        data = store.read_bytes(key)
+    except NotFound:
+        return None
+    try:
+        return parse(StopRequest, data, store.uri_of(key))
+    except UsageError as err:
+        return StopRequest(reason=f"stop requested ({err})", at=0.0)
+
+
 # -- a run as a whole ------------------------------------------------------------------------------
 
 
@@ -280,7 +300,9 @@ def _open_if_there(store: Store, run_id: str) -> Run | None:
 
 
 def reopen(store: Store, run_id: str, reason: str) -> bool:
-    """Make a finished run active again (``train --resume``): its checkpoints stay; True if it was finished."""
+    """Make a finished run active again (``train --resume``): its checkpoints stay, a stop request it had goes;
+    True if it was finished."""
+    store.delete(layout.stop_key(run_id))
     memory, generation = load_memory(store, run_id)
     reopened = memory.reopen(time.time(), reason)
     if reopened:

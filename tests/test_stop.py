@@ -1,0 +1,172 @@
+"""``tpuops stop`` without a server: a stop is honoured under the run's lease, by whichever controller holds it.
+
+The cloud is the in-memory provider (``tpuops.providers.memory``); the fleet, the store, the ledger, the leases and
+the controllers are the real ones. A second controller plays ``train --follow`` or ``watch`` holding the run's lease:
+the stop is never refused because of it, its next pass stops the run, and no pass recreates the node or counts a
+preemption (issue 30, item 1). ``tests/test_stop_e2e.py`` does the same with the CLI, the emulator and TF.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuops import runs
+from tpuops.config import Settings
+from tpuops.controller.reconcile import Controller
+from tpuops.controller.stop import stop_runs, targets
+from tpuops.errors import Timeout, UsageError
+from tpuops.fleet import Fleet
+from tpuops.kinds import Capacity
+from tpuops.ledger import Ledger
+from tpuops.providers.memory import MemoryProvider
+from tpuops.providers.nodes import NodeState
+from tpuops.provision import plan_up
+from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
+from tpuops.store import open_store
+
+pytestmark = pytest.mark.unit
+
+ZONE = "us-central1-b"
+LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
+
+
+class World:
+    """One store and one cloud, and controllers over them (each its own lease holder)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.settings = Settings(zones=[ZONE], home=tmp_path / "home", store=str(tmp_path / "store"),
+                                 lease_ttl_s=3600.0, operation_timeout_s=60.0, max_run_hours=0)
+        self.store = open_store(self.settings.store_root)
+        self.cloud = MemoryProvider(poll_interval_s=0.01)
+        self.ledger = Ledger(self.settings.ledger_path)
+
+    def controller(self, holder: str) -> Controller:
+        return Controller(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), holder=holder,
+                          status_refresh_s=0.0)
+
+    def running(self, driver: Controller, run_id: str, sweep: str | None = None) -> None:
+        """Declared, its node created by ``driver`` (which keeps its lease) and READY, its agent training."""
+        request = plan_up(self.settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE,
+                          run_id=run_id).request
+        record = RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="x",
+                           sweep=sweep)
+        runs.declare(self.store, record, {"version": 1, "run_id": run_id})
+        self.store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate(
+            {**LIVE, "run_id": run_id}).model_dump_json().encode())
+        assert driver.run_pass(only=run_id).acted == [(run_id, "create", ZONE)]
+        self.cloud.set_state(ZONE, run_id, NodeState.READY)
+        driver.run_pass(only=run_id)
+
+    def creates(self, run_id: str) -> int:
+        return sum(1 for rpc, name, _ in self.cloud.calls if rpc == "CreateNode" and name == run_id)
+
+    def node(self, run_id: str) -> Any:
+        return self.cloud.nodes.get((ZONE, run_id))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def _stop(world: World, *run_ids: str, wait: bool = True, between: Any = None) -> list[Any]:
+    return stop_runs(world.controller("stopper"), targets(world.store, list(run_ids), None), "tpuops stop",
+                     wait=wait, timeout_s=60.0, poll_s=0.0, sleep=between or (lambda _s: None))
+
+
+def _stopped_for_good(world: World, run_id: str, watch: Controller) -> None:
+    """Stopped, no preemption counted, and passes after it make no node again."""
+    memory = runs.load_memory(world.store, run_id)[0]
+    assert (memory.outcome, memory.preemptions, memory.crashes) == (Outcome.STOPPED, 0, 0)
+    assert world.node(run_id) is None
+    for _ in range(3):
+        watch.run_pass()
+    assert world.creates(run_id) == 1 and world.node(run_id) is None
+    assert runs.load_memory(world.store, run_id)[0].preemptions == 0
+    assert run_id not in runs.active_run_ids(world.store)
+
+
+def test_a_stop_with_nobody_driving_the_run_stops_it_and_deletes_its_node(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    [done] = _stop(world, "r1")
+    assert (done.outcome, done.already, done.node_gone) == (Outcome.STOPPED, False, True)
+    _stopped_for_good(world, "r1", world.controller("watch"))
+
+
+def test_a_stop_is_not_refused_while_another_controller_holds_the_lease_which_stops_the_run(world: World) -> None:
+    """``train --follow`` holds the run's lease: the stop is asked for, and the holder's next pass honours it."""
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    [asked] = _stop(world, "r1", wait=False)
+    assert asked.outcome is None and "stop requested" in asked.text
+    assert world.node("r1") is not None  # only the holder acts on the run
+    driver.run_pass(only="r1")
+    _stopped_for_good(world, "r1", driver)
+
+
+def test_a_waiting_stop_waits_for_the_holder_to_honour_it(world: World) -> None:
+    watch = world.controller("watch")
+    world.running(watch, "r1")
+    watch.run_pass()  # a full pass: it caches the run under its lease, as 'tpuops watch' does
+    [done] = _stop(world, "r1", between=lambda _s: watch.run_pass())
+    assert (done.outcome, done.node_gone) == (Outcome.STOPPED, True)
+    _stopped_for_good(world, "r1", watch)
+
+
+def test_a_stop_the_holder_never_honours_times_out_saying_so_and_the_request_stays(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    with pytest.raises(Timeout, match="r1"):
+        stop_runs(world.controller("stopper"), targets(world.store, ["r1"], None), "tpuops stop", wait=True,
+                  timeout_s=0.0, poll_s=0.0)
+    assert runs.read_stop(world.store, "r1") is not None and not runs.load_memory(world.store, "r1")[0].finished
+    driver.run_pass(only="r1")
+    _stopped_for_good(world, "r1", driver)
+
+
+def test_a_garbled_stop_request_still_stops_the_run(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    world.store.write_bytes(runs.layout.stop_key("r1"), b"{not json")
+    runs.mark_active(world.store, "r1")
+    driver.run_pass(only="r1")
+    _stopped_for_good(world, "r1", driver)
+
+
+def test_a_stopped_run_resumed_gets_a_node_again_and_its_request_is_gone(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    _stop(world, "r1")
+    assert runs.reopen(world.store, "r1", "tpuops train --resume")
+    assert runs.read_stop(world.store, "r1") is None
+    assert driver.run_pass(only="r1").acted == [("r1", "create", ZONE)]
+    assert world.creates("r1") == 2
+
+
+def test_stopping_a_run_that_ended_says_so_and_an_unknown_one_is_refused_before_anything(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    _stop(world, "r1")
+    [again] = _stop(world, "r1")
+    assert again.already and again.outcome is Outcome.STOPPED and "ended already" in again.text
+    world.running(driver, "r2")
+    with pytest.raises(UsageError, match="nope"):
+        targets(world.store, ["r2", "nope"], None)
+    with pytest.raises(UsageError, match="--sweep"):
+        targets(world.store, [], None)
+    assert runs.read_stop(world.store, "r2") is None
+
+
+def test_an_unknown_sweep_is_refused_before_anything(world: World) -> None:
+    driver = world.controller("train")
+    world.running(driver, "s1-t0000", sweep="s1")
+    with pytest.raises(UsageError, match="no sweep 's1'"):
+        targets(world.store, [], "s1")
+    assert runs.read_stop(world.store, "s1-t0000") is None
