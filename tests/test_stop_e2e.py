@@ -1,0 +1,153 @@
+"""Stop means stop, end to end: the CLI, the emulator, the startup script, real TF 2.9 (issue 30, item 1).
+
+The reproduction: ``train RUN`` following its run, then ``tpuops down --all --yes``. It used to print "deleted",
+exit 0, and within seconds the controller made the node again ("vanished (preemption 1)"), billed to the end.
+Now the down stops the run: the agent checkpoints on its node's notice, the node goes once, no pass makes it
+again, nothing counts a preemption, and ``train --resume`` goes on from that checkpoint. Money is read from the
+emulator's billing record (node counts, every interval closed), never from wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import poll, start_tf_emulator
+
+from tpuops.data.samples import digits
+from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+
+pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO / "experiments" / "digits_cnn.yaml"
+ZONE = "us-central1-a"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
+    work = tmp_path_factory.mktemp("stop")
+    digits(work / "data" / "digits")
+    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
+    yield work, info
+    stop(info.state_dir)
+
+
+def _env(work: Path, info: EmulatorInfo) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    config = work / "tpuops.toml"
+    config.write_text(f'zones = ["{ZONE}", "us-central1-b"]\n')
+    return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
+            "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
+
+
+def _start(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=_env(work, info),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _tpuops(work: Path, info: EmulatorInfo, *args: str, timeout: float = 300) -> tuple[int, str, str]:
+    proc = _start(work, info, *args)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _run_dir(work: Path, run: str) -> Path:
+    return work / "home" / "store" / "runs" / run
+
+
+def _status(work: Path, run: str) -> dict:
+    path = _run_dir(work, run) / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _memory(work: Path, run: str) -> dict:
+    return json.loads((_run_dir(work, run) / "memory.json").read_text())
+
+
+def _billed(info: EmulatorInfo, run: str) -> list[dict]:
+    """The run's node's READY intervals in the emulator's billing record: one per node it ever had."""
+    return [i for i in AdminClient(info.endpoint).billing() if i["node"].endswith(f"/nodes/{run}")]
+
+
+def _listed(info: EmulatorInfo, run: str) -> list[dict]:
+    return [n for n in AdminClient(info.endpoint).nodes() if n.get("name", "").endswith(f"/{run}")]
+
+
+def _never_made_again(work: Path, info: EmulatorInfo, run: str, nodes: int) -> None:
+    """Passes after the stop make no node: the billing record still holds ``nodes`` intervals, all closed."""
+    for _ in range(3):
+        code, _, err = _tpuops(work, info, "reconcile", "--no-wake")
+        assert code == 0, err
+    assert _listed(info, run) == []
+    billed = _billed(info, run)
+    assert len(billed) == nodes and all(i["end"] is not None for i in billed), billed
+
+
+def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_checkpoint(
+        world: tuple[Path, EmulatorInfo]) -> None:
+    work, info = world
+    run = "downed"
+    train = _start(work, info, "train", str(SPEC), "--name", run, "--json")
+    poll(lambda: (_status(work, run).get("last_checkpoint_step") or 0) >= 100, "a checkpoint at step >= 100",
+         timeout_s=240)
+    code, out, err = _tpuops(work, info, "down", "--all", "--yes", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"] == [{"name": run, "zone": ZONE, "outcome": "run stopped"}]
+    _, err = train.communicate(timeout=120)
+    assert train.returncode == 1 and f"run {run} ended stopped" in err, err
+
+    status = _status(work, run)
+    assert status["exit_class"] in (None, "preempted")  # the delete's notice: saved on it if the agent had time
+    saved = status["last_checkpoint_step"]
+    assert saved >= 100
+    memory = _memory(work, run)
+    assert (memory["outcome"], memory["preemptions"], memory["crashes"], memory["attempts"]) == (
+        "stopped", 0, 0, 1)
+    assert not {e["kind"] for e in memory["events"]} & {"preempted", "vanished"}
+    _never_made_again(work, info, run, nodes=1)
+    code, out, err = _tpuops(work, info, "risk", "--json")
+    assert code == 0, err
+    assert sum(r["preemptions"] for r in json.loads(out)["risks"]) == 0
+
+    code, out, err = _tpuops(work, info, "train", "--resume", run, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["exit_class"], result["step"], result["preemptions"]) == ("succeeded", 600, 0)
+    assert saved <= _status(work, run)["resumed_from_step"] <= 600  # from its checkpoint, not from scratch
+    _never_made_again(work, info, run, nodes=2)
+
+
+def test_down_without_yes_refuses_in_one_line_and_stop_stops_a_run_nobody_follows(
+        world: tuple[Path, EmulatorInfo]) -> None:
+    work, info = world
+    run = "detached"
+    code, _, err = _tpuops(work, info, "train", str(SPEC), "--name", run, "--detach")
+    assert code == 0, err
+    poll(lambda: any(n["state"] == "READY" for n in _listed(info, run)), "the run's node READY", timeout_s=120)
+
+    code, out, err = _tpuops(work, info, "down", run)
+    assert code == 2 and out == ""
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert err.splitlines()[-1] == line and f"tpuops stop {run}" in line and "nothing deleted" in line
+    assert [n["state"] for n in _listed(info, run)] == ["READY"]
+
+    code, out, err = _tpuops(work, info, "stop", run, "--dry-run", "--json")
+    assert code == 0, err
+    [would] = json.loads(out)["runs"]
+    assert (would["run_id"], would["would_stop"], would["outcome"], would["node"]) == (run, True, None, run)
+    code, out, err = _tpuops(work, info, "stop", run, "--json")
+    assert code == 0, err
+    assert json.loads(out)["runs"] == [{"run_id": run, "outcome": "stopped", "already": False, "node_gone": True,
+                                        "requested": False}]
+    memory = _memory(work, run)
+    assert (memory["outcome"], memory["preemptions"], memory["attempts"]) == ("stopped", 0, 1)
+    _never_made_again(work, info, run, nodes=1)
+    code, out, err = _tpuops(work, info, "stop", run)
+    assert code == 0 and "ended already (stopped)" in err, err
+
