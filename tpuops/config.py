@@ -114,6 +114,10 @@ class Settings(BaseModel):
     stockout_backoff_s: float = Field(default=300.0, ge=0, le=WEEK_S)
     orphan_grace_s: float = Field(default=600.0, ge=0, le=WEEK_S)
     lease_ttl_s: float = Field(default=120.0, gt=0, le=WEEK_S)
+    launch_give_up_s: float = Field(default=300.0, gt=0, le=WEEK_S)
+    """How long ``train``, ``infer`` and ``sweep start`` keep passing while the Cloud TPU API fails every request
+    and no node was asked for yet (a few ``api_deadline_s`` retry windows by default); then they give up, and what
+    they declared is withdrawn, so that no later pass launches it behind the user's back."""
     prices: dict[str, dict[str, Annotated[float, Field(ge=0, le=MAX_USD)]]] = Field(default_factory=dict)
     budget_usd: float | None = Field(default=None, ge=0, le=MAX_USD)
     spot_preemptions_per_hour: float = Field(default=0.1, ge=0, le=3600)

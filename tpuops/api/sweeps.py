@@ -53,7 +53,50 @@ def sweep_start(settings: Settings, spec: Path, *, progress: Callable[[str], Non
     root = store(settings)
     plan = plan_sweep(settings, spec, root, learner=learner(settings))
     start_sweep(plan, root, say)
-    return SweepStarted(plan, reconcile(settings, progress=say))
+    report = reconcile(settings, progress=say)
+    _launch_or_give_up(settings, plan, report, say)
+    return SweepStarted(plan, report)
+
+
+def _launch_or_give_up(settings: Settings, plan: SweepPlan, report: PassReport, say: Callable[[str], None]) -> None:
+    """While the API fails every request and no trial of the new sweep asked for a node, pass again over its
+    trials; past ``launch_give_up_s``, withdraw them and end the sweep failed, so that no later pass launches
+    anything (``TransientError``, exit 1). A sweep whose trials got a create out goes on as usual."""
+    import time
+
+    from tpuops import runs
+    from tpuops.api import controller
+    from tpuops.controller.drive import failing, give_up, withdraw
+    from tpuops.errors import PreconditionFailed
+    from tpuops.sweeps.models import SweepOutcome
+    from tpuops.sweeps.ops import load_state, save_state
+
+    launched = list(report.sweeps.get("launched", []))
+    zones, limit = plan.template.record.zones, settings.launch_give_up_s
+    since = failing(None, report, zones, time.monotonic())
+    if since is None or not launched:
+        return
+    control = controller(settings, say)
+    try:
+        while since is not None:
+            memories = [runs.load_memory(control.store, run_id)[0] for run_id in launched]
+            if not all(give_up(memory, since, time.monotonic(), limit) for memory in memories):
+                if any(memory.attempts or memory.finished for memory in memories):
+                    return  # a create went out: the sweep goes on, driven by watch or cron
+                since = failing(since, control.run_pass(only=launched), zones, time.monotonic())
+                continue
+            error = withdraw(control, launched, limit)
+            for _ in range(10):
+                state, generation = load_state(control.store, plan.spec.name)
+                state.finish(SweepOutcome.FAILED, str(error))
+                try:
+                    save_state(control.store, plan.spec.name, state, generation)
+                    break
+                except PreconditionFailed:
+                    continue
+            raise error
+    finally:
+        control.release()
 
 
 def sweep_status(settings: Settings, name: str, *, importances: bool = False) -> SweepStatus:

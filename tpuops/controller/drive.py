@@ -7,12 +7,13 @@ so a preemption while the user watches is recovered exactly as it would be by ``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from tpuops import runs
-from tpuops.controller.reconcile import Controller
+from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for
+from tpuops.errors import TransientError
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
 from tpuops.runs.goodput import Goodput, run_goodput
 
@@ -56,9 +57,14 @@ def drive(
     started = time.monotonic()
     record = runs.read_record(controller.store, run_id)
     tail = runs.LogTail(controller.store, run_id) if on_log else None
+    failing_since: float | None = None  # since when every pass failed to list the run's zones
     try:
         while True:
-            controller.run_pass(only=run_id)
+            report = controller.run_pass(only=run_id)
+            failing_since = failing(failing_since, report, record.zones, time.monotonic())
+            if give_up(runs.load_memory(controller.store, run_id)[0], failing_since, time.monotonic(),
+                       controller.settings.launch_give_up_s):
+                raise withdraw(controller, [run_id], controller.settings.launch_give_up_s)
             status = runs.read_status(controller.store, run_id)
             if status is not None:
                 on_status(status)
@@ -79,3 +85,32 @@ def drive(
 def node_left(controller: Controller, node: str, memory: Memory) -> bool:
     """Whether the finished run's node still exists (its deletion is still going on)."""
     return memory.zone is not None and controller.nodes.find(memory.zone, node) is not None
+
+
+def failing(since: float | None, report: PassReport, zones: Collection[str], now: float) -> float | None:
+    """Since when every pass failed to list ``zones`` (the API failing every request), given the pass after
+    ``since``; None once a pass listed them."""
+    return (since if since is not None else now) if set(zones) <= set(report.unlisted_zones) else None
+
+
+def give_up(memory: Memory, failing_since: float | None, now: float, give_up_s: float) -> bool:
+    """Whether a launch gives up: no create ever went out for the run (``attempts`` 0, so no node of it can exist)
+    and the API has failed every listing of its zones for ``give_up_s`` (``launch_give_up_s``)."""
+    return (not memory.finished and memory.attempts == 0 and failing_since is not None
+            and now - failing_since >= give_up_s)
+
+
+def withdraw(controller: Controller, run_ids: list[str], give_up_s: float) -> TransientError:
+    """End runs that never asked for a node as FAILED and take them out of the active index, so that no later pass
+    launches them; the error that says so in one line (exit 1). A run that did ask for a node meanwhile is left
+    to the controller. Call it holding the runs' leases (a pass of ``controller`` took them)."""
+    reason = f"the Cloud TPU API failed every request for {give_up_s:.0f} s; withdrawn before any node was asked for"
+    for run_id in run_ids:
+        memory, generation = runs.load_memory(controller.store, run_id)
+        if memory.finished or memory.attempts:
+            continue
+        memory.finish(time.time(), Outcome.FAILED, reason)
+        runs.save_memory(controller.store, run_id, memory, generation)
+        runs.drop_active(controller.store, run_id)
+    return TransientError(f"{', '.join(run_ids)}: {reason} (nothing is billed, and no later pass launches it); "
+                          "try again once the API answers ('tpuops doctor' checks it)")
