@@ -42,7 +42,7 @@ class Outcome(ValueEnum):
     FAILED = "failed"  # a create request was refused (quota, permission, invalid)
     # A sweep ended the run (tpuops.sweeps): its pruner, 'sweep stop' or the sweep's budget, too many preemptions.
     PRUNED = "pruned"
-    STOPPED = "stopped"
+    STOPPED = "stopped"  # also 'tpuops stop', 'down' of the run's node, the dashboard (tpuops.controller.stop)
     PREEMPTED_OUT = "preempted-out"
 
     @classmethod
