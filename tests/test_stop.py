@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -170,3 +171,35 @@ def test_an_unknown_sweep_is_refused_before_anything(world: World) -> None:
     with pytest.raises(UsageError, match="no sweep 's1'"):
         targets(world.store, [], "s1")
     assert runs.read_stop(world.store, "s1-t0000") is None
+
+
+def test_stop_of_a_sweep_stops_its_trials_still_going_and_the_sweep_launches_no_more(
+        work: Work) -> None:  # noqa: F811  (the imported fixture)
+    from tpuops import api
+    from tpuops.session import store
+    from tpuops.store.lease import Leases
+    from tpuops.sweeps.advance import SweepPass
+    from tpuops.sweeps.models import SweepOutcome, SweepPhase
+    from tpuops.sweeps.ops import load_state
+    from tpuops.sweeps.start import plan_sweep, start_sweep
+
+    settings = work.settings(BEFORE + 'node_provider = "memory"\n')
+    root = store(settings)
+    start_sweep(plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", root, base_dir=work.root), root,
+                lambda _: None)
+
+    def sweep_pass() -> None:
+        SweepPass(settings, root, Ledger(settings.ledger_path), Leases(root, "sweeper", ttl_s=60), held=set(),
+                  progress=lambda _: None).run()
+
+    sweep_pass()
+    trials = ["frozen-t0000", "frozen-t0001"]
+    assert [run.run_id for run in api.plan_stop(settings, [], sweep="frozen")] == trials
+    assert all(runs.read_stop(root, run_id) is None for run_id in trials)  # the dry run wrote nothing
+    done = api.stop(settings, [], sweep="frozen")
+    assert [(s.run_id, s.outcome) for s in done] == [(run_id, Outcome.STOPPED) for run_id in trials]
+    assert load_state(root, "frozen")[0].phase is SweepPhase.STOPPING
+    sweep_pass()
+    state = load_state(root, "frozen")[0]
+    assert (state.phase, state.outcome) == (SweepPhase.FINISHED, SweepOutcome.STOPPED)
+    assert sorted(runs.all_run_ids(root)) == trials  # no trial launched after the stop
