@@ -53,7 +53,10 @@ def drive(
     on_status: Callable[[AgentStatus], None],
     on_log: Callable[[str], None] | None = None,
 ) -> Finished:
-    """Run passes for ``run_id`` until its memory says finished (whatever the number of preemptions)."""
+    """Run passes for ``run_id`` until its memory says finished (whatever the number of preemptions).
+
+    A launch that the API answers nothing for gives up (``give_up``): the run is withdrawn and the error says so.
+    """
     started = time.monotonic()
     record = runs.read_record(controller.store, run_id)
     tail = runs.LogTail(controller.store, run_id) if on_log else None
@@ -62,9 +65,6 @@ def drive(
         while True:
             report = controller.run_pass(only=run_id)
             failing_since = failing(failing_since, report, record.zones, time.monotonic())
-            if give_up(runs.load_memory(controller.store, run_id)[0], failing_since, time.monotonic(),
-                       controller.settings.launch_give_up_s):
-                raise withdraw(controller, [run_id], controller.settings.launch_give_up_s)
             status = runs.read_status(controller.store, run_id)
             if status is not None:
                 on_status(status)
@@ -77,6 +77,8 @@ def drive(
                                 status or AgentStatus(), memory, time.monotonic() - started, record,
                                 run_goodput(controller.ledger.histories(controller.settings.project, run_id=run_id),
                                             status, catalog_for(controller.settings)))
+            if give_up(memory, failing_since, time.monotonic(), controller.settings.launch_give_up_s):
+                raise withdraw(controller, [run_id], controller.settings.launch_give_up_s)
             time.sleep(poll_s)
     finally:
         controller.release()  # 'tpuops watch' may take over at once (after Ctrl-C too)
