@@ -16,9 +16,10 @@ What a long-lived controller (``watch``) does not read again, so that a steady p
 listing of the index and the node listings, not a round trip per run:
 
 - a run's record: written once, read once per controller (a targeted pass reads it afresh);
-- its memory: only this lease holder writes it, so the copy it read or wrote is current for as
-  long as it keeps the lease (same tenure) and the run's index marker is unchanged (``reopen``
-  and ``declare`` rewrite it);
+- its memory, and with it the run's stop request (``tpuops stop``, honoured by ``decide``): only
+  this lease holder writes the memory, so the copy it read or wrote is current for as long as it
+  keeps the lease (same tenure) and the run's index marker is unchanged (``reopen``, ``declare``
+  and a stop request rewrite it);
 - the agent's status: re-read when the node is not READY, its state changed, no agent status was
   seen yet, in a targeted pass, and otherwise at most every ``status_refresh_s`` (default
   ``min(hang_after_s, boot_timeout_s) / 12``, spread over passes per run). An agent that ends
