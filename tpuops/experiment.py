@@ -38,6 +38,13 @@ from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
 
+SEED_MAX = 2**32 - 1
+"""The largest seed: the agent seeds NumPy with it, which takes 0 .. 2**32 - 1 (docs/cli.md, ranges)."""
+
+MAX_STEPS = 10**12
+"""The most steps a run may have: a year at over 30,000 steps a second, and far enough from 2**63 that no step
+counter (the agent's int64 step plus a call's steps, a forecast's clock) can overflow (docs/cli.md, ranges)."""
+
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -114,6 +121,14 @@ class Target(_Strict):
     at_least: float | None = None
     at_most: float | None = None
 
+    @model_validator(mode="after")
+    def _bounds(self) -> Target:
+        if self.at_least is None and self.at_most is None:
+            raise ValueError("a target needs at_least or at_most (or both)")
+        if self.at_least is not None and self.at_most is not None and self.at_least > self.at_most:
+            raise ValueError(f"at_least {self.at_least:g} is above at_most {self.at_most:g}: no value can meet it")
+        return self
+
 
 class Experiment(_Strict):
     """One experiment: model, data, hyperparameters, schedule, and where it would like to run."""
@@ -127,7 +142,7 @@ class Experiment(_Strict):
     dataset: DatasetRef
     hparams: dict[str, Any] = Field(default_factory=dict)
     batch: Batch | None = None
-    steps: StrictInt | None = Field(default=None, gt=0)
+    steps: StrictInt | None = Field(default=None, gt=0, le=MAX_STEPS)
     steps_per_call: StrictInt = Field(default=50, gt=0)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     eval: Eval = Field(default_factory=Eval)
@@ -135,7 +150,7 @@ class Experiment(_Strict):
     deterministic: Literal[True, False, "auto"] = "auto"
     """TF op determinism: true keeps a resumed run bit-identical to an uninterrupted one (at a cost
     in speed: README, "Your own code"), false trades that for speed, auto is on without a TPU and off on one."""
-    seed: StrictInt = 0
+    seed: StrictInt = Field(default=0, ge=0, le=SEED_MAX)
     accelerator: str | None = None
     capacity: Capacity | None = None
     target: Target | None = None

@@ -28,8 +28,9 @@ from tpuops.clock import UTC
 from tpuops.config import Settings
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
+from tpuops.data.manifest import FeatureSpec as ManifestFeature
 from tpuops.errors import NotFound, UsageError
-from tpuops.experiment import Experiment, load_experiment
+from tpuops.experiment import METRICS, Experiment, load_experiment
 from tpuops.fleet import UpPlan
 from tpuops.kinds import Capacity, Provider
 from tpuops.planning import Learner, keys_of
@@ -38,7 +39,7 @@ from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
-from tpuops.usercode import check_experiment
+from tpuops.usercode import check_experiment, may_compile
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _AGENT_DTYPES = {"float": "float32", "int64": "int64"}
@@ -100,7 +101,7 @@ def _dataset(ref: str, store: Store, base: Path) -> Dataset:
         raw = (local / MANIFEST).read_bytes()
         manifest = parse_manifest(raw, str(local / MANIFEST))
         digest = hashlib.sha256(raw).hexdigest()[:12]
-        return Dataset(prefix=f"data/{local.name}-{digest}", manifest=manifest, local_dir=local)
+        return _not_empty(Dataset(prefix=f"data/{local.name}-{digest}", manifest=manifest, local_dir=local), ref)
     prefix = ref.strip("/")
     try:
         manifest = read_manifest(store, f"{prefix}/{MANIFEST}")
@@ -108,7 +109,15 @@ def _dataset(ref: str, store: Store, base: Path) -> Dataset:
         raise UsageError(f"dataset {ref!r}: neither a local folder with {MANIFEST} nor a dataset in the store "
                          f"({store.uri_of(prefix)}); make one with 'tpuops data convert' or "
                          f"'tpuops data sample digits data/digits'") from None
-    return Dataset(prefix=prefix, manifest=manifest, local_dir=None)
+    return _not_empty(Dataset(prefix=prefix, manifest=manifest, local_dir=None), ref)
+
+
+def _not_empty(dataset: Dataset, ref: str) -> Dataset:
+    """A dataset whose manifest says it holds no record would only be found empty on a node, after its boot."""
+    if dataset.manifest.records == 0:
+        raise UsageError(f"dataset {ref!r}: its {MANIFEST} says 0 records: there is nothing to read; convert "
+                         "records into it ('tpuops data convert') or name another dataset")
+    return dataset
 
 
 def _features(manifest: Manifest, where: str) -> dict[str, FeatureSpec]:
@@ -121,6 +130,65 @@ def _features(manifest: Manifest, where: str) -> dict[str, FeatureSpec]:
         else:
             raise UsageError(f"{where}: feature {name!r} ({feature.kind}, {feature.encoding}) cannot feed a model")
     return features
+
+
+def _describe(feature: ManifestFeature) -> str:
+    encoding = f" {feature.encoding} bytes" if feature.encoding else ""
+    return f"{feature.dtype}{encoding} of shape {feature.shape}"
+
+
+def _check_eval_features(experiment: Experiment, train: Manifest, evaluation: Manifest, spec_path: Path) -> None:
+    """The built-in parser reads dataset.eval with dataset.train's features: each must be there, alike."""
+    where = f"{spec_path}: dataset.eval {experiment.dataset.eval}"
+    for name, feature in train.features.items():
+        other = evaluation.features.get(name)
+        if other is None:
+            raise UsageError(f"{where} has no feature {name!r}, which dataset.train {experiment.dataset.train} has: "
+                             "both are read with dataset.train's features (convert them alike)")
+        if other != feature:
+            raise UsageError(f"{where}: feature {name!r} is {_describe(other)}, but {_describe(feature)} in "
+                             f"dataset.train {experiment.dataset.train}: both are read with dataset.train's "
+                             "features (convert them alike)")
+
+
+def check_measured(experiment: Experiment, metric: str, what: str, where: Path, experiments_dir: Path, *,
+                   has_eval: bool) -> None:
+    """Refuse a ``metric`` (a target's, a sweep's objective) that the run would never report, before any node.
+
+    ``where`` is the file named in the message; ``experiments_dir`` holds the model's code. A run reports eval
+    metrics only when it evaluates, so only with a dataset.eval (script mode: whatever the script reports,
+    unseen here). The built-in loop measures ``eval.metrics``; a model that comes back compiled reports its own
+    names instead, so a model whose code may compile itself (``usercode.may_compile``) is trusted with any name.
+
+    Raises:
+        UsageError: the metric cannot be measured (one line naming the metrics that are).
+    """
+    if experiment.program is not None:
+        return
+    if not has_eval:
+        raise UsageError(f"{where}: {what} = {metric!r} cannot be measured: a run evaluates only on dataset.eval, "
+                         "and this experiment has none (add dataset.eval)")
+    assert experiment.model is not None  # Experiment checks the mode
+    measured = experiment.eval.metrics
+    if metric in measured or may_compile(experiments_dir, experiment.model):
+        return
+    hint = f"add {metric} to eval.metrics" if metric in METRICS else f"eval.metrics can hold {', '.join(METRICS)}"
+    raise UsageError(f"{where}: {what} = {metric!r} is not an eval metric this run measures: the built-in loop "
+                     f"measures eval.metrics = [{', '.join(measured)}] ({hint}), and {experiment.model} comes back "
+                     "uncompiled (no compile call in its code), so no metric names of its own")
+
+
+def _check_batch(experiment: Experiment, per_replica: int, replicas: int, train: Dataset, spec_path: Path) -> None:
+    """A global batch larger than the training set repeats records within every step, at a fraction of the
+    speed: the built-in parser's batches are records, so this is known before paying."""
+    records = train.manifest.records
+    if per_replica * replicas > records:
+        given = (f"batch.per_replica = {per_replica} ({per_replica * replicas} over {replicas} replicas)"
+                 if experiment.batch is not None and experiment.batch.per_replica is not None
+                 else f"batch.global = {per_replica * replicas}")
+        raise UsageError(f"{spec_path}: {given} is more than the {records} records of dataset.train "
+                         f"{experiment.dataset.train}: every step would repeat records; use at most "
+                         f"{records // replicas} per replica")
 
 
 def plan_train(
@@ -155,6 +223,11 @@ def plan_train(
     if label is None and experiment.mode == "model":  # an input_fn or a script may do without one
         raise UsageError(f"{spec_path}: dataset.label = {experiment.dataset.label!r} is not a feature of "
                          f"{experiment.dataset.train} (it has {', '.join(sorted(features))})")
+    if evaluation is not None and experiment.mode == "model":
+        _check_eval_features(experiment, train.manifest, evaluation.manifest, spec_path)
+    if experiment.target is not None:
+        check_measured(experiment, experiment.target.metric, "target.metric", spec_path, spec_path.resolve().parent,
+                       has_eval=evaluation is not None)
     bundle = build_bundle(spec_path.resolve().parent)
     dataset = DatasetSpec(features=features, label=label, train=train.patterns(store),
                           eval=evaluation.patterns(store) if evaluation else [],
@@ -176,8 +249,11 @@ def plan_train(
         ))
     else:
         assert experiment.batch is not None and experiment.steps is not None  # Experiment checks the mode
+        per_replica = experiment.batch.per_replica_for(acc.replicas)
+        if experiment.mode == "model":  # an input_fn makes its own batches from the records
+            _check_batch(experiment, per_replica, acc.replicas, train, spec_path)
         spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-            per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
+            per_replica_batch_size=per_replica,
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
             **_schedule(experiment, lost_rate, auto_rate=True),
@@ -339,11 +415,29 @@ def _stored_model(settings: Settings, uri: str) -> str:
     return uri
 
 
+_CHECKPOINT_INDEX = re.compile(r"/ckpt-\d+\.index$")
+"""A checkpoint the agent can restore is named by its index file (``tpuops.agent.checkpoints.candidates``)."""
+
+
+def _run_model(store: Store, run_id: str) -> str:
+    """A run's SavedModel when it succeeded, else its checkpoints: refused when the store holds neither, as a
+    node would only find that out after its boot."""
+    status = runs.read_status(store, run_id)
+    if status is not None and status.exit_class is ExitClass.SUCCEEDED:
+        key = runs.layout.run_key(run_id, "model")
+        if store.exists(f"{key}/saved_model.pb"):
+            return store.uri_of(key)
+    key = runs.layout.run_key(run_id, "ckpt")
+    if not any(_CHECKPOINT_INDEX.search(info.key) for info in store.list(f"{key}/")):
+        state = f"{status.phase}, step {status.step}" if status is not None else "it has not started"
+        raise UsageError(f"--checkpoint {run_id}: the run has no SavedModel and no checkpoint yet ({state}); "
+                         "give a run that saved one, or a SavedModel or checkpoint directory")
+    return store.uri_of(key)
+
+
 def _model_uri(settings: Settings, store: Store, checkpoint: str) -> str:
     if RUN_ID.match(checkpoint) and runs.run_exists(store, checkpoint):
-        status = runs.read_status(store, checkpoint)
-        kind = "model" if status is not None and status.exit_class is ExitClass.SUCCEEDED else "ckpt"
-        return store.uri_of(runs.layout.run_key(checkpoint, kind))
+        return _run_model(store, checkpoint)
     if "://" in checkpoint:
         return _stored_model(settings, checkpoint)
     if Path(checkpoint).is_absolute():

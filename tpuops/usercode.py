@@ -76,6 +76,41 @@ def find_function(experiments_dir: Path, name: str, what: str) -> ast.FunctionDe
     return None
 
 
+_COMPILING = frozenset({"compile", "load_model"})
+"""Calls that can hand back a compiled Keras model (``model.compile(...)``, ``tf.keras.models.load_model``)."""
+
+
+def may_compile(experiments_dir: Path, name: str) -> bool:
+    """Whether the model entry point ``name`` ("module:function") may come back compiled, which makes its metric
+    names its own: its module, or a module of the experiments folder it imports (transitively), calls
+    ``compile`` or ``load_model``. Read with ``ast``, erring towards True: a module that does not parse, or a
+    call not seen here (code outside the folder), is no reason to refuse a run.
+    """
+    pending, seen = [name.split(":")[0]], set()
+    while pending:
+        module = pending.pop()
+        source = _module_file(experiments_dir, module)
+        if module in seen or source is None:
+            continue
+        seen.add(module)
+        try:
+            tree = ast.parse(source.read_bytes(), filename=str(source))
+        except (OSError, SyntaxError, ValueError):
+            return True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if called in _COMPILING:
+                    return True
+            elif isinstance(node, ast.Import):
+                pending.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                pending.append(node.module)
+                pending.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return False
+
+
 def check_input_fn(experiments_dir: Path, name: str) -> None:
     """``name`` must be callable as ``fn(file_patterns, batch_size, training=, seed=, input_context=)``."""
     node = find_function(experiments_dir, name, "input")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, m
 
 from tpuops.documents import read_yaml_mapping
 from tpuops.errors import UsageError
-from tpuops.experiment import one_line
+from tpuops.experiment import SEED_MAX, one_line
 from tpuops.kinds import Capacity
 from tpuops.naming import SPEC_NAME, URL
 
@@ -81,7 +81,8 @@ class Objective(_Strict):
 
 class Sampler(_Strict):
     type: Literal["tpe", "random", "grid"] = "tpe"
-    seed: StrictInt = 0
+    seed: StrictInt = Field(default=0, ge=0, le=SEED_MAX)
+    """Optuna's samplers seed NumPy with it: 0 .. 2**32 - 1."""
     startup_trials: StrictInt = Field(default=4, ge=0)
     """TPE only: trials sampled at random before the model-based ones."""
 
@@ -198,6 +199,9 @@ def load_sweep(path: Path) -> SweepSpec:
             message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
             raise UsageError(f"{path}: storage is not allowed: {message}") from None
         raise UsageError(one_line(err, str(path), SweepSpec)) from None
+    if experiment_path(path, spec).is_dir():
+        raise UsageError(f"{path}: experiment = {spec.experiment!r} is a folder ({experiment_path(path, spec)}); "
+                         "name the experiment's YAML file in it, relative to the sweep file")
     if not experiment_path(path, spec).is_file():
         raise UsageError(f"{path}: experiment = {spec.experiment!r}: no such file "
                          f"({experiment_path(path, spec)}); it is relative to the sweep file")

@@ -67,12 +67,8 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
                           learner=learner)
     train = job.spec.train
     assert train is not None
-    metrics = list(train.metrics)
-    if spec.objective.metric not in metrics:
-        raise UsageError(f"{path}: objective.metric = {spec.objective.metric!r} is not an eval metric of "
-                         f"{experiment.name} (it reports {', '.join(metrics)})")
-    if not job.spec.dataset.eval:
-        raise UsageError(f"{path}: {experiment.name} has no dataset.eval: a sweep needs evaluations to compare trials")
+    jobs.check_measured(job.experiment, spec.objective.metric, "objective.metric", path, experiment.parent,
+                        has_eval=bool(job.spec.dataset.eval))
     unknown = sorted(set(spec.params) - {"learning_rate", "optimizer"} - set(job.spec.hparams))
     if unknown:
         raise UsageError(f"{path}: {unknown[0]!r} is not an hparam of {experiment.name} "
