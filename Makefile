@@ -1,7 +1,7 @@
 # make demo  - train the digits CNN on a spot TPU VM of the local Cloud TPU emulator, end to end
 # make demo-gcs - the same with a gs:// store, through TensorFlow's own Cloud Storage filesystem (needs root)
 # make test  - install everything the tests need, lint, and run every test
-# make unit  - the unit lane only (pytest -m unit): no server, no TensorFlow, needs only .venv
+# make unit  - the unit lane only (pytest -m "unit and not slow"): no server, no TensorFlow, needs only .venv
 # make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -53,7 +53,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 unit: $(VENV)/.stamp
-	$(VENV)/bin/pytest -q -m unit tests
+	$(VENV)/bin/pytest -q -m "unit and not slow" tests
 
 # 2,000 random cases per property (not derandomized: each run explores new ground).
 fuzz: $(VENV)/.stamp
@@ -69,7 +69,7 @@ compat: $(VENV)/.stamp
 	    rm -rf $$venv && $$py -m venv $$venv && $$venv/bin/pip install --quiet -e '.[dev]' && touch $$venv/.stamp; \
 	  fi; \
 	  echo "unit lane on Python $$v ($$venv)"; \
-	  $$venv/bin/pytest -q -p no:cacheprovider -m unit tests; \
+	  $$venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" tests; \
 	done
 
 test: setup tools lint compat

@@ -25,7 +25,7 @@ from tpuops.naming import RUN_KEY
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
-from tpuops.providers.simulated import SimulatedCloud
+from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, ExitClass, Phase
 from tpuops.sim.engine import Agents
@@ -51,13 +51,14 @@ def _settings(tmp_path: Path) -> Settings:
     return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE})
 
 
-def _watch_until_gone(tmp_path: Path, *, evidence: bool) -> tuple[datetime, float]:
-    """A run's on-demand node in the simulated cloud, listed every pass until it deleted itself.
+def _watch_until_gone(tmp_path: Path, *, evidence: bool, steps: int = 1000) -> tuple[datetime, Billed]:
+    """A run's on-demand node in the simulated cloud (its job ``steps`` long), listed every pass until it deleted
+    itself.
 
-    Returns the end the ledger dated and the end Cloud TPU billed (epoch seconds)."""
+    Returns the end the ledger dated and the READY interval Cloud TPU billed."""
     clock = VirtualClock(T0.timestamp())
     store = LocalStore(tmp_path / "store", durable=False)
-    agents = Agents(store, AgentModel(total_steps=1000, steps_per_s=1.3, segments=Segments(setup_s=37.0)), seed=0)
+    agents = Agents(store, AgentModel(total_steps=steps, steps_per_s=1.3, segments=Segments(setup_s=37.0)), seed=0)
     cloud = SimulatedCloud(P, CloudModel(), clock=clock, seed=3, workload=agents)
     settings = _settings(tmp_path)
     ledger = Ledger(tmp_path / "ledger.sqlite")
@@ -74,15 +75,27 @@ def _watch_until_gone(tmp_path: Path, *, evidence: bool) -> tuple[datetime, floa
     assert billed.reason == "job-ended" and billed.end is not None
     [last] = ledger.transitions(P, ZONE, "n")[-1:]
     assert last.state == DELETED
-    return last.at, billed.end
+    return last.at, billed
 
 
 def test_a_self_deleted_node_is_dated_at_its_self_delete(tmp_path: Path) -> None:
     """The simulated agent's last status dates the self-delete; the ledger ends READY there, as billed."""
-    ended, billed_end = _watch_until_gone(tmp_path / "evidence", evidence=True)
-    assert abs(ended.timestamp() - billed_end) < 1e-3
+    ended, billed = _watch_until_gone(tmp_path / "evidence", evidence=True)
+    assert billed.end is not None and abs(ended.timestamp() - billed.end) < 1e-3
     guessed, _ = _watch_until_gone(tmp_path / "guess", evidence=False)
-    assert abs(guessed.timestamp() - billed_end) > 1.0  # the middle of the gap: what the evidence replaces
+    assert abs(guessed.timestamp() - billed.end) > 1.0  # the middle of the gap: what the evidence replaces
+
+
+def test_a_node_that_lived_and_deleted_itself_between_two_passes_is_billed_from_its_create_to_its_self_delete(
+        tmp_path: Path) -> None:
+    """Created, READY, trained and gone before the first pass looked: the ledger had the node with no READY time,
+    so it billed nothing. Its create operation dates READY, its run's status the self-delete, as Cloud TPU billed."""
+    _, billed = _watch_until_gone(tmp_path, evidence=True, steps=100)
+    [history] = Ledger(tmp_path / "ledger.sqlite").histories(P)
+    assert [t.state for t in history.transitions] == ["READY", DELETED]
+    ready, ended = (t.at.timestamp() for t in history.transitions)
+    assert billed.end is not None and billed.end - T0.timestamp() < PASS_S  # gone before the first pass
+    assert abs(ready - billed.start) < 1e-3 and abs(ended - billed.end) < 1e-3
 
 
 def _node(state: NodeState) -> NodeInfo:

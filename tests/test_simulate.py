@@ -553,3 +553,51 @@ def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> 
     capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
     assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
     assert "spot" not in capacities[capacities.index("on-demand"):]
+
+
+# -- the ledger against billing: every node tpuops created, whenever the passes looked -----------------------------
+
+
+def _fleet_sweep(project: Path, trials: int) -> Path:
+    """The digits sweep at fleet scale: TPE and the median pruner over ``trials`` trials, 50 at a time."""
+    text = (project / "sweeps" / "digits_lr.yaml").read_text()
+    for old, new in (("name: digits-lr", f"name: fleet-{trials}"), ("trials: 8", f"trials: {trials}"),
+                     ("parallel: 2", "parallel: 50"), ("startup_trials: 4", "startup_trials: 200"),
+                     ("startup_trials: 2", "startup_trials: 20"), ("budget_usd: 10", "budget_usd: 10000")):
+        assert old in text
+        text = text.replace(old, new)
+    path = project / "sweeps" / f"fleet-{trials}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _ledger_against_billing(args: list[str]) -> dict:
+    done = CliRunner().invoke(app, ["simulate", *args, "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["ended"] and report["usd"] > 0
+    return report
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("what", ["40 runs", "100 trials"])
+def test_the_ledger_knows_every_node_that_lived_between_two_passes(project: Path, what: str) -> None:
+    """Nodes created, trained and deleted by themselves between two cron passes are billed; the ledger has them
+    (dated from their create operation and their run's status), so budgets read billing truth: before, 1 of the
+    40 runs and 8 of the 100 trials were missing from it, 3-8 % of the spend."""
+    args = (["experiments/digits_cnn.yaml", "--runs", "40"] if what == "40 runs"
+            else [str(_fleet_sweep(project, 100))])
+    report = _ledger_against_billing(args)
+    assert report["unrecorded_nodes"] == 0
+    assert not [run["run_id"] for run in report["runs"] if run["usd"] > 0 and run["ledger_usd"] == 0]
+    assert report["ledger_usd"] == pytest.approx(report["usd"], rel=0.02)
+
+
+@pytest.mark.unit
+@pytest.mark.slow
+def test_the_ledger_of_a_1000_trial_sweep_is_within_2_percent_of_billing_with_no_node_missing(project: Path) -> None:
+    """The issue's sweep (TPE, median pruner, 1,000 trials 50 at a time, cron every 5 min): 45 billed trials had
+    no ledger entry, 4.8 % of the spend."""
+    report = _ledger_against_billing([str(_fleet_sweep(project, 1000))])
+    assert len(report["runs"]) == 1000 and report["unrecorded_nodes"] == 0
+    assert report["ledger_usd"] == pytest.approx(report["usd"], rel=0.02)

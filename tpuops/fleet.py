@@ -153,6 +153,8 @@ class Fleet:
         """When the state a node is first seen in at ``seen`` began (``first``: when the call that saw it went out)."""
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
+        if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
+            self._ready_unseen(node.zone, node.name, seen)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.labels.get(naming.RUN_KEY), node.create_time, seen, first,
                                   uid=node.uid or None)
@@ -220,22 +222,41 @@ class Fleet:
 
         A create operation is done when its node is READY, and says when (its endTime): one
         GetOperation, once per node this engine created or was told of (``expect``), dates the
-        start of billing exactly. It is kept within the gap since the last sighting (for a node
-        this engine never saw, since the operation started), as a clock that is off cannot move it out.
+        start of billing exactly.
         """
-        guess = self._changed_at(node.zone, node.name, seen)
-        operation = self._creating.pop((node.zone, node.name), None)
+        return self._created_ready(node.zone, node.name, seen) or self._changed_at(node.zone, node.name, seen)
+
+    def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
+        """When the node this engine asked for (or was told of, ``expect``) and never saw READY became READY, as its
+        create operation's end says (one GetOperation, once); None: nothing to ask, or the create did not succeed.
+
+        It is kept within the gap since the last sighting (for a node this engine never saw, since the operation
+        started) and ``seen``, as a clock that is off cannot move it out.
+        """
+        operation = self._creating.pop((zone, name), None)
         if operation is None:
-            return guess
+            return None
         try:
-            done = self.provider.operation(node.zone, operation)
+            done = self.provider.operation(zone, operation)
         except TpuopsError:
-            return guess
-        last = self._last_seen.get((node.zone, node.name))
+            return None
+        last = self._last_seen.get((zone, name))
         since = last.at if last is not None else done.started
-        if done.ended is None or since is None:
-            return guess
+        if done.ended is None or done.error is not None or since is None:
+            return None
         return min(max(done.ended, since), seen)
+
+    def _ready_unseen(self, zone: str, name: str, seen: datetime) -> None:
+        """A node found gone or deleted at ``seen`` that this engine created but never saw READY lived between two
+        looks (created, trained and deleted itself between two passes): its create operation dates its READY,
+        which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
+        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when."""
+        ready = self._created_ready(zone, name, seen)
+        if ready is None:
+            return
+        with contextlib.suppress(NotFound):
+            self.ledger.observe(self.settings.project, zone, name, NodeState.READY, ready)
+        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
 
     def expect(self, zone: str, name: str, operation: str) -> None:
         """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
@@ -249,7 +270,9 @@ class Fleet:
     def _gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
         went (``_ended_at``: a node that deleted itself, where its run says). Its open incarnation is read only
-        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way."""
+        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node this engine
+        created and never saw READY is first given its READY (``_ready_unseen``), so that what it billed is known."""
+        self._ready_unseen(zone, name, at or utc_now(self.clock))
         if at is None and record is None and self.self_deletes is not None:
             record = next(iter(self.ledger.nodes(self.settings.project, zone, name=name, open_only=True)), None)
         stamp = at or self._ended_at(zone, name, record.run_id if record else None,
@@ -275,6 +298,7 @@ class Fleet:
         if operation is None:
             self._gone(zone, name)
             return False
+        self._ready_unseen(zone, name, asked)
         with contextlib.suppress(NotFound):
             self.ledger.observe(self.settings.project, zone, name, NodeState.DELETING,
                                 min(max(operation.started or answered, asked), answered))

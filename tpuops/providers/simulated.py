@@ -378,6 +378,11 @@ class SimulatedCloud:
 
     # -- what a simulation reports -----------------------------------------------------------------
 
+    def open_intervals(self) -> list[Billed]:
+        """The READY intervals still open (their nodes READY now): billed up to the clock's now."""
+        with self._lock:
+            return list(self._open.values())
+
     def billed(self, price: Callable[[Billed], float]) -> dict[str | None, float]:
         """USD per run id of every READY interval up to the clock's now, closed or still open, by ``price``
         (USD per hour of the interval's node)."""

@@ -28,7 +28,7 @@ from tpuops import runs
 from tpuops.clock import UTC, VirtualClock
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, spent
+from tpuops.cost import catalog_for, ready_intervals, spent
 from tpuops.fleet import Fleet
 from tpuops.ledger import Ledger
 from tpuops.pricing import Catalog
@@ -177,6 +177,9 @@ class SimReport:
     ``work`` (``max_run_passes`` of simulated work) or ``time`` (the wall-clock guard: the machine, not the
     model, limited it)."""
     runs: list[RunResult] = field(default_factory=list)
+    unrecorded_nodes: int = 0
+    """Billed READY intervals (the simulated cloud's) that no READY time of the same node in the ledger overlaps:
+    nodes the ledger missed, whose cost no budget saw (0 is the goal)."""
 
     @property
     def speedup(self) -> float:
@@ -185,6 +188,10 @@ class SimReport:
     @property
     def usd(self) -> float:
         return sum(run.usd for run in self.runs)
+
+    @property
+    def ledger_usd(self) -> float:
+        return sum(run.ledger_usd for run in self.runs)
 
     def to_json(self) -> dict[str, Any]:
         return {"simulated_hours": round(self.simulated_s / 3600, 4), "wall_s": round(self.wall_s, 3),
@@ -197,6 +204,7 @@ class SimReport:
                 "peak_creates_per_minute": self.footprint.peak_creates_per_minute,
                 "store_objects": self.footprint.store_objects, "journal_bytes": self.footprint.journal_bytes,
                 "ended": self.ended, "stopped_by": self.stopped_by, "usd": round(self.usd, 6),
+                "ledger_usd": round(self.ledger_usd, 6), "unrecorded_nodes": self.unrecorded_nodes,
                 "runs": [run.to_json() for run in self.runs]}
 
 
@@ -295,6 +303,7 @@ class Simulation:
                                      store_objects=len(objects),
                                      journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
         report.runs = self._results(now)
+        report.unrecorded_nodes = self._unrecorded(now)
         return report
 
     def _skip(self, now: float, passed: PassReport, quiet_skip_s: float) -> float:
@@ -326,6 +335,19 @@ class Simulation:
         if woken is None:
             return next_cron
         return woken if hurrying and woken <= next_cron + self.wake.pace_s else min(next_cron, woken)
+
+    def _unrecorded(self, now: float) -> int:
+        """How many billed READY intervals of the simulated cloud no READY interval of the ledger's overlaps."""
+        end = datetime.fromtimestamp(now, UTC)
+        seen: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for history in self.ledger.histories(self.settings.project):
+            key = (history.node.zone, history.node.name)
+            seen.setdefault(key, []).extend((i.start.timestamp(), i.end.timestamp())
+                                            for i in ready_intervals(history.transitions, end))
+        self.cloud.catch_up()
+        billed = [b for b in (*self.cloud.billing, *self.cloud.open_intervals()) if b.billed_s(now) > 0]
+        return sum(1 for b in billed if not any(start < (b.end or now) and stop > b.start
+                                                for start, stop in seen.get((b.zone, b.name), ())))
 
     def _price(self, interval: Billed) -> float:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)
