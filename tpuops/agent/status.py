@@ -31,7 +31,7 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``);
                  [] in script mode, where the agent does not see the program's steps
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
-    exit_class   null while running, else succeeded | user-error | preempted | crashed
+    exit_class   null while running, else succeeded | user-error | diverged | preempted | crashed
     ended        null while running, else when the agent finished (set with exit_class, to the
                  microsecond): unless the VM is being preempted or the node is kept, the startup
                  script deletes the node right after (the dead-man's switch), so the control plane
