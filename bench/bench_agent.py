@@ -165,7 +165,7 @@ def agent_loop(dataset: tf.data.Dataset, builtin: bool = False) -> Callable[[int
         started = time.perf_counter()
         for start in range(0, count, STEPS_PER_CALL):
             # as the agent's loop does: each call's input wait is read, which waits for the call
-            float(steps.train_call(iterator, tf.constant(min(STEPS_PER_CALL, count - start), tf.int64)).numpy())
+            float(steps.train_call(iterator, tf.constant(min(STEPS_PER_CALL, count - start), tf.int64))[0].numpy())
         return time.perf_counter() - started
 
     return run
@@ -277,7 +277,7 @@ def whole_run(build: Callable[[], tf.keras.Model], agent: bool, memory: tf.data.
         loop.prepare(memory.element_spec)
         iterator = iter(strategy.experimental_distribute_dataset(memory))
         for start in range(0, steps, STEPS_PER_CALL):
-            float(loop.train_call(iterator, tf.constant(min(STEPS_PER_CALL, steps - start), tf.int64)).numpy())
+            float(loop.train_call(iterator, tf.constant(min(STEPS_PER_CALL, steps - start), tf.int64))[0].numpy())
     else:
         model.fit(memory, epochs=1, steps_per_epoch=steps, verbose=0)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu

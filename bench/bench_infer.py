@@ -196,7 +196,7 @@ def bench_infer(work: Path, examples: int, reps: int, batches: tuple[int, ...] =
     model = cifar_model()
     strategy = tf.distribute.get_strategy()
     calls = {jit: infer.predict_call(model, strategy, jit) for jit in (False, True)}
-    count_s = median_time([timed(lambda: inputs.count_records(files)) for _ in range(reps)])
+    count_s = median_time([timed(lambda: inputs.count_records(files, "infer.input")) for _ in range(reps)])
 
     def ours(batch: int, jit: bool) -> Callable[[], Callable[[], None]]:
         return lambda: agent_pass(work, files, examples, batch,

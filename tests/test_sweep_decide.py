@@ -81,7 +81,7 @@ def test_too_many_preemptions_stop_the_trial_without_counting_a_failure() -> Non
 @pytest.mark.parametrize(("outcome", "state", "failure"), [
     ("succeeded", "COMPLETE", False), ("user-error", "FAIL", True), ("crashed", "FAIL", True),
     ("failed", "FAIL", True), ("pruned", "PRUNED", False), ("stopped", "PRUNED", False),
-    ("budget-exhausted", "PRUNED", False),
+    ("budget-exhausted", "PRUNED", False), ("diverged", "FAIL", False),
 ])
 def test_finished_runs_are_told_by_their_outcome(outcome: str, state: str, failure: bool) -> None:
     plan = decide(view(finished(0, outcome, final=0.9, evals=((20, 0.4),))))
@@ -94,6 +94,16 @@ def test_a_stopped_trial_without_values_fails_and_a_success_without_objective_fa
     assert decide(view(finished(0, "stopped"))).tells[0].state == "FAIL"
     no_value = decide(view(finished(0, "succeeded"))).tells[0]
     assert (no_value.state, no_value.failure) == ("FAIL", True) and "no objective" in no_value.why
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_nan_objective_fails_the_trial_saying_it_diverged_not_that_it_reported_none(value: float) -> None:
+    for run in ({"final": value}, {"final": 0.5, "evals": ((40, value),)}):
+        plan = decide(view(finished(0, "succeeded", **run), objective_step=40))
+        told = plan.tells[0]
+        assert (told.state, told.value, told.failure) == ("FAIL", None, False)
+        assert told.why == f"the objective was {value} (diverged)"
+        assert plan.reports == []  # a NaN is never reported to the pruner either
 
 
 def test_the_objective_at_a_step_is_that_evaluation() -> None:
@@ -226,7 +236,7 @@ def test_every_run_ending_has_one_trial_state_and_one_failure_verdict() -> None:
 def test_an_agent_exit_ends_a_run_unless_it_was_a_preemption() -> None:
     assert {e: OUTCOME_OF_EXIT.get(e) for e in ExitClass} == {
         ExitClass.SUCCEEDED: Outcome.SUCCEEDED, ExitClass.USER_ERROR: Outcome.USER_ERROR,
-        ExitClass.CRASHED: Outcome.CRASHED, ExitClass.PREEMPTED: None}
+        ExitClass.CRASHED: Outcome.CRASHED, ExitClass.DIVERGED: Outcome.DIVERGED, ExitClass.PREEMPTED: None}
     assert all(Outcome.of_exit(e) is OUTCOME_OF_EXIT[e] for e in OUTCOME_OF_EXIT)
 
 

@@ -1,4 +1,4 @@
-"""How values people type and read are parsed and printed: byte sizes, dollars, sweep parameters.
+"""How values people type and read are parsed and printed: byte sizes, dollars, sweep parameters, JSON.
 
 Sizes as people write them: ``100MB`` (10^8), ``1GiB`` (2^30), ``512k``, ``4096``. Pure functions
 of the standard library and ``tpuops.errors``, so that the library and the CLI print one way.
@@ -6,6 +6,7 @@ of the standard library and ``tpuops.errors``, so that the library and the CLI p
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -61,3 +62,37 @@ def format_usd(value: float) -> str:
 def format_params(params: Mapping[str, Any]) -> str:
     """A trial's parameters on one line, sorted by name: ``lr=0.001, units=64``."""
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+
+
+NON_FINITE = "non_finite"
+"""The key under which an object printed as JSON lists its keys whose values were NaN or infinite (``strict_json``)."""
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` (parsed JSON: dicts, lists, scalars) made printable as strict JSON, whatever a run reported.
+
+    JSON has no NaN or infinity, and a diverged run's metrics hold them: each becomes ``null``, and
+    the object holding it (directly, or in a list under one of its keys) lists those keys, sorted,
+    under ``NON_FINITE``, so that a null that was a NaN is told from one that was never there.
+    Other values are returned as they are (not copied unless they hold a non-finite number).
+    """
+    return _strict(value)[0]
+
+
+def _strict(value: Any) -> tuple[Any, bool]:
+    """(the strict form of ``value``, whether it held a non-finite number that its parent object must name)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, True
+    if isinstance(value, dict):
+        cleaned, named = {}, []
+        for key, item in value.items():
+            cleaned[key], found = _strict(item)
+            if found:
+                named.append(str(key))
+        if named:
+            cleaned[NON_FINITE] = sorted(named)
+        return cleaned, False
+    if isinstance(value, list | tuple):
+        parts = [_strict(item) for item in value]
+        return [part for part, _ in parts], any(found for _, found in parts)
+    return value, False

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from tpuops.agent.exits import ExitClass, PreemptedExit, UserError, classify, traceback_tail
+from tpuops.agent.exits import DivergedExit, ExitClass, PreemptedExit, UserError, classify, describe, traceback_tail
 
 pytestmark = pytest.mark.tf
 
@@ -19,6 +19,7 @@ def _raised(exc: BaseException) -> BaseException:
 def test_codes_are_distinct_per_class() -> None:
     codes = {member: member.code for member in ExitClass}
     assert codes[ExitClass.SUCCEEDED] == 0 and codes[ExitClass.PREEMPTED] == 143
+    assert codes[ExitClass.DIVERGED] == 4 and ExitClass.DIVERGED.final
     assert len(set(codes.values())) == len(codes)
 
 
@@ -28,6 +29,7 @@ def test_codes_are_distinct_per_class() -> None:
         (UserError("bad spec"), ExitClass.USER_ERROR),
         (tf.errors.InvalidArgumentError(None, None, "shapes differ"), ExitClass.USER_ERROR),
         (PreemptedExit("sigterm"), ExitClass.PREEMPTED),
+        (DivergedExit("loss NaN at step 41"), ExitClass.DIVERGED),
         (RuntimeError("store unreachable"), ExitClass.CRASHED),
     ],
 )
@@ -52,3 +54,14 @@ def _raised_from(function) -> BaseException:  # type: ignore[no-untyped-def]
     except BaseException as caught:
         return caught
     raise AssertionError("did not raise")
+
+
+def test_an_error_raised_while_tracing_is_described_by_its_cause_not_by_in_user_code() -> None:
+    model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)), tf.keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="no_such_loss")
+    step = tf.function(model.train_step)
+    caught = _raised_from(lambda: step((tf.zeros([3, 4]), tf.zeros([3], tf.int64))))
+    assert str(caught).startswith("in user code:")  # what TF 2.9 says first
+    line = describe(caught)
+    assert line.startswith("ValueError: Unknown loss function: no_such_loss.") and "\n" not in line
+

@@ -52,7 +52,7 @@ def _labels(dataset: tf.data.Dataset, batches: int) -> List[List[int]]:
 
 def test_files_are_deduplicated_sorted_and_counted(files: List[str]) -> None:
     assert len(files) == 4 and files == sorted(files)
-    assert count_records(files) == RECORDS
+    assert count_records(files, "dataset.train") == RECORDS
     with pytest.raises(UserError, match="matches no file"):
         list_files([files[0] + ".missing"], "dataset.train")
 
@@ -83,7 +83,7 @@ def test_files_in_a_bucket_are_read_in_the_order_local_files_are(files: List[str
     )
     assert remote == local
     assert [len({_shard(label) for label in batch[i : i + 12]}) for batch in local for i in (0, 38)] == [1, 1, 1, 1]
-    assert count_records(urls) == count_records(files) == RECORDS
+    assert count_records(urls, "dataset.train") == count_records(files, "dataset.train") == RECORDS
 
 
 def test_every_epoch_is_a_fresh_permutation(files: List[str]) -> None:

@@ -6,16 +6,17 @@ is missing, it raises, it returns something that is not a Keras model, or the mo
 the inputs. The forward pass is traced, not run, so it costs no device time.
 """
 
+import contextlib
 import importlib
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import tensorflow as tf
 
-from tpuops.agent.exits import UserError
+from tpuops.agent.exits import UserError, cause_line
 from tpuops.agent.runspec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -73,15 +74,34 @@ def build_model(build: BuildFn, spec: RunSpec, input_signature: Any, strategy: A
     try:
         model = build(dict(spec.hparams))
     except Exception as err:
-        raise UserError(f"entry point {spec.entry_point} raised while building the model: {err}") from err
+        raise UserError(f"entry point {spec.entry_point} raised while building the model: {cause_line(err)}") from err
     if not isinstance(model, tf.keras.Model):
         raise UserError(f"entry point {spec.entry_point} returned {type(model).__name__}, not a tf.keras.Model")
+    check_accepts(model, input_signature, strategy, f"the model from {spec.entry_point}")
+    log.info("model %s: %d parameters", model.name, model.count_params())
+    return model
+
+
+def check_accepts(model: tf.keras.Model, input_signature: Any, strategy: Any, what: str) -> None:
+    """Trace one replica's forward pass of ``model`` over ``input_signature``; a model that rejects it is a UserError.
+
+    ``what`` names the model in the message (an entry point, a SavedModel).
+    """
     try:
         forward = tf.function(lambda inputs: strategy.run(model, args=(inputs,), kwargs={"training": False}))
         forward.get_concrete_function(input_signature)
     except Exception as err:
-        raise UserError(
-            f"the model from {spec.entry_point} does not accept the features {input_signature}: {err}"
-        ) from err
-    log.info("model %s: %d parameters", model.name, model.count_params())
-    return model
+        raise UserError(f"{what} does not accept the features {input_signature}: {cause_line(err)}") from err
+
+
+@contextlib.contextmanager
+def blame_user(what: str) -> Iterator[None]:
+    """Turn a ``ValueError``/``TypeError`` raised inside into a ``UserError`` saying ``what`` failed and why.
+
+    Only around code whose such errors are the model's or the data's (module docstring): tracing a
+    function over the model. The cause is one line (``exits.cause_line``), not TF's "in user code:".
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        raise UserError(f"{what}: {cause_line(err)}") from err

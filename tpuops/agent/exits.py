@@ -12,6 +12,9 @@ crashed        1      the agent failed for a reason outside the user's code and 
 (usage)        2      the command line itself was wrong (argparse); no status is written
 user-error     3      the spec, the model code or the data is wrong, or the machine is not what
                       the spec asks for (no TPU, wrong TensorFlow): never retry, tear down
+diverged       4      the loss or a metric became NaN or infinite; the message names the step and
+                      the last checkpoint saved before it: never retry (the same seed diverges
+                      again), tear down; the run failed, it did not succeed
 preempted      143    SIGTERM or the metadata server's ``instance/preempted`` arrived; a
                       checkpoint was written at the last call boundary: recreate and resume
 =============  =====  ===========================================================================
@@ -19,12 +22,22 @@ preempted      143    SIGTERM or the metadata server's ``instance/preempted`` ar
 Python's own exit code for an uncaught exception is 1, so an agent that dies outside our
 handlers still reads as "crashed". 143 is the shell's code for SIGTERM (128 + 15).
 
+Whose fault a failure is (``classify``) is decided on structure: ``UserError`` is raised at the
+boundaries where the user's model, code and data meet the agent (building the model, tracing the
+training, evaluation and prediction functions over the data's signature, reading the dataset's
+records), and TensorFlow's model/data errors are the user's wherever they arise. A
+``DataLossError`` is the data's fault where the agent reads dataset records (a record whose CRC
+does not match, a record cut short: the same file fails the same way on every attempt); anywhere
+else (a checkpoint, the store) it stays a crash and is retried, since a store read can be torn by a
+concurrent write and a corrupt checkpoint is skipped on the next attempt.
+
 This module is shared with the control plane (``tpuops.runs`` reads ``status.json`` with these
 enums), so it imports TensorFlow only inside ``classify``, which only the agent calls. Both enums
 are ``str`` enums: a member equals the string ``status.json`` holds.
 """
 
 import enum
+import re
 import traceback
 from pathlib import Path
 from typing import Iterable
@@ -53,11 +66,12 @@ class Phase(_Value):
 
 
 class ExitClass(_Value):
-    """The four outcomes a run can have; the value is what ``status.json`` says."""
+    """The outcomes an agent process can have; the value is what ``status.json`` says."""
 
     SUCCEEDED = "succeeded"
     CRASHED = "crashed"
     USER_ERROR = "user-error"
+    DIVERGED = "diverged"
     PREEMPTED = "preempted"
 
     @property
@@ -66,14 +80,15 @@ class ExitClass(_Value):
 
     @property
     def final(self) -> bool:
-        """The run cannot go on after this exit (succeeded, user-error); the others are retried."""
-        return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR)
+        """The run cannot go on after this exit (succeeded, user-error, diverged); the others are retried."""
+        return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR, ExitClass.DIVERGED)
 
 
 _CODES = {
     ExitClass.SUCCEEDED: 0,
     ExitClass.CRASHED: 1,
     ExitClass.USER_ERROR: 3,
+    ExitClass.DIVERGED: 4,
     ExitClass.PREEMPTED: 143,
 }
 
@@ -84,6 +99,11 @@ class UserError(Exception):
 
 class PreemptedExit(Exception):
     """Raised by the loops after the preemption checkpoint is safe: unwinds to the exit path."""
+
+
+class DivergedExit(Exception):
+    """Raised by the loops when the loss or a metric is NaN or infinite; the message names the step and
+    the last checkpoint saved before it (a later one would hold the diverged weights: none is written)."""
 
 
 def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
@@ -100,6 +120,8 @@ def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
     user_tf_errors = (tf.errors.InvalidArgumentError, tf.errors.ResourceExhaustedError)
     if isinstance(exc, PreemptedExit):
         return ExitClass.PREEMPTED
+    if isinstance(exc, DivergedExit):
+        return ExitClass.DIVERGED
     if isinstance(exc, (UserError, *user_tf_errors)):
         return ExitClass.USER_ERROR
     roots = [root.resolve() for root in user_roots]
@@ -119,13 +141,33 @@ def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
 # TF 2.9 opens graph errors with this line, then where the op was defined, then "Node: '...'",
 # and only then the reason.
 _TF_PREAMBLE = "Graph execution error:"
+# An error raised while a tf.function was traced (autograph) opens with this line, then the frames
+# of the user's and Keras' code, and ends with the original exception's "Type: message" line.
+_TRACE_PREAMBLE = "in user code:"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Warning)?: ")
 
 
-def describe(exc: BaseException) -> str:
-    """One line for the status message: the exception type and the line that says why."""
+def cause_line(exc: BaseException) -> str:
+    """The one line of ``exc``'s message that says why (TF's preambles and frames left out)."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     if lines and lines[0] == _TF_PREAMBLE:
         nodes = [i for i, line in enumerate(lines) if line.startswith("Node: ")]
         after = lines[nodes[-1] + 1:] if nodes else lines[1:]
         lines = [line for line in after if not line.startswith("[[")] or lines
-    return "{}: {}".format(type(exc).__name__, lines[0] if lines else "")
+    elif lines and lines[0] == _TRACE_PREAMBLE:
+        causes = [line for line in lines[1:] if _EXCEPTION_LINE.match(line) and not line.startswith("File ")]
+        return causes[-1] if causes else " ".join(lines[1:])
+    return lines[0] if lines else ""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the status message: the exception type and the line that says why.
+
+    An error raised while tracing (``in user code:``) is told by the original exception's own
+    line ("ValueError: Unknown loss function: ..."), which names its type already.
+    """
+    line = cause_line(exc)
+    if str(exc).strip().startswith(_TRACE_PREAMBLE):
+        return line
+    return f"{type(exc).__name__}: {line}"
+

@@ -376,7 +376,7 @@ def describe_inputs(files: Sequence[str], previous: Optional[Dict[str, Any]]) ->
     described = [{"path": path, "bytes": int(tf.io.gfile.stat(path).length)} for path in files]
     if previous and previous.get("inputs") == described and isinstance(previous.get("total"), int):
         return {"inputs": described, "total": previous["total"]}
-    return {"inputs": described, "total": inputs.count_records(files)}
+    return {"inputs": described, "total": inputs.count_records(files, "infer.input")}
 
 
 class Outputs:
@@ -494,11 +494,15 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
     )
     status.set_phase("loading")
     files = inputs.list_files(ispec.input, "infer.input")
-    inputs.Parser(spec.dataset, with_label=False).check(files, "infer.input")
+    parser = inputs.Parser(spec.dataset, with_label=False)
+    parser.check(files, "infer.input")
     prefix = ispec.output_prefix or paths.predictions
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         described = pool.submit(describe_inputs, files, _read_json(join(prefix, PLAN)))  # while the model loads
         model, identity = load_model(spec, runtime, ispec.model)
+        # As in training: a model that does not take the input's features fails before any prediction.
+        entry.check_accepts(model, parser.input_signature(max(1, ispec.batch_size // runtime.replicas)),
+                            runtime.strategy, f"infer.model {ispec.model}")
         status.clock.loaded()
         plan = dict(described.result(), model=identity, batch_size=ispec.batch_size, num_shards=ispec.num_shards,
                     text=TEXT)

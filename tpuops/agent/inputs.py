@@ -33,22 +33,30 @@ Eval and inference read the files once, in order, and pad the last batch to the 
 size with a 0/1 ``mask``: TPUs and XLA need one static batch shape, and padding keeps every
 example in the metrics instead of dropping the tail.
 
+A record whose CRC does not match, or one cut short at the end of a file, is the data's fault:
+wherever the agent reads a dataset's records (``dataset_records``), TensorFlow's ``DataLossError``
+becomes a ``UserError`` naming the dataset (and the file, where it is known), never retried
+(``exits``: a DataLossError elsewhere, in a checkpoint or the store, stays a crash). A file cut
+exactly at a record boundary is not detectable here: it reads as a shorter file
+(``tpuops data verify`` compares it with the manifest).
+
 Raw features (``"encoding": "raw"``) are parsed as one string per record, length-checked,
 ``decode_raw``-ed and reshaped; uint8 becomes float32 there, on the host, so the model and the
 TPU infeed only ever see floats.
 """
 
+import contextlib
 import math
 import os
 import posixpath
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import random_seed
 from tensorflow.python.ops import gen_dataset_ops
 
-from tpuops.agent.exits import UserError
+from tpuops.agent.exits import UserError, cause_line
 from tpuops.agent.paths import is_remote
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec
 
@@ -170,12 +178,13 @@ class Parser:
 
     def check(self, files: Sequence[str], what: str) -> None:
         """Parse the first record of ``files``: a dataset that does not match the spec fails here."""
-        try:
+        with dataset_records(what, files[0]):
             first = list(tf.data.TFRecordDataset(list(files)).take(1).as_numpy_iterator())
-            if not first:
-                raise UserError(f"{what}: the files hold no records")
+        if not first:
+            raise UserError(f"{what}: the files hold no records")
+        try:
             self(tf.constant(first))
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as err:
+        except tf.errors.InvalidArgumentError as err:
             raise UserError(
                 f"{what}: records in {files[0]} do not match dataset.features {self._declared()}: {err.message}"
             ) from err
@@ -270,10 +279,37 @@ def seeded_shuffle(dataset: tf.data.Dataset, buffer_size: Any, seed: Any) -> tf.
     return _SeededShuffle(dataset, buffer_size, seed)
 
 
-def count_records(files: Sequence[str]) -> int:
-    """Records in one pass over ``files`` (reads them all once, without parsing)."""
-    records = file_records(tf.data.Dataset.from_tensor_slices(list(files)), files)
+def _count(records: tf.data.Dataset) -> int:
     return int(records.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1).numpy())
+
+
+@contextlib.contextmanager
+def dataset_records(what: str, file: Optional[str] = None) -> Iterator[None]:
+    """Turn a ``DataLossError`` raised while ``what``'s records are read into a ``UserError`` (module docstring)."""
+    try:
+        yield
+    except tf.errors.DataLossError as err:
+        where = f" in {file}" if file else ""
+        raise UserError(
+            f"{what}: a record{where} is corrupt or cut short ({cause_line(err)}); every attempt would fail "
+            "the same way: rewrite the file ('tpuops data verify' checks every shard)"
+        ) from err
+
+
+def count_records(files: Sequence[str], what: str) -> int:
+    """Records in one pass over ``files`` (reads them all once, without parsing).
+
+    Raises:
+        UserError: a record is corrupt or cut short; the first such file is named (found by reading
+            the files again one by one, only then).
+    """
+    try:
+        return _count(file_records(tf.data.Dataset.from_tensor_slices(list(files)), files))
+    except tf.errors.DataLossError:
+        for name in files:
+            with dataset_records(what, name):
+                _count(tf.data.TFRecordDataset(name))
+        raise
 
 
 def train_dataset(

@@ -22,13 +22,13 @@ from typing import Optional
 import tensorflow as tf
 
 from tpuops.agent import entry, infer, script, train, wake
-from tpuops.agent.exits import ExitClass, UserError, classify, describe, traceback_tail
+from tpuops.agent.exits import DivergedExit, ExitClass, UserError, classify, describe, traceback_tail
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
 from tpuops.agent.prefetch import Prefetch
 from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
-from tpuops.agent.runtime import check_tensorflow, connect
+from tpuops.agent.runtime import check_seed, check_tensorflow, connect
 from tpuops.agent.status import Previous, Status, Ticker
 
 log = logging.getLogger("tpuops.agent")
@@ -105,6 +105,7 @@ def run(
     try:
         if command == "train" and spec.script is not None:
             check_tensorflow()
+            check_seed(spec.seed)  # the script gets it as TPUOPS_SEED
             script.run(spec, status, notice, paths, attempt)
         elif command == "train":
             kept = train.run(spec, connect(spec), status, notice, paths, fetched)
@@ -113,10 +114,12 @@ def run(
     except BaseException as exc:  # every way out is classified and reported
         failure = exc
         exit_class = classify(exc, entry.user_roots(spec))
-        message = str(exc) if isinstance(exc, UserError) else describe(exc)
+        message = str(exc) if isinstance(exc, (UserError, DivergedExit)) else describe(exc)
         if exit_class in (ExitClass.USER_ERROR, ExitClass.CRASHED):
             trace = traceback_tail(exc)
             log.error("%s: %s\n%s", exit_class.value, message, trace)
+        elif exit_class is ExitClass.DIVERGED:
+            log.error("%s: %s", exit_class.value, message)
         else:
             log.warning("%s: %s", exit_class.value, message)
     else:

@@ -61,6 +61,15 @@ def check_tensorflow(version: Optional[str] = None) -> None:
         )
 
 
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: int) -> None:
+    """Refuse a seed TensorFlow cannot take (``set_random_seed`` wants 0 .. 2**32 - 1): a user error, not a crash."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed {seed} is out of range: TensorFlow takes seeds from 0 to 2**32 - 1 ({MAX_SEED})")
+
+
 def tpu_hardware_present() -> bool:
     """True when the machine exposes TPU chips (v2-v4 as /dev/accel*, later ones through vfio)."""
     return any(glob.glob(pattern) for pattern in _TPU_DEVICE_GLOBS)
@@ -77,10 +86,11 @@ def connect(spec: RunSpec) -> Runtime:
     """Check TensorFlow, choose TPU or (only if allowed) CPU, then seed and set precision.
 
     Raises:
-        UserError: wrong TensorFlow, or no TPU and ``allow_cpu_fallback`` is false.
+        UserError: wrong TensorFlow, a seed out of range, or no TPU and ``allow_cpu_fallback`` is false.
         RuntimeError: TPU hardware is present but TensorFlow cannot initialise it (a crash).
     """
     check_tensorflow()
+    check_seed(spec.seed)
     if tpu_hardware_present():
         try:
             strategy = _tpu_strategy()

@@ -39,7 +39,11 @@ and ``experiments_dir``. With ``hparams_as_flags`` every hparam is appended as `
 Outcome: exit 0 succeeded (also after a preemption notice: the work is done); exit 2
 user-error (a usage error: never retried); any other code after a preemption notice
 preempted; anything else (an exception, a signal) crashed, which the controller retries per
-max_restarts. Progress: ``status.step`` is the reporter's step;
+max_restarts. A run whose reported metrics (the helper's ``StatusReporter``) show a NaN or an
+infinity diverged, whatever the code: the program is killed as soon as a report shows one
+(SIGKILL: the helper must not checkpoint the diverged weights), and the message names the
+reported step and the last checkpoint the program reported. Without the reporter the agent
+cannot see a divergence. Progress: ``status.step`` is the reporter's step;
 a script without the reporter advances ``step`` by one per line it prints, so that hang
 detection sees a script that prints as alive and a silent, stuck one as hung.
 """
@@ -57,7 +61,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpuops.agent.exits import PreemptedExit, UserError
+from tpuops.agent.exits import DivergedExit, PreemptedExit, UserError
 from tpuops.agent.inputs import list_files, one_pattern
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
@@ -219,6 +223,12 @@ def run(spec: RunSpec, status: Status, notice: PreemptionNotice, paths: RunPaths
         code = _supervise(child, notice, reports, output, status)
         output.join(timeout=5)
         reports.merge()
+    diverged = status.nonfinite_metrics()
+    if diverged:
+        saved = status.get("last_checkpoint_step")
+        good = f"last checkpoint it reported: step {saved}" if saved is not None else "it reported no checkpoint"
+        raise DivergedExit(f"training diverged: the script reported {', '.join(diverged)} NaN or infinite at "
+                           f"step {status.get('step')}; {good}")
     if code == 0:  # finished, even if a notice came while it was wrapping up
         return
     if notice.requested():
@@ -241,6 +251,10 @@ def _supervise(
             status.update(step=output.lines)
         if code is not None:
             return code
+        if status.nonfinite_metrics():
+            log.error("the script reported %s NaN or infinite: killing it", ", ".join(status.nonfinite_metrics()))
+            child.kill()
+            return child.wait()
         if notice.requested() and forwarded_at is None:
             log.warning("preemption notice (%s): sending SIGTERM to the script", notice.reason)
             child.send_signal(signal.SIGTERM)

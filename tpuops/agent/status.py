@@ -31,7 +31,7 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``);
                  [] in script mode, where the agent does not see the program's steps
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
-    exit_class   null while running, else succeeded | user-error | preempted | crashed
+    exit_class   null while running, else succeeded | user-error | diverged | preempted | crashed
     ended        null while running, else when the agent finished (set with exit_class, to the
                  microsecond): unless the VM is being preempted or the node is kept, the startup
                  script deletes the node right after (the dead-man's switch), so the control plane
@@ -46,6 +46,7 @@ A heartbeat older than a few intervals with ``exit_class`` null means the agent 
 
 import json
 import logging
+import math
 import threading
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -181,6 +182,23 @@ class Status:
     def set_metrics(self, group: str, values: Any) -> None:
         with self._lock:
             self._doc["metrics"] = dict(self._doc["metrics"], **{group: values})
+
+    def get(self, name: str) -> Any:
+        """The current value of field ``name``."""
+        with self._lock:
+            return self._doc[name]
+
+    def nonfinite_metrics(self) -> List[str]:
+        """``group.name`` of every metric now NaN or infinite (``train.loss``): a run that shows one diverged."""
+        with self._lock:
+            groups = dict(self._doc["metrics"])
+        return sorted(
+            f"{group}.{name}"
+            for group, values in groups.items()
+            if isinstance(values, dict)
+            for name, value in values.items()
+            if isinstance(value, float) and not math.isfinite(value)
+        )
 
     def add_eval(self, step: int, metrics: Dict[str, float]) -> None:
         """Record an evaluation at ``step``; it replaces any recorded at this step or later."""

@@ -15,6 +15,11 @@ long each step waited for its batch (the starvation measure). TF 2.9 refuses ``t
 while op determinism is on, so deterministic runs read the host clock through a
 ``py_function`` instead (tens of microseconds per step).
 
+Every step also says whether its loss (or, for a compiled model, any loss or metric its
+``train_step`` returns) is NaN or infinite; the call returns the index of the first such step, so
+the loop stops a diverged run at the call that diverged, before it checkpoints the weights, and
+names the step. It costs a cross-replica sum of one scalar per step, read with the input wait.
+
 ``prepare`` creates, before the first call, the variables that call would otherwise create
 while it is traced (the optimizer's slots and hyperparameters, a compiled model's metrics): a
 ``tf.function`` whose first trace creates variables is traced a second time, so that it never
@@ -24,7 +29,7 @@ creates them again. ``model.fit`` pays that second trace; the agent's first call
 
 import logging
 import time
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
@@ -103,6 +108,16 @@ def create_optimizer_state(optimizer: Any, variables: Sequence[tf.Variable]) -> 
         create(list(variables))
 
 
+def nonfinite(values: Any) -> tf.Tensor:
+    """1.0 when any floating-point tensor in ``values`` (a structure) holds a NaN or an infinity, else 0.0."""
+    flags = [
+        tf.reduce_any(tf.logical_not(tf.math.is_finite(value)))
+        for value in tf.nest.flatten(values)
+        if isinstance(value, tf.Tensor) and value.dtype.is_floating
+    ]
+    return tf.cast(tf.reduce_any(flags), tf.float32) if flags else tf.constant(0.0)
+
+
 def _labelled(element_spec: Any) -> Any:
     """``(inputs, labels)`` specs of a batch ``(inputs, labels[, weights])``; None for another structure."""
     if isinstance(element_spec, tuple) and len(element_spec) in (2, 3):
@@ -117,6 +132,8 @@ class MultiStep:
         self._strategy = strategy
         # A host variable (created outside the strategy scope): seconds this call spent in next(iterator).
         self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait")
+        # A host variable too: the index in the call of the first step whose loss was not finite (-1: none).
+        self._first_nonfinite = tf.Variable(-1, dtype=tf.int64, trainable=False, name="first_nonfinite")
         self._clock = _clock()
         self.train_call = tf.function(self._train_call)
 
@@ -124,24 +141,33 @@ class MultiStep:
     eval_metrics: Any
     _eval_call: Any
 
-    def _replica_step(self, batch: Any) -> None:
+    def _replica_step(self, batch: Any) -> Any:
+        """Run one step on every replica; returns per replica 1.0 when its loss was not finite (``nonfinite``)."""
         raise NotImplementedError
 
     def prepare(self, element_spec: Any) -> None:
         """Create the variables the first call would create, for batches of ``element_spec`` (module docstring)."""
         raise NotImplementedError
 
-    def _train_call(self, iterator: Any, steps: tf.Tensor) -> tf.Tensor:
-        """Train ``steps`` steps; returns the seconds they waited for input (reading it waits for the call)."""
+    def _train_call(self, iterator: Any, steps: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Train ``steps`` steps; returns the seconds they waited for input and the index of the first
+        step whose loss was not finite, -1 when none was (reading either waits for the call)."""
         self._waited.assign(0.0)
-        for _ in tf.range(steps):
+        self._first_nonfinite.assign(-1)
+        for index in tf.range(steps, dtype=tf.int64):
             before = self._clock()
             with tf.control_dependencies([before]):
                 batch = next(iterator)
             with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
                 self._waited.assign_add(self._clock() - before)
-            self._replica_step(batch)
-        return self._waited.read_value()
+            bad = self._strategy.reduce(tf.distribute.ReduceOp.SUM, self._replica_step(batch), axis=None)
+            first = self._first_nonfinite.read_value()
+            self._first_nonfinite.assign(tf.where(tf.logical_and(first < 0, bad > 0), index, first))
+        return self._waited.read_value(), self._first_nonfinite.read_value()
+
+    def trace(self, iterator: Any) -> None:
+        """Trace the training call for ``iterator`` now, so that what cannot be traced fails before any step runs."""
+        self.train_call.get_concrete_function(iterator, tf.TensorSpec([], tf.int64))
 
     def evaluate(self, dataset: Any, max_batches: Any = None) -> Dict[str, float]:
         """Metrics over a distributed dataset of (inputs, labels, mask), at most ``max_batches``."""
@@ -170,7 +196,7 @@ class Steps(MultiStep):
         super().__init__(strategy)
         self._eval_call = tf.function(self._eval_replicas)
 
-    def _train_step(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> None:
+    def _train_step(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> tf.Tensor:
         with tf.GradientTape() as tape:
             outputs = tf.cast(self._model(inputs, training=True), tf.float32)
             per_example = self._loss(labels, outputs)
@@ -181,9 +207,10 @@ class Steps(MultiStep):
         variables = self._model.trainable_variables
         self._optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         self.train_metrics.update(labels, outputs, per_example, weights)
+        return nonfinite(loss)
 
-    def _replica_step(self, batch: Any) -> None:
-        self._strategy.run(self._train_step, args=batch)
+    def _replica_step(self, batch: Any) -> Any:
+        return self._strategy.run(self._train_step, args=batch)
 
     def prepare(self, element_spec: Any) -> None:
         with self._strategy.scope():
@@ -233,8 +260,8 @@ class CompiledSteps(MultiStep):
         super().__init__(strategy)
         self._eval_call = tf.function(lambda batch: strategy.run(model.test_step, args=(batch,)))
 
-    def _replica_step(self, batch: Any) -> None:
-        self._strategy.run(self._model.train_step, args=(batch,))
+    def _replica_step(self, batch: Any) -> Any:
+        return self._strategy.run(lambda data: nonfinite(self._model.train_step(data)), args=(batch,))
 
     def prepare(self, element_spec: Any) -> None:
         """The optimizer's state, and the compiled loss and metrics built from the outputs' signature.

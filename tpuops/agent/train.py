@@ -19,6 +19,14 @@ whole in the store (set by the checkpointer's finisher thread, never before); th
 checkpoint segment counts only the time the loop is blocked. An attempt that fails waits for
 the save in flight before it reports, so its last checkpoint is kept and named.
 
+A run whose training loss (or a compiled model's loss or metrics) or whose evaluation becomes NaN
+or infinite has diverged: the loop stops at the call where it happened, before any checkpoint of
+that step, and raises ``DivergedExit`` naming the step and the last checkpoint saved before it
+(exit class "diverged": the run failed, and is not retried; the same seed diverges again). The
+training function is traced before the first step (``Steps.trace``), so a model that cannot be
+trained on the batches (an unknown loss or metric, shapes that disagree) is a user error before
+any device time; a record of the dataset that is corrupt is one too (``inputs.dataset_records``).
+
 The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
@@ -28,6 +36,7 @@ the SavedModel) to the status clock (``timing``).
 """
 
 import logging
+import math
 import time
 from typing import Any, Dict, List, Optional
 
@@ -35,7 +44,7 @@ import tensorflow as tf
 
 from tpuops.agent import entry, inputs, userinput
 from tpuops.agent.checkpoints import Checkpointer, TrainState
-from tpuops.agent.exits import PreemptedExit, UserError
+from tpuops.agent.exits import DivergedExit, PreemptedExit, UserError
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.prefetch import Prefetch
@@ -53,7 +62,7 @@ SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_io_device="/job:localhost
 def _epoch_size(state: TrainState, files: List[str]) -> int:
     size = int(state.epoch_size.numpy())
     if size == 0:
-        size = inputs.count_records(files)
+        size = inputs.count_records(files, "dataset.train")
         if size == 0:
             raise UserError("dataset.train: the files hold no records")
         state.epoch_size.assign(size)
@@ -184,9 +193,11 @@ class _Run:
         if step >= self.tspec.steps:
             return
         dataset = self._train_stream(step)
-        self.steps.prepare(dataset.element_spec)
         # Kept on the attempt, which outlives the process's last status write (``run``).
         iterator = self.stream = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
+        with entry.blame_user(f"the model from {self.spec.entry_point} cannot be trained on these batches"):
+            self.steps.prepare(dataset.element_spec)
+            self.steps.trace(iterator)
         self.status.set_phase("training")
         last_report = time.monotonic()
         while step < self.tspec.steps:
@@ -194,7 +205,9 @@ class _Run:
                 self._stop_for_preemption(step)
             size = self._call_size(step)
             started = time.monotonic()
-            waited = float(self.steps.train_call(iterator, tf.constant(size, tf.int64)).numpy())
+            with inputs.dataset_records("dataset.train"):
+                waited, bad = self.steps.train_call(iterator, tf.constant(size, tf.int64))
+                waited, bad = float(waited.numpy()), int(bad.numpy())
             elapsed = time.monotonic() - started
             first_step, step = step, self.state.advance(size, self.global_batch)
             self.status.update(
@@ -202,6 +215,9 @@ class _Run:
                 examples_per_sec=round(size * self.global_batch / elapsed, 1),
                 input_wait_ms=round(1000.0 * waited / size, 3),
             )
+            if bad >= 0:
+                self._report(step)
+                self._diverged(first_step + bad + 1, "the training loss")
             if time.monotonic() - last_report >= self.spec.heartbeat_seconds or step == self.tspec.steps:
                 self._report(step)
                 last_report = time.monotonic()
@@ -261,16 +277,30 @@ class _Run:
             f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.stored_step}"
         )
 
+    def _diverged(self, step: int, what: str) -> None:
+        """Stop the run: ``what`` was NaN or infinite at ``step``; name the last checkpoint saved before it."""
+        self.abandon()  # the save in flight is of a step before this one: it is kept and named
+        stored = self.ckpt.stored_step
+        good = f"last good checkpoint: step {stored} (ckpt-{stored})" if stored is not None else \
+            "no checkpoint was saved before it"
+        self.writer.flush()
+        raise DivergedExit(f"training diverged: {what} was NaN or infinite at step {step}; {good}")
+
     def evaluate(self, step: int) -> None:
         if self.eval_data is None:
             return
         with self.status.clock.timed("eval"):
             self.status.set_phase("evaluating")
-            results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
+            with entry.blame_user(f"the model from {self.spec.entry_point} cannot be evaluated on dataset.eval"), \
+                    inputs.dataset_records("dataset.eval"):
+                results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
             log.info("eval at step %d: %s", step, results)
             self.status.set_metrics("eval", dict(results, step=step))
             self.status.add_eval(step, results)
             _scalars(self.writer, step, "eval", results)
+            bad = sorted(name for name, value in results.items() if not math.isfinite(value))
+            if bad:
+                self._diverged(step, "the evaluation's " + ", ".join(bad))
             if step < self.tspec.steps:
                 self.status.set_phase("training")
 

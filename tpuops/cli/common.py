@@ -85,8 +85,11 @@ def load_settings(ctx: typer.Context) -> Settings:
 
 
 def print_json(data: Any) -> None:
-    """Strict JSON on stdout: NaN and Infinity are not JSON, and inputs are finite, so one here is a bug."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+    """Strict JSON on stdout, whatever a run reported: a NaN or an infinity (a diverged run's metrics) is
+    printed as null and named in its object's ``non_finite`` list (``formats.strict_json``, docs/cli.md)."""
+    from tpuops.formats import strict_json
+
+    sys.stdout.write(json.dumps(strict_json(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
 
 
 def confirm(question: str) -> bool:

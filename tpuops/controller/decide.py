@@ -2,7 +2,8 @@
 
 No I/O here, so every rule is tested without servers. The rules (docs/design.md, "Failure taxonomy"):
 
-- the agent said succeeded or user-error -> finish, delete the node; never retry a user error;
+- the agent said succeeded, user-error or diverged -> finish, delete the node; never retry a user
+  error or a divergence (the same spec and seed fail the same way);
 - the agent said crashed -> restart from the checkpoint (replace the node), at most
   ``max_crashes`` times, then finish as crashed;
 - the node is PREEMPTED or TERMINATED -> count a preemption and replace it;
@@ -164,8 +165,8 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
     memory.handled_agent_attempt = status.attempt
     message = status.message or str(status.exit_class)
     if status.final:
-        user_error = status.exit_class == ExitClass.USER_ERROR
-        memory.finish(now, Outcome.of_exit(status.exit_class), message if user_error else f"step {status.step}")
+        succeeded = status.exit_class == ExitClass.SUCCEEDED
+        memory.finish(now, Outcome.of_exit(status.exit_class), f"step {status.step}" if succeeded else message)
         if observed.node_zone and observed.node_state is not None and not policy.keep_node:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return True

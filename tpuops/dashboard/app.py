@@ -43,6 +43,7 @@ from tpuops.dashboard.guard import TokenGuard
 from tpuops.dashboard.optuna_mount import SWEEP_COOKIE, OptunaMount, wrap
 from tpuops.dashboard.source import Source
 from tpuops.errors import NotFound, TpuopsError, UsageError
+from tpuops.formats import strict_json
 
 HERE = Path(__file__).parent
 PAGE_ROWS = 200
@@ -50,8 +51,15 @@ PAGE_ROWS = 200
 ACTION_PATHS = ("/actions/sweeps/{name}/stop", "/actions/runs/{run_id}/stop", "/actions/nodes/{zone}/{name}/delete")
 
 
+class _JSON(JSONResponse):
+    """Strict JSON whatever a run reported: NaN and infinities as null, named in ``non_finite`` (``strict_json``)."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(strict_json(content))
+
+
 def _sse(event: str, data: Any) -> str:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+    return f"event: {event}\ndata: {json.dumps(strict_json(data), allow_nan=False)}\n\n"
 
 
 class Dashboard:
@@ -105,13 +113,13 @@ class Dashboard:
         ids = [i for i in request.query_params.get("ids", "").split(",") if i][:PAGE_ROWS]
         found = await run_in_threadpool(self.source.run_rows, ids)
         now = datetime.now(UTC)
-        return JSONResponse([views.run_row(run, now) for run in found])
+        return _JSON([views.run_row(run, now) for run in found])
 
     async def run_panel(self, request: Request) -> Response:
         detail = await run_in_threadpool(self.source.run_detail, request.path_params["run_id"])
         goodput = detail.run.goodput
         parts = [(name[:-2], getattr(goodput, name)) for name in goodput.PARTS] if goodput else []
-        return JSONResponse({
+        return _JSON({
             "row": views.run_row(detail.run, datetime.now(UTC)),
             "timeline": svg.timeline_svg(detail.timeline),
             "goodput": svg.stacked_bar_svg(parts),
@@ -123,21 +131,21 @@ class Dashboard:
         })
 
     async def sweeps_data(self, _request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self.source.sweeps))
+        return _JSON(await run_in_threadpool(self.source.sweeps))
 
     async def sweep_data(self, request: Request) -> Response:
         status = await run_in_threadpool(self.source.sweep, request.path_params["name"])
-        return JSONResponse(status.to_json())
+        return _JSON(status.to_json())
 
     async def _nodes(self) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
         return [views.node_row(row, now) for row in await run_in_threadpool(self.source.nodes)]
 
     async def nodes_data(self, _request: Request) -> Response:
-        return JSONResponse(await self._nodes())
+        return _JSON(await self._nodes())
 
     async def cost_data(self, _request: Request) -> Response:
-        return JSONResponse((await run_in_threadpool(self.source.cost)).to_json())
+        return _JSON((await run_in_threadpool(self.source.cost)).to_json())
 
     # -- live -----------------------------------------------------------------------------------
 
@@ -192,16 +200,16 @@ class Dashboard:
 
     async def _act(self, request: Request, target: str, act: Callable[[], str]) -> Response:
         if not same(request.headers.get(CSRF_HEADER), csrf_value(self.token)):
-            return JSONResponse({"error": f"missing or wrong {CSRF_HEADER} header (reload the page)"},
+            return _JSON({"error": f"missing or wrong {CSRF_HEADER} header (reload the page)"},
                                 status_code=403)
         try:
             body = await request.json()
         except ValueError:
             body = None
         if not isinstance(body, dict) or body.get("confirm") != target:
-            return JSONResponse({"error": f"confirm by sending {{\"confirm\": \"{target}\"}}: the name of what "
+            return _JSON({"error": f"confirm by sending {{\"confirm\": \"{target}\"}}: the name of what "
                                           "you act on, repeated"}, status_code=400)
-        return JSONResponse({"done": await run_in_threadpool(act)})
+        return _JSON({"done": await run_in_threadpool(act)})
 
     async def stop_sweep(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -242,12 +250,12 @@ class Dashboard:
 
 
 async def _bad_input(_request: Request, err: Exception) -> Response:
-    return JSONResponse({"error": str(err)}, status_code=400)
+    return _JSON({"error": str(err)}, status_code=400)
 
 
 async def _not_found(_request: Request, err: Exception) -> Response:
-    return JSONResponse({"error": str(err)}, status_code=404)
+    return _JSON({"error": str(err)}, status_code=404)
 
 
 async def _failed(_request: Request, err: Exception) -> Response:
-    return JSONResponse({"error": str(err)}, status_code=502)
+    return _JSON({"error": str(err)}, status_code=502)

@@ -194,7 +194,7 @@ class AgentStatus(_Doc):
 
     @property
     def final(self) -> bool:
-        """The agent ended the run for good (succeeded or user-error): nothing will restart it."""
+        """The agent ended the run for good (succeeded, user-error or diverged): nothing will restart it."""
         return self.exit_class is not None and self.exit_class.final
 
     def eval_metric(self, name: str) -> float | None:

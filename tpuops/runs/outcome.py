@@ -38,6 +38,7 @@ class Outcome(ValueEnum):
     SUCCEEDED = "succeeded"
     USER_ERROR = "user-error"
     CRASHED = "crashed"
+    DIVERGED = "diverged"  # the loss or a metric became NaN or infinite: failed, never retried
     BUDGET_EXHAUSTED = "budget-exhausted"
     FAILED = "failed"  # a create request was refused (quota, permission, invalid)
     # A sweep ended the run (tpuops.sweeps): its pruner, 'sweep stop' or the sweep's budget, too many preemptions.
@@ -47,7 +48,7 @@ class Outcome(ValueEnum):
 
     @classmethod
     def of_exit(cls, exit_class: ExitClass) -> Outcome:
-        """The outcome a final agent exit (succeeded, user-error) or the last crash gives the run."""
+        """The outcome a final agent exit (succeeded, user-error, diverged) or the last crash gives the run."""
         return OUTCOME_OF_EXIT[exit_class]
 
 
@@ -55,6 +56,7 @@ OUTCOME_OF_EXIT = MappingProxyType({
     ExitClass.SUCCEEDED: Outcome.SUCCEEDED,
     ExitClass.USER_ERROR: Outcome.USER_ERROR,
     ExitClass.CRASHED: Outcome.CRASHED,
+    ExitClass.DIVERGED: Outcome.DIVERGED,
 })
 """The ending an agent's exit gives its run; PREEMPTED gives none (the run is recovered)."""
 
@@ -62,6 +64,7 @@ COUNTS_AS_FAILURE = MappingProxyType({
     Outcome.SUCCEEDED: False,
     Outcome.USER_ERROR: True,
     Outcome.CRASHED: True,
+    Outcome.DIVERGED: False,
     Outcome.BUDGET_EXHAUSTED: False,
     Outcome.FAILED: True,
     Outcome.PRUNED: False,
@@ -69,4 +72,6 @@ COUNTS_AS_FAILURE = MappingProxyType({
     Outcome.PREEMPTED_OUT: False,
 })
 """Whether the ending is a failure of the run's code or request (a sweep's ``max_failures`` counts these);
-the budget, preemptions and a sweep's own stops are not."""
+the budget, preemptions and a sweep's own stops are not. Nor is a divergence: in a sweep it is what the
+sampled hyperparameters did (a learning rate too high), a result the sampler learns from, not broken code; the
+run itself still failed (it never counts as a success, and ``train`` exits 1)."""

@@ -11,7 +11,10 @@ told as ``TRIAL_STATE`` says.
   it has reported), so a step recomputed after a restart is reported once.
 - A finished run is told: succeeded -> COMPLETE with the objective (at ``objective_step`` or the
   final evaluation; none reported -> FAIL); user error, crash past the restarts, a refused
-  create -> FAIL, counted against ``max_failures``; stopped by the sweep (pruned, stopped,
+  create -> FAIL, counted against ``max_failures``; diverged (a NaN or infinite loss or metric),
+  or an objective that is NaN or infinite -> FAIL, as Optuna itself fails a trial whose objective
+  returns NaN, saying so, and not counted against ``max_failures`` (the sampled hyperparameters
+  diverged, the code did not fail); stopped by the sweep (pruned, stopped,
   out of budget) -> PRUNED, as Optuna does for a trial ended early; too many preemptions -> FAIL,
   not counted as a failure of the code.
 - A running trial is never told on account of a preemption: its run is recovered from its
@@ -62,6 +65,7 @@ TRIAL_STATE = MappingProxyType({
     Outcome.SUCCEEDED: TrialState.COMPLETE,
     Outcome.USER_ERROR: TrialState.FAIL,
     Outcome.CRASHED: TrialState.FAIL,
+    Outcome.DIVERGED: TrialState.FAIL,
     Outcome.FAILED: TrialState.FAIL,
     Outcome.PREEMPTED_OUT: TrialState.FAIL,
     Outcome.PRUNED: TrialState.PRUNED,
@@ -171,12 +175,12 @@ def _new_values(trial: TrialView, run: RunView) -> list[tuple[int, float]]:
 
 
 def objective_of(run: RunView, objective_step: int | None) -> float | None:
-    """The value to tell for a succeeded run; None when it reported none."""
+    """The value to tell for a succeeded run (NaN or infinite as it was reported); None when it reported none."""
     if objective_step is not None:
         at = [value for step, value in run.evals if step == objective_step]
         if at:
             return at[-1]
-    return run.final if run.final is not None and math.isfinite(run.final) else None
+    return run.final
 
 
 def tell_for(number: int, run: RunView, objective_step: int | None, has_values: bool) -> Tell:
@@ -188,6 +192,8 @@ def tell_for(number: int, run: RunView, objective_step: int | None, has_values: 
         value = objective_of(run, objective_step)
         if value is None:
             return Tell(number, TrialState.FAIL, None, "the run succeeded but reported no objective value", True)
+        if not math.isfinite(value):
+            return Tell(number, TrialState.FAIL, None, f"the objective was {value} (diverged)", False)
         return Tell(number, TrialState.COMPLETE, value, why, False)
     if state is TrialState.PRUNED and not has_values and outcome is not Outcome.PRUNED:
         return Tell(number, TrialState.FAIL, None, why, False)  # stopped before its first value: nothing to keep

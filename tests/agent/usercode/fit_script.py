@@ -2,7 +2,8 @@
 
     python fit_script.py --epochs=3 --steps_per_epoch=20 [--batch=32]
 
-Flags it does not know (the other hparams, passed as flags too) are ignored.
+Flags it does not know (the other hparams, passed as flags too) are ignored. The model is
+``testmodels.slow_mlp`` unless hparam ``model`` names another function of ``testmodels``.
 """
 
 import argparse
@@ -38,7 +39,7 @@ def dataset(name, training):  # type: ignore[no-untyped-def]
 
 
 tf.keras.utils.set_random_seed(int(os.environ["TPUOPS_SEED"]))
-model = testmodels.slow_mlp(hparams)
+model = getattr(testmodels, hparams.get("model", "slow_mlp"))(hparams)  # another testmodels function if named
 model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 ckpt = tpuops_helper.StepCheckpoint(model, steps_per_epoch=args.steps_per_epoch)
 model.fit(

@@ -84,3 +84,60 @@ def compiled_mlp(hparams: dict) -> tf.keras.Model:
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy("acc")],
     )
     return model
+
+
+def _plain_mlp(hparams: dict) -> tf.keras.Model:
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(hparams["features"],)),
+            tf.keras.layers.Dense(hparams.get("hidden", 16), activation="relu"),
+            tf.keras.layers.Dense(hparams["classes"], activation="softmax"),
+        ]
+    )
+
+
+def unknown_loss(hparams: dict) -> tf.keras.Model:
+    """Compiled with a loss Keras does not know: Keras resolves it only when the training step is traced."""
+    model = _plain_mlp(hparams)
+    model.compile(optimizer="adam", loss="no_such_loss")
+    return model
+
+
+def unknown_metric(hparams: dict) -> tf.keras.Model:
+    model = _plain_mlp(hparams)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["no_such_metric"])
+    return model
+
+
+class NanAfter(tf.keras.layers.Layer):
+    """Counts training forward passes; from pass ``after + 1`` on, its outputs are NaN (a run that diverges)."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+        self.passes = tf.Variable(0, dtype=tf.int64, trainable=False, name="passes")
+
+    def call(self, inputs: tf.Tensor, training: object = None) -> tf.Tensor:
+        if not training:
+            return inputs
+        count = self.passes.assign_add(1)
+        return inputs * tf.where(count > self.after, float("nan"), 1.0)
+
+
+def diverges(hparams: dict) -> tf.keras.Model:
+    """slow_mlp whose training loss turns NaN at step ``nan_after + 1`` (trained by the built-in loop)."""
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(hparams["features"],)),
+            tf.keras.layers.Dense(hparams.get("hidden", 16), activation="relu"),
+            tf.keras.layers.Dense(hparams["classes"], activation="softmax"),
+            NanAfter(hparams["nan_after"]),  # last: a relu would turn its NaN into 0
+        ]
+    )
+
+
+def diverges_compiled(hparams: dict) -> tf.keras.Model:
+    """``diverges``, compiled: trained by its own train_step, as model.fit trains it."""
+    model = diverges(hparams)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model

@@ -16,6 +16,11 @@ end, to ``TPUOPS_CHECKPOINT_DIR``; TF 2.9's ``BackupAndRestore`` saves at epoch 
 The notice is SIGTERM, which the agent also sends when the metadata server's preempted flag
 turns TRUE: the callback saves at the next batch end and exits with code 143.
 
+A checkpoint is written only while the batch's logs are finite: at a save, a loss or metric
+that is NaN or infinite stops ``model.fit`` instead (the run diverged; the agent reports it from
+the ``StatusReporter``'s report), so the newest checkpoint is the last good one. The check is
+made only at a save, which syncs with the device anyway.
+
 Resume is exact in steps: construction restores the newest checkpoint; ``resume(dataset)``
 skips the batches already trained (give it an endless, deterministically shuffled dataset,
 e.g. ``shuffle(n, seed=s).repeat().batch(b, drop_remainder=True)``), ``initial_epoch`` starts
@@ -32,6 +37,7 @@ per batch. Outside tpuops (no environment) the reporter does nothing.
 """
 
 import json
+import math
 import os
 import signal
 import sys
@@ -126,20 +132,35 @@ class StepCheckpoint(tf.keras.callbacks.Callback):
         _write_report()
         print(f"tpuops_helper: checkpoint {path}", flush=True)
 
+    def _diverged(self, logs: Any) -> bool:
+        """True (and fit stops) when a value of ``logs`` is NaN or infinite: the weights are not saved."""
+        values = _floats(logs)
+        if all(math.isfinite(value) for value in values.values()):
+            return False
+        print(f"tpuops_helper: diverged at step {self.step} ({values}): stopping, not checkpointing", flush=True)
+        self.model.stop_training = True
+        _REPORT.setdefault("metrics", {})["train"] = values
+        _REPORT["step"] = self.step
+        _write_report()
+        return True
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self.step += 1
         total = self.params.get("epochs", 0) * self._steps_per_epoch
+        last = bool(total) and self.step >= total
+        due = self._preempted or last or bool(self._every_steps and self.step % self._every_steps == 0) or bool(
+            self._every_seconds and time.monotonic() - self._saved_at >= self._every_seconds)
+        if not due:
+            return
+        if self._diverged(logs):
+            self._saved_step = self.step  # nothing more is saved, on_train_end included
+        else:
+            self.save()
         if self._preempted:
-            self.save()
-            print(f"tpuops_helper: preemption notice: checkpointed at step {self.step}, exiting", flush=True)
+            print(f"tpuops_helper: preemption notice: checkpointed at step {self._saved_step}, exiting", flush=True)
             sys.exit(PREEMPTED_EXIT)
-        if total and self.step >= total:
+        if last:
             self.model.stop_training = True
-            self.save()
-        elif (self._every_steps and self.step % self._every_steps == 0) or (
-            self._every_seconds and time.monotonic() - self._saved_at >= self._every_seconds
-        ):
-            self.save()
 
     def on_train_end(self, logs: Any = None) -> None:
         self.save()
