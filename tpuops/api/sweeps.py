@@ -84,10 +84,24 @@ def sweep_report(settings: Settings, name: str, out: Path | None = None) -> tupl
 
 
 def sweep_list(settings: Settings) -> list[dict[str, Any]]:
-    """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass."""
+    """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass; a sweep whose
+    sweep.json or state.json cannot be read is listed with phase ``damaged`` and ``damaged`` saying why."""
+    from tpuops.errors import DamagedDocument
+    from tpuops.runs import parallel_map
     from tpuops.session import store
-    from tpuops.sweeps.ops import all_sweeps, load_state
+    from tpuops.sweeps.ops import all_sweeps, load_state, read_sweep
 
     root = store(settings)
-    return [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()
-                               if k in ("phase", "outcome", "last_pass")}} for name in all_sweeps(root)]
+
+    def row(name: str) -> dict[str, Any]:
+        damage, shown = [], {"phase": "damaged", "outcome": None, "last_pass": None}
+        for read in (lambda: read_sweep(root, name), lambda: shown.update(
+                {k: v for k, v in vars(load_state(root, name)[0]).items() if k in shown})):
+            try:
+                read()
+            except DamagedDocument as err:
+                damage.append(str(err))
+        return {"sweep": name, **shown, **({"phase": "damaged"} if damage else {}),
+                "damaged": "; ".join(damage) or None}
+
+    return parallel_map(row, all_sweeps(root))

@@ -161,6 +161,9 @@ def list_sweeps(ctx: typer.Context, as_json: bool = JSON) -> None:
     else:
         print_table("sweeps", ("sweep", "phase", "outcome", "last pass"),
                     [(r["sweep"], r["phase"], r["outcome"], r["last_pass"]) for r in rows])
+        for r in rows:
+            if r["damaged"]:
+                err_console().print(f"{r['sweep']}: damaged: {r['damaged']}", markup=False, soft_wrap=True)
 
 
 def register(app_: typer.Typer) -> None:

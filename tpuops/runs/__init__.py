@@ -28,6 +28,7 @@ from tpuops.runs.models import (
     spec_json,
 )
 from tpuops.runs.ops import (
+    DAMAGED,
     MAX_READERS,
     LogTail,
     Run,
@@ -51,20 +52,21 @@ from tpuops.runs.ops import (
     read_status_versioned,
     rebuild_index,
     reopen,
+    repair_hint,
     run_exists,
     save_memory,
     self_deleted_at,
     self_deletes,
+    whole_run,
     write_status,
 )
 
 __all__ = [
-    "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
-    "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
-    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
-    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
-    "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "rebuild_index",
-    "record_key", "reopen", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key",
-    "status_key",
-    "write_status",
+    "DAMAGED", "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec",
+    "Outcome", "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
+    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished", "list_runs", "load_memory",
+    "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_document", "read_record",
+    "read_run_spec", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "repair_hint",
+    "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key", "status_key",
+    "whole_run", "write_status",
 ]
