@@ -288,7 +288,7 @@ def whole_run(store: Store, run_id: str) -> Run:
     run = open_run(store, run_id)
     if run.damage:
         raise DamagedDocument(f"run {run_id} is damaged: {'; '.join(run.damage)}. {repair_hint(run_id)}",
-                              where=store.uri_of(layout.run_key(run_id, "")))
+                              where=store.uri_of(layout.record_key(run_id)))
     return run
 
 
