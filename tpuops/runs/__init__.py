@@ -8,9 +8,11 @@ sweeps and the front door (``tpuops.api``, which the CLI calls) use only this pa
 run's files.
 
 Invariants: run.json and spec.json are written once and never change; only the controller's lease
-holder (and ``reopen``) writes memory.json, with compare-and-swap; a run is finished when the
-controller says so (``Memory.phase``) or the agent ended it for good (succeeded, user-error) —
-``is_finished`` is the one test of that.
+holder (and ``reopen``, and ``repair`` of a damaged one) writes memory.json, with compare-and-swap; a
+run is finished when the controller says so (``Memory.phase``) or the agent ended it for good
+(succeeded, user-error) — ``is_finished`` is the one test of that. A document that cannot be read
+makes its run damaged (``Run.damage``), never the listing that met it (``repair`` says what is done
+about it).
 """
 
 from tpuops.runs.layout import logs_prefix, memory_key, record_key, spec_key, status_key

@@ -18,6 +18,8 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               written (as memory.json), then left like the run's other files (a
                               run's files outlive it). Nothing writes control.json any more, so
                               their number cannot grow: not a leak, and not worth a delete per save.
+    runs/<run>/<name>.damaged a damaged memory.json, control.json or status.json as it was, kept by
+                              ``tpuops runs repair`` before it replaced it (``tpuops.runs.repair``).
     runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
@@ -37,7 +39,8 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               (``tpuops.controller.wake``), and with the run's active marker.
 
 A run exists once its run.json does; the markers are derived from the run documents and can be
-rebuilt from them (``rebuild_index``).
+rebuilt from them (``rebuild_index``), except that ``tpuops runs forget`` takes a damaged run out of
+both indexes and leaves its files: a rebuild of the index lists it again.
 """
 
 from __future__ import annotations
