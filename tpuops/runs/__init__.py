@@ -50,6 +50,7 @@ from tpuops.runs.ops import (
     read_document,
     read_record,
     read_run_spec,
+    read_state,
     read_status,
     read_status_versioned,
     rebuild_index,
@@ -68,7 +69,7 @@ __all__ = [
     "Outcome", "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
     "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished", "list_runs", "load_memory",
     "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_document", "read_record",
-    "read_run_spec", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen", "repair_hint",
-    "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key", "status_key",
-    "whole_run", "write_status",
+    "read_run_spec", "read_state", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen",
+    "repair_hint", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key",
+    "status_key", "whole_run", "write_status",
 ]

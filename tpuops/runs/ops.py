@@ -264,22 +264,33 @@ def _stand_in(run_id: str) -> RunRecord:
         name=run_id, accelerator="unknown", runtime="unknown", capacity=Capacity.ON_DEMAND, zones=["unknown"]))
 
 
+def _tolerant(read: Callable[[], T], stand_in: T, damage: list[str]) -> T:
+    """``read()``, or ``stand_in`` when the document it reads is damaged (the damage goes to ``damage``)."""
+    try:
+        return read()
+    except DamagedDocument as err:
+        damage.append(str(err))
+        return stand_in
+
+
+def read_state(store: Store, run_id: str) -> tuple[AgentStatus | None, Memory, tuple[str, ...]]:
+    """The agent's status and the controller's memory as far as they can be read, and what is damaged of them
+    (a damaged status reads as none, a damaged memory as a fresh one): for readers that must go on past one
+    damaged run (listings, a sweep's trials)."""
+    damage: list[str] = []
+    status = _tolerant(lambda: read_status(store, run_id), None, damage)
+    memory = _tolerant(lambda: load_memory(store, run_id)[0], Memory(), damage)
+    return status, memory, tuple(damage)
+
+
 def open_run(store: Store, run_id: str) -> Run:
     """Record, status and memory of one run, as far as they can be read (a damaged document makes the run
     damaged, see ``Run``); ``UsageError`` if there is no such run."""
     damage: list[str] = []
-
-    def tolerant(read: Callable[[], T], stand_in: T) -> T:
-        try:
-            return read()
-        except DamagedDocument as err:
-            damage.append(str(err))
-            return stand_in
-
-    record = tolerant(lambda: read_record(store, run_id), None)
-    status = tolerant(lambda: read_status(store, run_id), None)
-    memory = tolerant(lambda: load_memory(store, run_id)[0], Memory())
-    return Run(record or _stand_in(run_id), status, memory, damage=tuple(damage), record_known=record is not None)
+    record = _tolerant(lambda: read_record(store, run_id), None, damage)
+    status, memory, more = read_state(store, run_id)
+    return Run(record or _stand_in(run_id), status, memory, damage=(*damage, *more),
+               record_known=record is not None)
 
 
 def whole_run(store: Store, run_id: str) -> Run:
