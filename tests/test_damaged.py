@@ -225,3 +225,20 @@ def test_the_verdict_on_a_damaged_runs_node_leaves_a_working_agent_and_ends_a_si
     assert damaged_verdict(NodeState.READY, None, 151.0, now, policy) == \
         "no readable agent status on a node READY for 151 s"
     assert damaged_verdict(NodeState.PREEMPTED, ended, 500.0, now, policy) is None
+
+
+def test_logs_follow_goes_on_past_a_garbled_status_and_ends_when_the_run_ends(settings: Settings) -> None:
+    declare(settings, "r1")
+    root = store(settings)
+    root.write_bytes(f"{runs.logs_prefix('r1')}000000.log", b"step 10\n")
+    ended = AgentStatus(run_id="r1", attempt=1, exit_class=ExitClass.SUCCEEDED)
+    script = [lambda: root.write_bytes(runs.status_key("r1"), GARBLED),
+              lambda: runs.write_status(root, "r1", ended)]
+    polls: list[float] = []
+
+    def next_moment(seconds: float) -> None:  # each poll of the follower moves the run on by one moment
+        polls.append(seconds)
+        script.pop(0)()
+
+    assert list(runs.follow_logs(root, "r1", follow=True, poll_s=0.0, sleep=next_moment)) == ["step 10"]
+    assert script == [] and len(polls) == 2, "the garbled moment was read, and did not end the follow"

@@ -384,13 +384,15 @@ def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float,
 
     A preemption or a crash is not the end: the controller brings the run back and its next
     attempt appends to the same log. The run ends when ``is_finished`` says so; the lines
-    written before that are all yielded.
+    written before that are all yielded. A damaged status or memory is no end either (``read_state``):
+    the agent rewrites its status, and ``tpuops runs repair`` the memory.
     """
     read_record(store, run_id)
     tail = LogTail(store, run_id)
     while True:
         yield from tail.new_lines()
-        if not follow or is_finished(load_memory(store, run_id)[0], read_status(store, run_id)):
+        status, memory, _ = read_state(store, run_id)
+        if not follow or is_finished(memory, status):
             yield from tail.new_lines()
             return
         sleep(poll_s)
