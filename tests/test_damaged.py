@@ -24,6 +24,7 @@ from helpers import poll
 from starlette.testclient import TestClient
 from test_controller_pass import DONE, LIVE, ZONE, World, world  # noqa: F401  (world: the fixture)
 from test_runs import record
+from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import api, runs
 from tpuops.api.dashboard import bound_source
@@ -35,11 +36,15 @@ from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
 from tpuops.errors import DamagedDocument
 from tpuops.kinds import Provider
+from tpuops.ledger import Ledger
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Outcome
 from tpuops.session import store
+from tpuops.store.lease import Leases
+from tpuops.sweeps.advance import SweepPass
 from tpuops.sweeps.models import SweepState
 from tpuops.sweeps.ops import ACTIVE, record_key, state_key
+from tpuops.sweeps.start import plan_sweep, start_sweep
 
 pytestmark = pytest.mark.unit
 
@@ -242,3 +247,36 @@ def test_logs_follow_goes_on_past_a_garbled_status_and_ends_when_the_run_ends(se
 
     assert list(runs.follow_logs(root, "r1", follow=True, poll_s=0.0, sleep=next_moment)) == ["step 10"]
     assert script == [] and len(polls) == 2, "the garbled moment was read, and did not end the follow"
+
+
+def test_a_damaged_trial_run_holds_its_slot_and_a_damaged_sweep_state_is_repaired(
+        work: Work) -> None:  # noqa: F811  (the imported fixture)
+    settings = work.settings(BEFORE)
+    root = store(settings)
+    start_sweep(plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", root, base_dir=work.root), root,
+                lambda _: None)
+
+    def sweep_pass() -> dict[str, str]:
+        return SweepPass(settings, root, Ledger(settings.ledger_path), Leases(root, "test", ttl_s=60), held=set(),
+                         progress=lambda _: None).run().errors
+
+    assert sweep_pass() == {}
+    root.write_bytes(runs.memory_key("frozen-t0000"), GARBLED)
+    root.write_bytes(runs.record_key("frozen-t0001"), GARBLED)
+    assert sweep_pass() == {}, "a damaged trial run is not the sweep's failure"
+    assert [row.run_id for row in api.sweep_status(settings, "frozen").trials] == ["frozen-t0000", "frozen-t0001"]
+
+    root.write_bytes(state_key("frozen"), GARBLED)
+    assert "state.json is damaged" in sweep_pass()["frozen"]
+    assert [(row["phase"], bool(row["damaged"])) for row in api.sweep_list(settings)] == [("damaged", True)]
+    assert api.sweep_repair(settings, "frozen", dry_run=True)["done"] == []
+    repaired = api.sweep_repair(settings, "frozen")
+    assert repaired["done"] == ["state.json rebuilt: active"] and repaired["repairable"]
+    assert root.read_bytes(state_key("frozen") + ".damaged") == GARBLED
+    assert sweep_pass() == {}
+    assert [(row["phase"], row["damaged"]) for row in api.sweep_list(settings)] == [("active", None)]
+
+    root.write_bytes(record_key("frozen"), b"[]")
+    retired = api.sweep_repair(settings, "frozen")
+    assert not retired["repairable"] and "off the passes' list" in retired["done"][0]
+    assert sweep_pass() == {}, "no pass fails on a sweep it cannot read any more"

@@ -35,7 +35,16 @@ from tpuops.api.dashboard import (
 )
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
-from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
+from tpuops.api.sweeps import (
+    SweepStarted,
+    sweep_list,
+    sweep_plan,
+    sweep_repair,
+    sweep_report,
+    sweep_start,
+    sweep_status,
+    sweep_stop,
+)
 from tpuops.api.tools import (
     doctor,
     emulator_billing,
@@ -65,8 +74,8 @@ __all__ = [
     "plan_resume", "plan_train", "plan_up", "plan_up_queued", "reachable_store", "reap_orphans", "reconcile",
     "repair", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status",
     "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "status", "stop_run", "sweep_list",
-    "sweep_plan", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train", "up",
-    "watch", "watch_marks",
+    "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage",
+    "train", "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:
