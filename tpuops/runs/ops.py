@@ -196,7 +196,8 @@ class Run:
     A document that cannot be read (``DamagedDocument``) makes the run damaged instead of failing the read:
     ``damage`` holds one line per damaged document, its place is taken by what a missing one reads as (no
     status, a fresh memory; for run.json a stand-in record that names only the run, ``record_known`` False),
-    and ``phase`` says ``damaged``. Acting on such a run goes through ``whole_run``, which refuses it.
+    and ``phase`` says ``damaged``. A command that acts on a run it names reads it with ``whole_run``, which
+    refuses a damaged one (``train --resume``).
     """
 
     record: RunRecord
