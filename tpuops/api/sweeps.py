@@ -102,22 +102,19 @@ def sweep_repair(settings: Settings, name: str, *, dry_run: bool = False) -> dic
 def sweep_list(settings: Settings) -> list[dict[str, Any]]:
     """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass; a sweep whose
     sweep.json or state.json cannot be read is listed with phase ``damaged`` and ``damaged`` saying why."""
-    from tpuops.errors import DamagedDocument
     from tpuops.runs import parallel_map
     from tpuops.session import store
-    from tpuops.sweeps.ops import all_sweeps, load_state, read_sweep
+    from tpuops.sweeps.ops import all_sweeps, diagnose_sweep, load_state
 
     root = store(settings)
 
     def row(name: str) -> dict[str, Any]:
-        damage, shown = [], {"phase": "damaged", "outcome": None, "last_pass": None}
-        for read in (lambda: read_sweep(root, name), lambda: shown.update(
-                {k: v for k, v in vars(load_state(root, name)[0]).items() if k in shown})):
-            try:
-                read()
-            except DamagedDocument as err:
-                damage.append(str(err))
-        return {"sweep": name, **shown, **({"phase": "damaged"} if damage else {}),
-                "damaged": "; ".join(damage) or None}
+        damage = diagnose_sweep(root, name)
+        if damage:
+            return {"sweep": name, "phase": "damaged", "outcome": None, "last_pass": None,
+                    "damaged": "; ".join(damage.values())}
+        state = load_state(root, name)[0]
+        return {"sweep": name, "phase": state.phase, "outcome": state.outcome, "last_pass": state.last_pass,
+                "damaged": None}
 
     return parallel_map(row, all_sweeps(root))
