@@ -209,9 +209,9 @@ def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:
         return model.model_validate_json(data)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first.get("loc", ())) or "document"
-        raise DamagedDocument(f"{where} is damaged: {field}: {first.get('msg', 'invalid value')}",
-                              where=where) from None
+        field = ".".join(str(part) for part in first.get("loc", ()))
+        what = f"{field}: " if field else ""  # no field: the document as a whole (not JSON, not an object)
+        raise DamagedDocument(f"{where} is damaged: {what}{first.get('msg', 'invalid value')}", where=where) from None
 
 
 def spec_json(spec: RunSpec) -> dict[str, Any]:
