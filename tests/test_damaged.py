@@ -29,16 +29,17 @@ from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fix
 from tpuops import api, runs
 from tpuops.api.dashboard import bound_source
 from tpuops.config import Settings
-from tpuops.controller.decide import Policy, damaged_verdict
+from tpuops.controller.decide import Observed, Policy, damaged_verdict, decide
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
 from tpuops.errors import DamagedDocument
-from tpuops.kinds import Provider
+from tpuops.kinds import Capacity, Provider
 from tpuops.ledger import Ledger
-from tpuops.providers.nodes import NodeState
+from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, ExitClass, Outcome
+from tpuops.runs.repair import Diagnosis, rebuild_memory
 from tpuops.session import store
 from tpuops.store.lease import Leases
 from tpuops.sweeps.advance import SweepPass
@@ -280,3 +281,22 @@ def test_a_damaged_trial_run_holds_its_slot_and_a_damaged_sweep_state_is_repaire
     retired = api.sweep_repair(settings, "frozen")
     assert not retired["repairable"] and "off the passes' list" in retired["done"][0]
     assert sweep_pass() == {}, "no pass fails on a sweep it cannot read any more"
+
+
+def test_a_rebuilt_memory_acts_on_the_agents_last_word_and_counts_no_preemption_for_a_missing_node() -> None:
+    node = NodeInfo(name="r1", zone=ZONE, project="p", accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
+                    capacity=Capacity.SPOT, state=NodeState.READY, health="", labels={}, create_time=None)
+    found = Diagnosis("r1", {"memory.json": "garbled"}, node, active=True)
+    on_node = rebuild_memory(found, status_attempt=3, final=None, now=1.0)
+    assert (on_node.attempts, on_node.zone, on_node.handled_agent_attempt, on_node.deleting) == (3, ZONE, 2, False)
+    crashed = AgentStatus(attempt=3, exit_class=ExitClass.CRASHED)
+    decision = decide(on_node, Observed(listed=True, node_state=NodeState.READY, node_zone=ZONE, status=crashed),
+                      2.0, Policy(zones=(ZONE,)))
+    assert on_node.crashes == 1 and [a.kind for a in decision.actions] == ["delete", "create"], \
+        "the crash the agent last reported is handled as the lost memory would have"
+
+    gone = rebuild_memory(Diagnosis("r1", {"memory.json": "garbled"}, None, active=True), 3, None, 1.0)
+    decision = decide(gone, Observed(listed=True), 2.0, Policy(zones=(ZONE,)))
+    assert gone.preemptions == 0 and [a.kind for a in decision.actions] == ["create"]
+    ended = rebuild_memory(Diagnosis("r1", {"memory.json": "garbled"}, None, active=False), 0, None, 1.0)
+    assert ended.finished and ended.outcome is Outcome.FAILED

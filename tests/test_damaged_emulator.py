@@ -83,6 +83,13 @@ def test_a_garbled_memory_leaves_every_command_working_and_forget_deletes_the_bi
     assert nodes.status_code == 200 and "damaged" in nodes.text
     assert page.get("/data/nodes").json()[0]["damaged"].startswith("damaged: ")
 
+    root.write_bytes(runs.status_key("whole"), b"\xff")
+    code, out, err = cli(capsys, "runs", "repair", "whole", "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["done"] == [] and list(json.loads(out)["damaged"]) == ["status.json"]
+    code, out, err = cli(capsys, "runs", "repair", "whole")
+    assert code == 0 and "done: status.json set aside as status.json.damaged" in err
+    assert cli(capsys, "runs", "repair", "whole")[2].strip() == "run whole is not damaged: nothing to repair"
+
     code, out, err = cli(capsys, "runs", "forget", "broken", "--dry-run", "--json")
     assert code == 0, err
     planned = json.loads(out)
