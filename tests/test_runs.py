@@ -17,7 +17,7 @@ from lanes import LOCAL_AND_GCS
 
 from tpuops import runs
 from tpuops.deadline import endgame
-from tpuops.errors import PreconditionFailed, UsageError
+from tpuops.errors import DamagedDocument, PreconditionFailed, UsageError
 from tpuops.kinds import Capacity
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
 from tpuops.store import LocalStore, Store, open_store
@@ -78,8 +78,9 @@ def test_a_missing_run_and_a_malformed_document_are_one_clear_error(store: Store
         runs.read_record(store, "ghost")
     declare(store, "r1")
     store.write_bytes(runs.status_key("r1"), b'{"step": "many"}')
-    with pytest.raises(UsageError, match=r"status\.json: step: "):
+    with pytest.raises(DamagedDocument, match=r"status\.json is damaged: step: ") as damaged:
         runs.read_status(store, "r1")
+    assert damaged.value.exit_code == 1, "a damaged store document is a failure of the world, not a usage error"
 
 
 def test_an_empty_status_object_reads_as_no_status_yet(store: Store) -> None:

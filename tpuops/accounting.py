@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tpuops import runs
 from tpuops.clock import UTC
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.errors import DamagedDocument, UsageError
 from tpuops.session import open_ledger, store
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str 
     def status_of(rid: str) -> runs.AgentStatus | None:  # a malformed status costs its goodput, not the report
         try:
             return runs.read_status(where, rid)
-        except UsageError:
+        except DamagedDocument:
             return None
 
     statuses = runs.parallel_map(status_of, run_ids)

@@ -91,6 +91,22 @@ class IntegrityError(TpuopsError):
     """Bytes do not match their checksum (a local file changed, or a stored object is corrupt)."""
 
 
+class DamagedDocument(TpuopsError):
+    """A document tpuops keeps in the store (a run's ``run.json``, ``memory.json`` or ``status.json``, a sweep's
+    ``sweep.json`` or ``state.json``) cannot be read: not JSON, or a value of the wrong type.
+
+    A failure of the world (exit 1), not of the user's input: the documents loader (``tpuops.documents``) is for
+    files a user gives, whose errors are usage errors. The message names the object and what is wrong. Only
+    that one run or sweep is damaged: listings show it so and go on, a controller pass drives every other run
+    (docs/design.md, "Failure taxonomy"), and ``tpuops runs repair`` / ``forget`` deal with it.
+    """
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message)
+        self.where = where
+        """The URI of the damaged document."""
+
+
 class UserJobError(TpuopsError):
     """The user's job raised or its spec is wrong: never retried."""
 

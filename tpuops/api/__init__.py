@@ -34,7 +34,16 @@ from tpuops.api.dashboard import (
 )
 from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
-from tpuops.api.sweeps import SweepStarted, sweep_list, sweep_plan, sweep_report, sweep_start, sweep_status, sweep_stop
+from tpuops.api.sweeps import (
+    SweepStarted,
+    sweep_list,
+    sweep_plan,
+    sweep_repair,
+    sweep_report,
+    sweep_start,
+    sweep_status,
+    sweep_stop,
+)
 from tpuops.api.tools import (
     doctor,
     emulator_billing,
@@ -56,15 +65,16 @@ from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "DashboardInfo", "Forecasted", "MetadataKey", "NodeRow", "Overview", "RunDetail", "Started", "SweepStarted",
-    "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample", "data_upload", "data_verify",
-    "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
-    "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "infer",
-    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_stop",
-    "plan_train", "plan_up", "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "resume", "risk",
-    "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
-    "schedule_uninstall", "simulate", "status", "stop", "sweep_list", "sweep_plan", "sweep_report", "sweep_start",
-    "sweep_status", "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
+    "DashboardInfo", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
+    "Started", "SweepStarted", "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample",
+    "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
+    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
+    "forecast_train", "forget", "infer", "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer",
+    "plan_resume", "plan_stop", "plan_train", "plan_up", "plan_up_queued", "reachable_store", "reap_orphans",
+    "reconcile", "repair", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status",
+    "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "status", "stop", "sweep_list",
+    "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train",
+    "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:
@@ -81,7 +91,9 @@ if TYPE_CHECKING:
     from tpuops.risk import Risk as Risk
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.runs.repair import Diagnosis
     from tpuops.sim.engine import SimReport as SimReport
+    from tpuops.store import Store
     from tpuops.sweeps.status import SweepStatus as SweepStatus
 
 Say = Callable[[str], None]
@@ -312,11 +324,99 @@ def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[s
 
 
 def events(settings: Settings, run_id: str) -> Memory:
-    """``tpuops events RUN``: the controller's memory of the run, with its event log."""
+    """``tpuops events RUN``: the controller's memory of the run, with its event log (``DamagedDocument`` naming
+    what to do when its record or memory cannot be read)."""
     from tpuops import runs
+    from tpuops.errors import DamagedDocument
     from tpuops.session import store
 
-    return runs.open_run(store(settings), run_id).memory
+    root = store(settings)
+    try:
+        runs.read_record(root, run_id)
+        return runs.load_memory(root, run_id)[0]
+    except DamagedDocument as err:
+        raise DamagedDocument(f"{err} ({runs.repair_hint(run_id)})", where=err.where) from None
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """``tpuops runs repair``: what is wrong with the run, and what was done about it (nothing on a dry run)."""
+
+    diagnosis: Diagnosis
+    done: list[str]
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.diagnosis.to_json(), "done": self.done, "dry_run": self.dry_run}
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """``tpuops runs forget``: the run taken out of the index, and its node deleted first if it had one."""
+
+    diagnosis: Diagnosis
+    forgotten: bool
+    """False on a dry run, or when the confirmation was declined: nothing was done."""
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.diagnosis.to_json(), "forgotten": self.forgotten, "dry_run": self.dry_run}
+
+
+def repair(settings: Settings, run_id: str, *, dry_run: bool = False) -> Repaired:
+    """``tpuops runs repair RUN``: which of the run's documents are damaged, and rebuild what can be rebuilt
+    (``tpuops.runs.repair``); ``dry_run`` only says. A damaged run.json stays so (``Diagnosis.repairable``)."""
+    import time
+
+    from tpuops.runs import repair as mending
+    from tpuops.session import store
+
+    root = store(settings)
+    diagnosis = mending.diagnose(root, run_id, _node_of(settings, root, run_id))
+    return Repaired(diagnosis, [] if dry_run else mending.repair(root, diagnosis, time.time()), dry_run)
+
+
+def forget(settings: Settings, run_id: str, *, dry_run: bool = False,
+           confirm: Callable[[Diagnosis], bool] = lambda _found: True) -> Forgotten:
+    """``tpuops runs forget RUN``: delete a damaged run's node (waiting until it is gone) if it has one, then take
+    the run out of the index. ``confirm`` is asked first when there is a node; ``UsageError`` for a run that is
+    not damaged (nothing is done: such a run is stopped, not forgotten)."""
+    from tpuops.errors import UsageError
+    from tpuops.runs import repair as mending
+    from tpuops.session import fleet, store
+
+    root = store(settings)
+    node = _node_of(settings, root, run_id)
+    diagnosis = mending.diagnose(root, run_id, node)
+    if not diagnosis.damaged:
+        raise UsageError(f"run {run_id} is not damaged: only a damaged run is forgotten ('tpuops runs' shows it)")
+    if dry_run or (node is not None and not confirm(diagnosis)):
+        return Forgotten(diagnosis, False, dry_run)
+    if node is not None:
+        fleet(settings).delete(node.zone, node.name, wait=True)
+    mending.forget(root, run_id)
+    return Forgotten(diagnosis, True, dry_run)
+
+
+def _node_of(settings: Settings, root: Store, run_id: str) -> NodeInfo | None:
+    """The node carrying the run's label in the zones in view and the run's own (when its record says them)."""
+    import contextlib
+
+    from tpuops import runs
+    from tpuops.errors import DamagedDocument, UsageError
+    from tpuops.naming import RUN_KEY, check_node_name
+    from tpuops.session import fleet
+
+    check_node_name(run_id, "run id")
+    nodes = fleet(settings)
+    zones = nodes.zones_in_view()
+    with contextlib.suppress(DamagedDocument, UsageError):  # no readable record: the zones in view
+        zones += [zone for zone in runs.read_record(root, run_id).zones if zone not in zones]
+    listed, failed = nodes.list_zones(zones)
+    if failed:
+        raise next(iter(failed.values()))
+    return next((node for zone in listed.values() for node in zone.values()
+                 if node.managed and node.labels.get(RUN_KEY) == run_id), None)
 
 
 def up(settings: Settings, name: str, *, accelerator: str | None = None, capacity: Capacity | None = None,

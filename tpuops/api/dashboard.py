@@ -92,17 +92,21 @@ def run_detail(settings: Settings, run_id: str, *, root: Store | None = None) ->
 
 
 def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
-    """``tpuops status``'s nodes, each with its owner run and whether it is an orphan (its run unknown)."""
+    """``tpuops status``'s nodes, each with its owner run, whether it is an orphan (its run unknown) and what is
+    damaged of its run (an active run only: the one ``tpuops status`` reads)."""
     from tpuops import runs
     from tpuops.api import status
     from tpuops.naming import RUN_KEY
     from tpuops.session import store
 
     root = root or store(settings)
+    overview = status(settings)
+    damaged = {run.run_id: run.damage_note() for run in overview.runs if run.damage}
     rows = []
-    for node in status(settings).nodes:
+    for node in overview.nodes:
         run_id = node.labels.get(RUN_KEY)
-        rows.append(NodeRow(node, run_id, node.managed and run_id is not None and not runs.run_exists(root, run_id)))
+        rows.append(NodeRow(node, run_id, node.managed and run_id is not None and not runs.run_exists(root, run_id),
+                            damaged.get(run_id or "")))
     return rows
 
 

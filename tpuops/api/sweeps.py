@@ -126,11 +126,38 @@ def sweep_report(settings: Settings, name: str, out: Path | None = None) -> tupl
     return result, write_report(result, out) if out is not None else []
 
 
-def sweep_list(settings: Settings) -> list[dict[str, Any]]:
-    """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass."""
+def sweep_repair(settings: Settings, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """``tpuops sweep repair NAME``: which of the sweep's documents are damaged, and rebuild what can be
+    (``tpuops.sweeps.ops.repair_sweep``; ``dry_run`` only says). ``repairable`` False: sweep.json was damaged."""
+    from datetime import datetime
+
+    from tpuops.clock import UTC
     from tpuops.session import store
-    from tpuops.sweeps.ops import all_sweeps, load_state
+    from tpuops.sweeps.ops import RECORD, diagnose_sweep, repair_sweep
 
     root = store(settings)
-    return [{"sweep": name, **{k: v for k, v in vars(load_state(root, name)[0]).items()
-                               if k in ("phase", "outcome", "last_pass")}} for name in all_sweeps(root)]
+    damage = diagnose_sweep(root, name)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    done = [] if dry_run or not damage else repair_sweep(root, name, damage, now)
+    return {"sweep": name, "damaged": damage, "done": done, "dry_run": dry_run, "repairable": RECORD not in damage}
+
+
+def sweep_list(settings: Settings) -> list[dict[str, Any]]:
+    """``tpuops sweep list``: every sweep in the store with its phase, outcome and last pass; a sweep whose
+    sweep.json or state.json cannot be read is listed with phase ``damaged`` and ``damaged`` saying why."""
+    from tpuops.runs import parallel_map
+    from tpuops.session import store
+    from tpuops.sweeps.ops import all_sweeps, diagnose_sweep, load_state
+
+    root = store(settings)
+
+    def row(name: str) -> dict[str, Any]:
+        damage = diagnose_sweep(root, name)
+        if damage:
+            return {"sweep": name, "phase": "damaged", "outcome": None, "last_pass": None,
+                    "damaged": "; ".join(damage.values())}
+        state = load_state(root, name)[0]
+        return {"sweep": name, "phase": state.phase, "outcome": state.outcome, "last_pass": state.last_pass,
+                "damaged": None}
+
+    return parallel_map(row, all_sweeps(root))

@@ -147,3 +147,10 @@ def human_age(seconds: float | None) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def say_damaged(found: list[Any]) -> None:
+    """One line on stderr per damaged run: what is wrong, and the commands that deal with it."""
+    for run in found:
+        if run.damage:
+            err_console().print(f"{run.run_id}: {run.damage_note()}", markup=False, soft_wrap=True)

@@ -1,4 +1,5 @@
-"""``tpuops train``, ``logs`` and ``runs``: launch a job, watch it, list what ran."""
+"""``tpuops train``, ``logs`` and ``runs``: launch a job, watch it, list what ran (and repair or forget a damaged
+run)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from tpuops.cli.common import (
     RESUME,
     SPOT,
     capacity_flag,
+    confirm,
     err_console,
     load_settings,
     print_json,
     print_table,
     progress,
+    say_damaged,
 )
 from tpuops.cli.forecasts import print_forecast
 
@@ -33,7 +36,7 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
     app.command("infer")(infer)
     app.command("logs")(logs)
-    app.command("runs")(runs)
+    app.add_typer(runs_app, name="runs")
 
 
 def _describe(status: AgentStatus) -> str:
@@ -214,21 +217,80 @@ def logs(
         typer.echo(line)
 
 
+RUN = typer.Argument(..., help="Run name.")
+runs_app = typer.Typer(help="List runs in the store with phase, step and outcome; repair or forget a damaged one.")
+
+
+@runs_app.callback(invoke_without_command=True)
 def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print runs as JSON.")) -> None:
-    """List runs in the store with phase, step and outcome."""
+    """List runs in the store with phase, step and outcome (a run with a damaged document shows as damaged)."""
     from tpuops import api
 
+    if ctx.invoked_subcommand is not None:
+        return
     found = api.list_runs(load_settings(ctx))
     if as_json:
         print_json({"runs": [run.to_json() for run in found]})
         return
     print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy",
                          "billed", "goodput"),
-                [(r.run_id, r.record.experiment, r.record.node.accelerator, r.record.node.capacity.value, r.phase,
+                [(r.run_id, r.record.experiment, r.record.node.accelerator if r.record_known else "?",
+                  r.record.node.capacity.value if r.record_known else "?", r.phase,
                   f"{r.status.step if r.status else 0}/{(r.status.total_steps if r.status else None) or '?'}",
                   str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None),
                   f"{r.goodput.billed_s:.0f} s" if r.goodput else "", r.goodput.ratio_text() if r.goodput else "")
                  for r in found])
+    say_damaged(found)
+
+
+@runs_app.command("repair")
+def repair(ctx: typer.Context, run_id: str = RUN, dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only say what is damaged and what a repair would do."), as_json: bool = JSON) -> None:
+    """Say which of a run's documents are damaged and rebuild what can be: its memory from the agent's status, its
+    node and the index; a damaged status is set aside (exit 1 when run.json stays damaged: forget the run)."""
+    from tpuops import api
+
+    result = api.repair(load_settings(ctx), run_id, dry_run=dry_run)
+    diagnosis = result.diagnosis
+    if as_json:
+        print_json(result.to_json())
+    elif not diagnosis.damaged:
+        err_console().print(f"run {run_id} is not damaged: nothing to repair")
+    else:
+        console = err_console()
+        for name, why in diagnosis.damage.items():
+            console.print(f"{name}: {why}", markup=False, soft_wrap=True)
+        for line in diagnosis.repairs() if dry_run else result.done:
+            console.print(f"{'would do: ' if dry_run else 'done: '}{line}", markup=False, soft_wrap=True)
+    if not diagnosis.repairable:
+        raise typer.Exit(1)
+
+
+@runs_app.command("forget")
+def forget(ctx: typer.Context, run_id: str = RUN,
+           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before deleting the run's node."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be deleted and removed."),
+           as_json: bool = JSON) -> None:
+    """Delete a damaged run's node if it has one (it may be billing), then remove the run from the index."""
+    from tpuops import api
+
+    def ask(diagnosis: Any) -> bool:
+        node = diagnosis.node
+        return yes or confirm(f"delete node {node.name} in {node.zone} ({node.state.value}) of damaged run {run_id}?")
+
+    result = api.forget(load_settings(ctx), run_id, dry_run=dry_run, confirm=ask)
+    if as_json:
+        print_json(result.to_json())
+        return
+    node = result.diagnosis.node
+    deleting = f"delete node {node.name} in {node.zone}, then " if node is not None else ""
+    if result.forgotten:
+        err_console().print(f"run {run_id}: {'node ' + node.name + ' deleted; ' if node else ''}"
+                            "removed from the index (its files stay in the store)")
+    elif dry_run:
+        err_console().print(f"would {deleting}remove run {run_id} from the index")
+    else:
+        err_console().print("nothing done")
 
 
 def _percent(value: float | None) -> str:

@@ -24,6 +24,7 @@ from tpuops.cli.common import (
     print_json,
     print_table,
     progress,
+    say_damaged,
 )
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def status(
         for r in rows:
             for line in _input_lines(r):
                 err_console().print(line, markup=False, soft_wrap=True)
+        say_damaged(active)
 
 
 def _input_lines(run: dict) -> list[str]:

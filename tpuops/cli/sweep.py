@@ -161,6 +161,34 @@ def list_sweeps(ctx: typer.Context, as_json: bool = JSON) -> None:
     else:
         print_table("sweeps", ("sweep", "phase", "outcome", "last pass"),
                     [(r["sweep"], r["phase"], r["outcome"], r["last_pass"]) for r in rows])
+        for r in rows:
+            if r["damaged"]:
+                err_console().print(f"{r['sweep']}: damaged: {r['damaged']}", markup=False, soft_wrap=True)
+
+
+@app.command("repair")
+def repair(
+    ctx: typer.Context,
+    name: str = NAME,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what is damaged."),
+    as_json: bool = JSON,
+) -> None:
+    """Rebuild a damaged sweep's state.json from its active marker; a damaged sweep.json cannot be rebuilt, and the
+    sweep is taken off the passes' list (its trials go on as runs; exit 1)."""
+    from tpuops import api
+
+    result = api.sweep_repair(load_settings(ctx), name, dry_run=dry_run)
+    if as_json:
+        print_json(result)
+    elif not result["damaged"]:
+        err_console().print(f"sweep {name} is not damaged: nothing to repair")
+    else:
+        for document, why in result["damaged"].items():
+            err_console().print(f"{document}: {why}", markup=False, soft_wrap=True)
+        for line in result["done"]:
+            err_console().print(f"done: {line}", markup=False, soft_wrap=True)
+    if not result["repairable"]:
+        raise typer.Exit(1)
 
 
 def register(app_: typer.Typer) -> None:

@@ -13,7 +13,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   PREEMPTED, so a vanished one was deleted (by itself after its agent failed, or outside tpuops);
   a zone whose listing failed is no evidence at all;
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
-  -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang;
+  -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang; a status that
+  cannot be read (damaged) is no news: no progress, and no "no agent" either, so a status garbled
+  for a moment changes nothing and one that stays garbled is a hang after ``hang_after_s``;
 - a create that failed for capacity blocks that zone for ``stockout_backoff_s`` and moves to
   the next configured zone; same zone first when it is not blocked; with every zone blocked
   the run waits (one event) and no pass of that wait counts as a preemption;
@@ -39,7 +41,9 @@ told apart from a preemption of the replacement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from tpuops.clock import UTC
 from tpuops.create_result import CreateResult
 from tpuops.deadline import Rule
 from tpuops.formats import format_usd
@@ -80,6 +84,8 @@ class Observed:
     budget_usd: float | None = None
     stop: str | None = None
     """Why someone asked for the run to stop (its stop request, ``tpuops stop``), None when nobody did."""
+    status_damaged: bool = False
+    """The agent's status.json could not be read this pass (``status`` is the last one read, or None)."""
 
 
 class ActionKind(ValueEnum):
@@ -325,9 +331,44 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         memory.progress_attempt, memory.progress_step, memory.progress_at = attempt, step, now
         if policy.capacity is not None:
             _measure(memory, attempt, step, now)
+    if status is None and observed.status_damaged:
+        live = True  # an agent is writing something: only the hang rule applies to it
     if not live and now - memory.ready_since > policy.boot_timeout_s:
         _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
                  decision, policy)
     elif live and now - memory.progress_at > policy.hang_after_s:
         _restart(memory, observed, now, "hang", f"no step progress for {now - memory.progress_at:.0f} s at step "
                                                 f"{step}", decision, policy)
+
+
+def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,
+                    now: float, policy: Policy) -> str | None:
+    """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
+
+    Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
+    READY node must not bill forever. It is left to its agent while the agent works (its own end deletes
+    the node, ``templates/startup.sh.j2``) and deleted once the agent has exited, or has shown no sign of
+    life (a heartbeat; without a readable status, the node's age) for as long as a hang takes.
+    """
+    if node_state is not NodeState.READY:
+        return None
+    if status is not None and status.exit_class is not None:
+        return None if policy.keep_node and status.final else f"its agent exited ({status.exit_class})"
+    beat = _epoch(status.heartbeat) if status is not None else None
+    if beat is not None:
+        silent = now - beat
+        return f"no heartbeat for {silent:.0f} s" if silent > policy.hang_after_s else None
+    if node_age_s is not None and node_age_s > policy.boot_timeout_s + policy.hang_after_s:
+        return f"no readable agent status on a node READY for {node_age_s:.0f} s"
+    return None
+
+
+def _epoch(text: str | None) -> float | None:
+    """An ISO-8601 time (UTC when naive) as epoch seconds; None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

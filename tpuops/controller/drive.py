@@ -6,6 +6,7 @@ so a preemption while the user watches is recovered exactly as it would be by ``
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from tpuops import runs
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.cost import catalog_for
-from tpuops.errors import TransientError
+from tpuops.errors import DamagedDocument, TransientError
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
 from tpuops.runs.goodput import Goodput, run_goodput
 
@@ -56,22 +57,36 @@ def drive(
     """Run passes for ``run_id`` until its memory says finished (whatever the number of preemptions).
 
     A launch that the API answers nothing for gives up (``give_up``): the run is withdrawn and the error says so.
+
+    A damaged document does not end the drive: a status that cannot be read is read again at the next pass
+    (the agent rewrites it whole), and so is a damaged memory while the run's node lives (the pass leaves
+    that node to its agent, ``decide.damaged_verdict``, and ``tpuops runs repair`` may fix the memory
+    meanwhile). A memory still damaged once the node is gone ends the drive with the ``DamagedDocument``.
     """
     started = time.monotonic()
     record = runs.read_record(controller.store, run_id)
     tail = runs.LogTail(controller.store, run_id) if on_log else None
+    status: AgentStatus | None = None
     failing_since: float | None = None  # since when every pass failed to list the run's zones
     try:
         while True:
             report = controller.run_pass(only=run_id)
             failing_since = failing(failing_since, report, record.zones, time.monotonic())
-            status = runs.read_status(controller.store, run_id)
-            if status is not None:
-                on_status(status)
+            with contextlib.suppress(DamagedDocument):  # the pass said so; the next one reads it again
+                status = runs.read_status(controller.store, run_id)
+                if status is not None:
+                    on_status(status)
             if tail is not None and on_log is not None:
                 for line in tail.new_lines():
                     on_log(line)
-            memory, _ = runs.load_memory(controller.store, run_id)
+            try:
+                memory, _ = runs.load_memory(controller.store, run_id)
+            except DamagedDocument as err:
+                if any(controller.nodes.find(zone, record.node_name) for zone in record.zones):
+                    time.sleep(poll_s)
+                    continue
+                raise DamagedDocument(f"{err}; its node is gone ({runs.repair_hint(run_id)})",
+                                      where=err.where) from None
             if memory.finished and (record.keep or not node_left(controller, record.node_name, memory)):
                 return Finished(run_id, Outcome(memory.outcome or Outcome.FAILED), memory.reason or "",
                                 status or AgentStatus(), memory, time.monotonic() - started, record,

@@ -56,17 +56,19 @@ import time
 import zlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops import runs
-from tpuops.clock import Clock, system_clock
+from tpuops.clock import UTC, Clock, system_clock
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, decide
+from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, damaged_verdict, decide
 from tpuops.create_result import CreateResult
 from tpuops.deadline import Rule
 from tpuops.errors import (
     AlreadyExists,
+    DamagedDocument,
     Interrupted,
     NotFound,
     PreconditionFailed,
@@ -179,6 +181,7 @@ class _Seen:
     status_state: NodeState | None = None
     status_due: float = 0.0  # monotonic time after which the status is read again
     stop: str | None = None  # why a stop was requested, as read with the memory (a request rewrites the marker)
+    status_damage: str | None = None  # why the last read of status.json failed (damaged); None: it was read
 
 
 class Controller:
@@ -256,6 +259,34 @@ class Controller:
         self._remember(run_id, memory, generation, marker, None, stop.reason if stop else None)
         return _Run(record, memory, generation)
 
+    def _damaged(self, damaged: list[str], listed: Listing, now: float, report: PassReport) -> None:
+        """Runs whose memory or record cannot be read: nothing is created for them, and a READY node of theirs is
+        deleted, under the run's lease, once its agent has exited or gone silent (``decide.damaged_verdict``)."""
+        for run_id in damaged:
+            node = next((n for zone in listed.values() for n in zone.values()
+                         if n.managed and n.labels.get(RUN_KEY) == run_id), None)
+            if node is None:
+                continue
+            read = _status_or_damage(self.store, run_id)
+            record = self._records.get(run_id)  # honoured when only the memory is damaged
+            policy = Policy(zones=(node.zone,), hang_after_s=self.settings.hang_after_s,
+                            boot_timeout_s=self.settings.boot_timeout_s, keep_node=record.keep if record else False)
+            why = damaged_verdict(node.state, None if isinstance(read, DamagedDocument) else read,
+                                  node.age_s(datetime.fromtimestamp(now, UTC)), now, policy)
+            if why is None:
+                continue
+            try:
+                if not self.leases.acquire(run_id):
+                    report.skipped_leased.append(run_id)
+                    continue
+                self._held.add(run_id)
+                self.nodes.delete(node.zone, node.name)
+            except TpuopsError as err:
+                report.errors[run_id] = f"{report.errors.get(run_id, '')}; its node could not be deleted: {err}"
+                continue
+            report.acted.append((run_id, ActionKind.DELETE.value, node.zone))
+            self.progress(f"{run_id}: damaged, and {why}: deleted its node {node.name} in {node.zone}")
+
     def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
                   tenure: int | None, stop: str | None) -> None:
         seen = self._seen.get(run_id)
@@ -278,8 +309,13 @@ class Controller:
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
                                  lambda run_id: self._read(run_id, index[run_id]))
         states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
+        damaged = [run_id for run_id, err in read.items() if isinstance(err, DamagedDocument)]
         for run_id, err in read.items():
-            if isinstance(err, TpuopsError):
+            if isinstance(err, DamagedDocument):
+                report.errors[run_id] = str(err)
+                self.progress(f"{run_id}: {err}; nothing is created for it until it is repaired "
+                              f"({runs.repair_hint(run_id)})")
+            elif isinstance(err, TpuopsError):
                 report.errors[run_id] = str(err)
                 self.progress(f"{run_id}: {err}; the next pass tries again")
         zones = list(self.settings.zones)
@@ -292,6 +328,7 @@ class Controller:
         for zone, err in failed.items():
             report.unlisted_zones.append(zone)
             self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
+        self._damaged(damaged, listed, now, report)
         nodes = {run_id: _find(listed, state.record.node_name) for run_id, state in states.items()}
         self._refresh_statuses(states, nodes, fresh=only is not None)
         live = []
@@ -364,13 +401,18 @@ class Controller:
 
         wanted = [run_id for run_id, state in states.items() if not (state.memory.finished and nodes[run_id] is None)
                   and due(run_id)]
-        for run_id, status in zip(wanted, runs.parallel_map(lambda r: runs.read_status(self.store, r), wanted),
-                                  strict=True):
+        for run_id, read in zip(wanted, runs.parallel_map(lambda r: _status_or_damage(self.store, r), wanted),
+                                strict=True):
             seen = self._seen.get(run_id)
             if seen is None:
                 continue
+            if isinstance(read, DamagedDocument):  # no news: keep the last status read, and read again next pass
+                if seen.status_damage is None:
+                    self.progress(f"{run_id}: {read}; the next pass reads it again")
+                seen.status_damage = str(read)
+                continue
             node = nodes[run_id]
-            seen.status, seen.status_state = status, node.state if node else None
+            seen.status, seen.status_state, seen.status_damage = read, node.state if node else None, None
             seen.status_due = clock + self.status_refresh_s * (0.5 + (zlib.crc32(run_id.encode()) % 512) / 1024)
 
     def _kept(self, run_id: str, state: _Run) -> tuple[Memory, int] | None:
@@ -414,7 +456,9 @@ class Controller:
                  listed: Listing) -> Observed:
         zones = set(record.zones) | ({memory.zone} if memory.zone else set())
         seen = self._seen.get(run_id)
-        status = seen.status if seen is not None else runs.read_status(self.store, run_id)
+        read = _status_or_damage(self.store, run_id) if seen is None else seen.status
+        status = None if isinstance(read, DamagedDocument) else read
+        damaged = isinstance(read, DamagedDocument) or (seen is not None and seen.status_damage is not None)
         stop = seen.stop if seen is not None else None
         result, message = None, ""
         pending = memory.pending_create
@@ -437,7 +481,8 @@ class Controller:
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
                         node_capacity=node.capacity if node else None, status=status, create_result=result,
-                        create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop)
+                        create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
+                        status_damaged=damaged)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:
@@ -621,6 +666,14 @@ def _one_at_a_time(say: Callable[[str], None]) -> Callable[[str], None]:
             say(text)
 
     return locked
+
+
+def _status_or_damage(store: Store, run_id: str) -> AgentStatus | DamagedDocument | None:
+    """The agent's status, or why it cannot be read: a damaged status is this pass's news, never its failure."""
+    try:
+        return runs.read_status(store, run_id)
+    except DamagedDocument as err:
+        return err
 
 
 def _asks(memory: Memory, node: NodeInfo | None) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from tpuops import runs
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.errors import NotFound, TpuopsError
+from tpuops.errors import DamagedDocument, NotFound, TpuopsError
 from tpuops.runs import layout
 from tpuops.store import Store
 
@@ -122,7 +122,10 @@ class Waker:
         """Whether the run of ``marker`` is recovered (a create since the marker) or over."""
         if marker.run_id not in runs.active_index(self.store):
             return True
-        memory, _ = runs.load_memory(self.store, marker.run_id)
+        try:
+            memory, _ = runs.load_memory(self.store, marker.run_id)
+        except DamagedDocument:
+            return True  # nothing to hurry for: the pass reports the run damaged
         since = marker.at - CLOCK_SKEW_S
         return memory.finished or any(e["kind"] == "create" and e["at"] >= since for e in memory.events)
 

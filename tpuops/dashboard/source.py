@@ -47,11 +47,13 @@ class RunDetail(NamedTuple):
 
 
 class NodeRow(NamedTuple):
-    """A node in view, with the run it belongs to and whether that run is unknown to the store (an orphan)."""
+    """A node in view, with the run it belongs to, whether that run is unknown to the store (an orphan), and
+    what is damaged of it (``Run.damage_note``; None: nothing, or no run)."""
 
     node: NodeInfo
     run_id: str | None
     orphan: bool
+    damaged: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def run_row(run: Run, now: datetime) -> dict[str, Any]:
     """One line of the Runs page: phase, step, examples/s, checkpoint, goodput, cost, age."""
     status = run.status
     return {
-        "run_id": run.run_id, "sweep": run.record.sweep, "phase": run.phase,
+        "run_id": run.run_id, "sweep": run.record.sweep, "phase": run.phase, "damaged": run.damage_note() or None,
         "outcome": run.outcome.value if run.outcome else None,
         "step": status.step if status else 0, "total_steps": status.total_steps if status else None,
         "examples_per_sec": status.examples_per_sec if status else None,
@@ -41,4 +41,4 @@ def node_row(row: NodeRow, now: datetime) -> dict[str, Any]:
     node = row.node
     return {"name": node.name, "zone": node.zone, "accelerator": node.accelerator,
             "capacity": node.capacity.value, "state": node.state.value, "run_id": row.run_id,
-            "orphan": row.orphan, "age_s": node.age_s(now)}
+            "orphan": row.orphan, "damaged": row.damaged, "age_s": node.age_s(now)}

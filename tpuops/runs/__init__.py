@@ -8,9 +8,11 @@ sweeps and the front door (``tpuops.api``, which the CLI calls) use only this pa
 run's files.
 
 Invariants: run.json and spec.json are written once and never change; only the controller's lease
-holder (and ``reopen``) writes memory.json, with compare-and-swap; a run is finished when the
-controller says so (``Memory.phase``) or the agent ended it for good (succeeded, user-error) —
-``is_finished`` is the one test of that.
+holder (and ``reopen``, and ``repair`` of a damaged one) writes memory.json, with compare-and-swap; a
+run is finished when the controller says so (``Memory.phase``) or the agent ended it for good
+(succeeded, user-error) — ``is_finished`` is the one test of that. A document that cannot be read
+makes its run damaged (``Run.damage``), never the listing that met it (``repair`` says what is done
+about it).
 """
 
 from tpuops.runs.layout import logs_prefix, memory_key, record_key, spec_key, status_key
@@ -29,6 +31,7 @@ from tpuops.runs.models import (
     spec_json,
 )
 from tpuops.runs.ops import (
+    DAMAGED,
     MAX_READERS,
     LogTail,
     Run,
@@ -48,25 +51,74 @@ from tpuops.runs.ops import (
     read_document,
     read_record,
     read_run_spec,
+    read_state,
     read_status,
     read_status_versioned,
     read_stop,
     rebuild_index,
     reopen,
+    repair_hint,
     request_stop,
     run_exists,
     save_memory,
     self_deleted_at,
     self_deletes,
+    whole_run,
     write_status,
 )
 
 __all__ = [
-    "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec", "Outcome",
-    "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "StopRequest", "active_index",
-    "active_run_ids", "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
-    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
-    "read_document", "read_record", "read_run_spec", "read_status", "read_status_versioned", "read_stop",
-    "rebuild_index", "record_key", "reopen", "request_stop", "run_exists", "save_memory", "self_deleted_at",
-    "self_deletes", "spec_json", "spec_key", "status_key", "write_status",
+    "DAMAGED",
+    "MAX_READERS",
+    "AgentStatus",
+    "EvalPoint",
+    "Event",
+    "ExitClass",
+    "LogTail",
+    "Memory",
+    "NodeSpec",
+    "Outcome",
+    "PendingCreate",
+    "Phase",
+    "Run",
+    "RunKind",
+    "RunPhase",
+    "RunRecord",
+    "StopRequest",
+    "active_index",
+    "active_run_ids",
+    "all_run_ids",
+    "declare",
+    "drop_active",
+    "ensure_index",
+    "follow_logs",
+    "is_finished",
+    "list_runs",
+    "load_memory",
+    "logs_prefix",
+    "mark_active",
+    "memory_key",
+    "open_run",
+    "parallel_map",
+    "read_document",
+    "read_record",
+    "read_run_spec",
+    "read_state",
+    "read_status",
+    "read_status_versioned",
+    "read_stop",
+    "rebuild_index",
+    "record_key",
+    "reopen",
+    "repair_hint",
+    "request_stop",
+    "run_exists",
+    "save_memory",
+    "self_deleted_at",
+    "self_deletes",
+    "spec_json",
+    "spec_key",
+    "status_key",
+    "whole_run",
+    "write_status",
 ]

@@ -23,6 +23,8 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               index marker is rewritten after it, so the controller holding the run's lease
                               reads it at its next pass, and that controller finishes the run STOPPED and
                               deletes its node. Deleted by ``reopen`` (``train --resume``).
+    runs/<run>/<name>.damaged a damaged memory.json, control.json or status.json as it was, kept by
+                              ``tpuops runs repair`` before it replaced it (``tpuops.runs.repair``).
     runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
@@ -42,7 +44,8 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               (``tpuops.controller.wake``), and with the run's active marker.
 
 A run exists once its run.json does; the markers are derived from the run documents and can be
-rebuilt from them (``rebuild_index``).
+rebuilt from them (``rebuild_index``), except that ``tpuops runs forget`` takes a damaged run out of
+both indexes and leaves its files: a rebuild of the index lists it again.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Typed forms of a run's documents: its record (``run.json``) and the agent's status (``status.json``).
 
 Both are read leniently and written strictly: a key this version does not know is ignored when
-read (a newer agent or control plane may add fields), a value of the wrong type is a
-``UsageError`` naming the file. Enums are ``str`` enums, so a member equals the string the JSON
+read (a newer agent or control plane may add fields); bytes that are not JSON, or a value of the
+wrong type, are a ``DamagedDocument`` naming the file (a failure of the world, exit 1: the store
+holds them, not the user's input). Enums are ``str`` enums, so a member equals the string the JSON
 holds. The controller's memory (``memory.json``) is in ``tpuops.runs.memory``, how a run ended
 (``Outcome``) in ``tpuops.runs.outcome``.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpuops.agent.exits import ExitClass, Phase
-from tpuops.errors import UsageError
+from tpuops.errors import DamagedDocument
 from tpuops.kinds import ValueEnum
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
@@ -214,13 +215,14 @@ class StopRequest(_Doc):
 
 
 def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:
-    """Parse one stored document; a malformed one is a ``UsageError`` naming it."""
+    """Parse one stored document; a malformed one is a ``DamagedDocument`` naming it and what is wrong."""
     try:
         return model.model_validate_json(data)
     except ValidationError as err:
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first.get("loc", ())) or "document"
-        raise UsageError(f"{where}: {field}: {first.get('msg', 'invalid value')}") from None
+        field = ".".join(str(part) for part in first.get("loc", ()))
+        what = f"{field}: " if field else ""  # no field: the document as a whole (not JSON, not an object)
+        raise DamagedDocument(f"{where} is damaged: {what}{first.get('msg', 'invalid value')}", where=where) from None
 
 
 def spec_json(spec: RunSpec) -> dict[str, Any]:

@@ -15,11 +15,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.kinds import Capacity
 from tpuops.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
-from tpuops.runs.models import AgentStatus, ExitClass, Outcome, RunPhase, RunRecord, StopRequest, parse
+from tpuops.runs.models import (
+    AgentStatus,
+    ExitClass,
+    NodeSpec,
+    Outcome,
+    RunKind,
+    RunPhase,
+    RunRecord,
+    StopRequest,
+    parse,
+)
 from tpuops.store import Store
 
 if TYPE_CHECKING:
@@ -58,7 +69,7 @@ def declare(store: Store, record: RunRecord, spec: dict[str, Any]) -> None:
 
 def read_document(store: Store, key: str, model: type[Doc], missing: str) -> Doc:
     """The typed document at ``key`` (a run's or a sweep's record); ``UsageError(missing)`` when it is not there,
-    ``UsageError`` naming the object when it does not parse."""
+    ``DamagedDocument`` naming the object when it does not parse."""
     try:
         data = store.read_bytes(key)
     except NotFound:
@@ -67,7 +78,8 @@ def read_document(store: Store, key: str, model: type[Doc], missing: str) -> Doc
 
 
 def read_record(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``UsageError`` when the store has no such run (or the id could name none)."""
+    """The run's record; ``UsageError`` when the store has no such run (or the id could name none),
+    ``DamagedDocument`` when its run.json cannot be read."""
     check_node_name(run_id, "run id")
     return read_document(store, layout.record_key(run_id), RunRecord,
                          f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)")
@@ -203,15 +215,28 @@ def is_finished(memory: Memory, status: AgentStatus | None) -> bool:
     return memory.finished or (status is not None and status.final)
 
 
+DAMAGED = "damaged"
+"""A run's phase when one of its documents cannot be read (``Run.damage`` says which, and what is wrong)."""
+
+
 @dataclass(frozen=True)
 class Run:
-    """One run as stored: its record, the agent's latest status and the controller's memory."""
+    """One run as stored: its record, the agent's latest status and the controller's memory.
+
+    A document that cannot be read (``DamagedDocument``) makes the run damaged instead of failing the read:
+    ``damage`` holds one line per damaged document, its place is taken by what a missing one reads as (no
+    status, a fresh memory; for run.json a stand-in record that names only the run, ``record_known`` False),
+    and ``phase`` says ``damaged``. A command that acts on a run it names reads it with ``whole_run``, which
+    refuses a damaged one (``train --resume``).
+    """
 
     record: RunRecord
     status: AgentStatus | None
     memory: Memory
     goodput: Goodput | None = None
     """Where its billed seconds went (``tpuops.accounting.attach_goodput`` fills it in from the ledger)."""
+    damage: tuple[str, ...] = ()
+    record_known: bool = True
 
     @property
     def run_id(self) -> str:
@@ -232,16 +257,25 @@ class Run:
 
     @property
     def phase(self) -> str:
-        """What to show: finished, pending (no agent yet) or the agent's phase."""
+        """What to show: damaged, finished, pending (no agent yet) or the agent's phase."""
+        if self.damage:
+            return DAMAGED
         if self.finished:
             return RunPhase.FINISHED.value
         return str(getattr(self.status.phase, "value", self.status.phase)) if self.status else "pending"
 
+    def damage_note(self) -> str:
+        """What is damaged and what to do about it, in one line ("" for a whole run)."""
+        return f"damaged: {'; '.join(self.damage)} ({repair_hint(self.run_id)})" if self.damage else ""
+
     def to_json(self) -> dict[str, Any]:
         status = self.status or AgentStatus()
+        record = (self.record.model_dump(mode="json", exclude={"node": {"metadata"}}) if self.record_known
+                  else {**dict.fromkeys(RunRecord.model_fields), "run_id": self.run_id})
         return {
-            **self.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
-            "phase": self.phase, "outcome": self.outcome.value if self.outcome else None,
+            **record,
+            "phase": self.phase, "damaged": "; ".join(self.damage) or None,
+            "outcome": self.outcome.value if self.outcome else None,
             "finished": self.finished, "step": status.step, "total_steps": status.total_steps,
             "exit_class": status.exit_class.value if status.exit_class else None,
             "heartbeat": status.heartbeat, "metrics": status.metrics,
@@ -255,10 +289,55 @@ class Run:
         }
 
 
+def _stand_in(run_id: str) -> RunRecord:
+    """What a run whose run.json is damaged shows as its record: its id, nothing else known (``record_known``)."""
+    return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec(
+        name=run_id, accelerator="unknown", runtime="unknown", capacity=Capacity.ON_DEMAND, zones=["unknown"]))
+
+
+def _tolerant(read: Callable[[], T], stand_in: T, damage: list[str]) -> T:
+    """``read()``, or ``stand_in`` when the document it reads is damaged (the damage goes to ``damage``)."""
+    try:
+        return read()
+    except DamagedDocument as err:
+        damage.append(str(err))
+        return stand_in
+
+
+def read_state(store: Store, run_id: str) -> tuple[AgentStatus | None, Memory, tuple[str, ...]]:
+    """The agent's status and the controller's memory as far as they can be read, and what is damaged of them
+    (a damaged status reads as none, a damaged memory as a fresh one): for readers that must go on past one
+    damaged run (listings, a sweep's trials)."""
+    damage: list[str] = []
+    status = _tolerant(lambda: read_status(store, run_id), None, damage)
+    memory = _tolerant(lambda: load_memory(store, run_id)[0], Memory(), damage)
+    return status, memory, tuple(damage)
+
+
 def open_run(store: Store, run_id: str) -> Run:
-    """Record, status and memory of one run (``UsageError`` if there is no such run)."""
-    record = read_record(store, run_id)
-    return Run(record, read_status(store, run_id), load_memory(store, run_id)[0])
+    """Record, status and memory of one run, as far as they can be read (a damaged document makes the run
+    damaged, see ``Run``); ``UsageError`` if there is no such run."""
+    damage: list[str] = []
+    record = _tolerant(lambda: read_record(store, run_id), None, damage)
+    status, memory, more = read_state(store, run_id)
+    return Run(record or _stand_in(run_id), status, memory, damage=(*damage, *more),
+               record_known=record is not None)
+
+
+def whole_run(store: Store, run_id: str) -> Run:
+    """``open_run`` for a command that acts on the run: a damaged one is refused (``DamagedDocument``, exit 1)
+    with the commands that deal with it."""
+    run = open_run(store, run_id)
+    if run.damage:
+        raise DamagedDocument(f"run {run_id} is damaged: {'; '.join(run.damage)}. {repair_hint(run_id)}",
+                              where=store.uri_of(layout.record_key(run_id)))
+    return run
+
+
+def repair_hint(run_id: str) -> str:
+    """What to do about a damaged run, as every message about one says it."""
+    return (f"'tpuops runs repair {run_id}' rebuilds what can be rebuilt; 'tpuops runs forget {run_id}' "
+            "deletes its node and removes it from the index")
 
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = MAX_READERS) -> list[R]:
@@ -290,12 +369,10 @@ def list_runs(store: Store, *, active_only: bool = False) -> list[Run]:
 
 
 def _open_if_there(store: Store, run_id: str) -> Run | None:
-    """A run named by the index whose record is gone (deleted by hand) is skipped."""
+    """A run named by the index whose record is gone (deleted by hand) is skipped; a damaged one is listed so."""
     try:
         return open_run(store, run_id)
     except UsageError:
-        if run_exists(store, run_id):
-            raise
         return None
 
 
@@ -340,13 +417,15 @@ def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float,
 
     A preemption or a crash is not the end: the controller brings the run back and its next
     attempt appends to the same log. The run ends when ``is_finished`` says so; the lines
-    written before that are all yielded.
+    written before that are all yielded. A damaged status or memory is no end either (``read_state``):
+    the agent rewrites its status, and ``tpuops runs repair`` the memory.
     """
     read_record(store, run_id)
     tail = LogTail(store, run_id)
     while True:
         yield from tail.new_lines()
-        if not follow or is_finished(load_memory(store, run_id)[0], read_status(store, run_id)):
+        status, memory, _ = read_state(store, run_id)
+        if not follow or is_finished(memory, status):
             yield from tail.new_lines()
             return
         sleep(poll_s)
@@ -400,7 +479,10 @@ def rebuild_index(store: Store) -> int:
 
     def index(run_id: str) -> bool:
         store.write_bytes(layout.INDEX_RUNS + run_id, b"")
-        active = not load_memory(store, run_id)[0].finished
+        try:
+            active = not load_memory(store, run_id)[0].finished
+        except DamagedDocument:
+            active = True  # in view of the passes, which report it damaged
         if active:
             mark_active(store, run_id)
         return active

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from tpuops import deadline, runs
 from tpuops.clock import UTC
 from tpuops.cost import catalog_for, spent_by_run
-from tpuops.errors import NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
+from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
 from tpuops.kinds import Capacity
 from tpuops.ledger import Ledger
 from tpuops.pricing import Catalog
@@ -93,12 +93,13 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: C
     """What a trial's run shows (its node priced by ``catalog``): None when it was never declared."""
     try:
         record = runs.read_record(store, run_id)
+    except DamagedDocument:  # a trial the sweep cannot judge holds its slot until repaired or forgotten
+        return RunView(finished=False, reason="its run.json is damaged")
     except UsageError:
         if runs.run_exists(store, run_id):
             raise
         return None
-    memory, _ = runs.load_memory(store, run_id)
-    status = runs.read_status(store, run_id)
+    status, memory, _ = runs.read_state(store, run_id)  # damaged: not finished, as far as the sweep can tell
     evals = tuple((point.step, point.metrics[metric]) for point in (status.evals if status else [])
                   if metric in point.metrics)
     final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None

@@ -1,7 +1,7 @@
 """Typed forms of a sweep's documents: its record (``sweep.json``) and its state (``state.json``).
 
 Like a run's documents (``tpuops.runs.models``), they are read leniently (a key this version does
-not know is ignored) and written strictly; a malformed one is a ``UsageError`` naming the file.
+not know is ignored) and written strictly; a malformed one is a ``DamagedDocument`` naming the file.
 The enums are ``str`` enums, so a member equals the string the JSON holds.
 
 A "record" is the document that declares a thing, written once: ``RunRecord`` (``run.json``)

@@ -7,6 +7,7 @@
     sweeps/<sweep>/state.json   the ``SweepState``: phase (active | stopping | finished), outcome,
                                 reason, last pass; changed with compare-and-swap
     sweeps/<sweep>/journal/     the study, when it is kept in the store (``tpuops.sweeps.journal``)
+    sweeps/<sweep>/state.json.damaged   a damaged state as it was, kept by ``tpuops sweep repair``
     sweeps-active/<sweep>       a marker while the sweep is unfinished: a pass lists this prefix
                                 only, so its cost does not grow with finished sweeps or their trials
 
@@ -22,11 +23,12 @@ import json
 from typing import Any
 
 from tpuops import runs
-from tpuops.errors import NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.naming import check_sweep_name
 from tpuops.runs.models import parse
+from tpuops.runs.repair import DAMAGED_SUFFIX
 from tpuops.store import Store
-from tpuops.sweeps.models import SweepPhase, SweepRecord, SweepState
+from tpuops.sweeps.models import SweepOutcome, SweepPhase, SweepRecord, SweepState
 from tpuops.sweeps.template import trial_run_id
 
 ACTIVE = "sweeps-active/"
@@ -99,6 +101,47 @@ def request_stop(store: Store, name: str) -> SweepState:
             continue  # a pass wrote it meanwhile: read again
         return state
     raise TpuopsError(f"sweep {name}: its state kept changing; try again")
+
+
+def diagnose_sweep(store: Store, name: str) -> dict[str, str]:
+    """Which of the sweep's documents are damaged: name (``sweep.json``, ``state.json``) -> what is wrong.
+    ``UsageError`` when there is no such sweep (its record is not there at all, ``read_sweep``)."""
+    damage: dict[str, str] = {}
+    for document, read in ((RECORD, lambda: read_sweep(store, name)), (STATE, lambda: load_state(store, name))):
+        try:
+            read()
+        except DamagedDocument as err:
+            damage[document] = str(err)
+    return damage
+
+
+def repair_sweep(store: Store, name: str, damage: dict[str, str], now: str) -> list[str]:
+    """Rebuild what ``diagnose_sweep`` found damaged, as far as the store allows; what was done.
+
+    state.json is rebuilt from the sweep's active marker (an unfinished sweep has one): active, or finished
+    with the reason that its state was lost; its pass count and the trials the endgame promoted are lost (the
+    damaged bytes are kept as ``state.json.damaged``, compare-and-swap on them). sweep.json, the only copy of
+    the frozen trial template, cannot be rebuilt: the sweep is taken off the passes' list, so that no pass
+    fails on it again; its running trials go on as runs to their end (``tpuops sweep list`` still shows it).
+    """
+    done = []
+    if STATE in damage:
+        key = state_key(name)
+        data, generation = store.read_versioned(key)
+        store.write_bytes(key + DAMAGED_SUFFIX, data)
+        state = SweepState(last_pass=now)
+        if not store.exists(ACTIVE + name):
+            state.finish(SweepOutcome.FAILED, "its state.json was damaged after it ended; how it ended is not known")
+        try:
+            store.write_if_generation_match(key, state.to_bytes(), generation)
+        except PreconditionFailed:
+            raise TpuopsError(f"sweep {name}: its state changed while it was repaired; run the repair again") from None
+        done.append(f"state.json rebuilt: {state.phase}")
+    if RECORD in damage:
+        store.delete(ACTIVE + name)
+        done.append("sweep.json cannot be rebuilt: the sweep is off the passes' list, its running trials go on "
+                    "as runs")
+    return done
 
 
 def active_sweeps(store: Store) -> list[str]:

@@ -104,8 +104,7 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, sweep: SweepR
     for trial in study.get_trials(deepcopy=False):
         run_id = trial_run_id(name, trial.number)
         trial_state = state_of(trial)
-        memory, _ = runs.load_memory(store, run_id)
-        status = runs.read_status(store, run_id)
+        status, memory, _ = runs.read_state(store, run_id)  # a damaged trial run shows what can be read of it
         costed = by_run.get(run_id, [])
         histories = [history for history, _ in costed]
         on_demand = sum(usd for history, usd in costed if history.node.capacity == "on-demand")

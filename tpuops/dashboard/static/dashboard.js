@@ -59,6 +59,7 @@ function fillRow(tr, row) {
   const cells = tr.children;
   cells[1].textContent = row.sweep || "";
   cells[2].textContent = row.outcome ? row.phase + " (" + row.outcome + ")" : row.phase;
+  cells[2].title = row.damaged || "";
   cells[3].textContent = row.total_steps ? row.step + " / " + row.total_steps : row.step;
   cells[4].textContent = fmt(row.examples_per_sec, 0);
   cells[5].textContent = fmt(row.checkpoint, 0);
@@ -119,7 +120,8 @@ async function loadPanel(runId) {
   try {
     const panel = await getJSON("/data/runs/" + encodeURIComponent(runId) + "/panel");
     const row = panel.row;
-    document.getElementById("run-phase").textContent = row.outcome ? row.phase + " (" + row.outcome + ")" : row.phase;
+    document.getElementById("run-phase").textContent = (row.outcome ? row.phase + " (" + row.outcome + ")" : row.phase) +
+      (row.damaged ? ": " + row.damaged : "");
     document.getElementById("run-summary").textContent = "step " + row.step + (row.total_steps ? " / " + row.total_steps : "") +
       " · " + fmt(row.examples_per_sec, 0) + " examples/s · checkpoint " + fmt(row.checkpoint, 0) +
       " · preemptions " + row.preemptions + " · cost $" + fmt(panel.cost_usd, 4);
@@ -157,7 +159,7 @@ const NODES_EVERY_MS = 15000;
 
 function nodeRow(node) {
   const tr = textRow([node.name, node.zone, node.accelerator, node.capacity, node.state,
-    (node.run_id || "") + (node.orphan ? " (orphan)" : ""), age(node.age_s)]);
+    (node.run_id || "") + (node.orphan ? " (orphan)" : "") + (node.damaged ? " (damaged)" : ""), age(node.age_s)]);
   tr.dataset.node = node.name;
   const last = document.createElement("td");
   const old = document.querySelector('#nodes tr[data-node="' + CSS.escape(node.name) + '"] button[data-action]');
