@@ -13,7 +13,7 @@ Callbacks report progress: ``progress`` gets one line of text (controller events
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -372,7 +372,8 @@ def repair(settings: Settings, run_id: str, *, dry_run: bool = False) -> Repaire
     from tpuops.session import store
 
     root = store(settings)
-    diagnosis = mending.diagnose(root, run_id, _node_of(settings, root, run_id))
+    diagnosis = mending.diagnose(root, run_id)  # an unknown run is refused before the cloud is asked
+    diagnosis = replace(diagnosis, node=_node_of(settings, root, run_id))
     return Repaired(diagnosis, [] if dry_run else mending.repair(root, diagnosis, time.time()), dry_run)
 
 
@@ -386,10 +387,11 @@ def forget(settings: Settings, run_id: str, *, dry_run: bool = False,
     from tpuops.session import fleet, store
 
     root = store(settings)
-    node = _node_of(settings, root, run_id)
-    diagnosis = mending.diagnose(root, run_id, node)
+    diagnosis = mending.diagnose(root, run_id)  # refused before the cloud is asked
     if not diagnosis.damaged:
         raise UsageError(f"run {run_id} is not damaged: only a damaged run is forgotten ('tpuops runs' shows it)")
+    node = _node_of(settings, root, run_id)
+    diagnosis = replace(diagnosis, node=node)
     if dry_run or (node is not None and not confirm(diagnosis)):
         return Forgotten(diagnosis, False, dry_run)
     if node is not None:
