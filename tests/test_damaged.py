@@ -306,3 +306,16 @@ def test_repair_and_forget_of_an_unknown_run_are_usage_errors(settings: Settings
         with pytest.raises(UsageError, match=r"no run 'ghost' in .*'tpuops runs' lists them") as refused:
             call(settings, "ghost")
         assert refused.value.exit_code == 2
+
+
+def test_watch_goes_on_past_damaged_runs_and_reconcile_says_them(settings: Settings) -> None:
+    declare(settings, "r1", "r2", "r3")
+    root = store(settings)
+    root.write_bytes(runs.memory_key("r2"), GARBLED)
+    root.write_bytes(runs.status_key("r3"), GARBLED)
+    reports: list[Any] = []
+    assert api.watch(settings, interval_s=0.1, passes=2, on_pass=lambda _n, report: reports.append(report),
+                     sleep=lambda _s: None, wake=False) == 2
+    assert [sorted(report.errors) for report in reports] == [["r2"], ["r2"]]
+    assert sorted(run for run, action, _zone in reports[0].acted if action == "create") == ["r1", "r3"]
+    assert list(api.reconcile(settings, wake=False).errors) == ["r2"]
