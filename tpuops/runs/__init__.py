@@ -66,10 +66,14 @@ from tpuops.runs.ops import (
 
 __all__ = [
     "DAMAGED", "MAX_READERS", "AgentStatus", "EvalPoint", "Event", "ExitClass", "LogTail", "Memory", "NodeSpec",
-    "Outcome", "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
-    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished", "list_runs", "load_memory",
-    "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map", "read_document", "read_record",
-    "read_run_spec", "read_state", "read_status", "read_status_versioned", "rebuild_index", "record_key", "reopen",
-    "repair_hint", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json", "spec_key",
-    "status_key", "whole_run", "write_status",
+    "Outcome",
+    "PendingCreate", "Phase", "Run", "RunKind", "RunPhase", "RunRecord", "active_index", "active_run_ids",
+    "all_run_ids", "declare", "drop_active", "ensure_index", "follow_logs", "is_finished",
+    "list_runs", "load_memory", "logs_prefix", "mark_active", "memory_key", "open_run", "parallel_map",
+    "read_document", "read_record", "read_run_spec", "read_state", "read_status", "read_status_versioned",
+    "rebuild_index",
+    "record_key", "reopen", "repair_hint", "run_exists", "save_memory", "self_deleted_at", "self_deletes", "spec_json",
+    "spec_key",
+    "status_key", "whole_run",
+    "write_status",
 ]
