@@ -34,7 +34,7 @@ from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
-from tpuops.errors import DamagedDocument
+from tpuops.errors import DamagedDocument, UsageError
 from tpuops.kinds import Capacity, Provider
 from tpuops.ledger import Ledger
 from tpuops.providers.nodes import NodeInfo, NodeState
@@ -165,9 +165,8 @@ def test_repair_rebuilds_the_memory_and_sets_a_status_aside_and_forget_removes_a
     assert api.forget(settings, "rec").forgotten
     assert "rec" not in runs.all_run_ids(root) and "rec" not in runs.active_run_ids(root)
     assert not any(run.damage for run in api.list_runs(settings))
-    with pytest.raises(Exception, match="is not damaged") as whole:
+    with pytest.raises(UsageError, match="is not damaged"):
         api.forget(settings, "mem")
-    assert whole.value.exit_code == 2  # type: ignore[attr-defined]
 
 
 def test_a_pass_goes_on_past_a_damaged_run_and_deletes_its_node_once_its_agent_exited(
@@ -300,3 +299,23 @@ def test_a_rebuilt_memory_acts_on_the_agents_last_word_and_counts_no_preemption_
     assert gone.preemptions == 0 and [a.kind for a in decision.actions] == ["create"]
     ended = rebuild_memory(Diagnosis("r1", {"memory.json": "garbled"}, None, active=False), 0, None, 1.0)
     assert ended.finished and ended.outcome is Outcome.FAILED
+
+
+def test_repair_and_forget_of_an_unknown_run_are_usage_errors(settings: Settings) -> None:
+    for call in (api.repair, api.forget):
+        with pytest.raises(UsageError, match=r"no run 'ghost' in .*'tpuops runs' lists them") as refused:
+            call(settings, "ghost")
+        assert refused.value.exit_code == 2
+
+
+def test_watch_goes_on_past_damaged_runs_and_reconcile_says_them(settings: Settings) -> None:
+    declare(settings, "r1", "r2", "r3")
+    root = store(settings)
+    root.write_bytes(runs.memory_key("r2"), GARBLED)
+    root.write_bytes(runs.status_key("r3"), GARBLED)
+    reports: list[Any] = []
+    assert api.watch(settings, interval_s=0.1, passes=2, on_pass=lambda _n, report: reports.append(report),
+                     sleep=lambda _s: None, wake=False) == 2
+    assert [sorted(report.errors) for report in reports] == [["r2"], ["r2"]]
+    assert sorted(run for run, action, _zone in reports[0].acted if action == "create") == ["r1", "r3"]
+    assert list(api.reconcile(settings, wake=False).errors) == ["r2"]

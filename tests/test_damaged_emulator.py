@@ -8,6 +8,7 @@ about that one run say what is wrong in one line with exit 1, and ``runs forget`
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,10 @@ def test_a_garbled_memory_leaves_every_command_working_and_forget_deletes_the_bi
     planned = json.loads(out)
     assert planned["forgotten"] is False and planned["node"]["name"] == "broken"
     assert [node.name for node in connect(settings).list_nodes(ZONE)] == ["broken"], "a dry run deletes nothing"
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    code, out, err = cli(capsys, "runs", "forget", "broken")
+    assert code == 0 and "delete node broken in us-central1-a (READY) of damaged run broken? [y/N]" in err
+    assert "nothing done" in err and "broken" in runs.all_run_ids(root), "declined: nothing deleted or removed"
     code, out, err = cli(capsys, "runs", "forget", "broken", "--yes", "--json")
     assert code == 0, err
     assert json.loads(out)["forgotten"] is True

@@ -13,7 +13,7 @@ Callbacks report progress: ``progress`` gets one line of text (controller events
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -66,6 +66,7 @@ from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
     "DashboardInfo", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
+<<<<<<< HEAD
     "Started", "SweepStarted", "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
@@ -75,6 +76,20 @@ __all__ = [
     "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "status", "stop", "sweep_list",
     "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train",
     "up", "watch", "watch_marks",
+=======
+    "Started", "SweepStarted",
+    "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample", "data_upload", "data_verify",
+    "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
+    "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "forget",
+    "infer",
+    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_train", "plan_up",
+    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "repair", "resume", "risk", "run_detail",
+    "run_ids",
+    "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall",
+    "simulate", "status", "stop_run", "sweep_list", "sweep_plan", "sweep_repair", "sweep_report", "sweep_start",
+    "sweep_status",
+    "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
+>>>>>>> damaged
 ]
 
 if TYPE_CHECKING:
@@ -372,7 +387,8 @@ def repair(settings: Settings, run_id: str, *, dry_run: bool = False) -> Repaire
     from tpuops.session import store
 
     root = store(settings)
-    diagnosis = mending.diagnose(root, run_id, _node_of(settings, root, run_id))
+    diagnosis = mending.diagnose(root, run_id)  # an unknown run is refused before the cloud is asked
+    diagnosis = replace(diagnosis, node=_node_of(settings, root, run_id))
     return Repaired(diagnosis, [] if dry_run else mending.repair(root, diagnosis, time.time()), dry_run)
 
 
@@ -386,10 +402,11 @@ def forget(settings: Settings, run_id: str, *, dry_run: bool = False,
     from tpuops.session import fleet, store
 
     root = store(settings)
-    node = _node_of(settings, root, run_id)
-    diagnosis = mending.diagnose(root, run_id, node)
+    diagnosis = mending.diagnose(root, run_id)  # refused before the cloud is asked
     if not diagnosis.damaged:
         raise UsageError(f"run {run_id} is not damaged: only a damaged run is forgotten ('tpuops runs' shows it)")
+    node = _node_of(settings, root, run_id)
+    diagnosis = replace(diagnosis, node=node)
     if dry_run or (node is not None and not confirm(diagnosis)):
         return Forgotten(diagnosis, False, dry_run)
     if node is not None:

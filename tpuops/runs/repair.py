@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError
 from tpuops.providers.nodes import NodeInfo
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
-from tpuops.runs.ops import drop_active, load_memory, mark_active, read_record, read_status, run_exists
+from tpuops.runs.ops import drop_active, load_memory, mark_active, read_record, read_status
 from tpuops.runs.outcome import Outcome
 from tpuops.store import Store
 
@@ -73,8 +73,9 @@ class Diagnosis:
                 "repairable": self.repairable}
 
 
-def diagnose(store: Store, run_id: str, node: NodeInfo | None) -> Diagnosis:
-    """Read each of the run's documents and say which are damaged; ``UsageError`` when there is no such run."""
+def diagnose(store: Store, run_id: str, node: NodeInfo | None = None) -> Diagnosis:
+    """Read each of the run's documents and say which are damaged (``node``: the run's, if the caller looked);
+    ``UsageError`` when there is no such run (``read_record``: no run.json at all)."""
     damage: dict[str, str] = {}
     for name, read in ((layout.RECORD, lambda: read_record(store, run_id)),
                        (layout.MEMORY, lambda: load_memory(store, run_id)),
@@ -83,9 +84,7 @@ def diagnose(store: Store, run_id: str, node: NodeInfo | None) -> Diagnosis:
             read()
         except DamagedDocument as err:
             damage[name] = str(err)
-    if layout.RECORD in damage or run_exists(store, run_id):
-        return Diagnosis(run_id, damage, node, store.exists(layout.INDEX_ACTIVE + run_id))
-    raise UsageError(f"no run {run_id!r} in {store.uri} ('tpuops runs' lists them)")
+    return Diagnosis(run_id, damage, node, store.exists(layout.INDEX_ACTIVE + run_id))
 
 
 def rebuild_memory(diagnosis: Diagnosis, status_attempt: int, final: Outcome | None, now: float) -> Memory:
@@ -125,10 +124,10 @@ def repair(store: Store, diagnosis: Diagnosis, now: float) -> list[str]:
         store.delete(layout.status_key(run_id))
         done.append(f"status.json set aside as status.json{DAMAGED_SUFFIX}")
     if layout.MEMORY in diagnosis.damage:
-        status = read_status(store, run_id)
-        final = Outcome.of_exit(status.exit_class) if status is not None and status.final and status.exit_class \
-            else None
-        memory = rebuild_memory(diagnosis, status.attempt if status is not None else 0, final, now)
+        status = read_status(store, run_id)  # whole now: a damaged one was set aside above
+        ended = status.exit_class if status is not None and status.final else None
+        memory = rebuild_memory(diagnosis, status.attempt if status is not None else 0,
+                                Outcome.of_exit(ended) if ended is not None else None, now)
         key = layout.memory_key(run_id)
         exists = store.exists(key)  # else the damaged memory is the legacy one, and memory.json is new
         generation = _set_aside(store, key if exists else layout.run_key(run_id, layout.LEGACY_MEMORY))
