@@ -66,7 +66,6 @@ from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
     "DashboardInfo", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
-<<<<<<< HEAD
     "Started", "SweepStarted", "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
@@ -76,20 +75,6 @@ __all__ = [
     "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "status", "stop", "sweep_list",
     "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train",
     "up", "watch", "watch_marks",
-=======
-    "Started", "SweepStarted",
-    "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample", "data_upload", "data_verify",
-    "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault", "emulator_preempt",
-    "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep", "forecast_train", "forget",
-    "infer",
-    "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer", "plan_resume", "plan_train", "plan_up",
-    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "repair", "resume", "risk", "run_detail",
-    "run_ids",
-    "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status", "schedule_uninstall",
-    "simulate", "status", "stop_run", "sweep_list", "sweep_plan", "sweep_repair", "sweep_report", "sweep_start",
-    "sweep_status",
-    "sweep_stop", "sweep_storage", "train", "up", "watch", "watch_marks",
->>>>>>> damaged
 ]
 
 if TYPE_CHECKING:
