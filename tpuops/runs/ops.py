@@ -200,7 +200,7 @@ def read_stop(store: Store, run_id: str) -> StopRequest | None:
         return None
     try:
         return parse(StopRequest, data, store.uri_of(key))
-    except UsageError as err:
+    except DamagedDocument as err:
         return StopRequest(reason=f"stop requested ({err})", at=0.0)
 
 
