@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import result_file
 from bench_controller import fake_image, measure, wait_for, world
 
 from tpuops.data.samples import digits
@@ -209,7 +210,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--quick", action="store_true", help="smaller sweeps (200 trials, 20 running)")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_sweeps")
     big, running = (200, 20) if args.quick else (500, 50)
     shapes = [(big, running), (2 * big, running), (big, 2 * running)]
     started = time.monotonic()
@@ -220,6 +223,13 @@ def main() -> None:
         appends = bench_concurrent_appends(work, 10, 20)
     result = {"passes": passes, "storages": storages, "appends": appends, "reps": REPS,
               "seconds": round(time.monotonic() - started)}
+    if args.result:
+        measuring.write(result, [result_file.Table(
+            f"A reconcile pass over a sweep (sweep pass + runs), local emulator, medians of {REPS}.",
+            ["trials", "running", "wall s", "API calls", "store reads / writes / lists"],
+            [[str(p["trials"]), str(p["running"]), f"{p['seconds']:.2f}",
+              ", ".join(f"{n} {rpc}" for rpc, n in sorted(p["api_calls"].items())) or "none",
+              f"{p['store']['reads']} / {p['store']['writes']} / {p['store']['lists']}"] for p in passes])])
     if args.json:
         print(json.dumps(result, indent=2))
         return
