@@ -190,8 +190,8 @@ def _render_result(result: dict[str, Any], title: str) -> str:
 
 def _conditions(result: dict[str, Any]) -> str:
     if result["carried_over"]:
-        return (f"*Carried over* from the README of an earlier tree, not re-run since: {result['date']}; "
-                f"{result['load']}. Command: `{result['command']}`.")
+        return (f"*Carried over* from {result.get('source', 'the README')} of an earlier tree, not re-run since: "
+                f"{result['date']}; {result['load']}. Command: `{result['command']}`.")
     date, load = result["date"], result["load"]
     machine = result.get("machine", {})
     before = " / ".join(f"{value:g}" for value in load["before"])

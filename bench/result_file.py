@@ -19,8 +19,9 @@ A result file is one JSON object:
   bench formats them); a bench that gives none is shown by its scalar ``figures``;
 - ``notes``: paragraphs (Markdown) a person wrote about this run: what it shows, what changed;
 - ``figures``: everything the bench's ``--json`` prints, so a later reader can compute more;
-- ``carried_over``: ``true`` for figures carried over from the README of an earlier tree, with the
-  date and conditions it stated (in ``date`` and ``load`` as text); the next real run replaces them.
+- ``carried_over``: ``true`` for figures carried over from the README (or the doc page named in
+  ``source``) of an earlier tree, with the date and conditions it stated (in ``date`` and ``load`` as
+  text); the next real run replaces them.
 
 Writing a whole run (``part == ""``) removes the bench's part files, which it replaces; writing a
 part replaces that part only.
@@ -92,6 +93,9 @@ class Run:
             "commit": _commit(), "carried_over": False,
             "tables": [table.to_json() for table in tables], "notes": list(notes), "figures": figures,
         }
+        if not part:  # a whole run replaces the parts measured apart before it
+            for stale in RESULTS.glob(f"{self.bench}.*.json"):
+                stale.unlink()
         return save(result)
 
 
@@ -99,9 +103,6 @@ def save(result: dict[str, Any]) -> Path:
     """Write one result (strict JSON, keys in a stable order) where the report reads it."""
     RESULTS.mkdir(exist_ok=True)
     bench, part = result["bench"], result["part"]
-    if not part:
-        for stale in RESULTS.glob(f"{bench}.*.json"):
-            stale.unlink()
     path = RESULTS / (f"{bench}.{part}.json" if part else f"{bench}.json")
     path.write_text(json.dumps(result, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     return path
