@@ -53,9 +53,9 @@ SECTIONS = (
             "Controller passes with thousands of runs in the store, this tree against the tree before the run "
             "module, on a local store and on fake-gcs-server: a steady pass must read nothing that has not changed.",
             (("", ""), ("gcs", "On fake-gcs-server only"), ("local", "On a local store only"))),
-    Section("bench_provider_seam", "One seam, one front door, no circles",
-            "The import graph between rooms (floors, arrows back up, circles), the files that name a node provider, "
-            "and the CLI commands that are one `tpuops.api` call, against the tree before the redesign."),
+    Section("bench_provider_seam", "One seam to the cloud",
+            "The package files that name each node provider, against the one adapter of the tree before the "
+            "seam: what a new provider has to touch."),
     Section("bench_cli", "Command wall time",
             "Everyday commands as a user waits for them, each a fresh process, this tree and a baseline tree "
             "taking turns in every repetition so that the machine's load falls on both alike."),
