@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -100,12 +101,24 @@ class Run:
 
 
 def save(result: dict[str, Any]) -> Path:
-    """Write one result (strict JSON, keys in a stable order) where the report reads it."""
+    """Write one result where the report reads it: strict JSON, a figure that is not finite written as null."""
     RESULTS.mkdir(exist_ok=True)
     bench, part = result["bench"], result["part"]
     path = RESULTS / (f"{bench}.{part}.json" if part else f"{bench}.json")
-    path.write_text(json.dumps(result, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(_finite(result), indent=1, ensure_ascii=False, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
     return path
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (a ratio over a zero time must not cost the run its result)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def command_line() -> str:
