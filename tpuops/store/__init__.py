@@ -87,11 +87,15 @@ def _refuse_a_file_in_the_way(uri: str, root: Path) -> None:
     Without this, a write under it failed with the OS's "Not a directory" as a failure of the world (exit 1).
     """
     for place in (root, *root.parents):
-        if place.is_dir():
+        try:
+            if place.is_dir():
+                return
+            if not place.exists():
+                continue
+        except OSError:  # unreadable: the store's own calls say so, as a failure of the world
             return
-        if place.exists():
-            where = "is a file" if place == root else f"is inside {str(place)!r}, which is a file"
-            raise UsageError(f"{uri!r} {where}: a store or dataset location is a folder (or gs://BUCKET/PREFIX)")
+        where = "is a file" if place == root else f"is inside {str(place)!r}, which is a file"
+        raise UsageError(f"{uri!r} {where}: a store or dataset location is a folder (or gs://BUCKET/PREFIX)")
 
 
 _OPENERS: dict[str, Callable[[str, str | None], Store]] = {
