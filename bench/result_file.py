@@ -125,7 +125,7 @@ def command_line() -> str:
     """This process's command line as typed from the repository root (interpreter and script relative)."""
     def shown(arg: str) -> str:
         try:  # (Python 3.8, where the TF benches run, has no Path.is_relative_to)
-            return str(Path(arg).relative_to(ROOT)) if Path(arg).is_absolute() else arg
+            return str(Path(os.path.normpath(arg)).relative_to(ROOT)) if Path(arg).is_absolute() else arg
         except ValueError:
             return arg
 
