@@ -19,10 +19,15 @@ COMPAT_PYTHONS := 3.10 3.13
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp
 
+# The first interpreter >= 3.10 on PATH. Silent about the others: a pyenv shim of a version not installed
+# answers `command -v` and then complains on stderr when run.
+FIND_PYTHON := for c in python3.12 python3.11 python3.10 python3; do \
+	  if command -v $$c >/dev/null && $$c -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then \
+	    command -v $$c; break; fi; \
+	done
+
 $(VENV)/.stamp: pyproject.toml
-	@py=$$(for c in python3.12 python3.11 python3.10 python3; do \
-	    if command -v $$c >/dev/null && $$c -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then command -v $$c; break; fi; \
-	  done); \
+	@py=$$($(FIND_PYTHON)); \
 	  if [ -z "$$py" ]; then echo "tpuops needs Python >= 3.10 for the control plane; none found on PATH" >&2; exit 1; fi; \
 	  $$py -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -77,6 +77,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import result_file
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments"), str(ROOT / "tpuops" / "agent" / "userlib")]
@@ -572,9 +574,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--determinism", choices=("both", "on", "off"), default="both")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_agent")
     if args.determinism != "both":
         results = measure(args, args.determinism == "on")
+        if args.result:
+            measuring.write(results, part=f"determinism-{args.determinism}")
         if args.json:
             print(json.dumps(results, indent=1))
         else:
@@ -586,6 +592,8 @@ def main() -> None:
                 "--repeats", str(args.repeats), "--determinism", setting, "--json"]
         child = subprocess.run([sys.executable, *argv], check=True, capture_output=True, text=True)
         settings[setting] = json.loads(child.stdout)
+    if args.result:
+        measuring.write({**settings["on"], "determinism_off": settings["off"]})
     if args.json:
         print(json.dumps({**settings["on"], "determinism_off": settings["off"]}, indent=1))
         return

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import result_file
 from bench_controller import TF_PYTHON, TF_ZONE, World, digits_spec, world
 from bench_detection import watching
 
@@ -154,10 +155,14 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=1)
     parser.add_argument("--per-minute", type=float, default=PER_MINUTE, help="preemptions per READY minute")
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_calibration")
     if not 0 <= args.per_minute <= 6000:  # the emulator's preempt_rate_per_s is within [0, 100]
         parser.error(f"--per-minute {args.per_minute:g} is not a rate between 0 and 6000 preemptions per READY minute")
     out = [calibrate(args.runs, args.wave, args.steps, seed, args.per_minute) for seed in range(args.repetitions)]
+    if args.result:
+        measuring.write({"sessions": out})
     if args.json:
         print(json.dumps(out, indent=2))
         return

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import result_file
 from baseline import add_argument as add_baseline_argument
 from baseline import tree as baseline_tree
 
@@ -90,7 +91,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_baseline_argument(parser)
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_cli")
     baseline = baseline_tree(args, "c4ce28f")
     from tpuops.emulator.control import start_background, stop
 
@@ -119,8 +122,15 @@ def main() -> None:
             rows.append((f"tpuops status, {NODES} nodes", timed(trees, envs, "status")))
         finally:
             stop(info.state_dir)
+    figures = {"reps": REPS, "rows": [{"command": c, **v} for c, v in rows]}
+    if args.result:
+        measuring.write(figures, [result_file.Table(
+            f"Wall time, median of {REPS} fresh processes, the two trees taking turns; baseline: {baseline}.",
+            ["command", "baseline s", "this tree s", "ratio"],
+            [[command, f"{values['baseline']:.3f}", f"{values['this tree']:.3f}",
+              f"x{values['baseline'] / values['this tree']:.2f}"] for command, values in rows])])
     if args.json:
-        print(json.dumps({"reps": REPS, "rows": [{"command": c, **v} for c, v in rows]}, indent=2))
+        print(json.dumps(figures, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

@@ -24,6 +24,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import result_file
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = {"gcloud compute tpus": "tests/test_conformance_gcloud.py",
           "google-cloud-tpu (Python) RPCs": "tests/test_conformance_client.py"}
@@ -66,7 +68,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="checkout of the baseline")
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_conformance")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         baseline, endpoint = (None, None)
@@ -81,6 +85,12 @@ def main() -> int:
             if baseline is not None:
                 baseline.terminate()
                 baseline.wait(timeout=30)
+    if args.result:
+        measuring.write({"baseline": str(args.baseline), "rows": rows}, [result_file.Table(
+            "Steps that pass, run unmodified against this emulator and against the baseline's.",
+            ["client", "steps", "pass, this emulator", "pass, baseline"],
+            [[row["client"], str(row["ours"]["total"]), str(row["ours"]["passed"]),
+              str(row["baseline"]["passed"]) if row["baseline"] else "n/a"] for row in rows])])
     if args.json:
         print(json.dumps({"baseline": str(args.baseline), "rows": rows}, indent=2))
         return 0

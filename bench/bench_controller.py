@@ -56,6 +56,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import result_file
 import yaml
 
 from tpuops import runs
@@ -700,7 +701,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=None, help="active runs per pass (default 200, quick 50)")
     parser.add_argument("--quick", action="store_true", help="fewer runs, zones, samples and digits runs (< 1 min)")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_controller")
     quick = args.quick
     runs = args.runs or (50 if quick else 200)
     zone_counts = (1, 4) if quick else (1, 2, 4)
@@ -726,6 +729,11 @@ def main() -> None:
             sections += part()
             print(f"bench: {name} took {time.monotonic() - began:.0f} s", file=sys.stderr)
 
+    if args.result:
+        measuring.write({"runs": runs, "passes": passes, "quick": quick}, [result_file.Table(
+            f"{runs} runs, {passes} passes each; emulated boot {BOOT_S:g} s; digits runs heartbeat {HEARTBEAT_S:g} s.",
+            ["measure", "tpuops", "baseline / breakdown", "goal / note"],
+            [list(row) for section in sections for row in section])])
     from rich.console import Console
     from rich.table import Table
 

@@ -37,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import result_file
 from baseline import add_argument as add_baseline_argument
 from baseline import tree as baseline_tree
 
@@ -252,6 +253,7 @@ def main() -> None:
     parser.add_argument("--goals", action="store_true", help="only the two cases with goals (the largest)")
     parser.add_argument("--only", choices=("gcs", "local"), help="only the cases on this store")
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -262,6 +264,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    measuring = result_file.Run("bench_controller_scale")
     baseline = baseline_tree(args, "a052406")
     sys.path.insert(0, str(ROOT / "tests"))
     from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
@@ -291,6 +294,13 @@ def main() -> None:
                       f"{o:.3f} s/pass ({calls_text(ours['store_calls'])}); x{row['speedup']:.1f}; all statuses due "
                       f"{row['ours_all_statuses_due_s'] or 0:.3f} s; goal "
                       f"{_goal(goal, o)}", flush=True)
+    if args.result:
+        measuring.write({"reps": REPS, "rows": rows}, [result_file.Table(
+            f"Controller pass, median of {REPS} (steady: nothing changed since the last pass).",
+            ["case", "baseline s/pass", "this tree s/pass", "speedup", "all statuses due", "goal"],
+            [[row["case"], f"{row['baseline_s']:.3f}", f"{row['ours_s']:.3f}", f"x{row['speedup']:.1f}",
+              f"{row['ours_all_statuses_due_s'] or 0:.3f}", _goal(row["goal_s"], row["ours_s"])] for row in rows])],
+            part=args.only or "")
     if args.json:
         print(json.dumps({"reps": REPS, "rows": rows}, indent=2))
         return

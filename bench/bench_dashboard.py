@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import result_file
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench")]
 
@@ -176,7 +178,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("local", "gcs"))
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_dashboard")
 
     from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
 
@@ -206,6 +210,13 @@ def main() -> None:
         out["status_to_browser"] = status_to_browser(settings("live"), LocalStore(work / "live" / "store"))
         out["reads_and_memory"] = reads_and_memory(settings("busy"), LocalStore(work / "busy" / "store"),
                                                    args.window)
+    if args.result:
+        measuring.write(out, [result_file.Table(
+            f"First paint of /runs, median of {REPS}; baseline: a page built from every run's files.",
+            ["store", "runs", "baseline s", "ours s", "ratio", "goal s"],
+            [[row["store"], str(row["runs"]), f"{row['baseline_s']:.3f}", f"{row['ours_s']:.3f}",
+              f"{row['ratio']:.1f}", f"{row['goal_s']:.1f}"] for row in out["first_paint"]])],
+            part=args.only or "")
     if args.json:
         print(json.dumps(out, indent=2))
         return

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import result_file
 
 from tpuops import tfrecord
 from tpuops.data import convert, format_size, parse_size, upload
@@ -235,7 +236,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20000, help="records per conversion case")
     parser.add_argument("--skip-upload", action="store_true")
     parser.add_argument("--skip-convert", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_data")
 
     rows: list[tuple[str, str, str, float]] = []
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
@@ -245,6 +248,14 @@ def main() -> None:
         if not args.skip_upload:
             rows += bench_upload(work, parse_size(args.size), parse_size(args.shard_size), args.workers)
 
+    if args.result:
+        part = "convert" if args.skip_upload else "upload" if args.skip_convert else ""
+        table = result_file.Table(
+            f"{args.size} in {args.shard_size} shards, {args.workers} workers; ratios: baseline time / our time.",
+            ["measurement", "ours", "baseline", "ratio"],
+            [[what, ours, baseline, f"{ratio:.2f}x"] for what, ours, baseline, ratio in rows])
+        figures = {"size": args.size, "shard_size": args.shard_size, "workers": args.workers, "records": args.records}
+        measuring.write(figures, [table], part=part)
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     header = ("measurement", "ours", "baseline")
     widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import result_file
+
 from tpuops.config import Settings, load_settings
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.sim.calibrate import replicas
@@ -165,7 +167,9 @@ def main() -> None:
     parser.add_argument("--skip-simulator", action="store_true",
                         help="the emulator runs only (the two parts fit one shared-machine slot each)")
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_detection")
     started = time.perf_counter()
     out: dict[str, Any] = {}
     if not args.skip_simulator:
@@ -173,6 +177,23 @@ def main() -> None:
     if not args.skip_emulator:
         out["emulator"] = emulator_table()
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    if args.result:
+        tables = []
+        if "simulator" in out:
+            tables.append(result_file.Table(
+                f"24-h job, 11 preemptions, simulator, {args.repetitions} seeds: median (min-max).",
+                ["mode", "preemptions", "hours to result", "s lost per preemption", "vs cron", "speed vs real time"],
+                [[row["mode"], ",".join(map(str, row["preemptions"])), _cell(row["hours_to_result"]),
+                  _cell(row["seconds_lost_per_preemption"], "{:.0f}"), _cell(row["vs_cron"]),
+                  _cell(row["speedup"], "{:,.0f}x")] for row in out["simulator"]]))
+        if "emulator" in out:
+            tables.append(result_file.Table(
+                "One real emulator run per mode (digits CNN, 3 preemptions, watch every 30 s).",
+                ["mode", "seconds to result", "notice -> replacement create, each preemption (s)"],
+                [[row["mode"], f"{row['seconds_to_result']:.1f}",
+                  ", ".join(f"{s:.1f}" for s in row["notice_to_create_s"])] for row in out["emulator"]]))
+        part = "" if len(tables) == 2 else "simulator" if "simulator" in out else "emulator"
+        measuring.write(out, tables, part=part)
     if args.json:
         print(json.dumps(out, indent=2))
         return

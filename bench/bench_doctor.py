@@ -5,7 +5,7 @@ Three ways, side by side in one run, 3 repetitions each, medians: the CLI as a u
 library with its checks in parallel (what the CLI does), and the baseline of the same checks
 one after another. Every run must report all OK (a healthy local setup), or the bench fails.
 
-    .venv/bin/python bench/bench_doctor.py [--json]
+    .venv/bin/python bench/bench_doctor.py [--json] [--result]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import result_file
 
 from tpuops.config import load_settings
 from tpuops.doctor import exit_code, run_checks
@@ -37,7 +39,9 @@ def _timed(fn) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_doctor")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
@@ -66,8 +70,15 @@ def main() -> int:
         finally:
             control.stop(home / "emulator")
     medians = {name: statistics.median(times) for name, times in rows.items()}
+    figures = {"reps": REPS, "goal_s": 3.0, "median_s": medians, "runs_s": rows}
+    if args.result:
+        goal = "met" if medians["tpuops doctor (CLI, fresh process)"] < 3.0 else "not met"
+        measuring.write(figures, [result_file.Table(
+            f"Healthy local setup (every check OK), {REPS} repetitions, medians; goal for the CLI: under 3 s ({goal}).",
+            ["what", "median s", "runs (s)"],
+            [[name, f"{medians[name]:.2f}", ", ".join(f"{t:.2f}" for t in times)] for name, times in rows.items()])])
     if args.json:
-        print(json.dumps({"reps": REPS, "goal_s": 3.0, "median_s": medians, "runs_s": rows}, indent=2))
+        print(json.dumps(figures, indent=2))
         return 0
     print(f"{'what':40} {'median s':>9}   runs (s)          goal < 3 s")
     for name, times in rows.items():

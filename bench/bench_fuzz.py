@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import result_file
+
 REPO = Path(__file__).resolve().parents[1]
 ADDRESS_SPACE = 3 << 30
 
@@ -148,6 +150,7 @@ def main() -> None:
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--corpus-case", type=Path, help=argparse.SUPPRESS)
+    result_file.add_argument(parser)
     args = parser.parse_args()
     if args.worker and args.corpus_case:
         print(json.dumps(corpus_worker(args.worker, args.corpus_case)))
@@ -155,6 +158,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.cases, args.seed)))
         return
+    measuring = result_file.Run("bench_fuzz")
     trees = {"ours": REPO, **({"base": args.base} if args.base else {})}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for repeat in range(args.repeats):
@@ -169,6 +173,14 @@ def main() -> None:
         summary[name].update(_corpus(tree))
     if "base" in summary and summary["base"]["cases_per_s"]:
         summary["throughput_ratio"] = summary["ours"]["cases_per_s"] / summary["base"]["cases_per_s"]
+    if args.result:
+        measuring.write({"summary": summary, "runs": runs}, [result_file.Table(
+            f"{args.cases} cases x {args.repeats} repetitions per tree, medians; ours: this tree, base: {args.base}.",
+            ["tree", "cases/s", "distinct failure signatures", "slowest refused case", "peak RSS",
+             "corpus files not refused"],
+            [[name, f"{summary[name]['cases_per_s']:.1f}", str(summary[name]["signatures"]),
+              f"{summary[name]['max_refused_s']:.2f} s", f"{summary[name]['max_rss_mb']:.0f} MB",
+              ", ".join(summary[name]["not_refused"]) or "0"] for name in trees])])
     if args.json:
         print(json.dumps({"summary": summary, "runs": runs}, indent=2, sort_keys=True))
         return

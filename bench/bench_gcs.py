@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import result_file
+
 from tpuops import runs
 from tpuops.data.samples import digits
 from tpuops.emulator import control
@@ -341,7 +343,9 @@ def main() -> None:
                         help="an older tree (git archive COMMIT | tar -x -C DIR) whose training input is measured "
                              "beside this tree's")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_gcs")
     if args.baseline is not None and not (args.baseline / "tpuops" / "agent" / "inputs.py").is_file():
         print(f"bench_gcs: no tpuops tree at {args.baseline} (git archive COMMIT | tar -x -C DIR)", file=sys.stderr)
         raise SystemExit(2)
@@ -355,6 +359,8 @@ def main() -> None:
         raise SystemExit(2)
     sizes = [int(mb) for mb in args.checkpoint_mb.split(",")]
     result = run(args.repeats, sizes, args.input_mb, args.recovery_repeats, parts, args.baseline)
+    if args.result:
+        measuring.write(result, part="" if set(parts) == set(PARTS) else "+".join(parts))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

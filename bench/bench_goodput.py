@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import result_file
 from bench_controller import PROJECT, TF_PYTHON, TF_ZONE, World, billing_of, digits_spec, world
 
 from tpuops import runs
@@ -161,7 +162,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=90000, help="training steps per run (~3 min billed here)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_goodput")
     began = time.monotonic()
     outcomes: dict[int, list[Outcome]] = {k: [] for k in SCENARIOS}
     with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:
@@ -177,6 +180,8 @@ def main() -> None:
                     print(f"bench: {k} preemption(s), repeat {repeat + 1}: goodput {outcome.goodput:.3f}, "
                           f"{outcome.finished.outcome.value} ({time.monotonic() - began:.0f} s)", file=sys.stderr)
     report = summarise(outcomes, args.steps, time.monotonic() - began)
+    if args.result:
+        measuring.write(report)
     if args.json:
         print(json.dumps(report, indent=1))
     else:

@@ -74,6 +74,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import result_file
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -642,6 +644,14 @@ def connect_as_infer(deterministic: bool) -> None:
     connect(spec)
 
 
+def _part(parts: list[str], determinism: str) -> str:
+    """The result file's part (docs/benchmarks.md's sections): throughput, latency, checkpoints, or all of them."""
+    checkpoints = {"saves", "ckpt-loop", "agent-ckpt-loop", "tf-check"}
+    name = ("" if set(parts) == set(PARTS) else "throughput" if parts == ["infer"] else "latency"
+            if parts == ["latency"] else "checkpoints" if set(parts) <= checkpoints else "+".join(parts))
+    return name if determinism == "on" else f"{name or 'all'}-determinism-off"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -654,7 +664,9 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts to run, of {','.join(PARTS)}")
     parser.add_argument("--determinism", choices=("on", "off"), default="on",
                         help="TF op determinism, as infer sets it: on is what deterministic: auto gives on a CPU")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_infer")
     connect_as_infer(args.determinism == "on")
     parts = args.only.split(",")
     unknown = set(parts) - set(PARTS)
@@ -693,6 +705,8 @@ def main() -> None:
         "sigterm_save_1gb_s": sizes["1024"]["ours_blocking_save_s"] if "1024" in sizes else None,
         "startup_tf_check_s": details["tf_check"]["metadata"] if "tf_check" in details else None,
     }
+    if args.result:
+        measuring.write(dict(figures, details=details), part=_part(parts, args.determinism))
     if args.json:
         print(json.dumps(dict(figures, details=details), indent=1))
     else:

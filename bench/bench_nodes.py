@@ -25,6 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import result_file
+
 from tpuops.emulator.control import AdminClient, start_background, stop
 from tpuops.kinds import Capacity
 from tpuops.providers.base import wait_for
@@ -61,7 +63,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--listed", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_nodes")
 
     tpuops = str(Path(sys.executable).with_name("tpuops"))
     rows: list[tuple[str, str, str, str]] = []
@@ -129,6 +133,10 @@ def main() -> None:
         finally:
             stop(info.state_dir)
 
+    if args.result:
+        measuring.write({"nodes": args.nodes, "listed": args.listed, "repeat": args.repeat}, [result_file.Table(
+            f"Medians of {args.repeat} fresh processes per command; the local emulator, zones {', '.join(ZONES)}.",
+            ["measure", "tpuops", "baseline", "goal / note"], [list(row) for row in rows])])
     from rich.console import Console
     from rich.table import Table
 

@@ -46,6 +46,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import result_file
+
 from tpuops import deadline, runs
 from tpuops.config import Settings, load_settings
 from tpuops.kinds import Capacity
@@ -308,7 +310,9 @@ def main() -> None:
     parser.add_argument("--hysteresis", type=float, nargs="+", metavar="RESERVES",
                         help="instead: the deadline policy's hysteresis study at these return reserves (e.g. 1 2 3)")
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_plan")
     started = time.perf_counter()
     out: dict[str, Any] = {}
     if args.hysteresis:
@@ -320,6 +324,11 @@ def main() -> None:
         out["fleet_sweep"] = fleet_study(args.trials, args.parallel, args.repetitions, args.budget_per_trial,
                                          args.first_seed)
     out["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    if args.result:
+        studies = [name for name in ("hysteresis", "policy_study", "fleet_sweep") if name in out]
+        part = {("policy_study",): "policy", ("fleet_sweep",): "fleet", ("hysteresis",): "hysteresis",
+                ("policy_study", "fleet_sweep"): ""}[tuple(studies)]
+        measuring.write(json.loads(json.dumps(out, default=str)), part=part)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return

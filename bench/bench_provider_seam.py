@@ -19,6 +19,8 @@ import os
 import re
 from pathlib import Path
 
+import result_file
+
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2
 
@@ -55,8 +57,16 @@ def main() -> None:
     default = os.environ.get("TPUOPS_BASELINE", "/tmp/tpuops-baseline")
     parser.add_argument("--baseline", type=Path, default=Path(default))
     parser.add_argument("--json", action="store_true")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_provider_seam")
     rows = [baseline_tree(args.baseline), *this_tree()]
+    if args.result:
+        measuring.write({"goal_files": GOAL, "rows": rows}, [result_file.Table(
+            f"Package files that name a node provider (goal for a new one: {GOAL}).",
+            ["tree", "provider", "files", "which"],
+            [[str(row["tree"]), str(row["provider"]), str(row["count"]), ", ".join(row["files"])]  # type: ignore[arg-type]
+             for row in rows])])
     if args.json:
         print(json.dumps({"goal_files": GOAL, "rows": rows}, indent=2))
         return

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import result_file
 from bench_controller import fake_image, measure, wait_for, world
 
 from tpuops.data.samples import digits
@@ -205,11 +206,40 @@ def bench_concurrent_appends(work: Path, threads: int, appends: int) -> list[dic
     return rows
 
 
+def result_tables(result: dict[str, Any]) -> list[result_file.Table]:
+    """The three tables of docs/benchmarks.md, from what ``--json`` prints."""
+    storages, appends = result["storages"], result["appends"]
+    base = next(r["ms_per_trial"] for r in storages if r["storage"].startswith("Optuna") and r["open"] == "kept open")
+    base_ms = next(r["ms"] for r in appends if r["backend"].startswith("Optuna"))
+    return [
+        result_file.Table(
+            f"A reconcile pass over a sweep (sweep pass + runs), local emulator, medians of {REPS}; goal < 2 s, "
+            "one ListNodes per zone, store reads growing with the running trials, not the finished ones.",
+            ["trials", "running", "wall s", "API calls", "store reads / writes / lists"],
+            [[str(p["trials"]), str(p["running"]), f"{p['seconds']:.2f}",
+              ", ".join(f"{n} {rpc}" for rpc, n in sorted(p["api_calls"].items())) or "none",
+              f"{p['store']['reads']} / {p['store']['writes']} / {p['store']['lists']}"] for p in result["passes"]]),
+        result_file.Table(
+            f"Ask + report + tell per trial, medians of {REPS}; ratio: ms per trial / Optuna JournalFileBackend "
+            "kept open.", ["storage", "opened", "ms per trial", "ratio"],
+            [[r["storage"], r["open"], f"{r['ms_per_trial']:.2f}", f"{r['ms_per_trial'] / base:.1f}x"]
+             for r in storages]),
+        result_file.Table(
+            f"10 threads x 20 appends through one journal backend, medians of {REPS}; readable: logs a fresh reader "
+            "finds (fewest of 3); ratio: wall / Optuna JournalFileBackend.",
+            ["backend", "appends", "readable", "wall ms", "ratio"],
+            [[r["backend"], str(r["appends"]), str(r["readable"]), f"{r['ms']:.1f}", f"{r['ms'] / base_ms:.1f}x"]
+             for r in appends]),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--quick", action="store_true", help="smaller sweeps (200 trials, 20 running)")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_sweeps")
     big, running = (200, 20) if args.quick else (500, 50)
     shapes = [(big, running), (2 * big, running), (big, 2 * running)]
     started = time.monotonic()
@@ -220,6 +250,8 @@ def main() -> None:
         appends = bench_concurrent_appends(work, 10, 20)
     result = {"passes": passes, "storages": storages, "appends": appends, "reps": REPS,
               "seconds": round(time.monotonic() - started)}
+    if args.result:
+        measuring.write(result, result_tables(result))
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -77,6 +77,16 @@ REFUSED = [  # argv, what the one line must say
     (["train", corpus("deadline_both.yaml"), "--dry-run"], "give deadline or finish_within, not both"),
     (["train", corpus("deadline_bad_duration.yaml"), "--dry-run"], "a duration like 36h"),
     (["simulate", SPEC, "--policy", "cheapest"], "unknown policy 'cheapest'"),
+    # issue 31's edge holes: each once accepted, or failed as the world's fault
+    (["train", SPEC, "--follow", "--detach", "--dry-run"], "--follow streams the log until the run ends"),
+    (["train", SPEC, "--follow", "--detach"], "--detach returns at once: give one of them"),
+    (["train", SPEC, "--dry-run", "--follow"], "--dry-run starts nothing, so there is nothing to follow"),
+    (["train", "--resume", "r1", "--dry-run", "--detach"], "nothing to detach: drop --detach or --dry-run"),
+    (["data", "sample", "digits", ""], "OUT is empty: name the folder to write"),
+    (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", ""], "--out is empty"),
+    (["data", "upload", "corpus", corpus("empty.yaml")], "empty.yaml' is a file: a store or dataset location"),
+    (["data", "upload", "corpus", corpus("empty.yaml") + "/data/x"], "which is a file"),
+    (["data", "verify", corpus("empty.yaml")], "is a file"),
 ]
 
 

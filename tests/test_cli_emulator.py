@@ -35,7 +35,9 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
     try:
         assert started["endpoint"].startswith("http://127.0.0.1:")
         code, out, _ = _cli(capsys, "emulator", "status", "--json")
-        assert json.loads(out) == {"running": True, "endpoint": started["endpoint"], "pid": started["pid"]}
+        assert json.loads(out) == {"running": True, "endpoint": started["endpoint"], "pid": started["pid"],
+                                   "auth": True, "state_dir": started["state_dir"],
+                                   "token_file": started["token_file"], "storage_endpoint": None}
 
         monkeypatch.setenv("TPUOPS_TPU_ENDPOINT", started["endpoint"])
         assert _cli(capsys, "emulator", "fault", "--stockout", "us-central1-a")[0] == 0
@@ -77,3 +79,29 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
         os.kill(started["pid"], 0)
     code, out, _ = _cli(capsys, "emulator", "status")
     assert code == 1 and "not running" in out
+
+
+def test_emulator_status_names_the_cloud_storage_endpoint_that_start_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a gs:// store, ``status`` (text and --json) says where Cloud Storage is, as ``start`` did."""
+    from tpuops.emulator.netview import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
+    monkeypatch.delenv("TPUOPS_TPU_ENDPOINT", raising=False)
+    (tmp_path / "tpuops.toml").write_text('zones = ["us-central1-a"]\nstore = "gs://status-bkt/root"\n')
+    code, out, err = _cli(capsys, "emulator", "start", "--boot-delay", "0.1", "--grace", "1", "--json")
+    assert code == 0, err
+    started = json.loads(out)
+    try:
+        assert started["storage_endpoint"].startswith("http://127.0.0.1:")
+        code, out, _ = _cli(capsys, "emulator", "status", "--json")
+        assert code == 0 and json.loads(out) == {"running": True, **started}
+        code, out, _ = _cli(capsys, "emulator", "status")
+        assert code == 0 and out.strip() == (f"running at {started['endpoint']} (pid {started['pid']}); "
+                                             f"Cloud Storage at {started['storage_endpoint']}")
+    finally:
+        assert _cli(capsys, "emulator", "stop")[0] == 0

@@ -14,7 +14,7 @@ preempted node within the two passes that frame its preemption (nothing in the A
 ledger places it between the last sighting as READY and the first as PREEMPTED). The windows are
 those of the passes as they ran, so a loaded machine, whose passes are slower, widens them rather
 than failing the test; the
-ledger's total against billing is printed (the README's 2 % is measured on a quiet machine, by
+ledger's total against billing is printed (docs/benchmarks.md's 2 % is measured on a quiet machine, by
 ``bench/bench_goodput.py``). And with one delete held
 (the emulator's ``hold_deletes``), as slow as a delete on Cloud TPU, another run's replacement
 still goes out in the same pass, while that pass waits for the held one.

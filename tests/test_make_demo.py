@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,20 @@ def test_make_demo_gcs_stops_with_the_reason_where_nodes_get_no_namespaces(tmp_p
     assert done.returncode != 0
     assert "make demo-gcs: a gs:// store on the local emulator needs root" in done.stderr
     assert _calls(tmp_path) == [] and not (tmp_path / "home").exists()
+
+
+def test_the_interpreter_probe_is_silent_about_a_pyenv_shim_of_a_missing_version(tmp_path: Path) -> None:
+    """A fresh clone's ``make demo`` must not open with ``pyenv: python3.12: command not found`` on stderr."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for missing in ("python3.12", "python3.11"):  # what pyenv's shim says for a version it does not have
+        _stub(shims / missing, f'echo "pyenv: {missing}: command not found" >&2\nexit 127\n')
+    real = _stub(shims / "python3.10", f'exec "{sys.executable}" "$@"\n')
+    done = subprocess.run(["make", "-s", "-C", str(REPO), "--eval", "probe: ; @$(FIND_PYTHON)", "probe"],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": f"{shims}:/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.strip() == str(real)

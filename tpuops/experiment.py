@@ -148,8 +148,9 @@ class Experiment(_Strict):
     eval: Eval = Field(default_factory=Eval)
     mixed_precision: bool = False
     deterministic: Literal[True, False, "auto"] = "auto"
-    """TF op determinism: true keeps a resumed run bit-identical to an uninterrupted one (at a cost
-    in speed: README, "Your own code"), false trades that for speed, auto is on without a TPU and off on one."""
+    """TF op determinism: true keeps a resumed run bit-identical to an uninterrupted one (at a cost in
+    speed: docs/benchmarks.md, "Your own code"), false trades that for speed, auto is on without a TPU
+    and off on one."""
     seed: StrictInt = Field(default=0, ge=0, le=SEED_MAX)
     accelerator: str | None = None
     capacity: Capacity | None = None

@@ -66,7 +66,13 @@ class Phase(_Value):
 
 
 class ExitClass(_Value):
-    """The outcomes an agent process can have; the value is what ``status.json`` says."""
+    """How one agent process exited; the value is what ``status.json`` says.
+
+    Not how a run ended: a run's ending is ``Outcome`` (``tpuops/runs/outcome.py``), and a
+    PREEMPTED exit ends no run (the run goes on from its checkpoint). The agent cannot import
+    ``Outcome`` (it runs on Python 3.8 with nothing else from tpuops); ``OUTCOME_OF_EXIT`` there
+    turns an exit into a run's ending.
+    """
 
     SUCCEEDED = "succeeded"
     CRASHED = "crashed"

@@ -181,8 +181,8 @@ def preload(iterator: Any, batches: int, limit: int = PRELOAD_LIMIT_BYTES) -> Op
     batches no longer pass through tf.data's threads while the model works on the same cores
     (at batch 64 on this 2-core CPU, p50 time-to-result 1.20 -> 1.10x a plain ``tf.function``
     on pre-batched tensors, ``bench/bench_infer.py --only latency``). One tensor per batch, so
-    that each is the traced function's argument as it is in a plain loop (README, "Inference"). The size is known before
-    reading: ``batches`` times one batch's inputs, from the iterator's element spec (static:
+    that each is the traced function's argument as it is in a plain loop (docs/benchmarks.md, "Inference").
+    The size is known before reading: ``batches`` times one batch's inputs, from the iterator's element spec (static:
     ``inputs.padded_batches`` pads every batch to one size).
     """
     spec = tf.nest.flatten(iterator.element_spec[0])

@@ -229,7 +229,7 @@ def file_records(names: tf.data.Dataset, files: Sequence[str]) -> tf.data.Datase
     REMOTE_BLOCK records, so that the next file is opened, and its first block (TF 2.9 reads
     gs:// in 64-MB requests) fetched, while this one is consumed: the network wait is hidden
     without a per-record cost. The alternatives measured worse (the agent's training stream over
-    100 MB in 8 shards on 2 cores, op determinism off as on a TPU VM; README, "The agent on
+    100 MB in 8 shards on 2 cores, op determinism off as on a TPU VM; docs/benchmarks.md, "The agent on
     gs://"): sixteen files interleaved record by record, as before, made the stream 0.14 of
     local disk (handing every record between threads cost more than parsing it); file after
     file without read-ahead 0.50 like this path, but 0.23 against this path's 0.41 once every

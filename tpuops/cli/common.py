@@ -51,6 +51,19 @@ def _run_id(value: str | None) -> str | None:
     return None if value is None else check_node_name(value, "run id")
 
 
+def folder_to_write(value: str, what: str) -> Path:
+    """The folder a command writes into, as typed; an empty one is refused.
+
+    ``Path("")`` is ``Path(".")``: without this check an empty argument (a shell variable that was
+    not set) would quietly write into the current folder.
+    """
+    from tpuops.errors import UsageError
+
+    if not value:
+        raise UsageError(f"{what} is empty: name the folder to write, e.g. data/digits (or '.' for this folder)")
+    return Path(value)
+
+
 RESUME = typer.Option(None, "--resume", callback=_run_id, help="Drive this run again from its last checkpoint.")
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tpuops.cli.common import err_console, load_settings, print_json, print_table
+from tpuops.cli.common import err_console, folder_to_write, load_settings, print_json, print_table
 
 if TYPE_CHECKING:
     from tpuops.api import UploadReport
@@ -35,7 +35,7 @@ class Format(str, Enum):
 def convert(
     src: Path = typer.Argument(..., help="A folder with one subfolder per class (images), an .npz or a .csv file."),
     format: Format = typer.Option(..., "--format", "-f", help="Source format."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the shards and manifest.json."),
+    out: str = typer.Option(..., "--out", "-o", help="Folder for the shards and manifest.json."),
     shards: int | None = typer.Option(None, "--shards", min=1, max=100_000,
                                       help="Exactly N shards, records split evenly."),
     shard_size: str | None = typer.Option(
@@ -53,8 +53,9 @@ def convert(
     from tpuops import api
     from tpuops.formats import format_size
 
-    report = api.data_convert(src, format.value, out, shards=shards, shard_size=shard_size or None,
-                              label_from=label_from, seed=None if no_shuffle else seed, overwrite=overwrite)
+    report = api.data_convert(src, format.value, folder_to_write(out, "--out"), shards=shards,
+                              shard_size=shard_size or None, label_from=label_from,
+                              seed=None if no_shuffle else seed, overwrite=overwrite)
     if as_json:
         print_json(report.to_json())
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from tpuops.cli.common import err_console, load_settings, print_json, print_table
@@ -30,18 +32,25 @@ def start(
     settings = load_settings(ctx)
     started = api.emulator_start(settings, port=port, boot_delay_s=boot_delay, grace_s=grace, auth=not no_auth)
     info, gcs = started.info, started.storage_endpoint
-    token_file = str(info.state_dir / "token") if info.token else None
+    shown = _shown(info, gcs)
     if as_json:
-        print_json({"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),
-                    "auth": info.token is not None, "token_file": token_file, "storage_endpoint": gcs})
+        print_json(shown)
         return
     typer.echo(info.endpoint)
+    token_file = shown["token_file"]
     access = f"requests need the bearer token in {token_file}" if token_file else "no auth: anyone local may use it"
     err_console().print(f"emulator running (pid {info.pid}; {access}); point a client at it with "
                         f"TPUOPS_TPU_ENDPOINT={info.endpoint}")
     if gcs:
         err_console().print(f"Cloud Storage: nodes reach {settings.store_root} as storage.googleapis.com; "
                             f"other clients with STORAGE_EMULATOR_HOST={gcs}", markup=False)
+
+
+def _shown(info: Any, storage_endpoint: str | None) -> dict[str, Any]:
+    """What ``start --json`` and ``status --json`` say of a running emulator: the same keys for either."""
+    return {"endpoint": info.endpoint, "pid": info.pid, "state_dir": str(info.state_dir),
+            "auth": info.token is not None, "token_file": str(info.state_dir / "token") if info.token else None,
+            "storage_endpoint": storage_endpoint}
 
 
 @app.command()
@@ -59,11 +68,14 @@ def show_status(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
     from tpuops import api
 
     info = api.emulator_status(load_settings(ctx))
+    gcs = info.storage_endpoint if info else None
     if as_json:
-        print_json({"running": info is not None, "endpoint": info.endpoint if info else None,
-                    "pid": info.pid if info else None})
+        print_json({"running": True, **_shown(info, gcs)} if info
+                   else {"running": False, "endpoint": None, "pid": None})
+    elif info:
+        typer.echo(f"running at {info.endpoint} (pid {info.pid})" + (f"; Cloud Storage at {gcs}" if gcs else ""))
     else:
-        typer.echo(f"running at {info.endpoint} (pid {info.pid})" if info else "not running")
+        typer.echo("not running")
     if info is None:  # exit 1 either way, like 'systemctl is-active': scripts test the code
         raise typer.Exit(1)
 

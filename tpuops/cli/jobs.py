@@ -73,6 +73,7 @@ def train(
 
     if (spec is None) == (resume is None):
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
+    _refuse_contradictions(follow=follow_log, detach=detach, dry_run=dry_run)
     settings = load_settings(ctx)
     capacity = capacity_flag(spot, preemptible, on_demand)
     if dry_run and resume:
@@ -97,6 +98,21 @@ def train(
                          budget_usd=budget, detach=detach, progress=say, on_status=on_status, on_log=on_log)
 
     _report(_drive(resume or name or str(spec), as_json, call), as_json)
+
+
+def _refuse_contradictions(*, follow: bool, detach: bool, dry_run: bool) -> None:
+    """Flags that ask for opposite things are a usage error, not a silent choice between them.
+
+    ``--detach`` returns at once, so there is no log to ``--follow``; ``--dry-run`` starts nothing,
+    so there is nothing to follow or detach from (it prints the plan and forecast, and returns).
+    """
+    from tpuops.errors import UsageError
+
+    if follow and detach:
+        raise UsageError("--follow streams the log until the run ends, --detach returns at once: give one of them")
+    if dry_run and (follow or detach):
+        flag = "--follow" if follow else "--detach"
+        raise UsageError(f"--dry-run starts nothing, so there is nothing to {flag[2:]}: drop {flag} or --dry-run")
 
 
 def _print_plan(plan: Any, *, bundle: bool, forecast: dict[str, Any] | None = None) -> None:

@@ -58,6 +58,11 @@ class EmulatorInfo:
     token: str | None = None
     """The bearer token requests need; None when the emulator runs with --no-auth."""
 
+    @property
+    def storage_endpoint(self) -> str | None:
+        """Where the fake-gcs-server it runs for a ``gs://`` store listens (None: it serves no storage)."""
+        return storage_endpoint(self.state_dir)
+
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` is a live (not zombie) emulator process."""

@@ -76,7 +76,26 @@ def _open_local(uri: str, endpoint: str | None) -> Store:
     path = urlparse(uri).path if uri.startswith("file://") else uri
     if not path:
         raise UsageError(f"{uri!r} is not a directory path")
-    return LocalStore(Path(path).expanduser().absolute())
+    root = Path(path).expanduser().absolute()
+    _refuse_a_file_in_the_way(uri, root)
+    return LocalStore(root)
+
+
+def _refuse_a_file_in_the_way(uri: str, root: Path) -> None:
+    """A local store is a folder: a file at its root (or above it) is the user's mistake, said before any write.
+
+    Without this, a write under it failed with the OS's "Not a directory" as a failure of the world (exit 1).
+    """
+    for place in (root, *root.parents):
+        try:
+            if place.is_dir():
+                return
+            if not place.exists():
+                continue
+        except OSError:  # unreadable: the store's own calls say so, as a failure of the world
+            return
+        where = "is a file" if place == root else f"is inside {str(place)!r}, which is a file"
+        raise UsageError(f"{uri!r} {where}: a store or dataset location is a folder (or gs://BUCKET/PREFIX)")
 
 
 _OPENERS: dict[str, Callable[[str, str | None], Store]] = {

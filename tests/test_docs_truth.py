@@ -1,0 +1,193 @@
+"""The docs a newcomer reads agree with the code: commands, api calls, providers, rooms, benchmark figures.
+
+Each check reads both sides from their source, so a new command, call, provider or module fails
+here until the page that lists it names it, and a page that names something gone fails too:
+
+- the README's command table against the Typer app (every command and sub-command);
+- docs/library.md against the functions ``tpuops.api`` exports;
+- docs/design.md's provider table against the provider registry;
+- docs/design.md's layout block against the packages and top-level modules of ``tpuops/``;
+- docs/benchmarks.md against the result files it is generated from (``bench/report.py``).
+
+Each failure says exactly what is missing where, so whoever adds a command or a module knows
+which line to write.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fuzzing import leaves
+from helpers import REPO
+
+pytestmark = pytest.mark.unit
+
+README = REPO / "README.md"
+LIBRARY = REPO / "docs" / "library.md"
+DESIGN = REPO / "docs" / "design.md"
+
+
+def _leaf_commands() -> set[str]:
+    """Every command a user can run, as typed after ``tpuops`` (``sweep start``, ``runs``): the fuzzer's walk."""
+    return {" ".join(leaf.words) for leaf in leaves()}
+
+
+def _groups() -> dict[str, set[str]]:
+    """Each command group's sub-command names (``""``: the top level), from the same leaves."""
+    found: dict[str, set[str]] = {}
+    for leaf in leaves():
+        for depth, word in enumerate(leaf.words):
+            found.setdefault(" ".join(leaf.words[:depth]), set()).add(word)
+    return found
+
+
+def _table_rows(text: str, header: str) -> list[str]:
+    """The rows of the Markdown table whose header row starts with ``header``."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(header)), None)
+    assert start is not None, f"no table starting {header!r}"
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def _first_cell(row: str) -> str:
+    return re.split(r"(?<!\\)\|", row)[1]
+
+
+def readme_commands(text: str, groups: dict[str, set[str]]) -> set[str]:
+    """The commands the README's table names: `tpuops sweep start ...` · `status S` · `list` -> sweep start, ...
+
+    A code span starting with ``tpuops`` names a command by the words that are command names; the
+    spans after it in the same cell (``status S``) name sub-commands of the same group.
+    """
+    named: set[str] = set()
+    for row in _table_rows(text, "| command | what it does |"):
+        group = ""
+        for span in re.findall(r"`([^`]+)`", _first_cell(row)):
+            words = span.replace("\\|", "|").split()
+            if words[0] == "tpuops":
+                group, path = "", ""
+                for word in words[1:]:
+                    if word not in groups.get(path, set()):
+                        break
+                    path = f"{path} {word}".strip()
+                    if path in groups:
+                        group = path
+                if path and path not in groups:
+                    named.add(path)
+            elif group and words[0] in groups[group]:
+                named.add(f"{group} {words[0]}")
+    return named
+
+
+def test_the_readme_command_table_names_every_command_and_only_those() -> None:
+    commands, groups = _leaf_commands(), _groups()
+    named = readme_commands(README.read_text(encoding="utf-8"), groups)
+    missing, gone = sorted(commands - named), sorted(named - commands)
+    assert not missing, ("README.md's command table lacks these commands (add a row, or a `sub` span to its "
+                         f"group's row): {', '.join(f'tpuops {c}' for c in missing)}")
+    assert not gone, f"README.md's command table names commands the CLI does not have: {gone}"
+
+
+def test_the_readme_parser_sees_rows_of_groups_and_continuations() -> None:
+    """The check would pass vacuously if it missed the ` · `-joined sub-commands of a group's row."""
+    groups = {"": {"sweep", "runs", "logs"}, "sweep": {"start", "status", "list"}}
+    text = ("| command | what it does |\n|---|---|\n"
+            "| `tpuops sweep start SPEC [--dry-run]` · `status S` · `list` | sweeps |\n"
+            "| `tpuops logs RUN [--follow]` · `tpuops runs` | runs |\n")
+    assert readme_commands(text, groups) == {"sweep start", "sweep status", "sweep list", "logs", "runs"}
+
+
+def test_the_readme_stays_a_five_minute_read() -> None:
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 250, f"README.md has {lines} lines: at most 250 (what else there is belongs in docs/)"
+
+
+def test_library_md_names_every_api_call_and_only_those() -> None:
+    from tpuops import api
+
+    calls = {name for name in api.__all__ if inspect.isfunction(getattr(api, name))}
+    named = set(re.findall(r"`api\.([a-z_]+)\b", LIBRARY.read_text(encoding="utf-8")))
+    missing, gone = sorted(calls - named), sorted(named - calls)
+    assert not missing, f"docs/library.md's table does not name these tpuops.api calls (`api.NAME...`): {missing}"
+    assert not gone, f"docs/library.md names calls tpuops.api does not export: {gone}"
+
+
+def test_design_md_lists_every_registered_provider_and_only_those() -> None:
+    from tpuops.providers.registry import PROVIDERS
+
+    rows = _table_rows(DESIGN.read_text(encoding="utf-8"), "| provider | module | what it is |")
+    named = {_first_cell(row).strip().strip("`") for row in rows}
+    missing, gone = sorted(set(PROVIDERS) - named), sorted(named - set(PROVIDERS))
+    assert not missing, f"docs/design.md's provider table lacks these registered providers: {missing}"
+    assert not gone, f"docs/design.md's provider table lists providers the registry does not have: {gone}"
+
+
+def _rooms() -> set[str]:
+    """The packages (``cli/``) and top-level modules (``jobs.py``) of tpuops/."""
+    package = REPO / "tpuops"
+    modules = {p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    packages = {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file() and not p.is_symlink()}
+    return modules | packages
+
+
+def layout_rooms(text: str) -> set[str]:
+    """The rooms design.md's layout block names: the first word of an indented line under ``tpuops/``, a
+    ``tpuops/NAME/`` line, and a room named after ``;  `` in a description (``risk.py: ...``)."""
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    named: set[str] = set()
+    for line in block.splitlines():
+        top = re.match(r"tpuops/([a-z0-9_]+/)", line)
+        if top:
+            named.add(top.group(1))
+        first = re.match(r"  ([a-z0-9_]+(?:\.py|/))\s", line)
+        if first:
+            named.add(first.group(1))
+        named.update(re.findall(r"(?:;|^)\s+([a-z0-9_]+\.py):", line))
+    return named
+
+
+def test_design_md_layout_names_every_room_of_tpuops_and_only_those() -> None:
+    rooms, named = _rooms(), layout_rooms(DESIGN.read_text(encoding="utf-8"))
+    missing, gone = sorted(rooms - named), sorted(named - rooms)
+    assert not missing, f"docs/design.md's layout block does not name these rooms of tpuops/: {missing}"
+    assert not gone, f"docs/design.md's layout block names rooms tpuops/ does not have: {gone}"
+
+
+def _report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_report", REPO / "bench" / "report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmarks_md_is_what_the_result_files_give() -> None:
+    report = _report()
+    page = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert page == report.render(report.load_results()), (
+        "docs/benchmarks.md differs from what bench/results/*.json give: run .venv/bin/python bench/report.py "
+        "(and edit the result files or bench/report.py, never the page)")
+
+
+def test_a_result_file_without_its_date_or_load_is_refused(tmp_path: Path) -> None:
+    report = _report()
+    good = {"bench": "bench_x", "part": "", "command": "python bench/bench_x.py --result", "carried_over": False,
+            "date": {"started": "2026-12-05T19:48:29Z", "ended": "2026-12-05T19:48:38Z"},
+            "load": {"before": [1.0, 1.0, 1.0], "after": [1.0, 1.0, 1.0]}, "notes": [],
+            "tables": [{"caption": "", "columns": ["a", "b"], "rows": [["1", "2"]]}]}
+    assert report.check(good) is None
+    assert "load" in report.check({**good, "load": None})
+    assert "date" in report.check({**good, "date": ""})
+    assert "rows must match" in report.check({**good, "tables": [{"columns": ["a"], "rows": [["1", "2"]]}]})
