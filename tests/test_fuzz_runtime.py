@@ -27,6 +27,7 @@ observations.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -201,7 +202,13 @@ class RuntimeWorld:
 
 @pytest.fixture(scope="module")
 def runtime_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeWorld]:
-    work = tmp_path_factory.mktemp("fuzz-runtime")
+    with open_world(tmp_path_factory.mktemp("fuzz-runtime")) as world:
+        yield world
+
+
+@contextlib.contextmanager
+def open_world(work: Path) -> Iterator[RuntimeWorld]:
+    """The experiments written into ``work`` and an emulator running TF 2.9 (also for replaying chosen cases)."""
     specs = _experiments(work)
     config = work / "tpuops.toml"
     config.write_text(f'zones = ["{ZONE}"]\n')
