@@ -18,9 +18,10 @@ that is missed is printed as missed, nothing is asserted). Parts, each selectabl
     minus the agent's end (its last attempt's ``ended_at``), and the ledger's figure from ``train
     --json``'s goodput split. Goal: < 10 s. A run still going after ``RUN_TIMEOUT_S`` is reported so.
 ``ledger``
-    ``tpuops simulate fleet.yaml --json`` (a separate process) of a ``--trials`` sweep (TPE, median
-    pruner, ``--parallel`` at a time, reconcile every 300 s: cron every 5 minutes; bench_plan's fleet
-    project, its budget too large to bind): the ledger's dollars against the simulated cloud's billing
+    ``tpuops simulate SWEEP --json`` (a separate process) of ``sweeps/digits_lr.yaml`` grown to ``--trials``
+    trials, ``--parallel`` at a time (TPE, median pruner; the digits CNN's 600 steps, so trials last minutes
+    and many live between two passes), reconcile every 300 s (cron every 5 minutes), its budget too large
+    to bind: the ledger's dollars against the simulated cloud's billing
     (goal within 2 %), trials billed that the ledger has no dollar for (goal 0), and ``cpu_speedup``
     (simulated seconds per CPU second of the simulation; goal >= 1,000x).
 ``damaged``
@@ -53,8 +54,6 @@ from pathlib import Path
 from typing import Any
 
 from bench_controller import TF_PYTHON, TF_ZONE, World, billing_of, seed_run, world
-from bench_plan import ZONES as FLEET_ZONES
-from bench_plan import _project as fleet_project
 
 from tpuops import runs
 from tpuops.data.manifest import MANIFEST, parse_manifest
@@ -70,6 +69,7 @@ RUN_TIMEOUT_S = 900.0
 BILLING_WAIT_S = 120.0
 """After ``train`` returns, how long a node left billing is waited for (its idle time counts meanwhile)."""
 ERROR_RATES = (0.0, 0.1, 0.5)
+SWEEP_ZONES = ("us-central1-a", "us-central1-b")
 DAMAGED_RUNS = 200
 IDLE_GOAL_S = 10.0
 BAD_MODEL = '''
@@ -273,13 +273,33 @@ def part_idle(work: Path, repetitions: int) -> dict[str, Any]:
 # -- the ledger on a simulated fleet sweep ---------------------------------------------------------------
 
 
+def sweep_project(work: Path, trials: int, parallel: int) -> Path:
+    """``work`` laid out as the repository is (digits experiment, its data, sweeps/digits_lr.yaml) with the sweep
+    grown to ``trials`` trials, ``parallel`` at a time, under a budget too large to bind."""
+    from tpuops.api import data_sample
+
+    for folder, name in (("experiments", "digits_cnn.yaml"), ("experiments", "models.py"),
+                         ("sweeps", "digits_lr.yaml")):
+        (work / folder).mkdir(exist_ok=True)
+        shutil.copy(ROOT / folder / name, work / folder / name)
+    data_sample("digits", work / "data" / "digits")
+    text = (work / "sweeps" / "digits_lr.yaml").read_text()
+    for old, new in (("trials: 8", f"trials: {trials}"), ("parallel: 2", f"parallel: {parallel}"),
+                     ("budget_usd: 10", f"budget_usd: {trials * 100}")):
+        assert old in text, old
+        text = text.replace(old, new)
+    sweep = work / "sweeps" / "fleet.yaml"
+    sweep.write_text(text)
+    return sweep
+
+
 def part_ledger(work: Path, repetitions: int, trials: int, parallel: int) -> dict[str, Any]:
     seen = []
     for repetition in range(repetitions):
         folder = work / f"sim-{repetition}"
         folder.mkdir(parents=True)
-        sweep = fleet_project(folder, trials, parallel, budget_usd=trials * 100.0)
-        env = cli_env(folder, None, FLEET_ZONES)
+        sweep = sweep_project(folder, trials, parallel)
+        env = cli_env(folder, None, SWEEP_ZONES)
         done = tpuops(folder, env, "simulate", str(sweep), "--seed", str(repetition), "--pass-every", "300",
                       "--json", timeout=3600)
         report = json_or_none(done.out)

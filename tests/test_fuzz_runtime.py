@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -115,8 +116,8 @@ def _clear_line(stderr: str) -> str | None:
     last = lines[-1] if lines else ""
     if not last.startswith("error:"):
         return f"no 'error:' line at the end: {last[:200]!r}"
-    if last.rstrip().endswith("in user code:"):
-        return f"the line stops at 'in user code:': {last[:200]!r}"
+    if re.search(r"in user code:\s*(;|$)", last):
+        return f"the cause stops at 'in user code:': {last[:200]!r}"
     return None
 
 
@@ -345,7 +346,10 @@ def test_a_clean_success_and_a_clear_user_error_pass() -> None:
     (Observed(Case("diverge", "none", 0, 0.1, 0), 0, outcome="succeeded", steps_done=True, model_saved=True),
      "false success"),
     (Observed(Case("loss", "none", 0, 0.1, 0), 1, stderr="error: run x ended crashed: ValueError: in user code:",
-              boots=4), "in user code:"),
+              boots=1), "in user code:"),
+    (Observed(Case("loss", "none", 0, 0.1, 0), 1, boots=1,
+              stderr="error: run x ended crashed: ValueError: in user code:; gave up after 3 restarts"),
+     "in user code:"),
     (Observed(Case("loss", "none", 0, 0.1, 0), 1, stderr="error: x", boots=4), "booted 4 nodes"),
     (Observed(Case("seed", "none", 0, 0.1, 0), 2, stderr="error: x", creates=1), "after creating 1 node"),
     (Observed(GOOD, 1, stderr="Traceback (most recent call last):\n  ...\nKeyError: 'x'"), "traceback"),
