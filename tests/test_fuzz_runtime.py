@@ -126,7 +126,8 @@ def verdict(seen: Observed) -> list[str]:
     case, problems = seen.case, []
     for text in (seen.stdout, seen.stderr, *seen.others):
         if "Traceback (most recent call last)" in text:
-            problems.append("printed a traceback")
+            last = [line for line in text.splitlines() if line.strip()][-1]
+            problems.append(f"printed a traceback ending {last[:200]!r}")
             break
     if seen.hung:
         problems.append(f"train still running after {CASE_TIMEOUT_S:.0f} s")
