@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, parse_manifest
-from tpuops.data.upload import _Transfer
+from tpuops.data.upload import Transfer
 from tpuops.errors import IntegrityError, NotFound, UsageError
 from tpuops.store.base import ObjectInfo, ProgressFn, Store
 from tpuops.tfrecord import read_records
@@ -99,7 +99,7 @@ def _record_problems(store: Store, shards: Sequence[Shard], workers: int,
                      progress: ProgressCallback | None) -> list[Problem]:
     if workers < 1:
         raise UsageError(f"workers = {workers}: need at least one")
-    transfer = _Transfer(sum(shard.bytes for shard in shards), progress)
+    transfer = Transfer(sum(shard.bytes for shard in shards), progress)
 
     def check(folder: Path, shard: Shard) -> Problem | None:
         path = folder / f"{shard.name.replace('/', '_')}.part"
