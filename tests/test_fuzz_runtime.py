@@ -19,10 +19,12 @@ nothing lost, no false success:
 - a correct experiment without a fault succeeds, and with one succeeds or ends in a clear line;
   a success has every step done and its model saved.
 
-Each case takes a minute or more, so the arm runs only in the long profile (``make fuzz``;
-``TPUOPS_FUZZ_RUNTIME_CASES`` cases, 12 by default), never in ``make test``; it does not shrink
-(a shrink step is another TF run). ``verdict`` itself is checked in the unit lane on made-up
-observations.
+Cases share one emulator and one store, as a user's runs do: a run that breaks a command for every
+later one (one NaN run made ``runs --json`` raise on every call) fails the later cases too, each
+naming the traceback by its last line. Each case takes a minute or more, so the arm runs only in
+the long profile (``make fuzz``; ``TPUOPS_FUZZ_RUNTIME_CASES`` cases, 12 by default), never in
+``make test``; it does not shrink (a shrink step is another TF run). ``verdict`` itself is checked
+in the unit lane on made-up observations.
 """
 
 from __future__ import annotations
