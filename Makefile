@@ -2,7 +2,7 @@
 # make demo-gcs - the same with a gs:// store, through TensorFlow's own Cloud Storage filesystem (needs root)
 # make test  - install everything the tests need, lint, and run every test
 # make unit  - the unit lane only (pytest -m "unit and not slow"): no server, no TensorFlow, needs only .venv
-# make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one)
+# make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one) and its runtime arm
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -62,7 +62,7 @@ unit: $(VENV)/.stamp
 
 # 2,000 random cases per property (not derandomized: each run explores new ground).
 fuzz: $(VENV)/.stamp
-	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/test_fuzz_cli.py tests/test_fuzz_parsers.py
+	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/test_fuzz_cli.py tests/test_fuzz_parsers.py tests/test_fuzz_runtime.py
 
 # .venv-py310, .venv-py313: editable installs on those interpreters (PATH, pyenv or uv); a missing one is skipped, loudly.
 compat: $(VENV)/.stamp

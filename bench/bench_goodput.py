@@ -55,6 +55,7 @@ from bench_controller import PROJECT, TF_PYTHON, TF_ZONE, World, billing_of, dig
 from tpuops import runs
 from tpuops.controller.drive import Finished, drive
 from tpuops.data.samples import digits
+from tpuops.formats import format_seconds
 from tpuops.jobs import declare, plan_train
 
 BOOT_S = 2.0
@@ -228,7 +229,7 @@ def render(report: dict[str, Any]) -> None:
                    "save", "idle after end", "unaccounted", "goodput", "ledger / billing"):
         table.add_column(column)
     for k, split in report["split"].items():
-        table.add_row(k, *(f"{split[name]:.1f}" for name in ("billed_s", "boot_s", "setup_s", "productive_s",
+        table.add_row(k, *(format_seconds(split[name]) for name in ("billed_s", "boot_s", "setup_s", "productive_s",
                                                                "recomputed_s", "checkpoint_s", "eval_s", "save_s",
                                                                "idle_after_end_s", "unaccounted_s")),
                       f"{split['goodput']:.3f}", f"{report['ledger_vs_billing'][k]:.3f}")

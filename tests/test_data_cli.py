@@ -103,3 +103,35 @@ def test_importing_the_cli_module_stays_light() -> None:
     probe = f"import sys, tpuops.cli.data; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.unit
+def test_verify_names_a_bad_record_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard whose manifest was made from its damaged bytes: only framing the records finds it (the store's
+    data is wrong: a failure of the world, exit 1)."""
+    from tpuops.data.manifest import MANIFEST, parse_manifest
+    from tpuops.store.files import crc32c_of_bytes
+
+    out = tmp_path / "out"
+    assert run(["data", "convert", str(_csv(tmp_path)), "-f", "csv", "-o", str(out), "--shards", "2",
+                "--label-from", "species"]) == 0
+    manifest = parse_manifest((out / MANIFEST).read_bytes(), MANIFEST)
+    shard = manifest.shards[1]
+    data = bytearray((out / shard.name).read_bytes())
+    data[12] ^= 0x01  # the first record's first data byte
+    (out / shard.name).write_bytes(bytes(data))
+    shards = [s.model_copy(update={"crc32c": crc32c_of_bytes(bytes(data))}) if s is shard else s
+              for s in manifest.shards]
+    (out / MANIFEST).write_bytes(manifest.model_copy(update={"shards": shards}).to_bytes())
+    assert run(["data", "upload", str(out), str(tmp_path / "dest")]) == 0
+    capsys.readouterr()
+
+    assert run(["data", "verify", str(tmp_path / "dest")]) == 1
+    captured = capsys.readouterr()
+    assert "ok:" not in captured.out and shard.name in captured.out
+    err = captured.err.strip()
+    assert err.startswith("error:") and "\n" not in err
+    assert f"{shard.name} (record 0 at byte 0: corrupt record data" in err
+    assert run(["data", "verify", str(tmp_path / "dest"), "--json"]) == 1
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert [p["name"] for p in problems] == [shard.name]

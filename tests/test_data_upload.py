@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from tpuops.data import convert, ls, region_warning, upload, verify
 from tpuops.data.manifest import MANIFEST, Manifest
 from tpuops.errors import NotFound, TransientError
 from tpuops.store import IntegrityError, LocalStore, Store, gcs_client
+from tpuops.store.files import crc32c_of_bytes
 from tpuops.store.gcs import GcsStore
 
 CHUNK = 256 * 1024
@@ -117,6 +119,70 @@ def test_verify_names_bad_shards_and_upload_repairs_only_them(
 def test_verify_without_manifest_is_not_found(make_store: Callable[[str], Store]) -> None:
     with pytest.raises(NotFound, match="manifest"):
         verify(make_store("data/none"))
+
+
+def _record_offsets(data: bytes) -> list[int]:
+    """Where each record of a TFRecord file starts (the framing read by hand, not by the code under test)."""
+    offsets, pos = [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 8 + 4 + struct.unpack_from("<Q", data, pos)[0] + 4
+    return offsets
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
+def _second_record_data(data: bytes) -> tuple[bytes, str]:
+    at = _record_offsets(data)[1]
+    return _flip(data, at + 12), f"record 1 at byte {at}: corrupt record data"
+
+
+def _second_record_length(data: bytes) -> tuple[bytes, str]:
+    at = _record_offsets(data)[1]
+    return _flip(data, at + 8), f"record 1 at byte {at}: corrupt record length"
+
+
+def _last_record_truncated(data: bytes) -> tuple[bytes, str]:
+    offsets = _record_offsets(data)
+    return data[:-3], f"record {len(offsets) - 1} at byte {offsets[-1]}: truncated record data"
+
+
+@pytest.mark.parametrize("damage", [_second_record_data, _second_record_length, _last_record_truncated,
+                                    "count"], ids=["data-crc", "length-crc", "truncated", "count"])
+def test_verify_frames_every_record_even_when_the_manifest_matches_the_damaged_bytes(
+    dataset: tuple[Path, Manifest], make_store: Callable[[str], Store], damage: object, tmp_path: Path
+) -> None:
+    """A shard written with a bad record, and a manifest made from it: whole-shard size and crc32c agree, the
+    records do not (TensorFlow's reader would raise DataLossError on the node). verify names shard and offset."""
+    folder, manifest = dataset
+    local = tmp_path / "damaged"
+    shutil.copytree(folder, local)
+    victim = manifest.shards[2]
+    data = (local / victim.name).read_bytes()
+    records = victim.records
+    if damage == "count":
+        reason = f"{records} records, manifest says {records + 1}"
+        records += 1
+    else:
+        data, reason = damage(data)  # type: ignore[operator]
+    (local / victim.name).write_bytes(data)
+    shards = [s.model_copy(update={"bytes": len(data), "crc32c": crc32c_of_bytes(data), "records": records})
+              if s.name == victim.name else s for s in manifest.shards]
+    total = sum(s.records for s in shards)
+    damaged = manifest.model_copy(update={"shards": shards, "records": total,
+                                          "bytes": sum(s.bytes for s in shards)})
+    (local / MANIFEST).write_bytes(damaged.to_bytes())
+    store = make_store("data/pets")
+    upload(local, store)
+    seen: list[tuple[int, int]] = []
+
+    report = verify(store, workers=2, progress=lambda done, total: seen.append((done, total)))
+    assert not report.ok
+    assert [p.name for p in report.problems] == [victim.name]
+    assert report.problems[0].reason.startswith(reason), report.problems[0].reason
+    assert seen and seen[-1][1] == damaged.bytes and max(done for done, _ in seen) <= damaged.bytes
 
 
 def test_a_different_dataset_loses_its_manifest_before_any_shard_is_replaced(

@@ -101,3 +101,27 @@ def test_every_segment_the_agent_clocks_has_a_home_in_the_status_and_the_split()
     for segment in SEGMENTS:
         assert f"{segment}_s" in AttemptTime.model_fields and f"{segment}_s" in goodput_fields, segment
     assert [part[:-2] for part in Goodput.PARTS[1:1 + len(DISJOINT)]] == list(DISJOINT)
+
+
+def test_unaccounted_a_hair_below_zero_never_reads_as_negative_zero() -> None:
+    """The agent's clocks may sum a few hundredths past the ledger's billed interval: the summary and the JSON say
+    0.0, not -0.0; a real shortfall keeps its sign."""
+    import json
+
+    hair = _attempt(1, 0.0, 100.0, setup=10.0, productive=90.03)  # boot 0, idle 0: unaccounted -0.03
+    got = split([Interval(_at(0), _at(100))], [hair], usd=1.0)
+    assert got is not None and got.unaccounted_s == pytest.approx(-0.03)
+    assert "-0.0" not in got.summary() and "unaccounted 0.0 s" in got.summary()
+    tiny = split([Interval(_at(0), _at(100))], [_attempt(1, 0.0, 100.0, setup=10.0, productive=90.0004)], usd=1.0)
+    assert tiny is not None and "-0.0" not in json.dumps(tiny.to_json())
+    assert tiny.to_json()["unaccounted_s"] == 0.0
+    short = split([Interval(_at(0), _at(100))], [_attempt(1, 0.0, 100.0, setup=10.0, productive=90.4)], usd=1.0)
+    assert short is not None and "unaccounted -0.4 s" in short.summary()
+
+
+def test_format_seconds_never_prints_a_negative_zero() -> None:
+    from tpuops.formats import format_seconds
+
+    assert [format_seconds(v) for v in (-0.04, -0.0, 0.0, 0.04, -0.06, 12.345)] == \
+        ["0.0", "0.0", "0.0", "0.0", "-0.1", "12.3"]
+    assert format_seconds(-0.00004, 4) == "0.0000" and format_seconds(-0.00006, 4) == "-0.0001"

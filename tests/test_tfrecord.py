@@ -167,3 +167,20 @@ def test_reader_rejects_truncated_files() -> None:
 def test_parse_example_rejects_garbage() -> None:
     with pytest.raises(IntegrityError):
         tfrecord.parse_example(b"\x0a\xff\xff\xff\x0f")
+
+
+def test_reader_frames_across_its_read_chunks_and_names_the_offset() -> None:
+    """Records larger than a 4-MiB read and records straddling reads come back whole; a bad one far into the
+    file is named by its number and its byte offset from the file's start."""
+    records = [b"a" * 100, b"b" * (5 << 20), *(bytes([n % 256]) * 70_001 for n in range(80))]
+    data = b"".join(tfrecord.frame(r) for r in records)
+    assert list(tfrecord.read_records(io.BytesIO(data))) == records
+    index = 70
+    at = sum(tfrecord.framed_size(r) for r in records[:index])
+    assert at > 2 * (4 << 20)
+    damaged = bytearray(data)
+    damaged[at + 12 + 5] ^= 0x80
+    with pytest.raises(IntegrityError, match=rf"^s: record {index} at byte {at}: corrupt record data"):
+        list(tfrecord.read_records(io.BytesIO(bytes(damaged)), name="s"))
+    with pytest.raises(IntegrityError, match=rf"^s: record {len(records) - 1} at byte .*truncated record data"):
+        list(tfrecord.read_records(io.BytesIO(data[:-1]), name="s"))

@@ -54,6 +54,13 @@ def format_amount(value: float) -> str:
     return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
 
 
+def format_seconds(value: float, digits: int = 1) -> str:
+    """A figure with ``digits`` decimals, never ``-0.0``: a difference of sums that lands a hair below zero
+    (the goodput split's unaccounted seconds) reads as 0, not as a negative nobody can explain."""
+    text = f"{value:.{digits}f}"
+    return text.lstrip("-") if float(text) == 0 else text
+
+
 def format_usd(value: float) -> str:
     """Dollars as people read them: cents, or two significant digits below a cent (a short spot run)."""
     return f"${format_amount(value)}"

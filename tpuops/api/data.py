@@ -42,12 +42,14 @@ def data_upload(settings: Settings, directory: Path, uri: str, *, workers: int =
                   tpu_zone=zone)
 
 
-def data_verify(settings: Settings, uri: str) -> VerifyReport:
-    """``tpuops data verify``: every shard against manifest.json (present, size, crc32c)."""
+def data_verify(settings: Settings, uri: str, *,
+                progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """``tpuops data verify``: every shard against manifest.json (present, size, crc32c), every record framed
+    and its checksums checked, the records counted."""
     from tpuops.data import verify
     from tpuops.session import open_uri
 
-    return verify(open_uri(settings, uri))
+    return verify(open_uri(settings, uri), progress=progress)
 
 
 def data_ls(settings: Settings, uri: str | None = None, *,

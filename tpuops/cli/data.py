@@ -85,7 +85,7 @@ def upload(
     """Upload shards in parallel, skip those already there (same crc32c), write manifest.json last."""
     from tpuops import api
 
-    with _byte_progress(disabled=as_json or dry_run) as on_progress:
+    with _byte_progress("uploading", disabled=as_json or dry_run) as on_progress:
         report = api.data_upload(load_settings(ctx), directory, uri, workers=workers, dry_run=dry_run, zone=zone,
                                  progress=on_progress)
     if report.warning:
@@ -112,7 +112,7 @@ def _upload_summary(report: UploadReport) -> str:
 
 
 @contextmanager
-def _byte_progress(*, disabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+def _byte_progress(label: str, *, disabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar with bytes/s and ETA on a terminal; nothing otherwise."""
     console = err_console()
     if disabled or not console.is_terminal:
@@ -127,9 +127,9 @@ def _byte_progress(*, disabled: bool) -> Iterator[Callable[[int, int], None] | N
         TransferSpeedColumn,
     )
 
-    columns = (TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task("upload", total=None)
+        task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
@@ -139,11 +139,12 @@ def verify(
     uri: str = typer.Argument(..., help="A dataset in the store: gs://BUCKET/PREFIX/data/NAME or a directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Check every shard against manifest.json (present, size, crc32c); name each bad one."""
+    """Check every shard against manifest.json (present, size, crc32c) and every record's checksums."""
     from tpuops import api
     from tpuops.errors import IntegrityError
 
-    report = api.data_verify(load_settings(ctx), uri)
+    with _byte_progress("verifying", disabled=as_json) as on_progress:
+        report = api.data_verify(load_settings(ctx), uri, progress=on_progress)
     if as_json:
         print_json(report.to_json())
     elif report.ok:

@@ -172,8 +172,9 @@ class _Cancelled(Exception):
     """Raised inside a worker's progress report to stop an upload that another failure made pointless."""
 
 
-class _Transfer:
-    """Per-shard progress summed across workers, and a switch that stops every worker."""
+class Transfer:
+    """Per-shard progress summed across workers, and a switch that stops every worker (upload's, and
+    ``verify``'s reads)."""
 
     def __init__(self, total: int, progress: ProgressCallback | None) -> None:
         self._total = total
@@ -200,7 +201,7 @@ class _Transfer:
 def _send(
     local_dir: Path, store: Store, plan: UploadPlan, workers: int, progress: ProgressCallback | None
 ) -> list[str]:
-    transfer = _Transfer(plan.bytes_to_send, progress)
+    transfer = Transfer(plan.bytes_to_send, progress)
     sent: list[str] = []
     first_error: BaseException | None = None
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload") as pool:
@@ -235,7 +236,7 @@ def _send(
     return sorted(sent)
 
 
-def _stop(transfer: _Transfer, futures: dict[Future[Any], Shard]) -> None:
+def _stop(transfer: Transfer, futures: dict[Future[Any], Shard]) -> None:
     transfer.cancelled.set()
     for future in futures:
         future.cancel()

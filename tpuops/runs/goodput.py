@@ -37,6 +37,7 @@ from typing import Any
 from tpuops.agent.timing import DISJOINT, SEGMENTS
 from tpuops.clock import UTC
 from tpuops.cost import Interval, node_cost, ready_intervals
+from tpuops.formats import format_seconds
 from tpuops.ledger import NodeHistory
 from tpuops.pricing import Catalog
 from tpuops.runs.models import AgentStatus, AttemptTime
@@ -80,12 +81,15 @@ class Goodput:
 
     def summary(self) -> str:
         """One line: the goodput, then every part of the billed seconds and what interruptions cost."""
-        shown = ", ".join(f"{name[:-2].replace('_', ' ')} {getattr(self, name):.1f} s" for name in self.PARTS)
-        return (f"goodput {self.ratio_text()}: {self.productive_s:.1f} s productive of {self.billed_s:.1f} s billed "
-                f"({shown}); lost to interruptions {self.lost_s:.1f} s, ${self.lost_usd:.4f}")
+        shown = ", ".join(f"{name[:-2].replace('_', ' ')} {format_seconds(getattr(self, name))} s"
+                          for name in self.PARTS)
+        return (f"goodput {self.ratio_text()}: {format_seconds(self.productive_s)} s productive of "
+                f"{format_seconds(self.billed_s)} s billed ({shown}); lost to interruptions "
+                f"{format_seconds(self.lost_s)} s, ${format_seconds(self.lost_usd, 4)}")
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) for f in fields(self)
+        # + 0.0 turns a -0.0 that rounding leaves (unaccounted a hair below zero) into 0.0
+        out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) + 0.0 for f in fields(self)
                                if isinstance(getattr(self, f.name), float)}
         goodput = self.goodput
         return {**out, "usd": round(self.usd, 6), "attempts": self.attempts,
