@@ -163,3 +163,35 @@ def test_down_without_yes_refuses_in_one_line_and_stop_stops_a_run_nobody_follow
     code, out, err = _tpuops(work, info, "stop", run)
     assert code == 0 and "ended already (stopped)" in err, err
 
+
+
+def test_a_node_deleted_outside_tpuops_is_a_bounded_restart_never_a_preemption(
+        world: tuple[Path, EmulatorInfo]) -> None:
+    """Deleted by another client (as an agent that failed on an unwritable store has its node delete itself):
+    gone without being seen PREEMPTED. Each time is a restart from the checkpoint, counted as a crash; past
+    ``max_restarts`` (3) the run ends crashed, so the billing record holds 4 nodes, not an endless line of them."""
+    from tpuops.providers.base import wait_for
+    from tpuops.providers.cloud_tpu import TpuApi
+
+    work, info = world
+    run = "deleted-outside"
+    cloud = TpuApi("tpuops-local", endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)
+    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "digits_cnn.yaml"), "--name", run,
+                           "--detach")
+    assert code == 0, err
+    seen: set[str] = set()
+    for _ in range(4):
+        node = poll(lambda: next((n for n in _listed(info, run) if n["state"] == "READY" and n["uid"] not in seen),
+                                 None), "a new node of the run READY", timeout_s=120)
+        seen.add(node["uid"])
+        operation = cloud.delete_node(ZONE, run)
+        assert operation is not None
+        wait_for(cloud, operation, timeout_s=60)
+        for _ in range(2):  # a node missing for two passes is gone, not a lagging listing
+            code, _, err = _tpuops(work, info, "reconcile", "--no-wake")
+            assert code == 0, err
+    memory = _memory(work, run)
+    assert (memory["outcome"], memory["preemptions"], memory["crashes"], memory["attempts"]) == (
+        "crashed", 0, 4, 4), memory["events"]
+    assert [e["kind"] for e in memory["events"] if e["kind"] in ("vanished", "preempted")] == ["vanished"] * 3
+    _never_made_again(work, info, run, nodes=4)
