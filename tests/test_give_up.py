@@ -31,3 +31,14 @@ def test_a_launch_gives_up_only_past_the_limit_and_only_before_any_create_went_o
     ended = Memory()
     ended.finish(1.0, Outcome.STOPPED, "tpuops stop")
     assert not give_up(ended, 0.0, 1000.0, 300.0)
+
+
+def test_a_resumed_run_gives_up_only_while_no_node_of_it_is_wanted_and_none_was_asked_for_since() -> None:
+    stopped = Memory(attempts=2)
+    stopped.finish(1.0, Outcome.STOPPED, "tpuops stop")
+    stopped.reopen(2.0, "tpuops train --resume")  # its node was let go: nothing of it works
+    assert give_up(stopped, 0.0, 1000.0, 300.0, asked=2)
+    stopped.attempts = 3  # a create went out since the resume
+    assert not give_up(stopped, 0.0, 1000.0, 300.0, asked=2)
+    working = Memory(attempts=2)  # resumed while unfinished: its node may be READY and billing
+    assert not give_up(working, 0.0, 1000.0, 300.0, asked=2)

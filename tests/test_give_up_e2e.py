@@ -60,15 +60,16 @@ def _one_error_line(err: str) -> str:
     return lines[-1]
 
 
-def _nothing_launched_later(world: tuple[Path, EmulatorInfo], admin: AdminClient, prefix: str) -> None:
-    """The API answers again: passes launch nothing, and no node of ``prefix`` was ever billed."""
+def _nothing_launched_later(world: tuple[Path, EmulatorInfo], admin: AdminClient, prefix: str,
+                            billed: int = 0) -> None:
+    """The API answers again: passes launch nothing, and ``billed`` nodes of ``prefix`` were ever billed."""
     work, info = world
     admin.clear_faults()
     for _ in range(2):
         code, _, err = _tpuops(work, info, "reconcile", "--no-wake")
         assert code == 0, err
     assert [n for n in admin.nodes() if n.get("name", "").rsplit("/", 1)[-1].startswith(prefix)] == []
-    assert [i for i in admin.billing() if i["node"].rsplit("/", 1)[-1].startswith(prefix)] == []
+    assert len([i for i in admin.billing() if i["node"].rsplit("/", 1)[-1].startswith(prefix)]) == billed
 
 
 def test_train_gives_up_in_one_line_and_its_run_is_never_launched_later(
@@ -102,3 +103,23 @@ def test_sweep_start_gives_up_in_one_line_and_leaves_no_sweep_active(
     [listed] = [s for s in json.loads(out) if s["sweep"] == "digits-lr"]
     assert (listed["phase"], listed["outcome"]) == ("finished", "failed")
     _nothing_launched_later(world, failing, "digits-lr")
+
+
+def test_resume_of_a_stopped_run_gives_up_too_and_nothing_is_launched_later(world: tuple[Path, EmulatorInfo]) -> None:
+    work, info = world
+    admin = AdminClient(info.endpoint)
+    code, _, err = _tpuops(work, info, "train", str(REPO / "experiments" / "digits_cnn.yaml"), "--name", "paused",
+                           "--detach")
+    assert code == 0, err
+    code, _, err = _tpuops(work, info, "stop", "paused")
+    assert code == 0, err
+    admin.set_faults(error_rate=1.0)
+    try:
+        code, _, err = _tpuops(work, info, "train", "--resume", "paused")
+    finally:
+        admin.clear_faults()
+    assert code == 1
+    assert "withdrawn" in _one_error_line(err)
+    memory = json.loads((work / "home" / "store" / "runs" / "paused" / "memory.json").read_text())
+    assert (memory["phase"], memory["outcome"], memory["attempts"]) == ("finished", "failed", 1)
+    _nothing_launched_later(world, admin, "paused", billed=1)  # the node it had before its stop, only

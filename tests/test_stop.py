@@ -8,6 +8,8 @@ preemption (issue 30, item 1). ``tests/test_stop_e2e.py`` does the same with the
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,22 @@ def test_stop_of_a_sweep_stops_its_trials_still_going_and_the_sweep_launches_no_
     state = load_state(root, "frozen")[0]
     assert (state.phase, state.outcome) == (SweepPhase.FINISHED, SweepOutcome.STOPPED)
     assert sorted(runs.all_run_ids(root)) == trials  # no trial launched after the stop
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_down_stops_runs_with_yes_asks_on_a_terminal_and_refuses_off_one(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from tpuops.cli.nodes import _stopping
+
+    assert _stopping(True)(["r1"]) is True  # type: ignore[misc]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert _stopping(False) is None  # a script: no prompt, the api refuses naming 'tpuops stop'
+    for answer, stops in (("y\n", True), ("n\n", False), ("", False)):
+        monkeypatch.setattr(sys, "stdin", _Terminal(answer))
+        ask = _stopping(False)
+        assert ask is not None and ask(["r1", "r2"]) is stops
+        assert "r1, r2 still going: stop" in capsys.readouterr().err

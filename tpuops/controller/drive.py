@@ -68,6 +68,7 @@ def drive(
     tail = runs.LogTail(controller.store, run_id) if on_log else None
     status: AgentStatus | None = None
     failing_since: float | None = None  # since when every pass failed to list the run's zones
+    asked = runs.load_memory(controller.store, run_id)[0].attempts  # nodes asked for before this drive
     try:
         while True:
             report = controller.run_pass(only=run_id)
@@ -92,7 +93,7 @@ def drive(
                                 status or AgentStatus(), memory, time.monotonic() - started, record,
                                 run_goodput(controller.ledger.histories(controller.settings.project, run_id=run_id),
                                             status, catalog_for(controller.settings)))
-            if give_up(memory, failing_since, time.monotonic(), controller.settings.launch_give_up_s):
+            if give_up(memory, failing_since, time.monotonic(), controller.settings.launch_give_up_s, asked=asked):
                 raise withdraw(controller, [run_id], controller.settings.launch_give_up_s)
             time.sleep(poll_s)
     finally:
@@ -110,24 +111,28 @@ def failing(since: float | None, report: PassReport, zones: Collection[str], now
     return (since if since is not None else now) if set(zones) <= set(report.unlisted_zones) else None
 
 
-def give_up(memory: Memory, failing_since: float | None, now: float, give_up_s: float) -> bool:
-    """Whether a launch gives up: no create ever went out for the run (``attempts`` 0, so no node of it can exist)
-    and the API has failed every listing of its zones for ``give_up_s`` (``launch_give_up_s``)."""
-    return (not memory.finished and memory.attempts == 0 and failing_since is not None
-            and now - failing_since >= give_up_s)
+def give_up(memory: Memory, failing_since: float | None, now: float, give_up_s: float, *, asked: int = 0) -> bool:
+    """Whether a launch gives up: the API has failed every listing of the run's zones for ``give_up_s``
+    (``launch_give_up_s``) and no create went out since the launch (``asked``: the nodes asked for before it, a
+    resumed run's), while no node of the run is wanted (none ever asked for, or the last one let go: a stopped or
+    finished run resumed). A run whose node may be working is never given up."""
+    return (not memory.finished and memory.attempts == asked and (asked == 0 or memory.deleting)
+            and failing_since is not None and now - failing_since >= give_up_s)
 
 
 def withdraw(controller: Controller, run_ids: list[str], give_up_s: float) -> TransientError:
-    """End runs that never asked for a node as FAILED and take them out of the active index, so that no later pass
-    launches them; the error that says so in one line (exit 1). A run that did ask for a node meanwhile is left
-    to the controller. Call it holding the runs' leases (a pass of ``controller`` took them)."""
-    reason = f"the Cloud TPU API failed every request for {give_up_s:.0f} s; withdrawn before any node was asked for"
+    """End runs that ``give_up`` gave up as FAILED, so that no later pass launches them; the error that says so in
+    one line (exit 1). A run that never asked for a node leaves the active index at once (no node of it can
+    exist); one resumed stays there until a pass that lists its zones has seen its old node gone. Call it holding
+    the runs' leases (a pass of ``controller`` took them)."""
+    reason = f"the Cloud TPU API failed every request for {give_up_s:.0f} s; withdrawn before a node was asked for"
     for run_id in run_ids:
         memory, generation = runs.load_memory(controller.store, run_id)
-        if memory.finished or memory.attempts:
+        if memory.finished:
             continue
         memory.finish(time.time(), Outcome.FAILED, reason)
         runs.save_memory(controller.store, run_id, memory, generation)
-        runs.drop_active(controller.store, run_id)
+        if not memory.attempts:
+            runs.drop_active(controller.store, run_id)
     return TransientError(f"{', '.join(run_ids)}: {reason} (nothing is billed, and no later pass launches it); "
                           "try again once the API answers ('tpuops doctor' checks it)")
