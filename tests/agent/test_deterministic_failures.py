@@ -57,10 +57,13 @@ def test_a_bad_seed_in_script_mode_is_a_user_error_before_the_script_runs(make_s
     assert "line 0" not in run.logs()
 
 
-@pytest.mark.parametrize("damage", ["crc", "truncated"])
+@pytest.mark.parametrize(
+    ("damage", "overrides"), [("crc", {}), ("truncated", {}), ("crc", {"input_fn": "testinputs:blobs"})]
+)
 def test_a_corrupt_or_truncated_record_is_a_user_error_naming_the_file(
-    make_spec: Callable[..., Path], data_dir: Path, tmp_path: Path, damage: str
+    make_spec: Callable[..., Path], data_dir: Path, tmp_path: Path, damage: str, overrides: Dict[str, Any]
 ) -> None:
+    """Found while counting the records (the file is named), or, with an input_fn, mid-training."""
     for shard in data_dir.glob("train-*.tfrecord"):
         shutil.copy(shard, tmp_path / shard.name)
     victim = tmp_path / "train-00001.tfrecord"
@@ -70,9 +73,13 @@ def test_a_corrupt_or_truncated_record_is_a_user_error_naming_the_file(
     else:
         data = data[:-10]  # the last record cut short
     victim.write_bytes(bytes(data))
-    run = run_agent(make_spec(f"records-{damage}", dataset={"train": [str(tmp_path / "train-*.tfrecord")]}))
-    message = _user_error(run, f"dataset.train: a record in {victim} is corrupt or cut short")
+    run_id = f"records-{damage}" + ("-input-fn" if overrides else "")
+    run = run_agent(make_spec(run_id, dataset={"train": [str(tmp_path / "train-*.tfrecord")]}, **overrides))
+    where = "" if overrides else f" in {victim}"
+    message = _user_error(run, f"dataset.train: a record{where} is corrupt or cut short")
     assert ("corrupted record at" if damage == "crc" else "truncated record at") in message
+    if overrides:
+        assert run.status()["step"] > 0, "found mid-training: the input_fn's records are not counted first"
 
 
 def test_infer_with_inputs_of_the_wrong_shape_is_a_user_error(

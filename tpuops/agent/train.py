@@ -152,7 +152,8 @@ class _Run:
         if resumed is None:
             log.info("fresh start at step 0")
             if self.user_input is not None and self.state.input_fingerprint is not None:
-                self.state.input_fingerprint.assign(self.user_input.fingerprint(self.train_files))
+                with inputs.dataset_records("dataset.train"):
+                    self.state.input_fingerprint.assign(self.user_input.fingerprint(self.train_files))
         else:
             log.info("resumed from step %d", resumed)
             self.status.resumed(resumed)
@@ -192,7 +193,8 @@ class _Run:
         step = int(self.state.step.numpy())
         if step >= self.tspec.steps:
             return
-        dataset = self._train_stream(step)
+        with inputs.dataset_records("dataset.train"):  # a resumed input_fn's fingerprint reads its first batch
+            dataset = self._train_stream(step)
         # Kept on the attempt, which outlives the process's last status write (``run``).
         iterator = self.stream = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
         with entry.blame_user(f"the model from {self.spec.entry_point} cannot be trained on these batches"):

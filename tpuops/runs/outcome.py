@@ -73,5 +73,5 @@ COUNTS_AS_FAILURE = MappingProxyType({
 })
 """Whether the ending is a failure of the run's code or request (a sweep's ``max_failures`` counts these);
 the budget, preemptions and a sweep's own stops are not. Nor is a divergence: in a sweep it is what the
-sampled hyperparameters did (a learning rate too high), a result the sampler learns from, not broken code; the
-run itself still failed (it never counts as a success, and ``train`` exits 1)."""
+sampled hyperparameters did (a learning rate too high), a result of the search, not broken code; the run
+itself still failed (it never counts as a success, its trial is told FAIL, and ``train`` exits 1)."""

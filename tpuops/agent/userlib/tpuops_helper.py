@@ -95,6 +95,7 @@ class StepCheckpoint(tf.keras.callbacks.Callback):
             self._checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt"
         )
         self._preempted = False
+        self._stopped = False  # the run diverged: its weights are never saved again
         self.step = self._restore_newest()
         self.restored_step = self.step
         self.initial_epoch = self.step // steps_per_epoch
@@ -123,7 +124,7 @@ class StepCheckpoint(tf.keras.callbacks.Callback):
         return dataset.skip(self.restored_step) if self.restored_step else dataset
 
     def save(self) -> None:
-        if self.step == self._saved_step:
+        if self.step == self._saved_step or self._stopped:
             return
         self._step_variable.assign(self.step)
         path = self._manager.save(checkpoint_number=self.step)
@@ -153,7 +154,7 @@ class StepCheckpoint(tf.keras.callbacks.Callback):
         if not due:
             return
         if self._diverged(logs):
-            self._saved_step = self.step  # nothing more is saved, on_train_end included
+            self._stopped = True  # nothing more is saved, on_train_end included
         else:
             self.save()
         if self._preempted:
