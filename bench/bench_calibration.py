@@ -41,9 +41,9 @@ from bench_controller import TF_PYTHON, TF_ZONE, World, digits_spec, world
 from bench_detection import watching
 
 from tpuops import runs
-from tpuops.cost import catalog_for
+from tpuops.billing.cost import catalog_for
 from tpuops.data.samples import digits
-from tpuops.jobs import declare, plan_train
+from tpuops.launch.jobs import declare, plan_train
 from tpuops.sim.calibrate import Session, coverage_p, forecast, score
 
 PASS_S = 2.0

@@ -69,9 +69,9 @@ def timed(trees: dict[str, Path], envs: dict[str, dict[str, str]], *args: str) -
 
 
 def make_nodes(endpoint: str, count: int) -> None:
+    from tpuops.core.kinds import Capacity
+    from tpuops.core.naming import labels_for
     from tpuops.emulator.control import token_for
-    from tpuops.kinds import Capacity
-    from tpuops.naming import labels_for
     from tpuops.providers.cloud_tpu import TpuApi
     from tpuops.providers.nodes import NodeRequest
 

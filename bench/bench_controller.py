@@ -60,18 +60,18 @@ import result_file
 import yaml
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for, node_cost
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, node_cost
+from tpuops.core.kinds import Capacity
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
-from tpuops.jobs import declare, plan_train
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
+from tpuops.launch.jobs import declare, plan_train
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore, ObjectInfo, Store

@@ -79,7 +79,7 @@ class ListingApi:
     def __init__(self, project: str, names: list[str]) -> None:
         from datetime import datetime, timezone
 
-        from tpuops.kinds import Capacity
+        from tpuops.core.kinds import Capacity
 
         try:  # a baseline tree from before the provider seam (c4ce28f and older) has the types in tpu.py
             from tpuops.tpu import NodeInfo, NodeState
@@ -123,7 +123,7 @@ def _seed(store: Any, active: list[str], finished: list[str]) -> None:
             return json.dumps({"run_id": run_id, "kind": "train", "experiment": "bench", "node": run_id,
                                "accelerator": "v2-8", "capacity": "spot", "zones": [ZONE],
                                "bundle_sha256": "0" * 64, "keep": False, "budget_usd": None}).encode()
-        from tpuops.kinds import Capacity
+        from tpuops.core.kinds import Capacity
 
         node = runs.NodeSpec(name=run_id, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3", capacity=Capacity.SPOT,
                              zones=[ZONE], labels={"managed-by": "tpuops", "tpuops-run": run_id},
@@ -166,8 +166,8 @@ def _seed(store: Any, active: list[str], finished: list[str]) -> None:
 
 def _controller(settings: Any, store: Any, api: ListingApi, **options: Any) -> Any:
     """This tree's controller holds a Fleet over the provider; a baseline's takes the API and a ledger."""
+    from tpuops.billing.ledger import Ledger
     from tpuops.controller.reconcile import Controller
-    from tpuops.ledger import Ledger
 
     ledger = Ledger(settings.ledger_path)
     if "ledger" in inspect.signature(Controller).parameters:  # the editable install answers imports of new modules

@@ -45,7 +45,7 @@ LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 100, "tot
 
 
 def _record(run_id: str) -> Any:
-    from tpuops.kinds import Capacity
+    from tpuops.core.kinds import Capacity
     from tpuops.runs import NodeSpec, RunKind, RunRecord
 
     node = NodeSpec(name=run_id, accelerator="v3-8", runtime="tpu-vm-tf-2.9.3", capacity=Capacity.SPOT,
@@ -71,9 +71,9 @@ def seed(store: Any, count: int, prefix: str = "run") -> list[str]:
 @contextmanager
 def served(settings: Any, store: Any, refresh_s: float = 1.0) -> Iterator[str]:
     """The dashboard app over ``store`` on a free loopback port; its base URL."""
-    from tpuops.api.dashboard import bound_source
     from tpuops.dashboard.app import Dashboard
     from tpuops.dashboard.serve import listen, server
+    from tpuops.dashboard.source import bound_source
 
     app = Dashboard(bound_source(settings, root=store), token=TOKEN, read_only=True, refresh_s=refresh_s).asgi()
     sock = listen(0)
@@ -105,7 +105,7 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def first_paint(settings: Any, store: Any, count: int) -> dict[str, Any]:
-    from tpuops.api.dashboard import run_ids, run_rows
+    from tpuops.api.pages import run_ids, run_rows
 
     ids = seed(store, count)
     with served(settings, store) as base, _client() as http:
@@ -185,7 +185,7 @@ def main() -> None:
     from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
 
     from tpuops.config import Settings
-    from tpuops.kinds import Provider
+    from tpuops.core.kinds import Provider
     from tpuops.store import LocalStore, gcs_client
     from tpuops.store.gcs import GcsStore
 

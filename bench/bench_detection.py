@@ -107,7 +107,7 @@ def emulator_run(w: Any, work: Path, spec: Path, run_id: str, wake: bool) -> dic
     from helpers import watching  # test-only helper (tests/helpers.py): api.watch in a thread
 
     from tpuops import runs
-    from tpuops.jobs import declare, plan_train
+    from tpuops.launch.jobs import declare, plan_train
 
     plan = plan_train(w.settings, spec, w.store, run_id=run_id, base_dir=work)
     plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, heartbeat_seconds=0.25))

@@ -342,9 +342,9 @@ def dashboard_nodes(settings: Any) -> dict[str, int]:
     """The Nodes page and its data call, in-process: the HTTP status of each."""
     from starlette.testclient import TestClient
 
-    from tpuops.api.dashboard import bound_source
     from tpuops.dashboard.app import Dashboard
     from tpuops.dashboard.auth import COOKIE
+    from tpuops.dashboard.source import bound_source
 
     token = "bench-faults-token"
     client = TestClient(Dashboard(bound_source(settings), token=token, read_only=True, refresh_s=0.05).asgi(),

@@ -54,9 +54,9 @@ from bench_controller import PROJECT, TF_PYTHON, TF_ZONE, World, billing_of, dig
 
 from tpuops import runs
 from tpuops.controller.drive import Finished, drive
+from tpuops.core.formats import format_seconds
 from tpuops.data.samples import digits
-from tpuops.formats import format_seconds
-from tpuops.jobs import declare, plan_train
+from tpuops.launch.jobs import declare, plan_train
 
 BOOT_S = 2.0
 GRACE_S = 30.0

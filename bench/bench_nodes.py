@@ -27,8 +27,8 @@ from pathlib import Path
 
 import result_file
 
+from tpuops.core.kinds import Capacity
 from tpuops.emulator.control import AdminClient, start_background, stop
-from tpuops.kinds import Capacity
 from tpuops.providers.base import wait_for
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeRequest

@@ -7,7 +7,7 @@ Everything runs the real controller and sweep passes on the simulated cloud (``t
 Policy study: ``--runs`` runs of a 24-hour job (10 steps/s, 10-min checkpoints, 10-s saves, 2-min setup) per
 cell, at two hazard levels and deadlines of 1.25x and 1.5x the job's 24 hours, under every capacity policy:
 always spot, always on-demand, spot falling back to on-demand at the first preemption (SkyPilot-like), and
-uniform progress (``tpuops.deadline``). Run ``i`` of a cell has seed ``i`` under every policy: the same
+uniform progress (``tpuops.billing.deadline``). Run ``i`` of a cell has seed ``i`` under every policy: the same
 trace until the policies' choices part it. Each run is its own simulated world (the real controller, store,
 ledger and Fleet) in a scratch folder on tmpfs, with the engine's fast path (quiet passes skipped, at least
 one an hour; every event still seen at the 5-min cron grid), spread over ``--workers`` processes. The
@@ -30,7 +30,7 @@ bind).
 Each measurement is repeated ``--repetitions`` times with other seeds; tables show the median and range.
 
 ``--hysteresis 1 2 3`` runs instead the deadline policy alone at 2 / h and both slacks, ``--runs`` seeds from
-``--first-seed``, at each of those return reserves (``tpuops.deadline.RETURN_RESERVES``: the recoveries in hand
+``--first-seed``, at each of those return reserves (``tpuops.billing.deadline.RETURN_RESERVES``: the recoveries in hand
 a move back to spot waits for): cost vs on-demand, deadlines missed, capacity switches per run (mean and most).
 """
 
@@ -48,11 +48,12 @@ from typing import Any, NamedTuple
 
 import result_file
 
-from tpuops import deadline, runs
+from tpuops import runs
+from tpuops.billing import deadline
 from tpuops.config import Settings, load_settings
-from tpuops.kinds import Capacity
+from tpuops.core.kinds import Capacity
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, Stockout
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
@@ -101,7 +102,7 @@ class Cell(NamedTuple):
     recovery_s: float
     seeds: tuple[int, ...]
     return_reserves: float = deadline.RETURN_RESERVES
-    """The deadline policy's hysteresis (``tpuops.deadline.RETURN_RESERVES``) in this cell's worlds."""
+    """The deadline policy's hysteresis (``tpuops.billing.deadline.RETURN_RESERVES``) in this cell's worlds."""
 
 
 def run_cell(cell: Cell) -> list[tuple[float | None, float, int, float, float, int]]:

@@ -23,9 +23,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from tpuops.core.errors import Timeout, UsageError
 from tpuops.emulator import storage
 from tpuops.emulator.storage import free_port
-from tpuops.errors import Timeout, UsageError
 
 
 def binary_path() -> Path:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from tpuops.errors import TpuopsError
+from tpuops.core.errors import TpuopsError
 
 USER = "tpuops"
 

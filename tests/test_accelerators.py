@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuops.accelerators import (
+from tpuops.core.accelerators import (
     TF_VERSION,
     TF_VERSION_PREFIX,
     Accelerator,
@@ -13,7 +13,7 @@ from tpuops.accelerators import (
     parse_accelerator,
     resolve_runtime_version,
 )
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 pytestmark = pytest.mark.unit
 

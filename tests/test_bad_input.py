@@ -157,8 +157,8 @@ def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sa
 ])
 def test_a_python_caller_gets_the_admin_apis_one_line_for_a_bad_fault(fault: str, value: object, said: str) -> None:
     """AdminClient refuses, in the emulator's words, before it reaches for the (here unreachable) server."""
+    from tpuops.core.errors import InvalidRequest
     from tpuops.emulator.control import AdminClient
-    from tpuops.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest) as refused:
         AdminClient("http://127.0.0.1:1", timeout_s=0.5).set_faults(**{fault: value})

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import tpuops
-from tpuops.bundle import bootstrap_source, build_bundle
-from tpuops.resources import agent_sources
+from tpuops.core.resources import agent_sources
+from tpuops.launch.bundle import bootstrap_source, build_bundle
 
 pytestmark = pytest.mark.unit
 

@@ -30,10 +30,10 @@ import pytest
 from helpers import digits_project, poll, start_tf_emulator, watching
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for
 from tpuops.config import Settings
-from tpuops.cost import catalog_for
 from tpuops.emulator.control import AdminClient, stop
-from tpuops.jobs import declare, plan_train
+from tpuops.launch.jobs import declare, plan_train
 from tpuops.sim.calibrate import Session, forecast
 from tpuops.sim.forecast import Band
 from tpuops.store import Store, open_store

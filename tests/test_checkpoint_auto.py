@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuops import jobs
 from tpuops.agent.interval import FIRST_SAVE_S, MAX_INTERVAL_S, MIN_INTERVAL_S, young_daly_s
 from tpuops.config import Settings
 from tpuops.data.samples import digits
+from tpuops.launch import jobs
 from tpuops.store import LocalStore
 
 pytestmark = pytest.mark.unit

@@ -8,12 +8,15 @@ other part of tpuops. What a command module may import, and why:
 
 - ``tpuops.api``: the front door, and (type-only) the types its calls return, named there too;
 - ``tpuops.cli`` and its modules: the CLI's own parsing and rendering helpers (``common``);
-- ``tpuops.errors``: the failure classes a command raises or reports in one line;
-- ``tpuops.kinds``: the plain enums a flag parses into (``Capacity``, ``Provider``);
-- ``tpuops.formats``: how sizes, dollars and parameters print, the same in the library's messages.
+- ``tpuops.core.errors``: the failure classes a command raises or reports in one line;
+- ``tpuops.core.kinds``: the plain enums a flag parses into (``Capacity``, ``Provider``);
+- ``tpuops.core.formats``: how sizes, dollars and parameters print, the same in the library's messages.
+
+``tpuops/cli/dashboard.py`` starts the web app (``tpuops.dashboard``), which stands on top of the front door
+beside the CLI: the front door imports no UI, so serving it is not an ``api`` call.
 
 ``tpuops/cli/common.py`` also turns the global ``--config`` into ``Settings`` (``tpuops.config``)
-and checks a run id flag as it is parsed (``tpuops.naming``, the naming rules): that is parsing
+and checks a run id flag as it is parsed (``tpuops.core.naming``, the naming rules): that is parsing
 the command line, and the one place it happens.
 """
 
@@ -29,8 +32,8 @@ import tpuops.cli
 pytestmark = pytest.mark.unit
 
 CLI = Path(tpuops.cli.__file__).parent
-ALLOWED = ("tpuops.api", "tpuops.cli", "tpuops.errors", "tpuops.kinds", "tpuops.formats")
-ALSO_ALLOWED = {"common.py": ("tpuops.config", "tpuops.naming")}
+ALLOWED = ("tpuops.api", "tpuops.cli", "tpuops.core.errors", "tpuops.core.kinds", "tpuops.core.formats")
+ALSO_ALLOWED = {"common.py": ("tpuops.config", "tpuops.core.naming"), "dashboard.py": ("tpuops.dashboard",)}
 
 
 def _tpuops_imports(source: str) -> list[tuple[int, str]]:

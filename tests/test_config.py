@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tpuops.config import load_settings, write_config
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity, Provider
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity, Provider
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
 
 
 def test_the_vm_service_account_reaches_the_create_body(tmp_path: Path) -> None:
-    from tpuops.provision import plan_up
+    from tpuops.launch.provision import plan_up
 
     email = "tpuops-vm@my-project.iam.gserviceaccount.com"
     path = _write(tmp_path, f'service_account = "{email}"\n')

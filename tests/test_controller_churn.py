@@ -34,14 +34,14 @@ import pytest
 from helpers import poll
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for, node_cost, ready_intervals
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, node_cost, ready_intervals
+from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 

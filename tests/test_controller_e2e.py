@@ -29,14 +29,15 @@ from typing import Any, TypeVar
 import pytest
 from helpers import TF_PYTHON, TfWorld, digits_project, poll, start_tf_emulator
 
-from tpuops import jobs, runs
+from tpuops import runs
+from tpuops.billing.cost import catalog_for, spent
+from tpuops.billing.ledger import Ledger
 from tpuops.config import load_settings
 from tpuops.controller.drive import Finished, drive
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, spent
+from tpuops.core.errors import InvalidRequest
 from tpuops.emulator.control import AdminClient, stop
-from tpuops.errors import InvalidRequest
-from tpuops.ledger import Ledger
+from tpuops.launch import jobs
 from tpuops.store import open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]

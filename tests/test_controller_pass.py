@@ -20,16 +20,16 @@ import pytest
 from helpers import poll
 
 from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller import reconcile
 from tpuops.controller.reconcile import Controller, PassReport, _inline_or_pooled
-from tpuops.errors import TransientError
+from tpuops.core.errors import TransientError
+from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
+from tpuops.launch.provision import plan_up
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 

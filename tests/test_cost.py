@@ -17,11 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tpuops.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
-from tpuops.cli.cost import register
-from tpuops.clock import VirtualClock
-from tpuops.config import Settings, load_settings
-from tpuops.cost import (
+from tpuops.billing.cost import (
     build_report,
     burn_rate,
     check_budget,
@@ -31,16 +27,20 @@ from tpuops.cost import (
     ready_intervals,
     spent,
 )
+from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
+from tpuops.billing.pricing import Catalog, default_catalog
+from tpuops.cli.cost import register
+from tpuops.config import Settings, load_settings
+from tpuops.core.clock import VirtualClock
+from tpuops.core.errors import UsageError
+from tpuops.core.formats import format_usd
+from tpuops.core.kinds import Capacity
 from tpuops.emulator.billing import BillingLedger
-from tpuops.errors import UsageError
 from tpuops.fleet import Fleet, UpPlan
-from tpuops.formats import format_usd
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
-from tpuops.pricing import Catalog, default_catalog
+from tpuops.launch.provision import plan_up
+from tpuops.providers.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState, Operation
-from tpuops.provision import plan_up
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuops.create_result import CreateResult
-from tpuops.errors import (
+from tpuops.core.create_result import CreateResult
+from tpuops.core.errors import (
     AlreadyExists,
     CapacityError,
     InvalidRequest,

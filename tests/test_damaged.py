@@ -27,16 +27,16 @@ from test_runs import record
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import api, runs
-from tpuops.api.dashboard import bound_source
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.decide import Observed, Policy, damaged_verdict, decide
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller
+from tpuops.core.errors import DamagedDocument, UsageError
+from tpuops.core.kinds import Capacity, Provider
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
-from tpuops.errors import DamagedDocument, UsageError
-from tpuops.kinds import Capacity, Provider
-from tpuops.ledger import Ledger
+from tpuops.dashboard.source import bound_source
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, ExitClass, Outcome
 from tpuops.runs.repair import Diagnosis, rebuild_memory

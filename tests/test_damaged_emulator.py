@@ -20,12 +20,12 @@ from test_dashboard_orphans import make_node
 from test_runs import declare
 
 from tpuops import runs
-from tpuops.api.dashboard import bound_source
 from tpuops.cli.main import run
 from tpuops.config import load_settings
+from tpuops.core.naming import labels_for
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
-from tpuops.naming import labels_for
+from tpuops.dashboard.source import bound_source
 from tpuops.session import connect, store
 
 pytestmark = pytest.mark.emulator

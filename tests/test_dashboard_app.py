@@ -1,7 +1,7 @@
 """The dashboard's routes in-process (Starlette's TestClient): the token guard, read-only, CSRF and confirmation,
 the runs page painted from the index, and optuna-dashboard over a study in the store journal.
 
-The source is ``tpuops.api.dashboard.bound_source`` over a local store and the in-memory node provider:
+The source is ``tpuops.dashboard.source.bound_source`` over a local store and the in-memory node provider:
 real api calls, no server.
 """
 
@@ -17,11 +17,11 @@ from test_runs import record
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import runs
-from tpuops.api.dashboard import bound_source
 from tpuops.config import Settings
+from tpuops.core.kinds import Provider
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE, CSRF_HEADER, csrf_value, issue_token
-from tpuops.kinds import Provider
+from tpuops.dashboard.source import bound_source
 from tpuops.runs import Outcome
 from tpuops.session import store
 
@@ -116,7 +116,7 @@ def test_the_runs_page_paints_every_run_of_the_index_and_rows_come_in_pages(sett
 
 def test_the_sweeps_pages_paint_a_shell_and_their_tables_come_from_the_data_api(
         work: Work) -> None:  # noqa: F811  (the imported fixture)
-    from tpuops.ledger import Ledger
+    from tpuops.billing.ledger import Ledger
     from tpuops.store.lease import Leases
     from tpuops.sweeps.advance import SweepPass
     from tpuops.sweeps.start import plan_sweep, start_sweep

@@ -16,7 +16,7 @@ from browser import browser, dashboard_process, drawn  # noqa: F401  (browser: t
 from helpers import poll
 from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 
-from tpuops import jobs
+from tpuops.launch import jobs
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 

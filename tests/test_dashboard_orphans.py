@@ -16,13 +16,13 @@ from starlette.testclient import TestClient
 from test_runs import declare
 
 from tpuops import api
-from tpuops.api.dashboard import bound_source
 from tpuops.config import Settings
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.naming import labels_for
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE, CSRF_HEADER, csrf_value
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity, Provider
-from tpuops.naming import labels_for
+from tpuops.dashboard.source import bound_source
 from tpuops.providers.base import wait_for
 from tpuops.providers.nodes import NodeRequest
 from tpuops.session import connect, store

@@ -1,4 +1,4 @@
-"""A run's timeline from ledger intervals, memory events and attempt clocks (pure: tpuops/dashboard/timeline.py)."""
+"""A run's timeline from ledger intervals, memory events and attempt clocks (pure: tpuops/runs/timeline.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.dashboard import svg
-from tpuops.dashboard.timeline import MarkKind, build, steps_at
-from tpuops.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.runs import AgentStatus, EvalPoint
 from tpuops.runs.models import AttemptTime
+from tpuops.runs.timeline import MarkKind, build, steps_at
 
 pytestmark = pytest.mark.unit
 

@@ -21,9 +21,9 @@ import pytest
 from fake_gcs import FakeGcsServer
 from lanes import LOCAL_AND_GCS
 
+from tpuops.core.errors import NotFound, TransientError
 from tpuops.data import convert, ls, region_warning, upload, verify
 from tpuops.data.manifest import MANIFEST, Manifest
-from tpuops.errors import NotFound, TransientError
 from tpuops.store import IntegrityError, LocalStore, Store, gcs_client
 from tpuops.store.files import crc32c_of_bytes
 from tpuops.store.gcs import GcsStore
@@ -328,7 +328,7 @@ def test_local_dataset_must_be_complete(dataset: tuple[Path, Manifest], tmp_path
     broken = tmp_path / "broken"
     shutil.copytree(folder, broken)
     (broken / manifest.shards[2].name).unlink()
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
 
     with pytest.raises(UsageError, match="missing"):
         upload(broken, LocalStore(tmp_path / "dest"))

@@ -1,4 +1,4 @@
-"""The deadline policy (``tpuops.deadline``) on hand-made timelines, and the controller steering a run by it.
+"""The deadline policy (``tpuops.billing.deadline``) on hand-made timelines, and the controller steering a run by it.
 
 The timelines are a 24-hour job due in 36 hours, spot at 0.5 preemptions an hour, 15-minute recoveries,
 played pass by pass (every 5 minutes) so that each test names the pass a switch must happen at.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from tpuops.billing.deadline import MARGIN, RETURN_RESERVES, Rule, Situation, choose, fallback, spot_needs_s
 from tpuops.controller.decide import Observed, Policy, decide
-from tpuops.deadline import MARGIN, RETURN_RESERVES, Rule, Situation, choose, fallback, spot_needs_s
-from tpuops.kinds import Capacity
+from tpuops.core.kinds import Capacity
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, Memory
 

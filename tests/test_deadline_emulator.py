@@ -1,7 +1,7 @@
 """A run under a deadline on the emulator: preempted when the deadline no longer allows spot, it moves to on-demand.
 
 The real controller (its passes, the Fleet, the official client against the emulator) steers the run
-by ``tpuops.deadline``. The run is 50 minutes of work due in an hour: spot fits at first. The node is
+by ``tpuops.billing.deadline``. The run is 50 minutes of work due in an hour: spot fits at first. The node is
 preempted; while it was down ten minutes pass for the controller (its clock is moved, as a simulation
 moves it: nobody waits for them), so the work no longer fits on spot and the replacement is on-demand,
 with the move and its reason in the run's events. The agent is played by the test (its status written
@@ -19,14 +19,14 @@ import pytest
 from helpers import poll
 
 from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
+from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MetadataKey, NodeState
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
 from tpuops.store import open_store
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from helpers import start_tf_emulator
 
+from tpuops.billing.ledger import Ledger
 from tpuops.config import load_settings
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.fleet import Fleet
-from tpuops.ledger import Ledger
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MetadataKey, NodeState
-from tpuops.provision import plan_up
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 

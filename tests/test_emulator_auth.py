@@ -14,8 +14,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
 from tpuops.config import Settings
+from tpuops.core.kinds import Capacity
 from tpuops.emulator import control
-from tpuops.kinds import Capacity
 from tpuops.providers.base import wait_for
 from tpuops.providers.nodes import NodeRequest
 from tpuops.session import connect

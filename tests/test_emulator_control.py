@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tpuops import errors
+from tpuops.core import errors
 from tpuops.emulator import control
 
 pytestmark = pytest.mark.emulator

@@ -16,7 +16,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
-from tpuops import errors
+from tpuops.core import errors
 from tpuops.emulator import control
 
 PROJECT = "proj-test"

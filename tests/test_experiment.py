@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuops.errors import UsageError
-from tpuops.experiment import Batch, Experiment, load_experiment
-from tpuops.kinds import Capacity
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.launch.experiment import Batch, Experiment, load_experiment
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from fake_gcs import FakeGcsServer
 
-from tpuops.bundle import bootstrap_source
+from tpuops.launch.bundle import bootstrap_source
 
 FAKE_AGENT = """
 import json, os, sys, time

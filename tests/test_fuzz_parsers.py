@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuops.config import load_settings
+from tpuops.core.errors import UsageError
 from tpuops.data.manifest import parse_manifest
-from tpuops.errors import UsageError
-from tpuops.experiment import load_experiment
+from tpuops.launch.experiment import load_experiment
 from tpuops.sweeps.spec import load_sweep
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuops.cost import Interval
+from tpuops.billing.cost import Interval
 from tpuops.runs import AgentStatus
 from tpuops.runs.goodput import Goodput, split
 from tpuops.runs.models import AttemptTime, parse
@@ -120,7 +120,7 @@ def test_unaccounted_a_hair_below_zero_never_reads_as_negative_zero() -> None:
 
 
 def test_format_seconds_never_prints_a_negative_zero() -> None:
-    from tpuops.formats import format_seconds
+    from tpuops.core.formats import format_seconds
 
     assert [format_seconds(v) for v in (-0.04, -0.0, 0.0, 0.04, -0.06, 12.345)] == \
         ["0.0", "0.0", "0.0", "0.0", "-0.1", "12.3"]

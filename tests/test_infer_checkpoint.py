@@ -15,9 +15,9 @@ import pytest
 from helpers import local_or_gcs_store
 from lanes import LOCAL_AND_GCS
 
-from tpuops import jobs
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
+from tpuops.launch import jobs
 from tpuops.store import LocalStore, Store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""``tpuops.jobs``: planning and declaring a run, without servers or TensorFlow.
+"""``tpuops.launch.jobs``: planning and declaring a run, without servers or TensorFlow.
 
 The run spec is built through the agent's own schema and must survive the agent's parser; the
 node request is frozen into the record at plan time (later config changes cannot reach it); a
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tpuops import jobs, runs
+from tpuops import runs
 from tpuops.agent.runspec import RunSpec
 from tpuops.config import Settings
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.core.resources import agent_pins, pin_file_text
 from tpuops.data.samples import digits
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity
+from tpuops.launch import jobs
 from tpuops.providers.nodes import MetadataKey
-from tpuops.resources import agent_pins, pin_file_text
 from tpuops.runs import RunKind
 from tpuops.store import LocalStore
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tpuops.billing.ledger import DELETED, SCHEMA_VERSION, Ledger
 from tpuops.config import Capacity
-from tpuops.errors import NotFound, UsageError
-from tpuops.ledger import DELETED, SCHEMA_VERSION, Ledger
+from tpuops.core.errors import NotFound, UsageError
 
 pytestmark = pytest.mark.unit
 
@@ -188,7 +188,7 @@ def test_concurrent_observations_of_one_state_add_one_row(ledger: Ledger) -> Non
 WRITER = """
 import sys
 from pathlib import Path
-from tpuops.ledger import Ledger
+from tpuops.billing.ledger import Ledger
 
 path, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 ledger = Ledger(path)

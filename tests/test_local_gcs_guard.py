@@ -16,9 +16,9 @@ import pytest
 from tpuops import api, session
 from tpuops.cli.main import run
 from tpuops.config import Settings
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Provider
 from tpuops.emulator import control
-from tpuops.errors import UsageError
-from tpuops.kinds import Provider
 
 
 @pytest.fixture

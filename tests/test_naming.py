@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuops.errors import UsageError
-from tpuops.naming import (
+from tpuops.core.errors import UsageError
+from tpuops.core.naming import (
     MAX_LABELS,
     check_label_key,
     check_label_value,

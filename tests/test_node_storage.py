@@ -260,8 +260,8 @@ def test_the_front_skips_an_address_whose_metadata_port_is_taken(tmp_path: Path)
 
 
 def test_a_storage_failure_at_start_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    from tpuops.core.errors import TpuopsError
     from tpuops.emulator import control
-    from tpuops.errors import TpuopsError
 
     reason = unavailable_reason()
     if reason:
@@ -284,9 +284,9 @@ def test_the_control_planes_storage_calls_ride_through_injected_faults_on_our_re
         served: tuple[storage.Storage, Faults], tmp_path: Path) -> None:
     """google-cloud-storage through the control plane's front with 2 % of requests failed (503, 429, reset).
 
-    The SDK's own retries are off in ``GcsStore``, so every injected failure is one retry of ``tpuops.retry``.
+    The SDK's own retries are off in ``GcsStore``, so every injected failure is one retry of ``tpuops.core.retry``.
     """
-    from tpuops.errors import TpuopsError
+    from tpuops.core.errors import TpuopsError
     from tpuops.store import gcs_client
     from tpuops.store.gcs import GcsStore
 

@@ -22,7 +22,7 @@ from tpuops import runs
 from tpuops.cli.common import print_json
 from tpuops.config import Settings
 from tpuops.controller.drive import Finished
-from tpuops.formats import NON_FINITE, strict_json
+from tpuops.core.formats import NON_FINITE, strict_json
 from tpuops.runs import AgentStatus, Memory, Outcome
 from tpuops.session import store
 from tpuops.store import LocalStore, Store

@@ -1,4 +1,4 @@
-"""What a plan rests on, learned from history (``tpuops.planning``): the spot hazard from the ledger's risk, the
+"""What a plan rests on, learned from history (``tpuops.launch.planning``): the spot hazard from the ledger's risk, the
 cost of a recovery from PREEMPTED -> replacement READY plus the agent's setup and redone work, the rate of lost
 work from the attempts; the labelled assumptions without history; and that a run's record, its deadline rule,
 its ``every: auto`` interval and the forecast all take them from there."""
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tpuops.agent.interval import young_daly_s
+from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
+from tpuops.billing.risk import RiskKey
+from tpuops.billing.risk import learn as learn_risk
 from tpuops.controller.reconcile import capacity_rule
-from tpuops.ledger import NodeHistory, NodeRecord, Transition
-from tpuops.planning import LOSS_MIN_S, Defaults, keys_of, learn, lost_work, recovery_samples
-from tpuops.risk import RiskKey
-from tpuops.risk import learn as learn_risk
+from tpuops.launch.planning import LOSS_MIN_S, Defaults, keys_of, learn, lost_work, recovery_samples
 from tpuops.runs.models import AttemptTime, PlanInputs
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
@@ -120,7 +120,7 @@ def test_lost_work_is_losses_per_running_hour_or_bounded_by_a_long_clean_history
 @pytest.mark.unit
 def test_the_deadline_rule_and_every_auto_take_the_learned_inputs(tmp_path: Path) -> None:
     from tpuops.config import load_settings
-    from tpuops.jobs import plan_train
+    from tpuops.launch.jobs import plan_train
     from tpuops.session import store
 
     (tmp_path / "tpuops.toml").write_text("")

@@ -6,9 +6,9 @@ from datetime import date
 
 import pytest
 
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity
-from tpuops.pricing import Catalog, default_catalog, region_of
+from tpuops.billing.pricing import Catalog, default_catalog, region_of
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
 
 pytestmark = pytest.mark.unit
 

@@ -15,10 +15,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuops.create_result import CreateResult
-from tpuops.errors import AlreadyExists, NotFound, UsageError
-from tpuops.kinds import Capacity
-from tpuops.naming import labels_for
+from tpuops.core.create_result import CreateResult
+from tpuops.core.errors import AlreadyExists, NotFound, UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import labels_for
 from tpuops.providers.base import Connection, NodeProvider, wait_for
 from tpuops.providers.nodes import NodeRequest, NodeState
 from tpuops.providers.registry import PROVIDERS, open_provider

@@ -12,7 +12,7 @@ import pytest
 
 from tpuops import api
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 pytestmark = pytest.mark.unit
 

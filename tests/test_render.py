@@ -27,8 +27,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from tpuops.render import STARTUP_TEMPLATE, StartupContext, render_startup_script, render_template
-from tpuops.resources import agent_pins, pin_file_text
+from tpuops.core.resources import agent_pins, pin_file_text
+from tpuops.launch.render import STARTUP_TEMPLATE, StartupContext, render_startup_script, render_template
 
 pytestmark = pytest.mark.unit
 

@@ -14,18 +14,18 @@ import pytest
 from helpers import poll
 from typer.testing import CliRunner
 
+from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
+from tpuops.billing.poisson import gamma_cdf, gamma_quantile, rate_interval
+from tpuops.billing.risk import RiskKey, learn, rate_for
 from tpuops.cli.main import app
 from tpuops.config import Settings, load_settings
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
-from tpuops.errors import UsageError
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger, NodeHistory, NodeRecord, Transition
-from tpuops.poisson import gamma_cdf, gamma_quantile, rate_interval
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeState
-from tpuops.provision import plan_up
-from tpuops.risk import RiskKey, learn, rate_for
 
 UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 from helpers import poll
 
-from tpuops import jobs, runs
+from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.cli.main import run as cli_run
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
-from tpuops.ledger import Ledger
+from tpuops.launch import jobs
 from tpuops.providers.nodes import NodeState
 from tpuops.session import connect, fleet, store
 

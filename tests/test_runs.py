@@ -16,9 +16,9 @@ import pytest
 from lanes import LOCAL_AND_GCS
 
 from tpuops import runs
-from tpuops.deadline import endgame
-from tpuops.errors import DamagedDocument, PreconditionFailed, UsageError
-from tpuops.kinds import Capacity
+from tpuops.billing.deadline import endgame
+from tpuops.core.errors import DamagedDocument, PreconditionFailed, UsageError
+from tpuops.core.kinds import Capacity
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
 from tpuops.store import LocalStore, Store, open_store
 

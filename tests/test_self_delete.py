@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 from tpuops import runs
-from tpuops.clock import VirtualClock
+from tpuops.billing.ledger import DELETED, Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
+from tpuops.core.clock import VirtualClock
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import RUN_KEY
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import DELETED, Ledger
-from tpuops.naming import RUN_KEY
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
 from tpuops.providers.simulated import Billed, SimulatedCloud
-from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, ExitClass, Phase
 from tpuops.sim.engine import Agents
 from tpuops.sim.model import AgentModel, Segments
@@ -152,7 +152,7 @@ def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> Non
 def _vanished(tmp_path: Path, ended: datetime | None) -> Settings:
     """A run's node READY in the ledger since 60 s, gone from the cloud (the in-memory provider holds none), and its
     run's last status saying when the agent ended (None: no status)."""
-    from tpuops.kinds import Provider
+    from tpuops.core.kinds import Provider
     from tpuops.session import open_ledger, store
 
     settings = Settings(provider=Provider.GCP, node_provider="memory", project=P, zones=[ZONE],
@@ -179,7 +179,7 @@ def _down_all(settings: Settings) -> None:
 
 
 def _dashboard_nodes(settings: Settings) -> None:
-    from tpuops.api.dashboard import nodes
+    from tpuops.api.pages import nodes
 
     nodes(settings)
 

@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 
 from tpuops import runs
 from tpuops.cli.main import app
-from tpuops.clock import VirtualClock
 from tpuops.config import Settings, load_settings
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity
+from tpuops.core.clock import VirtualClock
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, Latency, Stockout
 from tpuops.providers.nodes import NodeState
 from tpuops.providers.simulated import SimulatedCloud
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
@@ -155,7 +155,7 @@ class _TwentySecondJob:
 ])
 def test_a_node_is_billed_and_preemptible_until_its_self_delete_and_the_final_save_outlives_a_notice(
         self_delete_s: float, preempted_at: float, billed: tuple[float, str, bool]) -> None:
-    from tpuops.naming import RUN_KEY
+    from tpuops.core.naming import RUN_KEY
     from tpuops.providers.nodes import NodeRequest
 
     clock, job = VirtualClock(START), _TwentySecondJob()
@@ -175,7 +175,7 @@ def test_a_node_is_billed_and_preemptible_until_its_self_delete_and_the_final_sa
 
 @pytest.mark.unit
 def test_a_node_still_ready_is_billed_up_to_the_simulated_now_and_a_first_minute_preemption_is_free() -> None:
-    from tpuops.naming import RUN_KEY
+    from tpuops.core.naming import RUN_KEY
     from tpuops.providers.nodes import NodeRequest
 
     clock = VirtualClock(START)
@@ -209,7 +209,7 @@ def test_a_simulation_cut_short_bills_its_runs_ready_nodes_as_the_ledger_does(tm
 ])
 def test_with_ends_with_agent_the_hazard_dates_the_notice_and_the_node_ends_when_its_agent_exits(
         deaf: bool, notice_at: float, ended: tuple[float, float]) -> None:
-    from tpuops.naming import RUN_KEY
+    from tpuops.core.naming import RUN_KEY
     from tpuops.providers.nodes import NodeRequest
 
     clock, job = VirtualClock(START), _TwentySecondJob()
@@ -495,7 +495,7 @@ def test_history_gives_the_experiments_own_speed_setup_and_save_cost() -> None:
 @pytest.mark.unit
 def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() -> None:
     from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
-    from tpuops.experiment import Checkpoint, load_experiment
+    from tpuops.launch.experiment import Checkpoint, load_experiment
     from tpuops.sim.history import History
     from tpuops.sim.scenario import agent_model
 

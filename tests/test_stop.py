@@ -17,16 +17,16 @@ import pytest
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
 from tpuops.controller.stop import stop_runs, targets
-from tpuops.errors import Timeout, UsageError
+from tpuops.core.errors import Timeout, UsageError
+from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
+from tpuops.launch.provision import plan_up
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
-from tpuops.provision import plan_up
 from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
 from tpuops.store import open_store
 

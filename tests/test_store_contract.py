@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from lanes import LOCAL_AND_GCS
 
-from tpuops.errors import NotFound, UsageError
+from tpuops.core.errors import NotFound, UsageError
 from tpuops.store import IntegrityError, LocalStore, PreconditionFailed, Store, gcs_client, open_store
 from tpuops.store.files import crc32c_of_bytes
 from tpuops.store.gcs import GcsStore
@@ -302,7 +302,7 @@ def test_gcs_transport_and_credential_errors_map_onto_the_taxonomy() -> None:
     import requests
     from google.auth import exceptions as auth
 
-    from tpuops.errors import PermissionDenied, TransientError
+    from tpuops.core.errors import PermissionDenied, TransientError
     from tpuops.store.gcs import convert_error
 
     assert isinstance(convert_error(requests.ConnectionError("refused"), "gs://b"), TransientError)

@@ -23,13 +23,13 @@ import pytest
 from helpers import REPO, TfWorld, poll, small_digits, tf_emulator_env
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for, node_cost, ready_intervals, spent
+from tpuops.billing.ledger import Ledger
 from tpuops.config import load_settings
 from tpuops.controller.reconcile import Controller
-from tpuops.cost import catalog_for, node_cost, ready_intervals, spent
+from tpuops.core.errors import InvalidRequest
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, stop
-from tpuops.errors import InvalidRequest
-from tpuops.ledger import Ledger
 from tpuops.store import open_store
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps.status import SweepStatus, sweep_status

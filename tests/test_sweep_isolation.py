@@ -17,7 +17,7 @@ from helpers import sweeps_world
 
 from tpuops import runs
 from tpuops.controller.reconcile import PassReport
-from tpuops.errors import TransientError
+from tpuops.core.errors import TransientError
 from tpuops.sim.engine import START, Simulation
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies

@@ -37,7 +37,7 @@ WORKER = """
 import sys
 from tpuops.config import load_settings
 from tpuops.store.lease import Leases
-from tpuops.ledger import Ledger
+from tpuops.billing.ledger import Ledger
 from tpuops.session import store
 from tpuops.sweeps.advance import SweepPass
 

@@ -9,8 +9,8 @@ import pytest
 from helpers import sweeps_world
 
 from tpuops import api
-from tpuops.cost import catalog_for, spent
-from tpuops.ledger import Ledger
+from tpuops.billing.cost import catalog_for, spent
+from tpuops.billing.ledger import Ledger
 from tpuops.store import LocalStore
 
 pytestmark = pytest.mark.unit

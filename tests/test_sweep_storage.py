@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from local_postgres import LocalPostgres, find_bindir
 
-from tpuops.errors import TpuopsError, UsageError
+from tpuops.core.errors import TpuopsError, UsageError
 from tpuops.store import LocalStore, Store, gcs_client
 from tpuops.store.gcs import GcsStore
 from tpuops.sweeps import studies

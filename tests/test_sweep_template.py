@@ -16,10 +16,10 @@ import pytest
 from helpers import REPO
 
 from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.data.samples import digits
-from tpuops.ledger import Ledger
-from tpuops.provision import plan_up
+from tpuops.launch.provision import plan_up
 from tpuops.runs import NodeSpec
 from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore

@@ -15,8 +15,8 @@ import pytest
 
 from tpuops.cli.main import run
 from tpuops.config import Settings, load_settings
-from tpuops.errors import TpuopsError, UsageError
-from tpuops.resources import PIN_FILE, pin_file_text
+from tpuops.core.errors import TpuopsError, UsageError
+from tpuops.core.resources import PIN_FILE, pin_file_text
 from tpuops.tfenv import build, locate, pythons
 
 pytestmark = pytest.mark.unit

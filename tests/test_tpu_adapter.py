@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tpuops.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
-from tpuops.kinds import Capacity
+from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
+from tpuops.core.kinds import Capacity
 from tpuops.providers.base import wait_for
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeRequest, NodeState

@@ -8,9 +8,9 @@ from importlib import resources
 
 import pytest
 
-from tpuops.accelerators import check_runtime_version, parse_accelerator, zones_offering
-from tpuops.errors import UsageError
-from tpuops.tpu_catalog import DATA_FILE, load, parse
+from tpuops.core.accelerators import check_runtime_version, parse_accelerator, zones_offering
+from tpuops.core.errors import UsageError
+from tpuops.providers.tpu_catalog import DATA_FILE, load, parse
 
 pytestmark = pytest.mark.unit
 

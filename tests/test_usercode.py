@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tpuops.errors import UsageError
-from tpuops.experiment import load_experiment
-from tpuops.usercode import check_experiment, check_input_fn, check_program, find_function
+from tpuops.core.errors import UsageError
+from tpuops.launch.experiment import load_experiment
+from tpuops.launch.usercode import check_experiment, check_input_fn, check_program, find_function
 
 pytestmark = pytest.mark.unit
 

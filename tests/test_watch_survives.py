@@ -12,8 +12,8 @@ import pytest
 
 from tpuops import api, runs
 from tpuops.config import Settings
-from tpuops.errors import PermissionDenied, TransientError
-from tpuops.kinds import Provider
+from tpuops.core.errors import PermissionDenied, TransientError
+from tpuops.core.kinds import Provider
 
 pytestmark = pytest.mark.unit
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, TF_PYTHON
 
-from tpuops.bundle import build_bundle
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
+from tpuops.launch.bundle import build_bundle
 from tpuops.tfenv.pythons import find_python
 
 SOURCES = ("pyproject.toml", "README.md", "tpuops", "templates")

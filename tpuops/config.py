@@ -18,16 +18,20 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tpuops.deadline import RECOVERY_S
-from tpuops.errors import UsageError, excerpt
-from tpuops.kinds import Capacity, Provider
-from tpuops.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, rule_in_words
+from tpuops.core.errors import UsageError, excerpt
+from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, is_zone_name, rule_in_words
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
 WEEK_S = 7 * 86400
 MAX_USD = 1_000_000
 """The largest price or budget accepted (USD): a typo's guard, far above any real TPU bill here."""
+RECOVERY_S = 900.0
+"""ASSUMED cost of one move or preemption (the ``recovery_s`` setting's default): a cron pass to notice it
+(300 s), create -> READY (about 120 s), setup and restore (about 150-300 s) and the work since the last save."""
+
+
 ENV_PREFIX = "TPUOPS_"
 
 
@@ -36,17 +40,11 @@ def default_home(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("TPUOPS_HOME") or Path.home() / ".tpuops")
 
 
-def is_zone_name(zone: str) -> bool:
-    """GCP zone names are region-letter: 'us-central1-a', 'europe-west4-b'."""
-    parts = zone.split("-")
-    return len(parts) == 3 and all(parts) and len(parts[2]) == 1 and parts[1][-1:].isdigit()
-
-
 def check_zone(zone: str) -> str:
     """``zone`` if it is a Cloud TPU zone of the catalog; else one ``UsageError`` line with the closest one."""
     import difflib
 
-    from tpuops import tpu_catalog
+    from tpuops.providers import tpu_catalog
 
     if not is_zone_name(zone):
         raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
@@ -128,7 +126,7 @@ class Settings(BaseModel):
     notice saves that did not fit), per running hour: what ``checkpoint: {every: auto}`` weighs save costs against."""
     recovery_s: float = Field(default=RECOVERY_S, gt=0, le=WEEK_S)
     """ASSUMPTION: what one preemption or capacity move costs a run (a pass to notice it, create -> READY, setup,
-    restore, the work since the last save); the deadline policy keeps room for it (``tpuops.deadline``)."""
+    restore, the work since the last save); the deadline policy keeps room for it (``tpuops.billing.deadline``)."""
 
     @field_validator("project")
     @classmethod
@@ -150,14 +148,14 @@ class Settings(BaseModel):
     @field_validator("accelerator")
     @classmethod
     def _accelerator_type(cls, value: str) -> str:
-        from tpuops.accelerators import parse_accelerator
+        from tpuops.core.accelerators import parse_accelerator
 
         return _checked(parse_accelerator, value)
 
     @field_validator("labels")
     @classmethod
     def _user_labels(cls, value: dict[str, str]) -> dict[str, str]:
-        from tpuops.naming import labels_for
+        from tpuops.core.naming import labels_for
 
         return _checked(lambda labels: labels_for(user=labels), value)
 
@@ -245,7 +243,7 @@ def find_config_file(start: Path | None = None, environ: Mapping[str, str] | Non
 
 
 def _read_file(path: Path) -> dict[str, Any]:
-    from tpuops.documents import read_toml
+    from tpuops.core.documents import read_toml
 
     try:
         missing = not path.exists()

@@ -25,11 +25,11 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-from tpuops import tpu_catalog
-from tpuops.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
 from tpuops.config import Settings
-from tpuops.errors import TpuopsError
-from tpuops.kinds import Provider
+from tpuops.core.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
+from tpuops.core.errors import TpuopsError
+from tpuops.core.kinds import Provider
+from tpuops.providers import tpu_catalog
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 

@@ -5,7 +5,7 @@ controller and the sweeps' endgame, through a ``NodeProvider`` (``tpuops.provide
 in the ledger when each node started and stopped costing. Nobody else calls a provider.
 
 Invariants:
-- Validation happens in ``plan_up`` (``tpuops.provision``) before any API call.
+- Validation happens in ``plan_up`` (``tpuops.launch.provision``) before any API call.
 - ``up`` is idempotent: an existing node of ours with the same spec is adopted (waited
   for, started, or replaced when preempted), never duplicated, whichever configured zone it
   is in. A failed or interrupted ``up`` deletes what it created: no orphan.
@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple, cast
 
-from tpuops import naming
-from tpuops.clock import UTC, Clock, system_clock, utc_now
+from tpuops.billing.ledger import Ledger, NodeRecord, Sighting
 from tpuops.config import Settings
-from tpuops.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
-from tpuops.kinds import ValueEnum
-from tpuops.ledger import Ledger, NodeRecord, Sighting
+from tpuops.core import naming
+from tpuops.core.clock import UTC, Clock, system_clock, utc_now
+from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
+from tpuops.core.kinds import ValueEnum
+from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation
-from tpuops.retry import call_with_retry
 
 Progress = Callable[[str], None]
 SelfDeletes = Callable[[str], datetime | None]
@@ -111,7 +111,7 @@ class Fleet:
         self.self_deletes = self_deletes
         """Where a node that deleted itself says when (``_ended_at``); the controller gives it its store's."""
         self.clock = clock
-        """What dates the ledger's transitions: wall time, or a simulation's virtual clock (``tpuops.clock``)."""
+        """What dates the ledger's transitions: wall time, or a simulation's virtual clock (``tpuops.core.clock``)."""
         self.settings = settings
         self.ledger = ledger
         self.progress = progress

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuops.errors import TpuopsError, UsageError
+from tpuops.core.errors import TpuopsError, UsageError
 
 MARKER = "# tpuops-schedule"
 UNIT = "tpuops-reconcile"

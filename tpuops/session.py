@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
-from tpuops.errors import UsageError
-from tpuops.kinds import Provider
-from tpuops.ledger import Ledger
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Provider
 
 if TYPE_CHECKING:
     from tpuops.fleet import Fleet

@@ -37,7 +37,7 @@ from typing import IO, Protocol
 import google_crc32c
 import numpy as np
 
-from tpuops.errors import IntegrityError
+from tpuops.core.errors import IntegrityError
 from tpuops.store.files import digest_base64
 
 _MASK_DELTA = 0xA282EAD8

@@ -18,11 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from tpuops.api.dashboard import (
-    DashboardInfo,
+from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
+from tpuops.api.pages import (
     NodeRow,
     RunDetail,
-    dashboard,
     delete_orphan,
     log_tail,
     nodes,
@@ -32,7 +31,6 @@ from tpuops.api.dashboard import (
     sweep_storage,
     watch_marks,
 )
-from tpuops.api.data import data_convert, data_ls, data_sample, data_upload, data_verify
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
 from tpuops.api.sweeps import (
     SweepStarted,
@@ -61,12 +59,12 @@ from tpuops.api.tools import (
     schedule_uninstall,
 )
 from tpuops.config import Settings
-from tpuops.kinds import Capacity
+from tpuops.core.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey
 
 __all__ = [
-    "DashboardInfo", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
-    "Started", "SweepStarted", "controller", "cost", "dashboard", "data_convert", "data_ls", "data_sample",
+    "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
+    "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
     "forecast_train", "forget", "infer", "init", "launch", "list_runs", "log_tail", "logs", "nodes", "plan_infer",
@@ -79,16 +77,16 @@ __all__ = [
 
 if TYPE_CHECKING:
     # The types these calls return, named here too so that the CLI renders them importing only this module.
-    from tpuops.accounting import CostAndGoodput as CostAndGoodput
+    from tpuops.api.accounting import CostAndGoodput as CostAndGoodput
+    from tpuops.billing.cost import Total as Total
+    from tpuops.billing.risk import Risk as Risk
     from tpuops.controller.drive import Finished
     from tpuops.controller.reconcile import Controller, PassReport
     from tpuops.controller.stop import Stopped
-    from tpuops.cost import Total as Total
     from tpuops.data import UploadReport as UploadReport
     from tpuops.fleet import DownResult, UpPlan, UpResult
-    from tpuops.jobs import JobPlan
+    from tpuops.launch.jobs import JobPlan
     from tpuops.providers.nodes import NodeInfo
-    from tpuops.risk import Risk as Risk
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput
     from tpuops.runs.repair import Diagnosis
@@ -115,8 +113,8 @@ def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accel
                capacity: Capacity | None = None, keep: bool = False, budget_usd: float | None = None,
                sweep: str | None = None, base_dir: Path | None = None) -> JobPlan:
     """What ``train`` would declare and create (``--dry-run``): validated, nothing written."""
-    from tpuops import jobs
     from tpuops.api.history import learner
+    from tpuops.launch import jobs
     from tpuops.session import store
 
     return jobs.plan_train(settings, spec, store(settings), run_id=name, accelerator=accelerator, capacity=capacity,
@@ -134,8 +132,8 @@ class Started:
 def launch(settings: Settings, plan: JobPlan, *, detach: bool = False, progress: Say = _quiet,
            on_status: Callable[[AgentStatus], None] | None = None, on_log: Say | None = None) -> Finished | Started:
     """Refuse it if over budget, declare the run, then drive it to its end (or make its first pass: ``detach``)."""
-    from tpuops import jobs
-    from tpuops.accounting import refuse_over_budget
+    from tpuops.api.accounting import refuse_over_budget
+    from tpuops.launch import jobs
     from tpuops.session import store
 
     refuse_over_budget(settings, plan)
@@ -155,7 +153,7 @@ def train(settings: Settings, spec: Path, *, name: str | None = None, accelerato
 
 def plan_resume(settings: Settings, run_id: str) -> RunRecord:
     """What ``train --resume RUN`` would drive again (``--dry-run``); refuses a run that ended for good."""
-    from tpuops import jobs
+    from tpuops.launch import jobs
     from tpuops.session import store
 
     return jobs.plan_resume(store(settings), run_id)
@@ -166,7 +164,7 @@ def plan_infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, 
                num_shards: int = 1, batch_size: int = 256, keep: bool = False,
                base_dir: Path | None = None, deterministic: bool | None = None, latency: bool = False) -> JobPlan:
     """What ``infer`` would declare and create (``--dry-run``): validated, nothing written."""
-    from tpuops import jobs
+    from tpuops.launch import jobs
     from tpuops.session import store
 
     return jobs.plan_infer(settings, spec, store(settings), checkpoint=checkpoint, inputs=inputs, output=output,
@@ -247,7 +245,7 @@ def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, prog
     import time
 
     from tpuops.controller.wake import Waker
-    from tpuops.errors import Timeout, TransientError
+    from tpuops.core.errors import Timeout, TransientError
     from tpuops.session import store
 
     control = controller(settings, progress)
@@ -298,7 +296,7 @@ class Overview:
 def status(settings: Settings) -> Overview:
     """Nodes in the zones in view (one ListNodes per zone) and the unfinished runs (the active index only)."""
     from tpuops import runs
-    from tpuops.accounting import attach_goodput
+    from tpuops.api.accounting import attach_goodput
     from tpuops.session import fleet, store
 
     active = runs.list_runs(store(settings), active_only=True)
@@ -309,7 +307,7 @@ def status(settings: Settings) -> Overview:
 def list_runs(settings: Settings) -> list[Run]:
     """``tpuops runs``: every run, oldest first, with its goodput."""
     from tpuops import runs
-    from tpuops.accounting import attach_goodput
+    from tpuops.api.accounting import attach_goodput
     from tpuops.session import store
 
     return attach_goodput(settings, runs.list_runs(store(settings)))
@@ -327,7 +325,7 @@ def events(settings: Settings, run_id: str) -> Memory:
     """``tpuops events RUN``: the controller's memory of the run, with its event log (``DamagedDocument`` naming
     what to do when its record or memory cannot be read)."""
     from tpuops import runs
-    from tpuops.errors import DamagedDocument
+    from tpuops.core.errors import DamagedDocument
     from tpuops.session import store
 
     root = store(settings)
@@ -382,7 +380,7 @@ def forget(settings: Settings, run_id: str, *, dry_run: bool = False,
     """``tpuops runs forget RUN``: delete a damaged run's node (waiting until it is gone) if it has one, then take
     the run out of the index. ``confirm`` is asked first when there is a node; ``UsageError`` for a run that is
     not damaged (nothing is done: such a run is stopped, not forgotten)."""
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
     from tpuops.runs import repair as mending
     from tpuops.session import fleet, store
 
@@ -405,8 +403,8 @@ def _node_of(settings: Settings, root: Store, run_id: str) -> NodeInfo | None:
     import contextlib
 
     from tpuops import runs
-    from tpuops.errors import DamagedDocument, UsageError
-    from tpuops.naming import RUN_KEY, check_node_name
+    from tpuops.core.errors import DamagedDocument, UsageError
+    from tpuops.core.naming import RUN_KEY, check_node_name
     from tpuops.session import fleet
 
     check_node_name(run_id, "run id")
@@ -425,7 +423,7 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
        zone: str | None = None, runtime: str | None = None, wait: bool = True, queued: bool = False,
        valid_for_s: float | None = None, progress: Say = _quiet) -> UpResult:
     """``tpuops up NAME``: create (or adopt) a node and wait until it is READY."""
-    from tpuops.provision import plan_up
+    from tpuops.launch.provision import plan_up
     from tpuops.session import fleet
 
     plan = plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
@@ -436,7 +434,7 @@ def up(settings: Settings, name: str, *, accelerator: str | None = None, capacit
 def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, capacity: Capacity | None = None,
             zone: str | None = None, runtime: str | None = None) -> UpPlan:
     """``tpuops up NAME --dry-run``: the CreateNode request, the zones in order and the startup script; no call."""
-    from tpuops.provision import plan_up as plan
+    from tpuops.launch.provision import plan_up as plan
 
     return plan(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
 
@@ -467,9 +465,9 @@ def down(settings: Settings, names: list[str] | None, *, wait: bool = True, prog
     naming ``tpuops stop``, and nothing is deleted.
     """
     from tpuops import runs
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
+    from tpuops.core.naming import RUN_KEY, check_node_name
     from tpuops.fleet import Deleted, DownResult
-    from tpuops.naming import RUN_KEY, check_node_name
     from tpuops.session import fleet, store
 
     for name in names or []:
@@ -545,8 +543,8 @@ def cost(settings: Settings, *, run_id: str | None = None, sweep_id: str | None 
 
     ``since`` may be text as the command takes it (2024-05-01, 2024-05-01T12:00; UTC when no zone).
     """
-    from tpuops.accounting import cost_report
-    from tpuops.cost import parse_since
+    from tpuops.api.accounting import cost_report
+    from tpuops.billing.cost import parse_since
 
     return cost_report(settings, run_id=run_id, sweep_id=sweep_id,
                        since=parse_since(since) if isinstance(since, str) else since)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 if TYPE_CHECKING:
     from tpuops.data import ConvertReport, DatasetSummary, UploadReport, VerifyReport
@@ -24,8 +24,8 @@ def data_convert(src: Path, format: str, out: Path, *, shards: int | None = None
                  shard_size: int | str | None = None, label_from: str | None = None, seed: int | None = 0,
                  overwrite: bool = False) -> ConvertReport:
     """``tpuops data convert``: images, .npz or .csv into TFRecord shards plus manifest.json (written last)."""
+    from tpuops.core.formats import parse_size
     from tpuops.data import convert
-    from tpuops.formats import parse_size
 
     return convert(src, format, out, shards=shards,
                    shard_size=parse_size(shard_size) if isinstance(shard_size, str) else shard_size,

@@ -1,4 +1,4 @@
-"""The history a plan learns from (``tpuops.planning``): the ledger's node incarnations and the statuses of
+"""The history a plan learns from (``tpuops.launch.planning``): the ledger's node incarnations and the statuses of
 the newest runs they name, read through ``Settings``.
 
 Part of the front door's planning calls: ``tpuops.api.plan`` (the dry runs' forecasts, ``tpuops risk``,
@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tpuops.clock import UTC
 from tpuops.config import Settings
+from tpuops.core.clock import UTC
 
 if TYPE_CHECKING:
-    from tpuops.ledger import NodeHistory
-    from tpuops.planning import Learner
-    from tpuops.risk import Risk, RiskKey
+    from tpuops.billing.ledger import NodeHistory
+    from tpuops.billing.risk import Risk, RiskKey
+    from tpuops.launch.planning import Learner
     from tpuops.runs.models import AttemptTime, PlanInputs
     from tpuops.sim.history import History
 
@@ -48,15 +48,15 @@ bounded number of store reads per launch, however long the history."""
 
 
 def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
-    """What a run's deadline and ``every: auto`` rest on (``tpuops.planning``), learned from the ledger and the
+    """What a run's deadline and ``every: auto`` rest on (``tpuops.launch.planning``), learned from the ledger and the
     statuses of the ``RECENT_RUNS`` newest runs it names; read once, on the first ask (a run that needs
     neither reads nothing)."""
     from functools import cache
 
-    from tpuops import planning
     from tpuops import runs as run_store
-    from tpuops.errors import TpuopsError
-    from tpuops.risk import learn
+    from tpuops.billing.risk import learn
+    from tpuops.core.errors import TpuopsError
+    from tpuops.launch import planning
     from tpuops.session import store
 
     @cache

@@ -3,7 +3,7 @@
 with forecasts: ``forecast_train`` (``train --dry-run``) and ``forecast_sweep`` (``sweep start --dry-run``).
 
 Part of the front door (``tpuops.api`` re-exports every name here). Each call takes ``Settings``
-and imports what it computes with lazily; the models (``tpuops.risk``) compute without I/O.
+and imports what it computes with lazily; the models (``tpuops.billing.risk``) compute without I/O.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from tpuops.clock import UTC
 from tpuops.config import Settings
-from tpuops.kinds import Capacity
+from tpuops.core.clock import UTC
+from tpuops.core.kinds import Capacity
 
 if TYPE_CHECKING:
-    from tpuops.jobs import JobPlan
-    from tpuops.risk import Risk
+    from tpuops.billing.risk import Risk
+    from tpuops.launch.jobs import JobPlan
     from tpuops.runs.models import RunRecord
     from tpuops.sim.engine import SimReport
     from tpuops.sim.forecast import Forecast
@@ -33,7 +33,7 @@ def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
     """``tpuops risk``: per (zone, accelerator, capacity) of the project's ledger, READY node-hours,
     preemptions, the rate with its 95 % interval, create -> READY latency and stockout episodes."""
     from tpuops.api.history import histories
-    from tpuops.risk import learn
+    from tpuops.billing.risk import learn
 
     return learn(histories(settings), now or datetime.now(UTC), settings.spot_preemptions_per_hour)
 
@@ -65,7 +65,7 @@ class Forecasted(Generic[PlanT]):
 def _forecast(settings: Settings, path: Path, experiment: str, record: RunRecord, runs: int, sweeps: int
               ) -> Forecast:
     from tpuops.api.history import experiment_history, learner
-    from tpuops.planning import keys_of
+    from tpuops.launch.planning import keys_of
     from tpuops.sim.forecast import forecast
 
     return forecast(settings, path, risk(settings), experiment_history(settings, experiment), runs=runs, sweeps=sweeps,

@@ -67,7 +67,7 @@ def _launch_or_give_up(settings: Settings, plan: SweepPlan, report: PassReport, 
     from tpuops import runs
     from tpuops.api import controller
     from tpuops.controller.drive import failing, give_up, withdraw
-    from tpuops.errors import PreconditionFailed
+    from tpuops.core.errors import PreconditionFailed
     from tpuops.sweeps.models import SweepOutcome
     from tpuops.sweeps.ops import load_state, save_state
 
@@ -131,7 +131,7 @@ def sweep_repair(settings: Settings, name: str, *, dry_run: bool = False) -> dic
     (``tpuops.sweeps.ops.repair_sweep``; ``dry_run`` only says). ``repairable`` False: sweep.json was damaged."""
     from datetime import datetime
 
-    from tpuops.clock import UTC
+    from tpuops.core.clock import UTC
     from tpuops.session import store
     from tpuops.sweeps.ops import RECORD, diagnose_sweep, repair_sweep
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 if TYPE_CHECKING:
     from tpuops.doctor import Checkup

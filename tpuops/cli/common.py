@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tpuops.kinds import Capacity
+from tpuops.core.kinds import Capacity
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,7 +46,7 @@ def capacity_flag(spot: bool, preemptible: bool, on_demand: bool) -> Capacity | 
 
 def _run_id(value: str | None) -> str | None:
     """A run id flag checked as it is parsed (an empty ``--resume ''`` is not "no flag")."""
-    from tpuops.naming import check_node_name
+    from tpuops.core.naming import check_node_name
 
     return None if value is None else check_node_name(value, "run id")
 
@@ -57,7 +57,7 @@ def folder_to_write(value: str, what: str) -> Path:
     ``Path("")`` is ``Path(".")``: without this check an empty argument (a shell variable that was
     not set) would quietly write into the current folder.
     """
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
 
     if not value:
         raise UsageError(f"{what} is empty: name the folder to write, e.g. data/digits (or '.' for this folder)")
@@ -100,7 +100,7 @@ def load_settings(ctx: typer.Context) -> Settings:
 def print_json(data: Any) -> None:
     """Strict JSON on stdout, whatever a run reported: a NaN or an infinity (a diverged run's metrics) is
     printed as null and named in its object's ``non_finite`` list (``formats.strict_json``, docs/cli.md)."""
-    from tpuops.formats import strict_json
+    from tpuops.core.formats import strict_json
 
     sys.stdout.write(json.dumps(strict_json(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
 

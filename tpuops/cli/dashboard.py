@@ -1,4 +1,7 @@
-"""``tpuops dashboard``: serve the local web app (runs, sweeps, nodes, cost) on 127.0.0.1 until Ctrl-C."""
+"""``tpuops dashboard``: serve the local web app (runs, sweeps, nodes, cost) on 127.0.0.1 until Ctrl-C.
+
+The web app stands on top of ``tpuops.api``, beside the CLI: this command starts it (``tpuops.dashboard``)
+rather than calling a front-door function, since the front door imports no UI."""
 
 from __future__ import annotations
 
@@ -18,10 +21,11 @@ def dashboard(
     read_only: bool = typer.Option(False, "--read-only", help="Serve pages only: no action route exists."),
 ) -> None:
     """See every run, sweep, node and dollar live in a browser; the URL carries the token, printed once."""
-    from tpuops import api
+    from tpuops.dashboard.serve import dashboard as serve
+    from tpuops.dashboard.source import DashboardInfo
 
-    def ready(info: api.DashboardInfo) -> None:
+    def ready(info: DashboardInfo) -> None:
         mode = " (read-only)" if info.read_only else ""
         typer.echo(f"tpuops dashboard{mode}: {info.url}\ntoken kept in {info.token_file} (mode 0600); Ctrl-C stops")
 
-    api.dashboard(load_settings(ctx), port=port, read_only=read_only, open_browser=open_browser, on_ready=ready)
+    serve(load_settings(ctx), port=port, read_only=read_only, open_browser=open_browser, on_ready=ready)

@@ -51,7 +51,7 @@ def convert(
 ) -> None:
     """Convert images, .npz or .csv into TFRecord shards plus manifest.json (written last)."""
     from tpuops import api
-    from tpuops.formats import format_size
+    from tpuops.core.formats import format_size
 
     report = api.data_convert(src, format.value, folder_to_write(out, "--out"), shards=shards,
                               shard_size=shard_size or None, label_from=label_from,
@@ -97,7 +97,7 @@ def upload(
 
 
 def _upload_summary(report: UploadReport) -> str:
-    from tpuops.formats import format_size
+    from tpuops.core.formats import format_size
 
     plan = report.plan
     skipped = f"{len(plan.skip)} already there with the same crc32c ({format_size(plan.bytes_skipped)})"
@@ -141,7 +141,7 @@ def verify(
 ) -> None:
     """Check every shard against manifest.json (present, size, crc32c) and every record's checksums."""
     from tpuops import api
-    from tpuops.errors import IntegrityError
+    from tpuops.core.errors import IntegrityError
 
     with _byte_progress("verifying", disabled=as_json) as on_progress:
         report = api.data_verify(load_settings(ctx), uri, progress=on_progress)
@@ -166,7 +166,7 @@ def ls(
 ) -> None:
     """List datasets (prefixes holding a manifest.json) with records, shards and size."""
     from tpuops import api
-    from tpuops.formats import format_size
+    from tpuops.core.formats import format_size
 
     root, datasets = api.data_ls(load_settings(ctx), uri, store=store)
     if as_json:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuops.cli.common import err_console
-from tpuops.formats import format_usd
+from tpuops.core.formats import format_usd
 
 
 def _band(band: dict[str, float] | None, show: Any) -> str:
@@ -34,7 +34,7 @@ def print_forecast(forecast: dict[str, Any], what: str) -> None:
 
 
 def _assumption(value: Any) -> str:
-    """A planning input (``tpuops.planning``) as its value and where it came from; anything else as it is."""
+    """A planning input (``tpuops.launch.planning``) as its value and where it came from; anything else as it is."""
     if isinstance(value, dict) and "source" in value:
         return f"{value['value']:.4g} ({value['source']})"
     return str(value)

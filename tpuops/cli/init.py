@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tpuops.cli.common import err_console
-from tpuops.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity, Provider
 
 
 def register(app: typer.Typer) -> None:

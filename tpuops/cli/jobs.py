@@ -69,7 +69,7 @@ def train(
 ) -> None:
     """Train on a TPU VM: upload data and code, create the node, recover preemptions, tear down."""
     from tpuops import api
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
 
     if (spec is None) == (resume is None):
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
@@ -106,7 +106,7 @@ def _refuse_contradictions(*, follow: bool, detach: bool, dry_run: bool) -> None
     ``--detach`` returns at once, so there is no log to ``--follow``; ``--dry-run`` starts nothing,
     so there is nothing to follow or detach from (it prints the plan and forecast, and returns).
     """
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
 
     if follow and detach:
         raise UsageError("--follow streams the log until the run ends, --detach returns at once: give one of them")
@@ -216,7 +216,7 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
     if not finished.succeeded:
-        from tpuops.errors import UserJobError
+        from tpuops.core.errors import UserJobError
 
         raise UserJobError(f"run {finished.run_id} ended {finished.outcome}: {finished.reason or 'see tpuops logs'}")
 

@@ -32,7 +32,7 @@ from tpuops.cli import (
     sweep,
 )
 from tpuops.cli.common import CliState, err_console
-from tpuops.errors import TpuopsError
+from tpuops.core.errors import TpuopsError
 
 # google-api-core warns on every import under Python 3.10, which tpuops supports: not the user's concern.
 warnings.filterwarnings("ignore", message="You are using a non-supported Python version", category=FutureWarning)

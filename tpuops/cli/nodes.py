@@ -126,7 +126,8 @@ def status(
 
 
 def _input_lines(run: dict) -> list[str]:
-    """What a run's deadline rule and ``every: auto`` rest on, each with where it came from (``tpuops.planning``)."""
+    """What a run's deadline rule and ``every: auto`` rest on, each with where it came from
+    (``tpuops.launch.planning``)."""
     inputs = run.get("inputs") or {}
     return [f"  {run['run_id']}: {name} {found['value']:.4g} ({found['source']})" for name, found in inputs.items()]
 
@@ -154,7 +155,7 @@ def down(
     """Delete nodes and wait until they are gone; deleting a missing node is fine. The node of a run still going
     is deleted by stopping its run ('tpuops stop'): asked, or with --yes."""
     from tpuops import api
-    from tpuops.errors import UsageError
+    from tpuops.core.errors import UsageError
 
     if orphans:
         reaped = api.reap_orphans(load_settings(ctx))

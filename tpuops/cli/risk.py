@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpuops.cli.common import load_settings, print_json, print_table
-from tpuops.formats import format_amount
+from tpuops.core.formats import format_amount
 
 if TYPE_CHECKING:
     from tpuops.api import Risk

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tpuops.cli.common import err_console, load_settings, print_json, print_table
-from tpuops.formats import format_usd
+from tpuops.core.formats import format_usd
 
 
 def register(app: typer.Typer) -> None:
@@ -18,7 +18,7 @@ def simulate(
     ctx: typer.Context,
     path: Path = typer.Argument(..., help="An experiment (*.yaml) or a sweep file."),
     policy: str = typer.Option("spot", "--policy", help="Capacity policy of the runs: spot, on-demand, fallback "
-                               "(on-demand from the first preemption) or deadline (tpuops.deadline)."),
+                               "(on-demand from the first preemption) or deadline (tpuops.billing.deadline)."),
     runs: int = typer.Option(1, "--runs", help="Independent runs of the experiment to simulate (one world)."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random draw: the same seed, the same timeline."),
     cron_s: float = typer.Option(300.0, "--pass-every", help="Seconds between reconcile passes (cron: 300)."),

@@ -75,7 +75,7 @@ def status(
 
 
 def _print_trials(result: SweepStatus) -> None:
-    from tpuops.formats import format_params, format_usd
+    from tpuops.core.formats import format_params, format_usd
 
     title = f"sweep {result.name}: {result.phase}" + (f", {result.outcome} ({result.reason})" if result.outcome else "")
     print_table(title, ("trial", "run", "params", "state", "step", result.metric, "preemptions", "cost", "goodput",
@@ -89,7 +89,7 @@ def _print_progress(result: SweepStatus) -> None:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    from tpuops.formats import format_usd
+    from tpuops.core.formats import format_usd
 
     counts = result.counts
     ended = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]

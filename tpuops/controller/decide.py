@@ -26,7 +26,7 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
 - a stop request (``tpuops stop``, ``down`` of the run's node, the dashboard) -> finish as stopped
   and delete the node, the same way, kept node or not; never a preemption (the memory is finished
   before the node goes). An agent that ended the run for good first keeps its own ending;
-- a run with a capacity rule (a deadline, or the fallback: ``tpuops.deadline``) is steered every
+- a run with a capacity rule (a deadline, or the fallback: ``tpuops.billing.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
   delete makes the agent save on the notice), and every create asks for the wanted capacity.
@@ -43,11 +43,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tpuops.clock import UTC
-from tpuops.create_result import CreateResult
-from tpuops.deadline import Rule
-from tpuops.formats import format_usd
-from tpuops.kinds import Capacity, ValueEnum
+from tpuops.billing.deadline import Rule
+from tpuops.core.clock import UTC
+from tpuops.core.create_result import CreateResult
+from tpuops.core.formats import format_usd
+from tpuops.core.kinds import Capacity, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate
 

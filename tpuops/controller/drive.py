@@ -12,9 +12,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for
-from tpuops.errors import DamagedDocument, TransientError
+from tpuops.core.errors import DamagedDocument, TransientError
 from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
 from tpuops.runs.goodput import Goodput, run_goodput
 

@@ -61,12 +61,12 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops import runs
-from tpuops.clock import UTC, Clock, system_clock
+from tpuops.billing.deadline import Rule
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, damaged_verdict, decide
-from tpuops.create_result import CreateResult
-from tpuops.deadline import Rule
-from tpuops.errors import (
+from tpuops.core.clock import UTC, Clock, system_clock
+from tpuops.core.create_result import CreateResult
+from tpuops.core.errors import (
     AlreadyExists,
     DamagedDocument,
     Interrupted,
@@ -75,9 +75,9 @@ from tpuops.errors import (
     TpuopsError,
     UsageError,
 )
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import RUN_KEY
 from tpuops.fleet import Fleet, Listing
-from tpuops.kinds import Capacity
-from tpuops.naming import RUN_KEY
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
@@ -192,7 +192,7 @@ class Controller:
                  status_refresh_s: float | None = None, clock: Clock = system_clock) -> None:
         self.settings = settings
         self.clock = clock
-        """The time every decision is taken at when a pass is not given one (``tpuops.clock``)."""
+        """The time every decision is taken at when a pass is not given one (``tpuops.core.clock``)."""
         self.store = store
         self.nodes = fleet
         if fleet.self_deletes is None:  # the runs' statuses date the nodes that delete themselves
@@ -474,8 +474,8 @@ class Controller:
                 result = CreateResult.RUNNING
         spent = None
         if record.budget_usd is not None:  # a project budget is enforced at launch; a run's, also while it runs
-            from tpuops.cost import catalog_for
-            from tpuops.cost import spent as spent_usd
+            from tpuops.billing.cost import catalog_for
+            from tpuops.billing.cost import spent as spent_usd
 
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
@@ -625,8 +625,8 @@ class Controller:
 
 
 def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
-    """The run's capacity rule (``tpuops.deadline``), at the spot hazard and recovery cost learned at its launch
-    (``record.inputs``, ``tpuops.planning``), else at ``hazard_per_hour`` preemptions costing ``recovery_s`` each
+    """The run's capacity rule (``tpuops.billing.deadline``), at the spot hazard and recovery cost learned at its launch
+    (``record.inputs``, ``tpuops.launch.planning``), else at ``hazard_per_hour`` preemptions costing ``recovery_s`` each
     (the settings' assumptions, for a record from before them); None without a rule, or for a run declared
     on-demand (nothing cheaper to move to)."""
     if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from tpuops import runs
 from tpuops.controller.drive import node_left
 from tpuops.controller.reconcile import Controller
-from tpuops.errors import Timeout, UsageError
+from tpuops.core.errors import Timeout, UsageError
 from tpuops.runs import Outcome, Run
 from tpuops.store import Store
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from tpuops import runs
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.errors import DamagedDocument, NotFound, TpuopsError
+from tpuops.core.errors import DamagedDocument, NotFound, TpuopsError
 from tpuops.runs import layout
 from tpuops.store import Store
 

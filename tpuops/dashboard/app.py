@@ -36,14 +36,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tpuops.clock import UTC
+from tpuops.core.clock import UTC
+from tpuops.core.errors import NotFound, TpuopsError, UsageError
+from tpuops.core.formats import strict_json
 from tpuops.dashboard import svg, views
 from tpuops.dashboard.auth import CSRF_HEADER, csrf_value, same
 from tpuops.dashboard.guard import TokenGuard
 from tpuops.dashboard.optuna_mount import SWEEP_COOKIE, OptunaMount, wrap
 from tpuops.dashboard.source import Source
-from tpuops.errors import NotFound, TpuopsError, UsageError
-from tpuops.formats import strict_json
 
 HERE = Path(__file__).parent
 PAGE_ROWS = 200

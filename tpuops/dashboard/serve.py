@@ -10,12 +10,15 @@ import socket
 import webbrowser
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tpuops.core.errors import UsageError
 from tpuops.dashboard.app import ACTION_PATHS, Dashboard
 from tpuops.dashboard.auth import issue_token
-from tpuops.dashboard.source import DashboardInfo, Source
-from tpuops.errors import UsageError
+from tpuops.dashboard.source import DashboardInfo, Source, bound_source
+
+if TYPE_CHECKING:
+    from tpuops.config import Settings
 
 HOST = "127.0.0.1"
 GRACE_S = 2
@@ -57,3 +60,13 @@ def serve(source: Source, *, token_file: Path, port: int, read_only: bool, refre
     if open_browser:
         webbrowser.open(info.url)
     server(app).run(sockets=[sock])
+
+def dashboard(settings: Settings, *, port: int = 0, read_only: bool = False, open_browser: bool = False,
+              refresh_s: float = 1.0, on_ready: Callable[[DashboardInfo], None] | None = None) -> None:
+    """``tpuops dashboard``: serve the web app on 127.0.0.1 until interrupted (``port`` 0: a free one).
+
+    The token is made once per start and kept in ``<home>/dashboard-token`` (mode 0600); ``on_ready``
+    gets the URL carrying it. ``read_only`` serves no action route at all.
+    """
+    serve(bound_source(settings), token_file=settings.home.expanduser() / "dashboard-token", port=port,
+          read_only=read_only, refresh_s=refresh_s, open_browser=open_browser, on_ready=on_ready)

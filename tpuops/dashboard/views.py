@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tpuops.clock import UTC
+from tpuops.core.clock import UTC
 
 if TYPE_CHECKING:
     from tpuops.dashboard.source import NodeRow

@@ -5,10 +5,10 @@
 The manifest format is documented in ``tpuops.data.manifest``.
 """
 
+from tpuops.core.formats import format_size, parse_size
 from tpuops.data.catalog import DatasetSummary, VerifyReport, ls, verify
 from tpuops.data.convert import ConvertReport, convert
 from tpuops.data.upload import UploadReport, region_warning, upload
-from tpuops.formats import format_size, parse_size
 
 __all__ = [
     "ConvertReport",

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tpuops.core.errors import IntegrityError, NotFound, UsageError
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, parse_manifest
 from tpuops.data.upload import Transfer
-from tpuops.errors import IntegrityError, NotFound, UsageError
 from tpuops.store.base import ObjectInfo, ProgressFn, Store
 from tpuops.tfrecord import read_records
 

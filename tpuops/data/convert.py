@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuops.core.errors import Interrupted, UsageError
 from tpuops.data import sources
 from tpuops.data.manifest import MANIFEST, Manifest, Source, parse_manifest, utc_now
 from tpuops.data.shards import ShardWriter, even_counts, remove_stale_temp_files
-from tpuops.errors import Interrupted, UsageError
 from tpuops.store.files import write_atomically
 
 DEFAULT_SHARD_SIZE = 100 * 10**6

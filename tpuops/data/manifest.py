@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 MANIFEST = "manifest.json"
 FORMAT = "tpuops.dataset/1"
@@ -96,7 +96,7 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
     Raises:
         UsageError: not a tpuops dataset manifest (one line naming ``where`` and the first problem).
     """
-    from tpuops.documents import parse_json
+    from tpuops.core.documents import parse_json
 
     try:
         manifest = Manifest.model_validate(parse_json(data, where))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tpuops.core.errors import UsageError
 from tpuops.data.convert import ConvertReport, convert
-from tpuops.errors import UsageError
 
 SAMPLES = ("digits",)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO
 
 from tpuops import tfrecord
+from tpuops.core.errors import UsageError
 from tpuops.data.manifest import Shard
-from tpuops.errors import UsageError
 from tpuops.store.files import fsync_dir
 
 _TEMP_GLOB = ".shard-*.tmp"

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from tpuops import tfrecord
+from tpuops.core.errors import UsageError
 from tpuops.data.manifest import FeatureSpec
-from tpuops.errors import UsageError
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuops.core.errors import Interrupted, TpuopsError, UsageError
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, parse_manifest
-from tpuops.errors import Interrupted, TpuopsError, UsageError
 from tpuops.store.base import ProgressFn, Store
 
 ProgressCallback = Callable[[int, int], None]

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tpuops
-from tpuops import errors
+from tpuops.core import errors
 from tpuops.emulator.fsutil import read_json, write_json_atomic
 from tpuops.emulator.sandbox import kill_registered_groups
 

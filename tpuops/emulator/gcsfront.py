@@ -23,7 +23,7 @@ plain HTTP to fake-gcs-server. It exists for four reasons:
 
 The control plane's front (``tls=None``) is plain HTTP on 127.0.0.1 and lets every request through
 (the control plane's client is anonymous against an emulator, as against any fake-gcs-server), so
-its only job is the faults: the control plane's own retries (``tpuops.retry`` around
+its only job is the faults: the control plane's own retries (``tpuops.core.retry`` around
 google-cloud-storage) meet the same 503s, 429s, resets and latency as TensorFlow's do.
 
 Invariants: responses and Content-Length request bodies stream through in 1-MiB pieces (a 64-MiB

@@ -5,7 +5,7 @@ A provider is a handful of calls on one project's nodes, in the vocabulary of
 the only holder of a provider, and dates, records, retries across zones and adopts on top of it.
 
 Contract, for every implementation (``tests/test_provider_contract.py`` holds each to it):
-- errors are the taxonomy of ``tpuops.errors``, converted once inside the provider (never an SDK's);
+- errors are the taxonomy of ``tpuops.core.errors``, converted once inside the provider (never an SDK's);
 - ``create_node`` of a name taken in that zone raises ``AlreadyExists``; nothing else is created;
 - ``delete_node`` of a missing node returns None (success): deletes are idempotent;
 - ``find_node`` of a missing node returns None; ``list_nodes`` returns every node in the zone;
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from tpuops.errors import Timeout, UsageError
+from tpuops.core.errors import Timeout, UsageError
 from tpuops.providers.nodes import NodeInfo, NodeRequest, Operation, QueuedInfo
 
 CLOSE_POLL_S = 0.02

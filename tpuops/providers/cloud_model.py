@@ -1,7 +1,7 @@
 """The simulated Cloud TPU's assumptions: create -> READY latency, preemption hazard, stockouts, delete latency.
 
 Every number has a stated default from docs/cloud-tpu.md; a caller with better numbers (the ledger's
-learned risk, ``tpuops.risk``) passes them in. Durations are seconds, rates per hour. Draws come
+learned risk, ``tpuops.billing.risk``) passes them in. Durations are seconds, rates per hour. Draws come
 from a ``random.Random`` the caller seeds.
 """
 
@@ -12,8 +12,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
+from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES
 
 CREATE_TO_READY_S = 90.0
 """docs/cloud-tpu.md: a v3-8 takes about 60-120 s from create to READY."""

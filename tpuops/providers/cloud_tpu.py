@@ -2,7 +2,7 @@
 
 This is the only module that touches the SDK. It owns three conversions, each done once:
 API nodes become ``NodeInfo`` with our own ``NodeState`` enum; google-api-core exceptions
-become the taxonomy of ``tpuops.errors``; long-running operations become ``Operation``
+become the taxonomy of ``tpuops.core.errors``; long-running operations become ``Operation``
 snapshots (``tpuops.providers.base.wait_for`` waits on any provider's). Every call goes through the
 one retry policy, so a 503 storm is retried and a 400 is not. The same code drives real Cloud TPU
 (Application Default Credentials) and the emulator (an ``http://`` endpoint with the emulator's
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from tpuops.clock import UTC
-from tpuops.errors import (
+from tpuops.core.clock import UTC
+from tpuops.core.errors import (
     AlreadyExists,
     CapacityError,
     InvalidRequest,
@@ -31,10 +31,10 @@ from tpuops.errors import (
     TransientError,
     Unreachable,
 )
-from tpuops.kinds import Capacity
+from tpuops.core.kinds import Capacity
+from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import Connection
 from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
-from tpuops.retry import call_with_retry
 
 CALL_TIMEOUT_S = 30.0
 """The longest one HTTP call may take (the client's own default is none: a server that accepts and never

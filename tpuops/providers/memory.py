@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from tpuops.clock import UTC
-from tpuops.errors import AlreadyExists, NotFound, TpuopsError
+from tpuops.core.clock import UTC
+from tpuops.core.errors import AlreadyExists, NotFound, TpuopsError
 from tpuops.providers.base import Connection
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 

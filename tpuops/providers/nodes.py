@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
-from tpuops.clock import UTC
-from tpuops.create_result import CreateResult
-from tpuops.errors import TpuopsError
-from tpuops.kinds import Capacity, ValueEnum
+from tpuops.core.clock import UTC
+from tpuops.core.create_result import CreateResult
+from tpuops.core.errors import TpuopsError
+from tpuops.core.kinds import Capacity, ValueEnum
 
 MANAGED_LABEL = "managed-by"
 MANAGED_VALUE = "tpuops"
@@ -157,7 +157,7 @@ class Operation:
     """A long-running request (create, delete, start) as its provider last reported it.
 
     ``started`` and ``ended`` are the provider's own times (None when it does not say, or has not
-    ended); ``error`` is what ended it badly, already in the taxonomy of ``tpuops.errors``.
+    ended); ``error`` is what ended it badly, already in the taxonomy of ``tpuops.core.errors``.
     """
 
     name: str

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Protocol
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 if TYPE_CHECKING:
     from tpuops.providers.base import Connection, NodeProvider

@@ -24,7 +24,7 @@ Events are applied lazily, in time order, whenever the provider is called or ``c
 ``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
 is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
 quota), every READY interval kept as the billing truth with the first-minute rule
-(``tpuops.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU bills it.
+(``tpuops.providers.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU bills it.
 Every draw comes from the node's own generator, seeded by (seed, zone, name,
 how many creates of that name came before): the controller acts on runs concurrently, so the order of
 calls varies from one simulation to the next, and a shared stream would hand a node another run's draw;
@@ -43,11 +43,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
-from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
-from tpuops.clock import UTC, Clock, system_clock
-from tpuops.errors import AlreadyExists, CapacityError, NotFound
-from tpuops.naming import RUN_KEY
+from tpuops.core.clock import UTC, Clock, system_clock
+from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
+from tpuops.core.naming import RUN_KEY
 from tpuops.providers.base import Connection
+from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 

@@ -1,7 +1,7 @@
 """Goodput: how much of a run's billed TPU time trained it, and where the rest went.
 
 ``billed`` is what the cost report bills the run for: the READY intervals of its node
-incarnations in the ledger (``tpuops.cost``). The agent reports, per attempt, where its own
+incarnations in the ledger (``tpuops.billing.cost``). The agent reports, per attempt, where its own
 seconds went (``AttemptTime``, measured on the VM from the startup script's start); this module
 lays the attempts over the billed intervals and names every second:
 
@@ -35,11 +35,11 @@ from datetime import datetime
 from typing import Any
 
 from tpuops.agent.timing import DISJOINT, SEGMENTS
-from tpuops.clock import UTC
-from tpuops.cost import Interval, node_cost, ready_intervals
-from tpuops.formats import format_seconds
-from tpuops.ledger import NodeHistory
-from tpuops.pricing import Catalog
+from tpuops.billing.cost import Interval, node_cost, ready_intervals
+from tpuops.billing.ledger import NodeHistory
+from tpuops.billing.pricing import Catalog
+from tpuops.core.clock import UTC
+from tpuops.core.formats import format_seconds
 from tpuops.runs.models import AgentStatus, AttemptTime
 
 

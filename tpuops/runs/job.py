@@ -7,7 +7,7 @@ renders it for each trial without opening anything.
 
 from __future__ import annotations
 
-from tpuops.bundle import bootstrap_source
+from tpuops.launch.bundle import bootstrap_source
 from tpuops.runs.layout import spec_key, status_key
 from tpuops.store.base import uri_under
 

@@ -8,7 +8,7 @@ update. ``phase`` FINISHED is the controller's word that the run is over: whatev
 status says, such a run is not active.
 
 The memory owns its transitions: ``finish`` (the controller's decisions and a sweep's stops),
-``switch`` (a capacity move chosen by ``tpuops.deadline``: the deadline policy, the fallback, a
+``switch`` (a capacity move chosen by ``tpuops.billing.deadline``: the deadline policy, the fallback, a
 sweep's endgame through ``promote``) and ``reopen`` (``train --resume``). Each is written once, here,
 and says in its event why; callers decide *whether*, never *how*.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from tpuops.create_result import CreateResult
-from tpuops.deadline import Choice
-from tpuops.kinds import Capacity
+from tpuops.billing.deadline import Choice
+from tpuops.core.create_result import CreateResult
+from tpuops.core.kinds import Capacity
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome
 
@@ -106,7 +106,7 @@ class Memory(BaseModel):
         return True
 
     def promote(self, now: float, choice: Choice, was: Capacity) -> bool:
-        """A sweep's endgame (``tpuops.deadline.endgame``): ``switch`` once, and the node goes on purpose (the
+        """A sweep's endgame (``tpuops.billing.deadline.endgame``): ``switch`` once, and the node goes on purpose (the
         sweep pass deletes it). False (and nothing changes) when the run is finished or was promoted already.
         """
         if self.capacity is not None or not self.switch(now, choice, was, kind="promoted"):

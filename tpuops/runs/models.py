@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpuops.agent.exits import ExitClass, Phase
-from tpuops.errors import DamagedDocument
-from tpuops.kinds import ValueEnum
+from tpuops.core.errors import DamagedDocument
+from tpuops.core.kinds import ValueEnum
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 
@@ -66,7 +66,7 @@ class NodeSpec(NodeRequest):
 
 class Learned(_Doc):
     """One input of a plan: its value, whether history gave it, and the words that say where it came from
-    (``tpuops.planning`` learns them)."""
+    (``tpuops.launch.planning`` learns them)."""
 
     value: float
     learned: bool
@@ -78,7 +78,7 @@ class Learned(_Doc):
 
 
 class PlanInputs(_Doc):
-    """What a run's plan rests on, frozen into its record at launch (``tpuops.planning``): the spot hazard and
+    """What a run's plan rests on, frozen into its record at launch (``tpuops.launch.planning``): the spot hazard and
     the cost of one recovery the deadline policy weighs, and the rate of lost work ``every: auto`` saves against."""
 
     hazard_per_hour: Learned
@@ -101,11 +101,12 @@ class RunRecord(_Doc):
     target: dict[str, Any] | None = None
     sweep: str | None = None
     deadline_at: float | None = None
-    """When the run must be done (epoch seconds): its capacity follows ``tpuops.deadline.choose``."""
+    """When the run must be done (epoch seconds): its capacity follows ``tpuops.billing.deadline.choose``."""
     expected_s: float | None = None
     """The run's expected length at on-demand speed: its remaining work until a pass has measured its speed."""
     fallback: bool = False
-    """Spot until the first preemption, on-demand after (``tpuops.deadline.fallback``: the SkyPilot-like baseline)."""
+    """Spot until the first preemption, on-demand after (``tpuops.billing.deadline.fallback``: the SkyPilot-like
+    baseline)."""
     inputs: PlanInputs | None = None
     """What its deadline rule and ``every: auto`` rest on, learned at launch; None: a record from before them, or
     a run with neither (the settings' assumptions apply)."""

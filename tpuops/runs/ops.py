@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
-from tpuops.kinds import Capacity
-from tpuops.naming import check_node_name
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
 from tpuops.runs.models import (
@@ -234,7 +234,7 @@ class Run:
     status: AgentStatus | None
     memory: Memory
     goodput: Goodput | None = None
-    """Where its billed seconds went (``tpuops.accounting.attach_goodput`` fills it in from the ledger)."""
+    """Where its billed seconds went (``tpuops.api.accounting.attach_goodput`` fills it in from the ledger)."""
     damage: tuple[str, ...] = ()
     record_known: bool = True
 

@@ -13,7 +13,7 @@ of them is the ending of a run:
   shared with the agent (Python 3.8, nothing else from tpuops), it maps to process exit codes, and
   its PREEMPTED ends no run (the run goes on from its checkpoint). ``OUTCOME_OF_EXIT`` below turns
   an exit into a run's ending.
-- ``CreateResult`` (``tpuops/create_result.py``): where one create *request* stands (running, ok,
+- ``CreateResult`` (``tpuops/core/create_result.py``): where one create *request* stands (running, ok,
   capacity, retry, failed). Only its FAILED ends the run, as ``Outcome.FAILED``.
 - A sweep's own ending (completed, stopped, budget-exhausted, failed) is a sweep's, not a run's:
   ``SweepOutcome`` (``tpuops/sweeps/models.py``).
@@ -29,7 +29,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from tpuops.agent.exits import ExitClass
-from tpuops.kinds import ValueEnum
+from tpuops.core.kinds import ValueEnum
 
 
 class Outcome(ValueEnum):

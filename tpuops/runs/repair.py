@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError
 from tpuops.providers.nodes import NodeInfo
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory

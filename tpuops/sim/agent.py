@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from tpuops import runs
-from tpuops.clock import UTC
+from tpuops.core.clock import UTC
 from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
 from tpuops.sim.model import AgentModel, Pace
 from tpuops.store import Store

@@ -56,12 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpuops.billing.pricing import Catalog
 from tpuops.config import Settings
 from tpuops.controller.wake import POLL_S
-from tpuops.kinds import Capacity
-from tpuops.pricing import Catalog
+from tpuops.core.kinds import Capacity
+from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.provision import plan_up
 from tpuops.runs import AgentStatus, Memory, NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import Simulation, WakeUp
 from tpuops.sim.forecast import Band

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from tpuops import runs
-from tpuops.clock import UTC, VirtualClock
+from tpuops.billing.cost import catalog_for, ready_intervals, spent
+from tpuops.billing.ledger import Ledger
+from tpuops.billing.pricing import Catalog
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.cost import catalog_for, ready_intervals, spent
+from tpuops.core.clock import UTC, VirtualClock
 from tpuops.fleet import Fleet
-from tpuops.ledger import Ledger
-from tpuops.pricing import Catalog
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import RunRecord

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tpuops.agent.interval import FIRST_SAVE_S
+from tpuops.billing.risk import Risk
 from tpuops.config import Settings
-from tpuops.risk import Risk
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.history import History
@@ -149,7 +149,7 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
              sweeps: int = 3, seed: int = 0, cron_s: float = 300.0, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> Forecast:
     """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps), its
-    runs planning on ``inputs`` (``tpuops.planning``: learned or assumed, and each says which)."""
+    runs planning on ``inputs`` (``tpuops.launch.planning``: learned or assumed, and each says which)."""
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
     left = simulations = len(Policy) * (sweeps if sweep else 1)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from tpuops.agent.interval import FIRST_SAVE_S
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 REPLACEMENT_WINDOW_S = 2.0
 """How far apart (in their offset from the first READY) measured replacements count as started at about the

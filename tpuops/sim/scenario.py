@@ -4,7 +4,7 @@
 planning: node request, frozen template, Optuna study), then declares into the simulation's own
 scratch store, never the user's: ``count`` replicas of a run (independent draws, one world), or
 the sweep. The cloud model takes the ledger's learned rates per (zone, capacity) and its create ->
-READY latency where the ledger has them, the stated assumptions elsewhere (``tpuops.risk``,
+READY latency where the ledger has them, the stated assumptions elsewhere (``tpuops.billing.risk``,
 ``tpuops.providers.cloud_model``). The agent model takes the experiment's own numbers (steps,
 checkpoint interval) and the stated defaults below for what only a run can measure.
 """
@@ -22,15 +22,15 @@ from typing import Any
 
 import yaml
 
-from tpuops import jobs
 from tpuops.agent.interval import young_daly_s
+from tpuops.billing.risk import Risk, RiskKey, rate_for
 from tpuops.config import Settings
-from tpuops.errors import UsageError
-from tpuops.experiment import Experiment, load_experiment
-from tpuops.kinds import Capacity, ValueEnum
-from tpuops.naming import RUN_KEY
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity, ValueEnum
+from tpuops.core.naming import RUN_KEY
+from tpuops.launch import jobs
+from tpuops.launch.experiment import Experiment, load_experiment
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.risk import Risk, RiskKey, rate_for
 from tpuops.runs import RunRecord
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import START, SimReport, Simulation
@@ -48,7 +48,7 @@ DEADLINE_SLACK = 1.5
 
 
 class Policy(ValueEnum):
-    """How a simulated run picks its capacity (``tpuops.deadline`` has the rules of the last two)."""
+    """How a simulated run picks its capacity (``tpuops.billing.deadline`` has the rules of the last two)."""
 
     SPOT = "spot"
     ON_DEMAND = "on-demand"
@@ -205,7 +205,7 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
              progress: Callable[[str], None] | None = None) -> SimReport:
     """Simulate ``count`` runs of an experiment (or one sweep) under ``policy`` on the learned risk (or on
     ``cloud``, a model given whole: a benchmark's stockout episode), the runs planning on ``inputs``
-    (``tpuops.planning``; None: the settings' assumptions).
+    (``tpuops.launch.planning``; None: the settings' assumptions).
 
     Raises:
         UsageError: a bad file, count or interval (one line each).

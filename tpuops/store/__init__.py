@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from tpuops.errors import IntegrityError, PreconditionFailed, UsageError
+from tpuops.core.errors import IntegrityError, PreconditionFailed, UsageError
 from tpuops.store.base import ObjectInfo, Store
 from tpuops.store.local import LocalStore
 

@@ -12,7 +12,7 @@ move run state without losing updates. Generation 0 means "the object does not e
 Checksums are crc32c in Cloud Storage's form (base64 of the 4 big-endian bytes), so one
 manifest can be checked against either implementation.
 
-Implementations convert their own failures into ``tpuops.errors`` (plus the two classes
+Implementations convert their own failures into ``tpuops.core.errors`` (plus the two classes
 below) and retry transient ones themselves; callers never see an SDK or OS exception for a
 failure of the store. All methods are safe to call from several threads. A store pickles (so
 what holds one, such as a sweep's journal, crosses to another process): the copy reaches the same
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops.errors import NotFound, UsageError
+from tpuops.core.errors import NotFound, UsageError
 
 ProgressFn = Callable[[int], None]
 """Called with the bytes of the current attempt sent so far; it restarts at 0 when an attempt is retried."""

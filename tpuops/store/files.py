@@ -16,7 +16,7 @@ from typing import IO
 
 import google_crc32c
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 COPY_CHUNK = 4 << 20
 

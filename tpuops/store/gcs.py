@@ -1,7 +1,7 @@
 """``GcsStore``: the store on Cloud Storage through google-cloud-storage (or fake-gcs-server).
 
 This is the adapter: every SDK call goes through ``_call``, which converts SDK and transport
-exceptions into ``tpuops.errors`` exactly once and retries transient ones with
+exceptions into ``tpuops.core.errors`` exactly once and retries transient ones with
 ``call_with_retry``. The SDK's own retries are switched off (``retry=None``) so that there is
 one retry policy.
 
@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import google_crc32c
 
-from tpuops.errors import (
+from tpuops.core.errors import (
     AlreadyExists,
     IntegrityError,
     InvalidRequest,
@@ -35,7 +35,7 @@ from tpuops.errors import (
     TransientError,
     UsageError,
 )
-from tpuops.retry import call_with_retry
+from tpuops.core.retry import call_with_retry
 from tpuops.store.base import (
     ObjectInfo,
     ProgressFn,

@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from tpuops.errors import NotFound, PreconditionFailed
+from tpuops.core.errors import NotFound, PreconditionFailed
 from tpuops.store import Store
 
 

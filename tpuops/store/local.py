@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import google_crc32c
 
-from tpuops.errors import IntegrityError, NotFound, PermissionDenied, PreconditionFailed, TpuopsError
+from tpuops.core.errors import IntegrityError, NotFound, PermissionDenied, PreconditionFailed, TpuopsError
 from tpuops.store.base import (
     ObjectInfo,
     ProgressFn,

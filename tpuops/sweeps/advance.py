@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tpuops import deadline, runs
-from tpuops.clock import UTC
-from tpuops.cost import catalog_for, spent_by_run
-from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger
-from tpuops.pricing import Catalog
+from tpuops import runs
+from tpuops.billing import deadline
+from tpuops.billing.cost import catalog_for, spent_by_run
+from tpuops.billing.ledger import Ledger
+from tpuops.billing.pricing import Catalog
+from tpuops.core.clock import UTC
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
+from tpuops.core.kinds import Capacity
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
 from tpuops.store.lease import Leases

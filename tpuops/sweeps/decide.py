@@ -43,8 +43,8 @@ import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from tpuops.formats import format_usd
-from tpuops.kinds import ValueEnum
+from tpuops.core.formats import format_usd
+from tpuops.core.kinds import ValueEnum
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, Outcome
 from tpuops.sweeps.models import SweepOutcome
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend
 
-from tpuops.errors import NotFound, PreconditionFailed, TpuopsError
+from tpuops.core.errors import NotFound, PreconditionFailed, TpuopsError
 from tpuops.store import Store
 
 SEGMENT = "seg-"

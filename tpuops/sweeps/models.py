@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tpuops.kinds import ValueEnum
+from tpuops.core.kinds import ValueEnum
 from tpuops.providers.nodes import MetadataKey
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import TrialTemplate

@@ -23,8 +23,8 @@ import json
 from typing import Any
 
 from tpuops import runs
-from tpuops.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
-from tpuops.naming import check_sweep_name
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.core.naming import check_sweep_name
 from tpuops.runs.models import parse
 from tpuops.runs.repair import DAMAGED_SUFFIX
 from tpuops.store import Store

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpuops.formats import format_params, format_usd
+from tpuops.core.formats import format_params, format_usd
 from tpuops.sweeps.decide import TrialState
 from tpuops.sweeps.status import SweepStatus, TrialRow
 

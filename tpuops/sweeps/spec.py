@@ -17,11 +17,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from tpuops.documents import read_yaml_mapping
-from tpuops.errors import UsageError
-from tpuops.experiment import SEED_MAX, one_line
-from tpuops.kinds import Capacity
-from tpuops.naming import SPEC_NAME, URL
+from tpuops.core.documents import read_yaml_mapping
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import SPEC_NAME, URL
+from tpuops.launch.experiment import SEED_MAX, one_line
 
 SWEEP_NAME = SPEC_NAME
 """Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""

@@ -17,12 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tpuops import jobs
-from tpuops.clock import UTC
+from tpuops.billing.cost import catalog_for
 from tpuops.config import Settings
-from tpuops.cost import catalog_for
-from tpuops.errors import UsageError
-from tpuops.planning import Learner
+from tpuops.core.clock import UTC
+from tpuops.core.errors import UsageError
+from tpuops.launch import jobs
+from tpuops.launch.planning import Learner
 from tpuops.store import Store
 from tpuops.sweeps import ops, studies
 from tpuops.sweeps.models import SweepRecord

@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tpuops import runs
+from tpuops.billing.cost import catalog_for, node_cost
+from tpuops.billing.ledger import Ledger, NodeHistory
 from tpuops.config import Settings
-from tpuops.cost import catalog_for, node_cost
-from tpuops.ledger import Ledger, NodeHistory
 from tpuops.runs.goodput import run_goodput
 from tpuops.store import Store
 from tpuops.sweeps import ops as sweep_ops

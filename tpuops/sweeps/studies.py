@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpuops.errors import TpuopsError, TransientError, UsageError
+from tpuops.core.errors import TpuopsError, TransientError, UsageError
 from tpuops.store import Store
 from tpuops.sweeps.spec import CategoricalParam, DatabaseStorage, FloatParam, SweepSpec
 

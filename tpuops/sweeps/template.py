@@ -22,10 +22,10 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
 
 from tpuops.agent.runspec import RunSpec, SpecError
-from tpuops.clock import UTC
-from tpuops.naming import RUN_KEY
+from tpuops.core.clock import UTC
+from tpuops.core.naming import RUN_KEY
+from tpuops.launch.render import StartupContext, render_startup_script
 from tpuops.providers.nodes import MetadataKey
-from tpuops.render import StartupContext, render_startup_script
 from tpuops.runs import RunRecord, spec_json
 from tpuops.runs.job import job_argv
 

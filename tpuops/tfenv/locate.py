@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuops.config import Settings
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 STAMP = "tpuops-runtime.json"
 """Written last by ``tpuops runtime install``: the venv is complete (TensorFlow imported)."""

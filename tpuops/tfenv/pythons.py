@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 DEFAULT_VERSIONS = ("3.8", "3.9", "3.10")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tpuops import tpu_catalog
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
+from tpuops.providers import tpu_catalog
 
 TF_VERSION = "2.9.3"
 """The TensorFlow release tpuops runs; every runtime name and the pin check derive from it."""

@@ -1,7 +1,7 @@
 """The one retry policy: exponential backoff with jitter, bounded by a deadline.
 
 Only errors whose class says ``retryable`` are retried, so the decision of what is
-transient lives in the taxonomy (``tpuops.errors``), not at each call site. The deadline
+transient lives in the taxonomy (``tpuops.core.errors``), not at each call site. The deadline
 bounds total time, not attempts: a 503 storm that outlasts it ends with the last error. An
 error class may cap that further (``retry_window_s``): an endpoint where nothing listens is
 given seconds, not the whole deadline.
@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
-from tpuops.errors import TpuopsError
+from tpuops.core.errors import TpuopsError
 
 T = TypeVar("T")
 

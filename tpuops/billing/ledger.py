@@ -47,8 +47,8 @@ from datetime import datetime
 from enum import Enum
 from pathlib import Path
 
-from tpuops.clock import UTC
-from tpuops.errors import NotFound, UsageError
+from tpuops.core.clock import UTC
+from tpuops.core.errors import NotFound, UsageError
 
 DELETED = "DELETED"
 """The state ``mark_deleted`` appends: the end of an incarnation's last interval."""

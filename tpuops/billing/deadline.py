@@ -26,15 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tpuops.kinds import Capacity
+from tpuops.config import RECOVERY_S
+from tpuops.core.kinds import Capacity
 
 MARGIN = 0.05
 """The share of the remaining work kept free on spot, against the spread of preemptions around their mean."""
-
-RECOVERY_S = 900.0
-"""ASSUMED cost of one move or preemption (the ``recovery_s`` setting's default): a cron pass to notice it
-(300 s), create -> READY (about 120 s), setup and restore (about 150-300 s) and the work since the last save."""
-
 
 RETURN_RESERVES = 2.0
 """How many recoveries more than spot needs the time left must hold before a run on on-demand moves back to spot:

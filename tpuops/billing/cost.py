@@ -2,7 +2,7 @@
 
 Billing rules (docs/cloud-tpu.md): Cloud TPU bills a node while it is READY, at its hourly price
 (``pricing``). A spot or preemptible node preempted within a minute of its create is free
-(``tpuops.billing_rules``, the one definition the emulator's billing record applies too). Here an
+(``tpuops.providers.billing_rules``, the one definition the emulator's billing record applies too). Here an
 incarnation's READY interval starts at a READY transition and ends at the next transition of any
 other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
 an interval still open is billed up to ``now``. Daily totals split intervals at UTC midnight.
@@ -26,7 +26,7 @@ run, and sums over many intervals do better, as early and late edges cancel.
 Design: everything that computes is a pure function of ledger rows (``NodeHistory``), a
 ``Catalog`` and ``now``, tested without a database or a server; ``spent`` is the thin layer that
 reads the ledger (``Ledger.histories``). The report of ``tpuops cost``, with each run's goodput
-from the store, is assembled in the service layer (``tpuops.accounting``).
+from the store, is assembled in the service layer (``tpuops.api.accounting``).
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tpuops.billing_rules import preemption_is_free
-from tpuops.clock import UTC
-from tpuops.errors import UsageError
-from tpuops.formats import format_usd
-from tpuops.kinds import Capacity
-from tpuops.ledger import Ledger, NodeHistory, Transition
-from tpuops.pricing import Catalog, default_catalog, parse_capacity
+from tpuops.billing.ledger import Ledger, NodeHistory, Transition
+from tpuops.billing.pricing import Catalog, default_catalog, parse_capacity
+from tpuops.core.clock import UTC
+from tpuops.core.errors import UsageError
+from tpuops.core.formats import format_usd
+from tpuops.core.kinds import Capacity
+from tpuops.providers.billing_rules import preemption_is_free
 from tpuops.providers.nodes import NodeState
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ behaves like the editable development install. The files:
   its last section, after the line starting with ``AGENT_PINS_MARKER``, pins the agent's own
   packages (``agent_pins``).
 - ``tpuops/agent/**.py``: the data plane's sources, shipped to the VM inside each job bundle.
-- ``tpuops/prices.toml``: the price catalog (read by ``tpuops.pricing``).
+- ``tpuops/prices.toml``: the price catalog (read by ``tpuops.billing.pricing``).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ Google publishes no spot or preemptible TPU preemption rates; the honest source 
 history, which the ledger holds (every incarnation, its READY time, every PREEMPTED transition).
 From it, per (zone, accelerator, capacity):
 
-- exposure: READY node-hours (the same intervals the cost tracker bills, ``tpuops.cost``);
+- exposure: READY node-hours (the same intervals the cost tracker bills, ``tpuops.billing.cost``);
 - preemptions: incarnations seen PREEMPTED (a name is recreated after one, so an incarnation is
   preempted at most once). A node that went from READY straight to gone unseen is not counted:
   the rate is a lower bound by the preemptions nobody saw;
-- the rate per READY node-hour with its exact Poisson interval (``tpuops.poisson``);
+- the rate per READY node-hour with its exact Poisson interval (``tpuops.billing.poisson``);
 - create -> READY latency: from the incarnation's ``created_at`` to its first READY transition;
 - failed creates and stockout episodes: an incarnation that was closed without ever being READY
   is a create that failed (a stockout, as the ledger alone cannot tell it from a quota or invalid
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tpuops.cost import ready_intervals
-from tpuops.ledger import NodeHistory
-from tpuops.poisson import rate_interval
-from tpuops.pricing import SPOT_PRICED, parse_capacity
+from tpuops.billing.cost import ready_intervals
+from tpuops.billing.ledger import NodeHistory
+from tpuops.billing.poisson import rate_interval
+from tpuops.billing.pricing import SPOT_PRICED, parse_capacity
 from tpuops.providers.nodes import NodeState
 
 CONFIDENCE = 0.95

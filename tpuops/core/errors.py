@@ -21,7 +21,7 @@ def excerpt(value: object, limit: int = 60) -> str:
 class TpuopsError(Exception):
     """Base class: a failure the user can read and act on.
 
-    ``retryable`` tells the one retry policy (``tpuops.retry``) whether trying the same
+    ``retryable`` tells the one retry policy (``tpuops.core.retry``) whether trying the same
     call again can help.
     """
 
@@ -95,7 +95,7 @@ class DamagedDocument(TpuopsError):
     """A document tpuops keeps in the store (a run's ``run.json``, ``memory.json`` or ``status.json``, a sweep's
     ``sweep.json`` or ``state.json``) cannot be read: not JSON, or a value of the wrong type.
 
-    A failure of the world (exit 1), not of the user's input: the documents loader (``tpuops.documents``) is for
+    A failure of the world (exit 1), not of the user's input: the documents loader (``tpuops.core.documents``) is for
     files a user gives, whose errors are usage errors. The message names the object and what is wrong. Only
     that one run or sweep is damaged: listings show it so and go on, a controller pass drives every other run
     (docs/design.md, "Failure taxonomy"), and ``tpuops runs repair`` / ``forget`` deal with it.

@@ -1,7 +1,7 @@
 """How values people type and read are parsed and printed: byte sizes, dollars, sweep parameters, JSON.
 
 Sizes as people write them: ``100MB`` (10^8), ``1GiB`` (2^30), ``512k``, ``4096``. Pure functions
-of the standard library and ``tpuops.errors``, so that the library and the CLI print one way.
+of the standard library and ``tpuops.core.errors``, so that the library and the CLI print one way.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 _UNITS = {
     "": 1, "b": 1,

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tpuops.errors import UsageError, excerpt
+from tpuops.core.errors import UsageError, excerpt
 
 if sys.version_info >= (3, 11):
     import tomllib

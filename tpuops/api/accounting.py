@@ -1,6 +1,6 @@
 """Accounting for the service layer: the ledger's prices joined with what the store says the runs did.
 
-The models below compute without I/O (``tpuops.cost`` prices ledger rows, ``tpuops.runs.goodput``
+The models below compute without I/O (``tpuops.billing.cost`` prices ledger rows, ``tpuops.runs.goodput``
 splits billed time by the agent's clocks); this module is the wiring around them that
 ``tpuops.api`` calls: it opens the ledger and the store, reads each run's status, and refuses
 launches over budget. Nothing here prints or decides a price itself.
@@ -13,14 +13,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuops import runs
-from tpuops.clock import UTC
 from tpuops.config import Settings
-from tpuops.errors import DamagedDocument, UsageError
+from tpuops.core.clock import UTC
+from tpuops.core.errors import DamagedDocument, UsageError
 from tpuops.session import open_ledger, store
 
 if TYPE_CHECKING:
-    from tpuops.cost import CostReport
-    from tpuops.jobs import JobPlan
+    from tpuops.billing.cost import CostReport
+    from tpuops.launch.jobs import JobPlan
     from tpuops.runs.goodput import Goodput
 
 
@@ -41,7 +41,7 @@ class CostAndGoodput:
 def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str | None = None,
                 since: datetime | None = None, now: datetime | None = None) -> CostAndGoodput:
     """The cost of the configured project's nodes recorded in the local ledger, with each run's goodput."""
-    from tpuops.cost import build_report, catalog_for
+    from tpuops.billing.cost import build_report, catalog_for
     from tpuops.runs.goodput import by_run, run_goodput
 
     ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
@@ -71,7 +71,7 @@ def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime
     """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
     if not found:  # ``tpuops status`` with no run going: no prices, no ledger read
         return found
-    from tpuops.cost import catalog_for
+    from tpuops.billing.cost import catalog_for
     from tpuops.runs.goodput import by_run, run_goodput
 
     histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
@@ -85,7 +85,7 @@ def refuse_over_budget(settings: Settings, plan: JobPlan) -> None:
 
     The projection is the node's hourly price times the experiment's ``expected_hours``.
     """
-    from tpuops.cost import catalog_for, check_budget, spent
+    from tpuops.billing.cost import catalog_for, check_budget, spent
 
     catalog = catalog_for(settings)
     hourly = catalog.price_per_hour(plan.up.request.accelerator, plan.up.request.capacity, plan.up.zones[0])

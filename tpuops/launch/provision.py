@@ -7,10 +7,10 @@ validated before any API call, and its node metadata uses the keys of ``Metadata
 
 from __future__ import annotations
 
-from tpuops import accelerators, naming
 from tpuops.config import Settings, check_zone
+from tpuops.core import accelerators, naming
+from tpuops.core.kinds import Capacity
 from tpuops.fleet import UpPlan
-from tpuops.kinds import Capacity
 from tpuops.providers.nodes import MetadataKey, NodeRequest
 
 
@@ -30,7 +30,10 @@ def plan_up(
 ) -> UpPlan:
     """Validate everything a create needs, without calling anything; ``needs_agent_pins``: the job needs
     packages beyond TF 2.9 (``StartupContext.needs_agent_pins``)."""
-    from tpuops.render import StartupContext, render_startup_script  # jinja2: only a plan needs it (status does not)
+    from tpuops.launch.render import (  # jinja2: only a plan needs it (status does not)
+        StartupContext,
+        render_startup_script,
+    )
 
     naming.check_node_name(name)
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)

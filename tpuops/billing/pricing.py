@@ -24,11 +24,11 @@ from datetime import date
 from importlib import resources
 from typing import Any
 
-from tpuops.accelerators import parse_accelerator
-from tpuops.billing_rules import PREEMPTIBLE_CAPACITIES
-from tpuops.config import is_zone_name
-from tpuops.errors import UsageError
-from tpuops.kinds import Capacity
+from tpuops.core.accelerators import parse_accelerator
+from tpuops.core.errors import UsageError
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import is_zone_name
+from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -4,7 +4,7 @@ The bundle is a gzip'd tar built byte-for-byte reproducibly (sorted names, fixed
 owners and modes, no gzip timestamp), so the same code always has the same sha256 and is
 uploaded once to ``bundles/<sha256>.tar.gz``. The run spec records the digest and the VM's
 bootstrap (``templates/fetch_bundle.py``) refuses to run a bundle whose bytes do not hash to it.
-The agent's sources come from the installed package (``tpuops.resources``), so a wheel ships
+The agent's sources come from the installed package (``tpuops.core.resources``), so a wheel ships
 the same agent as a checkout.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuops import resources
+from tpuops.core import resources
 
 _CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".sh", ".toml", ".cfg")
 

@@ -41,7 +41,7 @@ class AcceleratorType:
 
 @dataclass(frozen=True)
 class Offerings:
-    """The catalog file, parsed: what Cloud TPU offers (``tpuops.pricing.Catalog`` is what it costs)."""
+    """The catalog file, parsed: what Cloud TPU offers (``tpuops.billing.pricing.Catalog`` is what it costs)."""
 
     source: str
     retrieved: str

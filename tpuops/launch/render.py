@@ -7,7 +7,7 @@ comment. ``q`` refuses ``None`` and NUL so that a missing value is a loud bug, n
 "None" or a silently truncated argument on the VM; ``StrictUndefined`` does the same for a
 variable the caller forgot.
 
-Templates are package data (``tpuops.resources``): the repository's ``templates/`` folder,
+Templates are package data (``tpuops.core.resources``): the repository's ``templates/`` folder,
 next to the pin file that the startup script, ``tpuops runtime install`` and ``make setup``
 install from.
 """
@@ -22,9 +22,9 @@ from functools import cache
 
 import jinja2
 
-from tpuops.accelerators import TF_VERSION_PREFIX
+from tpuops.core.accelerators import TF_VERSION_PREFIX
+from tpuops.core.resources import agent_pins, pin_file_text, template_text
 from tpuops.providers.nodes import MetadataKey
-from tpuops.resources import agent_pins, pin_file_text, template_text
 
 STARTUP_TEMPLATE = "startup.sh.j2"
 
@@ -48,7 +48,7 @@ class StartupContext:
     pin_file: str = field(default_factory=pin_file_text)
     """The TF 2.9 pin file, byte for byte: the startup script writes it to disk and pip-installs it."""
     needs_agent_pins: bool = False
-    """The job needs the pin file's agent pins beyond TF 2.9 (``tpuops.resources.agent_pins``; an ``infer``
+    """The job needs the pin file's agent pins beyond TF 2.9 (``tpuops.core.resources.agent_pins``; an ``infer``
     job): the startup script installs those it lacks also where the image has TF 2.9. False for a training
     job or a bare node, so that their boot needs no package index."""
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpuops.errors import UsageError
+from tpuops.core.errors import UsageError
 
 MAX_LABELS = 64
 
@@ -131,3 +131,9 @@ def labels_for(
     if sweep_id is not None:
         labels[SWEEP_KEY] = sweep_id
     return check_labels(labels)
+
+
+def is_zone_name(zone: str) -> bool:
+    """GCP zone names are region-letter: 'us-central1-a', 'europe-west4-b'."""
+    parts = zone.split("-")
+    return len(parts) == 3 and all(parts) and len(parts[2]) == 1 and parts[1][-1:].isdigit()

@@ -26,7 +26,7 @@ from datetime import datetime
 from enum import Enum
 from typing import NamedTuple
 
-from tpuops.ledger import NodeHistory
+from tpuops.billing.ledger import NodeHistory
 from tpuops.runs import AgentStatus, Event
 
 

@@ -20,26 +20,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tpuops import accelerators, runs
+from tpuops import runs
 from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
-from tpuops.bundle import Bundle, build_bundle
-from tpuops.clock import UTC
 from tpuops.config import Settings
+from tpuops.core import accelerators
+from tpuops.core.clock import UTC
+from tpuops.core.errors import NotFound, UsageError
+from tpuops.core.kinds import Capacity, Provider
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
 from tpuops.data.manifest import FeatureSpec as ManifestFeature
-from tpuops.errors import NotFound, UsageError
-from tpuops.experiment import METRICS, Experiment, load_experiment
 from tpuops.fleet import UpPlan
-from tpuops.kinds import Capacity, Provider
-from tpuops.planning import Learner, keys_of
+from tpuops.launch.bundle import Bundle, build_bundle
+from tpuops.launch.experiment import METRICS, Experiment, load_experiment
+from tpuops.launch.planning import Learner, keys_of
+from tpuops.launch.provision import plan_up
+from tpuops.launch.usercode import check_experiment, may_compile
 from tpuops.providers.nodes import MetadataKey
-from tpuops.provision import plan_up
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
-from tpuops.usercode import check_experiment, may_compile
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _AGENT_DTYPES = {"float": "float32", "int64": "int64"}
@@ -208,7 +209,7 @@ def plan_train(
     """Validate the experiment and its data and compute the run; nothing is written or created.
 
     ``sweep`` ties the run to a sweep: its record and its node's labels carry the sweep id. ``learner`` gives
-    what a deadline or ``every: auto`` rests on (``tpuops.planning``), asked only for such an experiment;
+    what a deadline or ``every: auto`` rests on (``tpuops.launch.planning``), asked only for such an experiment;
     without one the settings' assumptions apply.
     """
     experiment, run_id = _experiment_run(spec_path, run_id)
@@ -293,7 +294,7 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
 
 def _schedule(experiment: Experiment, lost_rate: float, *, auto_rate: bool) -> dict[str, Any]:
     """The agent's checkpoint schedule: the experiment's, or for ``every: auto`` by time only, starting at the
-    Young/Daly interval of an assumed save at ``lost_rate`` losses an hour (``tpuops.planning``); the built-in
+    Young/Daly interval of an assumed save at ``lost_rate`` losses an hour (``tpuops.launch.planning``); the built-in
     loop (``auto_rate``) re-chooses it after each save, a script keeps that first interval."""
     every = experiment.checkpoint
     if every.every != "auto":

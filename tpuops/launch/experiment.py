@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from tpuops.clock import UTC
-from tpuops.documents import read_yaml_mapping
-from tpuops.errors import UsageError, excerpt
-from tpuops.kinds import Capacity
-from tpuops.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
+from tpuops.core.clock import UTC
+from tpuops.core.documents import read_yaml_mapping
+from tpuops.core.errors import UsageError, excerpt
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
 

@@ -4,13 +4,13 @@ Three inputs steer what tpuops does before and during a run, and each is learned
 history when it has any, else taken from a documented, labelled default (``tpuops.toml``):
 
 - ``hazard_per_hour``: spot preemptions per READY node-hour of the run's (zones, accelerator, capacity),
-  pooled over its zones from ``tpuops.risk`` (the ledger); the ``spot_preemptions_per_hour`` setting
-  (``tpuops.risk.prior_rate``) where none of its zones has READY time.
+  pooled over its zones from ``tpuops.billing.risk`` (the ledger); the ``spot_preemptions_per_hour`` setting
+  (``tpuops.billing.risk.prior_rate``) where none of its zones has READY time.
 - ``recovery_s``: what one preemption cost a run, observed: from the preempted node's PREEMPTED
   transition to its replacement's READY (ledger: detection, create, boot), plus the setup of the attempt
   that replacement ran (status: TensorFlow, restore, first call) and the steps it trained again
   (``recomputed_s``); the mean over the preemptions of the run's keys, else the ``recovery_s`` setting.
-  The deadline policy keeps room for it (``tpuops.deadline``).
+  The deadline policy keeps room for it (``tpuops.billing.deadline``).
 - ``lost_work_per_hour``: how often a run lost work the notice save did not cover, per running hour: an
   attempt that trained again more than ``LOSS_MIN_S`` of what an earlier attempt had trained (a crash, a
   hang, a notice save that did not fit), over every attempt's stepping time; what ``checkpoint: {every:
@@ -29,11 +29,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuops.ledger import NodeHistory
-from tpuops.poisson import rate_interval
-from tpuops.pricing import parse_capacity
+from tpuops.billing.ledger import NodeHistory
+from tpuops.billing.poisson import rate_interval
+from tpuops.billing.pricing import parse_capacity
+from tpuops.billing.risk import CONFIDENCE, Risk, RiskKey, prior_rate, rate_for, ready_at
 from tpuops.providers.nodes import NodeState
-from tpuops.risk import CONFIDENCE, Risk, RiskKey, prior_rate, rate_for, ready_at
 from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord
 
 LOSS_MIN_S = 60.0

@@ -1,9 +1,8 @@
-"""``tpuops dashboard`` and the read-only calls and guarded actions its pages use, as library calls.
+"""The read-only calls and guarded actions the dashboard's pages use, as library calls.
 
-Part of the front door (``tpuops.api`` re-exports every name here). The pages read through these
-calls only; the web app (``tpuops.dashboard``) gets them bound to one ``Settings`` as a
-``tpuops.dashboard.source.Source`` and imports nothing of ``tpuops.api`` itself, so there is no
-import circle between the two.
+Part of the front door (``tpuops.api`` re-exports every name here), and no UI: the web app
+(``tpuops.dashboard``) stands on top, beside the CLI, and binds these calls to one ``Settings``
+(``tpuops.dashboard.source.bound_source``); nothing here imports it.
 
 Cheap reads first: ``run_ids`` is one listing of the run index, ``watch_marks`` one listing of the
 active index plus one stat of each active run's status: what the live pages poll. A run's files
@@ -12,22 +11,41 @@ are read only for the rows a page asks for (``run_rows``) and for one run's page
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from tpuops.clock import UTC
 from tpuops.config import Settings
-from tpuops.dashboard.source import DashboardInfo, NodeRow, RunDetail, Source
-from tpuops.errors import NotFound, UsageError
+from tpuops.core.clock import UTC
+from tpuops.core.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
+    from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import LogTail, Run
+    from tpuops.runs.timeline import Timeline
     from tpuops.store import Store
 
+
+
+class RunDetail(NamedTuple):
+    """One run's page: the run with its goodput, its timeline, and what its nodes cost."""
+
+    run: Run
+    timeline: Timeline
+    cost_usd: float
+    """What the run's node incarnations cost so far (the ledger's READY time at the catalog's prices)."""
+
+
+class NodeRow(NamedTuple):
+    """A node in view, with the run it belongs to, whether that run is unknown to the store (an orphan), and
+    what is damaged of it (``Run.damage_note``; None: nothing, or no run)."""
+
+    node: NodeInfo
+    run_id: str | None
+    orphan: bool
+    damaged: str | None = None
 
 
 def run_ids(settings: Settings, *, root: Store | None = None) -> list[str]:
@@ -41,7 +59,7 @@ def run_ids(settings: Settings, *, root: Store | None = None) -> list[str]:
 def run_rows(settings: Settings, ids: list[str], *, root: Store | None = None) -> list[Run]:
     """These runs (ids the store does not know are left out), with their goodput from one ledger read."""
     from tpuops import runs
-    from tpuops.accounting import attach_goodput
+    from tpuops.api.accounting import attach_goodput
     from tpuops.session import store
 
     root = root or store(settings)
@@ -77,9 +95,9 @@ def watch_marks(settings: Settings, *, root: Store | None = None) -> dict[str, i
 def run_detail(settings: Settings, run_id: str, *, root: Store | None = None) -> RunDetail:
     """One run with its goodput and its life as a timeline (ledger intervals, memory events, attempt clocks)."""
     from tpuops import runs
-    from tpuops.cost import catalog_for, node_cost
-    from tpuops.dashboard.timeline import build
+    from tpuops.billing.cost import catalog_for, node_cost
     from tpuops.runs.goodput import run_goodput
+    from tpuops.runs.timeline import build
     from tpuops.session import open_ledger, store
 
     run = runs.open_run(root or store(settings), run_id)
@@ -96,7 +114,7 @@ def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
     damaged of its run (an active run only: the one ``tpuops status`` reads)."""
     from tpuops import runs
     from tpuops.api import status
-    from tpuops.naming import RUN_KEY
+    from tpuops.core.naming import RUN_KEY
     from tpuops.session import store
 
     root = root or store(settings)
@@ -127,18 +145,6 @@ def delete_orphan(settings: Settings, zone: str, name: str, *, root: Store | Non
     return f"node {name} in {zone}: delete requested"
 
 
-def dashboard(settings: Settings, *, port: int = 0, read_only: bool = False, open_browser: bool = False,
-              refresh_s: float = 1.0, on_ready: Callable[[DashboardInfo], None] | None = None) -> None:
-    """``tpuops dashboard``: serve the web app on 127.0.0.1 until interrupted (``port`` 0: a free one).
-
-    The token is made once per start and kept in ``<home>/dashboard-token`` (mode 0600); ``on_ready``
-    gets the URL carrying it. ``read_only`` serves no action route at all.
-    """
-    from tpuops.dashboard.serve import serve
-
-    serve(bound_source(settings), token_file=settings.home.expanduser() / "dashboard-token", port=port,
-          read_only=read_only, refresh_s=refresh_s, open_browser=open_browser, on_ready=on_ready)
-
 
 def log_tail(settings: Settings, run_id: str, *, root: Store | None = None) -> LogTail:
     """A reader of the run's new log lines, each once (``UsageError`` for an unknown run)."""
@@ -159,26 +165,3 @@ def sweep_storage(settings: Settings, name: str, *, root: Store | None = None) -
     root = root or store(settings)
     return open_storage(read_sweep(root, name).spec, root)
 
-
-def bound_source(settings: Settings, *, root: Store | None = None) -> Source:
-    """The calls above bound to ``settings`` and one store client (``root``, default the configured store, opened
-    once here rather than per request): what the web app reads and acts through."""
-    from tpuops import api
-    from tpuops.session import store
-
-    root = root or store(settings)
-    return Source(
-        run_ids=lambda: run_ids(settings, root=root),
-        run_rows=lambda ids: run_rows(settings, ids, root=root),
-        watch_marks=lambda: watch_marks(settings, root=root),
-        run_detail=lambda run_id: run_detail(settings, run_id, root=root),
-        log_tail=lambda run_id: log_tail(settings, run_id, root=root),
-        sweeps=lambda: api.sweep_list(settings),
-        sweep=lambda name: api.sweep_status(settings, name),
-        sweep_storage=lambda name: sweep_storage(settings, name, root=root),
-        nodes=lambda: nodes(settings, root=root),
-        cost=lambda: api.cost(settings),
-        stop_sweep=lambda name: f"sweep {name}: {api.sweep_stop(settings, name).phase}",
-        stop_run=lambda run_id: api.stop(settings, [run_id], wait=False, reason="stopped from the dashboard")[0].text,
-        delete_orphan=lambda zone, name: delete_orphan(settings, zone, name, root=root),
-    )

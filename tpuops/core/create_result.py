@@ -1,14 +1,14 @@
 """``CreateResult``: the one vocabulary for where a node create stands.
 
 Whether the request was refused at once or its long-running operation ended with an error,
-both are classified by ``CreateResult.of`` from the error's class (``tpuops.errors``), so the
+both are classified by ``CreateResult.of`` from the error's class (``tpuops.core.errors``), so the
 controller decides on one value however the failure arrived.
 """
 
 from __future__ import annotations
 
-from tpuops.errors import CapacityError, Timeout, TpuopsError
-from tpuops.kinds import ValueEnum
+from tpuops.core.errors import CapacityError, Timeout, TpuopsError
+from tpuops.core.kinds import ValueEnum
 
 
 class CreateResult(ValueEnum):

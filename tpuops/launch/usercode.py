@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tpuops.errors import UsageError
-from tpuops.experiment import Experiment
+from tpuops.core.errors import UsageError
+from tpuops.launch.experiment import Experiment
 
 INPUT_FN_KEYWORDS = ("training", "seed", "input_context")
 _PYTHONS = ("python", "python3")
@@ -138,7 +138,7 @@ def check_program(experiments_dir: Path, argv: list[str]) -> None:
 
 
 def check_experiment(experiment: Experiment, experiments_dir: Path) -> None:
-    """Every piece of user code the experiment names, by mode (see ``tpuops.experiment``)."""
+    """Every piece of user code the experiment names, by mode (see ``tpuops.launch.experiment``)."""
     program = experiment.program
     if program is not None:
         check_program(experiments_dir, program)

@@ -1,0 +1,11 @@
+"""Money and risk: what nodes cost and how likely they are to be taken away.
+
+``ledger`` keeps the observed node intervals (the local SQLite cost record), ``pricing`` the
+price catalog, ``cost`` prices intervals per node, run, sweep and UTC day (pure), ``risk`` learns
+preemption rates from the ledger (with ``poisson``'s exact interval), and ``deadline`` moves a run
+between spot and on-demand to meet its deadline (pure).
+
+May import: ``tpuops.core``, ``tpuops.config`` and the provider-neutral node vocabulary
+(``tpuops.providers``). Never a run, a store, the controller or the front door: they read money
+from here, never the other way round.
+"""

@@ -1,0 +1,10 @@
+"""The core: the vocabulary and the boundaries every other part of tpuops shares.
+
+What lives here: the failure taxonomy (``errors``), the injectable clock (``clock``), plain enums
+(``kinds``), the one retry policy (``retry``), naming rules (``naming``), how figures print
+(``formats``), the one loader of user files (``documents``), package data (``resources``), what a
+create request did (``create_result``) and accelerator types (``accelerators``).
+
+May import: the standard library, pydantic and PyYAML, and ``tpuops.core`` itself. Nothing here
+knows a cloud, a store, a run or a price, so every other wing can stand on it.
+"""
