@@ -1,7 +1,11 @@
 """``tpuops dashboard``: a local web app over the store, the ledger and the fleet (docs/dashboard.md).
 
-``source`` is what it reads and acts through (``tpuops.api`` calls bound to one ``Settings``: the app
-never imports the front door); ``timeline`` and ``svg`` draw a run's life (pure); ``views`` shapes rows;
-``app`` holds the routes; ``guard`` and ``auth`` the token; ``optuna_mount`` optuna-dashboard over a
-sweep's study; ``serve`` runs uvicorn on 127.0.0.1.
+It stands on top of the front door, beside the CLI: ``source`` binds ``tpuops.api`` calls to one
+``Settings`` (what the app reads and acts through), and nothing below imports this package. ``svg``
+draws a run's timeline (``tpuops.runs.timeline``, pure); ``views`` shapes rows; ``app`` holds the
+routes; ``guard`` and ``auth`` the token; ``optuna_mount`` optuna-dashboard over a sweep's study;
+``serve`` runs uvicorn on 127.0.0.1 (``dashboard``: what ``tpuops dashboard`` starts).
+
+May import: ``tpuops.api`` and what its calls return, and the web stack (Starlette, uvicorn,
+optuna-dashboard).
 """
