@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuops.core.accelerators import (
+from tpuops.core.errors import UsageError
+from tpuops.providers.accelerators import (
     TF_VERSION,
     TF_VERSION_PREFIX,
     Accelerator,
@@ -13,7 +14,6 @@ from tpuops.core.accelerators import (
     parse_accelerator,
     resolve_runtime_version,
 )
-from tpuops.core.errors import UsageError
 
 pytestmark = pytest.mark.unit
 

@@ -7,6 +7,7 @@ SavedModel or a TensorFlow checkpoint's state file, it is planned as given.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from lanes import LOCAL_AND_GCS
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
 from tpuops.launch import jobs
+from tpuops.session import open_uri
 from tpuops.store import LocalStore, Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +59,8 @@ def _plan(work: Path, tmp_path: Path, checkpoint: str) -> tuple[jobs.JobPlan, Lo
     settings = Settings(zones=["us-central1-a"], home=tmp_path / "home", store=str(tmp_path / "runs"))
     runs_store = LocalStore(Path(settings.store_root))
     return jobs.plan_infer(settings, work / "experiments" / "digits_cnn.yaml", runs_store, checkpoint=checkpoint,
-                           inputs="data/digits/test", run_id="infer-1", base_dir=work), runs_store
+                           inputs="data/digits/test", run_id="infer-1", base_dir=work,
+                           open_uri=functools.partial(open_uri, settings)), runs_store
 
 
 def test_an_empty_model_folder_in_a_store_is_refused_in_one_line(work: Path, tmp_path: Path, models: Store) -> None:

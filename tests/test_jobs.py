@@ -8,6 +8,7 @@ writes nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -24,6 +25,7 @@ from tpuops.data.samples import digits
 from tpuops.launch import jobs
 from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import RunKind
+from tpuops.session import open_uri
 from tpuops.store import LocalStore
 
 pytestmark = pytest.mark.unit
@@ -152,7 +154,7 @@ def test_infer_overrides_the_experiments_determinism(work: Path, settings: Setti
     (model / "saved_model.pb").write_bytes(b"")  # a local checkpoint must be there before anything is planned
     made = jobs.plan_infer(settings, _with_determinism(work, tmp_path, "true"), store, checkpoint=str(model),
                            inputs="data/digits/test", run_id="det-infer-1", base_dir=work, deterministic=override,
-                           latency=override is True)
+                           latency=override is True, open_uri=functools.partial(open_uri, settings))
     assert made.spec.deterministic is (True if override is None else override)
     assert made.spec.require_infer().latency is (override is True)
     assert RunSpec.from_json(made.spec_json()).require_infer().latency is (override is True)
@@ -166,7 +168,7 @@ def test_only_an_infer_node_is_told_to_install_the_agent_pins(work: Path, settin
     (model / "saved_model.pb").write_bytes(b"")
     spec = _with_determinism(work, tmp_path, "auto")
     inferred = jobs.plan_infer(settings, spec, store, checkpoint=str(model), inputs="data/digits/test",
-                               run_id="pins-infer-1", base_dir=work)
+                               run_id="pins-infer-1", base_dir=work, open_uri=functools.partial(open_uri, settings))
     trained = jobs.plan_train(settings, spec, store, run_id="pins-train-1", base_dir=work)
     script = MetadataKey.STARTUP_SCRIPT.value
     pins = " ".join(agent_pins(pin_file_text()))

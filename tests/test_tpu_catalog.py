@@ -8,8 +8,8 @@ from importlib import resources
 
 import pytest
 
-from tpuops.core.accelerators import check_runtime_version, parse_accelerator, zones_offering
 from tpuops.core.errors import UsageError
+from tpuops.providers.accelerators import check_runtime_version, parse_accelerator, zones_offering
 from tpuops.providers.tpu_catalog import DATA_FILE, load, parse
 
 pytestmark = pytest.mark.unit

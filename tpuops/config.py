@@ -148,7 +148,7 @@ class Settings(BaseModel):
     @field_validator("accelerator")
     @classmethod
     def _accelerator_type(cls, value: str) -> str:
-        from tpuops.core.accelerators import parse_accelerator
+        from tpuops.providers.accelerators import parse_accelerator
 
         return _checked(parse_accelerator, value)
 

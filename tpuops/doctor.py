@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from tpuops.config import Settings
-from tpuops.core.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
 from tpuops.core.errors import TpuopsError
 from tpuops.core.kinds import Provider
 from tpuops.providers import tpu_catalog
+from tpuops.providers.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 

@@ -165,12 +165,12 @@ def plan_infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, 
                base_dir: Path | None = None, deterministic: bool | None = None, latency: bool = False) -> JobPlan:
     """What ``infer`` would declare and create (``--dry-run``): validated, nothing written."""
     from tpuops.launch import jobs
-    from tpuops.session import store
+    from tpuops.session import open_uri, store
 
     return jobs.plan_infer(settings, spec, store(settings), checkpoint=checkpoint, inputs=inputs, output=output,
                            run_id=name, accelerator=accelerator, capacity=capacity, num_shards=num_shards,
                            batch_size=batch_size, keep=keep, base_dir=base_dir, deterministic=deterministic,
-                           latency=latency)
+                           latency=latency, open_uri=lambda uri: open_uri(settings, uri))
 
 
 def infer(settings: Settings, spec: Path, *, checkpoint: str, inputs: str, output: str | None = None,

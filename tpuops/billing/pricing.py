@@ -24,10 +24,10 @@ from datetime import date
 from importlib import resources
 from typing import Any
 
-from tpuops.core.accelerators import parse_accelerator
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import is_zone_name
+from tpuops.providers.accelerators import parse_accelerator
 from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES
 
 if sys.version_info >= (3, 11):

@@ -2,8 +2,8 @@
 
 What lives here: the failure taxonomy (``errors``), the injectable clock (``clock``), plain enums
 (``kinds``), the one retry policy (``retry``), naming rules (``naming``), how figures print
-(``formats``), the one loader of user files (``documents``), package data (``resources``), what a
-create request did (``create_result``) and accelerator types (``accelerators``).
+(``formats``), the one loader of user files (``documents``), package data (``resources``) and what a
+create request did (``create_result``).
 
 May import: the standard library, pydantic and PyYAML, and ``tpuops.core`` itself. Nothing here
 knows a cloud, a store, a run or a price, so every other wing can stand on it.

@@ -6,7 +6,7 @@ request, ``planning`` learns what a plan rests on (hazard, recovery, lost-work r
 and ``jobs`` puts them together (``plan_train``, ``plan_infer``) and declares the run.
 
 May import: ``tpuops.core``, ``tpuops.config``, ``tpuops.billing``, ``tpuops.providers``,
-``tpuops.store``, ``tpuops.data``, ``tpuops.runs``, the ``fleet`` and the ``session`` wiring, and
-the agent's shared contract (``tpuops.agent.runspec``, ``interval``). The controller, the sweeps
-and the front door stand above it.
+``tpuops.store``, ``tpuops.data``, ``tpuops.runs``, the ``fleet``, and the agent's shared contract
+(``tpuops.agent.runspec``, ``interval``); never the ``session`` wiring (what it needs opened, the
+front door hands in). The controller, the sweeps and the front door stand above it.
 """

@@ -24,7 +24,6 @@ from tpuops import runs
 from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
 from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.config import Settings
-from tpuops.core import accelerators
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Provider
@@ -37,6 +36,7 @@ from tpuops.launch.experiment import METRICS, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
 from tpuops.launch.usercode import check_experiment, may_compile
+from tpuops.providers import accelerators
 from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
@@ -361,6 +361,7 @@ def plan_infer(
     keep: bool = False,
     deterministic: bool | None = None,
     latency: bool = False,
+    open_uri: Callable[[str], Store],
 ) -> JobPlan:
     """Batch prediction with a trained model over a dataset: same bundle, same launch path as training.
 
@@ -376,7 +377,7 @@ def plan_infer(
     acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
     dataset = _dataset(inputs, store, base_dir or Path.cwd())
     features = _features(dataset.manifest, inputs)
-    model = _model_uri(settings, store, checkpoint)
+    model = _model_uri(open_uri, store, checkpoint)
     bundle = build_bundle(spec_path.resolve().parent)
     label = experiment.dataset.label if experiment.dataset.label in features else None
     spec = _run_spec(settings, store, run_id, experiment, DatasetSpec(features=features, label=label),
@@ -402,15 +403,14 @@ def _local_model(folder: Path) -> str:
     return str(folder)
 
 
-def _stored_model(settings: Settings, uri: str) -> str:
+def _stored_model(open_uri: Callable[[str], Store], uri: str) -> str:
     """A SavedModel or checkpoint folder in a store (``gs://``), checked before any node is made for it.
 
-    Opened as the node would reach it (``session.open_uri``: on provider local only a bucket the
-    emulator or STORAGE_EMULATOR_HOST serves), and two object lookups, not a listing of the folder.
+    Opened as the node would reach it (``open_uri`` is ``session.open_uri`` bound to the settings: on provider
+    local only a bucket the emulator or STORAGE_EMULATOR_HOST serves; handed in, so that planning a launch does
+    not depend on the wiring), and two object lookups, not a listing of the folder.
     """
-    from tpuops.session import open_uri
-
-    folder = open_uri(settings, uri)
+    folder = open_uri(uri)
     if not folder.exists("saved_model.pb") and not folder.exists("checkpoint"):
         raise UsageError(f"--checkpoint {uri}: {_NOT_A_MODEL}")
     return uri
@@ -436,11 +436,11 @@ def _run_model(store: Store, run_id: str) -> str:
     return store.uri_of(key)
 
 
-def _model_uri(settings: Settings, store: Store, checkpoint: str) -> str:
+def _model_uri(open_uri: Callable[[str], Store], store: Store, checkpoint: str) -> str:
     if RUN_ID.match(checkpoint) and runs.run_exists(store, checkpoint):
         return _run_model(store, checkpoint)
     if "://" in checkpoint:
-        return _stored_model(settings, checkpoint)
+        return _stored_model(open_uri, checkpoint)
     if Path(checkpoint).is_absolute():
         return _local_model(Path(checkpoint))
     raise UsageError(f"--checkpoint {checkpoint!r}: not a run in {store.uri} nor an absolute path or URI "

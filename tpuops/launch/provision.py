@@ -8,9 +8,10 @@ validated before any API call, and its node metadata uses the keys of ``Metadata
 from __future__ import annotations
 
 from tpuops.config import Settings, check_zone
-from tpuops.core import accelerators, naming
+from tpuops.core import naming
 from tpuops.core.kinds import Capacity
 from tpuops.fleet import UpPlan
+from tpuops.providers import accelerators
 from tpuops.providers.nodes import MetadataKey, NodeRequest
 
 
