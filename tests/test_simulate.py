@@ -553,3 +553,41 @@ def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> 
     capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
     assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
     assert "spot" not in capacities[capacities.index("on-demand"):]
+
+
+@pytest.mark.unit
+def test_a_quiet_skip_never_leaps_past_the_horizon(tmp_path: Path) -> None:
+    """A job of 10^12 steps (3,170 years at 10 steps/s) with quiet passes skipped up to 1 % of its length: the skip
+    once leapt to the job's end, and writing the agent's status there failed ("year 584556079 is out of range" at
+    2^63 steps). The last pass is now the horizon's, and the run is unfinished."""
+    settings = _settings(tmp_path)
+    job = AgentModel(total_steps=10**12, steps_per_s=10, segments=Segments(setup_s=120, save_s=10))
+    sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), job, cron_s=300)
+    sim.declare([_record(settings, "endless", Capacity.ON_DEMAND)])
+    report = sim.run(max_hours=24, quiet_skip_s=0.01 * job.length_s)
+    assert (report.stopped_by, report.simulated_s) == ("horizon", 24 * 3600)
+    assert report.passes < 10 and [run.outcome for run in report.runs] == ["unfinished"]
+    status = runs.read_status(sim.store, "endless")
+    assert status is not None and status.heartbeat.startswith("2030-01-02")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("steps", [100_000, 10**12])
+def test_a_forecasts_work_is_bounded_whatever_the_steps(project: Path, steps: int) -> None:
+    """``train --dry-run`` took 15 s at 10^5 steps, 74 s at 10^6 and over 120 s at 10^6 saving every 100 steps,
+    and tracebacked at 2^63: its work scaled with the job's length. Now the whole forecast has one budget of
+    run-passes (here 1,000, for 3 runs a policy; saving every 100 steps as digits_cnn.yaml does): whatever the steps,
+    it spends no more than that (each simulation's last pass may pass it by its runs going), and a job too long for
+    it shows as not finished."""
+    from tpuops.sim.forecast import forecast
+
+    spec = project / "experiments" / "digits_cnn.yaml"
+    spec.write_text(spec.read_text().replace("steps: 600\n", f"steps: {steps}\n"))
+    settings = load_settings().model_copy(update={"spot_preemptions_per_hour": 0.5})
+    rows = forecast(settings, spec, [], None, runs=3, run_passes=1000).to_json()["policies"]
+    assert sum(row["run_passes"] for row in rows) <= 1000 + len(rows) * 3
+    assert all(row["run_passes"] > 0 and not row["cut_short_by_time"] for row in rows)
+    if steps == 10**12:
+        assert [row["finished"] for row in rows] == [0, 0, 0, 0]
+    if steps == 100_000:  # 6 h: every run of every policy ends within the budget
+        assert [row["finished"] for row in rows] == [3, 3, 3, 3]
