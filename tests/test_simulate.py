@@ -591,3 +591,4 @@ def test_a_forecasts_work_is_bounded_whatever_the_steps(project: Path, steps: in
         assert [row["finished"] for row in rows] == [0, 0, 0, 0]
     if steps == 100_000:  # 6 h: every run of every policy ends within the budget
         assert [row["finished"] for row in rows] == [3, 3, 3, 3]
+
