@@ -592,3 +592,31 @@ def test_a_forecasts_work_is_bounded_whatever_the_steps(project: Path, steps: in
     if steps == 100_000:  # 6 h: every run of every policy ends within the budget
         assert [row["finished"] for row in rows] == [3, 3, 3, 3]
 
+
+
+@pytest.mark.unit
+def test_a_trials_evaluations_are_made_once_not_at_every_status_write(tmp_path: Path) -> None:
+    """A sweep's simulated trial writes every evaluation so far in each status (as the agent does), and once
+    computed all of them again at every write: its cost grew with the steps at every pass. Now each evaluation
+    is made once; the status still lists them all, and a later attempt from an earlier step lists fewer."""
+    made: list[int] = []
+
+    def metrics(step: int) -> dict[str, float]:
+        made.append(step)
+        return {"accuracy": step / 10**6}
+
+    job = AgentModel(total_steps=10**6, steps_per_s=10, segments=Segments(setup_s=0, checkpoint_every_s=600),
+                     eval_every_steps=100)
+    store = LocalStore(tmp_path)
+    agent = SimulatedAgent(store, "t", job, metrics)
+    agent.started(0.0)
+    writes = [3600.0 * hour for hour in range(1, 11)]  # 36,000 steps an hour: 360 evaluations an hour
+    for at in writes:
+        agent.publish(at)
+    status = runs.read_status(store, "t")
+    assert status is not None and [point.step for point in status.evals] == list(range(100, status.step + 1, 100))
+    assert len(made) == len(status.evals) + 1 + len(writes)  # each evaluation once, and every write's final metrics
+    agent.interrupted(10 * 3600.0, 10 * 3600.0)  # no time to save: back to the last periodic checkpoint
+    agent.started(11 * 3600.0)
+    status = runs.read_status(store, "t")
+    assert status is not None and len(status.evals) == status.step // 100 < 3600
