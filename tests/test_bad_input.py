@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from fuzzing import CORPUS, REPO, Outcome, Sandbox, run_case, verdict
+
+from tpuops.core.kinds import Capacity
+from tpuops.runs import RunRecord
 
 pytestmark = pytest.mark.unit
 
@@ -129,15 +133,26 @@ def test_init_labels_are_written_and_a_refused_init_writes_nothing(sandbox: Sand
     assert retried.code == 0 and refused.exists()
 
 
+DIGITS_FEATURES = {"image": {"kind": "float", "dtype": "float32", "shape": [8, 8, 1]},
+                   "label": {"kind": "int64", "dtype": "int64", "shape": []}}
+
+
+def _dataset(sandbox: Sandbox, name: str, records: int, features: dict | None = None) -> str:
+    """A dataset manifest in the sandbox's working folder (enough to plan, not to train); its reference."""
+    folder = sandbox.root / "work" / "data" / name
+    folder.mkdir(parents=True)
+    shards = [{"name": "s.tfrecord", "records": records, "bytes": 1, "crc32c": "AAAAAA=="}] if records else []
+    (folder / "manifest.json").write_text(json.dumps({
+        "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": records, "bytes": 1,
+        "shards": shards, "source": {"format": "npz", "path": "x.npz", "description": "some"},
+        "features": DIGITS_FEATURES if features is None else features}))
+    return f"data/{name}"
+
+
 def test_infer_refuses_an_empty_checkpoint_directory_before_any_node(sandbox: Sandbox) -> None:
     empty = sandbox.root / "empty"
     empty.mkdir()
-    dataset = sandbox.root / "work" / "data" / "x"
-    dataset.mkdir(parents=True)
-    (dataset / "manifest.json").write_text(json.dumps({
-        "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 0, "bytes": 0, "shards": [],
-        "source": {"format": "npz", "path": "x.npz", "description": "none"}, "features": {}}))
-    outcome = tpuops(sandbox, "infer", SPEC, "--checkpoint", str(empty), "--input", "data/x")
+    outcome = tpuops(sandbox, "infer", SPEC, "--checkpoint", str(empty), "--input", _dataset(sandbox, "x", 10))
     assert outcome.code == 2 and "holds neither a SavedModel" in outcome.stderr
     assert "cannot reach" not in outcome.stderr  # refused before the API was called
 
@@ -252,18 +267,10 @@ def test_schedule_install_systemd_rolls_back_when_enable_fails(sandbox: Sandbox)
 
 
 def _sweep_world(sandbox: Sandbox, budget: str) -> Path:
-    """A sweep spec over digits_cnn with a one-shard dataset manifest in the sandbox (enough to plan, not to train)."""
+    """A sweep spec over digits_cnn with the digits manifests in the sandbox (enough to plan, not to train)."""
     work = sandbox.root / "work"
-    shard = {"name": "s.tfrecord", "records": 1, "bytes": 1, "crc32c": "AAAAAA=="}
-    features = {"image": {"kind": "bytes", "dtype": "uint8", "shape": [8, 8, 1], "encoding": "raw"},
-                "label": {"kind": "int64", "dtype": "int64", "shape": []}}
     for part in ("train", "test"):
-        folder = work / "data" / "digits" / part
-        folder.mkdir(parents=True)
-        (folder / "manifest.json").write_text(json.dumps({
-            "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 1, "bytes": 1,
-            "shards": [shard], "source": {"format": "npz", "path": "x.npz", "description": "one"},
-            "features": features}))
+        _dataset(sandbox, f"digits/{part}", 1437)
     spec = work / "s.yaml"
     spec.write_text((REPO / "sweeps" / "digits_lr.yaml").read_text()
                     .replace("../experiments/digits_cnn.yaml", SPEC).replace("budget_usd: 10", f"budget_usd: {budget}"))
@@ -284,3 +291,149 @@ def test_dry_run_refuses_a_sweep_name_the_store_has_already(sandbox: Sandbox) ->
     (sandbox.root / "store" / "sweeps" / "digits-lr" / "sweep.json").write_text("{}")
     outcome = tpuops(sandbox, "sweep", "start", str(spec), "--dry-run")
     assert outcome.code == 2 and "exists already" in outcome.stderr, outcome.stderr
+
+
+# -- issue 30: what the control plane knows is refused before any node (train, infer, sweep start, dry or not) --
+
+
+def _experiment(sandbox: Sandbox, name: str, **changes: object) -> str:
+    """digits_cnn.yaml with ``changes`` (a value None drops the key; ``dataset`` keys merge), beside its model code,
+    reading the sandbox's digits manifests."""
+    import yaml
+
+    folder = sandbox.root / "work" / "experiments"
+    for module in ("models.py", "regression.py"):
+        if not (folder / module).exists():
+            shutil.copy(REPO / "experiments" / module, folder / module)
+    for part in ("train", "test"):
+        if not (sandbox.root / "work" / "data" / "digits" / part).exists():
+            _dataset(sandbox, f"digits/{part}", 1437)
+    spec = yaml.safe_load((REPO / "experiments" / "digits_cnn.yaml").read_text())
+    for key, value in changes.items():
+        if key == "dataset":
+            assert isinstance(value, dict)
+            spec["dataset"] = {k: v for k, v in {**spec["dataset"], **value}.items() if v is not None}
+        elif value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    return f"experiments/{name}.yaml"  # the cases run in the sandbox's working folder
+
+
+PLANNED_WRONG = [  # (changes to digits_cnn.yaml, what the one line must say)
+    ({"seed": -5}, "seed = -5 is not allowed"),
+    ({"seed": 2**63 - 1}, "seed = 9223372036854775807 is not allowed: Input should be less than or equal to "
+                          "4294967295"),
+    ({"steps": 2**63 - 1}, "steps = 9223372036854775807 is not allowed: Input should be less than or equal to "
+                           "1000000000000"),
+    ({"target": {"metric": "mae", "at_most": 1}},
+     "target.metric = 'mae' is not an eval metric this run measures: the built-in loop measures eval.metrics = "
+     "[accuracy, loss]"),
+    ({"eval": {"metrics": ["top5_accuracy"]}}, "target.metric = 'accuracy' is not an eval metric this run measures"),
+    ({"target": {"metric": "accuracy", "at_least": 0.9, "at_most": 0.1}}, "at_least 0.9 is above at_most 0.1"),
+    ({"target": {"metric": "accuracy"}}, "a target needs at_least or at_most"),
+    ({"dataset": {"eval": None}}, "target.metric = 'accuracy' cannot be measured: a run evaluates only on "
+                                  "dataset.eval"),
+    ({"dataset": {"eval": "data/wide"}}, "feature 'image' is float32 of shape [16, 16, 1], but float32 of shape "
+                                         "[8, 8, 1] in dataset.train data/digits/train"),
+    ({"dataset": {"eval": "data/unlabelled"}}, "dataset.eval data/unlabelled has no feature 'label'"),
+    ({"dataset": {"train": "data/empty"}}, "dataset 'data/empty': its manifest.json says 0 records"),
+    ({"batch": {"per_replica": 100000}}, "batch.per_replica = 100000 (800000 over 8 replicas) is more than the 1437 "
+                                         "records of dataset.train data/digits/train"),
+    ({"batch": {"global": 2048}}, "batch.global = 2048 is more than the 1437 records"),
+]
+
+
+@pytest.mark.parametrize(("changes", "says"), PLANNED_WRONG, ids=[says[:50] for _, says in PLANNED_WRONG])
+def test_what_the_control_plane_knows_is_refused_before_anything_is_declared(sandbox: Sandbox, changes: dict,
+                                                                            says: str) -> None:
+    """Each of these was accepted and failed on a node (or never said): now one line, exit 2, for the dry run and
+    the real one alike, with nothing uploaded or declared in the store, and the Cloud TPU API never reached (it
+    refuses every connection here: reaching it would be exit 1, "cannot reach")."""
+    _dataset(sandbox, "wide", 360, {**DIGITS_FEATURES, "image": {**DIGITS_FEATURES["image"], "shape": [16, 16, 1]}})
+    _dataset(sandbox, "unlabelled", 360, {"image": DIGITS_FEATURES["image"]})
+    _dataset(sandbox, "empty", 0)
+    spec = _experiment(sandbox, "wrong", **changes)
+    for argv in (["train", spec, "--dry-run"], ["train", spec]):
+        outcome = tpuops(sandbox, *argv)
+        [line] = outcome.stderr.strip().splitlines()[-1:]
+        assert outcome.code == 2 and says in line and line.startswith("error: "), outcome.stderr
+        assert "cannot reach" not in outcome.stderr
+    assert not (sandbox.root / "store").exists()
+
+
+def _run_record(run_id: str) -> RunRecord:
+    """A training run as ``declare`` writes it (its node request planned, never created)."""
+    from tpuops.config import Settings
+    from tpuops.launch.provision import plan_up
+    from tpuops.runs import NodeSpec, RunKind, RunRecord
+
+    up = plan_up(Settings(zones=["us-central1-a"]), run_id, accelerator="v3-8", capacity=Capacity.SPOT, zone=None,
+                 run_id=run_id)
+    return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones))
+
+
+def test_infer_refuses_an_empty_input_and_a_run_without_a_checkpoint_before_anything_is_declared(
+        sandbox: Sandbox) -> None:
+    """An input whose manifest says 0 records, and ``--checkpoint RUN`` for a run that never saved: each was found
+    out on a node after its boot. Now one line, exit 2, and the store holds only the run that was there."""
+    from tpuops import runs
+    from tpuops.runs import AgentStatus, Phase
+    from tpuops.store import LocalStore
+
+    store = LocalStore(sandbox.root / "store")
+    runs.declare(store, _run_record("early"), {"run_id": "early"})
+    runs.write_status(store, "early", AgentStatus(run_id="early", phase=Phase.TRAINING, step=40, total_steps=600))
+    before = sorted(info.key for info in store.list(""))
+    spec = _experiment(sandbox, "infer")
+    cases = ((["--checkpoint", "early", "--input", "data/digits/test"],
+              "--checkpoint early: the run has no SavedModel and no checkpoint yet (training, step 40)"),
+             (["--checkpoint", "early", "--input", _dataset(sandbox, "none", 0)],
+              "dataset 'data/none': its manifest.json says 0 records"))
+    for args, says in cases:
+        for dry in (["--dry-run"], []):
+            outcome = tpuops(sandbox, "infer", spec, *args, *dry)
+            [line] = outcome.stderr.strip().splitlines()[-1:]
+            assert outcome.code == 2 and says in line, outcome.stderr
+    assert sorted(info.key for info in store.list("")) == before
+
+
+def test_infer_from_a_run_plans_once_it_has_a_checkpoint(sandbox: Sandbox) -> None:
+    """The same check passes once the run's agent saved step 100 (its index file is what makes it restorable)."""
+    from tpuops import runs
+    from tpuops.config import Settings
+    from tpuops.core.errors import UsageError
+    from tpuops.launch import jobs
+    from tpuops.store import LocalStore
+
+    settings = Settings(zones=["us-central1-a"], home=sandbox.root / "home", store=str(sandbox.root / "store"))
+    store = LocalStore(sandbox.root / "store")
+    runs.declare(store, _run_record("saved"), {"run_id": "saved"})
+    spec = sandbox.root / "work" / _experiment(sandbox, "infer")
+
+    def plan() -> jobs.JobPlan:
+        return jobs.plan_infer(settings, spec, store, checkpoint="saved", inputs="data/digits/test",
+                               base_dir=sandbox.root / "work")
+
+    store.write_bytes("runs/saved/ckpt/ckpt-100.data-00000-of-00001", b"")
+    with pytest.raises(UsageError, match="no SavedModel and no checkpoint yet"):
+        plan()
+    store.write_bytes("runs/saved/ckpt/ckpt-100.index", b"")
+    assert plan().spec.require_infer().model == store.uri_of("runs/saved/ckpt")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (("experiments/digits_cnn.yaml", "experiments"), "experiment = 'experiments' is a folder"),
+    (("seed: 7", "seed: -1"), "sampler.seed = -1 is not allowed"),
+    (("metric: accuracy", "metric: mae"), "objective.metric = 'mae' is not an eval metric this run measures"),
+])
+def test_a_sweep_that_cannot_run_is_refused_in_one_line(sandbox: Sandbox, change: tuple[str, str], says: str) -> None:
+    spec = _sweep_world(sandbox, "10")
+    (sandbox.root / "work" / "experiments" / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
+    spec.write_text(spec.read_text().replace(SPEC, "experiments/digits_cnn.yaml").replace(*change))
+    for argv in (["sweep", "start", str(spec), "--dry-run"], ["sweep", "start", str(spec)]):
+        outcome = tpuops(sandbox, *argv)
+        [line] = outcome.stderr.strip().splitlines()[-1:]
+        assert outcome.code == 2 and says in line, outcome.stderr
+    assert not (sandbox.root / "store").exists()

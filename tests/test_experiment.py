@@ -84,3 +84,28 @@ def test_an_experiment_is_frozen() -> None:
     experiment = Experiment.model_validate(MINIMAL)
     with pytest.raises(ValueError, match="frozen"):
         experiment.steps = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    ({"seed": -5}, "seed = -5 is not allowed: Input should be greater than or equal to 0"),
+    ({"seed": 2**32}, "seed = 4294967296 is not allowed: Input should be less than or equal to 4294967295"),
+    ({"steps": 10**12 + 1}, "steps = 1000000000001 is not allowed: Input should be less than or equal to "
+                            "1000000000000"),
+    ({"target": {"metric": "accuracy", "at_least": 0.9, "at_most": 0.1}},
+     "at_least 0.9 is above at_most 0.1: no value can meet it"),
+    ({"target": {"metric": "accuracy"}}, "a target needs at_least or at_most (or both)"),
+])
+def test_numbers_that_would_fail_on_the_node_or_never_be_met_are_refused(tmp_path: Path, change: dict,
+                                                                          line: str) -> None:
+    """A seed outside NumPy's 0 .. 2**32 - 1 failed on the node; steps near 2**63 tracebacked in a forecast; a
+    target no value can meet was reported "NOT met" after paying for the run."""
+    with pytest.raises(UsageError) as refused:
+        load_experiment(_spec(tmp_path, {**MINIMAL, **change}))
+    assert line in str(refused.value)
+
+
+def test_the_edges_of_the_ranges_are_allowed(tmp_path: Path) -> None:
+    edges = {"seed": 2**32 - 1, "steps": 10**12, "target": {"metric": "loss", "at_least": 0.5, "at_most": 0.5}}
+    experiment = load_experiment(_spec(tmp_path, {**MINIMAL, **edges}))
+    assert (experiment.seed, experiment.steps) == (2**32 - 1, 10**12)
+    assert load_experiment(_spec(tmp_path, {**MINIMAL, "seed": 0})).seed == 0

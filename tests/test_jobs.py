@@ -181,3 +181,22 @@ def test_a_determinism_that_is_not_true_false_or_auto_is_one_clear_error(work: P
     with pytest.raises(UsageError, match=r"deterministic = 'sometimes' is not allowed: .*True, False or 'auto'"):
         jobs.plan_train(settings, _with_determinism(work, tmp_path, "sometimes"), store, run_id="ok-1", base_dir=work)
     assert store.list("") == []
+
+
+def test_a_compiled_models_own_metric_and_the_edges_of_the_ranges_are_planned(work: Path, settings: Settings,
+                                                                              store: LocalStore,
+                                                                              tmp_path: Path) -> None:
+    """What the pre-launch checks must not refuse: a target on a compiled model's own metric name (``mae``: its
+    module calls compile), a seed of 2**32 - 1, 10**12 steps, a global batch just within the training set."""
+    spec = tmp_path / "experiments" / "edges.yaml"
+    spec.parent.mkdir()
+    for module in ("models.py", "regression.py"):
+        shutil.copy(work / "experiments" / module, spec.parent / module)
+    spec.write_text((work / "experiments" / "digits_cnn.yaml").read_text()
+                    .replace("models:digits_cnn", "regression:diabetes_mlp").replace("metric: accuracy", "metric: mae")
+                    .replace("steps: 600", "steps: 1000000000000\nseed: 4294967295")
+                    .replace("per_replica: 64", "global: 1432"))  # 179 on each of v3-8's 8 replicas, of 1437
+    made = jobs.plan_train(settings, spec, store, run_id="edges-1", base_dir=work)
+    assert (made.spec.seed, made.spec.require_train().steps, made.record.target) == (
+        4294967295, 10**12, {"metric": "mae", "at_least": 0.95, "at_most": None})
+    assert store.list("") == []

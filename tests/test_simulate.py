@@ -601,3 +601,70 @@ def test_the_ledger_of_a_1000_trial_sweep_is_within_2_percent_of_billing_with_no
     report = _ledger_against_billing([str(_fleet_sweep(project, 1000))])
     assert len(report["runs"]) == 1000 and report["unrecorded_nodes"] == 0
     assert report["ledger_usd"] == pytest.approx(report["usd"], rel=0.02)
+
+
+@pytest.mark.unit
+def test_a_quiet_skip_never_leaps_past_the_horizon(tmp_path: Path) -> None:
+    """A job of 10^12 steps (3,170 years at 10 steps/s) with quiet passes skipped up to 1 % of its length: the skip
+    once leapt to the job's end, and writing the agent's status there failed ("year 584556079 is out of range" at
+    2^63 steps). The last pass is now the horizon's, and the run is unfinished."""
+    settings = _settings(tmp_path)
+    job = AgentModel(total_steps=10**12, steps_per_s=10, segments=Segments(setup_s=120, save_s=10))
+    sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), job, cron_s=300)
+    sim.declare([_record(settings, "endless", Capacity.ON_DEMAND)])
+    report = sim.run(max_hours=24, quiet_skip_s=0.01 * job.length_s)
+    assert (report.stopped_by, report.simulated_s) == ("horizon", 24 * 3600)
+    assert report.passes < 10 and [run.outcome for run in report.runs] == ["unfinished"]
+    status = runs.read_status(sim.store, "endless")
+    assert status is not None and status.heartbeat.startswith("2030-01-02")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("steps", [100_000, 10**12])
+def test_a_forecasts_work_is_bounded_whatever_the_steps(project: Path, steps: int) -> None:
+    """``train --dry-run`` took 15 s at 10^5 steps, 74 s at 10^6 and over 120 s at 10^6 saving every 100 steps,
+    and tracebacked at 2^63: its work scaled with the job's length. Now the whole forecast has one budget of
+    run-passes (here 1,000, for 3 runs a policy; saving every 100 steps as digits_cnn.yaml does): whatever the steps,
+    it spends no more than that (each simulation's last pass may pass it by its runs going), and a job too long for
+    it shows as not finished."""
+    from tpuops.sim.forecast import forecast
+
+    spec = project / "experiments" / "digits_cnn.yaml"
+    spec.write_text(spec.read_text().replace("steps: 600\n", f"steps: {steps}\n"))
+    settings = load_settings().model_copy(update={"spot_preemptions_per_hour": 0.5})
+    rows = forecast(settings, spec, [], None, runs=3, run_passes=1000).to_json()["policies"]
+    assert sum(row["run_passes"] for row in rows) <= 1000 + len(rows) * 3
+    assert all(row["run_passes"] > 0 and not row["cut_short_by_time"] for row in rows)
+    if steps == 10**12:
+        assert [row["finished"] for row in rows] == [0, 0, 0, 0]
+    if steps == 100_000:  # 6 h: every run of every policy ends within the budget
+        assert [row["finished"] for row in rows] == [3, 3, 3, 3]
+
+
+
+@pytest.mark.unit
+def test_a_trials_evaluations_are_made_once_not_at_every_status_write(tmp_path: Path) -> None:
+    """A sweep's simulated trial writes every evaluation so far in each status (as the agent does), and once
+    computed all of them again at every write: its cost grew with the steps at every pass. Now each evaluation
+    is made once; the status still lists them all, and a later attempt from an earlier step lists fewer."""
+    made: list[int] = []
+
+    def metrics(step: int) -> dict[str, float]:
+        made.append(step)
+        return {"accuracy": step / 10**6}
+
+    job = AgentModel(total_steps=10**6, steps_per_s=10, segments=Segments(setup_s=0, checkpoint_every_s=600),
+                     eval_every_steps=100)
+    store = LocalStore(tmp_path)
+    agent = SimulatedAgent(store, "t", job, metrics)
+    agent.started(0.0)
+    writes = [3600.0 * hour for hour in range(1, 11)]  # 36,000 steps an hour: 360 evaluations an hour
+    for at in writes:
+        agent.publish(at)
+    status = runs.read_status(store, "t")
+    assert status is not None and [point.step for point in status.evals] == list(range(100, status.step + 1, 100))
+    assert len(made) == len(status.evals) + 1 + len(writes)  # each evaluation once, and every write's final metrics
+    agent.interrupted(10 * 3600.0, 10 * 3600.0)  # no time to save: back to the last periodic checkpoint
+    agent.started(11 * 3600.0)
+    status = runs.read_status(store, "t")
+    assert status is not None and len(status.evals) == status.step // 100 < 3600

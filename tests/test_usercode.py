@@ -98,3 +98,27 @@ def test_every_example_passes_its_checks_and_says_what_runs() -> None:
     assert article.startswith("script: python article_cnn.py plus --name=value for each of ['batch_size', 'epochs'")
     text = load_experiment(EXPERIMENTS / "text_classifier.yaml").what_runs()
     assert "fed by input function text_classifier:input_fn; 300 steps" in text
+
+
+def test_a_model_may_come_back_compiled_when_its_code_or_code_it_imports_compiles(tmp_path: Path) -> None:
+    """What decides whether a target may name the model's own metrics: a compile or load_model call in the entry
+    point's module or a module of the experiments folder it imports; none anywhere is the built-in loop."""
+    from tpuops.launch.usercode import may_compile
+
+    (tmp_path / "plain.py").write_text("import tensorflow as tf\n"
+                                       "def build(hparams):\n    return tf.keras.Sequential()\n")
+    (tmp_path / "own.py").write_text("def build(hparams):\n    m = make()\n    m.compile(loss='mse')\n    return m\n")
+    (tmp_path / "helpers.py").write_text("from tensorflow.keras.models import load_model\n"
+                                         "def restore():\n    return load_model('x')\n")
+    (tmp_path / "uses.py").write_text("from helpers import restore\ndef build(hparams):\n    return restore()\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "core.py").write_text("def finish(model):\n    model.compile('adam')\n")
+    (tmp_path / "nested.py").write_text("import pkg.core\ndef build(hparams):\n    return pkg.core.finish(None)\n")
+    assert not may_compile(tmp_path, "plain:build")
+    assert may_compile(tmp_path, "own:build") and may_compile(tmp_path, "uses:build")
+    (tmp_path / "pkg" / "models.py").write_text("from .core import finish\ndef build(hparams):\n    return finish(0)\n")
+    (tmp_path / "pkg" / "bare.py").write_text("from . import helpers_absent\ndef build(hparams):\n    return 0\n")
+    assert may_compile(tmp_path, "nested:build") and may_compile(tmp_path, "pkg.models:build")
+    assert not may_compile(tmp_path, "pkg.bare:build")
+    assert not may_compile(EXPERIMENTS, "models:digits_cnn") and may_compile(EXPERIMENTS, "regression:diabetes_mlp")

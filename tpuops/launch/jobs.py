@@ -32,7 +32,7 @@ from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
 from tpuops.data.manifest import FeatureSpec as ManifestFeature
 from tpuops.fleet import UpPlan
 from tpuops.launch.bundle import Bundle, build_bundle
-from tpuops.launch.experiment import METRICS, Experiment, load_experiment
+from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
 from tpuops.launch.usercode import check_experiment, may_compile
@@ -179,14 +179,13 @@ def check_measured(experiment: Experiment, metric: str, what: str, where: Path, 
                      "uncompiled (no compile call in its code), so no metric names of its own")
 
 
-def _check_batch(experiment: Experiment, per_replica: int, replicas: int, train: Dataset, spec_path: Path) -> None:
+def _check_batch(experiment: Experiment, batch: Batch, replicas: int, train: Dataset, spec_path: Path) -> None:
     """A global batch larger than the training set repeats records within every step, at a fraction of the
     speed: the built-in parser's batches are records, so this is known before paying."""
-    records = train.manifest.records
+    records, per_replica = train.manifest.records, batch.per_replica_for(replicas)
     if per_replica * replicas > records:
         given = (f"batch.per_replica = {per_replica} ({per_replica * replicas} over {replicas} replicas)"
-                 if experiment.batch is not None and experiment.batch.per_replica is not None
-                 else f"batch.global = {per_replica * replicas}")
+                 if batch.per_replica is not None else f"batch.global = {per_replica * replicas}")
         raise UsageError(f"{spec_path}: {given} is more than the {records} records of dataset.train "
                          f"{experiment.dataset.train}: every step would repeat records; use at most "
                          f"{records // replicas} per replica")
@@ -250,11 +249,10 @@ def plan_train(
         ))
     else:
         assert experiment.batch is not None and experiment.steps is not None  # Experiment checks the mode
-        per_replica = experiment.batch.per_replica_for(acc.replicas)
         if experiment.mode == "model":  # an input_fn makes its own batches from the records
-            _check_batch(experiment, per_replica, acc.replicas, train, spec_path)
+            _check_batch(experiment, experiment.batch, acc.replicas, train, spec_path)
         spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-            per_replica_batch_size=per_replica,
+            per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
             **_schedule(experiment, lost_rate, auto_rate=True),

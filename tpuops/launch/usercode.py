@@ -105,10 +105,19 @@ def may_compile(experiments_dir: Path, name: str) -> bool:
                     return True
             elif isinstance(node, ast.Import):
                 pending.extend(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                pending.append(node.module)
-                pending.extend(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _imported_from(module, source, node)
+                pending.extend([base, *(f"{base}.{alias.name}" for alias in node.names)] if base else [])
     return False
+
+
+def _imported_from(module: str, source: Path, node: ast.ImportFrom) -> str:
+    """The module a ``from X import ...`` in ``module`` (read from ``source``) names, relative ones resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if source.name == "__init__.py" else module.split(".")[:-1]
+    package = package[: len(package) - (node.level - 1)]
+    return ".".join([*package, *([node.module] if node.module else [])])
 
 
 def check_input_fn(experiments_dir: Path, name: str) -> None:

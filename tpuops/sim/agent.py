@@ -82,6 +82,7 @@ class SimulatedAgent:
         self._attempt: _Attempt | None = None
         self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
         self._first_ready: float | None = None  # the first attempt's READY: a replacement's pace depends on its offset
+        self._evals: list[EvalPoint] = []  # every evaluation up to the highest step written: a pure function of step
 
     # -- the timeline (pure) -------------------------------------------------------------------
 
@@ -174,6 +175,14 @@ class SimulatedAgent:
         self._write(at, Phase.DONE, self.model.total_steps, exit_class=ExitClass.SUCCEEDED,
                     attempt=attempt.number if attempt else self.attempts)
 
+    def _evals_to(self, step: int, metrics: Metrics) -> list[EvalPoint]:
+        """The evaluations at every ``eval_every_steps`` up to ``step``: each made once, not at every status write
+        (a long trial has thousands, and its status is written every pass)."""
+        every = self.model.eval_every_steps
+        for at in range((len(self._evals) + 1) * every, step + 1, every):
+            self._evals.append(EvalPoint(step=at, metrics=metrics(at)))
+        return self._evals[: step // every]
+
     @property
     def running(self) -> bool:
         return self._attempt is not None
@@ -184,8 +193,7 @@ class SimulatedAgent:
         evals: list[EvalPoint] = []
         final: dict[str, Any] = {}
         if self.metrics is not None and m.eval_every_steps:
-            evals = [EvalPoint(step=s, metrics=self.metrics(s))
-                     for s in range(m.eval_every_steps, step + 1, m.eval_every_steps)]
+            evals = self._evals_to(step, self.metrics)
             final = {"eval": self.metrics(step)}
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
         runs.write_status(self.store, self.run_id, AgentStatus(

@@ -166,6 +166,8 @@ class SimReport:
     """The CPU time this process spent simulating (every thread): what the simulation costs apart from
     the machine's other load and its disk."""
     passes: int = 0
+    run_passes: int = 0
+    """The simulated work: the runs going, summed over the passes (what ``max_run_passes`` bounds)."""
     slowest_pass_s: float = 0.0
     """The longest real controller pass (wall time)."""
     peak_pass_s: float = 0.0
@@ -197,7 +199,7 @@ class SimReport:
         return {"simulated_hours": round(self.simulated_s / 3600, 4), "wall_s": round(self.wall_s, 3),
                 "speedup": round(self.speedup, 1), "cpu_s": round(self.cpu_s, 3),
                 "cpu_speedup": round(self.simulated_s / self.cpu_s, 1) if self.cpu_s > 0 else 0.0,
-                "passes": self.passes,
+                "passes": self.passes, "run_passes": self.run_passes,
                 "slowest_pass_s": round(self.slowest_pass_s, 4), "peak_pass_s": round(self.peak_pass_s, 4),
                 "api_calls": self.footprint.api_calls,
                 "peak_api_calls_per_minute": self.footprint.peak_calls_per_minute,
@@ -257,6 +259,7 @@ class Simulation:
         report = SimReport()
         started, cpu = time.perf_counter(), time.process_time()
         now = next_cron = START
+        horizon = START + max_hours * 3600
         passes: list[tuple[int, float]] = []  # (runs going, wall seconds) of every pass
         work = 0
         while True:
@@ -274,7 +277,7 @@ class Simulation:
             if not going and not active_sweeps(self.store):
                 report.ended = True
                 break
-            if now - START >= max_hours * 3600:
+            if now >= horizon:
                 report.stopped_by = "horizon"
                 break
             if max_run_passes is not None and work >= max_run_passes:
@@ -290,9 +293,10 @@ class Simulation:
                 next_cron += self.cron_s
             if quiet_skip_s > 0:
                 next_cron += self._skip(now, passed, quiet_skip_s) - self.cron_s
-            now = self._next_pass(now, next_cron)
+            now = min(self._next_pass(now, next_cron), horizon)  # a skip never leaps past it (nor out of dates)
         self.controller.release()
         report.wall_s, report.cpu_s = time.perf_counter() - started, time.process_time() - cpu
+        report.run_passes = work
         report.simulated_s = now - START
         peak = max(going for going, _ in passes)
         report.peak_pass_s = statistics.median(took for going, took in passes if going == peak)

@@ -29,29 +29,21 @@ from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Pol
 
 FORECAST_HORIZON = 20.0
 """A forecast's simulations stop at 20x the job's length on-demand (a sweep's: its waves of trials), at
-least 24 h, of virtual time: a run that has not ended by then is reported not finished. With the work budget
-below, this is what bounds a risk so high that runs never end (the ledger of an emulator preempting every few
-seconds); both depend on the inputs alone, so the same inputs give the same forecast under any load."""
+least 24 h and at most 30 days, of virtual time: a run that has not ended by then is reported not finished.
+With the work budget below, this is what bounds a risk so high that runs never end (the ledger of an emulator
+preempting every few seconds); both depend on the inputs alone, so the same inputs give the same forecast under
+any load."""
 
 FORECAST_RUN_PASSES = 48_000
-"""A forecast's simulated work (runs going, summed over passes), shared equally by its simulations: an
-experiment's 4 simulations of 20 runs get 600 passes each, a sweep's 12 get 4,000 run-passes each. A longer job
-gets more (``FORECAST_PASSES_PER_LENGTH``). History on the shared 2-core machine, a pathological ledger (spot
-preempted 1000 times an hour) costs the digits experiment's forecast 24 s (its 24-h horizon, 5,760 run-passes
-of spot)."""
+"""A forecast's simulated work (runs going, summed over passes), whatever the job's length: each simulation
+gets an equal share of what the ones before it left (an experiment's 4 simulations of 20 runs: 12,000
+run-passes, 600 passes, for the first), cheapest policy first, so that what on-demand does not need goes to
+spot. Quiet passes are skipped (``FORECAST_QUIET_SHARE``), so what a simulation spends grows with its events
+(boots, preemptions, recoveries), not with its steps or saves; a job so long or so preempted that its runs do
+not end within their share shows as not finished."""
 
-FORECAST_PASSES_PER_LENGTH = 2.0
-"""A simulation's work budget is at least twice the passes its runs take over the job's length on-demand, up to
-``FORECAST_SCALED_CAP``: a run that takes more than twice its length, or that never ends, stops there. Where the
-share above is less (a job longer than about 25 h), this is what lets a long job finish; with every pass
-counted, an experiment's 20 runs of up to 50 h finish within it at any hazard, and longer ones as far as their
-passes are quiet (``FORECAST_QUIET_SHARE``: on-demand, or spot at a modest hazard). It depends on the inputs
-alone."""
-
-FORECAST_SCALED_CAP = FORECAST_RUN_PASSES // 2
-"""The most work one simulation gets, however long the job: it bounds a ledger so bad that spot runs never end
-(spot preempted 1000 times an hour: a 166-h job's forecast took 135 s, 93 s CPU, on the shared 2-core machine,
-spot stopped at 24,000 run-passes; at twice this cap, the wall guard's share cut spot short at 150 s)."""
+FORECAST_ORDER = ("on-demand", "fallback", "spot", "deadline")
+"""The order a forecast simulates its policies in, cheapest in events first (it shows them in ``Policy``'s)."""
 
 FORECAST_QUIET_SHARE = 0.01
 """A forecast skips quiet passes up to 1 % of the job's length (``Limits.quiet_share``): a job shorter than
@@ -100,11 +92,14 @@ class PolicyForecast(NamedTuple):
     """Mean preemptions per run (per sweep: over all its trials)."""
     cut_short: bool = False
     """The wall-clock guard stopped one of its simulations (the machine, not the model, limited it)."""
+    run_passes: int = 0
+    """The simulated work its simulations did (``SimReport.run_passes``)."""
 
     def to_json(self) -> dict[str, Any]:
         bands = {name: band.to_json() if band else None for name, band in self.bands.items()}
         return {"policy": self.policy, "simulated": self.simulated, "finished": self.finished, **bands,
-                "expected_preemptions": round(self.preemptions, 3), "cut_short_by_time": self.cut_short}
+                "expected_preemptions": round(self.preemptions, 3), "cut_short_by_time": self.cut_short,
+                "run_passes": self.run_passes}
 
 
 @dataclass(frozen=True)
@@ -131,54 +126,52 @@ def _names_deadline(path: Path) -> bool:
 
 def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
     cut_short = any(r.stopped_by == "time" for r in reports)
+    work = sum(r.run_passes for r in reports)
     if per_sweep:
         finished = [r for r in reports if r.ended]
         hours = [max((run.hours_to_result or 0.0 for run in r.runs), default=0.0) for r in finished]
         usd = [r.usd for r in reports]
         preemptions = [float(sum(run.preemptions for run in r.runs)) for r in reports]
         return PolicyForecast(policy.value, len(reports), len(finished), {"usd": Band.of(usd), "hours": Band.of(hours)},
-                              statistics.fmean(preemptions) if preemptions else 0.0, cut_short)
+                              statistics.fmean(preemptions) if preemptions else 0.0, cut_short, work)
     runs = [run for r in reports for run in r.runs]
     done = [run for run in runs if run.hours_to_result is not None]
     bands = {"usd": Band.of([run.usd for run in runs]), "hours": Band.of([run.hours_to_result or 0.0 for run in done])}
     return PolicyForecast(policy.value, len(runs), len(done), bands,
-                          statistics.fmean(run.preemptions for run in runs) if runs else 0.0, cut_short)
+                          statistics.fmean(run.preemptions for run in runs) if runs else 0.0, cut_short, work)
 
 
 def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: History | None, *, runs: int = 20,
              sweeps: int = 3, seed: int = 0, cron_s: float = 300.0, inputs: PlanInputs | None = None,
-             progress: Callable[[str], None] | None = None) -> Forecast:
+             progress: Callable[[str], None] | None = None, run_passes: int = FORECAST_RUN_PASSES) -> Forecast:
     """Forecast an experiment (``runs`` simulated runs per policy) or a sweep (``sweeps`` simulated sweeps), its
-    runs planning on ``inputs`` (``tpuops.launch.planning``: learned or assumed, and each says which)."""
+    runs planning on ``inputs`` (``tpuops.launch.planning``: learned or assumed, and each says which), within
+    ``run_passes`` of simulated work in all (``FORECAST_RUN_PASSES``)."""
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
     left = simulations = len(Policy) * (sweeps if sweep else 1)
-
-    def budget_s() -> float:
-        """An equal share of what is left of the wall guard: a simulation that ends early leaves its rest."""
-        nonlocal left
-        share = max(0.0, deadline - time.perf_counter()) / left
-        left -= 1
-        return share
+    work_left = run_passes
 
     def limits() -> Limits:
-        return Limits(horizon=FORECAST_HORIZON, max_run_passes=FORECAST_RUN_PASSES // simulations,
-                      passes_per_length=FORECAST_PASSES_PER_LENGTH, scaled_cap=FORECAST_SCALED_CAP,
-                      quiet_share=FORECAST_QUIET_SHARE,
-                      wall_budget_s=budget_s())
+        """An equal share of what is left of the work budget and of the wall guard: a simulation that ends early
+        leaves its rest to the next ones."""
+        nonlocal left
+        work, wall_s = work_left // left, max(0.0, deadline - time.perf_counter()) / left
+        left -= 1
+        return Limits(horizon=FORECAST_HORIZON, max_run_passes=max(1, work), quiet_share=FORECAST_QUIET_SHARE,
+                      wall_budget_s=wall_s)
 
-    policies = []
-    for policy in Policy:
-        if sweep:
-            reports = [simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
-                                history=history, inputs=inputs, progress=progress,
-                                limits=limits())
-                       for index in range(sweeps)]
-        else:
-            reports = [simulate(settings, path, risks, policy=policy, count=runs, seed=seed, cron_s=cron_s,
-                                history=history, inputs=inputs, progress=progress,
-                                limits=limits())]
-        policies.append(_summary(policy, reports, sweep))
+    forecasts = {}
+    for policy in sorted(Policy, key=lambda p: FORECAST_ORDER.index(p.value)):
+        reports = []
+        for index in range(sweeps if sweep else 1):
+            report = simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
+                              count=1 if sweep else runs, history=history, inputs=inputs, progress=progress,
+                              limits=limits())
+            work_left -= report.run_passes
+            reports.append(report)
+        forecasts[policy] = _summary(policy, reports, sweep)
+    policies = [forecasts[policy] for policy in Policy]
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
     assumptions = {
@@ -194,9 +187,8 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
                     f"assumed: {DEADLINE_SLACK:g}x the job's length on-demand (the experiment names none)",
         **(inputs.model_dump() if inputs else {"recovery_s": settings.recovery_s,
                                                 "lost_work_per_hour": settings.lost_work_per_hour}),
-        "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h), at most "
-                   f"{FORECAST_RUN_PASSES // simulations:,} run-passes per simulation or "
-                   f"{FORECAST_PASSES_PER_LENGTH:g}x the passes of the job's length, if more: what has not ended by "
+        "horizon": f"{FORECAST_HORIZON:g}x the job's length on-demand (at least 24 h, at most 30 days), and "
+                   f"{run_passes:,} run-passes in all, shared by the {simulations} simulations: what has not ended by "
                    "then is not finished",
     }
     return Forecast(tuple(policies), assumptions)

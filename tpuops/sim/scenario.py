@@ -12,7 +12,6 @@ checkpoint interval) and the stated defaults below for what only a run can measu
 from __future__ import annotations
 
 import dataclasses
-import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -120,10 +119,8 @@ class Limits:
 
     ``max_hours`` of virtual time, or ``horizon`` times the job's length on-demand (a sweep's: its waves of
     trials) but at least ``floor_hours`` (a short job's time to result is mostly passes and boots, not its
-    length), whichever is less; ``max_run_passes`` of simulated work, or, when more, ``passes_per_length``
-    times the passes the job's runs going at once take over its length on-demand (so that a long job can
-    finish: the budget scales with it) up to ``scaled_cap``; ``wall_budget_s`` of real time (a last resort:
-    the only limit that depends on the machine, not the inputs).
+    length), whichever is less; ``max_run_passes`` of simulated work, whatever the job's length;
+    ``wall_budget_s`` of real time (a last resort: the only limit that depends on the machine, not the inputs).
 
     ``quiet_share`` > 0 lets the engine skip quiet passes (``Simulation.run(quiet_skip_s=)``) up to that share
     of the job's length: every cloud event is still seen at the cron pass after it, so a long job costs about
@@ -134,8 +131,6 @@ class Limits:
     horizon: float | None = None
     floor_hours: float = 24.0
     max_run_passes: int | None = None
-    passes_per_length: float = 0.0
-    scaled_cap: int | None = None
     quiet_share: float = 0.0
     wall_budget_s: float | None = None
 
@@ -143,13 +138,6 @@ class Limits:
         if self.horizon is None:
             return self.max_hours
         return min(self.max_hours, max(self.floor_hours, self.horizon * length_s / 3600))
-
-    def run_passes(self, length_s: float, cron_s: float, going: int) -> int | None:
-        """The work budget of a job ``length_s`` long with ``going`` runs at once, passing every ``cron_s``."""
-        if self.max_run_passes is None:
-            return None
-        scaled = math.ceil(self.passes_per_length * going * length_s / cron_s)
-        return max(self.max_run_passes, min(scaled, self.scaled_cap or scaled))
 
 
 def is_sweep(path: Path) -> bool:
@@ -237,7 +225,6 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
                             lost_work_per_hour=lost_rate,
                             eval_every_steps=(train.eval_every_steps if train else 0) or 100)
         length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
-        going = plan.spec.parallel
         plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment), inputs=inputs))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
@@ -252,8 +239,8 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
                             lost_work_per_hour=lost_rate)
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
-        length_s, going = model.length_s, count
+        length_s = model.length_s
         rule = policy.rule(length_s, _due_s(job.experiment), inputs=inputs)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
-    return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.run_passes(length_s, cron_s, going),
+    return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.max_run_passes,
                    wall_budget_s=limits.wall_budget_s, quiet_skip_s=limits.quiet_share * length_s)
