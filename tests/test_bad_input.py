@@ -19,6 +19,7 @@ from fuzzing import CORPUS, REPO, Outcome, Sandbox, run_case, verdict
 
 from tpuops.core.kinds import Capacity
 from tpuops.runs import RunRecord
+from tpuops.session import open_uri
 
 pytestmark = pytest.mark.unit
 
@@ -414,7 +415,7 @@ def test_infer_from_a_run_plans_once_it_has_a_checkpoint(sandbox: Sandbox) -> No
 
     def plan() -> jobs.JobPlan:
         return jobs.plan_infer(settings, spec, store, checkpoint="saved", inputs="data/digits/test",
-                               base_dir=sandbox.root / "work")
+                               base_dir=sandbox.root / "work", open_uri=lambda uri: open_uri(settings, uri))
 
     store.write_bytes("runs/saved/ckpt/ckpt-100.data-00000-of-00001", b"")
     with pytest.raises(UsageError, match="no SavedModel and no checkpoint yet"):
