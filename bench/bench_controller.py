@@ -51,7 +51,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +65,7 @@ from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller, PassReport
+from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
@@ -75,8 +76,6 @@ from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore, ObjectInfo, Store
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"

@@ -41,6 +41,8 @@ import result_file
 from baseline import add_argument as add_baseline_argument
 from baseline import tree as baseline_tree
 
+from tpuops.core.clock import UTC
+
 ROOT = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-b"
 REPS = 3
@@ -77,7 +79,7 @@ class ListingApi:
     """Stands in for the node provider: one zone whose listing shows a READY node for each active run."""
 
     def __init__(self, project: str, names: list[str]) -> None:
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         from tpuops.core.kinds import Capacity
 
@@ -86,7 +88,7 @@ class ListingApi:
         except ImportError:
             from tpuops.providers.nodes import NodeInfo, NodeState
 
-        created = datetime.now(timezone.utc)
+        created = datetime.now(UTC)
         self.nodes = [NodeInfo(name=n, zone=ZONE, project=project, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
                                capacity=Capacity.SPOT, state=NodeState.READY, health="HEALTHY",
                                labels={"managed-by": "tpuops", "tpuops-run": n}, create_time=created, uid=n)

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tpuops.billing.cost import catalog_for, node_cost, ready_intervals
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller, PassReport
+from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
@@ -47,7 +48,6 @@ from tpuops.store import open_store
 
 pytestmark = pytest.mark.emulator
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 PROJECT, ZONE = "tpuops-local", "us-central1-b"
 PASS_S = 0.05  # the loop's pause between passes

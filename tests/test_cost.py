@@ -9,7 +9,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +31,17 @@ from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.billing.pricing import Catalog, default_catalog
 from tpuops.cli.cost import register
 from tpuops.config import Settings, load_settings
-from tpuops.core.clock import VirtualClock
+from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.errors import UsageError
 from tpuops.core.formats import format_usd
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
 from tpuops.emulator.billing import BillingLedger
 from tpuops.fleet import Fleet, UpPlan
 from tpuops.launch.provision import plan_up
 from tpuops.providers.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState, Operation
-
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
+from tpuops.providers.nodes import NodeInfo, NodeState, Operation
 
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -397,7 +396,7 @@ def test_cost_rejects_bad_flags(cost_cli: Callable[..., Any]) -> None:
 
 def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
     return NodeInfo(name="n", zone=US, project=P, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
-                    capacity=Capacity.SPOT, state=state, health="", labels={MANAGED_LABEL: MANAGED_VALUE},
+                    capacity=Capacity.SPOT, state=state, health="", labels={MANAGED_BY_KEY: MANAGED_BY_VALUE},
                     create_time=T0, uid=uid)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 
 from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
+from tpuops.core.clock import UTC
 from tpuops.dashboard import svg
 from tpuops.runs import AgentStatus, EvalPoint
 from tpuops.runs.models import AttemptTime
@@ -14,7 +15,7 @@ from tpuops.runs.timeline import MarkKind, build, steps_at
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 S0 = T0.timestamp()
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 
 from tpuops.billing.cost import Interval
+from tpuops.core.clock import UTC
 from tpuops.runs import AgentStatus
 from tpuops.runs.goodput import Goodput, split
 from tpuops.runs.models import AttemptTime, parse
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def _at(seconds: float) -> datetime:

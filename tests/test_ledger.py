@@ -13,11 +13,11 @@ import pytest
 
 from tpuops.billing.ledger import DELETED, SCHEMA_VERSION, Ledger
 from tpuops.config import Capacity
+from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 
 pytestmark = pytest.mark.unit
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 
 P, Z = "proj", "us-central1-b"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

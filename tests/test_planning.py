@@ -6,7 +6,7 @@ its ``every: auto`` interval and the forecast all take them from there."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,10 @@ from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.billing.risk import RiskKey
 from tpuops.billing.risk import learn as learn_risk
 from tpuops.controller.reconcile import capacity_rule
+from tpuops.core.clock import UTC
 from tpuops.launch.planning import LOSS_MIN_S, Defaults, keys_of, learn, lost_work, recovery_samples
 from tpuops.runs.models import AttemptTime, PlanInputs
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 DEFAULTS = Defaults(spot_preemptions_per_hour=0.1, recovery_s=900.0, lost_work_per_hour=0.05)

@@ -10,7 +10,7 @@ exits at once: billing needs READY time, not TensorFlow.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tpuops.billing.cost import catalog_for, node_cost
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
+from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
@@ -33,7 +34,6 @@ from tpuops.sweeps.advance import promote_run
 
 pytestmark = pytest.mark.emulator
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 ZONE = "us-central1-b"
 RUN, NODE = "promo-run", "promo-node"
 LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}

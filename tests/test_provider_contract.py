@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pytest
 
+from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import AlreadyExists, NotFound, UsageError
 from tpuops.core.kinds import Capacity
@@ -23,7 +24,6 @@ from tpuops.providers.base import Connection, NodeProvider, wait_for
 from tpuops.providers.nodes import NodeRequest, NodeState
 from tpuops.providers.registry import PROVIDERS, open_provider
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 PROJECT = "proj-test"
 ZONE, OTHER_ZONE = "us-central1-b", "us-central1-f"  # both offer v3-8
 WAIT_S = 30.0

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from tpuops.billing.poisson import gamma_cdf, gamma_quantile, rate_interval
 from tpuops.billing.risk import RiskKey, learn, rate_for
 from tpuops.cli.main import app
 from tpuops.config import Settings, load_settings
+from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
@@ -27,7 +28,6 @@ from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeState
 
-UTC = timezone.utc  # datetime.UTC exists from Python 3.11 only
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 

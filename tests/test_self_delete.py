@@ -9,7 +9,7 @@ length is off the same way every time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,14 +18,14 @@ from tpuops import runs
 from tpuops.billing.ledger import DELETED, Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
-from tpuops.core.clock import VirtualClock
+from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.kinds import Capacity
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE, RUN_KEY
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MANAGED_LABEL, MANAGED_VALUE, NodeInfo, NodeState
+from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import AgentStatus, ExitClass, Phase
 from tpuops.sim.engine import Agents
@@ -34,7 +34,6 @@ from tpuops.store.local import LocalStore
 
 pytestmark = pytest.mark.unit
 
-UTC = timezone.utc
 P, ZONE, RUN = "tpuops-local", "us-central1-b", "r-1"
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 PASS_S = 300.0
@@ -101,7 +100,7 @@ def test_a_node_that_lived_and_deleted_itself_between_two_passes_is_billed_from_
 def _node(state: NodeState) -> NodeInfo:
     return NodeInfo(name="n", zone=ZONE, project=P, accelerator="v2-8", runtime="tpu-vm-tf-2.9.3",
                     capacity=Capacity.ON_DEMAND, state=state, health="",
-                    labels={MANAGED_LABEL: MANAGED_VALUE, RUN_KEY: RUN}, create_time=at(0), uid="7")
+                    labels={MANAGED_BY_KEY: MANAGED_BY_VALUE, RUN_KEY: RUN}, create_time=at(0), uid="7")
 
 
 @pytest.mark.parametrize(("said", "dated"), [

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tpuops import runs
 from tpuops.cli.main import app
 from tpuops.config import Settings, load_settings
-from tpuops.core.clock import VirtualClock
+from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
@@ -379,7 +379,7 @@ def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(
 
 @pytest.mark.unit
 def test_a_dry_run_plans_on_the_hazard_and_recovery_learned_from_the_ledger_and_says_so(project: Path) -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from tpuops import runs
     from tpuops.runs import AgentStatus
@@ -393,7 +393,7 @@ def test_a_dry_run_plans_on_the_hazard_and_recovery_learned_from_the_ledger_and_
     # History: run "old" was preempted after an hour on spot in the first zone; its replacement was READY 300 s
     # later and its agent set up in 200 s: one recovery of 500 s, one preemption in about 1.1 READY hours.
     settings = load_settings()
-    ledger, t0 = open_ledger(settings), datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ledger, t0 = open_ledger(settings), datetime(2026, 1, 1, tzinfo=UTC)
     for uid, created, ready, end, state in (("1", 0, 60, 3660, NodeState.PREEMPTED), ("2", 3900, 3960, 7200, None)):
         ledger.record_node(settings.project, ZONES[0], "old", "v3-8", "spot", run_id="old", uid=uid,
                            at=t0 + timedelta(seconds=created))

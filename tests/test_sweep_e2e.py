@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from tpuops.billing.cost import catalog_for, node_cost, ready_intervals, spent
 from tpuops.billing.ledger import Ledger
 from tpuops.config import load_settings
 from tpuops.controller.reconcile import Controller
+from tpuops.core.clock import UTC
 from tpuops.core.errors import InvalidRequest
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, stop
@@ -348,7 +349,7 @@ def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world:
     assert runs.load_memory(world.store, trial.run_id)[0].preemptions == 0  # a promotion is no preemption
     # The promotion deleted the spot node through the Fleet: the ledger ends its READY time where billing does
     # (within 2 % of its length), and the trial's READY time is within 2 % of what the emulator billed.
-    catalog, now = catalog_for(world.settings), datetime.now(timezone.utc)
+    catalog, now = catalog_for(world.settings), datetime.now(UTC)
     histories = Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)
     billed = [i for i in world.admin.billing() if i["node"].endswith(f"/nodes/{record.node_name}")]
     assert len(billed) == 2 and {h.node.uid for h in histories} == {i["node_uid"] for i in billed}, (histories, billed)

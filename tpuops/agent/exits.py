@@ -45,14 +45,17 @@ from typing import Iterable
 TRACEBACK_LINES = 60
 
 
-class _Value(str, enum.Enum):
-    """A str enum whose members print as their JSON value, in f-strings too (Python 3.11 changed that)."""
+class ValueEnum(str, enum.Enum):
+    """A str enum whose members print as their JSON value, in f-strings too (Python 3.11 changed that).
+
+    The one such base of tpuops: the control plane takes it from here (``tpuops.core.kinds``), since the
+    agent can import nothing of the control plane."""
 
     def __str__(self) -> str:
         return str(self.value)
 
 
-class Phase(_Value):
+class Phase(ValueEnum):
     """What the agent is doing (``status.json`` field ``phase``); DONE exactly when an exit class is set."""
 
     STARTING = "starting"
@@ -65,7 +68,7 @@ class Phase(_Value):
     DONE = "done"
 
 
-class ExitClass(_Value):
+class ExitClass(ValueEnum):
     """How one agent process exited; the value is what ``status.json`` says.
 
     Not how a run ended: a run's ending is ``Outcome`` (``tpuops/runs/outcome.py``), and a

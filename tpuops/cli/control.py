@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import typer
 
 from tpuops.cli.common import JSON, err_console, load_settings, print_json, print_table
+from tpuops.core.formats import format_utc
 
 if TYPE_CHECKING:
     from tpuops.api import PassReport
@@ -92,7 +92,7 @@ def events(
         return
     print_table(f"events of {run_id} ({memory.phase}{', ' + memory.outcome if memory.outcome else ''})",
                 ("time (UTC)", "event", "detail"),
-                [(datetime.fromtimestamp(e["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), e["kind"], e["message"])
+                [(format_utc(e["at"]), e["kind"], e["message"])
                  for e in memory.events])
 
 

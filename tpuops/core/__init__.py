@@ -5,6 +5,7 @@ What lives here: the failure taxonomy (``errors``), the injectable clock (``cloc
 (``formats``), the one loader of user files (``documents``), package data (``resources``) and what a
 create request did (``create_result``).
 
-May import: the standard library, pydantic and PyYAML, and ``tpuops.core`` itself. Nothing here
+May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the one enum base the
+agent shares (``tpuops.agent.exits.ValueEnum``, standard library only). Nothing here
 knows a cloud, a store, a run or a price, so every other wing can stand on it.
 """

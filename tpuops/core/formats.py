@@ -61,6 +61,15 @@ def format_seconds(value: float, digits: int = 1) -> str:
     return text.lstrip("-") if float(text) == 0 else text
 
 
+def format_utc(epoch_s: float) -> str:
+    """A moment as UTC wall time to the second (``2026-12-05 19:36:31``): how tables show when something happened."""
+    from datetime import datetime
+
+    from tpuops.core.clock import UTC
+
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def format_usd(value: float) -> str:
     """Dollars as people read them: cents, or two significant digits below a cent (a short spot run)."""
     return f"${format_amount(value)}"

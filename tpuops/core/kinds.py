@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from enum import Enum
 
+from tpuops.agent.exits import ValueEnum
 
-class ValueEnum(str, Enum):
-    """A str enum whose members print as their JSON value, in f-strings too (Python 3.11 changed that)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
+__all__ = ["Capacity", "Provider", "ValueEnum"]
 
 
 class Provider(str, Enum):

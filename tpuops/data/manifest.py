@@ -34,11 +34,12 @@ when labels came from folder names or text; it is null for numeric labels.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 
 MANIFEST = "manifest.json"
@@ -110,4 +111,4 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -29,9 +29,7 @@ from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import TpuopsError
 from tpuops.core.kinds import Capacity, ValueEnum
-
-MANAGED_LABEL = "managed-by"
-MANAGED_VALUE = "tpuops"
+from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
 
 
 class MetadataKey(ValueEnum):
@@ -94,7 +92,7 @@ class NodeInfo:
 
     @property
     def managed(self) -> bool:
-        return self.labels.get(MANAGED_LABEL) == MANAGED_VALUE
+        return self.labels.get(MANAGED_BY_KEY) == MANAGED_BY_VALUE
 
     def age_s(self, now: datetime | None = None) -> float | None:
         if self.create_time is None:

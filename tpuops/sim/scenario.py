@@ -15,7 +15,7 @@ import dataclasses
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import yaml
 from tpuops.agent.interval import young_daly_s
 from tpuops.billing.risk import Risk, RiskKey, rate_for
 from tpuops.config import Settings
+from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity, ValueEnum
 from tpuops.core.naming import RUN_KEY
@@ -233,7 +234,7 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
     else:
         # Launched at the simulation's START, not now: the run ids (and so every node's draws) are the same
         # on every call.
-        launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, timezone.utc))
+        launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, UTC))
         job = jobs.plan_train(settings, path, user_store, run_id=launched, capacity=policy.capacity)
         model = agent_model(job.experiment, history,
                             lost_work_per_hour=lost_rate)

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, node_cost
 from tpuops.billing.ledger import Ledger, NodeHistory
 from tpuops.config import Settings
+from tpuops.core.clock import UTC
 from tpuops.runs.goodput import run_goodput
 from tpuops.store import Store
 from tpuops.sweeps import ops as sweep_ops
@@ -96,7 +97,7 @@ def sweep_status(settings: Settings, store: Store, ledger: Ledger, sweep: SweepR
     state, _ = sweep_ops.load_state(store, name)
     study = studies.load_study(spec, studies.open_storage(spec, store, environ=environ))
     catalog = catalog_for(settings)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     by_run: dict[str | None, list[tuple[NodeHistory, float]]] = {}
     for history in ledger.histories(settings.project, sweep_id=name):
         by_run.setdefault(history.node.run_id, []).append((history, node_cost(history, catalog, now).usd))
