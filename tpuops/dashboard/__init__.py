@@ -6,6 +6,7 @@ draws a run's timeline (``tpuops.runs.timeline``, pure); ``views`` shapes rows; 
 routes; ``guard`` and ``auth`` the token; ``optuna_mount`` optuna-dashboard over a sweep's study;
 ``serve`` runs uvicorn on 127.0.0.1 (``dashboard``: what ``tpuops dashboard`` starts).
 
-May import: ``tpuops.api`` and what its calls return, and the web stack (Starlette, uvicorn,
-optuna-dashboard).
+May import: ``tpuops.api`` and the types its calls return (runs, sweeps, config, core), the
+``session`` wiring (to open the store once for all its calls), and the web stack (Starlette,
+uvicorn, optuna-dashboard). Nothing in tpuops but the CLI imports it (``tests/test_wings.py``).
 """

@@ -1,0 +1,76 @@
+"""The wings keep their floors: each package imports only what its docstring says it may.
+
+``tpuops/`` is a few packages named for what they hold (docs/design.md, "Layout"), each with a
+docstring that states its job and what it may import. This test holds the code to those
+docstrings, reading every import of every module (at the top, inside functions and under
+``TYPE_CHECKING``), so a shortcut that would pull a wing up through the floors fails here, with
+the file, the line and the import, before it becomes a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tpuops
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(tpuops.__file__).parent
+
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "core": ("tpuops.core", "tpuops.agent.exits"),
+    "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
+    "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.tfrecord", "tpuops.agent"),
+    "agent": ("tpuops.agent",),
+}
+"""Per wing, the tpuops modules it may import (a prefix admits its submodules)."""
+
+UI = ("tpuops.dashboard", "tpuops.cli")
+"""What stands on top: nothing else in tpuops imports them (the CLI may start the dashboard)."""
+
+MAX_LOOSE_MODULES = 12
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of a tpuops module in ``path``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("tpuops")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("tpuops"):
+            if node.module == "tpuops":
+                found += [(node.lineno, f"tpuops.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return found
+
+
+def _admitted(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("wing", sorted(MAY_IMPORT))
+def test_a_wing_imports_only_what_its_docstring_allows(wing: str) -> None:
+    allowed = MAY_IMPORT[wing]
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+           for path in sorted((PACKAGE / wing).rglob("*.py"))
+           for line, module in _imports(path) if not _admitted(module, allowed)]
+    assert not bad, f"tpuops/{wing}/ may import only {', '.join(allowed)}:\n" + "\n".join(bad)
+
+
+def test_nothing_below_imports_the_dashboard_or_the_cli() -> None:
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+           for path in sorted(PACKAGE.rglob("*.py"))
+           if not _admitted(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts), UI)
+           and path.name != "__main__.py"
+           for line, module in _imports(path) if _admitted(module, UI)]
+    assert not bad, "the dashboard and the CLI stand on top (the front door imports no UI):\n" + "\n".join(bad)
+
+
+def test_at_most_a_dozen_modules_stand_loose_in_tpuops() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} modules loose in tpuops/ (group them into a wing): {loose}"
