@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tpuops.agent.exits import ExitClass, Phase
 from tpuops.errors import DamagedDocument
 from tpuops.kinds import ValueEnum
+from tpuops.notify.models import Choice as NotifyChoice
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 
@@ -106,6 +107,8 @@ class RunRecord(_Doc):
     """The run's expected length at on-demand speed: its remaining work until a pass has measured its speed."""
     fallback: bool = False
     """Spot until the first preemption, on-demand after (``tpuops.deadline.fallback``: the SkyPilot-like baseline)."""
+    notify: NotifyChoice | None = None
+    """The experiment's ``notify:`` (target names and kinds, never a secret); None: the ``[notify]`` defaults."""
     inputs: PlanInputs | None = None
     """What its deadline rule and ``every: auto`` rest on, learned at launch; None: a record from before them, or
     a run with neither (the settings' assumptions apply)."""
