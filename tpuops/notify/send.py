@@ -67,7 +67,7 @@ def slack_body(notice: Notice) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:3000]}},
     ]
     if notice.log_tail:
-        tail = "\n".join(clean(line).replace("```", "'''") for line in notice.log_tail)
+        tail = "\n".join(_mrkdwn(line).replace("```", "'''") for line in notice.log_tail)
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{tail[-2900:]}```"}})
     context = [f"{_mrkdwn(notice.kind.value)} at {_when(notice)}", f"key {_mrkdwn(notice.key)}"]
     if notice.link:
