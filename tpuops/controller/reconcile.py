@@ -87,6 +87,7 @@ from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
 
 if TYPE_CHECKING:
+    from tpuops.sweeps.advance import SweepPass
     from tpuops.sweeps.studies import KeptStudies
 
 T = TypeVar("T")
@@ -208,6 +209,7 @@ class Controller:
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
         self._studies: KeptStudies | None = None  # the sweeps' studies, kept open across passes
+        self._sweep_pass: SweepPass | None = None  # this pass's, until its notices are sent
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
 
@@ -369,6 +371,9 @@ class Controller:
                 report.errors[run_id] = outcome.error
         if only is None:
             self._reap_orphans(set(states), listed, report)
+        if self._sweep_pass is not None:
+            self._sweep_pass.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
+            self._sweep_pass = None
         return report
 
     def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
@@ -607,6 +612,7 @@ class Controller:
         self._studies = self._studies or KeptStudies()
         sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
                            fleet=self.nodes, kept=self._studies)
+        self._sweep_pass = sweeps
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,

@@ -122,6 +122,22 @@ def _past_deadline(facts: RunFacts, memory: Memory, now: float) -> list[Notice]:
                    details=["its deadline has passed and the run is still going"])]
 
 
+def sweep_notice(name: str, targets: tuple[str, ...], kinds: frozenset[Kind], ended: tuple[str, str],
+                 best: tuple[int, float] | None, metric: str, cost_usd: float, now: float) -> Notice | None:
+    """The message a sweep's ending (``ended``: its outcome and why) is worth, with its best trial; None if
+    turned off or nobody listens."""
+    if not targets or Kind.SWEEP_FINISHED not in kinds:
+        return None
+    outcome, reason = ended
+    details = [f"{outcome}: {reason}"]
+    if best is not None:
+        details.append(f"best trial {best[0]}: {metric} {best[1]:.6g}")
+    return Notice(key=key(name, Kind.SWEEP_FINISHED, now), kind=Kind.SWEEP_FINISHED, at=now, scope="sweep",
+                  subject=name, title=f"sweep {name} {outcome}", details=details, cost_usd=round(cost_usd, 2),
+                  metric={metric: best[1]} if best is not None and math.isfinite(best[1]) else {},
+                  deliveries=[Delivery(target=target) for target in targets])
+
+
 _TITLES = {
     Kind.SUCCEEDED: "succeeded",
     Kind.FAILED: "failed",
