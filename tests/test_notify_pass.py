@@ -242,3 +242,30 @@ def test_two_controllers_at_once_send_one_message(world: World) -> None:
     assert errors == []
     assert len(world.hook.delivered) == len(world.chat.delivered) == len(world.mail.messages) == 1
     _no_secret_anywhere(world)
+
+
+def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path) -> None:
+    from helpers import sweeps_world
+
+    from tpuops.sweeps import ops as sweep_ops
+
+    hook = http_receiver()
+    try:
+        sim = sweeps_world(tmp_path, ("s",), config_tail=f'\n[notify.targets.hook]\nkind = "webhook"\n'
+                                                         f'url = "{hook.url}"\n')
+        assert sim.run(max_hours=4).ended
+        for _ in range(2):  # later passes send nothing more
+            sim.controller.run_pass()
+        assert [(got.body["kind"], got.body["subject"]) for got in hook.delivered] == [
+            ("sweep-finished", {"type": "sweep", "id": "s"})]
+        body = hook.delivered[0].body  # the simulated agent reports no accuracy: no trial completed, no best
+        assert (body["title"], body["details"], body["metrics"]) == (
+            "sweep s completed", ["completed: all 2 trials ended"], {})
+        assert body["cost_usd"] > 0
+        state, _ = sweep_ops.load_state(sim.store, "s")
+        assert [[d.state for d in n.deliveries] for n in state.notices] == [[State.SENT]]
+        assert sweep_ops.active_sweeps(sim.store) == []
+        config = str(tmp_path / "tpuops.toml")  # the user's own file, where this test put the URL
+        assert [f for f in files_holding(tmp_path, SECRET_PATH) if not f.startswith(config)] == []
+    finally:
+        hook.close()

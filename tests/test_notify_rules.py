@@ -196,3 +196,14 @@ def test_a_notice_round_trips_through_the_memory() -> None:
     memory.notices.extend(run_notices(FACTS, memory, new, T0))
     again = Memory.model_validate_json(memory.to_bytes())
     assert again.notices == memory.notices and isinstance(again.notices[0], Notice)
+
+
+def test_a_sweep_s_ending_carries_its_best_trial_unless_turned_off() -> None:
+    from tpuops.notify.rules import sweep_notice
+
+    notice = sweep_notice("s", ("hook",), frozenset(DEFAULT_KINDS), ("completed", "all 8 trials ended"),
+                          (3, 0.9512), "accuracy", 4.567, T0)
+    assert notice is not None and notice.key == "s/sweep-finished/1900000000000" and notice.scope == "sweep"
+    assert notice.details == ["completed: all 8 trials ended", "best trial 3: accuracy 0.9512"]
+    assert (notice.metric, notice.cost_usd) == ({"accuracy": 0.9512}, 4.57)
+    assert sweep_notice("s", ("hook",), frozenset({Kind.FAILED}), ("completed", "x"), None, "accuracy", 0, T0) is None
