@@ -207,3 +207,21 @@ def test_a_sweep_s_ending_carries_its_best_trial_unless_turned_off() -> None:
     assert notice.details == ["completed: all 8 trials ended", "best trial 3: accuracy 0.9512"]
     assert (notice.metric, notice.cost_usd) == ({"accuracy": 0.9512}, 4.57)
     assert sweep_notice("s", ("hook",), frozenset({Kind.FAILED}), ("completed", "x"), None, "accuracy", 0, T0) is None
+
+
+def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_one_line() -> None:
+    from tpuops.config import Settings
+    from tpuops.errors import UsageError
+    from tpuops.jobs import check_notify
+    from tpuops.notify.models import Choice, NotifySettings, Target
+
+    choice = Choice.model_validate({"to": ["team", "pager"], "on": ["failed"]})
+    settings = Settings(notify=NotifySettings(targets={"team": Target(kind="slack", url="https://hooks.example/x")}))
+    with pytest.raises(UsageError) as refused:
+        check_notify(settings, choice, "exp.yaml")
+    assert str(refused.value) == ("exp.yaml: notify: target 'pager' is not in tpuops.toml's [notify.targets] "
+                                  "(known: team)")
+    check_notify(settings, Choice(to=["team"]), "exp.yaml")
+    assert settings.notify.chosen(Choice(to=[]))[0] == []  # notifications off for this run
+    assert settings.notify.chosen(None)[0] == ["team"]
+    assert settings.notify.chosen(choice)[1] == {Kind.FAILED}
