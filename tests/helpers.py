@@ -223,7 +223,8 @@ def sweeps_world(tmp_path: Path, names: tuple[str, ...], *, config_tail: str = "
     config = tmp_path / "tpuops.toml"
     config.write_text('zones = ["us-central1-a"]\n' + config_tail)
     settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
-    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
+    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10),
+                     notify=bool(config_tail))
     for name in names:
         path = tmp_path / "sweeps" / f"{name}.yaml"
         path.write_text(SMALL_SWEEP.format(name=name))

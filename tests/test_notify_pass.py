@@ -247,6 +247,9 @@ def test_two_controllers_at_once_send_one_message(world: World) -> None:
 def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path) -> None:
     from helpers import sweeps_world
 
+    from tpuops.providers.cloud_model import CloudModel
+    from tpuops.sim.engine import Simulation
+    from tpuops.sim.model import AgentModel
     from tpuops.sweeps import ops as sweep_ops
 
     hook = http_receiver()
@@ -254,6 +257,8 @@ def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path)
         sim = sweeps_world(tmp_path, ("s",), config_tail=f'\n[notify.targets.hook]\nkind = "webhook"\n'
                                                          f'url = "{hook.url}"\n')
         assert sim.run(max_hours=4).ended
+        assert Simulation(sim.settings, tmp_path / "quiet", CloudModel(),
+                          AgentModel(total_steps=10, steps_per_s=1)).settings.notify.targets == {}
         for _ in range(2):  # later passes send nothing more
             sim.controller.run_pass()
         assert [(got.body["kind"], got.body["subject"]) for got in hook.delivered] == [
