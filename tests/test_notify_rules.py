@@ -225,3 +225,35 @@ def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_o
     assert settings.notify.chosen(Choice(to=[]))[0] == []  # notifications off for this run
     assert settings.notify.chosen(None)[0] == ["team"]
     assert settings.notify.chosen(choice)[1] == {Kind.FAILED}
+
+
+def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
+    from tpuops.notify.models import Delivery, NotifySettings, State, Target
+    from tpuops.notify.outbox import BACKOFF_S, MAX_TRIES, deliver
+
+    hook = http_receiver()
+    try:
+        hook.failing = 1000
+        config = NotifySettings(give_up_after_s=600, targets={
+            "down": Target(kind="webhook", url=hook.url),
+            "gone": Target(kind="webhook", url=hook.url.replace(SECRET_PATH, "deleted"))})
+        notices = [Notice(key=f"r/failed/{i}", kind=Kind.FAILED, at=T0, subject="r", title="t",
+                          deliveries=[Delivery(target="down"), Delivery(target="gone"), Delivery(target="removed")])
+                   for i in range(4)]
+        said: list[tuple[str, str]] = []
+
+        def note(kind: str, text: str) -> None:
+            said.append((kind, text))
+
+        assert deliver(notices, config, T0, note)
+        tried = [d for n in notices for d in n.deliveries if d.attempts]
+        assert len(tried) == MAX_TRIES == len(said)  # the rest waits for the next pass
+        first = notices[0].deliveries
+        assert [d.state for d in first] == [State.PENDING, State.GAVE_UP, State.GAVE_UP]  # 500; 404; not configured
+        assert first[0].next_at == T0 + BACKOFF_S[0] and "retrying after 30 s" in said[0][1]
+        assert "target 'removed' is no longer in [notify.targets]; given up" in said[2][1]
+        assert not deliver(notices[:1], config, T0 + 1, note)  # nothing due before the backoff ends
+        deliver(notices[:1], config, T0 + 601, note)  # still failing past give_up_after_s
+        assert notices[0].deliveries[0].state is State.GAVE_UP
+    finally:
+        hook.close()

@@ -18,6 +18,10 @@ from tpuops.notify.send import send
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """The wait before the n-th retry of one delivery (the last repeats)."""
 
+MAX_TRIES = 8
+"""Deliveries one run or sweep tries per pass: a pass holds a lease (``lease_ttl_s``) for at most this many
+``timeout_s``; what is left waits for the next pass."""
+
 Note = Callable[[str, str], None]
 """Records one event about a notice: (event kind, message)."""
 
@@ -41,25 +45,24 @@ def due(notices: list[Notice], now: float) -> bool:
     return any(d.state is State.PENDING and d.next_at <= now for notice in notices for d in notice.deliveries)
 
 
-def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Note,
-            send_one: Callable[[Target, Notice, float], None] = send) -> bool:
+def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Note) -> bool:
     """Try every delivery due at ``now``, once each; mark it sent, retried later, or given up. Whether any changed.
 
     The caller writes the memory afterwards (the mark). Nothing here raises: a failure is the delivery's state.
     """
-    changed = False
+    tries = 0
     targets: Mapping[str, Target] = config.targets
     for notice in notices:
         for delivery in notice.deliveries:
-            if delivery.state is not State.PENDING or delivery.next_at > now:
+            if delivery.state is not State.PENDING or delivery.next_at > now or tries >= MAX_TRIES:
                 continue
-            changed = True
+            tries += 1
             delivery.attempts += 1
             target = targets.get(delivery.target)
             try:
                 if target is None:
                     raise TpuopsError(f"target {delivery.target!r} is no longer in [notify.targets]")
-                send_one(target, notice, config.timeout_s)
+                send(target, notice, config.timeout_s)
             except TpuopsError as err:
                 delivery.error = str(err)
                 if err.retryable and now - notice.at < config.give_up_after_s:
@@ -72,7 +75,7 @@ def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Not
                 continue
             delivery.state, delivery.error = State.SENT, ""
             note("notified", f"{notice.kind} sent to {delivery.target} (key {notice.key})")
-    return changed
+    return tries > 0
 
 
 def test_all(config: NotifySettings, project: str, now: float) -> list[tuple[str, str, str]]:
