@@ -203,8 +203,9 @@ parallel: 2
 """
 
 
-def sweeps_world(tmp_path: Path, names: tuple[str, ...]) -> Simulation:
-    """A simulated world (one zone, jobs of 100 s of steps) whose store holds one started ``SMALL_SWEEP`` per name."""
+def sweeps_world(tmp_path: Path, names: tuple[str, ...], *, config_tail: str = "") -> Simulation:
+    """A simulated world (one zone, jobs of 100 s of steps) whose store holds one started ``SMALL_SWEEP`` per name
+    (``config_tail``: more of tpuops.toml, a ``[notify]`` table say)."""
     import shutil
 
     from tpuops.config import load_settings
@@ -220,9 +221,10 @@ def sweeps_world(tmp_path: Path, names: tuple[str, ...]) -> Simulation:
     for name in ("digits_cnn.yaml", "models.py"):
         shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
     config = tmp_path / "tpuops.toml"
-    config.write_text('zones = ["us-central1-a"]\n')
+    config.write_text('zones = ["us-central1-a"]\n' + config_tail)
     settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
-    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10))
+    sim = Simulation(settings, tmp_path / "world", CloudModel(), AgentModel(total_steps=1000, steps_per_s=10),
+                     notify=bool(config_tail))
     for name in names:
         path = tmp_path / "sweeps" / f"{name}.yaml"
         path.write_text(SMALL_SWEEP.format(name=name))

@@ -230,3 +230,20 @@ def test_a_taken_port_is_one_line_exit_2_and_no_token_is_made(tmp_path: Path, mo
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "home" / "dashboard-token").exists()
+
+
+def test_a_run_s_panel_lists_its_notifications_with_each_delivery_state(settings: Settings) -> None:
+    from tpuops.notify.models import Delivery, Kind, Notice, State
+
+    declare(settings, "r1")
+    root = store(settings)
+    memory, generation = runs.load_memory(root, "r1")
+    memory.notices.append(Notice(key="r1/failed/1", kind=Kind.FAILED, at=1_900_000_000.0, subject="r1",
+                                 title="run r1 failed", deliveries=[
+                                     Delivery(target="team", state=State.SENT),
+                                     Delivery(target="mail", error="the receiver answered HTTP 500")]))
+    runs.save_memory(root, "r1", memory, generation)
+    assert client(settings).get("/data/runs/r1/panel").json()["notices"] == [{
+        "at": "2030-03-17T17:46:40+00:00", "kind": "failed", "title": "run r1 failed",
+        "deliveries": "team: sent; mail: pending (the receiver answered HTTP 500)"}]
+    assert '<table id="notices">' in client(settings).get("/runs/r1").text

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity, Provider
 from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, is_zone_name, rule_in_words
+from tpuops.notify.models import NotifySettings
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
@@ -127,6 +128,9 @@ class Settings(BaseModel):
     recovery_s: float = Field(default=RECOVERY_S, gt=0, le=WEEK_S)
     """ASSUMPTION: what one preemption or capacity move costs a run (a pass to notice it, create -> READY, setup,
     restore, the work since the last save); the deadline policy keeps room for it (``tpuops.billing.deadline``)."""
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    """``[notify]``: where messages go and what is worth one (docs/notifications.md); its secrets are read from
+    the environment or a file by ``load_settings``, never written anywhere."""
 
     @field_validator("project")
     @classmethod
@@ -195,7 +199,7 @@ class Settings(BaseModel):
 
 _LIST_KEYS = {"zones"}
 _MAP_KEYS = {"labels"}
-_FILE_ONLY_KEYS = {"prices"}
+_FILE_ONLY_KEYS = {"prices", "notify"}
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -273,7 +277,33 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
         settings = Settings.model_validate(merged)
     except ValidationError as err:
         raise UsageError(_one_line(err, merged, source)) from None
-    return _finish(settings)
+    return _with_secrets(_finish(settings), environ)
+
+
+def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """Read each notify target's secret (``url_env``, ``password_env``, ``password_file``) into the settings.
+
+    One missing is not an error here (a command that sends nothing needs none): the target says why when it
+    is used (``tpuops notify test``, a delivery).
+    """
+    if not settings.notify.targets:
+        return settings
+    targets = {}
+    for name, target in settings.notify.targets.items():
+        url = password = missing = None
+        if target.url_env:
+            url = environ.get(target.url_env) or None
+            missing = None if url else f"the environment variable {target.url_env} (url_env) is not set"
+        if target.password_env:
+            password = environ.get(target.password_env) or None
+            missing = None if password else f"the environment variable {target.password_env} (password_env) is not set"
+        elif target.password_file:
+            try:
+                password = Path(target.password_file).expanduser().read_text().strip()
+            except OSError as err:
+                missing = f"password_file {target.password_file}: {err.strerror or err}"
+        targets[name] = target.resolved(url, password, missing)
+    return settings.model_copy(update={"notify": settings.notify.model_copy(update={"targets": targets})})
 
 
 def _finish(settings: Settings) -> Settings:
@@ -302,6 +332,9 @@ def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[s
     loc = first.get("loc") or ("config",)
     key = str(loc[0])
     origin = source.get(key, "config")
+    if key == "notify":  # it may hold a webhook URL: name where, never echo the value
+        where = ".".join(str(part) for part in loc)
+        return f"{origin}: {where}: {first.get('msg', 'invalid value').removeprefix('Value error, ')}"
     if first.get("type") == "extra_forbidden":
         close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(Settings.model_fields)}"

@@ -172,3 +172,28 @@ def runtime_install(settings: Settings, *, path: Path | None = None, force: bool
 
     return install(path or home_runtime(settings), force=force, base_python=base_python,
                    progress=progress or (lambda _text: None))
+
+
+@dataclass(frozen=True)
+class NotifyTested:
+    """``tpuops notify test``: per target, what happened (never its URL or password)."""
+
+    targets: list[dict[str, str]]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(t["result"] == "sent" for t in self.targets) else 1
+
+
+def notify_test(settings: Settings) -> NotifyTested:
+    """``tpuops notify test``: one test message to every ``[notify.targets]`` target (docs/notifications.md).
+
+    Raises ``UsageError`` before sending anything when no target is configured, a secret cannot be read or an
+    SMTP host does not answer.
+    """
+    import time
+
+    from tpuops.notify.outbox import test_all
+
+    results = test_all(settings.notify, settings.project, time.time())
+    return NotifyTested([{"target": name, "kind": kind, "result": result} for name, kind, result in results])

@@ -79,6 +79,10 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+LATE_EVEN_ON_DEMAND = "it may be late even there"
+"""What a move to on-demand says when even on-demand may miss the deadline (``tpuops.notify.rules`` reads it)."""
+
+
 def choose(situation: Situation, spot: Capacity = Capacity.SPOT) -> Choice:
     """Uniform progress: ``spot`` (the run's declared cheap capacity) while it fits, on-demand when not."""
     left = situation.deadline_at - situation.now
@@ -93,7 +97,7 @@ def choose(situation: Situation, spot: Capacity = Capacity.SPOT) -> Choice:
     if left >= needs:
         return Choice(spot, f"{_hours(situation.remaining_s)} of work needs {_hours(needs)} on {spot.value}, "
                             f"{_hours(left)} left before the deadline")
-    late = "" if left >= situation.remaining_s + situation.recovery_s else "; it may be late even there"
+    late = "" if left >= situation.remaining_s + situation.recovery_s else f"; {LATE_EVEN_ON_DEMAND}"
     return Choice(Capacity.ON_DEMAND, f"{_hours(situation.remaining_s)} of work needs {_hours(needs)} on "
                                       f"{spot.value} with its expected recoveries, only {_hours(left)} left "
                                       f"before the deadline{late}")

@@ -24,6 +24,7 @@ from tpuops.cli import (
     init,
     jobs,
     nodes,
+    notify,
     risk,
     runtime,
     samples,
@@ -77,6 +78,7 @@ sweep.register(app)
 schedule.register(app)
 app.add_typer(emulator.app, name="emulator")
 app.add_typer(runtime.app, name="runtime")
+app.add_typer(notify.app, name="notify")
 data.app.command("sample")(samples.sample)
 app.add_typer(data.app, name="data")
 

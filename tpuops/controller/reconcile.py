@@ -44,6 +44,11 @@ meets ALREADY_EXISTS and adopts; memory is written with compare-and-swap after t
 so a pass that died before writing it is simply redone from what the cloud shows. A run is taken
 out of the index only once its memory says finished and its node is gone.
 
+Notifications (``tpuops.notify``): what a run's decision is worth telling is decided with it (pure rules),
+written with its memory (the write-ahead), and sent after the run's actions, a short timeout per target;
+then the memory is written again with each delivery's state. A finished run whose messages are not all
+delivered or given up stays in the index, so that later passes retry them.
+
 Two controllers: a run is acted on only under its lease, and only when its memory is still the
 one read before this pass listed the nodes; otherwise another controller acted since, our
 listing may predate that, and the run waits for the next pass.
@@ -78,12 +83,16 @@ from tpuops.core.errors import (
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import RUN_KEY
 from tpuops.fleet import Fleet, Listing
+from tpuops.notify import outbox
+from tpuops.notify.models import Notice
+from tpuops.notify.rules import RunFacts, run_notices
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
 
 if TYPE_CHECKING:
+    from tpuops.sweeps.advance import SweepPass
     from tpuops.sweeps.studies import KeptStudies
 
 T = TypeVar("T")
@@ -132,6 +141,7 @@ class _Decided:
     decision: Decision
     before: int  # how many events the memory had before the decision
     unchanged: bytes  # the memory's bytes before the decision
+    notices: list[Notice] = field(default_factory=list)  # what the decision is worth telling (tpuops.notify)
 
     def quiet(self, memory: Memory) -> bool:
         """Nothing to do: no action, and no memory to save (the steady state of a run)."""
@@ -204,6 +214,7 @@ class Controller:
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
         self._studies: KeptStudies | None = None  # the sweeps' studies, kept open across passes
+        self._sweep_pass: SweepPass | None = None  # this pass's, until its notices are sent
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
 
@@ -333,7 +344,7 @@ class Controller:
         self._refresh_statuses(states, nodes, fresh=only is not None)
         live = []
         for run_id, state in states.items():
-            if not (state.memory.finished and nodes[run_id] is None):
+            if not (state.memory.finished and nodes[run_id] is None) or outbox.waiting(state.memory.notices):
                 live.append(run_id)
             elif only is None and not failed:
                 runs.drop_active(self.store, run_id)
@@ -365,6 +376,9 @@ class Controller:
                 report.errors[run_id] = outcome.error
         if only is None:
             self._reap_orphans(set(states), listed, report)
+        if self._sweep_pass is not None:
+            self._sweep_pass.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
+            self._sweep_pass = None
         return report
 
     def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
@@ -378,7 +392,7 @@ class Controller:
         """
         decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
                    for run_id, (memory, _) in held.items()
-                   if self._offline(run_id, states[run_id].record, memory, nodes[run_id])}
+                   if self._offline(run_id, states[run_id].record, memory, nodes[run_id], now)}
         stop = threading.Event()
         try:
             return _inline_or_pooled(
@@ -447,10 +461,11 @@ class Controller:
         except TpuopsError as err:
             return err
 
-    def _offline(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None) -> bool:
+    def _offline(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, now: float) -> bool:
         """Whether ``_observe`` needs no I/O for the run: its status is cached, no create operation
-        is to be asked about, no budget makes it read its spending from the ledger."""
-        return run_id in self._seen and not _asks(memory, node) and record.budget_usd is None
+        is to be asked about, no budget makes it read its spending from the ledger, no notice is due."""
+        return (run_id in self._seen and not _asks(memory, node) and record.budget_usd is None
+                and not outbox.due(memory.notices, now))
 
     def _observe(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None,
                  listed: Listing) -> Observed:
@@ -491,7 +506,9 @@ class Controller:
         seen = self._seen.get(run_id)
         unchanged = seen.saved if seen is not None and seen.memory is memory else memory.to_bytes()
         before = len(memory.events)
-        return _Decided(decide(memory, observed, now, self.policy(record)), before, unchanged)
+        decision = decide(memory, observed, now, self.policy(record))
+        notices = self._worth_telling(run_id, record, memory, observed, before, now)
+        return _Decided(decision, before, unchanged, notices)
 
     @staticmethod
     def _settled(decided: _Decided | None, memory: Memory) -> _Outcome | None:
@@ -522,7 +539,9 @@ class Controller:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if memory.finished:
                 finished = str(memory.outcome or "")
-            self._save(run_id, memory, generation, decided.unchanged)
+            self._priced(run_id, decided.notices)
+            self._save(run_id, memory, generation, decided.unchanged)  # the notices' write-ahead, with the decision
+            self._tell(run_id, memory, now)
         except TpuopsError as err:
             error = self._failed(run_id, err)
         return _Outcome(tuple(acted), finished, error)
@@ -542,6 +561,47 @@ class Controller:
         if seen is not None:
             seen.memory, seen.saved, seen.generation = memory, after, saved
 
+    # ----- notifications (tpuops.notify): decided with the run, written before they are sent, sent last -----
+
+    def _worth_telling(self, run_id: str, record: RunRecord, memory: Memory, observed: Observed, before: int,
+                       now: float) -> list[Notice]:
+        """Queue in ``memory`` what the pass's decision is worth telling (pure: ``notify.rules``)."""
+        config = self.settings.notify
+        targets, kinds = config.chosen(record.notify)
+        facts = RunFacts(run_id, tuple(targets), frozenset(kinds), config.stalled_after_s, sweep=record.sweep,
+                         deadline_at=record.deadline_at, status=observed.status)
+        notices = run_notices(facts, memory, memory.events[before:], now)
+        outbox.queue(memory.notices, notices, lambda kind, message: memory.event(now, kind, message))
+        return notices
+
+    def _priced(self, run_id: str, notices: list[Notice]) -> None:
+        """The cost so far and the dashboard link of notices just decided, before they are written."""
+        if not notices:
+            return
+        from tpuops.billing.cost import catalog_for, spent
+
+        cost = spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
+        link = self.settings.notify.dashboard_url
+        for notice in notices:
+            notice.cost_usd = round(cost, 2)
+            notice.link = f"{link.rstrip('/')}/runs/{run_id}" if link else None
+
+    def _tell(self, run_id: str, memory: Memory, now: float) -> None:
+        """Deliver the run's due notices after its actions and their write-ahead, then write the marks.
+
+        Only after a write-ahead this controller made under the run's lease (its ``_seen`` holds the memory
+        just saved): a pass whose save lost the compare-and-swap sends nothing.
+        """
+        seen = self._seen.get(run_id)
+        if seen is None or seen.memory is not memory or not outbox.due(memory.notices, now):
+            return
+        first = len(memory.events)
+        if outbox.deliver(memory.notices, self.settings.notify, now,
+                          lambda kind, message: memory.event(now, kind, message)):
+            for event in memory.events[first:]:
+                self.progress(f"{run_id}: {event['kind']}: {event['message']}")
+            self._save(run_id, memory, seen.generation, seen.saved)
+
     def _failed(self, run_id: str, err: TpuopsError) -> str:
         """Forget what this controller knew of a run a pass could not finish; why, for the report."""
         self._seen.pop(run_id, None)
@@ -557,6 +617,7 @@ class Controller:
         self._studies = self._studies or KeptStudies()
         sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
                            fleet=self.nodes, kept=self._studies)
+        self._sweep_pass = sweeps
         return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,

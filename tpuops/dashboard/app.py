@@ -128,6 +128,7 @@ class Dashboard:
             "cost_usd": round(detail.cost_usd, 6),
             "events": [{"at": datetime.fromtimestamp(e["at"], UTC).isoformat(timespec="seconds"),
                         "kind": e["kind"], "message": e["message"]} for e in detail.run.memory.events],
+            "notices": [views.notice_row(notice) for notice in detail.run.memory.notices],
         })
 
     async def sweeps_data(self, _request: Request) -> Response:

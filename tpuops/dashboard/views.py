@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuops.core.clock import UTC
+from tpuops.notify.models import Notice, State
 
 if TYPE_CHECKING:
     from tpuops.dashboard.source import NodeRow
@@ -42,3 +43,14 @@ def node_row(row: NodeRow, now: datetime) -> dict[str, Any]:
     return {"name": node.name, "zone": node.zone, "accelerator": node.accelerator,
             "capacity": node.capacity.value, "state": node.state.value, "run_id": row.run_id,
             "orphan": row.orphan, "damaged": row.damaged, "age_s": node.age_s(now)}
+
+
+def notice_row(notice: Notice) -> dict[str, str]:
+    """One notification of a run (``tpuops.notify``) as the run page lists it: target names and delivery states
+    only (a target's URL or password is never in a notice)."""
+    states = []
+    for delivery in notice.deliveries:
+        why = f" ({delivery.error})" if delivery.error and delivery.state is not State.SENT else ""
+        states.append(f"{delivery.target}: {delivery.state}{why}")
+    return {"at": datetime.fromtimestamp(notice.at, UTC).isoformat(timespec="seconds"), "kind": str(notice.kind),
+            "title": notice.title, "deliveries": "; ".join(states)}

@@ -35,6 +35,7 @@ from tpuops.core.documents import read_yaml_mapping
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
+from tpuops.notify.models import Choice as NotifyChoice
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
 
@@ -161,6 +162,8 @@ class Experiment(_Strict):
     """When the run must be done (ISO time; UTC when it names no zone): spot while it fits, on-demand when not."""
     finish_within: str | None = None
     """The same, from the launch: ``36h``, ``90m``, ``2d``."""
+    notify: NotifyChoice | None = None
+    """Which ``[notify]`` targets (by name) hear about this run, and of what (docs/notifications.md)."""
 
     @field_validator("finish_within")
     @classmethod

@@ -36,6 +36,7 @@ from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
 from tpuops.launch.usercode import check_experiment, may_compile
+from tpuops.notify.models import Choice as NotifyChoice
 from tpuops.providers import accelerators
 from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
@@ -271,11 +272,21 @@ def _checked(plan: JobPlan) -> JobPlan:
     return plan
 
 
+def check_notify(settings: Settings, choice: NotifyChoice | None, where: str) -> None:
+    """A ``notify:`` naming a target that ``[notify]`` does not configure: one ``UsageError`` line."""
+    unknown = [name for name in (choice.to or []) if name not in settings.notify.targets] if choice else []
+    if unknown:
+        known = ", ".join(sorted(settings.notify.targets)) or "none configured"
+        raise UsageError(f"{where}: notify: target {unknown[0]!r} is not in tpuops.toml's [notify.targets] "
+                         f"(known: {known})")
+
+
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
             spec_path: Path, accelerator: str, capacity: Capacity | None, bundle: Bundle, *, keep: bool,
             budget_usd: float | None, sweep: str | None = None,
             deadline: dict[str, float] | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
+    check_notify(settings, experiment.notify, str(spec_path))
     up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
                  sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
                  extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None,
@@ -286,7 +297,7 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
         spec_file=str(spec_path), bundle_sha256=bundle.sha256,
         created=datetime.now(UTC).isoformat(timespec="seconds"), keep=keep, budget_usd=budget_usd,
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
-        sweep=sweep,
+        sweep=sweep, notify=experiment.notify,
     )
 
 

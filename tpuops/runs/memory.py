@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 from tpuops.billing.deadline import Choice
 from tpuops.core.create_result import CreateResult
 from tpuops.core.kinds import Capacity
+from tpuops.notify.models import Notice
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome
 
@@ -79,6 +80,8 @@ class Memory(BaseModel):
     speed_from: tuple[int, int, float] | None = None
     """(attempt, step, at) of the first progress a pass saw in the current attempt: where ``speed`` is measured from."""
     events: list[Event] = Field(default_factory=list)
+    notices: list[Notice] = Field(default_factory=list)
+    """Messages decided for the run and where each delivery stands (``tpuops.notify``: written before sending)."""
 
     @property
     def finished(self) -> bool:

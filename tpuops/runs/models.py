@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tpuops.agent.exits import ExitClass, Phase
 from tpuops.core.errors import DamagedDocument
 from tpuops.core.kinds import ValueEnum
+from tpuops.notify.models import Choice as NotifyChoice
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 
@@ -107,6 +108,8 @@ class RunRecord(_Doc):
     fallback: bool = False
     """Spot until the first preemption, on-demand after (``tpuops.billing.deadline.fallback``: the SkyPilot-like
     baseline)."""
+    notify: NotifyChoice | None = None
+    """The experiment's ``notify:`` (target names and kinds, never a secret); None: the ``[notify]`` defaults."""
     inputs: PlanInputs | None = None
     """What its deadline rule and ``every: auto`` rest on, learned at launch; None: a record from before them, or
     a run with neither (the settings' assumptions apply)."""

@@ -32,6 +32,7 @@ from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC, VirtualClock
 from tpuops.fleet import Fleet
+from tpuops.notify.models import NotifySettings
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import RunRecord
@@ -214,13 +215,17 @@ class Simulation:
     """One simulated world in ``workdir``: store, ledger, cloud, agents, and the real controller over them."""
 
     def __init__(self, settings: Settings, workdir: Path, cloud: CloudModel, agent: AgentModel, *,
-                 cron_s: float = 300.0, seed: int = 0, progress: Say = _quiet, wake: WakeUp | None = None) -> None:
+                 cron_s: float = 300.0, seed: int = 0, progress: Say = _quiet, wake: WakeUp | None = None,
+                 notify: bool = False) -> None:
+        """``notify``: keep the settings' ``[notify]`` targets; by default a simulation (a forecast, a dry run)
+        tells nobody anything, whatever tpuops.toml configures."""
         if cron_s <= 0:
             raise ValueError(f"the pass interval must be > 0 s, got {cron_s}")
         self.wake = wake
         workdir.mkdir(parents=True, exist_ok=True)
         self.settings = settings.model_copy(update={"store": str(workdir / "store"), "home": workdir,
-                                                    "node_provider": "simulated"})
+                                                    "node_provider": "simulated",
+                                                    "notify": settings.notify if notify else NotifySettings()})
         self.cron_s = cron_s
         self.progress = progress
         self.clock = VirtualClock(START)

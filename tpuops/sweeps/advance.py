@@ -43,6 +43,8 @@ from tpuops.billing.pricing import Catalog
 from tpuops.core.clock import UTC
 from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, StudyError, TpuopsError, UsageError
 from tpuops.core.kinds import Capacity
+from tpuops.notify import outbox
+from tpuops.notify.rules import sweep_notice
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.store import Store
 from tpuops.store.lease import Leases
@@ -60,7 +62,7 @@ from tpuops.sweeps.decide import (
     decide,
     tell_for,
 )
-from tpuops.sweeps.models import SweepOutcome, SweepPhase, SweepRecord
+from tpuops.sweeps.models import SweepOutcome, SweepPhase, SweepRecord, SweepState
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import trial_run_id
 from tpuops.sweeps.trials import FAILURE_ATTR, PassStudy, state_of
@@ -188,6 +190,9 @@ class SweepPass:
         self.progress = progress
         self.environ = environ
         self.catalog = catalog_for(settings)
+        self.to_tell: list[tuple[str, SweepState, int]] = []
+        """Sweeps whose notices are due, with the state and generation their write-ahead left: ``tell`` sends
+        them after the run pass, so that no receiver holds up the trials' teardown."""
 
     def run(self, now: float | None = None) -> SweepPassReport:
         """Advance every active sweep; one sweep's failure is that sweep's error in the report, never the pass's.
@@ -222,6 +227,11 @@ class SweepPass:
 
     def _advance(self, name: str, report: SweepPassReport, now: float) -> None:
         state, generation = sweep_ops.load_state(self.store, name)
+        if state.finished and outbox.waiting(state.notices):  # over, its messages not all delivered yet
+            if self.leases.acquire(lease_name(name), now):
+                self.held.add(lease_name(name))
+                self.to_tell.append((name, state, generation))
+            return
         if state.finished:
             sweep_ops.save_state(self.store, name, state, generation)  # drops the stale active marker
             return
@@ -256,14 +266,45 @@ class SweepPass:
         state.last_pass = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
         state.waiting = plan.waiting_reason
         if plan.ended is not None:
-            self.kept.forget(name)
             state.finish(*plan.ended)
+            self._worth_telling(spec, study, state, spent_usd, now)
+            self.kept.forget(name)
             report.ended[name] = plan.ended[0]
             self.progress(f"sweep {name}: {state.outcome}: {state.reason}")
         try:
-            sweep_ops.save_state(self.store, name, state, generation)
+            generation = sweep_ops.save_state(self.store, name, state, generation)  # the notices' write-ahead too
         except PreconditionFailed:
             self.progress(f"sweep {name}: its state changed during the pass ('sweep stop'); the next pass sees it")
+            return
+        if outbox.due(state.notices, now):
+            self.to_tell.append((name, state, generation))
+
+    # ----- notifications (tpuops.notify): decided with the sweep's ending, written first, sent after the runs -----
+
+    def _worth_telling(self, spec: SweepSpec, study: PassStudy, state: SweepState, spent_usd: float,
+                       now: float) -> None:
+        """Queue in ``state`` the message the sweep's ending is worth, with its best trial (``notify.rules``)."""
+        config = self.settings.notify
+        targets, kinds = config.chosen(spec.notify)
+        done = [(t.number, t.value) for t in study.trials()
+                if state_of(t) is TrialState.COMPLETE and t.value is not None]
+        pick = max if spec.objective.direction == "maximize" else min
+        best = pick(done, key=lambda pair: pair[1]) if done else None
+        notice = sweep_notice(spec.name, tuple(targets), frozenset(kinds), (str(state.outcome), state.reason or ""),
+                              best, spec.objective.metric, spent_usd, now)
+        if notice is None:
+            return
+        notice.link = f"{config.dashboard_url.rstrip('/')}/sweeps/{spec.name}" if config.dashboard_url else None
+        outbox.queue(state.notices, [notice], lambda kind, text: self.progress(f"sweep {spec.name}: {kind}: {text}"))
+
+    def tell(self, now: float) -> None:
+        """Deliver the due notices of the sweeps this pass advanced or found waiting, then write the marks."""
+        for name, state, generation in self.to_tell:
+            if outbox.deliver(state.notices, self.settings.notify, now,
+                              lambda kind, text, name=name: self.progress(f"sweep {name}: {kind}: {text}")):
+                with contextlib.suppress(PreconditionFailed):  # 'sweep stop' wrote it: the next pass tries again
+                    sweep_ops.save_state(self.store, name, state, generation)
+        self.to_tell.clear()
 
     def _views(self, spec: SweepSpec, trials: list[FrozenTrial], costs: Mapping[str, float]) -> dict[int, TrialView]:
         views = {}

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.core.kinds import ValueEnum
+from tpuops.notify.models import Notice
 from tpuops.providers.nodes import MetadataKey
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import TrialTemplate
@@ -58,6 +59,8 @@ class SweepState(BaseModel):
     outcome: SweepOutcome | None = None
     """How it ended, once FINISHED, and why (``reason``)."""
     reason: str | None = None
+    notices: list[Notice] = Field(default_factory=list)
+    """Messages decided for the sweep and where each delivery stands (``tpuops.notify``: written before sending)."""
 
     @property
     def finished(self) -> bool:

@@ -82,7 +82,7 @@ def load_state(store: Store, name: str) -> tuple[SweepState, int]:
 def save_state(store: Store, name: str, state: SweepState, generation: int) -> int:
     """Compare-and-swap; PreconditionFailed when someone else (``sweep stop``) wrote it since."""
     new = store.write_if_generation_match(state_key(name), state.to_bytes(), generation)
-    if state.finished:
+    if state.finished and not any(notice.waiting for notice in state.notices):  # undelivered: stays in the passes
         store.delete(ACTIVE + name)
     return new
 

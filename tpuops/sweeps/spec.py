@@ -22,6 +22,7 @@ from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import SPEC_NAME, URL
 from tpuops.launch.experiment import SEED_MAX, one_line
+from tpuops.notify.models import Choice as NotifyChoice
 
 SWEEP_NAME = SPEC_NAME
 """Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""
@@ -159,6 +160,8 @@ class SweepSpec(_Strict):
     max_failures: StrictInt = Field(default=3, ge=1)
     """Failed trials (user errors, crashes past the restarts) after which the sweep launches no more."""
     endgame: Endgame | None = None
+    notify: NotifyChoice | None = None
+    """Which ``[notify]`` targets (by name) hear how the sweep ended, and of what (docs/notifications.md)."""
 
     @model_validator(mode="after")
     def _shape(self) -> SweepSpec:

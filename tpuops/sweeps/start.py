@@ -61,6 +61,7 @@ def plan_sweep(settings: Settings, path: Path, store: Store, *, base_dir: Path |
     trial, and a name a sweep in the store has already.
     """
     spec = load_sweep(path)
+    jobs.check_notify(settings, spec.notify, str(path))
     experiment = experiment_path(path, spec)
     job = jobs.plan_train(settings, experiment, store, run_id=trial_run_id(spec.name, 0),
                           accelerator=spec.accelerator, capacity=spec.capacity, base_dir=base_dir, sweep=spec.name,

@@ -134,6 +134,8 @@ async function loadPanel(runId) {
       "preemption to first new step: " + panel.recoveries.map((s) => s + " s").join(", ") : "";
     const body = document.querySelector("#events tbody");
     body.replaceChildren(...panel.events.map((e) => textRow([e.at, e.kind, e.message])));
+    document.querySelector("#notices tbody").replaceChildren(
+      ...panel.notices.map((n) => textRow([n.at, n.kind, n.title, n.deliveries])));
   } finally {
     progress("");
   }
