@@ -233,7 +233,7 @@ def test_a_taken_port_is_one_line_exit_2_and_no_token_is_made(tmp_path: Path, mo
 
 
 def test_a_run_s_panel_lists_its_notifications_with_each_delivery_state(settings: Settings) -> None:
-    from tpuops.notify.models import Delivery, Kind, Notice, State
+    from tpuops.core.notices import Delivery, Kind, Notice, State
 
     declare(settings, "r1")
     root = store(settings)

@@ -25,9 +25,9 @@ from receivers import SECRET_PATH, HttpReceiver, files_holding, http_receiver
 from tpuops import runs
 from tpuops.config import load_settings
 from tpuops.core.kinds import Capacity
+from tpuops.core.notices import State
 from tpuops.emulator import control
 from tpuops.launch.provision import plan_up
-from tpuops.notify.models import State
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 

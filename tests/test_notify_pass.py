@@ -39,9 +39,9 @@ from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
 from tpuops.core.kinds import Capacity
+from tpuops.core.notices import State
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
-from tpuops.notify.models import State
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import NodeSpec, RunKind, RunRecord

@@ -15,7 +15,7 @@ from receivers import SECRET_PATH, SMTP_PASSWORD, SMTP_USER, files_holding, free
 from tpuops.billing.deadline import LATE_EVEN_ON_DEMAND
 from tpuops.cli.main import run
 from tpuops.core.kinds import Capacity
-from tpuops.notify.models import DEFAULT_KINDS, Kind, Notice
+from tpuops.core.notices import DEFAULT_KINDS, Kind, Notice
 from tpuops.notify.rules import KIND_OF_OUTCOME, RunFacts, run_notices
 from tpuops.runs import Memory, Outcome
 
@@ -123,7 +123,6 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
 
 
 @pytest.mark.emulator
-@pytest.mark.unit
 def test_notify_test_sends_one_message_per_target_and_says_what_happened(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     hook, gone, mail = http_receiver(), http_receiver(), smtp_receiver()
@@ -172,7 +171,6 @@ to = ["me@localhost"]
 
 
 @pytest.mark.emulator
-@pytest.mark.unit
 def test_notify_test_refuses_an_smtp_host_where_nothing_answers_before_sending_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     hook = http_receiver()
@@ -224,8 +222,8 @@ def test_a_sweep_s_ending_carries_its_best_trial_unless_turned_off() -> None:
 def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_one_line() -> None:
     from tpuops.config import Settings
     from tpuops.core.errors import UsageError
+    from tpuops.core.notices import Choice, NotifySettings, Target
     from tpuops.launch.jobs import check_notify
-    from tpuops.notify.models import Choice, NotifySettings, Target
 
     choice = Choice.model_validate({"to": ["team", "pager"], "on": ["failed"]})
     settings = Settings(notify=NotifySettings(targets={"team": Target(kind="slack", url="https://hooks.example/x")}))
@@ -240,9 +238,8 @@ def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_o
 
 
 @pytest.mark.emulator
-@pytest.mark.unit
 def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
-    from tpuops.notify.models import Delivery, NotifySettings, State, Target
+    from tpuops.core.notices import Delivery, NotifySettings, State, Target
     from tpuops.notify.outbox import BACKOFF_S, MAX_TRIES, deliver
 
     hook = http_receiver()

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity, Provider
 from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, is_zone_name, rule_in_words
-from tpuops.notify.models import NotifySettings
+from tpuops.core.notices import NotifySettings
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"

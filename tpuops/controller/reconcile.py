@@ -82,9 +82,9 @@ from tpuops.core.errors import (
 )
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import RUN_KEY
+from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
-from tpuops.notify.models import Notice
 from tpuops.notify.rules import RunFacts, run_notices
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord

@@ -2,8 +2,9 @@
 
 What lives here: the failure taxonomy (``errors``), the injectable clock (``clock``), plain enums
 (``kinds``), the one retry policy (``retry``), naming rules (``naming``), how figures print
-(``formats``), the one loader of user files (``documents``), package data (``resources``) and what a
-create request did (``create_result``).
+(``formats``), the one loader of user files (``documents``), package data (``resources``), what a
+create request did (``create_result``) and what a notification is made of (``notices``: kinds, targets,
+notices and their deliveries, the ``[notify]`` settings).
 
 May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the one enum base the
 agent shares (``tpuops.agent.exits.ValueEnum``, standard library only). Nothing here

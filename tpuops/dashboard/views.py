@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuops.core.clock import UTC
-from tpuops.notify.models import Notice, State
+from tpuops.core.notices import Notice, State
 
 if TYPE_CHECKING:
     from tpuops.dashboard.source import NodeRow

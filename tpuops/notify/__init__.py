@@ -21,6 +21,7 @@ Invariants:
   an event, a memory, a spec or a record holds target names, never a URL or a password.
 
 May import: pydantic, the standard library (``urllib``, ``smtplib``, ``email``), and from tpuops only
-``tpuops.core``, ``tpuops.runs`` (models) and ``tpuops.config`` (the settings types). ``models`` imports
-nothing from tpuops but ``tpuops.core``, so that ``tpuops.runs`` may hold notices in its memory.
+``tpuops.core``, ``tpuops.runs`` (models) and ``tpuops.config`` (the settings types). What a notice is made
+of (kinds, targets, notices, deliveries) is vocabulary in ``tpuops.core.notices``, so that ``tpuops.runs``,
+``tpuops.config`` and the sweeps may hold notices and settings without importing this package.
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from tpuops.core.errors import TpuopsError
-from tpuops.notify.models import Notice, NotifySettings, State, Target, keep_last
+from tpuops.core.notices import Notice, NotifySettings, State, Target, keep_last
 from tpuops.notify.send import send
 
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -85,7 +85,7 @@ def test_all(config: NotifySettings, project: str, now: float) -> list[tuple[str
     read, an SMTP host where nothing answers.
     """
     from tpuops.core.errors import UsageError
-    from tpuops.notify.models import Kind
+    from tpuops.core.notices import Kind
     from tpuops.notify.send import smtp_session
 
     if not config.targets:

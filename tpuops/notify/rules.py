@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from tpuops.billing.deadline import LATE_EVEN_ON_DEMAND
 from tpuops.core.kinds import Capacity
-from tpuops.notify.models import Delivery, Kind, Notice
+from tpuops.core.notices import Delivery, Kind, Notice
 from tpuops.runs.memory import Event, Memory
 from tpuops.runs.models import AgentStatus
 from tpuops.runs.outcome import Outcome

@@ -25,7 +25,7 @@ from typing import Any
 from tpuops.core.clock import UTC
 from tpuops.core.errors import InvalidRequest, NotFound, PermissionDenied, TpuopsError, TransientError, Unreachable
 from tpuops.core.formats import format_usd
-from tpuops.notify.models import SCHEMA, Notice, Target
+from tpuops.core.notices import SCHEMA, Notice, Target
 
 KEY_HEADER = "Idempotency-Key"
 """The header (and, as ``idempotency_key``, the body field) a receiver drops a repeated message by."""

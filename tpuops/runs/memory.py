@@ -21,7 +21,7 @@ from typing_extensions import TypedDict
 from tpuops.billing.deadline import Choice
 from tpuops.core.create_result import CreateResult
 from tpuops.core.kinds import Capacity
-from tpuops.notify.models import Notice
+from tpuops.core.notices import Notice
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome
 

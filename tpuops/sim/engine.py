@@ -31,8 +31,8 @@ from tpuops.billing.pricing import Catalog
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC, VirtualClock
+from tpuops.core.notices import NotifySettings
 from tpuops.fleet import Fleet
-from tpuops.notify.models import NotifySettings
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import RunRecord

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.core.kinds import ValueEnum
-from tpuops.notify.models import Notice
+from tpuops.core.notices import Notice
 from tpuops.providers.nodes import MetadataKey
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import TrialTemplate

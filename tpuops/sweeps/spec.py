@@ -21,8 +21,8 @@ from tpuops.core.documents import read_yaml_mapping
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import SPEC_NAME, URL
+from tpuops.core.notices import Choice as NotifyChoice
 from tpuops.launch.experiment import SEED_MAX, one_line
-from tpuops.notify.models import Choice as NotifyChoice
 
 SWEEP_NAME = SPEC_NAME
 """Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""
