@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
                "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.tfrecord", "tpuops.agent"),
-    "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config"),
+    "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "agent": ("tpuops.agent",),
 }
 """Per wing, the tpuops modules it may import (a prefix admits its submodules)."""

@@ -21,7 +21,8 @@ Invariants:
   an event, a memory, a spec or a record holds target names, never a URL or a password.
 
 May import: pydantic, the standard library (``urllib``, ``smtplib``, ``email``), and from tpuops only
-``tpuops.core``, ``tpuops.runs`` (models) and ``tpuops.config`` (the settings types). What a notice is made
+``tpuops.core``, ``tpuops.runs`` (models), ``tpuops.config`` (the settings types) and ``tpuops.billing``
+(the deadline rule's wording). What a notice is made
 of (kinds, targets, notices, deliveries) is vocabulary in ``tpuops.core.notices``, so that ``tpuops.runs``,
 ``tpuops.config`` and the sweeps may hold notices and settings without importing this package.
 """
