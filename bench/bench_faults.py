@@ -1,6 +1,6 @@
 """When the run itself goes wrong: what a user's mistake, an unhealthy API and a damaged document cost.
 
-    .venv/bin/python bench/bench_faults.py [--only PART ...] [--repetitions 3] [--trials 1000] [--json]
+    .venv/bin/python bench/bench_faults.py [--only PART ...] [--repetitions 3] [--trials 1000] [--json] [--result]
 
 Measures, side by side in one run, whatever the tree does today (every figure is what was seen; a goal
 that is missed is printed as missed, nothing is asserted). Parts, each selectable with ``--only``:
@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import result_file
 from bench_controller import TF_PYTHON, TF_ZONE, World, billing_of, seed_run, world
 
 from tpuops import runs
@@ -414,7 +415,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000, help="trials of the simulated sweep (ledger)")
     parser.add_argument("--parallel", type=int, default=50, help="trials at a time in the simulated sweep")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    result_file.add_argument(parser)
     args = parser.parse_args()
+    measuring = result_file.Run("bench_faults")
     chosen = [part for part in PARTS if part in (args.only or PARTS)]
     began = time.monotonic()
     results: dict[str, Any] = {}
@@ -433,49 +436,64 @@ def main() -> None:
                 results[part] = part_damaged(work, args.repetitions)
             progress(f"{part} took {time.monotonic() - started:.0f} s")
     report = {"repetitions": args.repetitions, "seconds": round(time.monotonic() - began), "parts": results}
+    if args.result:  # one result file a part, so that a part measured again replaces only its own
+        for part in chosen:
+            shown = {"repetitions": args.repetitions, "seconds": report["seconds"], "parts": {part: results[part]}}
+            measuring.write(shown, [result_file.Table(f"{part} (medians of {args.repetitions})", list(COLUMNS),
+                                                      table_rows(shown))], part=part)
     if args.json:
         print(json.dumps(report, indent=1, allow_nan=False))
     else:
         render(report)
 
 
+COLUMNS = ("measure", "tpuops", "goal", "")
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The report as the table's rows (the console's and the result file's): measure, figure, goal, verdict."""
+    def verdict(met: bool) -> str:
+        return "met" if met else "MISSED"
+
+    rows: list[list[str]] = []
+    parts = report["parts"]
+    for case, s in parts.get("user-errors", {}).items():
+        line = s["repetitions"][0]["line"]
+        rows.append([f"user error: {case}", f"{s['nodes']:g} node(s), {s['boots']:g} boot(s), {s['billed_s']:.1f} s "
+                     f"billed; {s['repetitions'][0]['outcome']}: {line[:80]}", "1 node, <= 1 boot", verdict(s["met"])])
+    for rate, s in parts.get("idle", {}).items():
+        shown = "no figure" if s["idle_after_end_s"] is None else \
+            f"{s['idle_after_end_s']:.1f} s (max {s['idle_after_end_s_max']:.1f})"
+        rows.append([f"billed idle after end, API error rate {rate}", shown, f"< {IDLE_GOAL_S:g} s", verdict(s["met"])])
+    if "ledger" in parts:
+        s = parts["ledger"]
+        if s.get("ledger_vs_billing") is None:
+            rows.append(["simulated sweep", f"failed: {s['repetitions'][0].get('line', '')}", "", "MISSED"])
+        else:
+            rows.append([f"ledger / billing, simulated {s['trials']}-trial sweep",
+                         f"{s['ledger_vs_billing']:.4f}, {s['missing']} billed trial(s) missing",
+                         "within 2 %, 0 missing", verdict(s["ledger_met"])])
+            rows.append(["that simulation's CPU speed-up", f"{s['cpu_speedup']:,.0f}x", ">= 1,000x",
+                         verdict(s["speed_met"])])
+    for name, s in parts.get("damaged", {}).items():
+        broken = [label for label, works in s["works"].items() if not works]
+        rows.append([f"one garbled {name} among {DAMAGED_RUNS} runs",
+                     f"{len(s['works']) - len(broken)} of {len(s['works'])} commands work"
+                     + (f"; broken: {', '.join(broken)}" if broken else ""), "all", verdict(s["met"])])
+    return rows
+
+
 def render(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    def verdict(met: bool) -> str:
-        return "met" if met else "MISSED"
-
     table = Table(title=f"tpuops when the run goes wrong (medians of {report['repetitions']})",
                   caption=f"total {report['seconds']} s")
-    for column in ("measure", "tpuops", "goal", ""):
+    for column in COLUMNS:
         table.add_column(column)
-    parts = report["parts"]
-    for case, s in parts.get("user-errors", {}).items():
-        line = s["repetitions"][0]["line"]
-        table.add_row(f"user error: {case}", f"{s['nodes']:g} node(s), {s['boots']:g} boot(s), {s['billed_s']:.1f} s "
-                      f"billed; {s['repetitions'][0]['outcome']}: {line[:80]}", "1 node, <= 1 boot", verdict(s["met"]))
-    for rate, s in parts.get("idle", {}).items():
-        shown = "no figure" if s["idle_after_end_s"] is None else \
-            f"{s['idle_after_end_s']:.1f} s (max {s['idle_after_end_s_max']:.1f})"
-        table.add_row(f"billed idle after end, API error rate {rate}", shown, f"< {IDLE_GOAL_S:g} s", verdict(s["met"]))
-    if "ledger" in parts:
-        s = parts["ledger"]
-        if s.get("ledger_vs_billing") is None:
-            table.add_row("simulated sweep", f"failed: {s['repetitions'][0].get('line', '')}", "", "MISSED")
-        else:
-            table.add_row(f"ledger / billing, simulated {s['trials']}-trial sweep",
-                          f"{s['ledger_vs_billing']:.4f}, {s['missing']} billed trial(s) missing",
-                          "within 2 %, 0 missing", verdict(s["ledger_met"]))
-            table.add_row("that simulation's CPU speed-up", f"{s['cpu_speedup']:,.0f}x", ">= 1,000x",
-                          verdict(s["speed_met"]))
-    for name, s in parts.get("damaged", {}).items():
-        broken = [label for label, works in s["works"].items() if not works]
-        table.add_row(f"one garbled {name} among {DAMAGED_RUNS} runs",
-                      f"{len(s['works']) - len(broken)} of {len(s['works'])} commands work"
-                      + (f"; broken: {', '.join(broken)}" if broken else ""), "all", verdict(s["met"]))
+    for row in table_rows(report):
+        table.add_row(*row)
     Console(width=200).print(table)
-
 
 if __name__ == "__main__":
     main()

@@ -71,6 +71,13 @@ SECTIONS = (
     Section("bench_goodput", "Goodput",
             "A long digits run on the emulator preempted 0, 1 and 3 times: where every billed second went, the "
             "recovery from PREEMPTED to the replacement's first completed step, and the ledger against billing."),
+    Section("bench_faults", "When the run itself goes wrong",
+            "What a user's deterministic mistake costs (nodes, boots, billed seconds), how long a finished node "
+            "bills while the Cloud TPU API fails a share of requests, the ledger against billing on a simulated "
+            "1,000-trial sweep and that simulation's CPU speed-up, and which commands still work with one damaged "
+            "run among 200. One result file a part, each measured with 3 repetitions.",
+            (("user-errors", "A user's mistake"), ("idle", "Idle after end under API errors"),
+             ("ledger", "Ledger against billing, simulated fleet sweep"), ("damaged", "One damaged run among 200"))),
     Section("bench_gcs", "The agent on gs://",
             "TensorFlow 2.9's own Cloud Storage filesystem on an emulated node against the same work on the local "
             "store: the training input, checkpoint save and restore, recovery, and storage requests per step.",
