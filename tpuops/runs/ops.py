@@ -117,13 +117,9 @@ def self_deleted_at(store: Store, run_id: str) -> datetime | None:
         status = read_status(store, run_id)
     except TpuopsError:
         return None
-    if status is None or status.ended is None or status.exit_class in (None, ExitClass.PREEMPTED):
+    if status is None or status.exit_class in (None, ExitClass.PREEMPTED):
         return None
-    try:
-        ended = datetime.fromisoformat(status.ended)
-    except ValueError:
-        return None
-    return ended if ended.tzinfo is not None else None
+    return status.ended_at
 
 
 def self_deletes(open_store: Callable[[], Store]) -> Callable[[str], datetime | None]:
