@@ -188,6 +188,9 @@ class Run:
     memory: Memory
     goodput: Goodput | None = None
     """Where its billed seconds went (``tpuops.accounting.attach_goodput`` fills it in from the ledger)."""
+    usd: float = 0.0
+    """What the ledger bills it (filled in with ``goodput``), also when its agent reported no attempt clocks (a
+    script-mode run, an older agent), whose goodput is then unknown."""
 
     @property
     def run_id(self) -> str:
@@ -227,7 +230,7 @@ class Run:
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
             "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
             "deterministic": status.deterministic,
-            "goodput": self.goodput.to_json() if self.goodput else None,
+            "goodput": self.goodput.to_json() if self.goodput else None, "usd": round(self.usd, 6),
         }
 
 
