@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,32 @@ def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
     assert "the pass was interrupted" in failed["message"], failed
     assert [rpc for rpc, name, _ in world.cloud.calls[before:] if name == "run-b"] == []  # never started
     assert (ZONE, "run-a") in world.cloud.nodes  # still DELETING: its create waits for the next pass
+
+
+def test_a_finished_runs_node_is_deleted_while_another_zones_listing_still_fails(tmp_path: Path) -> None:
+    """A run's agent ended, its node READY in one zone, while the API keeps failing another zone's ListNodes (held
+    here until released): the node is deleted in that very pass, before the other zone's listing is in, and the
+    run finishes with no second delete. Before, the delete waited for every zone's listing (retries included)."""
+    other = "us-central1-c"
+    settings = Settings(zones=[ZONE, other], home=tmp_path / "home", store=str(tmp_path / "store"),
+                        lease_ttl_s=3600.0, operation_timeout_s=WAIT_S, max_run_hours=0)
+    store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
+    world = World(settings, store, cloud, Controller(settings, store, Fleet(cloud, settings,
+                                                                            Ledger(settings.ledger_path)),
+                                                     holder="test", status_refresh_s=0.0))
+    world.running("r-1")
+    world.status("r-1", {**DONE, "ended": datetime.now(timezone.utc).isoformat()})
+    failing = cloud.hold_list(other)
+    passed: list[PassReport] = []
+    worker = threading.Thread(target=lambda: passed.append(world.controller.run_pass()))
+    worker.start()
+    try:
+        poll(lambda: ("DeleteNode", "r-1") in [call[:2] for call in cloud.calls], timeout_s=WAIT_S,
+             what="the finished run's node deleted while the other zone's listing is held")
+        assert worker.is_alive() and (ZONE, "r-1") not in cloud.nodes
+    finally:
+        failing.set()
+        worker.join(WAIT_S)
+    [report] = passed
+    assert report.acted == [("r-1", "delete", ZONE)] and report.finished == {"r-1": "succeeded"}
+    assert [call[:2] for call in cloud.calls].count(("DeleteNode", "r-1")) == 1

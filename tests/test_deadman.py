@@ -98,3 +98,31 @@ def test_keep_node_attribute_keeps_the_node(emulator: EmulatorInfo, tmp_path: Pa
     assert "deleting node" not in log.read_text()
     assert provisioner.provider.find_node(ZONE, "dms-keep") is not None
     provisioner.down(["dms-keep"])
+
+
+WAIT_FOR_GO = ["/bin/sh", "-c", "while [ ! -f go ]; do sleep 0.1; done"]
+
+
+def test_a_self_delete_the_api_refuses_is_asked_again_until_it_goes_through(emulator: EmulatorInfo,
+                                                                             tmp_path: Path) -> None:
+    """The API fails the node's first three DELETEs (an error burst): the node asks again, with backoff, until
+    its delete goes through, with no controller. Before, it asked once and stayed billed until someone looked."""
+    provisioner = _provisioner(emulator, tmp_path)
+    name = "dms-retry"
+    provisioner.up(plan_up(provisioner.settings, name, job=WAIT_FOR_GO))
+    log = _log(emulator, provisioner, name)
+    _wait_for_line(log, "starting the job")
+    admin = AdminClient(emulator.endpoint)
+    admin.set_faults(error_burst=3)  # only API calls count: the node's metadata requests are never failed
+    try:
+        (log.parent / "job" / "go").touch()
+        _wait_for_line(log, "self-delete attempt 3 failed (HTTP 503)")
+        deadline = time.monotonic() + 60
+        while not [b for b in admin.billing() if b["node"].endswith(f"/nodes/{name}") and b["end"] is not None]:
+            assert time.monotonic() < deadline, "the node's delete never went through"
+            time.sleep(0.1)
+    finally:
+        admin.clear_faults()
+    assert provisioner.provider.find_node(ZONE, name) is None
+    text = log.read_text()
+    assert "self-delete attempt 4" not in text and f"node {name} deleted itself (attempt 4)" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,36 @@ def test_format_seconds_never_prints_a_negative_zero() -> None:
     assert [format_seconds(v) for v in (-0.04, -0.0, 0.0, 0.04, -0.06, 12.345)] == \
         ["0.0", "0.0", "0.0", "0.0", "-0.1", "12.3"]
     assert format_seconds(-0.00004, 4) == "0.0000" and format_seconds(-0.00006, 4) == "-0.0001"
+
+
+def test_the_runs_table_bills_a_run_whose_agent_reported_no_attempt_clocks(tmp_path: Path) -> None:
+    """A script-mode run reports no attempt clocks, so its goodput is unknown; its cost is not: the dashboard's
+    Runs table showed $0.0000 for what the ledger (and ``tpuops cost``) billed it."""
+    from tpuops import runs
+    from tpuops.api.pages import run_rows
+    from tpuops.billing.cost import catalog_for, spent
+    from tpuops.config import Settings
+    from tpuops.core.kinds import Capacity, Provider
+    from tpuops.dashboard.views import run_row
+    from tpuops.launch.provision import plan_up
+    from tpuops.providers.nodes import NodeState
+    from tpuops.runs import NodeSpec, RunKind, RunRecord
+    from tpuops.session import open_ledger, store
+
+    settings = Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-b"],
+                        home=tmp_path / "home", store=str(tmp_path / "store"))
+    request = plan_up(settings, "script-1", accelerator="v2-8", capacity=Capacity.SPOT, zone="us-central1-b",
+                      run_id="script-1").request
+    root = store(settings)
+    root.write_bytes(runs.record_key("script-1"), RunRecord(
+        run_id="script-1", kind=RunKind.TRAIN, node=NodeSpec.of(request, ["us-central1-b"]),
+        experiment="x").model_dump_json().encode())
+    runs.write_status(root, "script-1", AgentStatus(run_id="script-1", phase="done", exit_class="succeeded"))
+    ledger = open_ledger(settings)
+    ledger.record_node("p", "us-central1-b", "script-1", "v2-8", "spot", run_id="script-1", uid="1", at=_at(0))
+    ledger.observe("p", "us-central1-b", "script-1", NodeState.READY, _at(60), uid="1")
+    ledger.mark_deleted("p", "us-central1-b", "script-1", _at(660), uid="1")
+    [run] = run_rows(settings, ["script-1"])
+    billed = spent(ledger, catalog_for(settings), project="p", run_id="script-1")
+    assert run.goodput is None and billed > 0
+    assert run_row(run, datetime.now(UTC))["usd"] == pytest.approx(billed)

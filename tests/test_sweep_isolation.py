@@ -46,8 +46,8 @@ def _break(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
     """The ``bad`` sweep's study samples with ``Raising``; every other study with its own sampler."""
     real = studies.sampler_for
 
-    def sampler_for(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
-        return Raising(error) if spec.name == "bad" else real(spec, number)
+    def sampler_for(spec: SweepSpec, number: int, space: Any = None) -> optuna.samplers.BaseSampler:
+        return Raising(error) if spec.name == "bad" else real(spec, number, space)
 
     monkeypatch.setattr(studies, "sampler_for", sampler_for)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple, cast
@@ -345,32 +345,39 @@ class Fleet:
                 zones.append(record.zone)
         return zones
 
-    def list_zones(self, zones: Iterable[str]) -> tuple[Listing, dict[str, TpuopsError]]:
+    def list_zones(self, zones: Iterable[str], on_listed: Callable[[str, dict[str, NodeInfo]], None] | None = None,
+                   ) -> tuple[Listing, dict[str, TpuopsError]]:
         """One ListNodes per zone and page, zones in parallel: the nodes by zone and name, and the zones that failed.
 
         What was seen goes to the ledger, and the open ledger intervals of nodes that a listed
         zone no longer shows are closed: they stopped costing (their dead-man's switch, a
         preemption that made them vanish). A zone whose listing failed is no evidence either way.
+        Each zone is taken in as soon as its listing is in, and then handed to ``on_listed`` (in the
+        caller's thread), while the others may still be retrying: what can be done in one zone
+        (deleting a finished run's node) never waits for another zone's failing API.
         """
         zones = list(dict.fromkeys(zones))
-
-        def one(zone: str) -> tuple[str, list[NodeInfo] | TpuopsError]:
-            try:
-                return zone, self.provider.list_nodes(zone)
-            except TpuopsError as err:
-                return zone, err
-
         asked = utc_now(self.clock)
+        listed: Listing = {}
+        failed: dict[str, TpuopsError] = {}
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(zones)))) as pool:
-            results = list(pool.map(one, zones))
-        listed = {zone: {n.name: n for n in found} for zone, found in results if not isinstance(found, TpuopsError)}
-        failed = {zone: found for zone, found in results if isinstance(found, TpuopsError)}
-        self.observe(*(n for nodes in listed.values() for n in nodes.values()), asked=asked)
-        for zone, nodes in listed.items():
-            for record in self.ledger.nodes(self.settings.project, zone, open_only=True):
-                if record.name not in nodes:
-                    self._gone(zone, record.name, record=record)
-        return listed, failed
+            futures = {pool.submit(self.provider.list_nodes, zone): zone for zone in zones}
+            for future in as_completed(futures):
+                zone = futures[future]
+                try:
+                    found = future.result()
+                except TpuopsError as err:
+                    failed[zone] = err
+                    continue
+                nodes = listed[zone] = {n.name: n for n in found}
+                self.observe(*nodes.values(), asked=asked)
+                for record in self.ledger.nodes(self.settings.project, zone, open_only=True):
+                    if record.name not in nodes:
+                        self._gone(zone, record.name, record=record)
+                if on_listed is not None:
+                    on_listed(zone, nodes)
+        return ({zone: listed[zone] for zone in zones if zone in listed},
+                {zone: failed[zone] for zone in zones if zone in failed})
 
     def status(self) -> list[NodeInfo]:
         """Every node in the zones in view: one ListNodes per zone and page, in parallel."""

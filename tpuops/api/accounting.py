@@ -71,12 +71,13 @@ def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime
     """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
     if not found:  # ``tpuops status`` with no run going: no prices, no ledger read
         return found
-    from tpuops.billing.cost import catalog_for
+    from tpuops.billing.cost import catalog_for, node_cost
     from tpuops.runs.goodput import by_run, run_goodput
 
     histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
     catalog, now = catalog_for(settings), datetime.now(UTC)
-    return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now))
+    return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now),
+                    usd=sum(node_cost(history, catalog, now).usd for history in histories.get(run.run_id, [])))
             for run in found]
 
 

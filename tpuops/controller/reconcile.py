@@ -335,13 +335,18 @@ class Controller:
             pending = state.memory.pending_create
             if pending is not None and pending.operation and pending.error is None:
                 self.nodes.expect(pending.zone, state.record.node_name, pending.operation)
-        listed, failed = self.nodes.list_zones(zones)
+        refreshed: set[str] = set()
+        ended: list[tuple[str, str]] = []
+        listed, failed = self.nodes.list_zones(
+            zones, lambda zone, found: self._end_finished(zone, found, states, only is not None, refreshed, ended))
+        report.acted.extend((run_id, ActionKind.DELETE, zone) for run_id, zone in ended)
         for zone, err in failed.items():
             report.unlisted_zones.append(zone)
             self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
         self._damaged(damaged, listed, now, report)
         nodes = {run_id: _find(listed, state.record.node_name) for run_id, state in states.items()}
-        self._refresh_statuses(states, nodes, fresh=only is not None)
+        self._refresh_statuses({run_id: state for run_id, state in states.items() if run_id not in refreshed}, nodes,
+                               fresh=only is not None)
         live = []
         for run_id, state in states.items():
             if not (state.memory.finished and nodes[run_id] is None) or outbox.waiting(state.memory.notices):
@@ -428,6 +433,41 @@ class Controller:
             node = nodes[run_id]
             seen.status, seen.status_state, seen.status_damage = read, node.state if node else None, None
             seen.status_due = clock + self.status_refresh_s * (0.5 + (zlib.crc32(run_id.encode()) % 512) / 1024)
+
+    def _end_finished(self, zone: str, found: dict[str, NodeInfo], states: dict[str, _Run], fresh: bool,
+                      refreshed: set[str], ended: list[tuple[str, str]]) -> None:
+        """As soon as ``zone``'s listing is in (``Fleet.list_zones``), refresh the statuses of the runs whose node
+        it shows, and delete the node of every run whose agent ended it for good since that node was created
+        (unless the run keeps its node): they go into ``refreshed`` and ``ended``.
+
+        The node deletes itself too (the dead-man's switch), but under a failing API its own delete may fail for
+        a while, and a finished node bills until someone's delete starts: that delete waits neither for another
+        zone's listing, which may be retrying, nor for the rest of the pass. The node leaves this pass's listing,
+        so ``decide`` finishes the run without a second delete. A delete that fails is left to ``decide``.
+        """
+        here = {run_id: state for run_id, state in states.items() if state.record.node_name in found}
+        if not here:
+            return
+        nodes: dict[str, NodeInfo | None] = {run_id: found[state.record.node_name] for run_id, state in here.items()}
+        self._refresh_statuses(here, nodes, fresh)
+        refreshed.update(here)
+        for run_id, state in here.items():
+            seen, node = self._seen.get(run_id), found[state.record.node_name]
+            status = seen.status if seen is not None else None
+            finished_at = status.ended_at if status is not None and status.final else None
+            if (finished_at is None or state.memory.finished or state.record.keep
+                    or node.state is NodeState.DELETING or status.attempt <= state.memory.handled_agent_attempt
+                    or (node.create_time is not None and finished_at < node.create_time)):
+                continue
+            try:
+                self.nodes.delete(zone, node.name)
+            except TpuopsError as err:
+                self.progress(f"{run_id}: its agent ended, but deleting {node.name} failed ({err}); "
+                              "the pass tries again")
+                continue
+            del found[node.name]
+            ended.append((run_id, zone))
+            self.progress(f"{run_id}: its agent ended: deleted {node.name} in {zone}")
 
     def _kept(self, run_id: str, state: _Run) -> tuple[Memory, int] | None:
         """The run's memory when its lease is known to be ours and the memory was read under it (no I/O)."""

@@ -16,6 +16,7 @@ behaves like the editable development install. The files:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -32,8 +33,10 @@ def _package() -> Traversable:
     return resources.files(PACKAGE)
 
 
+@functools.cache
 def template_text(name: str) -> str:
-    """The text of ``tpuops/templates/<name>``."""
+    """The text of ``tpuops/templates/<name>``, read once per process (package data does not change under it; a
+    sweep renders every trial's startup script from it)."""
     return (_package() / "templates" / name).read_text(encoding="utf-8")
 
 

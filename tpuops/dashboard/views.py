@@ -33,7 +33,7 @@ def run_row(run: Run, now: datetime) -> dict[str, Any]:
         "examples_per_sec": status.examples_per_sec if status else None,
         "checkpoint": status.last_checkpoint_step if status else None,
         "goodput": run.goodput.goodput if run.goodput else None,
-        "usd": run.goodput.usd if run.goodput else 0.0,
+        "usd": run.usd,
         "preemptions": run.memory.preemptions, "age_s": age_s(run.record.created, now),
     }
 

@@ -5,7 +5,8 @@ adapter), not a mock: nodes live in a dict by (zone, name). A create is answered
 operation done and the node CREATING until someone moves it (``set_state``: what a
 simulation and the controller's tests do to play boot, preemption and loss); a delete removes the
 node at once unless ``hold`` gated it, in which case the node is DELETING and its operation runs
-until the gate opens (the next call of any kind then sees the node gone). ``faults`` makes one
+until the gate opens (the next call of any kind then sees the node gone); ``hold_list`` holds a zone's
+listings the same way (an API that keeps failing there). ``faults`` makes one
 call on one node raise an error of the taxonomy. ``calls`` logs every call as (rpc, node, thread
 name), so tests can say what a pass asked.
 
@@ -53,6 +54,7 @@ class MemoryProvider:
         self.on_create: Callable[[str], None] = lambda _name: None
         """Called with the node's name after each create (a test's hook into the moment)."""
         self._held: dict[tuple[str, str], threading.Event] = {}
+        self._held_lists: dict[str, threading.Event] = {}
         self._operations: dict[str, _Pending] = {}
         self._gated: dict[str, _Pending] = {}  # held deletes not seen to end yet
         self._lock = threading.RLock()
@@ -81,6 +83,11 @@ class MemoryProvider:
             self._held[(zone, name)] = threading.Event()
             return self._held[(zone, name)]
 
+    def hold_list(self, zone: str) -> threading.Event:
+        """Hold every listing of ``zone`` until the event returned is set."""
+        with self._lock:
+            return self._held_lists.setdefault(zone, threading.Event())
+
     def set_state(self, zone: str, name: str, state: NodeState) -> None:
         """Move a node to ``state`` (a boot, a preemption, a repair): what the cloud does on its own."""
         with self._lock:
@@ -88,6 +95,10 @@ class MemoryProvider:
 
     def list_nodes(self, zone: str) -> list[NodeInfo]:
         self._call("ListNodes", "")
+        with self._lock:
+            gate = self._held_lists.get(zone)
+        if gate is not None:
+            gate.wait()
         with self._lock:
             return [node for (where, _), node in self.nodes.items() if where == zone]
 

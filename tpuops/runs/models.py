@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -196,6 +197,15 @@ class AgentStatus(_Doc):
     exit_code: int | None = None
     message: str | None = None
     traceback: str | None = None
+
+    @property
+    def ended_at(self) -> datetime | None:
+        """When the agent ended (``ended``); None before it ended, or for a time without a zone (it dates nothing)."""
+        try:
+            ended = datetime.fromisoformat(self.ended) if self.ended is not None else None
+        except ValueError:
+            return None
+        return ended if ended is not None and ended.tzinfo is not None else None
 
     @property
     def final(self) -> bool:

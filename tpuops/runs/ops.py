@@ -129,13 +129,9 @@ def self_deleted_at(store: Store, run_id: str) -> datetime | None:
         status = read_status(store, run_id)
     except TpuopsError:
         return None
-    if status is None or status.ended is None or status.exit_class in (None, ExitClass.PREEMPTED):
+    if status is None or status.exit_class in (None, ExitClass.PREEMPTED):
         return None
-    try:
-        ended = datetime.fromisoformat(status.ended)
-    except ValueError:
-        return None
-    return ended if ended.tzinfo is not None else None
+    return status.ended_at
 
 
 def self_deletes(open_store: Callable[[], Store]) -> Callable[[str], datetime | None]:
@@ -235,6 +231,9 @@ class Run:
     memory: Memory
     goodput: Goodput | None = None
     """Where its billed seconds went (``tpuops.api.accounting.attach_goodput`` fills it in from the ledger)."""
+    usd: float = 0.0
+    """What the ledger bills it (filled in with ``goodput``), also when its agent reported no attempt clocks (a
+    script-mode run, an older agent), whose goodput is then unknown."""
     damage: tuple[str, ...] = ()
     record_known: bool = True
 
@@ -285,7 +284,7 @@ class Run:
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
             "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
             "deterministic": status.deterministic,
-            "goodput": self.goodput.to_json() if self.goodput else None,
+            "goodput": self.goodput.to_json() if self.goodput else None, "usd": round(self.usd, 6),
         }
 
 

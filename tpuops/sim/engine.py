@@ -16,6 +16,8 @@ the clock starts at ``START`` (2030-01-01 UTC), so a seed reproduces a run's tim
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -42,6 +44,19 @@ from tpuops.store import LocalStore, Store
 
 START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
 """Where every simulation's clock starts."""
+
+MEMORY_FS = Path("/dev/shm")
+"""A file system in memory, where the machine has one (Linux)."""
+
+
+def scratch_parent() -> str | None:
+    """Where a simulation's scratch folder goes: a file system in memory when there is one with room (1 GiB) and
+    the user named no ``TMPDIR``, else the usual temporary folder (None). A 1,000-trial sweep writes its store's
+    objects some 10,000 times; each write's open, rename and stamp cost the process about 10 % more CPU time on a
+    disk's file system."""
+    if os.environ.get("TMPDIR") or not (MEMORY_FS.is_dir() and os.access(MEMORY_FS, os.W_OK)):
+        return None
+    return str(MEMORY_FS) if shutil.disk_usage(MEMORY_FS).free >= 1 << 30 else None
 
 Say = Callable[[str], None]
 
@@ -223,9 +238,13 @@ class Simulation:
             raise ValueError(f"the pass interval must be > 0 s, got {cron_s}")
         self.wake = wake
         workdir.mkdir(parents=True, exist_ok=True)
+        # The simulator is the only controller: its leases (on the virtual clock) outlast the gap between two
+        # passes, as a ``watch`` keeps its own, so it keeps each sweep's study open (``KeptStudies``) instead of
+        # replaying the journal every pass (a sixth of a 1,000-trial sweep's CPU time when cron_s > the TTL).
         self.settings = settings.model_copy(update={"store": str(workdir / "store"), "home": workdir,
                                                     "node_provider": "simulated",
-                                                    "notify": settings.notify if notify else NotifySettings()})
+                                                    "notify": settings.notify if notify else NotifySettings(),
+                                                    "lease_ttl_s": max(settings.lease_ttl_s, 3 * cron_s)})
         self.cron_s = cron_s
         self.progress = progress
         self.clock = VirtualClock(START)

@@ -33,7 +33,7 @@ from tpuops.launch.experiment import Experiment, load_experiment
 from tpuops.providers.cloud_model import CloudModel, Latency
 from tpuops.runs import RunRecord
 from tpuops.runs.models import PlanInputs
-from tpuops.sim.engine import START, SimReport, Simulation
+from tpuops.sim.engine import START, SimReport, Simulation, scratch_parent
 from tpuops.sim.history import History
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.store import Store
@@ -210,7 +210,7 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
     if workdir is not None:
         return _run(settings, path, risks, user_store, workdir, policy, count, seed, cron_s, limits, history,
                     cloud, inputs, say)
-    with tempfile.TemporaryDirectory(prefix="tpuops-sim-") as scratch:  # a dry run leaves nothing behind
+    with tempfile.TemporaryDirectory(prefix="tpuops-sim-", dir=scratch_parent()) as scratch:  # leaves nothing behind
         return _run(settings, path, risks, user_store, Path(scratch), policy, count, seed, cron_s, limits,
                     history, cloud, inputs, say)
 

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import google_crc32c
 
@@ -161,15 +161,17 @@ class LocalStore(Store):
         return cached
 
     def _publish(self, key: str, fill: Callable[[IO[bytes]], object], expected: int | None) -> int:
-        """Write a temp file with ``fill``, then (under the lock) check ``expected``, stamp and rename."""
+        """Write a temp file with ``fill``, then (under the lock) check ``expected``, stamp and rename.
+
+        Folders are made only when a call finds one missing (``_making``): a write costs no mkdir once they exist.
+        """
         target = self._path(key)
         where = self.uri_of(key)
-        tmp_dir = self._root / _BOOKKEEPING / "tmp"
+        tmp = self._root / _BOOKKEEPING / "tmp" / f"{uuid.uuid4().hex}.tmp"
         with _os_errors(where):
-            tmp_dir.mkdir(parents=True, exist_ok=True)
-            tmp = tmp_dir / f"{uuid.uuid4().hex}.tmp"
+            placed = False
             try:
-                with open(tmp, "wb") as handle:
+                with _making(tmp.parent, lambda: open(tmp, "wb")) as handle:
                     fill(handle)
                     handle.flush()
                     if self._durable:
@@ -181,22 +183,34 @@ class LocalStore(Store):
                             f"{where}: generation is {current}, expected {expected} (someone else wrote it)"
                         )
                     generation = _stamp(tmp, current, where)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(tmp, target)
+                    _making(target.parent, lambda: os.replace(tmp, target))
+                    placed = True
                 return generation
             finally:
-                tmp.unlink(missing_ok=True)
+                if not placed:
+                    tmp.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         lock_path = self._root / _BOOKKEEPING / "lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+b") as handle:
+        with _making(lock_path.parent, lambda: open(lock_path, "a+b")) as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+T = TypeVar("T")
+
+
+def _making(folder: Path, act: Callable[[], T]) -> T:
+    """``act()``, which creates a file in ``folder``; the folder (and its parents) made first if it is missing."""
+    try:
+        return act()
+    except FileNotFoundError:
+        folder.mkdir(parents=True, exist_ok=True)
+        return act()
 
 
 def _generation(path: Path) -> int:

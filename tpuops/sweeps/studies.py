@@ -31,6 +31,7 @@ from tpuops.sweeps.spec import CategoricalParam, DatabaseStorage, FloatParam, Sw
 if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
+    from optuna.search_space import IntersectionSearchSpace
     from optuna.storages import BaseStorage
 
     from tpuops.sweeps.journal import StoreJournal
@@ -155,11 +156,17 @@ def trial_seed(seed: int, number: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{number}".encode()).digest()[:4], "big")
 
 
-def sampler_for(spec: SweepSpec, number: int) -> optuna.samplers.BaseSampler:
+def sampler_for(spec: SweepSpec, number: int,
+                space: IntersectionSearchSpace | None = None) -> optuna.samplers.BaseSampler:
+    """Trial ``number``'s sampler; ``space``: the TPE search space the samplers of a pass share (``sweeps.tpe``)."""
     import optuna
 
     seed = trial_seed(spec.sampler.seed, number)
     if spec.sampler.type == "tpe":
+        if space is not None:
+            from tpuops.sweeps.tpe import SharedSpaceTPE
+
+            return SharedSpaceTPE(space, seed=seed, n_startup_trials=spec.sampler.startup_trials)
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.startup_trials)
     return optuna.samplers.RandomSampler(seed=seed)  # random; a grid's trials are enqueued, fixed
 
@@ -202,12 +209,12 @@ def load_study(spec: SweepSpec, storage: BaseStorage) -> optuna.Study:
         raise TpuopsError(f"sweep {spec.name}: its study is missing from its storage") from None
 
 
-def ask(study: optuna.Study, spec: SweepSpec) -> optuna.trial.Trial:
+def ask(study: optuna.Study, spec: SweepSpec, space: IntersectionSearchSpace | None = None) -> optuna.trial.Trial:
     """Ask for the next trial (an enqueued grid point first), its sampler seeded by the number it will get."""
     trials = study.get_trials(deepcopy=False)
     waiting = [t.number for t in trials if t.state.name == "WAITING"]
     number = min(waiting) if waiting else len(trials)
-    study.sampler = sampler_for(spec, number)
+    study.sampler = sampler_for(spec, number, space)
     return study.ask(distributions(spec))
 
 

@@ -20,6 +20,7 @@ from tpuops.sweeps.spec import SweepSpec
 if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
+    from optuna.search_space import IntersectionSearchSpace
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
 
@@ -51,6 +52,16 @@ class PassStudy:
         self.study = studies.load_study(spec, storage)
         self.study_id = storage.get_study_id_from_name(spec.name)
         self._ids: dict[int, int] = {}
+        self._space: IntersectionSearchSpace | None = None  # the TPE search space this pass's samplers share
+
+    def _sampler_space(self) -> IntersectionSearchSpace | None:
+        if self.spec.sampler.type != "tpe":
+            return None
+        if self._space is None:
+            from tpuops.sweeps.tpe import new_space
+
+            self._space = new_space()
+        return self._space
 
     def durable(self) -> None:
         """Write what this pass told the study so far (before a trial's run is declared)."""
@@ -91,7 +102,7 @@ class PassStudy:
 
     def ask(self) -> int:
         """A new trial (an enqueued grid point first); its number."""
-        trial = studies.ask(self.study, self.spec)
+        trial = studies.ask(self.study, self.spec, self._sampler_space())
         self._ids[trial.number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
         return trial.number
 
@@ -103,7 +114,7 @@ class PassStudy:
         frozen = self.storage.get_trial(trial_id)
         missing = {k: d for k, d in studies.distributions(self.spec).items() if k not in frozen.params}
         if missing:
-            self.study.sampler = studies.sampler_for(self.spec, number)
+            self.study.sampler = studies.sampler_for(self.spec, number, self._sampler_space())
             live = optuna.trial.Trial(self.study, trial_id)
             for name, distribution in missing.items():
                 _suggest(live, name, distribution)
