@@ -254,12 +254,8 @@ class RestApi:
     def service_identity(self, req: Request) -> dict[str, Any]:
         check_zone(req.params["zone"])
         number = project_number(req.params["project"])
-        return {
-            "identity": {
-                "email": f"service-{number}@cloud-tpu.iam.gserviceaccount.com",
-                "uniqueId": str(int(number) * 1000 + 7),
-            }
-        }
+        # Google's ServiceIdentity schema has only ``email``: nothing the real API never sends.
+        return {"identity": {"email": f"service-{number}@cloud-tpu.iam.gserviceaccount.com"}}
 
     # ----- nodes
 
