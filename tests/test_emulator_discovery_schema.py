@@ -31,10 +31,11 @@ TYPED = {
 }
 
 
-def discovery_document() -> dict[str, Any]:
+def discovery_document(version: str = "v2") -> dict[str, Any]:
     import googleapiclient
 
-    path = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "tpu.v2.json")
+    documents = os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents")
+    path = os.path.join(documents, f"tpu.{version}.json")
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
@@ -237,3 +238,29 @@ def test_every_v2_method_answers_within_googles_schema(checked: Checked, emulato
     assert c.called == all_methods(), f"methods not driven: {sorted(all_methods() - c.called)}"
     assert c.problems == [], "\n".join(c.problems)
 
+
+
+def test_the_served_discovery_documents_and_v1_get_of_a_v2_node(checked: Checked, emulator: Any) -> None:
+    """What TensorFlow 2.9's TPU client loads and calls: the v1 document from the emulator (public, no token),
+    then ``nodes.get`` of a node made through v2, answered within v1's schema."""
+    import requests
+    from google.oauth2.credentials import Credentials
+    from googleapiclient.discovery import build
+
+    for version in ("v1", "v2"):
+        served = requests.get(f"{emulator.endpoint}/$discovery/rest", params={"version": version}, timeout=10).json()
+        shipped = discovery_document(version)
+        assert served["rootUrl"] == emulator.endpoint + "/"
+        assert {k: v for k, v in served.items() if not k.endswith("Url")} == {
+            k: v for k, v in shipped.items() if not k.endswith("Url")}
+    body = {"acceleratorType": "v3-32", "runtimeVersion": "tpu-vm-tf-2.9.3-pod", "schedulingConfig": {"spot": True}}
+    checked.finish(checked.locations.nodes().create(parent=PARENT, nodeId="seen-by-v1", body=body).execute())
+    v1 = build("tpu", "v1", credentials=Credentials(emulator.token), cache_discovery=False,
+               discoveryServiceUrl=f"{emulator.endpoint}/$discovery/rest?version={{apiVersion}}")
+    node = v1.projects().locations().nodes().get(name=f"{PARENT}/nodes/seen-by-v1").execute()
+    schemas = discovery_document("v1")["schemas"]
+    assert violations(node, {"$ref": "Node"}, schemas, "v1.Node") == []
+    assert node["state"] == "READY" and node["tensorflowVersion"] == "tpu-vm-tf-2.9.3-pod"
+    assert [(e["ipAddress"], e["port"]) for e in node["networkEndpoints"]] == [
+        (e["ipAddress"], 8470) for e in checked.service.projects().locations().nodes()
+        .get(name=f"{PARENT}/nodes/seen-by-v1").execute()["networkEndpoints"]]

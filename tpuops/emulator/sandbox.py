@@ -48,7 +48,8 @@ NODE_TMP = "tmp"  # the node's TMPDIR, under its directory
 GROUPS_FILE = "process_groups.json"
 # Variables of the emulator's own environment that a VM would not have.
 _DROPPED_ENV_PREFIXES = ("TPUOPS_", "GCE_METADATA_")
-_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "STORAGE_EMULATOR_HOST"})
+_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "STORAGE_EMULATOR_HOST",
+                          "TPU_API_DISCOVERY_URL"})
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Sandboxes:
     def __init__(self, state_dir: Path, image_python: str | None) -> None:
         self._state_dir = state_dir
         self._network: NodeNetwork | None = None
+        self._discovery_url: str | None = None
         self._registry = state_dir / GROUPS_FILE
         self._lock = threading.Condition()
         self._groups: set[int] = set()
@@ -136,6 +138,14 @@ class Sandboxes:
             shim.chmod(0o755)
         return [str(shim_dir), str(interpreter.parent)]
 
+    def use_api(self, endpoint: str) -> None:
+        """Where later scripts' discovery-based clients load the Cloud TPU API from (``TPU_API_DISCOVERY_URL``).
+
+        TensorFlow's TPU client reads that variable to build its ``tpu`` service; on a VM it is unset and
+        Google's discovery service answers. Set once the emulator listens, before the first node boots.
+        """
+        self._discovery_url = f"{endpoint.rstrip('/')}/$discovery/rest?version={{apiVersion}}"
+
     def use_network(self, network: NodeNetwork) -> None:
         """Start every later script in ``network``'s view (a gs:// store): set before the first node boots."""
         self._network = network
@@ -154,12 +164,16 @@ class Sandboxes:
             HOME=str(home),
             PWD=str(home),
             # google-auth and TensorFlow's GCS auth read GCE_METADATA_HOST; TensorFlow's TPU client and
-            # google-auth's ping read GCE_METADATA_IP. On a VM both default to the same server.
+            # google-auth's ping read GCE_METADATA_IP; oauth2client (the credentials of TensorFlow's TPU
+            # client) reads GCE_METADATA_ROOT. On a VM all default to the same server.
             GCE_METADATA_HOST=metadata_host,
             GCE_METADATA_IP=metadata_host,
+            GCE_METADATA_ROOT=metadata_host,
             TMPDIR=str(home / NODE_TMP),
             PATH=os.pathsep.join([*self._path_prefix, os.environ.get("PATH", os.defpath)]),
         )
+        if self._discovery_url is not None:
+            env["TPU_API_DISCOVERY_URL"] = self._discovery_url
         if self._network is not None:
             env.update(self._network.environment())
         return env

@@ -456,6 +456,13 @@ class EmulatorState:
 
     def _metadata_server(self, node: Node, worker: Worker) -> MetadataServer:
         number = catalog.project_number(node.project)
+        email = f"tpuops-vm@{node.project}.iam.gserviceaccount.com"
+        account = {
+            "email": email,
+            "aliases": "default\n",
+            "scopes": "https://www.googleapis.com/auth/cloud-platform\n",
+            "token": json.dumps({"access_token": node.sa_token, "expires_in": 3599, "token_type": "Bearer"}),
+        }
         view = MetadataView(
             instance={
                 "name": node.node_id if worker.number == 0 else f"{node.node_id}-w-{worker.number}",
@@ -464,11 +471,11 @@ class EmulatorState:
                 "zone": f"projects/{number}/zones/{node.zone}",
                 "maintenance-event": "NONE",
                 "network-interfaces/0/ip": worker.address,
-                # The VM's service account: its token lets the node's own processes get and
-                # delete this node (and read operations), nothing else, as the custom role does.
-                "service-accounts/default/email": f"tpuops-vm@{node.project}.iam.gserviceaccount.com",
-                "service-accounts/default/token": json.dumps(
-                    {"access_token": node.sa_token, "expires_in": 3599, "token_type": "Bearer"}),
+                # The VM's service account, under "default" and its email as on GCE (oauth2client asks by
+                # email): its token lets the node's own processes get and delete this node (and read
+                # operations), nothing else, as the custom role does.
+                **{f"service-accounts/{alias}/{key}": value for alias in ("default", email)
+                   for key, value in account.items()},
             },
             project={"project-id": node.project, "numeric-project-id": number},
             attributes=node.system_attributes(worker),
