@@ -110,6 +110,26 @@ def test_a_v3_32_is_four_workers_each_with_its_own_address_metadata_and_log(
     ]
 
 
+def test_v4_32_slices_have_four_hosts_each_and_share_no_address(
+    emulator: control.EmulatorInfo, finish: Callable[..., Any], wait_until: Callable[..., Any],
+) -> None:
+    """Hosts come from the topology (v4-32: 2x2x4 chips, 4 per host); no address serves two workers."""
+    client, admin = _client(emulator), control.AdminClient(emulator.endpoint, token=emulator.token)
+    parent = f"projects/{PROJECT}/locations/us-central2-b"
+    nodes = [
+        finish(client.create_node(parent=parent, node_id=node_id, node=tpu_v2.Node(
+            accelerator_type="v4-32", runtime_version="tpu-vm-tf-2.9.3-pod-v4", scheduling_config={"spot": True},
+            metadata={"startup-script": WORKER_SCRIPT})))
+        for node_id in ("v4-a", "v4-b")
+    ]
+    addresses = [endpoint.ip_address for node in nodes for endpoint in node.network_endpoints]
+    assert len(addresses) == 8 and len(set(addresses)) == 8
+    workers = wait_until(lambda: (w := next(n for n in admin.nodes() if n["name"] == nodes[0].name)["workers"])
+                         and all((Path(x["sandbox"]) / "script.pid").exists() for x in w) and w)
+    env = _read(Path(workers[3]["sandbox"]) / "tpu-env.txt").splitlines()
+    assert {"WORKER_ID: '3'", "TOPOLOGY: '2x2x4'", "HOST_BOUNDS: '1,1,4'", "ACCELERATOR_TYPE: 'v4-32'"} <= set(env)
+
+
 def test_preempting_a_slice_ends_every_workers_processes(
     tpu_client: tpu_v2.TpuClient, emulator_admin: control.AdminClient, finish: Callable[..., Any],
     wait_until: Callable[..., Any],
