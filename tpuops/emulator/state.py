@@ -440,7 +440,6 @@ class EmulatorState:
             worker.metadata_server = server
             server.view.set_preempted(False)
             worker.runtime_up = worker.runtime_seen = False
-            worker.down_since = None
             worker.never_boots = self.faults.take_worker_fault("never_boot_workers", node.node_id, worker.number)
             if worker.never_boots:
                 continue
@@ -492,6 +491,7 @@ class EmulatorState:
             if node is None:
                 return
             del self.nodes[key]
+            self._release_addresses(node)
             if node.pending_op is not None:
                 self.ops.fail(node.pending_op, stockout_error(node.zone))
             self._changed(key)
@@ -520,10 +520,14 @@ class EmulatorState:
                 self.ops.succeed(op, EMPTY_TYPE)
             self._changed(key)
             servers = [worker.metadata_server for worker in node.workers if worker.metadata_server]
-            if len(node.workers) > 1:
-                self.addresses.release([worker.address for worker in node.workers])
+            self._release_addresses(node)
         for server in servers:
             server.close()
+
+    def _release_addresses(self, node: Node) -> None:
+        """Give a removed slice's worker addresses back (a single host's 127.0.0.1 was never taken)."""
+        if len(node.workers) > 1:
+            self.addresses.release([worker.address for worker in node.workers])
 
     def _preempt(self, node: Node, grace_s: float) -> None:
         """The whole slice: every worker is told (``instance/preempted``) and every worker's processes end."""
@@ -624,9 +628,8 @@ class EmulatorState:
                     continue
                 worker = node.workers[number]
                 if worker.runtime_seen and worker.runtime_up and not up:
-                    worker.down_since = time.time()
                     node.symptoms.append({
-                        "createTime": rfc3339(worker.down_since),
+                        "createTime": rfc3339(time.time()),
                         "symptomType": "MESH_BUILD_FAIL",
                         "details": f"The TPU runtime of worker {number} stopped answering on {worker.endpoint()}.",
                         "workerId": str(number),

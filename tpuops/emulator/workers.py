@@ -54,7 +54,6 @@ class Worker:
     runtime_up: bool = False
     runtime_seen: bool = False
     never_boots: bool = False
-    down_since: float | None = None
 
     @property
     def live_pgids(self) -> list[int]:
@@ -156,8 +155,8 @@ class RuntimeImage:
 
     TensorFlow's server binds the wildcard address, so every runtime gets ``bindaddr.c`` (built once per
     emulator with the C compiler) preloaded to hold only its worker's address. Without an image python
-    or a compiler there is no runtime stand-in (``script`` is None, logged once): slices then boot
-    without one and a READY slice is HEALTHY, as before workers had runtimes.
+    or a compiler there is no runtime stand-in (``usable`` is False; a failed build is logged once):
+    slices then boot without one and a READY slice is HEALTHY, as before workers had runtimes.
     """
 
     def __init__(self, state_dir: Path, image_python: str | None) -> None:
