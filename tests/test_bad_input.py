@@ -70,6 +70,8 @@ REFUSED = [  # argv, what the one line must say
     (["up", "n1", "--queued", "--valid-for", "1e400"], "--valid-for"),
     (["watch", "--interval", "1e300"], "--interval"),
     (["emulator", "fault", "--latency", "1e400"], "latency_s = inf is not a finite number"),
+    (["emulator", "fault", "--kill-runtime", "my-slice"], "kill_runtimes must be a list of NODE/WORKER entries"),
+    (["emulator", "fault", "--never-boot", "my-slice/one"], "never_boot_workers must be a list of NODE/WORKER"),
     (["emulator", "start", "--boot-delay", "-1"], "--boot-delay"),
     (["emulator", "start", "--grace", "nan"], "--grace"),
     (["data", "convert", corpus("empty.yaml"), "-f", "npz", "-o", "out"], "not a readable .npz"),

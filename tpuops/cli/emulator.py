@@ -119,17 +119,25 @@ def fault(
     fail_queued: list[str] | None = typer.Option(
         None, "--fail-queued", help="Zone whose queued resources fail (repeatable)."
     ),
+    kill_runtime: list[str] | None = typer.Option(
+        None, "--kill-runtime", help="NODE/WORKER: kill that slice worker's TPU runtime once (repeatable)."
+    ),
+    never_boot: list[str] | None = typer.Option(
+        None, "--never-boot", help="NODE/WORKER: that slice worker's next boot runs nothing (repeatable)."
+    ),
     clear: bool = typer.Option(False, "--clear", help="Remove every fault."),
     as_json: bool = typer.Option(False, "--json", help="Print the faults in force."),
 ) -> None:
-    """Inject faults: stockouts, error storms, latency, preemption, slow deletes, stuck queues, storage errors."""
+    """Inject faults: stockouts, error storms, latency, preemption, slow deletes, stuck queues, storage errors,
+    a slice worker's runtime killed or a worker that never boots."""
     from tpuops import api
 
     in_force = api.emulator_fault(
         load_settings(ctx), clear=clear, stockout_zones=stockout or None, error_rate=error_rate,
         error_code=error_code, error_burst=error_burst, latency_s=latency, preempt_rate_per_s=preempt_rate, seed=seed,
         hold_deletes=[] if release_deletes else hold_delete or None, hold_queued=hold_queued,
-        fail_queued_zones=fail_queued or None, gcs_error_rate=gcs_error_rate, gcs_latency_ms=gcs_latency_ms)
+        fail_queued_zones=fail_queued or None, gcs_error_rate=gcs_error_rate, gcs_latency_ms=gcs_latency_ms,
+        kill_runtimes=kill_runtime or None, never_boot_workers=never_boot or None)
     if as_json:
         print_json({"faults": in_force})
     else:

@@ -1,10 +1,13 @@
-"""Faults injected on demand: stockouts, error storms, latency, preemption, held deletes, queued and project states.
+"""Faults injected on demand: stockouts, error storms, latency, preemption, held deletes, queued and project states,
+workers of slices.
 
 Set through ``POST /_admin/faults`` (keys given replace those keys, the others stay) and
 cleared with ``DELETE /_admin/faults``. Random draws use one RNG seeded by ``seed``, so a
 test that sets a seed sees the same sequence of failures for the same sequence of calls.
 ``error_burst: N`` fails exactly the next N API calls, for tests that need no randomness.
 Admin and metadata requests are never failed.
+
+``kill_runtimes`` / ``never_boot_workers`` name workers of slices (``NODE/N``); each entry acts once.
 
 ``gcs_error_rate`` / ``gcs_latency_ms`` act on both Cloud Storage fronts (``gcsfront``): the one
 emulated nodes reach as storage.googleapis.com and the control plane's: a failed request is, in
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -50,6 +54,10 @@ class FaultConfig:
     # The Cloud Storage fronts (gcsfront, nodes' and control plane's): fraction failed, milliseconds added to each.
     gcs_error_rate: float = 0.0
     gcs_latency_ms: float = 0.0
+    # Workers of slices, as "NODE/N": each entry is used up by the one event it causes. The TPU runtime of
+    # worker N is killed (once the node is READY with that runtime running); worker N's next boot runs nothing.
+    kill_runtimes: list[str] = field(default_factory=list)
+    never_boot_workers: list[str] = field(default_factory=list)
 
 
 class Faults:
@@ -95,6 +103,17 @@ class Faults:
     def holds_delete(self, node_id: str) -> bool:
         with self._lock:
             return node_id in self._config.hold_deletes
+
+    def take_worker_fault(self, kind: str, node_id: str, worker: int) -> bool:
+        """Whether fault list ``kind`` (``kill_runtimes``, ``never_boot_workers``) names ``node_id/worker``;
+        the entry is removed, so each entry acts once."""
+        entry = f"{node_id}/{worker}"
+        with self._lock:
+            entries = getattr(self._config, kind)
+            if entry not in entries:
+                return False
+            entries.remove(entry)
+            return True
 
     def queued_outcome(self, zone: str) -> str | None:
         """``hold`` (stay ACCEPTED), ``fail`` (FAILED) or None (provision as usual)."""
@@ -148,6 +167,8 @@ LIMITS: dict[str, tuple[float, float]] = {
 _INTEGERS = ("error_burst", "seed", "error_code")
 _LISTS = ("stockout_zones", "hold_deletes", "fail_queued_zones", "disabled_services", "denied_permissions",
           "missing_service_accounts")
+_WORKER_LISTS = ("kill_runtimes", "never_boot_workers")
+_WORKER_ENTRY = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?/\d{1,4}$")
 
 
 def check_changes(changes: dict[str, Any]) -> None:
@@ -170,6 +191,9 @@ def check_changes(changes: dict[str, Any]) -> None:
 def _problem(key: str, value: Any) -> str | None:
     if key == "seed" and value is None:
         return None
+    if key in _WORKER_LISTS:
+        ok = isinstance(value, list) and all(isinstance(item, str) and _WORKER_ENTRY.match(item) for item in value)
+        return None if ok else f"{key} must be a list of NODE/WORKER entries (e.g. my-slice/1)"
     if key in _LISTS:
         ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
         return None if ok else f"{key} must be a list of strings"

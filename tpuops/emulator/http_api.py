@@ -5,9 +5,10 @@ REST transport calls them (``/v2/projects/{p}/locations/{zone}/nodes/{n}:stop`` 
 the location and ``google.longrunning`` mixins. ``/v2alpha1`` serves the same resources (and
 its extra RPCs: reservations, maintenance) with v2alpha1 ``@type`` URLs, as ``gcloud alpha``
 and the v2alpha1 clients expect; ``/v1`` serves the catalogue routes gcloud still uses
-(locations, acceleratorTypes, tensorflowVersions) and answers v1 node RPCs with the TPU Node
-deprecation error. The catalogue comes from ``tpuops.providers.tpu_catalog``. A few ``/v1`` project
-routes stand in for Service Usage, Resource Manager and IAM (``services``) for ``tpuops doctor``.
+(locations, acceleratorTypes, tensorflowVersions) and a node by name in the v1 schema (TensorFlow
+2.9's TPU client asks for it), and answers the other v1 node RPCs with the TPU Node deprecation
+error. The catalogue comes from ``tpuops.providers.tpu_catalog``. A few ``/v1`` project routes stand in for
+Service Usage, Resource Manager and IAM (``services``) for ``tpuops doctor``.
 
 ``RestApi.handle`` is independent of sockets: it takes a parsed request and returns a status
 and a JSON body, so the server module owns HTTP and this module owns the API.
@@ -142,6 +143,7 @@ class RestApi:
                 "GetTensorFlowVersion",
                 self.get_tensorflow_version,
             ),
+            (V1, "GET", node, "GetNode", self.v1_get_node),
             (V1, "GET", _LOCATION + r"/nodes(?:/.*)?", "V1Nodes", self.v1_nodes),
             (V1, "POST", _LOCATION + r"/nodes(?:/.*)?", "V1Nodes", self.v1_nodes),
             (V1, "DELETE", _LOCATION + r"/nodes(?:/.*)?", "V1Nodes", self.v1_nodes),
@@ -243,6 +245,10 @@ class RestApi:
             raise not_found(f"Resource '{name}'")
         return {"name": name, "version": version}
 
+    def v1_get_node(self, req: Request) -> dict[str, Any]:
+        """A node (made through v2) as v1 shows it: what TensorFlow 2.9's TPU client asks for by name."""
+        return v1_node(self._state.get_node(req.params["project"], req.params["zone"], req.params["node"]))
+
     def v1_nodes(self, req: Request) -> dict[str, Any]:
         check_zone(req.params["zone"])
         raise precondition(V1_DEPRECATED)
@@ -254,12 +260,8 @@ class RestApi:
     def service_identity(self, req: Request) -> dict[str, Any]:
         check_zone(req.params["zone"])
         number = project_number(req.params["project"])
-        return {
-            "identity": {
-                "email": f"service-{number}@cloud-tpu.iam.gserviceaccount.com",
-                "uniqueId": str(int(number) * 1000 + 7),
-            }
-        }
+        # Google's ServiceIdentity schema has only ``email``: nothing the real API never sends.
+        return {"identity": {"email": f"service-{number}@cloud-tpu.iam.gserviceaccount.com"}}
 
     # ----- nodes
 
@@ -352,6 +354,32 @@ class RestApi:
     def cancel_operation(self, req: Request) -> dict[str, Any]:
         self._state.cancel_operation(self._operation_name(req))
         return {}
+
+
+def v1_node(node: dict[str, Any]) -> dict[str, Any]:
+    """A v2 Node in the v1 schema: ``tensorflowVersion`` for ``runtimeVersion``, the service account's email,
+    the first endpoint's address and port also at the top, ``apiVersion`` V2_ALPHA1 (v1's name for TPU VMs)."""
+    endpoints = [{"ipAddress": e["ipAddress"], "port": e["port"]} for e in node.get("networkEndpoints", [])]
+    scheduling = node.get("schedulingConfig") or {}
+    out: dict[str, Any] = {
+        "name": node["name"],
+        "acceleratorType": node["acceleratorType"],
+        "state": node["state"],
+        "tensorflowVersion": node["runtimeVersion"],
+        "createTime": node["createTime"],
+        "networkEndpoints": endpoints,
+        "network": node["networkConfig"].get("network", ""),
+        "serviceAccount": node["serviceAccount"].get("email", ""),
+        "schedulingConfig": {"preemptible": bool(scheduling.get("preemptible") or scheduling.get("spot")),
+                             "reserved": bool(scheduling.get("reserved"))},
+        "apiVersion": "V2_ALPHA1",
+    }
+    if endpoints:
+        out["ipAddress"], out["port"] = endpoints[0]["ipAddress"], str(endpoints[0]["port"])
+    for key in ("description", "health", "healthDescription", "labels", "symptoms", "cidrBlock"):
+        if node.get(key):
+            out[key] = node[key]
+    return out
 
 
 def _accelerator_json(prefix: str, spec: AcceleratorType, version: str) -> dict[str, Any]:

@@ -192,7 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
         if value is None:
             self._reply(404, "Not Found\n")
         else:
-            self._reply(200, value, "application/json" if recursive else "application/text")
+            # GCE labels recursive answers and access tokens JSON (oauth2client parses only what is labelled so).
+            json_answer = recursive or path.endswith("/token")
+            self._reply(200, value, "application/json" if json_answer else "application/text")
 
     def do_PUT(self) -> None:
         checked = self._checked_path()

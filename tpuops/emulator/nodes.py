@@ -1,8 +1,10 @@
 """The emulator's records of nodes and queued resources, and their v2 JSON form.
 
 A record holds what the API shows plus what the emulator needs to run the node (its
-generation counter, pending operations, metadata server, script runs). ``to_json`` emits
-only real ``google.cloud.tpu.v2`` fields, since the client rejects unknown ones.
+generation counter, pending operations, and its workers: one per host, each with its metadata
+server and process groups). ``to_json`` emits only real ``google.cloud.tpu.v2`` fields, since the
+client rejects unknown ones. A node is its whole slice: one ``state``; per-worker detail shows only
+in ``networkEndpoints`` (worker order), ``health`` and ``symptoms[].workerId``.
 Records are mutated only under the emulator's state lock.
 """
 
@@ -13,12 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuops.emulator import catalog
-from tpuops.emulator.metadata import MetadataServer
 from tpuops.emulator.operations import Operation
-from tpuops.emulator.sandbox import ScriptRun
 from tpuops.emulator.wire import NodeFields, rfc3339
-
-TPU_RUNTIME_PORT = 8470
+from tpuops.emulator.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
 
 
 @dataclass
@@ -40,8 +39,9 @@ class Node:
     queued_resource: str = ""
     pending_op: Operation | None = None
     delete_ops: list[Operation] = field(default_factory=list)
-    metadata_server: MetadataServer | None = None
-    runs: list[ScriptRun] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
+    serves_runtime: bool = False
+    symptoms: list[dict[str, str]] = field(default_factory=list)
     preempting: bool = False
     sa_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
@@ -58,9 +58,9 @@ class Node:
         return self.spec.capacity != "on-demand"
 
     @property
-    def live_pgid(self) -> int | None:
-        """The process group of the latest startup script, while anything in it may live."""
-        return self.runs[-1].live_pgid if self.runs else None
+    def live_pgids(self) -> list[int]:
+        """Every process group of every worker in which anything may still live."""
+        return [pgid for worker in self.workers for pgid in worker.live_pgids]
 
     def advance(self, state: str) -> int:
         """Move to ``state`` and return the new generation."""
@@ -68,19 +68,48 @@ class Node:
         self.generation += 1
         return self.generation
 
-    def system_attributes(self) -> dict[str, str]:
-        """Metadata attributes as a TPU VM's metadata server shows them (worker 0)."""
+    def system_attributes(self, worker: Worker) -> dict[str, str]:
+        """Metadata attributes as the metadata server of TPU VM worker ``worker`` shows them.
+
+        A single-host node keeps the two it always had; a slice's workers also learn where the others are.
+        """
+        accelerator = self.spec.accelerator
+        own = {**self.spec.metadata, "agent-worker-number": str(worker.number), "accelerator-type": accelerator.name}
+        if accelerator.single_host:
+            return own
         return {
-            **self.spec.metadata,
-            "agent-worker-number": "0",
-            "accelerator-type": self.spec.accelerator.name,
+            **own,
+            "instance-id": f"{self.uid}-w-{worker.number}",
+            "worker-network-endpoints": worker_endpoints(self.workers, self.uid),
+            "tpu-env": tpu_env(worker, accelerator=accelerator.name, node_id=self.node_id, zone=self.zone,
+                               topology=accelerator.topology, runtime_version=self.spec.runtime_version),
         }
+
+    def health(self) -> tuple[str | None, str]:
+        """``health`` and ``healthDescription`` of a READY node.
+
+        Without a runtime to ask (single-host nodes, images without the TPU runtime stand-in) a READY
+        node is HEALTHY. A slice serving runtimes is HEALTHY only while every worker's runtime answers:
+        UNHEALTHY_TENSORFLOW once one that answered stops, TIMEOUT when the workers that boot are up but
+        one never booted, no health yet while runtimes are still coming up.
+        """
+        if not self.serves_runtime:
+            return "HEALTHY", ""
+        dead = [w for w in self.workers if w.runtime_seen and not w.runtime_up]
+        if dead:
+            return "UNHEALTHY_TENSORFLOW", "; ".join(
+                f"the TPU runtime of worker {w.number} does not answer on {w.endpoint()}" for w in dead)
+        if all(w.runtime_up for w in self.workers):
+            return "HEALTHY", ""
+        absent = [w for w in self.workers if w.never_boots]
+        if absent and all(w.runtime_up for w in self.workers if not w.never_boots):
+            return "TIMEOUT", "; ".join(f"worker {w.number} did not boot" for w in absent)
+        return None, ""
 
     def to_json(self) -> dict[str, Any]:
         spec = self.spec
         number = catalog.project_number(self.project)
         region = self.zone.rsplit("-", 1)[0]
-        endpoint = {"ipAddress": "127.0.0.1", "port": TPU_RUNTIME_PORT, "accessConfig": {"externalIp": "127.0.0.1"}}
         out: dict[str, Any] = {
             "name": self.name,
             "acceleratorType": spec.accelerator.name,
@@ -100,12 +129,19 @@ class Node:
             },
             "createTime": rfc3339(self.create_time),
             "schedulingConfig": spec.scheduling_config,
-            "networkEndpoints": [dict(endpoint) for _ in range(spec.accelerator.hosts)],
+            "networkEndpoints": [
+                {"ipAddress": w.address, "port": TPU_RUNTIME_PORT, "accessConfig": {"externalIp": w.address}}
+                for w in self.workers
+            ],
             "id": self.uid,
             "apiVersion": "V2",
         }
         if self.state == "READY":
-            out["health"] = "HEALTHY"
+            health, description = self.health()
+            if health:
+                out["health"] = health
+            if description:
+                out["healthDescription"] = description
         optional = {
             "description": spec.description,
             "labels": spec.labels,
@@ -116,6 +152,7 @@ class Node:
             "shieldedInstanceConfig": spec.shielded_instance_config,
             "cidrBlock": spec.cidr_block,
             "queuedResource": self.queued_resource,
+            "symptoms": [dict(symptom) for symptom in self.symptoms],
         }
         out.update({key: value for key, value in optional.items() if value})
         return out

@@ -43,12 +43,13 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.05
 KILL_CONFIRM_S = 2.0
-SCRIPT_LOG = "startup-script.log"
+STARTUP_SCRIPT = "startup-script"
 NODE_TMP = "tmp"  # the node's TMPDIR, under its directory
 GROUPS_FILE = "process_groups.json"
 # Variables of the emulator's own environment that a VM would not have.
 _DROPPED_ENV_PREFIXES = ("TPUOPS_", "GCE_METADATA_")
-_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "STORAGE_EMULATOR_HOST"})
+_DROPPED_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "STORAGE_EMULATOR_HOST",
+                          "TPU_API_DISCOVERY_URL"})
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Sandboxes:
     def __init__(self, state_dir: Path, image_python: str | None) -> None:
         self._state_dir = state_dir
         self._network: NodeNetwork | None = None
+        self._discovery_url: str | None = None
         self._registry = state_dir / GROUPS_FILE
         self._lock = threading.Condition()
         self._groups: set[int] = set()
@@ -136,6 +138,14 @@ class Sandboxes:
             shim.chmod(0o755)
         return [str(shim_dir), str(interpreter.parent)]
 
+    def use_api(self, endpoint: str) -> None:
+        """Where later scripts' discovery-based clients load the Cloud TPU API from (``TPU_API_DISCOVERY_URL``).
+
+        TensorFlow's TPU client reads that variable to build its ``tpu`` service; on a VM it is unset and
+        Google's discovery service answers. Set once the emulator listens, before the first node boots.
+        """
+        self._discovery_url = f"{endpoint.rstrip('/')}/$discovery/rest?version={{apiVersion}}"
+
     def use_network(self, network: NodeNetwork) -> None:
         """Start every later script in ``network``'s view (a gs:// store): set before the first node boots."""
         self._network = network
@@ -154,29 +164,42 @@ class Sandboxes:
             HOME=str(home),
             PWD=str(home),
             # google-auth and TensorFlow's GCS auth read GCE_METADATA_HOST; TensorFlow's TPU client and
-            # google-auth's ping read GCE_METADATA_IP. On a VM both default to the same server.
+            # google-auth's ping read GCE_METADATA_IP; oauth2client (the credentials of TensorFlow's TPU
+            # client) reads GCE_METADATA_ROOT. On a VM all default to the same server.
             GCE_METADATA_HOST=metadata_host,
             GCE_METADATA_IP=metadata_host,
+            GCE_METADATA_ROOT=metadata_host,
             TMPDIR=str(home / NODE_TMP),
             PATH=os.pathsep.join([*self._path_prefix, os.environ.get("PATH", os.defpath)]),
         )
+        if self._discovery_url is not None:
+            env["TPU_API_DISCOVERY_URL"] = self._discovery_url
         if self._network is not None:
             env.update(self._network.environment())
         return env
 
     def run_script(
-        self, directory: Path, script: str, metadata_host: str, on_exit: Callable[[ScriptRun], None]
+        self,
+        directory: Path,
+        script: str,
+        metadata_host: str,
+        on_exit: Callable[[ScriptRun], None],
+        *,
+        name: str = STARTUP_SCRIPT,
     ) -> ScriptRun:
         """Start ``script`` with bash in its own session; ``on_exit`` runs when bash exits.
 
-        Returns at once; output is appended to ``startup-script.log`` in ``directory``.
+        Returns at once; output is appended to ``<name>.log`` in ``directory``. The startup script
+        (``name`` STARTUP_SCRIPT) starts with an emptied TMPDIR, as a boot does; other services of the
+        VM (the TPU runtime) start beside it in a group of their own.
         """
         directory.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(directory / NODE_TMP, ignore_errors=True)  # a boot starts with an empty /tmp
-        (directory / NODE_TMP).mkdir()
-        script_path = directory / ".startup-script"
+        if name == STARTUP_SCRIPT:
+            shutil.rmtree(directory / NODE_TMP, ignore_errors=True)  # a boot starts with an empty /tmp
+        (directory / NODE_TMP).mkdir(exist_ok=True)
+        script_path = directory / f".{name}"
         script_path.write_text(script)
-        log_path = directory / SCRIPT_LOG
+        log_path = directory / f"{name}.log"
         with open(log_path, "ab") as out:
             command = ["bash", str(script_path)]
             proc = subprocess.Popen(
@@ -201,7 +224,7 @@ class Sandboxes:
         returncode = proc.wait()
         run.exit_code = returncode if returncode >= 0 else 128 - returncode
         with open(run.log_path, "a") as out:
-            out.write(f"startup-script exit status {run.exit_code}\n")
+            out.write(f"{run.log_path.stem} exit status {run.exit_code}\n")
         if run.pgid not in live_groups():
             run.group_gone = True
             with self._lock:
@@ -209,18 +232,29 @@ class Sandboxes:
                 self._save_registry()
         on_exit(run)
 
-    def terminate(self, pgid: int | None, grace_s: float, on_gone: Callable[[], None] | None = None) -> None:
-        """SIGTERM group ``pgid`` now, SIGKILL it after ``grace_s`` unless it emptied before.
+    def terminate(self, pgids: list[int], grace_s: float, on_gone: Callable[[], None] | None = None) -> None:
+        """SIGTERM groups ``pgids`` (a node's, every worker's) now, SIGKILL each after ``grace_s`` unless it emptied.
 
-        ``on_gone`` runs on the reaper thread once the group has no live process (at once,
-        on the next poll, when ``pgid`` is None or already empty). Returns immediately.
+        ``on_gone`` runs on the reaper thread once no group has a live process (at once, on the
+        next poll, when ``pgids`` is empty or they already are). Returns immediately.
         """
-        if pgid is not None:
+        for pgid in pgids:
             signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        items = [_Termination(pgid=pgid, term_deadline=deadline, on_gone=None) for pgid in pgids]
+        # The last item to finish runs ``on_gone``: a group-less one when there is nothing to wait for.
+        items = items or [_Termination(pgid=0, term_deadline=deadline, on_gone=None)]
+        remaining = [len(items)]
+
+        def one_gone() -> None:
+            remaining[0] -= 1
+            if remaining[0] == 0 and on_gone is not None:
+                on_gone()
+
+        for item in items:
+            item.on_gone = one_gone
         with self._lock:
-            self._pending.append(
-                _Termination(pgid=pgid or 0, term_deadline=time.monotonic() + grace_s, on_gone=on_gone)
-            )
+            self._pending.extend(items)
             self._lock.notify()
 
     def _reap_loop(self) -> None:

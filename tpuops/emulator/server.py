@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tpuops.emulator import discovery
 from tpuops.emulator.admin import ADMIN_PREFIX, AdminApi
 from tpuops.emulator.apierror import ApiError
 from tpuops.emulator.auth import Authenticator
@@ -63,7 +64,9 @@ class Emulator:
             OSError: the port cannot be bound (in use).
         """
         self._httpd = _Server(("127.0.0.1", port), self)
-        announce(f"http://127.0.0.1:{self._httpd.server_address[1]}")
+        endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self.state.sandboxes.use_api(endpoint)
+        announce(endpoint)
         try:
             self._httpd.serve_forever(poll_interval=0.1)
         finally:
@@ -108,6 +111,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        version = discovery.requested_version(path, query) if self.command == "GET" else None
+        if version is not None:  # public, as Google's discovery service is: no token asked
+            host = self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
+            doc = discovery.document(version, f"http://{host}/")
+            self._send_json(*((200, doc) if doc is not None else
+                              (404, ApiError("NOT_FOUND", f"No discovery document for tpu {version!r}.").http_body())))
+            return
         found = None if path.startswith(ADMIN_PREFIX) else app.rest.route(self.command, path)
         refused = app.auth.check(self.headers, found[0] if found else None, found[2] if found else {})
         if refused is not None:
