@@ -1,12 +1,13 @@
 """Google's discovery documents of the Cloud TPU API, served as the real API serves them.
 
-``tpu.v1.json`` and ``tpu.v2.json`` are copied unchanged from google-api-python-client 2.202.0
-(``googleapiclient/discovery_cache/documents/``, Apache 2.0; revision 20261001). Discovery-based
-clients load them: TensorFlow 2.9's TPU client (``TPUClusterResolver(tpu=NAME)``) builds its ``tpu``
-``v1`` service from the URL in ``TPU_API_DISCOVERY_URL``, else from Google's. The emulator answers
-both the per-API URL (``/$discovery/rest?version=V``) and the directory one
-(``/discovery/v1/apis/tpu/V/rest``) with the document whose root URL is the emulator itself, so
-every call the client then makes comes here. No token is asked: discovery documents are public.
+The documents are Google's own, as google-api-python-client (a dependency of tpuops) ships them in
+``googleapiclient/discovery_cache/documents/`` (``tpu.v1.json``, ``tpu.v2.json``): read from the installed
+package, never copied into this one. Discovery-based clients load them: TensorFlow 2.9's TPU client
+(``TPUClusterResolver(tpu=NAME)``) builds its ``tpu`` ``v1`` service from the URL in
+``TPU_API_DISCOVERY_URL``, else from Google's. The emulator answers both the per-API URL
+(``/$discovery/rest?version=V``) and the directory one (``/discovery/v1/apis/tpu/V/rest``) with the document
+whose root URL is the emulator itself, so every call the client then makes comes here. No token is asked:
+discovery documents are public.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 _DIRECTORY_PATH = re.compile(r"^/discovery/v1/apis/tpu/(?P<version>[^/]+)/rest$")
@@ -23,7 +23,10 @@ VERSIONS = ("v1", "v2")
 
 @functools.cache
 def _stored(version: str) -> str:
-    return (Path(__file__).with_name(f"tpu.{version}.json")).read_text(encoding="utf-8")
+    from importlib import resources
+
+    return (resources.files("googleapiclient.discovery_cache") / "documents" / f"tpu.{version}.json").read_text(
+        encoding="utf-8")
 
 
 def requested_version(path: str, query: dict[str, str]) -> str | None:
