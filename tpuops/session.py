@@ -85,9 +85,11 @@ def connect(settings: Settings) -> NodeProvider:
     about the emulator, and handed to the provider.
     """
     from tpuops.providers.base import Connection
-    from tpuops.providers.registry import open_provider
+    from tpuops.providers.registry import open_provider, provider_class
 
-    endpoint = tpu_endpoint(settings)
+    # a provider that keeps its own world (memory, simulated) never starts the emulator
+    endpoint = tpu_endpoint(settings) if provider_class(settings.node_provider).talks_to_emulator else \
+        settings.tpu_endpoint
     token = None
     if endpoint and endpoint.startswith("http://"):
         from tpuops.emulator.control import token_for

@@ -17,7 +17,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import (
@@ -193,6 +193,9 @@ class CallCounter:
 class TpuApi:
     """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes`` and ``QueuesNodes``);
     safe to share between threads. ``token``: the emulator's bearer token, for an ``http://`` endpoint."""
+
+    talks_to_emulator: ClassVar[bool] = True
+    """With provider ``local`` it calls the local Cloud TPU emulator, which is started for it if needed."""
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import ClassVar
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import AlreadyExists, NotFound, TpuopsError
@@ -43,6 +44,8 @@ class _Pending:
 
 class MemoryProvider:
     """Nodes of one project, held in memory (``NodeProvider``)."""
+
+    talks_to_emulator: ClassVar[bool] = False
 
     def __init__(self, project: str = "tpuops-local", *, poll_interval_s: float = 0.01) -> None:
         self.project = project

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 
 class ProviderClass(Protocol):
-    """A provider's class: ``connect`` opens one on a ``Connection``."""
+    """A provider's class: ``connect`` opens one on a ``Connection``; ``talks_to_emulator``: whether provider
+    ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none)."""
+
+    talks_to_emulator: bool
 
     def connect(self, connection: Connection) -> NodeProvider: ...
 

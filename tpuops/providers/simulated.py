@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
@@ -141,6 +141,8 @@ def _at(seconds: float) -> datetime:
 
 class SimulatedCloud:
     """Cloud TPU on a clock (``NodeProvider``): see the module docstring."""
+
+    talks_to_emulator: ClassVar[bool] = False
 
     def __init__(self, project: str = "tpuops-local", model: CloudModel | None = None, *, clock: Clock = system_clock,
                  seed: int = 0, workload: Workload | None = None, poll_interval_s: float = 0.0) -> None:
