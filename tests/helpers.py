@@ -26,6 +26,19 @@ REPO = Path(__file__).resolve().parents[1]
 TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 
 
+
+def run_dir(work: Path, run: str) -> Path:
+    """A run's folder in the local store of a test project laid out as ``work/home/store``."""
+    return work / "home" / "store" / "runs" / run
+
+
+def run_status(work: Path, run: str) -> dict[str, Any]:
+    """The run's ``status.json`` as written (``{}`` before the agent wrote one)."""
+    import json
+
+    path = run_dir(work, run) / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
 def poll(check: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> T:
     """Call ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, start_tf_emulator
+from helpers import digits_project, poll, run_dir, run_status, start_tf_emulator
 from test_controller_e2e import _small_spec
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -61,22 +61,13 @@ def _tpuops(work: Path, info: EmulatorInfo, *args: str, timeout: float = 300) ->
     return proc.returncode, out, err
 
 
-def _run_dir(work: Path, run: str) -> Path:
-    return work / "home" / "store" / "runs" / run
-
-
-def _status(work: Path, run: str) -> dict:
-    path = _run_dir(work, run) / "status.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def _ckpt_steps(work: Path, run: str) -> list[int]:
-    folder = _run_dir(work, run) / "ckpt"
+    folder = run_dir(work, run) / "ckpt"
     return sorted(int(n[5:-6]) for n in os.listdir(folder) if n.startswith("ckpt-") and n.endswith(".index"))
 
 
 def _memory(work: Path, run: str) -> dict:
-    return json.loads((_run_dir(work, run) / "memory.json").read_text())
+    return json.loads((run_dir(work, run) / "memory.json").read_text())
 
 
 def _billed(info: EmulatorInfo, run: str) -> list[dict]:
@@ -103,7 +94,7 @@ def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_ch
     work, info = world
     run = "downed"
     train = _start(work, info, "train", str(work / "experiments" / "sparse.yaml"), "--name", run, "--json")
-    poll(lambda: _status(work, run).get("phase") == "training" and _status(work, run)["step"] >= 40,
+    poll(lambda: run_status(work, run).get("phase") == "training" and run_status(work, run)["step"] >= 40,
          "training past the first evaluation", timeout_s=240)
     code, out, err = _tpuops(work, info, "down", "--all", "--yes", "--json")
     assert code == 0, err
@@ -113,7 +104,7 @@ def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_ch
 
     # The delete's SIGTERM made the agent checkpoint at its next call boundary (the only way this spec saves
     # before its end); its last status write may not land: the emulator SIGKILLs a deleted node 1 s after SIGTERM.
-    status = _status(work, run)
+    status = run_status(work, run)
     assert status["exit_class"] in (None, "preempted"), status
     [saved] = _ckpt_steps(work, run)
     assert 40 <= saved < STEPS
@@ -130,7 +121,7 @@ def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_ch
     assert code == 0, err
     result = json.loads(out)
     assert (result["exit_class"], result["step"], result["preemptions"]) == ("succeeded", STEPS, 0)
-    assert _status(work, run)["resumed_from_step"] == saved  # from the checkpoint of its stop
+    assert run_status(work, run)["resumed_from_step"] == saved  # from the checkpoint of its stop
     _never_made_again(work, info, run, nodes=2)
 
 

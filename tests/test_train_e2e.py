@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, run_dir, run_status, start_tf_emulator
 
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -57,22 +57,13 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str
     return proc.returncode, out, err
 
 
-def _run_dir(work: Path, run: str) -> Path:
-    return work / "home" / "store" / "runs" / run
-
-
-def _status(work: Path, run: str) -> dict:
-    path = _run_dir(work, run) / "status.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def _nodes(info: EmulatorInfo) -> list[dict]:
     return AdminClient(info.endpoint).nodes()
 
 
 def _same_weights(work: Path, left: str, right: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, str(_run_dir(work, left) / "ckpt" / "ckpt-600"),
-                           str(_run_dir(work, right) / "ckpt" / "ckpt-600")], capture_output=True, text=True,
+    return subprocess.run([str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, str(run_dir(work, left) / "ckpt" / "ckpt-600"),
+                           str(run_dir(work, right) / "ckpt" / "ckpt-600")], capture_output=True, text=True,
                           check=False)
 
 
@@ -89,15 +80,15 @@ def reference(world: tuple[Path, EmulatorInfo]) -> str:
 def test_train_completes_with_target_accuracy_and_no_node_left(world: tuple[Path, EmulatorInfo],
                                                                reference: str) -> None:
     work, info = world
-    status = _status(work, reference)
+    status = run_status(work, reference)
     assert status["exit_class"] == "succeeded"
     assert status["metrics"]["eval"]["accuracy"] >= 0.95
-    ckpt = _run_dir(work, reference) / "ckpt"
+    ckpt = run_dir(work, reference) / "ckpt"
     assert (ckpt / "ckpt-600.index").exists() and (ckpt / "checkpoint").exists()
-    assert (_run_dir(work, reference) / "model" / "saved_model.pb").exists()
+    assert (run_dir(work, reference) / "model" / "saved_model.pb").exists()
     assert [n for n in _nodes(info) if n.get("name", "").endswith("/ref")] == []
-    spec = json.loads((_run_dir(work, reference) / "spec.json").read_text())
-    record = json.loads((_run_dir(work, reference) / "run.json").read_text())
+    spec = json.loads((run_dir(work, reference) / "spec.json").read_text())
+    record = json.loads((run_dir(work, reference) / "run.json").read_text())
     bundle = work / "home" / "store" / "bundles" / f"{record['bundle_sha256']}.tar.gz"
     assert bundle.exists() and spec["run_id"] == "ref"
     code, out, err = _finish(_tpuops(work, info, "runs", "--json"))
@@ -127,13 +118,13 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     run = f"cut-{how}"
     admin = AdminClient(info.endpoint)
     proc = _tpuops(work, info, "train", str(SPEC), "--name", run, "--json")
-    poll(lambda: (_status(work, run).get("last_checkpoint_step") or 0) >= 200, "a checkpoint at step >= 200",
+    poll(lambda: (run_status(work, run).get("last_checkpoint_step") or 0) >= 200, "a checkpoint at step >= 200",
          timeout_s=180)
-    seen = _status(work, run)["step"]
+    seen = run_status(work, run)["step"]
     if how == "sigkill":
         node = next(n for n in _nodes(info) if n["name"].endswith(f"/{run}"))
         os.killpg(node["pgid"], signal.SIGKILL)
-        saved = _status(work, run)["last_checkpoint_step"]
+        saved = run_status(work, run)["last_checkpoint_step"]
     admin.preempt("tpuops-local", ZONE, run, grace_s=20.0 if how == "sigterm" else 0.0)
     code, out, err = _finish(proc)
     assert code == 0, err
@@ -141,7 +132,7 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     assert (result["exit_class"], result["step"], result["preemptions"], result["attempts"]) == \
            ("succeeded", 600, 1, 2)
     assert _assert_split(result["goodput"], attempts=2)["lost_s"] > 0
-    done = _status(work, run)
+    done = run_status(work, run)
     assert done["attempt"] == 2
     if how == "sigterm":
         assert seen <= done["resumed_from_step"] < 600  # checkpointed on the notice, past what we saw
@@ -150,7 +141,7 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
     compared = _same_weights(work, reference, run)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert [n for n in _nodes(info) if n.get("name", "").endswith(f"/{run}")] == []
-    control = json.loads((_run_dir(work, run) / "memory.json").read_text())
+    control = json.loads((run_dir(work, run) / "memory.json").read_text())
     assert [e["kind"] for e in control["events"] if e["kind"] in ("create", "preempted", "vanished", "finished")] \
         == ["create", "preempted", "create", "finished"]
 
@@ -162,7 +153,7 @@ def test_bad_experiment_spec_is_one_line_with_a_hint(world: tuple[Path, Emulator
     code, _, err = _finish(_tpuops(work, info, "train", str(bad), "--name", "bad-1"))
     assert code == 2
     assert err.strip().splitlines()[-1] == f"error: {bad}: unknown key 'check_point' (did you mean 'checkpoint'?)"
-    assert not _run_dir(work, "bad-1").exists()
+    assert not run_dir(work, "bad-1").exists()
 
 
 def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[Path, EmulatorInfo],
@@ -178,9 +169,9 @@ def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[P
     code, _, err = _finish(_tpuops(work, info, "train", str(spec), "--name", "broken-1"))
     assert code == 1
     assert "run broken-1 ended user-error" in err.splitlines()[-1]
-    control = json.loads((_run_dir(work, "broken-1") / "memory.json").read_text())
+    control = json.loads((run_dir(work, "broken-1") / "memory.json").read_text())
     assert control["attempts"] == 1 and control["outcome"] == "user-error"
-    status = _status(work, "broken-1")
+    status = run_status(work, "broken-1")
     assert status["exit_class"] == "user-error"
     assert "the model code is wrong on purpose" in status["traceback"]
     assert [n for n in _nodes(info) if n.get("name", "").endswith("/broken-1")] == []
@@ -192,7 +183,7 @@ def test_infer_writes_sharded_predictions_and_a_manifest(world: tuple[Path, Emul
                                      "data/digits/test", "--shards", "2", "--name", "pred-1", "--json"))
     assert code == 0, err
     assert json.loads(out)["metrics"]["predicted"] == 360
-    predictions = _run_dir(work, "pred-1") / "predictions"
+    predictions = run_dir(work, "pred-1") / "predictions"
     manifest = json.loads((predictions / "manifest.json").read_text())
     shards = sorted(predictions.glob("predictions-*.jsonl"))
     assert len(shards) == 2
