@@ -438,7 +438,8 @@ class Controller:
                       refreshed: set[str], ended: list[tuple[str, str]]) -> None:
         """As soon as ``zone``'s listing is in (``Fleet.list_zones``), refresh the statuses of the runs whose node
         it shows, and delete the node of every run whose agent ended it for good since that node was created
-        (unless the run keeps its node): they go into ``refreshed`` and ``ended``.
+        (unless the run keeps its node), under the run's lease like every other action (a run another controller
+        holds is left to it): they go into ``refreshed`` and ``ended``.
 
         The node deletes itself too (the dead-man's switch), but under a failing API its own delete may fail for
         a while, and a finished node bills until someone's delete starts: that delete waits neither for another
@@ -460,6 +461,9 @@ class Controller:
                     or (node.create_time is not None and finished_at < node.create_time)):
                 continue
             try:
+                if not self.leases.acquire(run_id):
+                    continue  # another controller drives the run: the delete is its to make
+                self._held.add(run_id)
                 self.nodes.delete(zone, node.name)
             except TpuopsError as err:
                 self.progress(f"{run_id}: its agent ended, but deleting {node.name} failed ({err}); "
