@@ -27,6 +27,16 @@ TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 
 
 
+
+def cli_env(work: Path, info: EmulatorInfo) -> dict[str, str]:
+    """The environment of a ``tpuops`` subprocess in a test project (``work``) against the emulator ``info``:
+    this machine's, without its ``TPUOPS_`` settings, and a config naming two zones."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    config = work / "tpuops.toml"
+    config.write_text('zones = ["us-central1-a", "us-central1-b"]\n')
+    return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
+            "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
+
 def run_dir(work: Path, run: str) -> Path:
     """A run's folder in the local store of a test project laid out as ``work/home/store``."""
     return work / "home" / "store" / "runs" / run

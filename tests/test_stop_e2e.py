@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, run_dir, run_status, start_tf_emulator
+from helpers import cli_env, digits_project, poll, run_dir, run_status, start_tf_emulator
 from test_controller_e2e import _small_spec
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -42,16 +42,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     stop(info.state_dir)
 
 
-def _env(work: Path, info: EmulatorInfo) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{ZONE}", "us-central1-b"]\n')
-    return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
-            "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
-
 
 def _start(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=_env(work, info),
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=cli_env(work, info),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
