@@ -29,14 +29,15 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
 
 def test_the_vm_service_account_reaches_the_create_body(tmp_path: Path) -> None:
     from tpuops.launch.provision import plan_up
+    from tpuops.providers.cloud_tpu import node_body
 
     email = "tpuops-vm@my-project.iam.gserviceaccount.com"
     path = _write(tmp_path, f'service_account = "{email}"\n')
     settings = load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
-    account = plan_up(settings, "n1").request.body()["serviceAccount"]
+    account = node_body(plan_up(settings, "n1").request)["serviceAccount"]
     assert account == {"email": email, "scope": ["https://www.googleapis.com/auth/cloud-platform"]}
     default = plan_up(load_settings(environ={"TPUOPS_HOME": str(tmp_path)}, config_path=None), "n1")
-    assert "email" not in default.request.body()["serviceAccount"]
+    assert "email" not in node_body(default.request)["serviceAccount"]
 
 
 def test_precedence_env_over_file(tmp_path: Path) -> None:

@@ -23,10 +23,11 @@ from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MetadataKey, NodeState
+from tpuops.providers.nodes import NodeState
 from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
 from tpuops.store import open_store
 

@@ -11,11 +11,12 @@ from helpers import start_tf_emulator
 
 from tpuops.billing.ledger import Ledger
 from tpuops.config import load_settings
+from tpuops.core.naming import MetadataKey
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MetadataKey, NodeState
+from tpuops.providers.nodes import NodeState
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 

@@ -20,10 +20,10 @@ from tpuops.agent.runspec import RunSpec
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.core.resources import agent_pins, pin_file_text
 from tpuops.data.samples import digits
 from tpuops.launch import jobs
-from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import RunKind
 from tpuops.session import open_uri
 from tpuops.store import LocalStore

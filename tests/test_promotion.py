@@ -24,10 +24,11 @@ from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
 from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
-from tpuops.providers.nodes import MetadataKey, NodeState
+from tpuops.providers.nodes import NodeState
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 from tpuops.sweeps.advance import promote_run

@@ -1,8 +1,9 @@
 """The ``NodeProvider`` contract (tpuops/providers/base.py), run against every registered provider.
 
 Each test receives a provider opened through the registry, as ``tpuops`` opens one: the Cloud TPU
-adapter over the emulator (the official client over HTTP), the in-memory provider and the simulated
-cloud (on wall time at the emulator's pace). The tests
+adapter over the emulator (the official client over HTTP), the in-memory provider, the simulated
+cloud (on wall time at the emulator's pace) and a test-only provider whose vocabulary is not Cloud TPU's
+(``provider_jobset``: TPUs on GKE as JobSet manifests, registered by one line). The tests
 never ask which one they got. A create's operation may be done at once or later, and a node may be
 CREATING or READY once its create is done: the contract promises neither, so no test assumes it.
 """
@@ -29,10 +30,16 @@ ZONE, OTHER_ZONE = "us-central1-b", "us-central1-f"  # both offer v3-8
 WAIT_S = 30.0
 
 
+JOBSET = "provider_jobset:JobSetProvider"
+"""The test-only provider's registry line (``tests/provider_jobset.py``)."""
+
+
 @pytest.fixture(params=[pytest.param("memory", marks=pytest.mark.unit),
                         pytest.param("simulated", marks=pytest.mark.unit),
+                        pytest.param("jobset", marks=pytest.mark.unit),
                         pytest.param("cloud-tpu", marks=pytest.mark.emulator)])
-def provider(request: pytest.FixtureRequest) -> NodeProvider:
+def provider(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> NodeProvider:
+    monkeypatch.setitem(PROVIDERS, "jobset", JOBSET)
     connection = Connection(PROJECT, deadline_s=10, poll_interval_s=0.02)
     if request.param == "cloud-tpu":
         emulator = request.getfixturevalue("emulator")
@@ -116,12 +123,12 @@ def test_a_missing_node_is_none_not_an_error(provider: NodeProvider) -> None:
 def test_an_operation_reports_its_node_its_outcome_and_when_it_started(provider: NodeProvider) -> None:
     asked = datetime.now(UTC)
     created = provider.create_node(ZONE, _request("op-1"))
-    assert created.zone == ZONE and created.target.endswith("/nodes/op-1")
+    assert created.zone == ZONE and created.target.endswith("/op-1")  # the node, in the provider's own naming
     done = wait_for(provider, created, timeout_s=WAIT_S)
     again = provider.operation(ZONE, created.name)
     for operation in (done, again):
         assert operation.done and operation.error is None and operation.result is CreateResult.OK
-        assert operation.name == created.name and operation.target.endswith("/nodes/op-1")
+        assert operation.name == created.name and operation.target.endswith("/op-1")
         assert operation.started is not None and operation.ended is not None
         assert operation.started <= operation.ended
     deleted = provider.delete_node(ZONE, "op-1")

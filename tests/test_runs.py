@@ -19,6 +19,7 @@ from tpuops import runs
 from tpuops.billing.deadline import endgame
 from tpuops.core.errors import DamagedDocument, PreconditionFailed, UsageError
 from tpuops.core.kinds import Capacity
+from tpuops.providers.cloud_tpu import node_body
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
 from tpuops.store import LocalStore, Store, open_store
 
@@ -58,7 +59,7 @@ def test_a_declared_run_reads_back_typed_with_its_frozen_node_and_sweep(store: S
     made = declare(store, "r1", sweep="sw-1")
     back = runs.read_record(store, "r1")
     assert back == made
-    assert back.node.body()["acceleratorType"] == "v3-8"
+    assert node_body(back.node)["acceleratorType"] == "v3-8"
     assert back.zones == ["us-central1-a", "us-central1-b"] and back.sweep == "sw-1"
     assert json.loads(store.read_bytes(runs.spec_key("r1"))) == {"version": 1, "run_id": "r1"}
     assert runs.read_status(store, "r1") is None

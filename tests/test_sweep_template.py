@@ -152,7 +152,7 @@ def test_trial_zero_of_the_template_is_the_planned_run_and_an_old_sweep_json_giv
 def test_a_damaged_old_sweep_json_is_refused_naming_the_missing_field(record: object) -> None:
     from pydantic import ValidationError
 
-    from tpuops.providers.nodes import MetadataKey
+    from tpuops.core.naming import MetadataKey
     from tpuops.sweeps.models import _CONTEXT_LINE
 
     text = json.dumps(record).replace("TPUOPS_CONTEXT_LINE", _CONTEXT_LINE.replace('"', '\\"'))

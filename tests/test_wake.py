@@ -13,8 +13,8 @@ from tpuops import runs
 from tpuops.agent import wake as agent_wake
 from tpuops.controller.reconcile import PassReport
 from tpuops.controller.wake import CLOCK_SKEW_S, Waker
+from tpuops.core.naming import MetadataKey
 from tpuops.providers.cloud_model import CloudModel, Latency
-from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import Memory, layout
 from tpuops.sim.engine import Simulation, WakeUp
 from tpuops.sim.model import AgentModel, Segments

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 PACKAGE = Path(tpuops.__file__).parent
 
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
-    "core": ("tpuops.core", "tpuops.agent.exits"),
+    "core": ("tpuops.core", "tpuops.agent.exits", "tpuops.agent.wake"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
                "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.tfrecord", "tpuops.agent"),

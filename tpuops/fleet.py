@@ -36,9 +36,10 @@ from tpuops.core import naming
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.core.kinds import ValueEnum
+from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
-from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation
+from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
 Progress = Callable[[str], None]
 SelfDeletes = Callable[[str], datetime | None]

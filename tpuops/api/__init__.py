@@ -61,11 +61,11 @@ from tpuops.api.tools import (
 )
 from tpuops.config import Settings
 from tpuops.core.kinds import Capacity
-from tpuops.providers.nodes import MetadataKey
+from tpuops.core.naming import MetadataKey
 
 __all__ = [
     "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
-    "Started", "SweepStarted", "controller", "cost", "data_convert", "data_ls", "data_sample",
+    "Started", "SweepStarted", "controller", "cost", "create_body", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
     "forecast_train", "forget", "infer", "init", "launch", "list_runs", "log_tail", "logs", "nodes", "notify_test",
@@ -439,6 +439,15 @@ def plan_up(settings: Settings, name: str, *, accelerator: str | None = None, ca
     from tpuops.launch.provision import plan_up as plan
 
     return plan(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
+
+
+def create_body(settings: Settings, plan: UpPlan) -> dict[str, Any]:
+    """What the configured node provider's create would send for ``plan`` (a dry run shows it); no call.
+
+    Cloud TPU's is the REST body of a CreateNode; each provider says its own (``create_body`` of its class)."""
+    from tpuops.providers.registry import provider_class
+
+    return provider_class(settings.node_provider).create_body(settings.project, plan.zones[0], plan.request)
 
 
 def plan_up_queued(settings: Settings, name: str, *, accelerator: str | None = None,

@@ -84,7 +84,7 @@ def train(
         found = api.forecast_train(settings, spec, name=name, accelerator=accelerator, capacity=capacity, keep=keep,
                                    budget_usd=budget)
         forecast = found.forecast.to_json()
-        _print_plan(found.plan, bundle=True, forecast=forecast)
+        _print_plan(found.plan, api.create_body(settings, found.plan.up), bundle=True, forecast=forecast)
         if not as_json:
             print_forecast(forecast, found.plan.run_id)
         return
@@ -115,10 +115,11 @@ def _refuse_contradictions(*, follow: bool, detach: bool, dry_run: bool) -> None
         raise UsageError(f"--dry-run starts nothing, so there is nothing to {flag[2:]}: drop {flag} or --dry-run")
 
 
-def _print_plan(plan: Any, *, bundle: bool, forecast: dict[str, Any] | None = None) -> None:
+def _print_plan(plan: Any, node: dict[str, Any], *, bundle: bool, forecast: dict[str, Any] | None = None) -> None:
+    """The plan as JSON; ``node``: what the provider's create would send (``api.create_body``), its payload elided."""
     shown: dict[str, Any] = {"runs": plan.experiment.what_runs(),
                              "run": plan.record.model_dump(mode="json", exclude={"node": {"metadata"}}),
-                             "spec": plan.spec_json(), "node": plan.up.request.body() | {"metadata": "..."}}
+                             "spec": plan.spec_json(), "node": node | {"metadata": "..."}}
     if bundle:
         shown["bundle"] = {"sha256": plan.bundle.sha256, "files": list(plan.bundle.files)}
     if forecast is not None:
@@ -173,7 +174,8 @@ def infer(
                "batch_size": batch_size, "keep": keep, "deterministic": deterministic,
                "latency": latency}
     if dry_run:
-        _print_plan(api.plan_infer(settings, spec, **options), bundle=False)  # type: ignore[arg-type]
+        plan = api.plan_infer(settings, spec, **options)  # type: ignore[arg-type]
+        _print_plan(plan, api.create_body(settings, plan.up), bundle=False)
         return
     _report(_drive(name or str(spec), as_json, lambda say, on_status: api.infer(
         settings, spec, progress=say, on_status=on_status, **options)), as_json)  # type: ignore[arg-type]

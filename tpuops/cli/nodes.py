@@ -69,7 +69,7 @@ def up(
                                       runtime=runtime, valid_for_s=valid_for))
         return
     plan = api.plan_up(settings, name, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime)
-    body = plan.request.body()
+    body = api.create_body(settings, plan)
     if as_json:
         print_json({"zones": plan.zones, "node_id": plan.request.name, "body": body})
         return

@@ -52,7 +52,7 @@ from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
-            NodeState.REIMAGING, NodeState.DELETING, NodeState.STOPPING, NodeState.UNHIDING}
+            NodeState.DELETING, NodeState.STOPPING}
 
 
 @dataclass(frozen=True)

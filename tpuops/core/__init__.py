@@ -7,6 +7,7 @@ create request did (``create_result``) and what a notification is made of (``not
 notices and their deliveries, the ``[notify]`` settings).
 
 May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the one enum base the
-agent shares (``tpuops.agent.exits.ValueEnum``, standard library only). Nothing here
+agent shares (``tpuops.agent.exits.ValueEnum``) and the agent's wake-up contract (``tpuops.agent.wake``, whose
+metadata key ``naming.MetadataKey`` lists; both standard library only). Nothing here
 knows a cloud, a store, a run or a price, so every other wing can stand on it.
 """

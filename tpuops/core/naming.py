@@ -1,4 +1,4 @@
-"""Names and labels, checked against GCP's rules before any API call.
+"""Names, labels and node metadata keys: checked against GCP's rules before any API call.
 
 A bad node id or label otherwise comes back from the API as a 400 after a round trip (or,
 inside a create operation, minutes later); here it is one ``UsageError`` line that names the
@@ -24,7 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
 from tpuops.core.errors import UsageError
+from tpuops.core.kinds import ValueEnum
 
 MAX_LABELS = 64
 
@@ -58,6 +60,26 @@ MANAGED_BY_VALUE = "tpuops"
 RUN_KEY = "tpuops-run"
 SWEEP_KEY = "tpuops-sweep"
 MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY})
+
+
+class MetadataKey(ValueEnum):
+    """Node metadata keys that tpuops writes at create time and the VM's startup script reads.
+
+    The one list: ``templates/startup.sh.j2`` gets them from the renderer, a key spelled anywhere else is a
+    bug. A provider carries them as the node's startup payload (``NodeRequest.metadata``) in its own way.
+    The agent, which imports nothing of tpuops, reads ``WAKE_JOB`` by the constant it is made from.
+    """
+
+    STARTUP_SCRIPT = "startup-script"
+    MAX_RUN_SECONDS = "tpuops-max-run-seconds"
+    """The dead-man's switch: past this many seconds the job is stopped and the node deletes itself."""
+    KEEP_NODE = "tpuops-keep-node"
+    """Set ("true"): the node stays up after its job ends (``--keep``)."""
+    TPU_API = "tpuops-tpu-api"
+    """A non-default API endpoint (the emulator) the node deletes itself through."""
+    WAKE_JOB = WAKE_JOB_ATTRIBUTE
+    """The Cloud Run job (``projects/P/locations/R/jobs/J``) the agent starts after its save on a preemption
+    notice (``tpuops.agent.wake``; setting ``wake_job``)."""
 
 _NODE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")

@@ -27,6 +27,7 @@ from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.naming import MetadataKey
 from tpuops.core.notices import Choice as NotifyChoice
 from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
@@ -38,7 +39,6 @@ from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
 from tpuops.launch.usercode import check_experiment, may_compile
 from tpuops.providers import accelerators
-from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
 from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store

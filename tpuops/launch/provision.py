@@ -10,9 +10,10 @@ from __future__ import annotations
 from tpuops.config import Settings, check_zone
 from tpuops.core import naming
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.fleet import UpPlan
 from tpuops.providers import accelerators
-from tpuops.providers.nodes import MetadataKey, NodeRequest
+from tpuops.providers.nodes import NodeRequest
 
 
 def plan_up(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tpuops.core.errors import Timeout, UsageError
 from tpuops.providers.nodes import NodeInfo, NodeRequest, Operation, QueuedInfo
@@ -78,7 +78,7 @@ class QueuesNodes(Protocol):
     @classmethod
     def queued_body(cls, project: str, zone: str, request: NodeRequest, *,
                     valid_until_s: float | None) -> dict[str, Any]:
-        """What ``create_queued_resource`` would send (the REST body), with no connection (a dry run)."""
+        """What ``create_queued_resource`` would send, in the provider's own words, with no connection (a dry run)."""
         ...
 
     def create_queued_resource(self, zone: str, qr_id: str, request: NodeRequest, *,
@@ -127,6 +127,17 @@ def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,
     if operation.error is not None:
         raise operation.error
     return operation
+
+
+class InProcessWorld:
+    """The base of a provider whose nodes live in this process (``memory``, ``simulated``): it needs no emulator
+    and has no wire format, so what its ``create_node`` takes (a dry run shows it) is the request's own fields."""
+
+    talks_to_emulator: ClassVar[bool] = False
+
+    @classmethod
+    def create_body(cls, project: str, zone: str, request: NodeRequest) -> dict[str, Any]:
+        return request.model_dump(mode="json")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """The Cloud TPU provider: google-cloud-tpu (tpu_v2, REST transport) behind ``NodeProvider``.
 
-This is the only module that touches the SDK. It owns three conversions, each done once:
-API nodes become ``NodeInfo`` with our own ``NodeState`` enum; google-api-core exceptions
+This is the only module that touches the SDK, and the only one that speaks Cloud TPU's wire vocabulary: a
+``NodeRequest`` becomes the REST body of a CreateNode (``node_body``) or of a CreateQueuedResource
+(``queued_body``), capacity becomes ``schedulingConfig`` and back (``_capacity_of``), the v2 states map onto the
+neutral ``NodeState`` (``_V2_STATES``). It owns three conversions, each done once:
+API nodes become ``NodeInfo`` with the neutral ``NodeState`` enum; google-api-core exceptions
 become the taxonomy of ``tpuops.core.errors``; long-running operations become ``Operation``
 snapshots (``tpuops.providers.base.wait_for`` waits on any provider's). Every call goes through the
 one retry policy, so a 503 storm is retried and a 400 is not. The same code drives real Cloud TPU
@@ -32,13 +35,47 @@ from tpuops.core.errors import (
     Unreachable,
 )
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import Connection
-from tpuops.providers.nodes import MetadataKey, NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
+from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 
 CALL_TIMEOUT_S = 30.0
 """The longest one HTTP call may take (the client's own default is none: a server that accepts and never
 answers would hold a command forever); the retry policy's deadline (``api_deadline_s``) bounds the retries."""
+
+
+_V2_STATES: dict[str, NodeState] = {
+    "STATE_UNSPECIFIED": NodeState.UNSPECIFIED, "CREATING": NodeState.CREATING, "READY": NodeState.READY,
+    "RESTARTING": NodeState.RESTARTING, "REIMAGING": NodeState.RESTARTING, "DELETING": NodeState.DELETING,
+    "REPAIRING": NodeState.REPAIRING, "STOPPED": NodeState.STOPPED, "STOPPING": NodeState.STOPPING,
+    "STARTING": NodeState.STARTING, "UNHIDING": NodeState.STARTING, "PREEMPTED": NodeState.PREEMPTED,
+    "TERMINATED": NodeState.TERMINATED,
+}
+"""The Cloud TPU v2 node states onto the neutral ones: a reimage restarts the VM, an unhide starts it; any other
+(HIDING, HIDDEN, UNKNOWN, one added later) is UNKNOWN, which the controller waits on."""
+
+
+def node_body(request: NodeRequest) -> dict[str, Any]:
+    """Exactly the Cloud TPU REST body of ``request``'s CreateNode (the node id goes in the URL)."""
+    # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
+    account: dict[str, Any] = {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+    if request.service_account:
+        account["email"] = request.service_account
+    scheduling: dict[str, bool] = {}
+    if request.capacity is Capacity.SPOT:
+        scheduling["spot"] = True
+    elif request.capacity is Capacity.PREEMPTIBLE:
+        scheduling["preemptible"] = True
+    return {
+        "description": request.description,
+        "acceleratorType": request.accelerator,
+        "runtimeVersion": request.runtime,
+        "schedulingConfig": scheduling,
+        "labels": dict(request.labels),
+        "metadata": dict(request.metadata),
+        "serviceAccount": account,
+    }
 
 
 def _capacity_of(scheduling: Any) -> Capacity:
@@ -58,7 +95,7 @@ def _node_info(node: Any) -> NodeInfo:
     return NodeInfo(
         name=name, zone=zone, project=project, accelerator=node.accelerator_type,
         runtime=node.runtime_version, capacity=_capacity_of(node.scheduling_config),
-        state=NodeState(node.state.name), health=node.health.name if node.health else "",
+        state=_V2_STATES.get(node.state.name, NodeState.UNKNOWN), health=node.health.name if node.health else "",
         labels=dict(node.labels), create_time=create_time, uid=str(node.id or ""),
     )
 
@@ -300,7 +337,7 @@ class TpuApi:
         """Start creating a node; ``AlreadyExists`` if the id is taken."""
         from google.cloud import tpu_v2
 
-        body = request.body()
+        body = node_body(request)
         if self.endpoint:
             # The node's dead-man's switch deletes it through this same API (templates/startup.sh.j2).
             body["metadata"][MetadataKey.TPU_API.value] = self.endpoint
@@ -353,6 +390,11 @@ class TpuApi:
         return sorted(self._pages("ListRuntimeVersions", zone, self.client.list_runtime_versions,
                                   "runtime_versions", lambda item: item.version))
 
+    @classmethod
+    def create_body(cls, project: str, zone: str, request: NodeRequest) -> dict[str, Any]:
+        """What ``create_node`` sends (the REST body of its CreateNode), with no connection (a dry run)."""
+        return node_body(request)
+
     # -- queued resources ---------------------------------------------------------------------
 
     @classmethod
@@ -362,7 +404,7 @@ class TpuApi:
 
         A class method: ``up --queued --dry-run`` shows it without an endpoint or credentials.
         """
-        node = request.body()
+        node = node_body(request)
         node.pop("schedulingConfig")
         body: dict[str, Any] = {"tpu": {"nodeSpec": [{"parent": location(project, zone), "nodeId": request.name,
                                                        "node": node}]}}

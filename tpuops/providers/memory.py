@@ -24,11 +24,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import ClassVar
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import AlreadyExists, NotFound, TpuopsError
-from tpuops.providers.base import Connection
+from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
 
@@ -42,10 +41,8 @@ class _Pending:
     ended: datetime | None = None
 
 
-class MemoryProvider:
+class MemoryProvider(InProcessWorld):
     """Nodes of one project, held in memory (``NodeProvider``)."""
-
-    talks_to_emulator: ClassVar[bool] = False
 
     def __init__(self, project: str = "tpuops-local", *, poll_interval_s: float = 0.01) -> None:
         self.project = project

@@ -3,14 +3,16 @@
 The domain (``runs``, ``controller``, ``sweeps``, ``fleet``) imports node types from here, never
 from an adapter: an adapter converts its SDK's nodes, states and operations into these once.
 
+Nothing here is one cloud's wire format: a request body, a state's spelling in an API, how capacity is asked
+for are the adapter's (``cloud_tpu`` holds Cloud TPU's REST body, its v2 states and their mapping).
+
 Invariants:
-- ``NodeState`` holds the Cloud TPU v2 states plus ``GONE`` (a node that no longer exists); an
-  adapter for another cloud maps its states onto them (``is_dead`` is what recovery acts on).
-- ``NodeRequest`` is exactly what a create asks for; a run freezes one at declare time
-  (``runs.NodeSpec`` is a ``NodeRequest`` plus the zones to try), so a recreate asks the same.
-- ``MetadataKey`` is the one list of node metadata keys that tpuops sets and the startup script
-  reads (``templates/startup.sh.j2`` gets them from the renderer): a key spelled anywhere else is a bug.
-  The agent, which cannot import this module, reads ``WAKE_JOB`` by the constant it is made from.
+- ``NodeState`` is what any TPU cloud's node can be (creating, ready, preempted, deleting, ...) plus ``GONE``
+  (a node that no longer exists); every adapter maps its cloud's states onto them (``is_dead`` is what
+  recovery acts on).
+- ``NodeRequest`` is exactly what a create asks for (accelerator, capacity, labels, startup payload); a run
+  freezes one at declare time (``runs.NodeSpec`` is a ``NodeRequest`` plus the zones to try), so a recreate
+  asks the same.
 - ``Operation`` is a snapshot of a long-running request; it is never refreshed in place: ask the
   provider again (``NodeProvider.operation``) for a newer one.
 """
@@ -24,47 +26,32 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
 from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import TpuopsError
-from tpuops.core.kinds import Capacity, ValueEnum
+from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
 
 
-class MetadataKey(ValueEnum):
-    """Node metadata keys that tpuops writes at create time and the VM's startup script reads."""
-
-    STARTUP_SCRIPT = "startup-script"
-    MAX_RUN_SECONDS = "tpuops-max-run-seconds"
-    """The dead-man's switch: past this many seconds the job is stopped and the node deletes itself."""
-    KEEP_NODE = "tpuops-keep-node"
-    """Set ("true"): the node stays up after its job ends (``--keep``)."""
-    TPU_API = "tpuops-tpu-api"
-    """A non-default API endpoint (the emulator) the node deletes itself through."""
-    WAKE_JOB = WAKE_JOB_ATTRIBUTE
-    """The Cloud Run job (``projects/P/locations/R/jobs/J``) the agent starts after its save on a preemption
-    notice (``tpuops.agent.wake``; setting ``wake_job``)."""
-
-
 class NodeState(str, Enum):
-    """Node states of the v2 API, plus GONE for a node that no longer exists."""
+    """Where a node stands, in words any TPU cloud has; each adapter maps its own states onto these once.
+
+    The values are what ``status`` shows and ``--json`` prints. A state the adapter cannot place is UNKNOWN (the
+    controller waits on it); GONE is a node that no longer exists.
+    """
 
     UNSPECIFIED = "STATE_UNSPECIFIED"
+    """Not reported yet (a queued node the cloud has not made)."""
     CREATING = "CREATING"
     READY = "READY"
     RESTARTING = "RESTARTING"
-    REIMAGING = "REIMAGING"
-    DELETING = "DELETING"
     REPAIRING = "REPAIRING"
-    STOPPED = "STOPPED"
+    DELETING = "DELETING"
     STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
     STARTING = "STARTING"
     PREEMPTED = "PREEMPTED"
     TERMINATED = "TERMINATED"
-    HIDING = "HIDING"
-    HIDDEN = "HIDDEN"
-    UNHIDING = "UNHIDING"
     UNKNOWN = "UNKNOWN"
     GONE = "GONE"
 
@@ -110,7 +97,11 @@ class NodeInfo:
 
 
 class NodeRequest(BaseModel):
-    """A node to create; ``body()`` is exactly the Cloud TPU REST body of its CreateNode."""
+    """A node to create, in no cloud's vocabulary: each provider turns it into its own request (its create body).
+
+    ``metadata`` is the startup payload (``core.naming.MetadataKey``: the startup script and its settings), which
+    a provider hands to the node as its cloud does (VM metadata, a container's environment).
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -123,26 +114,6 @@ class NodeRequest(BaseModel):
     description: str = "created by tpuops"
     service_account: str | None = None
     """The VM's account email; None leaves the project's default compute account."""
-
-    def body(self) -> dict[str, Any]:
-        # cloud-platform scope: the VM's own account reads the bucket and may delete its node.
-        account: dict[str, Any] = {"scope": ["https://www.googleapis.com/auth/cloud-platform"]}
-        if self.service_account:
-            account["email"] = self.service_account
-        scheduling: dict[str, bool] = {}
-        if self.capacity is Capacity.SPOT:
-            scheduling["spot"] = True
-        elif self.capacity is Capacity.PREEMPTIBLE:
-            scheduling["preemptible"] = True
-        return {
-            "description": self.description,
-            "acceleratorType": self.accelerator,
-            "runtimeVersion": self.runtime,
-            "schedulingConfig": scheduling,
-            "labels": dict(self.labels),
-            "metadata": dict(self.metadata),
-            "serviceAccount": account,
-        }
 
     def matches(self, node: NodeInfo) -> bool:
         """Whether an existing node is this request already made (so it may be adopted)."""
@@ -162,7 +133,8 @@ class Operation:
     zone: str
     done: bool
     target: str = ""
-    """The resource it acts on (``projects/P/locations/Z/nodes/N``)."""
+    """The resource it acts on, in the provider's own naming, ending with the node's name (Cloud TPU:
+    ``projects/P/locations/Z/nodes/N``)."""
     started: datetime | None = None
     ended: datetime | None = None
     error: TpuopsError | None = None

@@ -12,21 +12,25 @@ A line names its class by import path, and the class is imported when it is aske
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuops.core.errors import UsageError
 
 if TYPE_CHECKING:
     from tpuops.providers.base import Connection, NodeProvider
+    from tpuops.providers.nodes import NodeRequest
 
 
 class ProviderClass(Protocol):
     """A provider's class: ``connect`` opens one on a ``Connection``; ``talks_to_emulator``: whether provider
-    ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none)."""
+    ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none);
+    ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it)."""
 
     talks_to_emulator: bool
 
     def connect(self, connection: Connection) -> NodeProvider: ...
+
+    def create_body(self, project: str, zone: str, request: NodeRequest) -> dict[str, Any]: ...
 
 
 PROVIDERS: dict[str, str] = {

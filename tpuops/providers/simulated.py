@@ -41,12 +41,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.core.naming import RUN_KEY
-from tpuops.providers.base import Connection
+from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
@@ -139,10 +139,8 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-class SimulatedCloud:
+class SimulatedCloud(InProcessWorld):
     """Cloud TPU on a clock (``NodeProvider``): see the module docstring."""
-
-    talks_to_emulator: ClassVar[bool] = False
 
     def __init__(self, project: str = "tpuops-local", model: CloudModel | None = None, *, clock: Clock = system_clock,
                  seed: int = 0, workload: Workload | None = None, poll_interval_s: float = 0.0) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tpuops.core.kinds import ValueEnum
+from tpuops.core.naming import MetadataKey
 from tpuops.core.notices import Notice
-from tpuops.providers.nodes import MetadataKey
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import TrialTemplate
 

@@ -23,9 +23,8 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, fie
 
 from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.core.clock import UTC
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import RUN_KEY, MetadataKey
 from tpuops.launch.render import StartupContext, render_startup_script
-from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import RunRecord, spec_json
 from tpuops.runs.job import job_argv
 

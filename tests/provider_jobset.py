@@ -1,0 +1,190 @@
+"""A node provider whose native vocabulary is not Cloud TPU's: TPUs on GKE, one JobSet manifest per node.
+
+The proof that the seam (``tpuops.providers``) is neutral: this is one module, registered by one line
+(``PROVIDERS["jobset"] = "provider_jobset:JobSetProvider"``, which the tests put in with ``monkeypatch.setitem``),
+and nothing else in tpuops knows of it. It keeps every request as the manifest a cluster would be sent
+(``apiVersion``/``kind``/``metadata``/``spec``): the accelerator and its topology are node selectors
+(``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topology``), spot is a selector
+(``cloud.google.com/gke-spot``), the zone is the namespace and a selector, the runtime is the container's
+image and the startup payload its command and environment. The cluster is a dict in this process: what a test
+does to it is said in its words (``pods_ready``, ``evict``), and the adapter maps the JobSet's status onto the
+neutral ``NodeState`` once (``_state``). Kubernetes has no long-running operations: a create or a delete is done
+when answered, and the provider keeps a record of each so that ``operation`` can report it again.
+
+Test-only: it lives under tests/, not in the package.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from datetime import datetime
+from typing import Any, ClassVar
+
+from tpuops.core.clock import UTC
+from tpuops.core.errors import AlreadyExists, NotFound
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
+from tpuops.providers import tpu_catalog
+from tpuops.providers.base import Connection
+from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
+
+ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY = "cloud.google.com/gke-tpu-topology"
+SPOT = "cloud.google.com/gke-spot"
+PREEMPTIBLE = "cloud.google.com/gke-preemptible"
+ZONE = "topology.kubernetes.io/zone"
+IMAGE = "us-docker.pkg.dev/tpuops/runtime:"
+"""The runtime is the container image's tag."""
+GKE_NAMES = {"v4": "tpu-v4-podslice", "v5e": "tpu-v5-lite-podslice", "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice"}
+"""GKE's accelerator names by TPU generation; the others are spelled ``tpu-<generation>-slice`` here."""
+PREEMPTED_REASON = "SpotPreemption"
+
+
+def _gke_name(generation: str) -> str:
+    return GKE_NAMES.get(generation, f"tpu-{generation}-slice")
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_rfc3339(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def manifest(zone: str, request: NodeRequest) -> dict[str, Any]:
+    """The JobSet that runs ``request`` on a TPU slice in ``zone``: one pod per host, each on the slice's chips."""
+    spec = tpu_catalog.load().accelerators[request.accelerator]
+    selector = {ACCELERATOR: _gke_name(spec.generation), TOPOLOGY: spec.topology, ZONE: zone}
+    if request.capacity is Capacity.SPOT:
+        selector[SPOT] = "true"
+    elif request.capacity is Capacity.PREEMPTIBLE:
+        selector[PREEMPTIBLE] = "true"
+    payload = dict(request.metadata)
+    script = payload.pop(MetadataKey.STARTUP_SCRIPT.value, "")
+    container = {"name": "tpuops", "image": IMAGE + request.runtime, "command": ["bash", "-c", script],
+                 "env": [{"name": key.upper().replace("-", "_"), "value": value} for key, value in payload.items()],
+                 "resources": {"limits": {"google.com/tpu": str(spec.chips // spec.hosts)}}}
+    annotations = {"description": request.description}
+    if request.service_account:
+        annotations["iam.gke.io/gcp-service-account"] = request.service_account
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": request.name, "namespace": zone, "labels": dict(request.labels),
+                     "annotations": annotations},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+            "parallelism": spec.hosts, "completions": spec.hosts, "backoffLimit": 0,
+            "template": {"spec": {"nodeSelector": selector, "restartPolicy": "Never",
+                                  "tolerations": [{"key": "google.com/tpu", "operator": "Exists",
+                                                   "effect": "NoSchedule"}],
+                                  "containers": [container]}}}}}]},
+    }
+
+
+def _pods(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["replicatedJobs"][0]["template"]["spec"]
+
+
+def _state(job: dict[str, Any]) -> NodeState:
+    """The JobSet's status in the neutral words: a spot eviction is a preemption, any other failure the end."""
+    for condition in job["status"]["conditions"]:
+        if condition["type"] == "Failed":
+            return NodeState.PREEMPTED if condition["reason"] == PREEMPTED_REASON else NodeState.TERMINATED
+    ready = job["status"]["replicatedJobsStatus"][0]["ready"]
+    return NodeState.READY if ready == _pods(job)["parallelism"] else NodeState.CREATING
+
+
+def _node(project: str, job: dict[str, Any]) -> NodeInfo:
+    meta, pod = job["metadata"], _pods(job)["template"]["spec"]
+    selector = pod["nodeSelector"]
+    generation = next((g for g, name in GKE_NAMES.items() if name == selector[ACCELERATOR]),
+                      selector[ACCELERATOR].removeprefix("tpu-").removesuffix("-slice"))
+    accelerator = next(a.name for a in tpu_catalog.load().accelerators.values()
+                       if a.generation == generation and a.topology == selector[TOPOLOGY])
+    capacity = (Capacity.SPOT if selector.get(SPOT) == "true" else
+                Capacity.PREEMPTIBLE if selector.get(PREEMPTIBLE) == "true" else Capacity.ON_DEMAND)
+    return NodeInfo(name=meta["name"], zone=meta["namespace"], project=project, accelerator=accelerator,
+                    runtime=pod["containers"][0]["image"].removeprefix(IMAGE), capacity=capacity, state=_state(job),
+                    health="", labels=dict(meta["labels"]), create_time=_parse_rfc3339(meta["creationTimestamp"]),
+                    uid=meta["uid"])
+
+
+class JobSetProvider:
+    """TPU slices on a GKE cluster as JobSets (``NodeProvider``); the cluster is held in this process."""
+
+    talks_to_emulator: ClassVar[bool] = False
+
+    def __init__(self, project: str, *, poll_interval_s: float = 0.01) -> None:
+        self.project, self.poll_interval_s = project, poll_interval_s
+        self.jobsets: dict[tuple[str, str], dict[str, Any]] = {}
+        """(namespace, name) -> the JobSet as the cluster holds it (the manifest, with metadata and status filled)."""
+        self._operations: dict[str, Operation] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, connection: Connection) -> JobSetProvider:
+        return cls(connection.project, poll_interval_s=connection.poll_interval_s)
+
+    @classmethod
+    def create_body(cls, project: str, zone: str, request: NodeRequest) -> dict[str, Any]:
+        """What ``create_node`` applies: the JobSet manifest."""
+        return manifest(zone, request)
+
+    # -- the cluster, in its own words (what the tests do to it) ---------------------------------
+
+    def pods_ready(self, zone: str, name: str) -> None:
+        """Every pod of the JobSet is scheduled on the slice and running."""
+        with self._lock:
+            job = self.jobsets[(zone, name)]
+            job["status"]["replicatedJobsStatus"][0]["ready"] = _pods(job)["parallelism"]
+
+    def evict(self, zone: str, name: str) -> None:
+        """GKE reclaimed the spot slice: the pods are evicted and the JobSet fails."""
+        with self._lock:
+            job = self.jobsets[(zone, name)]
+            job["status"]["replicatedJobsStatus"][0]["ready"] = 0
+            job["status"]["conditions"].append({"type": "Failed", "reason": PREEMPTED_REASON})
+
+    # -- NodeProvider --------------------------------------------------------------------------
+
+    def list_nodes(self, zone: str) -> list[NodeInfo]:
+        with self._lock:
+            return [_node(self.project, job) for (namespace, _), job in self.jobsets.items() if namespace == zone]
+
+    def find_node(self, zone: str, name: str) -> NodeInfo | None:
+        with self._lock:
+            job = self.jobsets.get((zone, name))
+            return None if job is None else _node(self.project, job)
+
+    def create_node(self, zone: str, request: NodeRequest) -> Operation:
+        job = manifest(zone, request)
+        with self._lock:
+            if (zone, request.name) in self.jobsets:
+                raise AlreadyExists(f'jobsets.jobset.x-k8s.io "{request.name}" already exists in namespace {zone}')
+            job["metadata"] |= {"uid": f"uid-{next(self._ids)}", "creationTimestamp": _rfc3339(datetime.now(UTC))}
+            job["status"] = {"replicatedJobsStatus": [{"name": "workers", "ready": 0}], "conditions": []}
+            self.jobsets[(zone, request.name)] = job
+            return self._record(zone, request.name, "create")
+
+    def delete_node(self, zone: str, name: str) -> Operation | None:
+        with self._lock:
+            if self.jobsets.pop((zone, name), None) is None:
+                return None
+            return self._record(zone, name, "delete")
+
+    def operation(self, zone: str, name: str) -> Operation:
+        with self._lock:
+            found = self._operations.get(name)
+        if found is None:
+            raise NotFound(f"operation {name} not found")
+        return found
+
+    def _record(self, zone: str, name: str, verb: str) -> Operation:
+        """A request the cluster answered at once, kept so that ``operation`` reports it again."""
+        now = datetime.now(UTC).replace(microsecond=0)
+        operation = Operation(name=f"namespaces/{zone}/operations/{verb}-{next(self._ids)}", zone=zone, done=True,
+                              target=f"namespaces/{zone}/jobsets/{name}", started=now, ended=now)
+        self._operations[operation.name] = operation
+        return operation
