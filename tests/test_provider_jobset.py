@@ -1,0 +1,131 @@
+"""The seam is neutral: a provider of another vocabulary (``provider_jobset``: TPUs on GKE as JobSet manifests),
+added by one module and one registry line, plans, creates, recovers and ends a run like the Cloud TPU one.
+
+Nothing of tpuops is changed for it: the registry line is put in with ``monkeypatch.setitem`` (the registry's
+``PROVIDERS`` is its registration hook), the settings name it (``node_provider = "jobset"``), and the real
+configuration, session, fleet, store, ledger, leases and controller do the rest. What the cluster does (pods
+running, a spot eviction) is said in its own words; the controller sees only the neutral ``NodeState``.
+``tests/test_provider_contract.py`` holds the same provider to the contract every provider keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from provider_jobset import ACCELERATOR, SPOT, TOPOLOGY, JobSetProvider
+
+from tpuops import api, runs, session
+from tpuops.cli.main import run as cli_run
+from tpuops.config import Settings, load_settings
+from tpuops.controller.reconcile import Controller
+from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
+from tpuops.launch.provision import plan_up
+from tpuops.providers.nodes import NodeState
+from tpuops.providers.registry import PROVIDERS
+from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
+
+pytestmark = pytest.mark.unit
+
+ZONE = "us-central1-b"
+RUN = "js-run"
+LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
+DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000}
+MAX_PASSES = 10
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one registry line of the new provider."""
+    monkeypatch.setitem(PROVIDERS, "jobset", "provider_jobset:JobSetProvider")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    config = tmp_path / "tpuops.toml"
+    config.write_text(f'node_provider = "jobset"\nzones = ["{ZONE}"]\nstore = "{tmp_path / "store"}"\n'
+                      "lease_ttl_s = 3600.0\nmax_run_hours = 0\n")
+    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
+
+
+def test_a_dry_run_shows_the_jobset_manifest_through_the_cli(settings: Settings, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
+    assert cli_run(["up", "js-dry", "--accelerator", "v4-16", "--spot", "--dry-run", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    body = shown["body"]
+    assert (body["kind"], body["metadata"]["name"], body["metadata"]["namespace"]) == ("JobSet", "js-dry", ZONE)
+    pods = body["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert pods["parallelism"] == 2  # v4-16 spans two hosts: one pod on each
+    selector = pods["template"]["spec"]["nodeSelector"]
+    assert selector[ACCELERATOR] == "tpu-v4-podslice" and selector[TOPOLOGY] == "2x2x2" and selector[SPOT] == "true"
+    container = pods["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["bash", "-c"] and container["command"][2].startswith("#!")
+    assert "acceleratorType" not in json.dumps(body)  # nothing of Cloud TPU's REST body
+
+
+def _declare(settings: Settings, store: Any) -> None:
+    request = plan_up(settings, RUN, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE, run_id=RUN).request
+    assert MetadataKey.STARTUP_SCRIPT.value in request.metadata
+    record = RunRecord(run_id=RUN, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="x")
+    runs.declare(store, record, {"version": 1, "run_id": RUN})
+    _status(store, LIVE)
+
+
+def _status(store: Any, fields: dict[str, Any]) -> None:
+    store.write_bytes(runs.status_key(RUN), runs.AgentStatus.model_validate(
+        {**fields, "run_id": RUN}).model_dump_json().encode())
+
+
+def _until(controller: Controller, done: Any, what: str) -> None:
+    """Reconcile passes until ``done()`` holds (a replacement takes a pass to delete, one to create)."""
+    for _ in range(MAX_PASSES):
+        controller.run_pass(only=RUN)
+        if done():
+            return
+    raise AssertionError(f"after {MAX_PASSES} passes, still not {what}")
+
+
+def test_a_run_is_created_preempted_recreated_and_ended_on_the_jobset_provider(settings: Settings) -> None:
+    store = session.store(settings)
+    fleet = session.fleet(settings)
+    cluster = cast(JobSetProvider, fleet.provider)
+    assert isinstance(cluster, JobSetProvider)  # opened through the registry, as any command opens its provider
+    controller = Controller(settings, store, fleet, holder="test", status_refresh_s=0.0)
+    _declare(settings, store)
+
+    _until(controller, lambda: (ZONE, RUN) in cluster.jobsets, "created")
+    first = cluster.jobsets[(ZONE, RUN)]
+    assert first["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"][SPOT] == "true"
+    cluster.pods_ready(ZONE, RUN)
+    controller.run_pass(only=RUN)
+    seen = fleet.find(ZONE, RUN)
+    assert seen is not None and seen.state is NodeState.READY and seen.accelerator == "v2-8"
+
+    cluster.evict(ZONE, RUN)  # GKE reclaims the spot slice
+    _until(controller, lambda: (ZONE, RUN) in cluster.jobsets
+           and cluster.jobsets[(ZONE, RUN)]["metadata"]["uid"] != first["metadata"]["uid"], "recreated")
+    assert runs.load_memory(store, RUN)[0].preemptions == 1
+    cluster.pods_ready(ZONE, RUN)
+    controller.run_pass(only=RUN)
+
+    _status(store, DONE)
+    _until(controller, lambda: runs.load_memory(store, RUN)[0].outcome is not None, "finished")
+    memory = runs.load_memory(store, RUN)[0]
+    assert memory.outcome is Outcome.SUCCEEDED and memory.preemptions == 1
+    _until(controller, lambda: (ZONE, RUN) not in cluster.jobsets, "its JobSet deleted")
+    controller.release()
+
+
+def test_the_dry_run_call_of_the_library_asks_the_configured_provider(settings: Settings) -> None:
+    plan = api.plan_up(settings, "js-lib", accelerator="v3-8", capacity=Capacity.ON_DEMAND)
+    body = api.create_body(settings, plan)
+    selector = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"]
+    assert SPOT not in selector and selector[TOPOLOGY] == "2x2"
+    cloud_tpu = api.create_body(settings.model_copy(update={"node_provider": "cloud-tpu"}), plan)
+    assert cloud_tpu["acceleratorType"] == "v3-8"  # the same plan, in Cloud TPU's words
