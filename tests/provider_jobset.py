@@ -1,9 +1,10 @@
 """A node provider whose native vocabulary is not Cloud TPU's: TPUs on GKE, one JobSet manifest per node.
 
 The proof that the seam (``tpuops.providers``) is neutral: this is one module, registered by one line
-(``PROVIDERS["jobset"] = "provider_jobset:JobSetProvider"``, which the tests put in with ``monkeypatch.setitem``),
-and nothing else in tpuops knows of it. It keeps every request as the manifest a cluster would be sent
-(``apiVersion``/``kind``/``metadata``/``spec``): the accelerator and its topology are node selectors
+(``test_provider_contract.JOBSET``, which the tests put into ``tpuops.providers.registry.PROVIDERS`` with
+``monkeypatch.setitem``), and nothing else in tpuops knows of it. It keeps every request as the manifest a
+cluster would be sent (``apiVersion``/``kind``/``metadata``/``spec``): the accelerator and its topology are
+node selectors
 (``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topology``), spot is a selector
 (``cloud.google.com/gke-spot``), the zone is the namespace and a selector, the runtime is the container's
 image and the startup payload its command and environment. The cluster is a dict in this process: what a test

@@ -1,8 +1,9 @@
 """The seam is neutral: a provider of another vocabulary (``provider_jobset``: TPUs on GKE as JobSet manifests),
 added by one module and one registry line, plans, creates, recovers and ends a run like the Cloud TPU one.
 
-Nothing of tpuops is changed for it: the registry line is put in with ``monkeypatch.setitem`` (the registry's
-``PROVIDERS`` is its registration hook), the settings name it (``node_provider = "jobset"``), and the real
+Nothing of tpuops is changed for it: its registry line (``test_provider_contract.JOBSET``) is put in with
+``monkeypatch.setitem`` (the registry's ``PROVIDERS`` dict is the registration hook; no other is needed), the
+settings name it (``node_provider = "jobset"``), and the real
 configuration, session, fleet, store, ledger, leases and controller do the rest. What the cluster does (pods
 running, a spot eviction) is said in its own words; the controller sees only the neutral ``NodeState``.
 ``tests/test_provider_contract.py`` holds the same provider to the contract every provider keeps.
@@ -16,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 from provider_jobset import ACCELERATOR, SPOT, TOPOLOGY, JobSetProvider
+from test_provider_contract import JOBSET
 
 from tpuops import api, runs, session
 from tpuops.cli.main import run as cli_run
@@ -39,8 +41,8 @@ MAX_PASSES = 10
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one registry line of the new provider."""
-    monkeypatch.setitem(PROVIDERS, "jobset", "provider_jobset:JobSetProvider")
+    """The new provider's one registry line (``JOBSET``), put in for the test."""
+    monkeypatch.setitem(PROVIDERS, "jobset", JOBSET)
 
 
 @pytest.fixture
