@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from tpuops.core.clock import UTC
-from tpuops.core.errors import AlreadyExists, NotFound
+from tpuops.core.errors import AlreadyExists, NotFound, UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.providers import tpu_catalog
@@ -132,6 +132,21 @@ class JobSetProvider:
     def create_body(cls, project: str, zone: str, request: NodeRequest) -> dict[str, Any]:
         """What ``create_node`` applies: the JobSet manifest."""
         return manifest(zone, request)
+
+    @classmethod
+    def check_zone(cls, zone: str) -> str:
+        """A zone of the catalog (the cluster's node pools may sit in any TPU zone)."""
+        if zone not in tpu_catalog.load().zones:
+            raise UsageError(f"zone {zone!r} has no TPU node pools on GKE")
+        return zone
+
+    @classmethod
+    def check_accelerator(cls, accelerator: str) -> str:
+        """GKE has TPU node pools of the generations it names (``GKE_NAMES``) only: no v2, no v3."""
+        spec = tpu_catalog.load().accelerators.get(accelerator)
+        if spec is None or spec.generation not in GKE_NAMES:
+            raise UsageError(f"accelerator {accelerator!r} has no GKE node pools (TPU {', '.join(GKE_NAMES)} do)")
+        return accelerator
 
     # -- the cluster, in its own words (what the tests do to it) ---------------------------------
 

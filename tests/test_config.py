@@ -73,9 +73,11 @@ def test_tpuops_env_overrides_google_cloud_project(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_give_one_line_naming_key_and_value(tmp_path: Path, text: str, expected: str) -> None:
+    from tpuops import api
+
     path = _write(tmp_path, text + "\n")
     with pytest.raises(UsageError) as caught:
-        load_settings(config_path=path, environ={"TPUOPS_HOME": str(tmp_path)})
+        api.load_settings(path, {"TPUOPS_HOME": str(tmp_path)})  # the settings, checked by the providers' rules
     message = str(caught.value)
     assert expected in message
     assert str(path) in message

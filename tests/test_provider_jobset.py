@@ -21,8 +21,9 @@ from test_provider_contract import JOBSET
 
 from tpuops import api, runs, session
 from tpuops.cli.main import run as cli_run
-from tpuops.config import Settings, load_settings
+from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
+from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.launch.provision import plan_up
@@ -49,8 +50,8 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
 def settings(tmp_path: Path) -> Settings:
     config = tmp_path / "tpuops.toml"
     config.write_text(f'node_provider = "jobset"\nzones = ["{ZONE}"]\nstore = "{tmp_path / "store"}"\n'
-                      "lease_ttl_s = 3600.0\nmax_run_hours = 0\n")
-    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home")})
+                      'accelerator = "v4-8"\nlease_ttl_s = 3600.0\nmax_run_hours = 0\n')
+    return api.load_settings(config, {"TPUOPS_HOME": str(tmp_path / "home")})
 
 
 def test_a_dry_run_shows_the_jobset_manifest_through_the_cli(settings: Settings, tmp_path: Path,
@@ -72,7 +73,7 @@ def test_a_dry_run_shows_the_jobset_manifest_through_the_cli(settings: Settings,
 
 
 def _declare(settings: Settings, store: Any) -> None:
-    request = plan_up(settings, RUN, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE, run_id=RUN).request
+    request = plan_up(settings, RUN, accelerator="v4-8", capacity=Capacity.SPOT, zone=ZONE, run_id=RUN).request
     assert MetadataKey.STARTUP_SCRIPT.value in request.metadata
     record = RunRecord(run_id=RUN, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="x")
     runs.declare(store, record, {"version": 1, "run_id": RUN})
@@ -107,7 +108,7 @@ def test_a_run_is_created_preempted_recreated_and_ended_on_the_jobset_provider(s
     cluster.pods_ready(ZONE, RUN)
     controller.run_pass(only=RUN)
     seen = fleet.find(ZONE, RUN)
-    assert seen is not None and seen.state is NodeState.READY and seen.accelerator == "v2-8"
+    assert seen is not None and seen.state is NodeState.READY and seen.accelerator == "v4-8"
 
     cluster.evict(ZONE, RUN)  # GKE reclaims the spot slice
     _until(controller, lambda: (ZONE, RUN) in cluster.jobsets
@@ -125,9 +126,21 @@ def test_a_run_is_created_preempted_recreated_and_ended_on_the_jobset_provider(s
 
 
 def test_the_dry_run_call_of_the_library_asks_the_configured_provider(settings: Settings) -> None:
-    plan = api.plan_up(settings, "js-lib", accelerator="v3-8", capacity=Capacity.ON_DEMAND)
+    plan = api.plan_up(settings, "js-lib", accelerator="v4-8", capacity=Capacity.ON_DEMAND)
     body = api.create_body(settings, plan)
     selector = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"]
-    assert SPOT not in selector and selector[TOPOLOGY] == "2x2"
+    assert SPOT not in selector and selector[TOPOLOGY] == "2x2x1"
     cloud_tpu = api.create_body(settings.model_copy(update={"node_provider": "cloud-tpu"}), plan)
-    assert cloud_tpu["acceleratorType"] == "v3-8"  # the same plan, in Cloud TPU's words
+    assert cloud_tpu["acceleratorType"] == "v4-8"  # the same plan, in Cloud TPU's words
+
+
+def test_the_configured_provider_says_which_accelerators_the_settings_may_name(tmp_path: Path) -> None:
+    config = tmp_path / "tpuops.toml"
+    config.write_text('node_provider = "jobset"\naccelerator = "v3-8"\n')
+    env = {"TPUOPS_HOME": str(tmp_path / "home")}
+    with pytest.raises(UsageError) as refused:
+        api.load_settings(config, env)
+    assert str(refused.value) == (f"{config}: accelerator = 'v3-8' is not allowed: accelerator 'v3-8' has no GKE "
+                                  "node pools (TPU v4, v5e, v5p, v6e do)")
+    config.write_text('node_provider = "cloud-tpu"\naccelerator = "v3-8"\n')
+    assert api.load_settings(config, env).accelerator == "v3-8"  # Cloud TPU has v3

@@ -6,6 +6,10 @@ only place that reads the environment for settings; the library below it receive
 ``Settings`` object and never looks at ``os.environ``.
 A bad value becomes one ``UsageError`` line naming the key, the value, where it came
 from and what is allowed.
+
+Config knows no provider: which node providers exist, and which zones and accelerators the configured one
+offers, are the providers' rules (``ProviderRules``), handed in by the caller (``tpuops.api.load_settings`` hands
+``tpuops.providers.registry.RULES``). Without them only what holds for any provider is checked (a zone's shape).
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ import os
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity, Provider
-from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, is_zone_name, rule_in_words
+from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, check_zone_name, rule_in_words
 from tpuops.core.notices import NotifySettings
 
 T = TypeVar("T")
@@ -41,20 +45,31 @@ def default_home(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("TPUOPS_HOME") or Path.home() / ".tpuops")
 
 
-def check_zone(zone: str) -> str:
-    """``zone`` if it is a Cloud TPU zone of the catalog; else one ``UsageError`` line with the closest one."""
-    import difflib
+class ProviderRules(Protocol):
+    """The node providers' rules for the settings: each check returns the value or raises ``UsageError`` (one line)."""
 
-    from tpuops.providers import tpu_catalog
+    def names(self) -> list[str]:
+        """The registered node providers (``node_provider``)."""
+        ...
 
-    if not is_zone_name(zone):
-        raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
-    known = sorted(tpu_catalog.load().zones)
-    if zone not in known:
-        close = difflib.get_close_matches(zone, known, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"Cloud TPU zones: {', '.join(known)}"
-        raise UsageError(f"zone {zone!r} offers no Cloud TPUs ({hint})")
-    return zone
+    def check_zone(self, provider: str, zone: str) -> str:
+        """``zone`` if ``provider`` offers TPUs there."""
+        ...
+
+    def check_accelerator(self, provider: str, accelerator: str) -> str:
+        """``accelerator`` if ``provider`` has that type."""
+        ...
+
+
+RULES_CONTEXT = "provider_rules"
+"""The key of the validation context under which ``ProviderRules`` reach the validators."""
+
+
+def _rules(info: ValidationInfo) -> tuple[ProviderRules, str] | None:
+    """The providers' rules and the configured provider, when the caller handed rules in and the provider is known."""
+    rules = (info.context or {}).get(RULES_CONTEXT)
+    provider = info.data.get("node_provider")
+    return None if rules is None or provider is None else (rules, provider)
 
 
 def check_store(store: str) -> str:
@@ -84,6 +99,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False)
 
     provider: Provider = Provider.LOCAL
+    node_provider: str = "cloud-tpu"
+    """Which registered node provider makes the nodes (``tpuops.providers.registry``); checked before the zones
+    and the accelerator, which are its rules."""
     project: str = "tpuops-local"
     zones: list[str] = Field(default_factory=lambda: ["us-central1-a", "us-central1-b"], min_length=1)
     store: str = ""
@@ -97,8 +115,6 @@ class Settings(BaseModel):
     node's agent starts after its save, so that recovery starts at once (``tpuops.agent.wake``); none: the
     node only leaves its wake marker in the store, for ``watch`` and the scheduled reconcile."""
     tpu_endpoint: str | None = None
-    node_provider: str = "cloud-tpu"
-    """Which registered node provider makes the nodes (``tpuops.providers.registry``)."""
     tf_python: str | None = None
     """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""
     home: Path = Path("~/.tpuops")
@@ -141,8 +157,12 @@ class Settings(BaseModel):
 
     @field_validator("zones")
     @classmethod
-    def _zone_names(cls, value: list[str]) -> list[str]:
-        return [_checked(check_zone, zone) for zone in value]
+    def _zone_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        asked = _rules(info)
+        if asked is None:
+            return [_checked(check_zone_name, zone) for zone in value]
+        rules, provider = asked
+        return [_checked(lambda z: rules.check_zone(provider, z), zone) for zone in value]
 
     @field_validator("store")
     @classmethod
@@ -151,10 +171,12 @@ class Settings(BaseModel):
 
     @field_validator("accelerator")
     @classmethod
-    def _accelerator_type(cls, value: str) -> str:
-        from tpuops.providers.accelerators import parse_accelerator
-
-        return _checked(parse_accelerator, value)
+    def _accelerator_type(cls, value: str, info: ValidationInfo) -> str:
+        asked = _rules(info)
+        if asked is None:
+            return value
+        rules, provider = asked
+        return _checked(lambda acc: rules.check_accelerator(provider, acc), value)
 
     @field_validator("labels")
     @classmethod
@@ -165,14 +187,16 @@ class Settings(BaseModel):
 
     @field_validator("node_provider")
     @classmethod
-    def _registered_provider(cls, value: str) -> str:
+    def _registered_provider(cls, value: str, info: ValidationInfo) -> str:
         import difflib
 
-        from tpuops.providers.registry import PROVIDERS
-
-        if value not in PROVIDERS:
-            close = difflib.get_close_matches(value, list(PROVIDERS), n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "expected one of " + ", ".join(sorted(PROVIDERS))
+        rules: ProviderRules | None = (info.context or {}).get(RULES_CONTEXT)
+        if rules is None:
+            return value
+        names = rules.names()
+        if value not in names:
+            close = difflib.get_close_matches(value, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "expected one of " + ", ".join(names)
             raise ValueError(f"not a registered node provider ({hint})")
         return value
 
@@ -258,8 +282,10 @@ def _read_file(path: Path) -> dict[str, Any]:
     return read_toml(path, "config")
 
 
-def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Merge defaults, the config file (``config_path``, else the nearest one) and the environment; validate."""
+def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str] | None = None,
+                  rules: ProviderRules | None = None) -> Settings:
+    """Merge defaults, the config file (``config_path``, else the nearest one) and the environment; validate,
+    against the providers' ``rules`` when given (``tpuops.api.load_settings`` gives them)."""
     environ = os.environ if environ is None else environ
     path = config_path or find_config_file(environ=environ)
     layers: list[tuple[str, dict[str, Any]]] = [("default", {"home": str(default_home(environ))})]
@@ -274,7 +300,7 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
             merged[key] = value
             source[key] = origin
     try:
-        settings = Settings.model_validate(merged)
+        settings = Settings.model_validate(merged, context={RULES_CONTEXT: rules})
     except ValidationError as err:
         raise UsageError(_one_line(err, merged, source)) from None
     return _with_secrets(_finish(settings), environ)
@@ -385,8 +411,10 @@ def _toml_value(value: Any) -> str:
     return f'"{text}"'
 
 
-def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False) -> Settings:
-    """Validate ``values`` as a config file and write it atomically; refuse to overwrite unless ``force``.
+def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False,
+                 rules: ProviderRules | None = None) -> Settings:
+    """Validate ``values`` as a config file (against the providers' ``rules`` when given) and write it atomically;
+    refuse to overwrite unless ``force``.
 
     Everything is checked before the first byte is written (the values, the rules a command
     applies on load, the target's folder), so a refused config leaves no file behind.
@@ -403,7 +431,7 @@ def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False) 
         raise UsageError(f"--path {path}: no folder {path.parent} (create it first, or write elsewhere)")
     clean = {k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None}
     try:
-        settings = _finish(Settings.model_validate(clean))
+        settings = _finish(Settings.model_validate(clean, context={RULES_CONTEXT: rules}))
     except ValidationError as err:
         raise UsageError(_one_line(err, clean, dict.fromkeys(clean, "flag"))) from None
     _write_atomically(path, render_toml(clean))

@@ -1,6 +1,6 @@
 """The library entry points: one call per command, for Python callers and for the CLI alike.
 
-Each function takes ``Settings`` (``tpuops.config.load_settings``) and wires what it needs through
+Each function takes ``Settings`` (``load_settings``) and wires what it needs through
 ``tpuops.session``; the CLI parses its flags, calls exactly one of these and renders the result
 (docs/library.md lists them; tests/test_cli_front_door.py holds the CLI to it). Runs and nodes are
 here; ``sweeps``, ``data`` and ``tools`` (init, doctor, schedule, emulator, runtime) are re-exported
@@ -51,6 +51,7 @@ from tpuops.api.tools import (
     emulator_status,
     emulator_stop,
     init,
+    load_settings,
     notify_test,
     reachable_store,
     runtime_install,
@@ -68,7 +69,8 @@ __all__ = [
     "Started", "SweepStarted", "controller", "cost", "create_body", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
-    "forecast_train", "forget", "infer", "init", "launch", "list_runs", "log_tail", "logs", "nodes", "notify_test",
+    "forecast_train", "forget", "infer", "init", "launch", "list_runs", "load_settings", "log_tail", "logs", "nodes",
+    "notify_test",
     "plan_infer", "plan_resume", "plan_stop", "plan_train", "plan_up", "plan_up_queued", "reachable_store",
     "reap_orphans", "reconcile", "repair", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install",
     "runtime_status",

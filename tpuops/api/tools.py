@@ -26,9 +26,20 @@ if TYPE_CHECKING:
 def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, force: bool = False) -> Settings:
     """``tpuops init``: validate ``values`` (and ``labels``, ``KEY=VALUE,...``) and write them to ``path``."""
     from tpuops.config import parse_labels, write_config
+    from tpuops.providers.registry import RULES
 
     parsed = parse_labels(labels, "--label") if labels else None
-    return write_config(path, {**values, "labels": parsed}, force=force)
+    return write_config(path, {**values, "labels": parsed}, force=force, rules=RULES)
+
+
+def load_settings(config_path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings every call takes: ``tpuops.toml`` (``config_path``, else the nearest) and the environment,
+    checked against the node providers' rules (the registered names, the configured provider's zones and
+    accelerators), which ``tpuops.config`` itself does not know."""
+    from tpuops.config import load_settings as load
+    from tpuops.providers.registry import RULES
+
+    return load(config_path=config_path, environ=environ, rules=RULES)
 
 
 def reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:

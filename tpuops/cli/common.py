@@ -89,11 +89,10 @@ def out_console() -> Console:
 def load_settings(ctx: typer.Context) -> Settings:
     """Settings for this invocation: the global ``--config``, else the nearest ``tpuops.toml``, and the environment."""
     from tpuops import api
-    from tpuops.config import load_settings as load
 
     state = ctx.find_root().obj
     config_path = state.config_path if isinstance(state, CliState) else None
-    return api.reachable_store(load(config_path=config_path),
+    return api.reachable_store(api.load_settings(config_path),
                                lambda line: err_console().print(f"tpuops: {line}", markup=False, soft_wrap=True))
 
 

@@ -159,3 +159,10 @@ def is_zone_name(zone: str) -> bool:
     """GCP zone names are region-letter: 'us-central1-a', 'europe-west4-b'."""
     parts = zone.split("-")
     return len(parts) == 3 and all(parts) and len(parts[2]) == 1 and parts[1][-1:].isdigit()
+
+
+def check_zone_name(zone: str) -> str:
+    """``zone`` if it is shaped as a zone name, else one ``UsageError`` line (which zones exist: a provider's rule)."""
+    if not is_zone_name(zone):
+        raise UsageError(f"zone {zone!r} is not a zone name such as 'us-central1-a'")
+    return zone

@@ -7,7 +7,7 @@ validated before any API call, and its node metadata uses the keys of ``Metadata
 
 from __future__ import annotations
 
-from tpuops.config import Settings, check_zone
+from tpuops.config import Settings
 from tpuops.core import naming
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
@@ -41,7 +41,7 @@ def plan_up(
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
     runtime_version = accelerators.resolve_runtime_version(acc, runtime)
     labels = naming.labels_for(run_id=run_id, sweep_id=sweep_id, user=settings.labels)
-    zones = [check_zone(zone)] if zone else list(settings.zones)
+    zones = [accelerators.check_zone(zone)] if zone else list(settings.zones)
     script = render_startup_script(StartupContext(
         node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
         run_id=run_id, store_root=settings.store_root, job=job, labels=labels,

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from tpuops.core.errors import UsageError
+from tpuops.core.naming import check_zone_name
 from tpuops.providers import tpu_catalog
 
 TF_VERSION = "2.9.3"
@@ -80,6 +81,18 @@ def parse_accelerator(text: str) -> Accelerator:
             f"{', '.join(map(str, sizes))}"
         )
     return Accelerator(type=text, generation=spec.generation, size=spec.size, chips=spec.chips, hosts=spec.hosts)
+
+
+def check_zone(zone: str) -> str:
+    """``zone`` if it is a Cloud TPU zone of the catalog; else one ``UsageError`` line with the closest one."""
+    import difflib
+
+    known = sorted(tpu_catalog.load().zones)
+    if check_zone_name(zone) not in known:
+        close = difflib.get_close_matches(zone, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"Cloud TPU zones: {', '.join(known)}"
+        raise UsageError(f"zone {zone!r} offers no Cloud TPUs ({hint})")
+    return zone
 
 
 def zones_offering(acc: Accelerator | str) -> list[str]:

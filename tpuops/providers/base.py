@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tpuops.core.errors import Timeout, UsageError
+from tpuops.providers import accelerators
 from tpuops.providers.nodes import NodeInfo, NodeRequest, Operation, QueuedInfo
 
 CLOSE_POLL_S = 0.02
@@ -129,7 +130,22 @@ def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,
     return operation
 
 
-class InProcessWorld:
+class CloudTpuRules:
+    """A provider's rules for the settings (``tpuops.providers.registry.RULES``, which ``config`` asks): the zones
+    and accelerator types of the Cloud TPU catalog. The base of the Cloud TPU adapter and of the worlds that
+    model Cloud TPU; a provider of another cloud says its own (a ``check_zone`` and a ``check_accelerator``
+    class method that raise ``UsageError``, one line)."""
+
+    @classmethod
+    def check_zone(cls, zone: str) -> str:
+        return accelerators.check_zone(zone)
+
+    @classmethod
+    def check_accelerator(cls, accelerator: str) -> str:
+        return accelerators.parse_accelerator(accelerator).type
+
+
+class InProcessWorld(CloudTpuRules):
     """The base of a provider whose nodes live in this process (``memory``, ``simulated``): it needs no emulator
     and has no wire format, so what its ``create_node`` takes (a dry run shows it) is the request's own fields."""
 

@@ -37,7 +37,7 @@ from tpuops.core.errors import (
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
-from tpuops.providers.base import Connection
+from tpuops.providers.base import CloudTpuRules, Connection
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 
 CALL_TIMEOUT_S = 30.0
@@ -227,7 +227,7 @@ class CallCounter:
             self.counts[rpc] = self.counts.get(rpc, 0) + 1
 
 
-class TpuApi:
+class TpuApi(CloudTpuRules):
     """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes`` and ``QueuesNodes``);
     safe to share between threads. ``token``: the emulator's bearer token, for an ``http://`` endpoint."""
 

@@ -5,8 +5,10 @@ class implements ``tpuops.providers.base.NodeProvider`` (optional capabilities a
 protocols) with a ``connect(Connection)`` class method, and the line maps its name to that class.
 Nothing dispatches on names anywhere else; the ``Fleet`` holds whichever provider this returns, and
 what needs no connection (a dry run's request body) asks the class itself (``provider_class``).
-A line names its class by import path, and the class is imported when it is asked for: checking
-``node_provider`` (``config``) loads no provider, and a command loads only the one it uses.
+A line names its class by import path, and the class is imported when it is asked for: a command loads only
+the one it uses. ``config`` imports no provider: the settings are checked against the registry and the
+configured provider's own rules (its zones and accelerators) through ``RULES``, which the api layer hands to
+``config.load_settings`` (``tpuops.api.load_settings``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,19 @@ if TYPE_CHECKING:
 class ProviderClass(Protocol):
     """A provider's class: ``connect`` opens one on a ``Connection``; ``talks_to_emulator``: whether provider
     ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none);
-    ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it)."""
+    ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it);
+    ``check_zone``, ``check_accelerator``: its rules for the settings (``UsageError``, one line), asked through
+    ``RULES``."""
 
     talks_to_emulator: bool
 
     def connect(self, connection: Connection) -> NodeProvider: ...
 
     def create_body(self, project: str, zone: str, request: NodeRequest) -> dict[str, Any]: ...
+
+    def check_zone(self, zone: str) -> str: ...
+
+    def check_accelerator(self, accelerator: str) -> str: ...
 
 
 PROVIDERS: dict[str, str] = {
@@ -53,3 +61,21 @@ def provider_class(name: str) -> ProviderClass:
 def open_provider(name: str, connection: Connection) -> NodeProvider:
     """The provider registered as ``name``, opened on ``connection``; ``UsageError`` for an unknown name."""
     return provider_class(name).connect(connection)
+
+
+class Rules:
+    """The providers' rules as ``tpuops.config`` asks for them (``config.ProviderRules``): the registered names,
+    and each provider's own zone and accelerator checks."""
+
+    def names(self) -> list[str]:
+        return sorted(PROVIDERS)
+
+    def check_zone(self, provider: str, zone: str) -> str:
+        return provider_class(provider).check_zone(zone)
+
+    def check_accelerator(self, provider: str, accelerator: str) -> str:
+        return provider_class(provider).check_accelerator(accelerator)
+
+
+RULES = Rules()
+"""What ``tpuops.api.load_settings`` and ``api.init`` hand to ``config``."""
