@@ -4,10 +4,10 @@ The proof that the seam (``tpuops.providers``) is neutral: this is one module, r
 (``test_provider_contract.JOBSET``, which the tests put into ``tpuops.providers.registry.PROVIDERS`` with
 ``monkeypatch.setitem``), and nothing else in tpuops knows of it. It keeps every request as the manifest a
 cluster would be sent (``apiVersion``/``kind``/``metadata``/``spec``): the accelerator and its topology are
-node selectors
-(``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topology``), spot is a selector
-(``cloud.google.com/gke-spot``), the zone is the namespace and a selector, the runtime is the container's
-image and the startup payload its command and environment. The cluster is a dict in this process: what a test
+node selectors (``cloud.google.com/gke-tpu-accelerator``, ``cloud.google.com/gke-tpu-topology``), spot is a
+selector (``cloud.google.com/gke-spot``), the zone is the namespace and a selector, the runtime is the
+container's image and the startup payload its command and environment; its rules for the settings are GKE's
+(no v2 or v3 node pools). The cluster is a dict in this process: what a test
 does to it is said in its words (``pods_ready``, ``evict``), and the adapter maps the JobSet's status onto the
 neutral ``NodeState`` once (``_state``). Kubernetes has no long-running operations: a create or a delete is done
 when answered, and the provider keeps a record of each so that ``operation`` can report it again.
