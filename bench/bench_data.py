@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 import result_file
 
-from tpuops import tfrecord
-from tpuops.data import convert, format_size, parse_size, upload
+from tpuops.data import convert, format_size, parse_size, tfrecord, upload
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, Source, utc_now
 from tpuops.store import gcs_client
 from tpuops.store.files import crc32c_of_file

@@ -61,7 +61,7 @@ def sentences(count: int, seed: int) -> List[tuple]:
 
 
 def _write(out_dir: Path, pairs: Sequence[tuple], description: str) -> None:
-    from tpuops import tfrecord
+    from tpuops.data import tfrecord
     from tpuops.data.manifest import MANIFEST, FeatureSpec, Manifest, Source, utc_now
     from tpuops.data.shards import ShardWriter, even_counts
 

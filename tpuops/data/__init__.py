@@ -1,6 +1,6 @@
 """Datasets: TFRecord conversion without TensorFlow, and verified, resumable, parallel upload to the store.
 
-``convert`` (local source → shards + manifest.json), ``upload`` (local dataset → store),
+``convert`` (local source → shards + manifest.json, framed by ``tfrecord``), ``upload`` (local dataset → store),
 ``verify`` (store objects against the manifest) and ``ls`` (datasets under a root).
 The manifest format is documented in ``tpuops.data.manifest``.
 """

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tpuops import tfrecord
 from tpuops.core.errors import UsageError
+from tpuops.data import tfrecord
 from tpuops.data.manifest import Shard
 from tpuops.store.files import fsync_dir
 

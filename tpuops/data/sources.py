@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tpuops import tfrecord
 from tpuops.core.errors import UsageError
+from tpuops.data import tfrecord
 from tpuops.data.manifest import FeatureSpec
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
