@@ -32,7 +32,7 @@ from tpuops.data.catalog import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
 from tpuops.data.manifest import FeatureSpec as ManifestFeature
 from tpuops.fleet import UpPlan
-from tpuops.launch.bundle import Bundle, build_bundle
+from tpuops.launch.bundle import Bundle, build_bundle, job_argv
 from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
@@ -40,7 +40,6 @@ from tpuops.launch.usercode import check_experiment, may_compile
 from tpuops.providers import accelerators
 from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
-from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
