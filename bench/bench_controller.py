@@ -70,11 +70,11 @@ from tpuops.core.kinds import Capacity
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
+from tpuops.launch.bundle import job_argv
 from tpuops.launch.jobs import declare, plan_train
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.runs import NodeSpec, RunKind, RunRecord
-from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore, ObjectInfo, Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The bad-input fuzzer: the CLI's argument space drawn from the Typer app itself, and one case's verdict.
 
-Every leaf command of ``tpuops.cli.main.app`` is found by walking its click tree, and every
+Every leaf command of ``tpuops.__main__.app`` (the whole program) is found by walking its click tree, and every
 parameter gets values from a strategy chosen by its declared type (enum choices plus near
 misses, numbers at and beyond their edges, names and paths from the nasty corpus), so a new
 command or flag is fuzzed without anyone listing it here. A case runs in-process (``run()``,
@@ -100,7 +100,7 @@ def leaves() -> list[Leaf]:
     import typer.main
     from typer.core import TyperGroup
 
-    from tpuops.cli.main import app
+    from tpuops.__main__ import app
 
     found: list[Leaf] = []
 
@@ -271,7 +271,7 @@ def run_case(sandbox: Sandbox, argv: list[str], *, stdin: str = "") -> Outcome:
     """Run ``tpuops ARGV`` in-process in ``sandbox`` with its streams captured, its time and memory bounded."""
     from typer.testing import CliRunner
 
-    from tpuops.cli.main import run
+    from tpuops.__main__ import run
 
     before = sandbox.listing()
     runner = CliRunner()

@@ -217,7 +217,7 @@ def test_a_taken_port_is_one_line_exit_2_and_no_token_is_made(tmp_path: Path, mo
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
-    from tpuops.cli.main import run
+    from tpuops.__main__ import run
 
     monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "none.toml"))

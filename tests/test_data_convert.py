@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tpuops import tfrecord
 from tpuops.core.errors import UsageError
-from tpuops.data import convert, format_size, parse_size
+from tpuops.data import convert, format_size, parse_size, tfrecord
 from tpuops.data.manifest import MANIFEST, parse_manifest
 from tpuops.store.files import crc32c_of_file
 

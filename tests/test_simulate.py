@@ -18,14 +18,14 @@ from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_model import CloudModel, Latency, Stockout
+from tpuops.providers.cloud_model import CloudModel, Latency, ScriptedStockout
 from tpuops.providers.nodes import NodeState
 from tpuops.providers.simulated import SimulatedCloud
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
-from tpuops.sim.scenario import Policy
+from tpuops.sim.scenario import CapacityPolicy
 from tpuops.store import LocalStore
 
 ZONES = ("us-central1-a", "us-central1-b")
@@ -96,7 +96,7 @@ def test_the_notice_save_keeps_the_work_only_when_it_fits(tmp_path: Path, save_s
 def test_the_simulated_cloud_boots_stocks_out_and_frees_names_on_its_clock() -> None:
     clock = VirtualClock(START)
     cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(90, 0), delete_latency=Latency(40, 0),
-                                           stockouts=(Stockout(ZONES[0], 0, 600),), spot_hazard_per_hour=0),
+                                           stockouts=(ScriptedStockout(ZONES[0], 0, 600),), spot_hazard_per_hour=0),
                            clock=clock)
     from tpuops.providers.nodes import NodeRequest
 
@@ -280,7 +280,7 @@ def test_every_preemption_is_recovered_by_the_real_controller(tmp_path: Path) ->
 
 @pytest.mark.unit
 def test_a_stockout_moves_the_run_to_the_next_zone_and_back_to_nothing_on_demand(tmp_path: Path) -> None:
-    cloud = CloudModel(stockouts=(Stockout(ZONES[0], 0, 3 * 3600),), spot_hazard_per_hour=0.0)
+    cloud = CloudModel(stockouts=(ScriptedStockout(ZONES[0], 0, 3 * 3600),), spot_hazard_per_hour=0.0)
     sim, report = _simulate(tmp_path, cloud, count=1, job=AgentModel(total_steps=36_000, steps_per_s=10))
     memory = runs.load_memory(sim.store, "job-0")[0]
     kinds = [e["kind"] for e in memory.events]
@@ -512,7 +512,7 @@ def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() 
 # -- capacity policies and the engine's fast path ------------------------------------------------------------
 
 
-def _one(tmp_path: Path, cloud: CloudModel, policy: Policy, due_s: float | None, *, seed: int = 4,
+def _one(tmp_path: Path, cloud: CloudModel, policy: CapacityPolicy, due_s: float | None, *, seed: int = 4,
          quiet_skip_s: float = 0.0) -> tuple[Simulation, SimReport]:
     job = AgentModel(total_steps=3 * 3600 * 10, steps_per_s=10)
     settings = _settings(tmp_path).model_copy(update={"spot_preemptions_per_hour": cloud.spot_hazard_per_hour,
@@ -526,8 +526,8 @@ def _one(tmp_path: Path, cloud: CloudModel, policy: Policy, due_s: float | None,
 @pytest.mark.unit
 def test_the_fast_path_skips_quiet_passes_and_changes_no_result(tmp_path: Path) -> None:
     cloud = CloudModel(spot_hazard_per_hour=1.0)
-    _, every = _one(tmp_path / "every", cloud, Policy.SPOT, None)
-    _, fast = _one(tmp_path / "fast", cloud, Policy.SPOT, None, quiet_skip_s=3600)
+    _, every = _one(tmp_path / "every", cloud, CapacityPolicy.SPOT, None)
+    _, fast = _one(tmp_path / "fast", cloud, CapacityPolicy.SPOT, None, quiet_skip_s=3600)
     assert every.runs[0].preemptions > 0 and fast.passes < every.passes / 2
     assert [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in fast.runs] == \
         [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in every.runs]
@@ -537,7 +537,7 @@ def test_the_fast_path_skips_quiet_passes_and_changes_no_result(tmp_path: Path) 
 def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_and_it_finishes_on_time(
         tmp_path: Path) -> None:
     due = 3.3 * 3600  # 3 h of steps and about 4 min of setup and saves: 1.1x
-    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=3.0), Policy.DEADLINE, due)
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=3.0), CapacityPolicy.DEADLINE, due)
     result = report.runs[0]
     assert result.outcome == "succeeded" and result.hours_to_result is not None
     assert result.hours_to_result * 3600 <= due
@@ -549,7 +549,7 @@ def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_a
 
 @pytest.mark.unit
 def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> None:
-    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), Policy.FALLBACK, None)
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), CapacityPolicy.FALLBACK, None)
     capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
     assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
     assert "spot" not in capacities[capacities.index("on-demand"):]

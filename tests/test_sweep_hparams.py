@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from helpers import TF_PYTHON
 
+from tpuops.data.tfrecord import read_records
 from tpuops.store import LocalStore
 from tpuops.sweeps.decide import TrialState
 from tpuops.sweeps.hparams import event_key, write_trial
-from tpuops.tfrecord import read_records
 
 READ_BACK = """
 import json, sys

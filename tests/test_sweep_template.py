@@ -19,9 +19,9 @@ from tpuops import runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.data.samples import digits
+from tpuops.launch.bundle import job_argv
 from tpuops.launch.provision import plan_up
 from tpuops.runs import NodeSpec
-from tpuops.runs.job import job_argv
 from tpuops.store import LocalStore
 from tpuops.store.lease import Leases
 from tpuops.sweeps.advance import SweepPass

@@ -1,4 +1,4 @@
-"""The hand-written Example encoder and TFRecord framing (tpuops/tfrecord.py).
+"""The hand-written Example encoder and TFRecord framing (tpuops/data/tfrecord.py).
 
 The encoding is checked against the real protobuf runtime: the Example messages are built
 here from a descriptor (the field layout of tensorflow/core/example/*.proto), so no generated
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from tpuops import tfrecord
+from tpuops.data import tfrecord
 from tpuops.store import IntegrityError
 
 pytestmark = pytest.mark.unit

@@ -24,14 +24,15 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "core": ("tpuops.core", "tpuops.agent.exits", "tpuops.agent.wake"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
-               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.tfrecord", "tpuops.agent"),
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.data.tfrecord", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "agent": ("tpuops.agent",),
 }
 """Per wing, the tpuops modules it may import (a prefix admits its submodules)."""
 
 UI = ("tpuops.dashboard", "tpuops.cli")
-"""What stands on top: nothing else in tpuops imports them (the CLI may start the dashboard)."""
+"""What stands on top, side by side: nothing else in tpuops imports them, and neither imports the other
+(the program, ``tpuops/__main__.py``, composes the two)."""
 
 MAX_LOOSE_MODULES = 12
 
@@ -63,13 +64,26 @@ def test_a_wing_imports_only_what_its_docstring_allows(wing: str) -> None:
     assert not bad, f"tpuops/{wing}/ may import only {', '.join(allowed)}:\n" + "\n".join(bad)
 
 
+def _ui_of(path: Path) -> str | None:
+    """The UI wing ``path`` belongs to (``tpuops.cli``, ``tpuops.dashboard``), or None."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return next((ui for ui in UI if _admitted(module, (ui,))), None)
+
+
 def test_nothing_below_imports_the_dashboard_or_the_cli() -> None:
     bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
            for path in sorted(PACKAGE.rglob("*.py"))
-           if not _admitted(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts), UI)
-           and path.name != "__main__.py"
+           if _ui_of(path) is None and path != PACKAGE / "__main__.py"
            for line, module in _imports(path) if _admitted(module, UI)]
     assert not bad, "the dashboard and the CLI stand on top (the front door imports no UI):\n" + "\n".join(bad)
+
+
+def test_the_cli_and_the_dashboard_stand_beside_each_other() -> None:
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+           for path in sorted(PACKAGE.rglob("*.py"))
+           if (ui := _ui_of(path)) is not None
+           for line, module in _imports(path) if _admitted(module, tuple(other for other in UI if other != ui))]
+    assert not bad, "neither UI imports the other (tpuops/__main__.py composes them):\n" + "\n".join(bad)
 
 
 def test_at_most_a_dozen_modules_stand_loose_in_tpuops() -> None:

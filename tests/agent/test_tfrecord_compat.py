@@ -36,7 +36,7 @@ def b64(values):
 
 if mode == "write":
     from PIL import Image
-    from tpuops import tfrecord
+    from tpuops.data import tfrecord
     from tpuops.data import convert
 
     rng = np.random.default_rng(7)
@@ -87,7 +87,7 @@ if mode == "write":
     convert(target / "table.npz", "npz", target / "table_tfrecord", shards=3, label_from="column:kind")
 
 elif mode == "read":
-    from tpuops import tfrecord
+    from tpuops.data import tfrecord
 
     out = []
     with open(target, "rb") as handle:

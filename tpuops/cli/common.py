@@ -117,16 +117,30 @@ def confirm(question: str) -> bool:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Cells are plain text, never markup: a ``[`` in a name prints as it is, and 200 rows are not parsed."""
+    """Cells are plain text, never markup: a ``[`` in a name prints as it is, and 200 rows are not parsed.
+
+    rich lays out every cell on its own, most of ``tpuops status``'s time at 200 runs; when no cell
+    would wrap (every cell one line, the widest row within the console), each column is handed over
+    as one multi-line cell instead, which prints the same characters in a third of the time.
+    """
+    from rich.cells import cell_len
     from rich.table import Table
     from rich.text import Text
 
+    console = out_console()
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
-    for row in rows:
-        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-    out_console().print(table)
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    by_column = [list(column) for column in zip(*cells, strict=False)]
+    widths = [max(map(cell_len, (name, *column))) for name, column in zip(columns, by_column, strict=False)]
+    plain = all(len(row) == len(columns) and not any("\n" in cell for cell in row) for row in cells)
+    if cells and plain and sum(widths) + 3 * len(columns) + 1 <= console.width:
+        table.add_row(*(Text("\n".join(column)) for column in by_column))
+    else:
+        for row in cells:
+            table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
 
 
 @contextmanager

@@ -17,7 +17,6 @@ import typer
 from tpuops.cli import (
     control,
     cost,
-    dashboard,
     data,
     doctor,
     emulator,
@@ -38,13 +37,7 @@ from tpuops.core.errors import TpuopsError
 # google-api-core warns on every import under Python 3.10, which tpuops supports: not the user's concern.
 warnings.filterwarnings("ignore", message="You are using a non-supported Python version", category=FutureWarning)
 
-app = typer.Typer(
-    name="tpuops",
-    help="Run TensorFlow 2.9 experiments on Cloud TPU VMs: up, train, down, and what it cost.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+data.app.command("sample")(samples.sample)
 
 
 def _print_version(wanted: bool) -> None:
@@ -55,7 +48,6 @@ def _print_version(wanted: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def _root(
     ctx: typer.Context,
     config: Path | None = typer.Option(None, "--config", help="Path of tpuops.toml (default: nearest one)."),
@@ -65,32 +57,37 @@ def _root(
     ctx.obj = CliState(config_path=config)
 
 
-init.register(app)
-nodes.register(app)
-jobs.register(app)
-cost.register(app)
-risk.register(app)
-simulate.register(app)
-control.register(app)
-doctor.register(app)
-dashboard.register(app)
-sweep.register(app)
-schedule.register(app)
-app.add_typer(emulator.app, name="emulator")
-app.add_typer(runtime.app, name="runtime")
-app.add_typer(notify.app, name="notify")
-data.app.command("sample")(samples.sample)
-app.add_typer(data.app, name="data")
+def command_line() -> typer.Typer:
+    """A Typer app with every command of the CLI; the program (``tpuops/__main__.py``) adds the dashboard's."""
+    app = typer.Typer(
+        name="tpuops",
+        help="Run TensorFlow 2.9 experiments on Cloud TPU VMs: up, train, down, and what it cost.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)
+    for module in (init, nodes, jobs, cost, risk, simulate, control, doctor, sweep, schedule):
+        module.register(app)
+    app.add_typer(emulator.app, name="emulator")
+    app.add_typer(runtime.app, name="runtime")
+    app.add_typer(notify.app, name="notify")
+    app.add_typer(data.app, name="data")
+    return app
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code instead of raising."""
+app = command_line()
+"""The CLI's commands, for callers that need no web app (``tpuops.__main__.app`` is the whole program)."""
+
+
+def run(argv: Sequence[str] | None = None, program: typer.Typer | None = None) -> int:
+    """Run the CLI (or ``program``, the CLI composed with more); return the exit code instead of raising."""
     args = list(sys.argv[1:] if argv is None else argv)
     if any("\x00" in arg for arg in args):  # no shell can pass one; a Python caller can, and no path may hold one
         err_console().print("error: an argument contains a NUL byte (\\x00): no name or path can", style="red")
         return 2
     try:
-        result = app(args=args, prog_name="tpuops", standalone_mode=False)
+        result = (program or app)(args=args, prog_name="tpuops", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
     except typer.Abort:  # Ctrl-C inside a prompt of click's
@@ -116,9 +113,5 @@ def _usage_line(err: typer.TyperException) -> str:
     return f"error: {message}{where}"
 
 
-def entry() -> None:
-    sys.exit(run())
-
-
 if __name__ == "__main__":
-    entry()
+    sys.exit(run())

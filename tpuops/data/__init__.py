@@ -1,13 +1,13 @@
 """Datasets: TFRecord conversion without TensorFlow, and verified, resumable, parallel upload to the store.
 
-``convert`` (local source → shards + manifest.json), ``upload`` (local dataset → store),
+``convert`` (local source → shards + manifest.json, framed by ``tfrecord``), ``upload`` (local dataset → store),
 ``verify`` (store objects against the manifest) and ``ls`` (datasets under a root).
 The manifest format is documented in ``tpuops.data.manifest``.
 """
 
 from tpuops.core.formats import format_size, parse_size
-from tpuops.data.catalog import DatasetSummary, VerifyReport, ls, verify
 from tpuops.data.convert import ConvertReport, convert
+from tpuops.data.inventory import DatasetSummary, VerifyReport, ls, verify
 from tpuops.data.upload import UploadReport, region_warning, upload
 
 __all__ = [

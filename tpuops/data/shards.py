@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tpuops import tfrecord
 from tpuops.core.errors import UsageError
+from tpuops.data import tfrecord
 from tpuops.data.manifest import Shard
 from tpuops.store.files import fsync_dir
 
@@ -47,7 +47,7 @@ class _Written:
     crc32c: str
 
 
-class ShardWriter:
+class ShardCutter:
     """Cut records into shards by count (``counts``) or by size (``max_bytes``).
 
     By size, a shard holds at least one record and otherwise stays within ``max_bytes``.

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.core import resources
+from tpuops.runs.layout import spec_key, status_key
+from tpuops.store.base import uri_under
 
 _CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".sh", ".toml", ".cfg")
 
@@ -66,3 +68,15 @@ def build_bundle(experiments_dir: Path) -> Bundle:
 def bootstrap_source() -> str:
     """The Python (3.8, TF-only) program that fetches, checks and runs a bundle on the VM."""
     return resources.template_text("fetch_bundle.py")
+
+
+def job_argv(store_uri: str, bundle_sha256: str, run_id: str, command: str) -> list[str]:
+    """The startup script's job for run ``run_id``: ``python3 -c <bootstrap> BUNDLE SHA256 SPEC STATUS COMMAND``.
+
+    What a run's node runs on worker 0: the bootstrap fetches, checks and starts the run's bundle. Its
+    arguments are URIs under the store root (the bundle, the run spec, the agent's status) and the agent's
+    command; it takes the store's URI, not the store, so that a sweep's frozen trial template renders it
+    for each trial without opening anything.
+    """
+    return ["python3", "-c", bootstrap_source(), uri_under(store_uri, f"bundles/{bundle_sha256}.tar.gz"),
+            bundle_sha256, uri_under(store_uri, spec_key(run_id)), uri_under(store_uri, status_key(run_id)), command]

@@ -28,19 +28,17 @@ from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Provider
 from tpuops.core.naming import MetadataKey
-from tpuops.core.notices import Choice as NotifyChoice
-from tpuops.data.catalog import read_manifest
-from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
-from tpuops.data.manifest import FeatureSpec as ManifestFeature
+from tpuops.core.notices import NotifyChoice
+from tpuops.data.inventory import read_manifest
+from tpuops.data.manifest import MANIFEST, Manifest, StoredFeature, parse_manifest
 from tpuops.fleet import UpPlan
-from tpuops.launch.bundle import Bundle, build_bundle
+from tpuops.launch.bundle import Bundle, build_bundle, job_argv
 from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import plan_up
 from tpuops.launch.usercode import check_experiment, may_compile
 from tpuops.providers import accelerators
 from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
-from tpuops.runs.job import job_argv
 from tpuops.store import Store, open_store
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -134,7 +132,7 @@ def _features(manifest: Manifest, where: str) -> dict[str, FeatureSpec]:
     return features
 
 
-def _describe(feature: ManifestFeature) -> str:
+def _describe(feature: StoredFeature) -> str:
     encoding = f" {feature.encoding} bytes" if feature.encoding else ""
     return f"{feature.dtype}{encoding} of shape {feature.shape}"
 

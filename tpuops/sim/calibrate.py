@@ -35,7 +35,7 @@ band with probability 0.8, so "at least 16 of 20 inside" holds with probability 
 test asserting it would fail about one run in three however good the simulator is. ``coverage_p``
 says how surprising a count is for such a forecast (P(at most that many inside)). And the median
 absolute error against the p50 has a floor set by the spread of the outcome itself:
-``Forecast.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
+``Predicted.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
 p50, what an exact forecast would score on average; a goal below the floor is out of reach.
 
 Known limits: a session's preempted runs share its controller passes and its load, so they miss the
@@ -164,7 +164,7 @@ def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: fl
 
 
 @dataclass(frozen=True)
-class Node:
+class ReadyInterval:
     """One READY interval of a run's node, as the cloud billed it (the emulator's billing records)."""
 
     ready_at: float
@@ -191,7 +191,7 @@ class Session:
     reports it beside the simulated wake-up's, which ``wake`` models rather than replays)."""
     self_delete_s: list[float] = field(default_factory=list)
 
-    def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[Node], usd: float) -> None:
+    def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[ReadyInterval], usd: float) -> None:
         ready_at = [node.ready_at for node in nodes]
         creates = creates_of(memory)
         for result, kept in ((measured_of(run_id, status, memory, usd), self.measured),
@@ -221,8 +221,8 @@ class Session:
         usd = sum((i["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(i["accelerator_type"], i["capacity"],
                                                                                i["zone"]) for i in intervals)
         if intervals:  # none: the run never had a READY node, nothing to learn from
-            self.add(run_id, status, memory, [Node(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "")
-                                              for i in intervals], usd)
+            ready = [ReadyInterval(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "") for i in intervals]
+            self.add(run_id, status, memory, ready, usd)
         return intervals
 
     def cloud(self, per_minute: float, grace_s: float) -> CloudModel:
@@ -246,7 +246,7 @@ class Session:
 
 
 @dataclass(frozen=True)
-class Forecast:
+class Predicted:
     seconds: Band
     usd: Band
     preemptions: float
@@ -262,7 +262,7 @@ class Forecast:
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
              pass_every_s: float, wake: WakeUp | None, exit_s: float = Segments.exit_s, worlds: int = 40,
-             runs_per_world: int = 5, seed: int = 0) -> Forecast:
+             runs_per_world: int = 5, seed: int = 0) -> Predicted:
     """The bands of wall time and cost over at least ``worlds`` x ``runs_per_world`` simulated runs.
 
     A world's runs start with one measured first attempt's timings and replace a preempted node with one
@@ -300,7 +300,7 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
         raise ValueError("no simulated run finished: the hazard is too high for the job")
     both = statistics.fmean(_inside(wall, seconds_band) and _inside(cost, usd_band)
                             for wall, cost in zip(seconds, usd, strict=True))
-    return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
+    return Predicted(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
                     statistics.median(_error(value, seconds_band) for value in seconds),
                     statistics.median(_error(value, usd_band) for value in usd), both)
 
@@ -339,7 +339,7 @@ def _error(value: float, band: Band) -> float:
     return 1.0 if band.p50 else 0.0
 
 
-def score(runs: Iterable[Measured], predicted: Forecast) -> Score:
+def score(runs: Iterable[Measured], predicted: Predicted) -> Score:
     done = list(runs)
     if not done:
         raise ValueError("nothing to score: no measured run")

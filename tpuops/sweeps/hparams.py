@@ -11,7 +11,7 @@ every trial is one session, the folder ``trial-NNNN``, holding one event file wi
 - ``_hparams_/session_end_info``: SUCCESS for a COMPLETE or PRUNED trial, FAILURE otherwise.
 
 The protos are encoded here by field number (tensorboard's ``plugin_data.proto``, ``api.proto``,
-``event.proto``, ``summary.proto``) and framed as TFRecords by ``tpuops.tfrecord``. The file is
+``event.proto``, ``summary.proto``) and framed as TFRecords by ``tpuops.data.tfrecord``. The file is
 named after the trial, not the time, and written whole: telling a trial again rewrites it, never
 adds a second session. A tf-lane test reads it back with TensorBoard's own readers.
 """
@@ -23,9 +23,9 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from tpuops.data.tfrecord import TFRecordWriter, length_delimited, varint
 from tpuops.store import Store
 from tpuops.sweeps.decide import TrialState
-from tpuops.tfrecord import TFRecordWriter, length_delimited, varint
 
 PLUGIN = b"hparams"
 START_TAG = "_hparams_/session_start_info"

@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, fie
 from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.core.clock import UTC
 from tpuops.core.naming import RUN_KEY, MetadataKey
+from tpuops.launch.bundle import job_argv
 from tpuops.launch.render import StartupContext, render_startup_script
 from tpuops.runs import RunRecord, spec_json
-from tpuops.runs.job import job_argv
 
 
 def trial_run_id(sweep: str, number: int) -> str:

@@ -4,7 +4,7 @@
 what ``manifest.json`` says they should be; nothing is downloaded but manifests.
 
 ``verify`` also reads every shard whose listing matches and frames each record (length, its
-crc32c, data, its crc32c: ``tpuops.tfrecord.read_records``), counting them against the manifest.
+crc32c, data, its crc32c: ``tpuops.data.tfrecord.read_records``), counting them against the manifest.
 A whole-shard checksum only says the bytes are the ones the manifest was made from; a shard
 written with a corrupt or truncated record, and a manifest made from it, agree with each other
 and would still fail TensorFlow's reader (``DataLossError``) on a billed node.
@@ -21,9 +21,9 @@ from typing import IO, Any
 
 from tpuops.core.errors import IntegrityError, NotFound, UsageError
 from tpuops.data.manifest import MANIFEST, Manifest, Shard, parse_manifest
+from tpuops.data.tfrecord import read_records
 from tpuops.data.upload import Transfer
 from tpuops.store.base import ObjectInfo, ProgressFn, Store
-from tpuops.tfrecord import read_records
 
 ProgressCallback = Callable[[int, int], None]
 """``progress(bytes_read, bytes_to_read)``, called from worker threads as shards are framed."""
