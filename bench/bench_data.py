@@ -30,7 +30,7 @@ import numpy as np
 import result_file
 
 from tpuops.data import convert, format_size, parse_size, tfrecord, upload
-from tpuops.data.manifest import MANIFEST, Manifest, Shard, Source, utc_now
+from tpuops.data.manifest import MANIFEST, Manifest, Origin, Shard, utc_now
 from tpuops.store import gcs_client
 from tpuops.store.files import crc32c_of_file
 from tpuops.store.gcs import GcsStore
@@ -165,7 +165,7 @@ def make_upload_dataset(folder: Path, total: int, shard_size: int) -> Manifest:
         (folder / name).write_bytes(rng.bytes(size))
         shards.append(Shard(name=name, records=1, bytes=size, crc32c=crc32c_of_file(folder / name)))
         index, left = index + 1, left - size
-    manifest = Manifest(created=utc_now(), source=Source(format="bench", path=str(folder), description="random"),
+    manifest = Manifest(created=utc_now(), source=Origin(format="bench", path=str(folder), description="random"),
                         records=len(shards), bytes=total, features={}, shards=shards)
     (folder / MANIFEST).write_bytes(manifest.to_bytes())
     return manifest

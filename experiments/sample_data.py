@@ -62,13 +62,13 @@ def sentences(count: int, seed: int) -> List[tuple]:
 
 def _write(out_dir: Path, pairs: Sequence[tuple], description: str) -> None:
     from tpuops.data import tfrecord
-    from tpuops.data.manifest import MANIFEST, FeatureSpec, Manifest, Source, utc_now
-    from tpuops.data.shards import ShardWriter, even_counts
+    from tpuops.data.manifest import MANIFEST, Manifest, Origin, StoredFeature, utc_now
+    from tpuops.data.shards import ShardCutter, even_counts
 
     from vocabulary import tokenize
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    writer = ShardWriter(out_dir, counts=even_counts(len(pairs), 2))
+    writer = ShardCutter(out_dir, counts=even_counts(len(pairs), 2))
     for text, topic in pairs:
         writer.write(
             tfrecord.encode_example(
@@ -76,13 +76,13 @@ def _write(out_dir: Path, pairs: Sequence[tuple], description: str) -> None:
             )
         )
     shards = writer.finish()
-    features: Dict[str, FeatureSpec] = {
-        "tokens": FeatureSpec(kind="int64", dtype="int64", shape=[-1]),
-        "label": FeatureSpec(kind="int64", dtype="int64", shape=[]),
+    features: Dict[str, StoredFeature] = {
+        "tokens": StoredFeature(kind="int64", dtype="int64", shape=[-1]),
+        "label": StoredFeature(kind="int64", dtype="int64", shape=[]),
     }
     manifest = Manifest(
         created=utc_now(),
-        source=Source(format="generated", path="experiments/sample_data.py", description=description),
+        source=Origin(format="generated", path="experiments/sample_data.py", description=description),
         records=sum(s.records for s in shards),
         bytes=sum(s.bytes for s in shards),
         features=features,

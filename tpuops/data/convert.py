@@ -20,8 +20,8 @@ from typing import Any
 
 from tpuops.core.errors import Interrupted, UsageError
 from tpuops.data import sources
-from tpuops.data.manifest import MANIFEST, Manifest, Source, parse_manifest, utc_now
-from tpuops.data.shards import ShardWriter, even_counts, remove_stale_temp_files
+from tpuops.data.manifest import MANIFEST, Manifest, Origin, parse_manifest, utc_now
+from tpuops.data.shards import ShardCutter, even_counts, remove_stale_temp_files
 from tpuops.store.files import write_atomically
 
 DEFAULT_SHARD_SIZE = 100 * 10**6
@@ -110,16 +110,16 @@ def convert(
     out_dir = Path(out_dir)
     _prepare(out_dir, overwrite)
     if shards is not None:
-        writer = ShardWriter(out_dir, counts=even_counts(table.count, shards))
+        writer = ShardCutter(out_dir, counts=even_counts(table.count, shards))
     else:
-        writer = ShardWriter(out_dir, max_bytes=shard_size or DEFAULT_SHARD_SIZE)
+        writer = ShardCutter(out_dir, max_bytes=shard_size or DEFAULT_SHARD_SIZE)
     try:
         for record in table.records():
             writer.write(record)
         written = writer.finish()
         manifest = Manifest(
             created=utc_now(),
-            source=Source(format=format, path=str(Path(src).absolute()), description=table.description),
+            source=Origin(format=format, path=str(Path(src).absolute()), description=table.description),
             records=sum(shard.records for shard in written),
             bytes=sum(shard.bytes for shard in written),
             features=table.features,

@@ -46,7 +46,7 @@ MANIFEST = "manifest.json"
 FORMAT = "tpuops.dataset/1"
 
 
-class FeatureSpec(BaseModel):
+class StoredFeature(BaseModel):
     """How one feature is stored and how to parse it back."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,7 +66,9 @@ class Shard(BaseModel):
     crc32c: str
 
 
-class Source(BaseModel):
+class Origin(BaseModel):
+    """Where the dataset was converted from: the source format, its path and what it held."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format: str
@@ -79,10 +81,10 @@ class Manifest(BaseModel):
 
     format: Literal["tpuops.dataset/1"] = FORMAT
     created: str
-    source: Source
+    source: Origin
     records: int = Field(ge=0)
     bytes: int = Field(ge=0)
-    features: dict[str, FeatureSpec]
+    features: dict[str, StoredFeature]
     labels: list[str] | None = None
     shards: list[Shard]
 

@@ -47,7 +47,7 @@ class _Written:
     crc32c: str
 
 
-class ShardWriter:
+class ShardCutter:
     """Cut records into shards by count (``counts``) or by size (``max_bytes``).
 
     By size, a shard holds at least one record and otherwise stays within ``max_bytes``.

@@ -32,7 +32,7 @@ import numpy as np
 
 from tpuops.core.errors import UsageError
 from tpuops.data import tfrecord
-from tpuops.data.manifest import FeatureSpec
+from tpuops.data.manifest import StoredFeature
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 _CHANNELS = {"L": 1, "RGB": 3, "RGBA": 4}
@@ -45,7 +45,7 @@ RowEncoder = Callable[[int], bytes]
 class Table:
     """A validated source: what the records contain and how to produce them, in order."""
 
-    features: dict[str, FeatureSpec]
+    features: dict[str, StoredFeature]
     labels: list[str] | None
     count: int
     description: str
@@ -85,9 +85,9 @@ def read_images(src: Path, *, seed: int | None = 0) -> Table:
 
     return Table(
         features={
-            "image": FeatureSpec(kind="bytes", dtype="uint8", shape=[height, width, _CHANNELS[mode]],
+            "image": StoredFeature(kind="bytes", dtype="uint8", shape=[height, width, _CHANNELS[mode]],
                                  encoding="raw"),
-            LABEL: FeatureSpec(kind="int64", dtype="int64", shape=[]),
+            LABEL: StoredFeature(kind="int64", dtype="int64", shape=[]),
         },
         labels=classes,
         count=len(files),
@@ -171,7 +171,7 @@ def _load_npz(src: Path) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class _Column:
-    spec: FeatureSpec
+    spec: StoredFeature
     encode: RowEncoder
 
 
@@ -180,22 +180,23 @@ def _numpy_column(src: Path, name: str, array: np.ndarray) -> _Column:
     kind = array.dtype.kind
     if array.dtype == np.uint8:
         flat = np.ascontiguousarray(array).reshape(len(array), -1)
-        return _Column(FeatureSpec(kind="bytes", dtype="uint8", shape=shape, encoding="raw"),
+        return _Column(StoredFeature(kind="bytes", dtype="uint8", shape=shape, encoding="raw"),
                        lambda i: tfrecord.bytes_feature([flat[i].tobytes()]))
     if kind in "biu":
         if kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
             raise UsageError(f"{src}: array {name!r} has values above the int64 range")
         ints = array.astype(np.int64)
-        return _Column(FeatureSpec(kind="int64", dtype="int64", shape=shape), lambda i: tfrecord.int64_feature(ints[i]))
+        return _Column(StoredFeature(kind="int64", dtype="int64", shape=shape),
+                       lambda i: tfrecord.int64_feature(ints[i]))
     if kind == "f":
         floats = np.ascontiguousarray(array, dtype="<f4")
-        return _Column(FeatureSpec(kind="float", dtype="float32", shape=shape),
+        return _Column(StoredFeature(kind="float", dtype="float32", shape=shape),
                        lambda i: tfrecord.float_feature(floats[i]))
     if kind == "U":
-        return _Column(FeatureSpec(kind="bytes", dtype="string", shape=shape, encoding="text"),
+        return _Column(StoredFeature(kind="bytes", dtype="string", shape=shape, encoding="text"),
                        lambda i: tfrecord.bytes_feature([s.encode() for s in np.ravel(array[i])]))
     if kind == "S":
-        return _Column(FeatureSpec(kind="bytes", dtype="bytes", shape=shape),
+        return _Column(StoredFeature(kind="bytes", dtype="bytes", shape=shape),
                        lambda i: tfrecord.bytes_feature(list(np.ravel(array[i]))))
     raise UsageError(f"{src}: array {name!r} has dtype {array.dtype}, which has no TFRecord feature type")
 
@@ -213,7 +214,7 @@ def _label(
     values = arrays[column]
     if values.ndim != 1:
         raise UsageError(f"{src}: label column {column!r} must hold one value per record")
-    spec = FeatureSpec(kind="int64", dtype="int64", shape=[])
+    spec = StoredFeature(kind="int64", dtype="int64", shape=[])
     if values.dtype.kind in "iub":
         ints = values.astype(np.int64)
         return None, _Column(spec, lambda i: tfrecord.int64_feature([int(ints[i])]))

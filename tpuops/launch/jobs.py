@@ -29,8 +29,7 @@ from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Provider
 from tpuops.core.notices import Choice as NotifyChoice
 from tpuops.data.catalog import read_manifest
-from tpuops.data.manifest import MANIFEST, Manifest, parse_manifest
-from tpuops.data.manifest import FeatureSpec as ManifestFeature
+from tpuops.data.manifest import MANIFEST, Manifest, StoredFeature, parse_manifest
 from tpuops.fleet import UpPlan
 from tpuops.launch.bundle import Bundle, build_bundle, job_argv
 from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
@@ -133,7 +132,7 @@ def _features(manifest: Manifest, where: str) -> dict[str, FeatureSpec]:
     return features
 
 
-def _describe(feature: ManifestFeature) -> str:
+def _describe(feature: StoredFeature) -> str:
     encoding = f" {feature.encoding} bytes" if feature.encoding else ""
     return f"{feature.dtype}{encoding} of shape {feature.shape}"
 
