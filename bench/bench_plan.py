@@ -53,7 +53,7 @@ from tpuops.billing import deadline
 from tpuops.config import Settings, load_settings
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_model import CloudModel, Stockout
+from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
@@ -248,7 +248,7 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
     """The sweep on spot under a budget of ``budget_per_trial`` USD a trial (1.0 binds: a trial costs about $1.40
     on spot with pruning, so the sweep must stop itself, and its overrun is measured), or all on-demand under
     one that does not bind (the price of the same work)."""
-    cloud = CloudModel(spot_hazard_per_hour=0.3, stockouts=(Stockout(ZONES[0], 2 * 3600, 4 * 3600),))
+    cloud = CloudModel(spot_hazard_per_hour=0.3, stockouts=(ScriptedStockout(ZONES[0], 2 * 3600, 4 * 3600),))
     budget = trials * (100.0 if on_demand else budget_per_trial)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)

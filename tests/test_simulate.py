@@ -18,7 +18,7 @@ from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_model import CloudModel, Latency, Stockout
+from tpuops.providers.cloud_model import CloudModel, Latency, ScriptedStockout
 from tpuops.providers.nodes import NodeState
 from tpuops.providers.simulated import SimulatedCloud
 from tpuops.runs import NodeSpec, RunKind, RunRecord
@@ -96,7 +96,7 @@ def test_the_notice_save_keeps_the_work_only_when_it_fits(tmp_path: Path, save_s
 def test_the_simulated_cloud_boots_stocks_out_and_frees_names_on_its_clock() -> None:
     clock = VirtualClock(START)
     cloud = SimulatedCloud("p", CloudModel(default_ready=Latency(90, 0), delete_latency=Latency(40, 0),
-                                           stockouts=(Stockout(ZONES[0], 0, 600),), spot_hazard_per_hour=0),
+                                           stockouts=(ScriptedStockout(ZONES[0], 0, 600),), spot_hazard_per_hour=0),
                            clock=clock)
     from tpuops.providers.nodes import NodeRequest
 
@@ -280,7 +280,7 @@ def test_every_preemption_is_recovered_by_the_real_controller(tmp_path: Path) ->
 
 @pytest.mark.unit
 def test_a_stockout_moves_the_run_to_the_next_zone_and_back_to_nothing_on_demand(tmp_path: Path) -> None:
-    cloud = CloudModel(stockouts=(Stockout(ZONES[0], 0, 3 * 3600),), spot_hazard_per_hour=0.0)
+    cloud = CloudModel(stockouts=(ScriptedStockout(ZONES[0], 0, 3 * 3600),), spot_hazard_per_hour=0.0)
     sim, report = _simulate(tmp_path, cloud, count=1, job=AgentModel(total_steps=36_000, steps_per_s=10))
     memory = runs.load_memory(sim.store, "job-0")[0]
     kinds = [e["kind"] for e in memory.events]

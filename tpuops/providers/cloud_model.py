@@ -33,7 +33,7 @@ class Latency:
 
 
 @dataclass(frozen=True)
-class Stockout:
+class ScriptedStockout:
     """No capacity in ``zone`` from ``start_s`` after the simulation's start, for ``duration_s``."""
 
     zone: str
@@ -58,7 +58,7 @@ class CloudModel:
     hazard_per_hour: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """By (zone, capacity); spot and preemptible capacity elsewhere take ``spot_hazard_per_hour``."""
     spot_hazard_per_hour: float = 0.1
-    stockouts: tuple[Stockout, ...] = ()
+    stockouts: tuple[ScriptedStockout, ...] = ()
     delete_latency: Latency = Latency(30.0)
     notice_s: float = NOTICE_S
     self_delete: Latency = Latency(0.0, 0.0)
