@@ -178,10 +178,10 @@ def test_infra_lets_the_vm_account_run_the_reconcile_job_and_nothing_else() -> N
 
 
 def test_score_counts_runs_inside_both_bands_and_the_median_error_against_p50() -> None:
-    from tpuops.sim.calibrate import Forecast, Measured, score
+    from tpuops.sim.calibrate import Measured, Predicted, score
     from tpuops.sim.forecast import Band
 
-    predicted = Forecast(seconds=Band(10.0, 20.0, 30.0), usd=Band(1.0, 2.0, 3.0), preemptions=1.0, simulated=100)
+    predicted = Predicted(seconds=Band(10.0, 20.0, 30.0), usd=Band(1.0, 2.0, 3.0), preemptions=1.0, simulated=100)
     runs_ = [Measured("a", 20.0, 2.0, 0), Measured("b", 25.0, 3.5, 1), Measured("c", 40.0, 2.5, 2)]
     scored = score(runs_, predicted)
     assert (scored.inside, scored.seconds_inside, scored.usd_inside) == (1, 2, 2)

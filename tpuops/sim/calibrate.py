@@ -35,7 +35,7 @@ band with probability 0.8, so "at least 16 of 20 inside" holds with probability 
 test asserting it would fail about one run in three however good the simulator is. ``coverage_p``
 says how surprising a count is for such a forecast (P(at most that many inside)). And the median
 absolute error against the p50 has a floor set by the spread of the outcome itself:
-``Forecast.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
+``Predicted.floor_seconds`` / ``floor_usd`` are the errors the simulated runs score against their own
 p50, what an exact forecast would score on average; a goal below the floor is out of reach.
 
 Known limits: a session's preempted runs share its controller passes and its load, so they miss the
@@ -246,7 +246,7 @@ class Session:
 
 
 @dataclass(frozen=True)
-class Forecast:
+class Predicted:
     seconds: Band
     usd: Band
     preemptions: float
@@ -262,7 +262,7 @@ class Forecast:
 
 def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, cloud: CloudModel, *,
              pass_every_s: float, wake: WakeUp | None, exit_s: float = Segments.exit_s, worlds: int = 40,
-             runs_per_world: int = 5, seed: int = 0) -> Forecast:
+             runs_per_world: int = 5, seed: int = 0) -> Predicted:
     """The bands of wall time and cost over at least ``worlds`` x ``runs_per_world`` simulated runs.
 
     A world's runs start with one measured first attempt's timings and replace a preempted node with one
@@ -300,7 +300,7 @@ def forecast(settings: Settings, profiles: Sequence[Profile], total_steps: int, 
         raise ValueError("no simulated run finished: the hazard is too high for the job")
     both = statistics.fmean(_inside(wall, seconds_band) and _inside(cost, usd_band)
                             for wall, cost in zip(seconds, usd, strict=True))
-    return Forecast(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
+    return Predicted(seconds_band, usd_band, statistics.fmean(preemptions), len(seconds),
                     statistics.median(_error(value, seconds_band) for value in seconds),
                     statistics.median(_error(value, usd_band) for value in usd), both)
 
@@ -339,7 +339,7 @@ def _error(value: float, band: Band) -> float:
     return 1.0 if band.p50 else 0.0
 
 
-def score(runs: Iterable[Measured], predicted: Forecast) -> Score:
+def score(runs: Iterable[Measured], predicted: Predicted) -> Score:
     done = list(runs)
     if not done:
         raise ValueError("nothing to score: no measured run")
