@@ -217,7 +217,7 @@ def test_the_self_delete_is_timed_from_the_agent_s_end_to_the_node_s_delete_and_
 def test_a_run_s_profile_is_its_last_attempt_from_its_ready_and_the_session_measures_the_cloud_around_it() -> None:
     from tpuops.runs import AgentStatus
     from tpuops.runs.models import AttemptTime
-    from tpuops.sim.calibrate import Node, Session, measured_of, profile_of
+    from tpuops.sim.calibrate import ReadyInterval, Session, measured_of, profile_of
 
     memory = Memory()
     memory.event(100.0, "create", "attempt 1")
@@ -227,7 +227,7 @@ def test_a_run_s_profile_is_its_last_attempt_from_its_ready_and_the_session_meas
         AttemptTime(attempt=1, loaded_at=120.0, first_step_at=None, ended_at=121.0),
         AttemptTime(attempt=2, loaded_at=139.0, first_step_at=141.0, ended_at=170.0, productive_s=20.0,
                     eval_s=0.5, save_s=0.5)])
-    nodes = [Node(100.5, 122.0, "preempted"), Node(131.0, 170.5, "deleted")]
+    nodes = [ReadyInterval(100.5, 122.0, "preempted"), ReadyInterval(131.0, 170.5, "deleted")]
     profile = profile_of(status, [node.ready_at for node in nodes])
     assert profile is not None and profile.attempt == 2 and profile.offset_s == pytest.approx(30.5)
     assert profile.pace.setup_s == pytest.approx(10.0)  # its READY to its first completed step

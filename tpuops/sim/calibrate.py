@@ -164,7 +164,7 @@ def measured_of(run_id: str, status: AgentStatus, memory: Memory, billed_usd: fl
 
 
 @dataclass(frozen=True)
-class Node:
+class ReadyInterval:
     """One READY interval of a run's node, as the cloud billed it (the emulator's billing records)."""
 
     ready_at: float
@@ -191,7 +191,7 @@ class Session:
     reports it beside the simulated wake-up's, which ``wake`` models rather than replays)."""
     self_delete_s: list[float] = field(default_factory=list)
 
-    def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[Node], usd: float) -> None:
+    def add(self, run_id: str, status: AgentStatus, memory: Memory, nodes: Sequence[ReadyInterval], usd: float) -> None:
         ready_at = [node.ready_at for node in nodes]
         creates = creates_of(memory)
         for result, kept in ((measured_of(run_id, status, memory, usd), self.measured),
@@ -221,8 +221,8 @@ class Session:
         usd = sum((i["billed_seconds"] or 0.0) / 3600 * catalog.price_per_hour(i["accelerator_type"], i["capacity"],
                                                                                i["zone"]) for i in intervals)
         if intervals:  # none: the run never had a READY node, nothing to learn from
-            self.add(run_id, status, memory, [Node(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "")
-                                              for i in intervals], usd)
+            ready = [ReadyInterval(i["start_epoch"], i["end_epoch"] or 0.0, i["end_reason"] or "") for i in intervals]
+            self.add(run_id, status, memory, ready, usd)
         return intervals
 
     def cloud(self, per_minute: float, grace_s: float) -> CloudModel:
