@@ -57,7 +57,7 @@ from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.engine import SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
-from tpuops.sim.scenario import Policy, simulate
+from tpuops.sim.scenario import CapacityPolicy, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY_JOB = AgentModel(total_steps=24 * 3600 * 10, steps_per_s=10,
@@ -96,7 +96,7 @@ def _day_runs(settings: Settings, count: int, capacity: Capacity,
 class Cell(NamedTuple):
     """One policy at one hazard (and, for the deadline policy, one slack) over a range of seeds."""
 
-    policy: Policy
+    policy: CapacityPolicy
     hazard: float
     slack: float | None
     recovery_s: float
@@ -137,32 +137,35 @@ def _cells(cells: list[Cell], workers: int) -> list[list[tuple[float | None, flo
     return results
 
 
-POLICY_NAMES = {Policy.SPOT: "always spot", Policy.ON_DEMAND: "always on-demand", Policy.FALLBACK:
-                "spot, on-demand from the first preemption", Policy.DEADLINE: "uniform progress (ours)"}
+POLICY_NAMES = {CapacityPolicy.SPOT: "always spot", CapacityPolicy.ON_DEMAND: "always on-demand",
+                CapacityPolicy.FALLBACK: "spot, on-demand from the first preemption",
+                CapacityPolicy.DEADLINE: "uniform progress (ours)"}
 
 
 def policy_repetition(runs: int, repetition: int, workers: int) -> list[dict[str, Any]]:
     """One repetition of the study: per hazard, every policy on seeds ``repetition * runs + i``."""
     seeds = tuple(range(repetition * runs, (repetition + 1) * runs))
     rows = []
+    always = (CapacityPolicy.SPOT, CapacityPolicy.ON_DEMAND, CapacityPolicy.FALLBACK)
     for label, hazard in HAZARDS.items():
-        fixed = [Cell(policy, hazard, None, 0.0, seeds) for policy in (Policy.SPOT, Policy.ON_DEMAND, Policy.FALLBACK)]
+        fixed = [Cell(policy, hazard, None, 0.0, seeds) for policy in always]
         spot, on_demand, fallback = _cells(fixed, workers)
         od_hours = statistics.fmean(h or 0.0 for h, *_ in on_demand)
         extra = [((h or 3 * 24.0) - od_hours) * 3600 / p for h, _, p, *_ in spot if p]
         recovery = statistics.fmean(extra) if extra else 900.0
-        deadline = _cells([Cell(Policy.DEADLINE, hazard, slack, recovery, seeds) for slack in SLACKS], workers)
+        deadline = _cells([Cell(CapacityPolicy.DEADLINE, hazard, slack, recovery, seeds) for slack in SLACKS], workers)
         od_usd = statistics.fmean(usd for _, usd, *_ in on_demand)
-        for policy, results in ((Policy.SPOT, spot), (Policy.ON_DEMAND, on_demand), (Policy.FALLBACK, fallback)):
+        for policy, results in zip(always, (spot, on_demand, fallback), strict=True):
             for slack in SLACKS:
                 rows.append(_row(label, policy, slack, results, od_usd, recovery))
         for slack, results in zip(SLACKS, deadline, strict=True):
-            rows.append(_row(label, Policy.DEADLINE, slack, results, od_usd, recovery))
+            rows.append(_row(label, CapacityPolicy.DEADLINE, slack, results, od_usd, recovery))
     return rows
 
 
-def _row(hazard: str, policy: Policy, slack: float, results: list[tuple[float | None, float, int, float, float, int]],
-         od_usd: float, recovery_s: float) -> dict[str, Any]:
+def _row(hazard: str, policy: CapacityPolicy, slack: float,
+         results: list[tuple[float | None, float, int, float, float, int]], od_usd: float,
+         recovery_s: float) -> dict[str, Any]:
     due = DAY_S * slack / 3600
     missed = sum(1 for h, *_ in results if h is None or h > due)
     return {"hazard": hazard, "slack": slack, "policy": POLICY_NAMES[policy], "runs": len(results),
@@ -195,9 +198,9 @@ def hysteresis_study(runs: int, workers: int, reserves: tuple[float, ...], first
     """The deadline policy at 2 / h and both slacks, seeds ``first_seed`` on, at each ``reserves`` (the recoveries to
     spare before a move back to spot): cost vs on-demand, deadlines missed, capacity switches per run."""
     seeds = tuple(range(first_seed, first_seed + runs))
-    [on_demand] = _cells([Cell(Policy.ON_DEMAND, HYSTERESIS_HAZARD, None, 0.0, seeds)], workers)
+    [on_demand] = _cells([Cell(CapacityPolicy.ON_DEMAND, HYSTERESIS_HAZARD, None, 0.0, seeds)], workers)
     od_usd = statistics.fmean(usd for _, usd, *_ in on_demand)
-    cells = [Cell(Policy.DEADLINE, HYSTERESIS_HAZARD, slack, HYSTERESIS_RECOVERY_S, seeds, reserve)
+    cells = [Cell(CapacityPolicy.DEADLINE, HYSTERESIS_HAZARD, slack, HYSTERESIS_RECOVERY_S, seeds, reserve)
              for reserve in reserves for slack in SLACKS]
     rows = []
     for cell, results in zip(cells, _cells(cells, workers), strict=True):
@@ -254,7 +257,7 @@ def fleet_sweep(trials: int, parallel: int, seed: int, on_demand: bool,
         work = Path(scratch)
         sweep = _project(work, trials, parallel, budget)
         settings = _settings(work, ZONES)
-        policy = Policy.ON_DEMAND if on_demand else Policy.SPOT
+        policy = CapacityPolicy.ON_DEMAND if on_demand else CapacityPolicy.SPOT
         report = simulate(settings, sweep, [], policy=policy, seed=seed, cloud=cloud, workdir=work / "world")
     ids = [run.run_id for run in report.runs]
     ledger_usd = sum(run.ledger_usd for run in report.runs)

@@ -25,7 +25,7 @@ from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.sim.agent import SimulatedAgent
 from tpuops.sim.engine import START, SimReport, Simulation
 from tpuops.sim.model import AgentModel, Segments
-from tpuops.sim.scenario import Policy
+from tpuops.sim.scenario import CapacityPolicy
 from tpuops.store import LocalStore
 
 ZONES = ("us-central1-a", "us-central1-b")
@@ -512,7 +512,7 @@ def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() 
 # -- capacity policies and the engine's fast path ------------------------------------------------------------
 
 
-def _one(tmp_path: Path, cloud: CloudModel, policy: Policy, due_s: float | None, *, seed: int = 4,
+def _one(tmp_path: Path, cloud: CloudModel, policy: CapacityPolicy, due_s: float | None, *, seed: int = 4,
          quiet_skip_s: float = 0.0) -> tuple[Simulation, SimReport]:
     job = AgentModel(total_steps=3 * 3600 * 10, steps_per_s=10)
     settings = _settings(tmp_path).model_copy(update={"spot_preemptions_per_hour": cloud.spot_hazard_per_hour,
@@ -526,8 +526,8 @@ def _one(tmp_path: Path, cloud: CloudModel, policy: Policy, due_s: float | None,
 @pytest.mark.unit
 def test_the_fast_path_skips_quiet_passes_and_changes_no_result(tmp_path: Path) -> None:
     cloud = CloudModel(spot_hazard_per_hour=1.0)
-    _, every = _one(tmp_path / "every", cloud, Policy.SPOT, None)
-    _, fast = _one(tmp_path / "fast", cloud, Policy.SPOT, None, quiet_skip_s=3600)
+    _, every = _one(tmp_path / "every", cloud, CapacityPolicy.SPOT, None)
+    _, fast = _one(tmp_path / "fast", cloud, CapacityPolicy.SPOT, None, quiet_skip_s=3600)
     assert every.runs[0].preemptions > 0 and fast.passes < every.passes / 2
     assert [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in fast.runs] == \
         [(r.outcome, r.preemptions, r.hours_to_result, r.usd) for r in every.runs]
@@ -537,7 +537,7 @@ def test_the_fast_path_skips_quiet_passes_and_changes_no_result(tmp_path: Path) 
 def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_and_it_finishes_on_time(
         tmp_path: Path) -> None:
     due = 3.3 * 3600  # 3 h of steps and about 4 min of setup and saves: 1.1x
-    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=3.0), Policy.DEADLINE, due)
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=3.0), CapacityPolicy.DEADLINE, due)
     result = report.runs[0]
     assert result.outcome == "succeeded" and result.hours_to_result is not None
     assert result.hours_to_result * 3600 <= due
@@ -549,7 +549,7 @@ def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_a
 
 @pytest.mark.unit
 def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> None:
-    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), Policy.FALLBACK, None)
+    sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), CapacityPolicy.FALLBACK, None)
     capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
     assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
     assert "spot" not in capacities[capacities.index("on-demand"):]

@@ -44,10 +44,10 @@ def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int 
     """``tpuops simulate SPEC|SWEEP``: ``runs`` runs of the experiment (or the sweep) under ``policy``, with the
     real controller and sweep passes on the virtual-time Cloud TPU, on the risk the ledger learned."""
     from tpuops.api.history import experiment_history
-    from tpuops.sim.scenario import Limits, Policy, experiment_name
+    from tpuops.sim.scenario import CapacityPolicy, Limits, experiment_name
     from tpuops.sim.scenario import simulate as run_simulation
 
-    chosen = Policy.parse(policy)
+    chosen = CapacityPolicy.parse(policy)
     history = experiment_history(settings, experiment_name(path))
     return run_simulation(settings, path, risk(settings), policy=chosen, count=runs, seed=seed, cron_s=cron_s,
                           limits=Limits(max_hours=max_hours), history=history, progress=progress)

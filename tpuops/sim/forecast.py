@@ -6,7 +6,7 @@ few whole simulated sweeps per policy (a sweep's result is its last trial's end,
 trial's). Quantiles are empirical over those runs. What was assumed rather than measured is named in
 ``assumptions`` (the speed of an experiment without history, the hazard of a zone without it).
 
-Every policy of ``tpuops.sim.scenario.Policy`` is forecast: spot, on-demand, the fallback (on-demand from the
+Every policy of ``tpuops.sim.scenario.CapacityPolicy`` is forecast: spot, on-demand, the fallback (on-demand from the
 first preemption) and the deadline policy (against the experiment's deadline, or an assumed one).
 """
 
@@ -25,7 +25,7 @@ from tpuops.config import Settings
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.history import History
-from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, Limits, Policy, is_sweep, simulate
+from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, CapacityPolicy, Limits, is_sweep, simulate
 
 FORECAST_HORIZON = 20.0
 """A forecast's simulations stop at 20x the job's length on-demand (a sweep's: its waves of trials), at
@@ -43,7 +43,7 @@ spot. Quiet passes are skipped (``FORECAST_QUIET_SHARE``), so what a simulation 
 not end within their share shows as not finished."""
 
 FORECAST_ORDER = ("on-demand", "fallback", "spot", "deadline")
-"""The order a forecast simulates its policies in, cheapest in events first (it shows them in ``Policy``'s)."""
+"""The order a forecast simulates its policies in, cheapest in events first (it shows them in ``CapacityPolicy``'s)."""
 
 FORECAST_QUIET_SHARE = 0.01
 """A forecast skips quiet passes up to 1 % of the job's length (``Limits.quiet_share``): a job shorter than
@@ -124,7 +124,7 @@ def _names_deadline(path: Path) -> bool:
     return isinstance(document, dict) and ("deadline" in document or "finish_within" in document)
 
 
-def _summary(policy: Policy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
+def _summary(policy: CapacityPolicy, reports: Sequence[SimReport], per_sweep: bool) -> PolicyForecast:
     cut_short = any(r.stopped_by == "time" for r in reports)
     work = sum(r.run_passes for r in reports)
     if per_sweep:
@@ -149,7 +149,7 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
     ``run_passes`` of simulated work in all (``FORECAST_RUN_PASSES``)."""
     sweep = is_sweep(path)
     deadline = time.perf_counter() + FORECAST_WALL_S
-    left = simulations = len(Policy) * (sweeps if sweep else 1)
+    left = simulations = len(CapacityPolicy) * (sweeps if sweep else 1)
     work_left = run_passes
 
     def limits() -> Limits:
@@ -162,7 +162,7 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
                       wall_budget_s=wall_s)
 
     forecasts = {}
-    for policy in sorted(Policy, key=lambda p: FORECAST_ORDER.index(p.value)):
+    for policy in sorted(CapacityPolicy, key=lambda p: FORECAST_ORDER.index(p.value)):
         reports = []
         for index in range(sweeps if sweep else 1):
             report = simulate(settings, path, risks, policy=policy, seed=seed + index, cron_s=cron_s,
@@ -171,7 +171,7 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
             work_left -= report.run_passes
             reports.append(report)
         forecasts[policy] = _summary(policy, reports, sweep)
-    policies = [forecasts[policy] for policy in Policy]
+    policies = [forecasts[policy] for policy in CapacityPolicy]
     learned = {f"{r.key.zone}/{r.key.accelerator}/{r.key.capacity}": ("assumed" if r.assumed else "learned")
                for r in risks}
     assumptions = {

@@ -47,7 +47,7 @@ DEADLINE_SLACK = 1.5
 """ASSUMED deadline of the deadline policy for an experiment that names none: 1.5x its length on-demand."""
 
 
-class Policy(ValueEnum):
+class CapacityPolicy(ValueEnum):
     """How a simulated run picks its capacity (``tpuops.billing.deadline`` has the rules of the last two)."""
 
     SPOT = "spot"
@@ -58,7 +58,7 @@ class Policy(ValueEnum):
     """Uniform progress against the experiment's deadline (or ``DEADLINE_SLACK`` x its length)."""
 
     @classmethod
-    def parse(cls, text: str) -> Policy:
+    def parse(cls, text: str) -> CapacityPolicy:
         try:
             return cls(text)
         except ValueError:
@@ -66,16 +66,16 @@ class Policy(ValueEnum):
 
     @property
     def capacity(self) -> Capacity:
-        return Capacity.ON_DEMAND if self is Policy.ON_DEMAND else Capacity.SPOT
+        return Capacity.ON_DEMAND if self is CapacityPolicy.ON_DEMAND else Capacity.SPOT
 
     def rule(self, length_s: float, due_s: float | None, start: float = START,
              inputs: PlanInputs | None = None) -> dict[str, Any]:
         """The record fields of a run under this policy, launched at ``start``: its job ``length_s`` long on-demand,
         due ``due_s`` after its launch (None: ``DEADLINE_SLACK`` x its length), its deadline weighing ``inputs``
         (None: the settings' assumptions)."""
-        if self is Policy.FALLBACK:
+        if self is CapacityPolicy.FALLBACK:
             return {"fallback": True}
-        if self is Policy.DEADLINE:
+        if self is CapacityPolicy.DEADLINE:
             return {"deadline_at": start + (due_s if due_s is not None else DEADLINE_SLACK * length_s),
                     "expected_s": length_s, "inputs": inputs}
         return {}
@@ -187,8 +187,8 @@ def _on(plan: SweepPlan, capacity: Capacity, rule: dict[str, Any]) -> SweepPlan:
     return dataclasses.replace(plan, template=template)
 
 
-def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: Policy = Policy.SPOT, count: int = 1,
-             seed: int = 0, cron_s: float = 300.0, limits: Limits = Limits(),
+def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: CapacityPolicy = CapacityPolicy.SPOT,
+             count: int = 1, seed: int = 0, cron_s: float = 300.0, limits: Limits = Limits(),
              history: History | None = None, workdir: Path | None = None,
              cloud: CloudModel | None = None, inputs: PlanInputs | None = None,
              progress: Callable[[str], None] | None = None) -> SimReport:
@@ -215,8 +215,8 @@ def simulate(settings: Settings, path: Path, risks: Sequence[Risk], *, policy: P
                     history, cloud, inputs, say)
 
 
-def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path, policy: Policy,
-         count: int, seed: int, cron_s: float, limits: Limits, history: History | None,
+def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Store, scratch: Path,
+         policy: CapacityPolicy, count: int, seed: int, cron_s: float, limits: Limits, history: History | None,
          cloud: CloudModel | None, inputs: PlanInputs | None, say: Callable[[str], None]) -> SimReport:
     lost_rate = inputs.lost_work_per_hour.value if inputs else settings.lost_work_per_hour
     if is_sweep(path):
