@@ -11,7 +11,6 @@ from tpuops.core.errors import UsageError
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, OUTCOME_OF_EXIT, Outcome
 from tpuops.sweeps.decide import (
     TRIAL_STATE,
-    Endgame,
     RunView,
     SweepView,
     TrialState,
@@ -19,7 +18,7 @@ from tpuops.sweeps.decide import (
     decide,
     objective_of,
 )
-from tpuops.sweeps.spec import grid_points, load_sweep
+from tpuops.sweeps.spec import Endgame, grid_points, load_sweep
 from tpuops.sweeps.status import lost_to_recompute
 
 pytestmark = pytest.mark.unit

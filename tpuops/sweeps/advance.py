@@ -51,7 +51,6 @@ from tpuops.store.lease import Leases
 from tpuops.sweeps import hparams, studies
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps.decide import (
-    Endgame,
     Plan,
     RunView,
     Stop,
@@ -253,7 +252,7 @@ class SweepPass:
             objective_step=spec.objective.step, stopping=state.phase is SweepPhase.STOPPING,
             budget_usd=spec.budget_usd, spent_usd=spent_usd, projected_usd=sweep.projected_usd,
             maximize=spec.objective.direction == "maximize",
-            endgame=Endgame(**spec.endgame.model_dump()) if spec.endgame and self.fleet is not None else None,
+            endgame=spec.endgame if self.fleet is not None else None,
             promoted=len(state.promoted), pace_s=_pace(state.last_pass, now)))
         with journal.batched() if journal is not None else contextlib.nullcontext():
             self._apply(sweep, study, views, plan, report, now)

@@ -42,11 +42,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from tpuops.core.formats import format_usd
 from tpuops.core.kinds import ValueEnum
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, Outcome
 from tpuops.sweeps.models import SweepOutcome
+
+if TYPE_CHECKING:
+    from tpuops.sweeps.spec import Endgame
 
 
 class TrialState(ValueEnum):
@@ -96,13 +100,6 @@ class RunView:
     """The endgame promoted it."""
     usd_per_hour: float = 0.0
     """What its node bills an hour (at its current capacity)."""
-
-
-@dataclass(frozen=True)
-class Endgame:
-    leaders: int
-    at_budget_fraction: float
-    at_trials_fraction: float
 
 
 @dataclass(frozen=True)
