@@ -14,7 +14,8 @@ Invariants of a document that gets through (each refusal is one ``UsageError`` l
 - every string at most ``MAX_STRING`` characters, none with a NUL character (YAML's ``"\\0"`` escape);
 - YAML uses the safe tags only (no Python objects).
 
-Models built on top (``Settings``, ``Experiment``, ``SweepSpec``, ``Manifest``) then check meaning.
+Models built on top (``Settings``, ``Experiment``, ``SweepSpec``, ``Manifest``) then check meaning; the user's
+own documents share one strict base (``StrictModel``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from tpuops.core.errors import UsageError, excerpt
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib
+
+
+class StrictModel(BaseModel):
+    """The base of a user document's models (``Experiment``, ``SweepSpec``): an unknown key is refused (a typo
+    must not pass silently), a parsed document is frozen, and no number may be NaN or infinite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32

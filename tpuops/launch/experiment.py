@@ -28,10 +28,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tpuops.core.clock import UTC
-from tpuops.core.documents import read_yaml_mapping
+from tpuops.core.documents import StrictModel, read_yaml_mapping
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
@@ -62,11 +62,7 @@ def duration_s(text: str) -> float:
     return seconds
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class DatasetRef(_Strict):
+class DatasetRef(StrictModel):
     """Where the records are: a dataset (a folder or store prefix with manifest.json), or globs."""
 
     train: str
@@ -76,7 +72,7 @@ class DatasetRef(_Strict):
     cache: bool = False
 
 
-class Batch(_Strict):
+class Batch(StrictModel):
     per_replica: StrictInt | None = Field(default=None, gt=0)
     global_: StrictInt | None = Field(default=None, gt=0, alias="global")
 
@@ -96,7 +92,7 @@ class Batch(_Strict):
         return self.global_ // replicas
 
 
-class Checkpoint(_Strict):
+class Checkpoint(StrictModel):
     every_steps: StrictInt = Field(default=1000, ge=0)
     every_seconds: StrictInt = Field(default=600, ge=0)
     every: Literal["auto"] | None = None
@@ -105,13 +101,13 @@ class Checkpoint(_Strict):
     keep: StrictInt = Field(default=3, gt=0)
 
 
-class Eval(_Strict):
+class Eval(StrictModel):
     metrics: list[Literal["accuracy", "loss", "top5_accuracy"]] = Field(default_factory=lambda: ["accuracy", "loss"])
     every_steps: StrictInt = Field(default=0, ge=0)
     steps: StrictInt | None = Field(default=None, gt=0)
 
 
-class Target(_Strict):
+class Target(StrictModel):
     """A result the experiment promises; ``tpuops train`` reports whether it was met.
 
     ``metric`` is an eval metric name: one of METRICS for the built-in loss, or any name the
@@ -131,7 +127,7 @@ class Target(_Strict):
         return self
 
 
-class Experiment(_Strict):
+class Experiment(StrictModel):
     """One experiment: model, data, hyperparameters, schedule, and where it would like to run."""
 
     name: str = Field(pattern=SPEC_NAME)

@@ -15,9 +15,9 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import Field, StrictInt, ValidationError, model_validator
 
-from tpuops.core.documents import read_yaml_mapping
+from tpuops.core.documents import StrictModel, read_yaml_mapping
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import SPEC_NAME, URL
@@ -28,11 +28,7 @@ SWEEP_NAME = SPEC_NAME
 """Trial runs are named ``<sweep>-tNNNN``: the sweep name leaves room for that in a 63-character node name."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class FloatParam(_Strict):
+class FloatParam(StrictModel):
     type: Literal["float"]
     low: float
     high: float
@@ -48,7 +44,7 @@ class FloatParam(_Strict):
         return self
 
 
-class IntParam(_Strict):
+class IntParam(StrictModel):
     type: Literal["int"]
     low: StrictInt
     high: StrictInt
@@ -64,7 +60,7 @@ class IntParam(_Strict):
         return self
 
 
-class CategoricalParam(_Strict):
+class CategoricalParam(StrictModel):
     type: Literal["categorical"]
     choices: list[str | int | float | bool] = Field(min_length=1)
 
@@ -72,7 +68,7 @@ class CategoricalParam(_Strict):
 Param = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
 
 
-class Objective(_Strict):
+class Objective(StrictModel):
     metric: str = "accuracy"
     """An eval metric the run reports (``metrics.eval`` of its status, and its ``evals`` history)."""
     direction: Literal["maximize", "minimize"] = "maximize"
@@ -80,7 +76,7 @@ class Objective(_Strict):
     """The value at this step (its evaluation); None: at the end of the run (the final evaluation)."""
 
 
-class Sampler(_Strict):
+class Sampler(StrictModel):
     type: Literal["tpe", "random", "grid"] = "tpe"
     seed: StrictInt = Field(default=0, ge=0, le=SEED_MAX)
     """Optuna's samplers seed NumPy with it: 0 .. 2**32 - 1."""
@@ -88,7 +84,7 @@ class Sampler(_Strict):
     """TPE only: trials sampled at random before the model-based ones."""
 
 
-class Pruner(_Strict):
+class Pruner(StrictModel):
     type: Literal["none", "median", "successive-halving", "hyperband"] = "none"
     startup_trials: StrictInt = Field(default=2, ge=0)
     """median: no pruning until this many trials completed."""
@@ -99,11 +95,11 @@ class Pruner(_Strict):
     reduction_factor: StrictInt = Field(default=3, ge=2)
 
 
-class StoreStorage(_Strict):
+class StoreStorage(StrictModel):
     kind: Literal["store"] = "store"
 
 
-class DatabaseStorage(_Strict):
+class DatabaseStorage(StrictModel):
     kind: Literal["database"]
     url: str = Field(pattern=URL)
     """An SQLAlchemy URL without password, e.g. ``postgresql+psycopg://optuna@db.internal:5432/optuna``."""
@@ -128,7 +124,7 @@ class DatabaseStorage(_Strict):
 Storage = Annotated[StoreStorage | DatabaseStorage, Field(discriminator="kind")]
 
 
-class Endgame(_Strict):
+class Endgame(StrictModel):
     """Move the leading trials from spot to on-demand at their next checkpoint near the end of the sweep."""
 
     leaders: StrictInt = Field(default=1, ge=1)
@@ -138,7 +134,7 @@ class Endgame(_Strict):
     """... or once this fraction of the trials has finished."""
 
 
-class SweepSpec(_Strict):
+class SweepSpec(StrictModel):
     name: str = Field(pattern=SWEEP_NAME)
     experiment: str
     """The base experiment, relative to the sweep file."""
