@@ -222,17 +222,17 @@ def test_a_sweep_s_ending_carries_its_best_trial_unless_turned_off() -> None:
 def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_one_line() -> None:
     from tpuops.config import Settings
     from tpuops.core.errors import UsageError
-    from tpuops.core.notices import Choice, NotifySettings, Target
+    from tpuops.core.notices import NotifyChoice, NotifySettings, Target
     from tpuops.launch.jobs import check_notify
 
-    choice = Choice.model_validate({"to": ["team", "pager"], "on": ["failed"]})
+    choice = NotifyChoice.model_validate({"to": ["team", "pager"], "on": ["failed"]})
     settings = Settings(notify=NotifySettings(targets={"team": Target(kind="slack", url="https://hooks.example/x")}))
     with pytest.raises(UsageError) as refused:
         check_notify(settings, choice, "exp.yaml")
     assert str(refused.value) == ("exp.yaml: notify: target 'pager' is not in tpuops.toml's [notify.targets] "
                                   "(known: team)")
-    check_notify(settings, Choice(to=["team"]), "exp.yaml")
-    assert settings.notify.chosen(Choice(to=[]))[0] == []  # notifications off for this run
+    check_notify(settings, NotifyChoice(to=["team"]), "exp.yaml")
+    assert settings.notify.chosen(NotifyChoice(to=[]))[0] == []  # notifications off for this run
     assert settings.notify.chosen(None)[0] == ["team"]
     assert settings.notify.chosen(choice)[1] == {Kind.FAILED}
 

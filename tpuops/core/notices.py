@@ -92,7 +92,7 @@ def keep_last(notices: list[Notice]) -> None:
         del notices[done]
 
 
-class Choice(BaseModel):
+class NotifyChoice(BaseModel):
     """An experiment's or sweep's ``notify:``: which configured targets (by name) and which kinds.
 
     None keeps the ``[notify]`` defaults; ``to: []`` turns notifications off for this run or sweep.
@@ -213,7 +213,7 @@ class NotifySettings(BaseModel):
     dashboard_url: str | None = None
     """Where ``tpuops dashboard`` is reachable for the reader, for the link in each message (none: no link)."""
 
-    def chosen(self, choice: Choice | None) -> tuple[list[str], set[Kind]]:
+    def chosen(self, choice: NotifyChoice | None) -> tuple[list[str], set[Kind]]:
         """The target names and kinds for a run or sweep with this ``notify:`` choice."""
         to = list(self.targets) if choice is None or choice.to is None else [t for t in choice.to]
         on = set(self.on if choice is None or choice.on is None else choice.on)

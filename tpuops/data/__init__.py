@@ -6,8 +6,8 @@ The manifest format is documented in ``tpuops.data.manifest``.
 """
 
 from tpuops.core.formats import format_size, parse_size
-from tpuops.data.catalog import DatasetSummary, VerifyReport, ls, verify
 from tpuops.data.convert import ConvertReport, convert
+from tpuops.data.inventory import DatasetSummary, VerifyReport, ls, verify
 from tpuops.data.upload import UploadReport, region_warning, upload
 
 __all__ = [

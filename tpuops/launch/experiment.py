@@ -35,7 +35,7 @@ from tpuops.core.documents import StrictModel, read_yaml_mapping
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import FUNCTION, METRIC, SPEC_NAME, rule_in_words
-from tpuops.core.notices import Choice as NotifyChoice
+from tpuops.core.notices import NotifyChoice
 
 METRICS = ("accuracy", "loss", "top5_accuracy")
 

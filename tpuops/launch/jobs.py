@@ -27,8 +27,8 @@ from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Provider
-from tpuops.core.notices import Choice as NotifyChoice
-from tpuops.data.catalog import read_manifest
+from tpuops.core.notices import NotifyChoice
+from tpuops.data.inventory import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, StoredFeature, parse_manifest
 from tpuops.fleet import UpPlan
 from tpuops.launch.bundle import Bundle, build_bundle, job_argv

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tpuops.agent.exits import ExitClass, Phase
 from tpuops.core.errors import DamagedDocument
 from tpuops.core.kinds import ValueEnum
-from tpuops.core.notices import Choice as NotifyChoice
+from tpuops.core.notices import NotifyChoice
 from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 

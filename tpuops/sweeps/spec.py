@@ -21,7 +21,7 @@ from tpuops.core.documents import StrictModel, read_yaml_mapping
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import SPEC_NAME, URL
-from tpuops.core.notices import Choice as NotifyChoice
+from tpuops.core.notices import NotifyChoice
 from tpuops.launch.experiment import SEED_MAX, one_line
 
 SWEEP_NAME = SPEC_NAME
