@@ -222,11 +222,11 @@ def test_a_sweep_s_ending_carries_its_best_trial_unless_turned_off() -> None:
 def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_one_line() -> None:
     from tpuops.config import Settings
     from tpuops.core.errors import UsageError
-    from tpuops.core.notices import NotifyChoice, NotifySettings, Target
+    from tpuops.core.notices import NotifyChoice, NotifySettings, NotifyTarget
     from tpuops.launch.jobs import check_notify
 
     choice = NotifyChoice.model_validate({"to": ["team", "pager"], "on": ["failed"]})
-    settings = Settings(notify=NotifySettings(targets={"team": Target(kind="slack", url="https://hooks.example/x")}))
+    settings = Settings(notify=NotifySettings(targets={"team": NotifyTarget(kind="slack", url="https://hooks.example/x")}))
     with pytest.raises(UsageError) as refused:
         check_notify(settings, choice, "exp.yaml")
     assert str(refused.value) == ("exp.yaml: notify: target 'pager' is not in tpuops.toml's [notify.targets] "
@@ -239,15 +239,15 @@ def test_an_experiment_or_sweep_names_targets_and_an_unknown_one_is_refused_in_o
 
 @pytest.mark.emulator
 def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
-    from tpuops.core.notices import Delivery, NotifySettings, State, Target
+    from tpuops.core.notices import Delivery, NotifySettings, NotifyTarget, State
     from tpuops.notify.outbox import BACKOFF_S, MAX_TRIES, deliver
 
     hook = http_receiver()
     try:
         hook.failing = 1000
         config = NotifySettings(give_up_after_s=600, targets={
-            "down": Target(kind="webhook", url=hook.url),
-            "gone": Target(kind="webhook", url=hook.url.replace(SECRET_PATH, "deleted"))})
+            "down": NotifyTarget(kind="webhook", url=hook.url),
+            "gone": NotifyTarget(kind="webhook", url=hook.url.replace(SECRET_PATH, "deleted"))})
         notices = [Notice(key=f"r/failed/{i}", kind=Kind.FAILED, at=T0, subject="r", title="t",
                           deliveries=[Delivery(target="down"), Delivery(target="gone"), Delivery(target="removed")])
                    for i in range(4)]

@@ -125,7 +125,7 @@ def check_webhook_url(url: str) -> str:
     raise ValueError("a webhook URL must be https:// (http:// only to a loopback address)")
 
 
-class Target(BaseModel):
+class NotifyTarget(BaseModel):
     """One ``[notify.targets.NAME]`` of tpuops.toml.
 
     ``slack`` and ``webhook`` take ``url`` (in the file) or ``url_env`` (the name of an environment variable);
@@ -166,7 +166,7 @@ class Target(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _complete(self) -> Target:
+    def _complete(self) -> NotifyTarget:
         if self.kind == "email":
             if not self.host or not self.to or not self.sender:
                 raise ValueError("an email target needs host, sender and to")
@@ -176,7 +176,7 @@ class Target(BaseModel):
             raise ValueError(f"a {self.kind} target needs url or url_env (one of them)")
         return self
 
-    def resolved(self, url: str | None, password: str | None, missing: str | None) -> Target:
+    def resolved(self, url: str | None, password: str | None, missing: str | None) -> NotifyTarget:
         """A copy holding the secrets read by ``tpuops.config`` (``missing``: why one could not be read)."""
         copy = self.model_copy()
         copy._url = SecretStr(url) if url is not None else self.url
@@ -203,7 +203,7 @@ class NotifySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
-    targets: dict[str, Target] = Field(default_factory=dict)
+    targets: dict[str, NotifyTarget] = Field(default_factory=dict)
     on: list[Kind] = Field(default_factory=lambda: list(DEFAULT_KINDS))
     stalled_after_s: float = Field(default=3600.0, gt=0, le=7 * 86400)
     """No step progress for this long while the node is READY (billed): a ``stalled`` notice."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from tpuops.core.errors import TpuopsError
-from tpuops.core.notices import Notice, NotifySettings, State, Target, keep_last
+from tpuops.core.notices import Notice, NotifySettings, NotifyTarget, State, keep_last
 from tpuops.notify.send import send
 
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -51,7 +51,7 @@ def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Not
     The caller writes the memory afterwards (the mark). Nothing here raises: a failure is the delivery's state.
     """
     tries = 0
-    targets: Mapping[str, Target] = config.targets
+    targets: Mapping[str, NotifyTarget] = config.targets
     for notice in notices:
         for delivery in notice.deliveries:
             if delivery.state is not State.PENDING or delivery.next_at > now or tries >= MAX_TRIES:

@@ -25,7 +25,7 @@ from typing import Any
 from tpuops.core.clock import UTC
 from tpuops.core.errors import InvalidRequest, NotFound, PermissionDenied, TpuopsError, TransientError, Unreachable
 from tpuops.core.formats import format_usd
-from tpuops.core.notices import SCHEMA, Notice, Target
+from tpuops.core.notices import SCHEMA, Notice, NotifyTarget
 
 KEY_HEADER = "Idempotency-Key"
 """The header (and, as ``idempotency_key``, the body field) a receiver drops a repeated message by."""
@@ -76,7 +76,7 @@ def slack_body(notice: Notice) -> dict[str, Any]:
     return {"text": clean(notice.title), "blocks": blocks}
 
 
-def email_message(notice: Notice, target: Target) -> EmailMessage:
+def email_message(notice: Notice, target: NotifyTarget) -> EmailMessage:
     """A plain-text email; its ``Message-ID`` is derived from the key, so a mail system drops a repeat too."""
     message = EmailMessage()
     message["Subject"] = "[tpuops] " + " ".join(clean(notice.title).split())
@@ -97,7 +97,7 @@ def email_message(notice: Notice, target: Target) -> EmailMessage:
     return message
 
 
-def send(target: Target, notice: Notice, timeout_s: float) -> None:
+def send(target: NotifyTarget, notice: Notice, timeout_s: float) -> None:
     """Deliver ``notice`` to ``target`` once, within ``timeout_s``; a ``TpuopsError`` says why not."""
     if target.kind == "email":
         _send_mail(target, notice, timeout_s)
@@ -106,7 +106,7 @@ def send(target: Target, notice: Notice, timeout_s: float) -> None:
     _post(target, json.dumps(body, allow_nan=False).encode(), notice.key, timeout_s)
 
 
-def _post(target: Target, data: bytes, key: str, timeout_s: float) -> None:
+def _post(target: NotifyTarget, data: bytes, key: str, timeout_s: float) -> None:
     try:
         url = target.secret_url()
     except ValueError as err:
@@ -144,7 +144,7 @@ def _network_error(reason: object, timeout_s: float) -> TpuopsError:
     return TransientError(f"the connection failed ({type(reason).__name__})")
 
 
-def _send_mail(target: Target, notice: Notice, timeout_s: float) -> None:
+def _send_mail(target: NotifyTarget, notice: Notice, timeout_s: float) -> None:
     try:
         password = target.secret_password()
     except ValueError as err:
@@ -166,7 +166,7 @@ def _send_mail(target: Target, notice: Notice, timeout_s: float) -> None:
         raise TransientError(f"SMTP failed ({type(err).__name__})") from None
 
 
-def smtp_session(target: Target, timeout_s: float) -> smtplib.SMTP:
+def smtp_session(target: NotifyTarget, timeout_s: float) -> smtplib.SMTP:
     """A connected SMTP session (after STARTTLS when asked for); ``Unreachable`` when nothing answers."""
     try:
         smtp = smtplib.SMTP(target.host or "", target.port, timeout=timeout_s)
