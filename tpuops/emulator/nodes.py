@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuops.emulator import catalog
-from tpuops.emulator.operations import Operation
+from tpuops.emulator.operations import LongRunningOperation
 from tpuops.emulator.wire import NodeFields, rfc3339
 from tpuops.emulator.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
 
@@ -37,8 +37,8 @@ class Node:
     state: str = "CREATING"
     generation: int = 0
     queued_resource: str = ""
-    pending_op: Operation | None = None
-    delete_ops: list[Operation] = field(default_factory=list)
+    pending_op: LongRunningOperation | None = None
+    delete_ops: list[LongRunningOperation] = field(default_factory=list)
     workers: list[Worker] = field(default_factory=list)
     serves_runtime: bool = False
     symptoms: list[dict[str, str]] = field(default_factory=list)
@@ -184,7 +184,7 @@ class QueuedResource:
     state: str = "ACCEPTED"
     state_initiator: str = "USER"
     failure: dict[str, Any] | None = None
-    delete_ops: list[Operation] = field(default_factory=list)
+    delete_ops: list[LongRunningOperation] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -26,7 +26,7 @@ EMPTY_TYPE = TYPE_PREFIX + "google.protobuf.Empty"
 
 
 @dataclass
-class Operation:
+class LongRunningOperation:
     """One operation; ``response`` already carries its ``@type``."""
 
     name: str
@@ -68,13 +68,13 @@ class OperationStore:
     """All operations by name, in creation order."""
 
     def __init__(self) -> None:
-        self._ops: dict[str, Operation] = {}
+        self._ops: dict[str, LongRunningOperation] = {}
         self._counter = itertools.count(1)
 
-    def start(self, project: str, zone: str, target: str, verb: str) -> Operation:
+    def start(self, project: str, zone: str, target: str, verb: str) -> LongRunningOperation:
         now = time.time()
         op_id = f"operation-{int(now * 1000)}-{next(self._counter):08x}"
-        op = Operation(
+        op = LongRunningOperation(
             name=f"projects/{project}/locations/{zone}/operations/{op_id}",
             project=project,
             zone=zone,
@@ -86,26 +86,26 @@ class OperationStore:
         return op
 
     @staticmethod
-    def succeed(op: Operation, type_url: str, payload: dict[str, Any] | None = None) -> None:
+    def succeed(op: LongRunningOperation, type_url: str, payload: dict[str, Any] | None = None) -> None:
         """Finish ``op`` with a response of ``type_url`` (no-op if already done)."""
         if not op.done:
             op.response = {"@type": type_url, **(payload or {})}
             op.end_time = time.time()
 
     @staticmethod
-    def fail(op: Operation, error: ApiError) -> None:
+    def fail(op: LongRunningOperation, error: ApiError) -> None:
         """Finish ``op`` with ``error`` (no-op if already done)."""
         if not op.done:
             op.error = error.rpc_status()
             op.end_time = time.time()
 
-    def get(self, name: str) -> Operation:
+    def get(self, name: str) -> LongRunningOperation:
         op = self._ops.get(name)
         if op is None:
             raise not_found(f"Operation {name!r}")
         return op
 
-    def list(self, project: str, zone: str) -> list[Operation]:
+    def list(self, project: str, zone: str) -> list[LongRunningOperation]:
         """Operations of one zone (``-`` for all zones), sorted by name."""
         return sorted(
             (op for op in self._ops.values() if op.project == project and zone in ("-", op.zone)),

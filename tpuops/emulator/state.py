@@ -44,7 +44,7 @@ from tpuops.emulator.catalog import check_zone
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.metadata import MetadataServer, MetadataView
 from tpuops.emulator.nodes import Node
-from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, Operation, OperationStore
+from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, LongRunningOperation, OperationStore
 from tpuops.emulator.sandbox import Sandboxes, ScriptRun, signal_group
 from tpuops.emulator.scheduler import Scheduler
 from tpuops.emulator.wire import NodeFields, check_resource_id, rfc3339, string_list, string_map
@@ -196,7 +196,7 @@ class EmulatorState:
             self.remove_node(node, op)
             return op.to_json()
 
-    def remove_node(self, node: Node, op: Operation | None = None) -> None:
+    def remove_node(self, node: Node, op: LongRunningOperation | None = None) -> None:
         """Move ``node`` to DELETING and end its processes (caller holds the lock)."""
         if op is not None:
             node.delete_ops.append(op)
