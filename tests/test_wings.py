@@ -24,8 +24,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "core": ("tpuops.core", "tpuops.agent.exits", "tpuops.agent.wake"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
-               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.data.tfrecord", "tpuops.agent"),
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
+    "data": ("tpuops.data", "tpuops.core", "tpuops.store"),
     "agent": ("tpuops.agent",),
 }
 """Per wing, the tpuops modules it may import (a prefix admits its submodules)."""

@@ -3,6 +3,10 @@
 ``convert`` (local source → shards + manifest.json, framed by ``tfrecord``), ``upload`` (local dataset → store),
 ``verify`` (store objects against the manifest) and ``ls`` (datasets under a root).
 The manifest format is documented in ``tpuops.data.manifest``.
+
+May import: ``tpuops.core`` and ``tpuops.store`` (where datasets live), and pydantic, numpy, Pillow,
+google-crc32c and scikit-learn (the sample datasets); never TensorFlow, and nothing that knows a run,
+a node or a price, so the launch wing and the sweeps can stand on it (``tests/test_wings.py``).
 """
 
 from tpuops.core.formats import format_size, parse_size
