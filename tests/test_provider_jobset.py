@@ -144,3 +144,9 @@ def test_the_configured_provider_says_which_accelerators_the_settings_may_name(t
                                   "node pools (TPU v4, v5e, v5p, v6e do)")
     config.write_text('node_provider = "cloud-tpu"\naccelerator = "v3-8"\n')
     assert api.load_settings(config, env).accelerator == "v3-8"  # Cloud TPU has v3
+
+
+def test_a_zone_flag_is_checked_by_the_configured_provider(settings: Settings) -> None:
+    with pytest.raises(UsageError, match="zone 'us-central2-x' has no TPU node pools on GKE"):
+        api.plan_up(settings, "js-zone", zone="us-central2-x")
+    assert api.plan_up(settings, "js-zone", zone="us-central1-a").zones == ["us-central1-a"]
