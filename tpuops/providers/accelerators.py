@@ -87,6 +87,26 @@ def zones_offering(acc: Accelerator | str) -> list[str]:
     return tpu_catalog.load().zones_offering(_as_accelerator(acc).type)
 
 
+def offered_zones(acc: Accelerator | str, zones: list[str]) -> list[str]:
+    """The zones of ``zones`` (in their order) that offer the slice ``acc``: its creates and recreates go only there.
+
+    A single host is left to the API's answer (``zones`` unchanged), as it always was: few zones lack one.
+
+    Raises:
+        UsageError: none of them offers it (one line naming the zones that do).
+    """
+    acc = _as_accelerator(acc)
+    if not acc.multi_host:
+        return zones
+    offered = tpu_catalog.load().zones_offering(acc.type)
+    usable = [zone for zone in zones if zone in offered]
+    if not usable:
+        where = f"{', '.join(offered)} offer{'s' if len(offered) == 1 else ''} it" if offered else "no zone offers it"
+        raise UsageError(f"slice {acc.type!r} is not offered in {', '.join(zones)}: {where} "
+                         "(set zones in tpuops.toml, or --zone)")
+    return usable
+
+
 def _as_accelerator(acc: Accelerator | str) -> Accelerator:
     return acc if isinstance(acc, Accelerator) else parse_accelerator(acc)
 
