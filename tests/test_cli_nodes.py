@@ -279,3 +279,27 @@ def test_up_killed_while_waiting_is_adopted_by_the_next_up(
     assert cli.nodes() == [(ZONES[0], "kill-1", "CREATING")]
     assert cli("down", "kill-1")[0] == 0
     assert cli.nodes() == []
+
+
+WORKER_NUMBER = ("curl -s -H 'Metadata-Flavor: Google' "
+                 "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes/agent-worker-number; echo; pwd")
+
+
+def test_exec_runs_on_each_worker_of_a_slice_with_its_own_directory_and_metadata(cli: Cli) -> None:
+    assert cli.json("up", "pod-1", "--accelerator", "v2-32", "--spot")["hosts"] == 4
+    code, out, err = cli("exec", "pod-1", "--worker", "all", "--", WORKER_NUMBER)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line for line in lines if not line.startswith("[w")] == []
+    for worker in range(4):
+        mine = [line.split(" ", 1)[1] for line in lines if line.startswith(f"[w{worker}] ")]
+        suffix = "" if worker == 0 else f".w{worker}"
+        assert mine == [str(worker), str(cli.sandbox(ZONES[0], "pod-1")) + suffix], lines
+    code, out, _ = cli("exec", "pod-1", "--worker", "2", "--", "exit 3")
+    assert (code, out) == (3, "")
+    code, out, err = cli("exec", "pod-1", "--worker", "1", "--json", "--", "echo", "hi")
+    assert code == 0, err
+    assert json.loads(out)["workers"] == [{"worker": 1, "code": 0, "stdout": "hi\n", "stderr": ""}]
+    code, _, err = cli("exec", "pod-1", "--worker", "7", "--", "true")
+    assert code == 2 and _error_line(err).endswith("node pod-1 is a v2-32 with 4 hosts; give 0-3 or all")
+    cli("down", "pod-1")

@@ -251,8 +251,11 @@ def _exec_emulated(settings: Settings, zone: str, node: str, workers: list[int],
     """``exec`` on the emulator's workers: each one's directory (its HOME) and metadata server."""
     import os
 
+    from tpuops.emulator.control import AdminClient
+    from tpuops.session import tpu_endpoint
+
     name = f"projects/{settings.project}/locations/{zone}/nodes/{node}"
-    described = next((n for n in _admin(settings).nodes() if n["name"] == name), None)
+    described = next((n for n in AdminClient(tpu_endpoint(settings) or "").nodes() if n["name"] == name), None)
     if described is None:
         raise UsageError(f"the emulator has no node {name}")
     by_number = {w["worker"]: w for w in described["workers"]}
