@@ -39,6 +39,7 @@ from tpuops.billing.cost import ready_intervals
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
 from tpuops.billing.pricing import SPOT_PRICED, parse_capacity
+from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.nodes import NodeState
 
 CONFIDENCE = 0.95
@@ -109,17 +110,6 @@ class Risk:
 
 ONE_HOST_READY_S = 90.0
 """ASSUMED create -> READY of a one-host TPU VM (docs/cloud-tpu.md: a v3-8 takes about 60-120 s)."""
-
-
-def hosts_of(accelerator: str) -> int:
-    """The hosts of an accelerator type (4 for v3-32); 1 for a type this version does not know."""
-    from tpuops.core.errors import UsageError
-    from tpuops.providers.accelerators import parse_accelerator
-
-    try:
-        return parse_accelerator(accelerator).hosts
-    except UsageError:
-        return 1
 
 
 def prior_rate(capacity: str, spot_preemptions_per_hour: float, accelerator: str | None = None) -> float:

@@ -87,6 +87,15 @@ def zones_offering(acc: Accelerator | str) -> list[str]:
     return tpu_catalog.load().zones_offering(_as_accelerator(acc).type)
 
 
+def hosts_of(accelerator: str) -> int:
+    """The hosts (workers) of a node of ``accelerator``: 4 for v3-32, 1 for v3-8 and for a type this version
+    does not know (a node listed with one, an old ledger row): shown as one host, never an error."""
+    try:
+        return parse_accelerator(accelerator).hosts
+    except UsageError:
+        return 1
+
+
 def offered_zones(acc: Accelerator | str, zones: list[str]) -> list[str]:
     """The zones of ``zones`` (in their order) that offer the slice ``acc``: its creates and recreates go only there.
 

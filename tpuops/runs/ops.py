@@ -265,13 +265,10 @@ class Run:
 
     @property
     def hosts(self) -> int | None:
-        """How many hosts (workers) its node is: 4 on a v3-32 slice; None when its record or type is unknown."""
-        from tpuops.providers.accelerators import parse_accelerator
+        """How many hosts (workers) its node is: 4 on a v3-32 slice; None when its record is unknown."""
+        from tpuops.providers.accelerators import hosts_of
 
-        try:
-            return parse_accelerator(self.record.node.accelerator).hosts if self.record_known else None
-        except UsageError:
-            return None
+        return hosts_of(self.record.node.accelerator) if self.record_known else None
 
     def damage_note(self) -> str:
         """What is damaged and what to do about it, in one line ("" for a whole run)."""

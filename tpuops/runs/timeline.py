@@ -28,6 +28,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from tpuops.billing.ledger import NodeHistory
+from tpuops.providers.accelerators import hosts_of
 from tpuops.runs import AgentStatus, Event
 
 
@@ -111,13 +112,7 @@ def node_bars(histories: Sequence[NodeHistory], now: float) -> list[Bar]:
 
 def _lanes(lane: str, accelerator: str) -> list[str]:
     """The lane of an incarnation, or one per worker when it is a slice (``... w0`` runs the job)."""
-    from tpuops.core.errors import UsageError
-    from tpuops.providers.accelerators import parse_accelerator
-
-    try:
-        hosts = parse_accelerator(accelerator).hosts
-    except UsageError:  # a type this version does not know: drawn as one host
-        hosts = 1
+    hosts = hosts_of(accelerator)
     return [lane] if hosts == 1 else [f"{lane} w{worker}" for worker in range(hosts)]
 
 
