@@ -303,3 +303,18 @@ def test_exec_runs_on_each_worker_of_a_slice_with_its_own_directory_and_metadata
     code, _, err = cli("exec", "pod-1", "--worker", "7", "--", "true")
     assert code == 2 and _error_line(err).endswith("node pod-1 is a v2-32 with 4 hosts; give 0-3 or all")
     cli("down", "pod-1")
+
+
+def test_status_names_a_slices_worker_that_never_booted(cli: Cli) -> None:
+    """The API's symptom (TIMEOUT, ``workerId`` 3) reaches the neutral node type, so the controller can act on it."""
+    cli.admin.set_faults(never_boot_workers=["late-1/3"])
+    cli.json("up", "late-1", "--accelerator", "v2-32", "--spot")
+
+    def shown() -> dict | None:
+        node = next(n for n in cli.json("status")["nodes"] if n["name"] == "late-1")
+        return node if node["unhealthy_workers"] else None
+
+    node = poll(shown, "the worker that never booted, in status", timeout_s=180)
+    assert (node["hosts"], node["unhealthy_workers"], node["health"], node["state"]) == (4, [3], "TIMEOUT", "READY")
+    code, out, _ = cli("status")
+    assert code == 0 and "4 (w3 down)" in out
