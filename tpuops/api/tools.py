@@ -289,12 +289,12 @@ def slice_workers(accelerator: str, worker: str, what: str) -> list[int]:
     Raises:
         UsageError: one line naming the hosts ``what`` has and the values that would be right.
     """
-    from tpuops.providers.accelerators import parse_accelerator
+    from tpuops.providers.accelerators import hosts_of
 
-    hosts = parse_accelerator(accelerator).hosts
+    hosts = hosts_of(accelerator)
     if worker == "all":
         return list(range(hosts))
-    if not worker.isdigit() or int(worker) >= hosts:
+    if not (worker.isascii() and worker.isdigit()) or int(worker) >= hosts:
         choices = "0 or all" if hosts == 1 else f"0-{hosts - 1} or all"
         raise UsageError(f"--worker {worker}: {what} is a {accelerator} with {hosts} host{'s' if hosts > 1 else ''}; "
                          f"give {choices}")
