@@ -138,3 +138,18 @@ def test_resolve_runtime_version() -> None:
     assert resolve_runtime_version("v3-32", "tpu-vm-tf-2.9.1-pod") == "tpu-vm-tf-2.9.1-pod"
     with pytest.raises(UsageError):
         resolve_runtime_version("v3-32", "tpu-vm-tf-2.9.1")
+
+
+def test_hosts_of_a_type_and_one_for_a_type_this_version_does_not_know() -> None:
+    from tpuops.providers.accelerators import hosts_of
+
+    assert [hosts_of(t) for t in ("v3-8", "v2-32", "v3-32", "v4-32", "v9-8", "unknown")] == [1, 4, 4, 4, 1, 1]
+
+
+def test_a_slice_goes_only_to_the_zones_that_offer_it_and_a_single_host_is_left_to_the_api() -> None:
+    from tpuops.providers.accelerators import offered_zones
+
+    assert offered_zones("v2-32", ["us-central1-b", "us-central1-a"]) == ["us-central1-a"]
+    assert offered_zones("v2-8", ["us-central1-a", "us-central1-b"]) == ["us-central1-a", "us-central1-b"]
+    with pytest.raises(UsageError, match=r"slice 'v4-32' is not offered in us-central1-a: us-central2-b offers it"):
+        offered_zones("v4-32", ["us-central1-a"])

@@ -366,13 +366,13 @@ def test_what_the_control_plane_knows_is_refused_before_anything_is_declared(san
     assert not (sandbox.root / "store").exists()
 
 
-def _run_record(run_id: str) -> RunRecord:
+def _run_record(run_id: str, accelerator: str = "v3-8", zone: str = "us-central1-a") -> RunRecord:
     """A training run as ``declare`` writes it (its node request planned, never created)."""
     from tpuops.config import Settings
     from tpuops.launch.provision import plan_up
     from tpuops.runs import NodeSpec, RunKind, RunRecord
 
-    up = plan_up(Settings(zones=["us-central1-a"]), run_id, accelerator="v3-8", capacity=Capacity.SPOT, zone=None,
+    up = plan_up(Settings(zones=[zone]), run_id, accelerator=accelerator, capacity=Capacity.SPOT, zone=None,
                  run_id=run_id)
     return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones))
 
@@ -440,3 +440,36 @@ def test_a_sweep_that_cannot_run_is_refused_in_one_line(sandbox: Sandbox, change
         [line] = outcome.stderr.strip().splitlines()[-1:]
         assert outcome.code == 2 and says in line, outcome.stderr
     assert not (sandbox.root / "store").exists()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["up", "s1", "--accelerator", "v3-32", "--runtime", "tpu-vm-tf-2.9.1", "--zone", "europe-west4-a"],
+     "runtime version 'tpu-vm-tf-2.9.1' does not fit accelerator 'v3-32' (v3, a multi-host slice): "
+     "use 'tpu-vm-tf-2.9.1-pod'"),
+    (["up", "s1", "--accelerator", "v3-32", "--zone", "us-central1-a"],
+     "slice 'v3-32' is not offered in us-central1-a: europe-west4-a offers it"),
+    (["up", "s1", "--accelerator", "v3-32"],
+     "slice 'v3-32' is not offered in us-central1-a, us-central1-b: europe-west4-a offers it"),
+], ids=["single-host runtime on a slice", "slice the zone lacks", "slice no configured zone offers"])
+def test_a_slice_that_cannot_be_made_is_refused_before_the_api(sandbox: Sandbox, argv: list[str], says: str) -> None:
+    """Each once went to the Cloud TPU API (here unreachable) or planned a create in a zone that refuses it."""
+    for dry in (["--dry-run"], []):
+        outcome = tpuops(sandbox, *argv, *dry)
+        assert outcome.code == 2 and says in outcome.stderr, outcome.stderr
+        assert "cannot reach" not in outcome.stderr
+    assert not (sandbox.root / "store").exists()
+
+
+def test_a_worker_a_slice_does_not_have_is_refused_in_one_line(sandbox: Sandbox) -> None:
+    from tpuops import runs
+    from tpuops.store import LocalStore
+
+    store = LocalStore(sandbox.root / "store")
+    runs.declare(store, _run_record("pod", accelerator="v3-32", zone="europe-west4-a"), {"run_id": "pod"})
+    before = sorted(info.key for info in store.list(""))
+    for argv in (["logs", "pod", "--worker", "7"], ["logs", "pod", "--worker", "-1"]):
+        outcome = tpuops(sandbox, *argv)
+        [line] = outcome.stderr.strip().splitlines()
+        assert outcome.code == 2 and line.endswith("run pod is a v3-32 with 4 hosts; give 0-3 or all"), line
+    assert tpuops(sandbox, "logs", "pod", "--worker", "all").code == 0
+    assert sorted(info.key for info in store.list("")) == before

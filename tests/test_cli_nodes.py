@@ -279,3 +279,42 @@ def test_up_killed_while_waiting_is_adopted_by_the_next_up(
     assert cli.nodes() == [(ZONES[0], "kill-1", "CREATING")]
     assert cli("down", "kill-1")[0] == 0
     assert cli.nodes() == []
+
+
+WORKER_NUMBER = ("curl -s -H 'Metadata-Flavor: Google' "
+                 "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes/agent-worker-number; echo; pwd")
+
+
+def test_exec_runs_on_each_worker_of_a_slice_with_its_own_directory_and_metadata(cli: Cli) -> None:
+    assert cli.json("up", "pod-1", "--accelerator", "v2-32", "--spot")["hosts"] == 4
+    code, out, err = cli("exec", "pod-1", "--worker", "all", "--", WORKER_NUMBER)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line for line in lines if not line.startswith("[w")] == []
+    for worker in range(4):
+        mine = [line.split(" ", 1)[1] for line in lines if line.startswith(f"[w{worker}] ")]
+        suffix = "" if worker == 0 else f".w{worker}"
+        assert mine == [str(worker), str(cli.sandbox(ZONES[0], "pod-1")) + suffix], lines
+    code, out, _ = cli("exec", "pod-1", "--worker", "2", "--", "exit 3")
+    assert (code, out) == (3, "")
+    code, out, err = cli("exec", "pod-1", "--worker", "1", "--json", "--", "echo", "hi")
+    assert code == 0, err
+    assert json.loads(out)["workers"] == [{"worker": 1, "code": 0, "stdout": "hi\n", "stderr": ""}]
+    code, _, err = cli("exec", "pod-1", "--worker", "7", "--", "true")
+    assert code == 2 and _error_line(err).endswith("node pod-1 is a v2-32 with 4 hosts; give 0-3 or all")
+    cli("down", "pod-1")
+
+
+def test_status_names_a_slices_worker_that_never_booted(cli: Cli) -> None:
+    """The API's symptom (TIMEOUT, ``workerId`` 3) reaches the neutral node type, so the controller can act on it."""
+    cli.admin.set_faults(never_boot_workers=["late-1/3"])
+    cli.json("up", "late-1", "--accelerator", "v2-32", "--spot")
+
+    def shown() -> dict | None:
+        node = next(n for n in cli.json("status")["nodes"] if n["name"] == "late-1")
+        return node if node["unhealthy_workers"] else None
+
+    node = poll(shown, "the worker that never booted, in status", timeout_s=180)
+    assert (node["hosts"], node["unhealthy_workers"], node["health"], node["state"]) == (4, [3], "TIMEOUT", "READY")
+    code, out, _ = cli("status")
+    assert code == 0 and "4 (w3 down)" in out

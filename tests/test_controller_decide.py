@@ -386,3 +386,32 @@ def test_an_agent_that_ended_the_run_before_the_stop_keeps_its_own_ending() -> N
     assert step(memory, seen(READY, agent=status(1, 1000, "succeeded"), stop="tpuops stop"), 200.0) == [
         ("delete", A)]
     assert memory.outcome == "succeeded"
+
+
+def test_a_slice_with_an_unhealthy_worker_is_recreated_after_the_grace_as_a_bounded_restart() -> None:
+    policy = Policy(zones=(A, B), max_crashes=1, unhealthy_grace_s=60.0)
+    memory = training(policy)
+    sick = {"unhealthy_workers": (2,)}
+    assert step(memory, seen(READY, agent=status(1, 30), **sick), 200.0, policy) == []
+    assert kinds(memory)[-1] == "worker-down" and "worker 2" in memory.events[-1]["message"]
+    assert step(memory, seen(READY, agent=status(1, 31), **sick), 260.0, policy) == []  # at the grace
+    assert step(memory, seen(READY, agent=status(1, 32), **sick), 261.0, policy) == [("delete", A), ("create", A)]
+    [restart] = [e for e in memory.events if e["kind"] == "unhealthy"]
+    assert "worker 2 of the slice unhealthy" in restart["message"]
+    assert (memory.crashes, memory.preemptions, memory.phase) == (1, 0, "active")
+    assert "an unhealthy worker" in memory.events[-1]["message"]
+    # the replacement is sick too: past max_crashes the run ends crashed and its node goes
+    assert step(memory, seen(READY, agent=status(2, 32), **sick), 300.0, policy) == []
+    assert step(memory, seen(READY, agent=status(2, 33), **sick), 400.0, policy) == [("delete", A)]
+    assert (memory.phase, memory.outcome, memory.preemptions) == ("finished", "crashed", 0)
+
+
+def test_a_worker_that_recovers_within_the_grace_changes_nothing() -> None:
+    policy = Policy(zones=(A, B), unhealthy_grace_s=60.0)
+    memory = training(policy)
+    assert step(memory, seen(READY, agent=status(1, 30), unhealthy_workers=(1, 3)), 200.0, policy) == []
+    assert step(memory, seen(READY, agent=status(1, 31)), 250.0, policy) == []
+    assert kinds(memory)[-1] == "worker-up" and memory.unhealthy_since is None
+    assert step(memory, seen(READY, agent=status(1, 32), unhealthy_workers=(1,)), 300.0, policy) == []
+    assert step(memory, seen(READY, agent=status(1, 33), unhealthy_workers=(1,)), 340.0, policy) == []
+    assert memory.crashes == 0 and memory.attempts == 1

@@ -605,3 +605,47 @@ def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_adm
     assert r1.nodes == 3 and _agree(r1.usd, r1_truth)
     assert _agree(report.total.usd, sum(truth_usd.values()))
     assert report.total.usd > 0 and report.total.usd_per_hour_now == 0
+
+
+POD_ZONE = "us-central1-a"  # offers v2-32
+
+
+@pytest.mark.emulator
+def test_a_preempted_slice_is_billed_as_one_node_at_its_chips_price_in_ledger_and_emulator_alike(
+        emulator: Any, emulator_admin: Any, tmp_path: Path, catalog: Catalog) -> None:
+    """A v2-32 (4 hosts, 16 chips) preempted once and recreated: two incarnations, each one node, whose READY time
+    agrees with the emulator's billing record and costs 4 times a v2-8's per second, as one host's would."""
+    settings = _settings(tmp_path)
+    ledger = Ledger(settings.ledger_path)
+    api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=POLL_S,
+                 deadline_s=20)
+    fleet = Fleet(api, settings, ledger)
+    plan = _plan(settings, "pod", "v2-32", Capacity.SPOT, POD_ZONE, "pod-run")
+    first = fleet.up(plan).node
+    assert (first.state, first.hosts) == (NodeState.READY, 4)
+    _accrue(3.0)
+    asked: list[float] = []
+
+    def seen(state: NodeState) -> bool:
+        asked.append(time.monotonic())
+        return any(n.name == "pod" and n.state is state for n in fleet.status())
+
+    assert seen(NodeState.READY)
+    emulator_admin.preempt(settings.project, POD_ZONE, "pod", grace_s=0.5)
+    _poll(lambda: seen(NodeState.PREEMPTED), "the slice's preemption, seen by a status pass")
+    window_s = asked[-1] - asked[-2]
+    assert not fleet.up(plan).adopted  # the preempted slice is deleted whole and made again
+    _accrue(6.0)
+    fleet.down(None)
+
+    truth = emulator_admin.billing()
+    assert len(truth) == 2 and all(i["end"] is not None and i["accelerator_type"] == "v2-32" for i in truth)
+    report = build_report(ledger.histories(settings.project), catalog, now=datetime.now(UTC))
+    ours = {cost.history.node.uid: cost for cost in report.nodes}
+    assert set(ours) == {i["node_uid"] for i in truth}
+    for interval in truth:
+        cost = ours[interval["node_uid"]]
+        assert _agree(cost.ready_seconds, interval["seconds"], ABS_TOLERANCE_S + window_s), (cost, interval)
+        assert _agree(cost.usd, _truth_usd(interval, catalog), 0.001), (cost.usd, interval)
+        per_second = catalog.price_per_hour("v2-8", Capacity.SPOT, POD_ZONE) * 4 / 3600
+        assert cost.free or cost.usd == pytest.approx(cost.ready_seconds * per_second)

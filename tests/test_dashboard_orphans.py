@@ -79,3 +79,17 @@ def test_an_orphan_node_is_deleted_and_a_known_runs_node_is_refused_and_stays(se
     assert done.status_code == 200 and "ghost" in done.json()["done"]
     poll(lambda: "ghost" not in listed(settings), "the orphan to be gone", timeout_s=30)
     assert listed(settings) == {"known", "stranger"}
+
+
+def test_the_nodes_page_shows_a_slices_hosts(settings: Settings) -> None:
+    provider = connect(settings)
+    request = NodeRequest(name="pod", accelerator="v2-32", runtime="tpu-vm-tf-2.9.3-pod", capacity=Capacity.SPOT,
+                          labels=labels_for(run_id="pod"))
+    wait_for(provider, provider.create_node(ZONE, request), timeout_s=30)
+    make_node(settings, "one", labels_for(run_id="one"))
+    web = TestClient(Dashboard(bound_source(settings), token=TOKEN, read_only=True, refresh_s=0.05).asgi(),
+                     base_url="http://127.0.0.1")
+    web.cookies.set(COOKIE, TOKEN)
+    shown = {row["name"]: row for row in web.get("/data/nodes").json()}
+    assert [(shown[n]["hosts"], shown[n]["unhealthy_workers"]) for n in ("pod", "one")] == [(4, []), (1, [])]
+    assert "<td>v2-32</td><td>4</td>" in web.get("/nodes").text

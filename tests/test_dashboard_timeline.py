@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -108,3 +109,15 @@ def test_the_goodput_split_is_one_bar_in_proportion() -> None:
     drawn = svg.stacked_bar_svg([("productive", 75.0), ("recomputed", 25.0), ("boot", 0.0)])
     assert 'data-part="productive"' in drawn and 'width="720.0"' in drawn and 'width="240.0"' in drawn
     assert 'data-part="boot"' not in drawn
+
+
+def test_a_slice_is_drawn_as_its_workers_and_an_unhealthy_worker_restart_is_marked() -> None:
+    slice_ = incarnation("s", [("CREATING", 0), ("READY", 20), ("DELETING", 90), ("DELETED", 95)], deleted=95)
+    slice_ = NodeHistory(replace(slice_.node, accelerator="v3-32"), slice_.transitions)
+    events = [{"at": S0 + 60, "kind": "unhealthy", "message": "worker 2 of the slice unhealthy for 30 s"}]
+    timeline = build([slice_], events, None, S0 + 100)
+    assert timeline.lanes == [f"node r1 #1 w{w}" for w in range(4)]
+    assert {bar.state for bar in timeline.bars if bar.lane.endswith("w3")} == {"CREATING", "READY", "DELETING"}
+    [mark] = timeline.marks
+    assert mark.kind is MarkKind.RESTART and "worker 2" in mark.label
+    assert 'data-lane="node r1 #1 w2"' in svg.timeline_svg(timeline)

@@ -133,3 +133,12 @@ def test_a_malformed_catalog_is_refused(data: dict, message: str) -> None:
 def test_region_of_a_zone() -> None:
     assert region_of("europe-west4-a") == "europe-west4"
     assert region_of("us-central1-f") == "us-central1"
+
+
+@pytest.mark.parametrize("region_zone", [US, EU])
+@pytest.mark.parametrize("capacity", list(Capacity))
+@pytest.mark.parametrize(("slice_", "host"), [("v2-32", "v2-8"), ("v3-32", "v3-8"), ("v4-32", "v4-8")])
+def test_a_4_host_slice_costs_4_times_its_one_host_type_on_every_capacity(
+        catalog: Catalog, slice_: str, host: str, capacity: Capacity, region_zone: str) -> None:
+    assert catalog.price_per_hour(slice_, capacity, region_zone) == pytest.approx(
+        4 * catalog.price_per_hour(host, capacity, region_zone))

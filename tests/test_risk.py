@@ -227,3 +227,14 @@ def test_the_emulators_preempt_rate_is_recovered_within_the_interval(quick_emula
     # the test fails for a wrong estimator, not for chance (the 95 % one is what ``tpuops risk`` shows).
     wide = rate_interval(risk.preemptions, risk.ready_hours, 0.999)
     assert wide.low <= truth <= wide.high
+
+
+@pytest.mark.unit
+def test_a_slice_without_history_is_assumed_preempted_when_any_host_is_and_slower_to_boot() -> None:
+    from tpuops.billing.risk import assumed_ready_s
+
+    one = rate_for([], RiskKey("europe-west4-a", "v3-8", "spot"), 0.25)
+    pod = rate_for([], RiskKey("europe-west4-a", "v3-32", "spot"), 0.25)
+    assert (one.rate_per_hour, pod.rate_per_hour, pod.assumed) == (0.25, 1.0, True)
+    assert rate_for([], RiskKey("europe-west4-a", "v3-32", "on-demand"), 0.25).rate_per_hour == 0.0
+    assert (assumed_ready_s("v3-8"), assumed_ready_s("v3-32")) == (90.0, 180.0)

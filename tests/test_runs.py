@@ -236,3 +236,14 @@ def test_logs_follow_ends_for_a_run_the_controller_ended_without_any_status(stor
     done = threading.Event()
     lines = list(runs.follow_logs(store, "r1", follow=True, poll_s=0.0, sleep=lambda _s: done.set()))
     assert lines == [] and not done.is_set()
+
+
+def test_each_worker_of_a_slice_has_its_own_log_and_all_reads_them_prefixed(store: Store) -> None:
+    declare(store, "r1")
+    write_log(store, "r1", 0, "w0 first", "w0 second")
+    store.write_bytes(f"{runs.logs_prefix('r1', 2)}000000.log", b"w2 booted\n")
+    assert runs.logs_prefix("r1", 2) == "runs/r1/logs/w2/"
+    assert list(runs.follow_logs(store, "r1", follow=False, poll_s=0.0)) == ["w0 first", "w0 second"]
+    assert list(runs.follow_logs(store, "r1", follow=False, poll_s=0.0, workers=[2])) == ["w2 booted"]
+    assert list(runs.follow_logs(store, "r1", follow=False, poll_s=0.0, workers=[0, 1, 2])) == [
+        "[w0] w0 first", "[w0] w0 second", "[w2] w2 booted"]

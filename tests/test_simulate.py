@@ -668,3 +668,17 @@ def test_a_trials_evaluations_are_made_once_not_at_every_status_write(tmp_path: 
     agent.started(11 * 3600.0)
     status = runs.read_status(store, "t")
     assert status is not None and len(status.evals) == status.step // 100 < 3600
+
+
+@pytest.mark.unit
+def test_the_simulated_cloud_of_a_slice_without_history_states_the_slice_assumptions() -> None:
+    """A v3-32 with no ledger history: 4 hosts' hazard (any one's preemption takes the slice) and a 180-s boot;
+    a v3-8 keeps the one-host figures."""
+    from tpuops.sim.scenario import cloud_model
+
+    settings = Settings(zones=["europe-west4-a"], spot_preemptions_per_hour=0.1)
+    pod, one = cloud_model(settings, [], "v3-32"), cloud_model(settings, [], "v3-8")
+    assert pod.hazard("europe-west4-a", "spot") == pytest.approx(0.4)
+    assert one.hazard("europe-west4-a", "spot") == pytest.approx(0.1)
+    assert pod.hazard("europe-west4-a", "on-demand") == 0.0
+    assert (pod.ready_for("v3-32").median_s, one.ready_for("v3-8").median_s) == (180.0, 90.0)

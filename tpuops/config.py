@@ -126,6 +126,8 @@ class Settings(BaseModel):
     max_restarts: int = Field(default=3, ge=0, le=10_000, strict=True)
     hang_after_s: float = Field(default=1800.0, gt=0, le=WEEK_S)
     boot_timeout_s: float = Field(default=900.0, gt=0, le=WEEK_S)
+    unhealthy_grace_s: float = Field(default=120.0, gt=0, le=WEEK_S)
+    """How long a READY slice may keep an unhealthy worker before the controller recreates it."""
     stockout_backoff_s: float = Field(default=300.0, ge=0, le=WEEK_S)
     orphan_grace_s: float = Field(default=600.0, ge=0, le=WEEK_S)
     lease_ttl_s: float = Field(default=120.0, gt=0, le=WEEK_S)

@@ -43,6 +43,7 @@ from tpuops.api.sweeps import (
     sweep_stop,
 )
 from tpuops.api.tools import (
+    WorkerRan,
     doctor,
     emulator_billing,
     emulator_fault,
@@ -50,6 +51,7 @@ from tpuops.api.tools import (
     emulator_start,
     emulator_status,
     emulator_stop,
+    exec_on,
     init,
     load_settings,
     notify_test,
@@ -59,6 +61,7 @@ from tpuops.api.tools import (
     schedule_install,
     schedule_status,
     schedule_uninstall,
+    slice_workers,
 )
 from tpuops.config import Settings
 from tpuops.core.kinds import Capacity
@@ -66,15 +69,16 @@ from tpuops.core.naming import MetadataKey
 
 __all__ = [
     "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
-    "Started", "SweepStarted", "controller", "cost", "create_body", "data_convert", "data_ls", "data_sample",
-    "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
-    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "forecast_sweep",
-    "forecast_train", "forget", "infer", "init", "launch", "list_runs", "load_settings", "log_tail", "logs", "nodes",
-    "notify_test",
+    "Started", "SweepStarted", "WorkerRan", "controller", "cost", "create_body", "data_convert", "data_ls",
+    "data_sample", "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing",
+    "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "exec_on",
+    "forecast_sweep", "forecast_train", "forget", "infer", "init", "launch", "list_runs", "load_settings", "log_tail",
+    "logs", "nodes", "notify_test",
     "plan_infer", "plan_resume", "plan_stop", "plan_train", "plan_up", "plan_up_queued", "reachable_store",
     "reap_orphans", "reconcile", "repair", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install",
     "runtime_status",
-    "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "status", "stop", "sweep_list",
+    "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "slice_workers", "status", "stop",
+    "sweep_list",
     "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train",
     "up", "watch", "watch_marks",
 ]
@@ -317,12 +321,19 @@ def list_runs(settings: Settings) -> list[Run]:
     return attach_goodput(settings, runs.list_runs(store(settings)))
 
 
-def logs(settings: Settings, run_id: str, *, follow: bool = False) -> Iterator[str]:
-    """``tpuops logs RUN [-f]``: its log lines; following goes on across preemptions until the run ends."""
+def logs(settings: Settings, run_id: str, *, follow: bool = False, worker: str = "0") -> Iterator[str]:
+    """``tpuops logs RUN [-f] [--worker N|all]``: its log lines (worker 0's by default; ``all``: every worker's,
+    each line prefixed with its worker); following goes on across preemptions until the run ends.
+
+    Raises:
+        UsageError: ``worker`` is not a worker of the run's accelerator (before anything is read).
+    """
     from tpuops import runs
     from tpuops.session import store
 
-    return runs.follow_logs(store(settings), run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5))
+    root = store(settings)
+    workers = slice_workers(runs.read_record(root, run_id).node.accelerator, worker, f"run {run_id}")
+    return runs.follow_logs(root, run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5), workers=workers)
 
 
 def events(settings: Settings, run_id: str) -> Memory:

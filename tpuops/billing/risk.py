@@ -18,6 +18,10 @@ From it, per (zone, accelerator, capacity):
 Where a key has no READY time the rate used for planning is an ASSUMPTION: the
 ``spot_preemptions_per_hour`` setting of tpuops.toml for spot and preemptible capacity, 0 for
 on-demand (which Cloud TPU does not preempt). ``Risk.assumed`` says so wherever it is shown.
+A pod slice is preempted whole when any of its hosts is, so the assumption for a slice of H hosts is
+H times that setting (hosts preempted independently at the one-host rate), and its create -> READY
+is assumed ``assumed_ready_s`` (the slice is READY when its last host is): both only until the
+ledger has READY time (create latencies) of that slice size; what it learned then wins.
 
 Pure: a function of ledger rows (``NodeHistory``) and ``now``; no database, no clock.
 """
@@ -35,6 +39,7 @@ from tpuops.billing.cost import ready_intervals
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
 from tpuops.billing.pricing import SPOT_PRICED, parse_capacity
+from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.nodes import NodeState
 
 CONFIDENCE = 0.95
@@ -103,9 +108,22 @@ class Risk:
         }
 
 
-def prior_rate(capacity: str, spot_preemptions_per_hour: float) -> float:
-    """The assumed rate for a key without history: the setting for spot-priced capacity, 0 for on-demand."""
-    return spot_preemptions_per_hour if parse_capacity(capacity) in SPOT_PRICED else 0.0
+ONE_HOST_READY_S = 90.0
+"""ASSUMED create -> READY of a one-host TPU VM (docs/cloud-tpu.md: a v3-8 takes about 60-120 s)."""
+
+
+def prior_rate(capacity: str, spot_preemptions_per_hour: float, accelerator: str | None = None) -> float:
+    """The assumed rate for a key without history: the setting for spot-priced capacity (times the hosts of a
+    slice of ``accelerator``: any host's preemption takes the slice), 0 for on-demand."""
+    if parse_capacity(capacity) not in SPOT_PRICED:
+        return 0.0
+    return spot_preemptions_per_hour * (hosts_of(accelerator) if accelerator else 1)
+
+
+def assumed_ready_s(accelerator: str) -> float:
+    """ASSUMED create -> READY of ``accelerator`` without history: the one-host figure times the square root of
+    its hosts (a slice is READY when its slowest host is, and its hosts boot side by side: 180 s for 4 hosts)."""
+    return ONE_HOST_READY_S * hosts_of(accelerator) ** 0.5
 
 
 def ready_at(history: NodeHistory) -> datetime | None:
@@ -139,8 +157,8 @@ def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, spot_pr
     common = {"key": key, "nodes": len(members), "ready_hours": ready_s / 3600, "preemptions": preemptions,
               "ready_latency_s": latencies, "stockouts": _stockouts(members)}
     if ready_s <= 0:
-        return Risk(rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour), low=None, high=None,
-                    assumed=True, **common)
+        return Risk(rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour, key.accelerator), low=None,
+                    high=None, assumed=True, **common)
     interval = rate_interval(preemptions, ready_s / 3600, CONFIDENCE)
     return Risk(rate_per_hour=interval.rate, low=interval.low, high=interval.high, assumed=False, **common)
 
@@ -160,5 +178,5 @@ def rate_for(risks: Iterable[Risk], key: RiskKey, spot_preemptions_per_hour: flo
     if found is not None:
         return found
     return Risk(key=key, nodes=0, ready_hours=0.0, preemptions=0,
-                rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour), low=None, high=None,
+                rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour, key.accelerator), low=None, high=None,
                 assumed=True, ready_latency_s=(), stockouts=())

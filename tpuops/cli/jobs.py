@@ -227,11 +227,14 @@ def logs(
     ctx: typer.Context,
     run_id: str = typer.Argument(..., help="Run name."),
     follow_log: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends."),
+    worker: str = typer.Option("0", "--worker", metavar="N|all",
+                               help="Which worker of a slice (default 0, where the agent runs); all: every "
+                                    "worker's lines, each prefixed with its worker."),
 ) -> None:
     """Print a run's log (the agent's, shipped to the store in chunks); -f follows it across preemptions."""
     from tpuops import api
 
-    for line in api.logs(load_settings(ctx), run_id, follow=follow_log):
+    for line in api.logs(load_settings(ctx), run_id, follow=follow_log, worker=worker):
         typer.echo(line)
 
 
@@ -250,10 +253,10 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
     if as_json:
         print_json({"runs": [run.to_json() for run in found]})
         return
-    print_table("runs", ("run", "experiment", "accelerator", "capacity", "phase", "step", "outcome", "accuracy",
-                         "billed", "goodput"),
+    print_table("runs", ("run", "experiment", "accelerator", "hosts", "capacity", "phase", "step", "outcome",
+                         "accuracy", "billed", "goodput"),
                 [(r.run_id, r.record.experiment, r.record.node.accelerator if r.record_known else "?",
-                  r.record.node.capacity.value if r.record_known else "?", r.phase,
+                  str(r.hosts or "?"), r.record.node.capacity.value if r.record_known else "?", r.phase,
                   f"{r.status.step if r.status else 0}/{(r.status.total_steps if r.status else None) or '?'}",
                   str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None),
                   f"{r.goodput.billed_s:.0f} s" if r.goodput else "", r.goodput.ratio_text() if r.goodput else "")

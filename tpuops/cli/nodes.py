@@ -1,4 +1,4 @@
-"""``tpuops up``, ``status`` and ``down``: one library call each, rendered."""
+"""``tpuops up``, ``status``, ``down`` and ``exec``: one library call each, rendered."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
     app.command("up")(up)
     app.command("status")(status)
     app.command("down")(down)
+    app.command("exec")(exec_command)
 
 
 def up(
@@ -104,10 +105,10 @@ def status(
         print_json({"nodes": [n.to_json() for n in nodes], "runs": [r.to_json() for r in active]})
         return
     if nodes:
-        rows = [(n.name, n.zone, n.accelerator, n.capacity.value, n.state.value, n.health, human_age(n.age_s()),
-                 "tpuops" if n.managed else "other") for n in nodes]
+        rows = [(n.name, n.zone, n.accelerator, _hosts_cell(n.hosts, n.unhealthy_workers), n.capacity.value,
+                 n.state.value, n.health, human_age(n.age_s()), "tpuops" if n.managed else "other") for n in nodes]
         print_table(f"nodes in {settings.project} ({', '.join(settings.zones)})",
-                    ("name", "zone", "accelerator", "capacity", "state", "health", "age", "owner"), rows)
+                    ("name", "zone", "accelerator", "hosts", "capacity", "state", "health", "age", "owner"), rows)
     else:
         err_console().print(f"no nodes in {settings.project} ({', '.join(settings.zones)})")
     if active:
@@ -123,6 +124,13 @@ def status(
             for line in _input_lines(r):
                 err_console().print(line, markup=False, soft_wrap=True)
         say_damaged(active)
+
+
+def _hosts_cell(hosts: int, unhealthy: tuple[int, ...]) -> str:
+    """How many hosts the node is, and which of a slice's workers are unhealthy (``4``, ``4 (w2 down)``)."""
+    if not unhealthy:
+        return str(hosts)
+    return f"{hosts} ({', '.join(f'w{w}' for w in unhealthy)} down)"
 
 
 def _input_lines(run: dict) -> list[str]:
@@ -191,3 +199,29 @@ def _stopping(yes: bool) -> Callable[[list[str]], bool] | None:
     if not sys.stdin.isatty():
         return None
     return lambda runs: confirm(f"{', '.join(runs)} still going: stop (each checkpoints, then its node is deleted)?")
+
+
+def exec_command(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="Node name."),
+    command: list[str] = typer.Argument(None, metavar="-- CMD...", help="The command line to run on the workers."),
+    worker: str = typer.Option("0", "--worker", metavar="N|all",
+                               help="Which worker of a slice (default 0); all: every worker, one after the other."),
+    as_json: bool = JSON,
+) -> None:
+    """Run a command on a node's workers, as 'gcloud compute tpus tpu-vm ssh --worker=W --command' does; exits
+    with the first non-zero code of a worker (with 'all', each output line starts with its worker)."""
+    from tpuops import api
+
+    ran = api.exec_on(load_settings(ctx), node, list(command or []), worker=worker)
+    if as_json:
+        print_json({"node": node, "workers": [r.to_json() for r in ran]})
+    else:
+        for result in ran:
+            prefix = f"[w{result.worker}] " if len(ran) > 1 else ""
+            for text, stream in ((result.stdout, sys.stdout), (result.stderr, sys.stderr)):
+                for line in text.splitlines():
+                    stream.write(f"{prefix}{line}\n")
+    code = next((r.code for r in ran if r.code != 0), 0)
+    if code:
+        raise typer.Exit(code)

@@ -12,6 +12,11 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   crash (bounded by ``max_crashes``), never as a preemption: a preempted node stays listed
   PREEMPTED, so a vanished one was deleted (by itself after its agent failed, or outside tpuops);
   a zone whose listing failed is no evidence at all;
+- a READY slice with an unhealthy worker (its TPU runtime stopped answering, or it never booted: the
+  provider's ``unhealthy_workers``) -> after ``unhealthy_grace_s`` of the same verdict (a runtime that
+  restarts, or a health probe that missed once, is no reason to pay a recreate) a restart from the
+  checkpoint naming the worker, counted like a crash (bounded by ``max_crashes``), never a preemption:
+  a slice whose worker cannot compute is not left billing while worker 0 waits on it;
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang; a status that
   cannot be read (damaged) is no news: no progress, and no "no agent" either, so a status garbled
@@ -55,6 +60,10 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
             NodeState.DELETING, NodeState.STOPPING}
 
 
+_CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
+"""How a restart's create event names its cause, where ``a KIND`` does not read."""
+
+
 @dataclass(frozen=True)
 class Policy:
     zones: tuple[str, ...]
@@ -63,6 +72,8 @@ class Policy:
     hang_after_s: float = 1800.0
     boot_timeout_s: float = 900.0
     stockout_backoff_s: float = 300.0
+    unhealthy_grace_s: float = 120.0
+    """How long a READY slice may keep an unhealthy worker before it is recreated (docs/design.md)."""
     keep_node: bool = False
     capacity: Rule | None = None
     """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
@@ -77,6 +88,8 @@ class Observed:
     node_zone: str | None = None
     node_uid: str | None = None
     node_capacity: Capacity | None = None
+    unhealthy_workers: tuple[int, ...] = ()
+    """The node's workers with a symptom (the provider's ``NodeInfo.unhealthy_workers``)."""
     status: AgentStatus | None = None
     create_result: CreateResult | None = None  # None: no create in flight
     create_message: str = ""
@@ -126,6 +139,7 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     memory.zone = zone
     memory.deleting = False
     memory.ready_since = None
+    memory.unhealthy_since = None
     memory.missing_passes = 0
     memory.pending_create = PendingCreate(zone=zone, at=now, replacing=replacing)
     memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
@@ -156,7 +170,7 @@ def _restart(memory: Memory, observed: Observed, now: float, kind: str, message:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone or ""))
         return
     memory.event(now, kind, f"{message}; restart {memory.crashes} of {policy.max_crashes} from the checkpoint")
-    why = f"restart {memory.crashes} after a {'vanished node' if kind == 'vanished' else kind}"
+    why = f"restart {memory.crashes} after {_CAUSES.get(kind, 'a ' + kind)}"
     if exists:
         _replace(memory, observed, policy, now, why, decision)
     elif observed.listed:
@@ -323,6 +337,8 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         memory.ready_since = now
         memory.progress_at, memory.progress_step = now, -1
         memory.event(now, "ready", f"node READY in {observed.node_zone}")
+    if _unhealthy(memory, observed, now, policy, decision):
+        return
     status = observed.status
     live = status is not None and status.attempt > memory.handled_agent_attempt and status.exit_class is None
     step = status.step if status is not None else 0
@@ -339,6 +355,28 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
     elif live and now - memory.progress_at > policy.hang_after_s:
         _restart(memory, observed, now, "hang", f"no step progress for {now - memory.progress_at:.0f} s at step "
                                                 f"{step}", decision, policy)
+
+
+def _unhealthy(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> bool:
+    """A READY slice with a bad worker: restart it once the grace is over; True if this pass restarted it."""
+    bad = observed.unhealthy_workers
+    if not bad:
+        if memory.unhealthy_since is not None:
+            memory.unhealthy_since = None
+            memory.event(now, "worker-up", "every worker of the slice answers again")
+        return False
+    named = ", ".join(str(worker) for worker in bad)
+    if memory.unhealthy_since is None:
+        memory.unhealthy_since = now
+        memory.event(now, "worker-down", f"worker {named} of the slice is unhealthy; recreating the slice if it still "
+                                       f"is in {policy.unhealthy_grace_s:.0f} s")
+        return False
+    if now - memory.unhealthy_since <= policy.unhealthy_grace_s:
+        return False
+    memory.unhealthy_since = None
+    _restart(memory, observed, now, "unhealthy", f"worker {named} of the slice unhealthy for "
+             f"{policy.unhealthy_grace_s:.0f} s", decision, policy)
+    return True
 
 
 def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,

@@ -232,7 +232,8 @@ class Controller:
         s = self.settings
         return Policy(zones=tuple(record.zones), max_crashes=s.max_restarts, hang_after_s=s.hang_after_s,
                       boot_timeout_s=s.boot_timeout_s, stockout_backoff_s=s.stockout_backoff_s,
-                      keep_node=record.keep, capacity=capacity_rule(record, s.spot_preemptions_per_hour, s.recovery_s))
+                      unhealthy_grace_s=s.unhealthy_grace_s, keep_node=record.keep,
+                      capacity=capacity_rule(record, s.spot_preemptions_per_hour, s.recovery_s))
 
     def _record(self, run_id: str, fresh: bool) -> RunRecord:
         if fresh or run_id not in self._records:
@@ -539,7 +540,8 @@ class Controller:
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
-                        node_capacity=node.capacity if node else None, status=status, create_result=result,
+                        node_capacity=node.capacity if node else None,
+                        unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
                         status_damaged=damaged)
 

@@ -40,8 +40,9 @@ def run_row(run: Run, now: datetime) -> dict[str, Any]:
 
 def node_row(row: NodeRow, now: datetime) -> dict[str, Any]:
     node = row.node
-    return {"name": node.name, "zone": node.zone, "accelerator": node.accelerator,
-            "capacity": node.capacity.value, "state": node.state.value, "run_id": row.run_id,
+    return {"name": node.name, "zone": node.zone, "accelerator": node.accelerator, "hosts": node.hosts,
+            "unhealthy_workers": list(node.unhealthy_workers), "capacity": node.capacity.value,
+            "state": node.state.value, "run_id": row.run_id,
             "orphan": row.orphan, "damaged": row.damaged, "age_s": node.age_s(now)}
 
 

@@ -69,7 +69,7 @@ def hazard(risks: Sequence[Risk], keys: Sequence[RiskKey], default: float) -> Le
     found = [risk for risk in (rate_for(risks, key, default) for key in keys) if not risk.assumed]
     if not found:
         capacity = keys[0].capacity if keys else "spot"
-        return Learned.of(prior_rate(capacity, default), False,
+        return Learned.of(prior_rate(capacity, default, keys[0].accelerator if keys else None), False,
                        "assumed: spot_preemptions_per_hour in tpuops.toml (no READY time in the ledger for "
                        f"{_where(keys)})")
     preemptions, hours = sum(r.preemptions for r in found), sum(r.ready_hours for r in found)

@@ -100,6 +100,35 @@ def zones_offering(acc: Accelerator | str) -> list[str]:
     return tpu_catalog.load().zones_offering(_as_accelerator(acc).type)
 
 
+def hosts_of(accelerator: str) -> int:
+    """The hosts (workers) of a node of ``accelerator``: 4 for v3-32, 1 for v3-8 and for a type this version
+    does not know (a node listed with one, an old ledger row): shown as one host, never an error."""
+    try:
+        return parse_accelerator(accelerator).hosts
+    except UsageError:
+        return 1
+
+
+def offered_zones(acc: Accelerator | str, zones: list[str]) -> list[str]:
+    """The zones of ``zones`` (in their order) that offer the slice ``acc``: its creates and recreates go only there.
+
+    A single host is left to the API's answer (``zones`` unchanged), as it always was: few zones lack one.
+
+    Raises:
+        UsageError: none of them offers it (one line naming the zones that do).
+    """
+    acc = _as_accelerator(acc)
+    if not acc.multi_host:
+        return zones
+    offered = tpu_catalog.load().zones_offering(acc.type)
+    usable = [zone for zone in zones if zone in offered]
+    if not usable:
+        where = f"{', '.join(offered)} offer{'s' if len(offered) == 1 else ''} it" if offered else "no zone offers it"
+        raise UsageError(f"slice {acc.type!r} is not offered in {', '.join(zones)}: {where} "
+                         "(set zones in tpuops.toml, or --zone)")
+    return usable
+
+
 def _as_accelerator(acc: Accelerator | str) -> Accelerator:
     return acc if isinstance(acc, Accelerator) else parse_accelerator(acc)
 

@@ -97,6 +97,8 @@ def _node_info(node: Any) -> NodeInfo:
         runtime=node.runtime_version, capacity=_capacity_of(node.scheduling_config),
         state=_V2_STATES.get(node.state.name, NodeState.UNKNOWN), health=node.health.name if node.health else "",
         labels=dict(node.labels), create_time=create_time, uid=str(node.id or ""),
+        hosts=max(1, len(node.network_endpoints)),
+        unhealthy_workers=tuple(sorted({int(s.worker_id) for s in node.symptoms if s.worker_id.isdigit()})),
     )
 
 

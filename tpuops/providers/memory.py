@@ -27,6 +27,7 @@ from datetime import datetime
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import AlreadyExists, NotFound, TpuopsError
+from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
@@ -116,7 +117,8 @@ class MemoryProvider(InProcessWorld):
             self.nodes[(zone, request.name)] = NodeInfo(
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
-                labels=dict(request.labels), create_time=now, uid=str(next(self._ids)))
+                labels=dict(request.labels), create_time=now, uid=str(next(self._ids)),
+                hosts=hosts_of(request.accelerator))
             operation = self._start((zone, request.name), now, None)
         self.on_create(request.name)
         return operation

@@ -76,6 +76,11 @@ class NodeInfo:
     labels: dict[str, str]
     create_time: datetime | None
     uid: str = ""
+    hosts: int = 1
+    """How many hosts (workers) the node is: 4 for a v3-32 slice, 1 for a single TPU VM."""
+    unhealthy_workers: tuple[int, ...] = ()
+    """The workers the provider reports a symptom for (a runtime that stopped answering, a worker that never
+    booted): the node's state is the whole slice's, so this is where one bad worker shows."""
 
     @property
     def managed(self) -> bool:
@@ -92,7 +97,8 @@ class NodeInfo:
             "accelerator": self.accelerator, "runtime": self.runtime, "capacity": self.capacity.value,
             "state": self.state.value, "health": self.health, "labels": self.labels,
             "create_time": self.create_time.isoformat() if self.create_time else None,
-            "managed": self.managed, "uid": self.uid,
+            "managed": self.managed, "uid": self.uid, "hosts": self.hosts,
+            "unhealthy_workers": list(self.unhealthy_workers),
         }
 
 

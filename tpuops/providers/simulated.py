@@ -46,6 +46,7 @@ from typing import Protocol
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.core.naming import RUN_KEY
+from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
@@ -336,7 +337,8 @@ class SimulatedCloud(InProcessWorld):
             self._nodes[key] = NodeInfo(
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
-                labels=dict(request.labels), create_time=_at(begins), uid=uid)
+                labels=dict(request.labels), create_time=_at(begins), uid=uid,
+                hosts=hosts_of(request.accelerator))
             self._by_uid[uid] = key
             self._schedule(ready_at, "ready", uid)
             self._ops[operation] = _Op(zone, request.name, now, ready_at)

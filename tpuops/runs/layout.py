@@ -25,7 +25,10 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               deletes its node. Deleted by ``reopen`` (``train --resume``).
     runs/<run>/<name>.damaged a damaged memory.json, control.json or status.json as it was, kept by
                               ``tpuops runs repair`` before it replaced it (``tpuops.runs.repair``).
-    runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order.
+    runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order: worker 0's
+                              log (the agent runs there on a slice, as on one host).
+    runs/<run>/logs/w<N>/NNNNNN.log  worker N's log on a slice (N >= 1), in the same chunks, written by
+                              that worker; ``tpuops logs RUN --worker N`` reads it.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
     index/runs/<run>          empty marker of every run: written by ``declare`` after run.json, so
@@ -92,8 +95,9 @@ def stop_key(run_id: str) -> str:
     return run_key(run_id, STOP)
 
 
-def logs_prefix(run_id: str) -> str:
-    return run_key(run_id, LOGS)
+def logs_prefix(run_id: str, worker: int = 0) -> str:
+    """Where worker ``worker``'s log chunks are: worker 0's directly under ``logs/``, worker N's in ``logs/wN/``."""
+    return run_key(run_id, LOGS if worker == 0 else f"{LOGS}w{worker}/")
 
 
 def wake_key(run_id: str) -> str:

@@ -69,6 +69,8 @@ class Memory(BaseModel):
     progress_step: int = -1
     progress_at: float = 0.0
     ready_since: float | None = None
+    unhealthy_since: float | None = None
+    """When a pass first saw a worker of the run's READY slice unhealthy (None: every worker is well)."""
     missing_passes: int = 0
     # The node is gone or going on purpose (we deleted it, the run finished, or no zone has capacity):
     # when it is missing, create the next one at once and count no preemption.

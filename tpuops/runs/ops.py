@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -263,6 +263,13 @@ class Run:
             return RunPhase.FINISHED.value
         return str(getattr(self.status.phase, "value", self.status.phase)) if self.status else "pending"
 
+    @property
+    def hosts(self) -> int | None:
+        """How many hosts (workers) its node is: 4 on a v3-32 slice; None when its record is unknown."""
+        from tpuops.providers.accelerators import hosts_of
+
+        return hosts_of(self.record.node.accelerator) if self.record_known else None
+
     def damage_note(self) -> str:
         """What is damaged and what to do about it, in one line ("" for a whole run)."""
         return f"damaged: {'; '.join(self.damage)} ({repair_hint(self.run_id)})" if self.damage else ""
@@ -275,7 +282,7 @@ class Run:
             **record,
             "phase": self.phase, "damaged": "; ".join(self.damage) or None,
             "outcome": self.outcome.value if self.outcome else None,
-            "finished": self.finished, "step": status.step, "total_steps": status.total_steps,
+            "finished": self.finished, "hosts": self.hosts, "step": status.step, "total_steps": status.total_steps,
             "exit_class": status.exit_class.value if status.exit_class else None,
             "heartbeat": status.heartbeat, "metrics": status.metrics,
             "examples_per_sec": status.examples_per_sec, "last_checkpoint_step": status.last_checkpoint_step,
@@ -391,15 +398,20 @@ def reopen(store: Store, run_id: str, reason: str) -> bool:
 
 
 class LogTail:
-    """Reads the agent's log chunks in order, each once (contract in ``tpuops/agent/logs.py``)."""
+    """Reads one worker's log chunks in order, each once (contract in ``tpuops/agent/logs.py``).
 
-    def __init__(self, store: Store, run_id: str) -> None:
+    Worker 0's chunks are the ones directly under the run's ``logs/``; the other workers' folders inside it
+    (``layout.logs_prefix``) are theirs, not worker 0's.
+    """
+
+    def __init__(self, store: Store, run_id: str, worker: int = 0) -> None:
         self.store = store
-        self.prefix = layout.logs_prefix(run_id)
+        self.prefix = layout.logs_prefix(run_id, worker)
         self.seen = ""
 
     def new_lines(self) -> list[str]:
-        names = sorted(o.key for o in self.store.list(self.prefix) if o.key.endswith(".log") and o.key > self.seen)
+        names = sorted(o.key for o in self.store.list(self.prefix)
+                       if o.key.endswith(".log") and "/" not in o.key[len(self.prefix):] and o.key > self.seen)
         lines: list[str] = []
         for key in names:
             try:
@@ -410,22 +422,29 @@ class LogTail:
         return lines
 
 
-def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float,
+def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float, workers: Sequence[int] = (0,),
                 sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
-    """The run's log lines; with ``follow``, keep yielding new ones until the run is finished.
+    """The run's log lines (of ``workers``); with ``follow``, keep yielding new ones until the run is finished.
 
     A preemption or a crash is not the end: the controller brings the run back and its next
     attempt appends to the same log. The run ends when ``is_finished`` says so; the lines
     written before that are all yielded. A damaged status or memory is no end either (``read_state``):
-    the agent rewrites its status, and ``tpuops runs repair`` the memory.
+    the agent rewrites its status, and ``tpuops runs repair`` the memory. With more than one worker,
+    each line starts with its worker (``[w2] ...``), so that the slice's logs read as one.
     """
     read_record(store, run_id)
-    tail = LogTail(store, run_id)
+    tails = [LogTail(store, run_id, worker) for worker in workers]
+
+    def fresh() -> Iterator[str]:
+        for worker, tail in zip(workers, tails, strict=True):
+            for line in tail.new_lines():
+                yield line if len(tails) == 1 else f"[w{worker}] {line}"
+
     while True:
-        yield from tail.new_lines()
+        yield from fresh()
         status, memory, _ = read_state(store, run_id)
         if not follow or is_finished(memory, status):
-            yield from tail.new_lines()
+            yield from fresh()
             return
         sleep(poll_s)
 

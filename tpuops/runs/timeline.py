@@ -2,13 +2,14 @@
 
 Inputs are what tpuops already keeps, nothing new is recorded for the picture:
 
-- the ledger's node incarnations of the run (``NodeHistory``): one bar lane per incarnation, one
+- the ledger's node incarnations of the run (``NodeHistory``): one bar lane per incarnation (per worker
+  of an incarnation that is a slice: its workers live and die with it, ``w0`` runs the job), one
   bar per observed state (CREATING, READY, PREEMPTED, DELETING, ...), from a transition to the next;
   an open incarnation's last state runs to ``now``;
 - the agent's attempt clocks (``AttemptTime``): one lane per attempt, a SETUP bar from its start to
   its first step and a TRAINING bar from there to its last sign of life;
-- the controller's memory events: preemptions, restarts (crash, hang), creates and the agent's
-  checkpoint on a preemption notice become marks;
+- the controller's memory events: preemptions, restarts (crash, hang, a slice's unhealthy worker),
+  creates and the agent's checkpoint on a preemption notice become marks;
 - each preemption's recovery: the time from the preemption to the first step of the next attempt
   that started after it, marked where that step happened.
 
@@ -27,6 +28,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from tpuops.billing.ledger import NodeHistory
+from tpuops.providers.accelerators import hosts_of
 from tpuops.runs import AgentStatus, Event
 
 
@@ -45,6 +47,7 @@ EVENT_MARKS: dict[str, MarkKind] = {
     "vanished": MarkKind.PREEMPTION,
     "crash": MarkKind.RESTART,
     "hang": MarkKind.RESTART,
+    "unhealthy": MarkKind.RESTART,
     "create": MarkKind.CREATE,
     "notice": MarkKind.CHECKPOINT,
     "finished": MarkKind.FINISHED,
@@ -96,15 +99,21 @@ def _ts(at: datetime) -> float:
 
 
 def node_bars(histories: Sequence[NodeHistory], now: float) -> list[Bar]:
-    """One bar per observed state of each incarnation; the final DELETED state draws nothing."""
+    """One bar per observed state of each incarnation (of each worker of a slice); DELETED draws nothing."""
     bars: list[Bar] = []
     for number, history in enumerate(histories, start=1):
-        lane = f"node {history.node.name} #{number}"
         times = [_ts(t.at) for t in history.transitions]
         ends = [*times[1:], _ts(history.node.deleted_at) if history.node.deleted_at else now]
-        bars += [Bar(lane, t.state, start, max(start, end))
-                 for t, start, end in zip(history.transitions, times, ends, strict=True) if t.state != "DELETED"]
+        for lane in _lanes(f"node {history.node.name} #{number}", history.node.accelerator):
+            bars += [Bar(lane, t.state, start, max(start, end))
+                     for t, start, end in zip(history.transitions, times, ends, strict=True) if t.state != "DELETED"]
     return bars
+
+
+def _lanes(lane: str, accelerator: str) -> list[str]:
+    """The lane of an incarnation, or one per worker when it is a slice (``... w0`` runs the job)."""
+    hosts = hosts_of(accelerator)
+    return [lane] if hosts == 1 else [f"{lane} w{worker}" for worker in range(hosts)]
 
 
 def attempt_bars(status: AgentStatus | None) -> list[Bar]:

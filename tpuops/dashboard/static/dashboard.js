@@ -159,8 +159,14 @@ function runPage() {
 
 const NODES_EVERY_MS = 15000;
 
+// A slice's hosts, and which of its workers are unhealthy ("4 (w2 down)"): the same cell as `tpuops status`.
+function hostsCell(node) {
+  const down = node.unhealthy_workers || [];
+  return String(node.hosts) + (down.length ? " (" + down.map((w) => "w" + w).join(", ") + " down)" : "");
+}
+
 function nodeRow(node) {
-  const tr = textRow([node.name, node.zone, node.accelerator, node.capacity, node.state,
+  const tr = textRow([node.name, node.zone, node.accelerator, hostsCell(node), node.capacity, node.state,
     (node.run_id || "") + (node.orphan ? " (orphan)" : "") + (node.damaged ? " (damaged)" : ""), age(node.age_s)]);
   tr.dataset.node = node.name;
   const last = document.createElement("td");
