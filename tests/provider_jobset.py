@@ -148,6 +148,11 @@ class JobSetProvider:
             raise UsageError(f"accelerator {accelerator!r} has no GKE node pools (TPU {', '.join(GKE_NAMES)} do)")
         return accelerator
 
+    @classmethod
+    def zones_for(cls, accelerator: str, zones: list[str]) -> list[str]:
+        """A JobSet's slice comes from the cluster's node pools, whatever the zone: every configured zone."""
+        return zones
+
     # -- the cluster, in its own words (what the tests do to it) ---------------------------------
 
     def pods_ready(self, zone: str, name: str) -> None:

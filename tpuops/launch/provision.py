@@ -42,8 +42,8 @@ def plan_up(
     acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
     runtime_version = accelerators.resolve_runtime_version(acc, runtime)
     labels = naming.labels_for(run_id=run_id, sweep_id=sweep_id, user=settings.labels)
-    zones = accelerators.offered_zones(
-        acc, [provider_class(settings.node_provider).check_zone(zone)] if zone else list(settings.zones))
+    rules = provider_class(settings.node_provider)
+    zones = rules.zones_for(acc.type, [rules.check_zone(zone)] if zone else list(settings.zones))
     script = render_startup_script(StartupContext(
         node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
         run_id=run_id, store_root=settings.store_root, job=job, labels=labels,

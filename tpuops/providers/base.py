@@ -133,7 +133,7 @@ def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,
 class CloudTpuRules:
     """A provider's rules for the settings (``tpuops.providers.registry.RULES``, which ``config`` asks): the zones
     and accelerator types of the Cloud TPU catalog. The base of the Cloud TPU adapter and of the worlds that
-    model Cloud TPU; a provider of another cloud says its own (a ``check_zone`` and a ``check_accelerator``
+    model Cloud TPU; a provider of another cloud says its own (``check_zone``, ``check_accelerator`` and ``zones_for``
     class method that raise ``UsageError``, one line)."""
 
     @classmethod
@@ -143,6 +143,10 @@ class CloudTpuRules:
     @classmethod
     def check_accelerator(cls, accelerator: str) -> str:
         return accelerators.parse_accelerator(accelerator).type
+
+    @classmethod
+    def zones_for(cls, accelerator: str, zones: list[str]) -> list[str]:
+        return accelerators.offered_zones(accelerator, zones)
 
 
 class InProcessWorld(CloudTpuRules):

@@ -28,7 +28,8 @@ class ProviderClass(Protocol):
     ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none);
     ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it);
     ``check_zone``, ``check_accelerator``: its rules for the settings (``UsageError``, one line), asked through
-    ``RULES``."""
+    ``RULES``; ``zones_for``: which of the configured zones (in their order) may hold an accelerator, where a
+    create or recreate of it may go (``UsageError`` when none)."""
 
     talks_to_emulator: bool
 
@@ -39,6 +40,8 @@ class ProviderClass(Protocol):
     def check_zone(self, zone: str) -> str: ...
 
     def check_accelerator(self, accelerator: str) -> str: ...
+
+    def zones_for(self, accelerator: str, zones: list[str]) -> list[str]: ...
 
 
 PROVIDERS: dict[str, str] = {
