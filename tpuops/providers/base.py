@@ -133,8 +133,8 @@ def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,
 class CloudTpuRules:
     """A provider's rules for the settings (``tpuops.providers.registry.RULES``, which ``config`` asks): the zones
     and accelerator types of the Cloud TPU catalog. The base of the Cloud TPU adapter and of the worlds that
-    model Cloud TPU; a provider of another cloud says its own (``check_zone``, ``check_accelerator`` and ``zones_for``
-    class method that raise ``UsageError``, one line)."""
+    model Cloud TPU; a provider of another cloud says its own: ``check_zone``, ``check_accelerator`` and
+    ``zones_for`` class methods that raise ``UsageError``, one line."""
 
     @classmethod
     def check_zone(cls, zone: str) -> str:
