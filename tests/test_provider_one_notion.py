@@ -56,6 +56,9 @@ def test_the_guard_sees_a_second_notion_when_one_comes_back(tmp_path: Path) -> N
      Cloud.LOCAL),
     ('provider = "local"\nproject = "p-1"\nstore = "gs://b/x"\n', {"TPUOPS_TPU_ENDPOINT": "https://tpu.example.com"},
      "https://tpu.example.com", Cloud.GCP),
+    ('tpu_endpoint = "https://tpu.example.com"\nproject = "p-1"\nstore = "gs://b/x"\n', {"TPUOPS_PROVIDER": "gcp"},
+     "https://tpu.example.com", Cloud.GCP),
+    ('tpu_endpoint = "https://tpu.example.com"\n', {"TPUOPS_PROVIDER": "local"}, "local", Cloud.LOCAL),
 ])
 def test_the_old_key_is_read_into_the_providers_connection(tmp_path: Path, text: str, environ: dict[str, str],
                                                           endpoint: str, cloud: Cloud) -> None:

@@ -221,11 +221,8 @@ class Settings(BaseModel):
 
     @property
     def cloud(self) -> Cloud:
-        """Where the node provider's cloud is. An address over ``http://`` is this machine's (only a stand-in such as
-        the emulator serves plain HTTP: Google's endpoints are HTTPS), one over ``https://`` Google's kind."""
-        if self.tpu_endpoint in _CLOUDS:
-            return Cloud(self.tpu_endpoint)
-        return Cloud.LOCAL if self.tpu_endpoint.startswith("http://") else Cloud.GCP
+        """Where the node provider's cloud is (``cloud_of`` its ``tpu_endpoint``)."""
+        return cloud_of(self.tpu_endpoint)
 
     @property
     def endpoint_url(self) -> str | None:
@@ -247,6 +244,17 @@ class Settings(BaseModel):
 
 
 _CLOUDS = {cloud.value for cloud in Cloud}
+
+
+def cloud_of(endpoint: str) -> Cloud:
+    """Where a ``tpu_endpoint`` value says the cloud is: ``local`` or ``gcp`` by name; an address over ``http://`` is
+    this machine's (only a stand-in such as the emulator serves plain HTTP: Google's endpoints are HTTPS), one over
+    ``https://`` Google's kind."""
+    if endpoint in _CLOUDS:
+        return Cloud(endpoint)
+    return Cloud.LOCAL if endpoint.startswith("http://") else Cloud.GCP
+
+
 OLD_KEY = "provider"
 """The key of older ``tpuops.toml`` files (and ``TPUOPS_PROVIDER``): ``local`` or ``gcp``, read as ``tpu_endpoint``."""
 _LIST_KEYS = {"zones"}
@@ -321,12 +329,10 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
     if path is not None:
         layers.append((str(path), _read_file(path)))
     layers.append(("environment", _from_env(environ)))
-    layers = [(origin, _read_old_keys(values, origin)) for origin, values in layers]
-
     merged: dict[str, Any] = {}
     source: dict[str, str] = {}
     for origin, values in layers:
-        for key, value in values.items():
+        for key, value in _read_old_keys(values, origin, merged.get("tpu_endpoint")).items():
             merged[key] = value
             source[key] = origin
     try:
@@ -336,9 +342,10 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
     return _with_secrets(_finish(settings), environ)
 
 
-def _read_old_keys(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
+def _read_old_keys(values: Mapping[str, Any], origin: str, below: object = None) -> dict[str, Any]:
     """One layer's values in the current shape: ``provider = "local"|"gcp"`` is the ``tpu_endpoint`` it names, unless
-    the same layer gives an address there (an ``http://`` one is then this machine's, as with ``provider = "local"``).
+    the same layer gives an address there, or the layers ``below`` it gave an address at the cloud it names (as
+    ``TPUOPS_PROVIDER=gcp`` over a file's ``https://`` endpoint, which stays that endpoint).
 
     Read per layer, so that the environment's old key still overrides the file's new one, and the reverse."""
     if OLD_KEY not in values:
@@ -349,7 +356,8 @@ def _read_old_keys(values: Mapping[str, Any], origin: str) -> dict[str, Any]:
     if not isinstance(word, str) or word not in _CLOUDS:
         raise UsageError(f"{origin}: provider = {excerpt(word)} is not allowed: expected 'local' or 'gcp' "
                          "(or, as tpuops.toml now says it, tpu_endpoint = 'local', 'gcp' or a URL)")
-    if not current.get("tpu_endpoint"):
+    kept = isinstance(below, str) and "://" in below and cloud_of(below).value == word
+    if not current.get("tpu_endpoint") and not kept:
         current["tpu_endpoint"] = word
     return current
 
