@@ -78,3 +78,20 @@ def test_a_bad_old_key_is_one_line_and_init_writes_the_new_shape(tmp_path: Path)
     written = tmp_path / "new.toml"
     assert write_config(written, {"provider": Cloud.LOCAL}).cloud is Cloud.LOCAL
     assert written.read_text() == 'tpu_endpoint = "local"\n'
+
+
+@pytest.mark.parametrize(("endpoint", "local"), [("local", True), ("http://127.0.0.1:8470", True), ("gcp", False),
+                                                 ("https://tpu.example.com", False)])
+def test_what_follows_from_where_the_cloud_is(tmp_path: Path, endpoint: str, local: bool) -> None:
+    """The store's bucket is the emulator's on a local cloud only; the API's address is the configured one, else
+    Google's (None) on gcp, and the emulator runs on doctor's checks only where the cloud is local."""
+    from tpuops import doctor, session
+
+    settings = Settings(tpu_endpoint=endpoint, home=tmp_path, store="gs://bkt/root", project="p-1")
+    assert session.emulated_buckets(settings) == (["bkt"] if local else [])
+    if endpoint != "local":  # "local" with no address starts the emulator: the emulator tests cover it
+        assert session.tpu_endpoint(settings) == settings.endpoint_url
+    if local:
+        apis = doctor._Apis(settings)
+        assert apis.local and doctor.check_emulator(apis).detail != "not used (provider gcp)"
+        assert apis.base("tpu") == (settings.endpoint_url or None)
