@@ -185,7 +185,7 @@ def main() -> None:
     from fake_gcs import FakeGcsServer  # test-only helper (tests/fake_gcs.py)
 
     from tpuops.config import Settings
-    from tpuops.core.kinds import Provider
+    from tpuops.core.kinds import Cloud
     from tpuops.store import LocalStore, gcs_client
     from tpuops.store.gcs import GcsStore
 
@@ -194,7 +194,7 @@ def main() -> None:
         work = Path(tmp)
 
         def settings(name: str) -> Settings:
-            return Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
+            return Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
                             home=work / name / "home", store=str(work / name / "store"))
 
         if args.only in (None, "local"):

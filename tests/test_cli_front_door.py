@@ -9,7 +9,7 @@ other part of tpuops. What a command module may import, and why:
 - ``tpuops.api``: the front door, and (type-only) the types its calls return, named there too;
 - ``tpuops.cli`` and its modules: the CLI's own parsing and rendering helpers (``common``);
 - ``tpuops.core.errors``: the failure classes a command raises or reports in one line;
-- ``tpuops.core.kinds``: the plain enums a flag parses into (``Capacity``, ``Provider``);
+- ``tpuops.core.kinds``: the plain enums a flag parses into (``Capacity``, ``Cloud``);
 - ``tpuops.core.formats``: how sizes, dollars and parameters print, the same in the library's messages.
 
 ``tpuops/cli/dashboard.py`` parses ``tpuops dashboard`` and is handed the web app's server by the program

@@ -8,7 +8,7 @@ import pytest
 
 from tpuops.config import load_settings, write_config
 from tpuops.core.errors import UsageError
-from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity, Cloud
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +21,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
     settings = load_settings(environ={"TPUOPS_HOME": str(tmp_path)}, config_path=None)
-    assert settings.provider is Provider.LOCAL
+    assert settings.cloud is Cloud.LOCAL
     assert settings.capacity is Capacity.SPOT
     assert settings.accelerator == "v3-8"
     assert settings.store_root == str(tmp_path / "store")

@@ -33,7 +33,7 @@ from tpuops.controller.decide import Observed, Policy, damaged_verdict, decide
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller
 from tpuops.core.errors import DamagedDocument, UsageError
-from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity, Cloud
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE
 from tpuops.dashboard.source import bound_source
@@ -56,7 +56,7 @@ TOKEN = "t0ken-for-damage"
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
+    return Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
                     home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=60.0)
 
 

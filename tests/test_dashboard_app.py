@@ -18,7 +18,7 @@ from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fix
 
 from tpuops import runs
 from tpuops.config import Settings
-from tpuops.core.kinds import Provider
+from tpuops.core.kinds import Cloud
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE, CSRF_HEADER, csrf_value, issue_token
 from tpuops.dashboard.source import bound_source
@@ -42,7 +42,7 @@ ACTIONS = [(method, path) for method, path in GUARDED if path.startswith("/actio
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
+    return Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
                     home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=60.0)
 
 

@@ -18,7 +18,7 @@ from test_runs import declare
 from tpuops import api
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
-from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity
 from tpuops.core.naming import labels_for
 from tpuops.dashboard.app import Dashboard
 from tpuops.dashboard.auth import COOKIE, CSRF_HEADER, csrf_value
@@ -35,7 +35,7 @@ TOKEN = "t0ken-for-orphans"
 
 @pytest.fixture
 def settings(tmp_path: Path, emulator: Any) -> Settings:
-    return Settings(provider=Provider.GCP, project="proj-test", zones=[ZONE], tpu_endpoint=emulator.endpoint,
+    return Settings(project="proj-test", zones=[ZONE], tpu_endpoint=emulator.endpoint,
                     home=tmp_path / "home", store=str(tmp_path / "store"), poll_interval_s=0.05,
                     api_deadline_s=20)
 

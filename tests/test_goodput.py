@@ -136,14 +136,14 @@ def test_the_runs_table_bills_a_run_whose_agent_reported_no_attempt_clocks(tmp_p
     from tpuops.api.pages import run_rows
     from tpuops.billing.cost import catalog_for, spent
     from tpuops.config import Settings
-    from tpuops.core.kinds import Capacity, Provider
+    from tpuops.core.kinds import Capacity, Cloud
     from tpuops.dashboard.views import run_row
     from tpuops.launch.provision import plan_up
     from tpuops.providers.nodes import NodeState
     from tpuops.runs import NodeSpec, RunKind, RunRecord
     from tpuops.session import open_ledger, store
 
-    settings = Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-b"],
+    settings = Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project="p", zones=["us-central1-b"],
                         home=tmp_path / "home", store=str(tmp_path / "store"))
     request = plan_up(settings, "script-1", accelerator="v2-8", capacity=Capacity.SPOT, zone="us-central1-b",
                       run_id="script-1").request

@@ -17,7 +17,7 @@ from tpuops import api, session
 from tpuops.cli.main import run
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
-from tpuops.core.kinds import Provider
+from tpuops.core.kinds import Cloud
 from tpuops.emulator import control
 
 
@@ -32,7 +32,7 @@ def bare_emulator(tmp_path: Path, no_emulator_variable: None) -> Iterator[tuple[
     home = tmp_path / "home"
     info = control.start_background(home / "emulator", boot_delay_s=0.2, grace_s=2.0)
     try:
-        yield Settings(provider=Provider.LOCAL, home=home, store="gs://bkt/root", tpu_endpoint=info.endpoint), info
+        yield Settings(home=home, store="gs://bkt/root", tpu_endpoint=info.endpoint), info
     finally:
         control.stop(home / "emulator")
 
@@ -55,7 +55,7 @@ def test_a_running_emulator_without_the_stores_bucket_is_refused_not_bypassed(
 @pytest.mark.unit
 def test_another_bucket_on_provider_local_needs_a_named_fake_gcs_server(tmp_path: Path,
                                                                         no_emulator_variable: None) -> None:
-    settings = Settings(provider=Provider.LOCAL, home=tmp_path / "home")
+    settings = Settings(tpu_endpoint=Cloud.LOCAL, home=tmp_path / "home")
     with pytest.raises(UsageError, match="provider local serves no Cloud Storage for gs://elsewhere"):
         session.open_uri(settings, "gs://elsewhere/data/x")
     assert session.open_uri(settings, str(tmp_path / "dir")).uri_of("a").endswith("/dir/a")

@@ -151,10 +151,10 @@ def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> Non
 def _vanished(tmp_path: Path, ended: datetime | None) -> Settings:
     """A run's node READY in the ledger since 60 s, gone from the cloud (the in-memory provider holds none), and its
     run's last status saying when the agent ended (None: no status)."""
-    from tpuops.core.kinds import Provider
+    from tpuops.core.kinds import Cloud
     from tpuops.session import open_ledger, store
 
-    settings = Settings(provider=Provider.GCP, node_provider="memory", project=P, zones=[ZONE],
+    settings = Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project=P, zones=[ZONE],
                         home=tmp_path / "home", store=str(tmp_path / "store"))
     ledger = open_ledger(settings)
     ledger.record_node(P, ZONE, "n", "v2-8", "on-demand", run_id=RUN, uid="7", at=at(0))

@@ -13,13 +13,13 @@ import pytest
 from tpuops import api, runs
 from tpuops.config import Settings
 from tpuops.core.errors import PermissionDenied, TransientError
-from tpuops.core.kinds import Provider
+from tpuops.core.kinds import Cloud
 
 pytestmark = pytest.mark.unit
 
 
 def _settings(tmp_path: Path) -> Settings:
-    return Settings(provider=Provider.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
+    return Settings(tpu_endpoint=Cloud.GCP, node_provider="memory", project="p", zones=["us-central1-a"],
                     home=tmp_path / "home", store=str(tmp_path / "store"))
 
 

@@ -10,6 +10,12 @@ from and what is allowed.
 Config knows no provider: which node providers exist, and which zones and accelerators the configured one
 offers, are the providers' rules (``ProviderRules``), handed in by the caller (``tpuops.api.load_settings`` hands
 ``tpuops.providers.registry.RULES``). Without them only what holds for any provider is checked (a zone's shape).
+
+One notion of provider: ``node_provider`` says which provider makes the nodes, and its connection settings say
+where its cloud is: ``tpu_endpoint`` is ``local`` (this machine: the emulator, started on demand), ``gcp``
+(Google's endpoints) or an address (``Settings.cloud`` tells which of the two it is). The old key
+``provider = "local"|"gcp"`` (and ``TPUOPS_PROVIDER``) is read here, and only here, as the ``tpu_endpoint`` it
+names (``OLD_KEY``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tpuops.core.errors import UsageError, excerpt
-from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity, Cloud
 from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, check_zone_name, rule_in_words
 from tpuops.core.notices import NotifySettings
 
@@ -98,7 +104,6 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, allow_inf_nan=False)
 
-    provider: Provider = Provider.LOCAL
     node_provider: str = "cloud-tpu"
     """Which registered node provider makes the nodes (``tpuops.providers.registry``); checked before the zones
     and the accelerator, which are its rules."""
@@ -114,7 +119,9 @@ class Settings(BaseModel):
     """The reconcile Cloud Run job (infra/'s ``wake_job``: ``projects/P/locations/R/jobs/J``) that a preempted
     node's agent starts after its save, so that recovery starts at once (``tpuops.agent.wake``); none: the
     node only leaves its wake marker in the store, for ``watch`` and the scheduled reconcile."""
-    tpu_endpoint: str | None = None
+    tpu_endpoint: str = Cloud.LOCAL.value
+    """Where the node provider's cloud is (its connection): ``local``, ``gcp`` or the address of its API
+    (``cloud``, ``endpoint_url``)."""
     tf_python: str | None = None
     """The local TF 2.9 runtime's interpreter (default: see ``tpuops.tfenv``)."""
     home: Path = Path("~/.tpuops")
@@ -202,16 +209,31 @@ class Settings(BaseModel):
             raise ValueError(f"not a registered node provider ({hint})")
         return value
 
-    @field_validator("tpu_endpoint")
+    @field_validator("tpu_endpoint", mode="before")
     @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("expected a URL such as 'http://127.0.0.1:8470'")
-        return value or None
+    def _endpoint(cls, value: object) -> object:
+        if value is None or value == "":
+            return Cloud.LOCAL.value
+        if isinstance(value, Cloud):
+            return value.value
+        if not isinstance(value, str) or not (value in _CLOUDS or value.startswith(("http://", "https://"))):
+            raise ValueError("expected a URL such as 'http://127.0.0.1:8470', or 'local' (the emulator here) "
+                             "or 'gcp' (Google's endpoints)")
+        return value
+
+    @property
+    def cloud(self) -> Cloud:
+        """Where the node provider's cloud is (``cloud_of`` its ``tpu_endpoint``)."""
+        return cloud_of(self.tpu_endpoint)
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """The address ``tpu_endpoint`` gives; None: the cloud's own (the emulator, started on demand, or Google's)."""
+        return None if self.tpu_endpoint in _CLOUDS else self.tpu_endpoint
 
     @property
     def store_root(self) -> str:
-        """The store URI; for provider=local it defaults to a directory under ``home``."""
+        """The store URI; it defaults to a directory under ``home``."""
         return self.store or str(self.home / "store")
 
     @property
@@ -223,6 +245,20 @@ class Settings(BaseModel):
         return self.home / "emulator"
 
 
+_CLOUDS = {cloud.value for cloud in Cloud}
+
+
+def cloud_of(endpoint: str) -> Cloud:
+    """Where a ``tpu_endpoint`` value says the cloud is: ``local`` or ``gcp`` by name; an address over ``http://`` is
+    this machine's (only a stand-in such as the emulator serves plain HTTP: Google's endpoints are HTTPS), one over
+    ``https://`` Google's kind."""
+    if endpoint in _CLOUDS:
+        return Cloud(endpoint)
+    return Cloud.LOCAL if endpoint.startswith("http://") else Cloud.GCP
+
+
+OLD_KEY = "provider"
+"""The key of older ``tpuops.toml`` files (and ``TPUOPS_PROVIDER``): ``local`` or ``gcp``, read as ``tpu_endpoint``."""
 _LIST_KEYS = {"zones"}
 _MAP_KEYS = {"labels"}
 _FILE_ONLY_KEYS = {"prices", "notify"}
@@ -232,7 +268,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if environ.get("GOOGLE_CLOUD_PROJECT"):
         values["project"] = environ["GOOGLE_CLOUD_PROJECT"]
-    for key in Settings.model_fields:
+    for key in (OLD_KEY, *Settings.model_fields):
         if key in _FILE_ONLY_KEYS:
             continue
         raw = environ.get(ENV_PREFIX + key.upper())
@@ -242,7 +278,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             values[key] = [part.strip() for part in raw.split(",") if part.strip()]
         elif key in _MAP_KEYS:
             values[key] = parse_labels(raw, f"{ENV_PREFIX}{key.upper()}")
-        elif Settings.model_fields[key].annotation is int and raw.strip().lstrip("+-").isdigit():
+        elif key in Settings.model_fields and Settings.model_fields[key].annotation is int \
+                and raw.strip().lstrip("+-").isdigit():
             values[key] = int(raw)  # the environment is text; strict integers refuse `true` in a file, not "1" here
         else:
             values[key] = raw
@@ -294,11 +331,10 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
     if path is not None:
         layers.append((str(path), _read_file(path)))
     layers.append(("environment", _from_env(environ)))
-
     merged: dict[str, Any] = {}
     source: dict[str, str] = {}
     for origin, values in layers:
-        for key, value in values.items():
+        for key, value in _read_old_keys(values, origin, merged.get("tpu_endpoint")).items():
             merged[key] = value
             source[key] = origin
     try:
@@ -306,6 +342,26 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
     except ValidationError as err:
         raise UsageError(_one_line(err, merged, source)) from None
     return _with_secrets(_finish(settings), environ)
+
+
+def _read_old_keys(values: Mapping[str, Any], origin: str, below: object = None) -> dict[str, Any]:
+    """One layer's values in the current shape: ``provider = "local"|"gcp"`` is the ``tpu_endpoint`` it names, unless
+    the same layer gives an address there, or the layers ``below`` it gave an address at the cloud it names (as
+    ``TPUOPS_PROVIDER=gcp`` over a file's ``https://`` endpoint, which stays that endpoint).
+
+    Read per layer, so that the environment's old key still overrides the file's new one, and the reverse."""
+    if OLD_KEY not in values:
+        return dict(values)
+    current = {key: value for key, value in values.items() if key != OLD_KEY}
+    old = values[OLD_KEY]
+    word = old.value if isinstance(old, Cloud) else old
+    if not isinstance(word, str) or word not in _CLOUDS:
+        raise UsageError(f"{origin}: provider = {excerpt(word)} is not allowed: expected 'local' or 'gcp' "
+                         "(or, as tpuops.toml now says it, tpu_endpoint = 'local', 'gcp' or a URL)")
+    kept = isinstance(below, str) and "://" in below and cloud_of(below).value == word
+    if not current.get("tpu_endpoint") and not kept:
+        current["tpu_endpoint"] = word
+    return current
 
 
 def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
@@ -337,14 +393,14 @@ def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
 def _finish(settings: Settings) -> Settings:
     home = settings.home.expanduser()
     updates: dict[str, Any] = {"home": home}
-    if settings.provider is Provider.GCP:
+    if settings.cloud is Cloud.GCP:
         if settings.project == "tpuops-local":
             raise UsageError("provider 'gcp' needs a project: pass --project to init, or set project in "
                              "tpuops.toml or GOOGLE_CLOUD_PROJECT")
         if not settings.store.startswith("gs://"):
             raise UsageError(f"store: {settings.store!r} is not allowed with provider 'gcp' "
                              "(expected a bucket URI such as 'gs://my-bucket/tpuops')")
-    if settings.provider is Provider.LOCAL and "poll_interval_s" not in settings.model_fields_set:
+    if settings.cloud is Cloud.LOCAL and "poll_interval_s" not in settings.model_fields_set:
         updates["poll_interval_s"] = 0.2
     return settings.model_copy(update=updates)
 
@@ -364,7 +420,7 @@ def _one_line(err: ValidationError, merged: Mapping[str, Any], source: Mapping[s
         where = ".".join(str(part) for part in loc)
         return f"{origin}: {where}: {first.get('msg', 'invalid value').removeprefix('Value error, ')}"
     if first.get("type") == "extra_forbidden":
-        close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+        close = difflib.get_close_matches(key, [*Settings.model_fields, OLD_KEY], n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(Settings.model_fields)}"
         return f"{origin}: unknown key {excerpt(key)} ({hint})"
     value = merged.get(key, first.get("input"))
@@ -431,7 +487,8 @@ def write_config(path: Path, values: Mapping[str, Any], *, force: bool = False,
         raise UsageError(f"{path} exists already (pass --force to overwrite it)")
     if not folder:
         raise UsageError(f"--path {path}: no folder {path.parent} (create it first, or write elsewhere)")
-    clean = {k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None}
+    clean = _read_old_keys({k: v.value if isinstance(v, Enum) else v for k, v in values.items() if v is not None},
+                           "flag")
     try:
         settings = _finish(Settings.model_validate(clean, context={RULES_CONTEXT: rules}))
     except ValidationError as err:

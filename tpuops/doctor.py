@@ -1,9 +1,9 @@
 """``tpuops doctor``: is this machine and project ready to run tpuops? One line per check, with the fix.
 
 Each check returns a ``Check`` (OK, WARN or FAIL, what was found, and for WARN/FAIL the fix).
-The same checks run against real Google Cloud (provider gcp: ADC, Service Usage, Resource
-Manager, IAM, Cloud Storage, the Cloud TPU API) and against the local stand-ins (provider
-local: the emulator answers the serviceusage / testIamPermissions / service-account calls,
+The same checks run against real Google Cloud (a ``gcp`` cloud, ``Settings.cloud``: ADC, Service Usage, Resource
+Manager, IAM, Cloud Storage, the Cloud TPU API) and against the local stand-ins (a ``local``
+cloud: the emulator answers the serviceusage / testIamPermissions / service-account calls,
 fake-gcs-server or a local directory is the store). Nothing is created or started: doctor
 never starts the emulator, it reports whether it is reachable. Independent checks run in
 parallel so the whole report takes about one round trip per API.
@@ -27,7 +27,7 @@ from typing import Any
 
 from tpuops.config import Settings
 from tpuops.core.errors import TpuopsError
-from tpuops.core.kinds import Provider
+from tpuops.core.kinds import Cloud
 from tpuops.providers import tpu_catalog
 from tpuops.providers.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
 
@@ -72,7 +72,7 @@ class _Apis:
         import requests
 
         self.settings = settings
-        self.local = settings.provider is Provider.LOCAL
+        self.local = settings.cloud is Cloud.LOCAL
         self.emulator = self._find_emulator()
         self.session: Any = requests.Session()
         self.credentials_error: str | None = None
@@ -85,13 +85,13 @@ class _Apis:
             self._adc()
 
     def _find_emulator(self) -> Any:
-        if self.settings.provider is not Provider.LOCAL:
+        if not self.local:
             return None
         from tpuops.emulator.control import EmulatorInfo, status, token_for
 
-        if self.settings.tpu_endpoint:
-            return EmulatorInfo(self.settings.tpu_endpoint, 0, self.settings.emulator_dir,
-                                token_for(self.settings.tpu_endpoint))
+        url = self.settings.endpoint_url
+        if url:
+            return EmulatorInfo(url, 0, self.settings.emulator_dir, token_for(url))
         return status(self.settings.emulator_dir)
 
     def _adc(self) -> None:
@@ -109,7 +109,8 @@ class _Apis:
     def base(self, api: str) -> str | None:
         """Where ``api`` is served: Google, or the emulator (None when it is not running)."""
         if not self.local:
-            return self.settings.tpu_endpoint if api == "tpu" and self.settings.tpu_endpoint else GOOGLE_APIS[api]
+            url = self.settings.endpoint_url
+            return url if api == "tpu" and url else GOOGLE_APIS[api]
         return self.emulator.endpoint.rstrip("/") if self.emulator else None
 
     def call(self, api: str, method: str, path: str, body: Any = None) -> tuple[int, Any, Any]:

@@ -4,9 +4,10 @@ Kept apart from the modules it wires so each of them takes its collaborators as
 arguments (tests build them directly), and so that starting the local emulator on demand
 happens in exactly one place.
 
-With provider ``local`` and a ``gs://`` store, the emulator also serves the store's bucket
-through fake-gcs-server (nodes reach it as storage.googleapis.com). Invariant: on provider
-``local`` no store opened here reaches public Cloud Storage: ``open_uri`` (which ``store`` and
+Where the cloud is comes from the node provider's connection settings (``Settings.cloud``, from ``tpu_endpoint``),
+never from a second notion of provider. With a local cloud and a ``gs://`` store, the emulator also serves the
+store's bucket through fake-gcs-server (nodes reach it as storage.googleapis.com). Invariant: on a local cloud no
+store opened here reaches public Cloud Storage: ``open_uri`` (which ``store`` and
 the ``data`` commands use) sends the store's bucket to the emulator, and refuses it when the
 running emulator does not serve it (its ``gcs.json`` lists the buckets it serves); other
 buckets go only to a fake-gcs-server named by ``STORAGE_EMULATOR_HOST``.
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
-from tpuops.core.kinds import Provider
+from tpuops.core.kinds import Cloud
 
 if TYPE_CHECKING:
     from tpuops.fleet import Fleet
@@ -29,14 +30,14 @@ if TYPE_CHECKING:
 
 
 def with_reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:
-    """``settings``, with the local store instead of a ``gs://`` one that provider ``local`` cannot serve here.
+    """``settings``, with the local store instead of a ``gs://`` one that a local cloud cannot serve here.
 
     The emulator serves a bucket to its nodes only where they get private mount namespaces (root,
     ``unshare``); elsewhere this falls back to the local store under ``home`` and says why in one
     line through ``warn``. Asked once per command, before anything reads ``store_root``, so that
     every part of the command (run specs, the store, the emulator) agrees on the store.
     """
-    if settings.provider is not Provider.LOCAL or not settings.store.startswith("gs://"):
+    if settings.cloud is not Cloud.LOCAL or not settings.store.startswith("gs://"):
         return settings
     from tpuops.emulator.netview import unavailable_reason
 
@@ -48,8 +49,8 @@ def with_reachable_store(settings: Settings, warn: Callable[[str], None]) -> Set
 
 
 def emulated_buckets(settings: Settings) -> list[str]:
-    """The buckets the local emulator serves: the store's, when provider ``local`` has a ``gs://`` store."""
-    if settings.provider is Provider.LOCAL and settings.store_root.startswith("gs://"):
+    """The buckets the local emulator serves: the store's, when a local cloud has a ``gs://`` store."""
+    if settings.cloud is Cloud.LOCAL and settings.store_root.startswith("gs://"):
         from tpuops.store import split_gcs_uri
 
         return [split_gcs_uri(settings.store_root)[0]]
@@ -57,10 +58,11 @@ def emulated_buckets(settings: Settings) -> list[str]:
 
 
 def tpu_endpoint(settings: Settings) -> str | None:
-    """The Cloud TPU API endpoint: configured, else the local emulator (started if needed)."""
-    if settings.tpu_endpoint:
-        return settings.tpu_endpoint
-    if settings.provider is Provider.LOCAL:
+    """The Cloud TPU API endpoint: the configured address, else the local emulator (started if needed) on a local
+    cloud, else None (Google's)."""
+    if settings.endpoint_url:
+        return settings.endpoint_url
+    if settings.cloud is Cloud.LOCAL:
         from tpuops.emulator.control import ensure_running
 
         return ensure_running(settings.emulator_dir, image_python=emulated_image_python(settings),
@@ -89,7 +91,7 @@ def connect(settings: Settings) -> NodeProvider:
 
     # a provider that keeps its own world (memory, simulated) never starts the emulator
     endpoint = tpu_endpoint(settings) if provider_class(settings.node_provider).talks_to_emulator else \
-        settings.tpu_endpoint
+        settings.endpoint_url
     token = None
     if endpoint and endpoint.startswith("http://"):
         from tpuops.emulator.control import token_for
@@ -152,9 +154,9 @@ def require_served(settings: Settings) -> None:
 
 
 def open_uri(settings: Settings, uri: str) -> Store:
-    """The store at ``uri`` (a dataset, a sweep, the store root), never public Cloud Storage on provider ``local``.
+    """The store at ``uri`` (a dataset, a sweep, the store root), never public Cloud Storage on a local cloud.
 
-    On provider ``local`` a ``gs://`` URI is served by the emulator when its bucket is the store's
+    On a local cloud a ``gs://`` URI is served by the emulator when its bucket is the store's
     (``emulated_storage``), or by the fake-gcs-server the user named with ``STORAGE_EMULATOR_HOST``;
     any other is refused (``UsageError``, one line) rather than sent to Google with the machine's credentials.
     """
@@ -162,7 +164,7 @@ def open_uri(settings: Settings, uri: str) -> Store:
 
     from tpuops.store import open_store, split_gcs_uri
 
-    if settings.provider is not Provider.LOCAL or not uri.startswith("gs://"):
+    if settings.cloud is not Cloud.LOCAL or not uri.startswith("gs://"):
         return open_store(uri)
     bucket = split_gcs_uri(uri)[0]
     if bucket in emulated_buckets(settings):

@@ -7,10 +7,15 @@ from enum import Enum
 
 from tpuops.agent.exits import ValueEnum
 
-__all__ = ["Capacity", "Provider", "ValueEnum"]
+__all__ = ["Capacity", "Cloud", "ValueEnum"]
 
 
-class Provider(str, Enum):
+class Cloud(str, Enum):
+    """Where the node provider's cloud is, as ``tpu_endpoint`` names it (``tpuops init --provider``).
+
+    ``local``: this machine (the Cloud TPU emulator, started on demand, which also serves a ``gs://`` store and runs
+    the nodes on this CPU; or a provider's own in-process world); ``gcp``: Google's endpoints."""
+
     LOCAL = "local"
     GCP = "gcp"
 

@@ -26,7 +26,7 @@ from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, S
 from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
-from tpuops.core.kinds import Capacity, Provider
+from tpuops.core.kinds import Capacity, Cloud
 from tpuops.core.naming import MetadataKey
 from tpuops.core.notices import NotifyChoice
 from tpuops.data.inventory import read_manifest
@@ -335,7 +335,7 @@ def _run_spec(settings: Settings, store: Store, run_id: str, experiment: Experim
         seed=experiment.seed,
         mixed_precision=experiment.mixed_precision,
         deterministic=deterministic,
-        allow_cpu_fallback=settings.provider is Provider.LOCAL,
+        allow_cpu_fallback=settings.cloud is Cloud.LOCAL,  # a local cloud's nodes run on this CPU
         train=train,
         infer=infer,
         script=script,

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 
 class ProviderClass(Protocol):
-    """A provider's class: ``connect`` opens one on a ``Connection``; ``talks_to_emulator``: whether provider
-    ``local`` serves it through the local Cloud TPU emulator (a provider of its own world needs none);
+    """A provider's class: ``connect`` opens one on a ``Connection``; ``talks_to_emulator``: whether a ``local``
+    cloud (``Settings.cloud``) serves it through the local Cloud TPU emulator (a provider of its own world needs none);
     ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it);
     ``check_zone``, ``check_accelerator``: its rules for the settings (``UsageError``, one line), asked through
     ``RULES``; ``zones_for``: which of the configured zones (in their order) may hold an accelerator, where a
