@@ -236,7 +236,7 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
         PreconditionFailed: the node is not READY (nothing runs on it).
     """
     from tpuops.core.errors import PreconditionFailed
-    from tpuops.core.kinds import Provider
+    from tpuops.core.kinds import Cloud
     from tpuops.providers.nodes import NodeState
     from tpuops.session import fleet
 
@@ -250,7 +250,7 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
     if target.state is not NodeState.READY:
         raise PreconditionFailed(f"node {node} is {target.state.value}: nothing runs on it")
     line = " ".join(command)
-    if settings.provider is Provider.LOCAL:
+    if settings.cloud is Cloud.LOCAL:
         return _exec_emulated(settings, target.zone, node, workers, line, timeout_s)
     return [_run(number, ["gcloud", "compute", "tpus", "tpu-vm", "ssh", node, f"--zone={target.zone}",
                           f"--project={settings.project}", f"--worker={number}", f"--command={line}"],
