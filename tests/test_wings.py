@@ -24,7 +24,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "core": ("tpuops.core", "tpuops.agent.exits"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
-               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.tfrecord", "tpuops.agent"),
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.tfrecord", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "agent": ("tpuops.agent",),
 }
