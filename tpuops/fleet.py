@@ -7,7 +7,7 @@ else calls a provider. What it sees and does it reports to its billing observer
 each node started and stopped costing: the engine acts, the observer dates.
 
 Invariants:
-- Validation happens in ``plan_up`` (``tpuops.launch.provision``) before any API call.
+- Validation happens in the node-request builder (``tpuops.launch.provision``) before any API call.
 - ``up`` is idempotent: an existing node of ours with the same spec is adopted (waited
   for, started, or replaced when preempted), never duplicated, whichever configured zone it
   is in. A failed or interrupted ``up`` deletes what it created: no orphan.
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
 from tpuops.billing.ledger import Ledger
 from tpuops.billing.observer import BillingObserver, SelfDeletes
@@ -38,7 +38,6 @@ from tpuops.core.clock import Clock, system_clock, utc_now
 from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.core.kinds import ValueEnum
 from tpuops.core.retry import call_with_retry
-from tpuops.launch.provision import UpPlan
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
@@ -49,6 +48,17 @@ Listing = dict[str, dict[str, NodeInfo]]
 
 def _quiet(_: str) -> None:
     return None
+
+
+class Planned(Protocol):
+    """What ``up`` makes real: a validated node request and the zones to try in order. The one builder of them is
+    ``tpuops.launch.provision`` (``UpPlan``), which stands below the engine's callers, not below the engine."""
+
+    @property
+    def request(self) -> NodeRequest: ...
+
+    @property
+    def zones(self) -> list[str]: ...
 
 
 @dataclass
@@ -192,7 +202,7 @@ class Fleet:
 
     # -- up ------------------------------------------------------------------------------------
 
-    def up(self, plan: UpPlan, *, wait: bool = True) -> UpResult:
+    def up(self, plan: Planned, *, wait: bool = True) -> UpResult:
         """Make the planned node exist (READY unless ``wait`` is False); adopt, never duplicate."""
         request = plan.request
         for existing in self.locate(request.name, plan.zones):
@@ -219,7 +229,7 @@ class Fleet:
             f"no capacity for {request.accelerator} ({request.capacity.value}) in any configured zone "
             f"({', '.join(stockouts)}); try again later, add zones to tpuops.toml or use another accelerator")
 
-    def up_queued(self, plan: UpPlan, *, valid_for_s: float | None, wait: bool = True) -> UpResult:
+    def up_queued(self, plan: Planned, *, valid_for_s: float | None, wait: bool = True) -> UpResult:
         """Ask for the node through a queued resource (named like the node) in the first zone.
 
         The request waits in the queue through a stockout instead of failing, until
