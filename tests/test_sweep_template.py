@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from tpuops import runs
+from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.core.errors import DamagedDocument
@@ -158,13 +158,15 @@ def test_a_sweep_json_of_the_older_format_is_upgraded_by_repair_and_by_the_next_
     start_sweep(plan, store, lambda _: None)
     older = _older_format(plan.record())
     store.write_bytes(ops.record_key("frozen"), older)
-    damage = ops.diagnose_sweep(store, "frozen")
-    assert list(damage) == [ops.OLDER] and "older tpuops" in damage[ops.OLDER]
-    done = ops.repair_sweep(store, "frozen", damage, "now", project="p", store_root=settings.store_root)
-    assert done == [f"sweep.json upgraded: its trial template holds project p and store root {settings.store_root}"]
+    said = api.sweep_repair(settings, "frozen", dry_run=True)
+    assert list(said["damaged"]) == [ops.OLDER] and "older tpuops" in said["damaged"][ops.OLDER]
+    assert said["repairable"] and said["done"] == [] and store.read_bytes(ops.record_key("frozen")) == older
+    repaired = api.sweep_repair(settings, "frozen")
+    assert repaired["done"] == [f"sweep.json upgraded: its trial template holds project before-project and store "
+                                f"root {settings.store_root}"] and repaired["repairable"]
     assert ops.diagnose_sweep(store, "frozen") == {}
     assert store.read_bytes(ops.record_key("frozen") + ops.OLDER_SUFFIX) == older
-    assert ops.read_sweep(store, "frozen").template.project == "p"
+    assert ops.read_sweep(store, "frozen").template == plan.template
     store.write_bytes(ops.record_key("frozen"), older)  # an older sweep that nobody repaired: the pass upgrades it
     _pass(settings, store)
     assert ops.read_sweep(store, "frozen").template == plan.template
