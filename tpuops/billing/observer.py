@@ -73,7 +73,7 @@ class BillingObserver:
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
 
-        A node seen again in the state this engine last recorded for it is skipped: the ledger
+        A node seen again in the state this observer last recorded for it is skipped: the ledger
         keeps transitions only, so a listing of unchanged nodes costs no ledger work. A change
         is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
         it was seen. ``asked``: when the call that saw them went out. What an answer shows held
@@ -171,16 +171,17 @@ class BillingObserver:
         """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
 
         A create operation is done when its node is READY, and says when (its endTime): one
-        GetOperation, once per node this engine created or was told of (``expect``), dates the
+        GetOperation, once per node whose create this observer was told of (``created``, ``expect``), dates the
         start of billing exactly.
         """
         return self._created_ready(node.zone, node.name, seen) or self._changed_at(node.zone, node.name, seen)
 
     def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
-        """When the node this engine asked for (or was told of, ``expect``) and never saw READY became READY, as its
-        create operation's end says (one GetOperation, once); None: nothing to ask, or the create did not succeed.
+        """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
+        READY, as its create operation's end says (one GetOperation, once); None: nothing to ask, or the create did
+        not succeed.
 
-        It is kept within the gap since the last sighting (for a node this engine never saw, since the operation
+        It is kept within the gap since the last sighting (for a node this observer never saw, since the operation
         started) and ``seen``, as a clock that is off cannot move it out.
         """
         operation = self._creating.pop((zone, name), None)
@@ -197,7 +198,7 @@ class BillingObserver:
         return min(max(done.ended, since), seen)
 
     def _ready_unseen(self, zone: str, name: str, seen: datetime) -> None:
-        """A node found gone or deleted at ``seen`` that this engine created but never saw READY lived between two
+        """A node found gone or deleted at ``seen`` that we created but this observer never saw READY lived between two
         looks (created, trained and deleted itself between two passes): its create operation dates its READY,
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
         and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when."""
@@ -211,8 +212,8 @@ class BillingObserver:
     def expect(self, zone: str, name: str, operation: str) -> None:
         """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
 
-        Without it a node that this engine first sees READY is dated at that sighting, up to a
-        pass late. A node this engine created or has seen already is left as it is.
+        Without it a node that this observer first sees READY is dated at that sighting, up to a
+        pass late. A node whose create it was told of, or that it has seen already, is left as it is.
         """
         if (zone, name) not in self._last_seen:
             self._creating.setdefault((zone, name), operation)
@@ -220,8 +221,9 @@ class BillingObserver:
     def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
         went (``_ended_at``: a node that deleted itself, where its run says). Its open incarnation is read only
-        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node this engine
-        created and never saw READY is first given its READY (``_ready_unseen``), so that what it billed is known."""
+        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose create
+        this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``), so that
+        what it billed is known."""
         self._ready_unseen(zone, name, at or utc_now(self.clock))
         if at is None and record is None and self.self_deletes is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
