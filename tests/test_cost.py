@@ -37,8 +37,8 @@ from tpuops.core.formats import format_usd
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
 from tpuops.emulator.billing import BillingLedger
-from tpuops.fleet import Fleet, UpPlan
-from tpuops.launch.provision import plan_up
+from tpuops.fleet import Fleet
+from tpuops.launch.provision import UpPlan, plan_up
 from tpuops.providers.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeInfo, NodeState, Operation
@@ -411,8 +411,8 @@ def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, look
     ledger = Ledger(tmp_path / "ledger.sqlite")
     provisioner = Fleet(TpuApi(P), _settings(tmp_path), ledger)
     for look in looks:
-        provisioner.observe(_sighted(NodeState.READY), at=at(look))
-    provisioner.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
+        provisioner.billing.observe(_sighted(NodeState.READY), at=at(look))
+    provisioner.billing.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
     assert [(t.state, t.at) for t in ledger.transitions(P, US, "n")] == [
         ("READY", at(0)), ("PREEMPTED", at(dated))]
 
@@ -443,7 +443,7 @@ def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:
     provider = _SlowListing(clock, latency_s=3.0, create_ended=11.0)
     ledger = Ledger(tmp_path / "ledger.sqlite")
     fleet = Fleet(provider, _settings(tmp_path), ledger, clock=clock)  # type: ignore[arg-type]
-    fleet.expect(US, "n", "operation-1")
+    fleet.billing.expect(US, "n", "operation-1")
     fleet.list_zones([US])
     clock.advance_to(at(20).timestamp())
     provider.state, provider.latency_s = NodeState.READY, 0.0
@@ -454,8 +454,8 @@ def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    Fleet(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.READY), at=at(0))
-    Fleet(TpuApi(P), _settings(tmp_path), ledger).observe(_sighted(NodeState.PREEMPTED), at=at(9))
+    Fleet(TpuApi(P), _settings(tmp_path), ledger).billing.observe(_sighted(NodeState.READY), at=at(0))
+    Fleet(TpuApi(P), _settings(tmp_path), ledger).billing.observe(_sighted(NodeState.PREEMPTED), at=at(9))
     assert [t.at for t in ledger.transitions(P, US, "n")] == [at(0), at(9)]
 
 
@@ -464,8 +464,8 @@ def test_a_node_first_seen_in_a_listing_is_dated_from_its_create(tmp_path: Path,
     """Another machine's node, first seen 50 s after its create and preempted at 70 s: billed, as Google does."""
     ledger = Ledger(tmp_path / "ledger.sqlite")
     fleet = Fleet(TpuApi(P), _settings(tmp_path), ledger)
-    fleet.observe(_sighted(NodeState.READY), at=at(50))
-    fleet.observe(_sighted(NodeState.PREEMPTED), at=at(70))
+    fleet.billing.observe(_sighted(NodeState.READY), at=at(50))
+    fleet.billing.observe(_sighted(NodeState.PREEMPTED), at=at(70))
     [node] = ledger.histories(P)
     assert node.node.created_at == T0
     assert not node_cost(node, catalog, now=at(999)).free

@@ -28,8 +28,8 @@ from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import AgentStatus, ExitClass, Phase
-from tpuops.sim.engine import Agents
 from tpuops.sim.model import AgentModel, Segments
+from tpuops.sim.world import Agents
 from tpuops.store.local import LocalStore
 
 pytestmark = pytest.mark.unit
@@ -113,10 +113,10 @@ def _node(state: NodeState) -> NodeInfo:
 def test_the_self_delete_is_kept_within_the_sightings(tmp_path: Path, said: float | None, dated: float) -> None:
     fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"),
                   self_deletes=lambda run_id: None if said is None else at(said))
-    fleet.observe(_node(NodeState.READY), at=at(0))
-    fleet.observe(_node(NodeState.READY), at=at(300))
-    fleet.observe(_node(NodeState.DELETING), at=at(600))
-    assert [(t.state, t.at) for t in fleet.ledger.transitions(P, ZONE, "n")] == [
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    fleet.billing.observe(_node(NodeState.DELETING), at=at(600))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
         ("READY", at(0)), ("DELETING", at(dated))]
 
 
@@ -142,10 +142,10 @@ def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> Non
     store = LocalStore(tmp_path / "store", durable=False)
     fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
     Controller(settings, store, fleet, holder="test")
-    assert fleet.self_deletes is not None and fleet.self_deletes(RUN) is None
+    assert fleet.billing.self_deletes is not None and fleet.billing.self_deletes(RUN) is None
     runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=ExitClass.SUCCEEDED,
                                               ended=at(42).isoformat()))
-    assert fleet.self_deletes(RUN) == at(42)
+    assert fleet.billing.self_deletes(RUN) == at(42)
 
 
 def _vanished(tmp_path: Path, ended: datetime | None) -> Settings:

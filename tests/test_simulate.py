@@ -197,7 +197,7 @@ def test_a_simulation_cut_short_bills_its_runs_ready_nodes_as_the_ledger_does(tm
     sim.declare([_record(settings, "job-0")])
     report = sim.run(max_hours=24, max_run_passes=12)  # an 8-h job stopped after an hour, its node READY
     [run] = report.runs
-    assert (report.stopped_by, run.outcome, sim.cloud.billing) == ("work", "unfinished", [])
+    assert (report.stopped_by, run.outcome, sim.world.billing) == ("work", "unfinished", [])
     assert run.usd > 0 and run.usd == pytest.approx(run.ledger_usd, rel=0.05)
 
 
@@ -270,9 +270,9 @@ def test_every_preemption_is_recovered_by_the_real_controller(tmp_path: Path) ->
     sim, report = _simulate(tmp_path, CloudModel(spot_hazard_per_hour=0.6), count=2)
     assert report.ended and report.passes > 8 * 12  # eight hours of 5-minute passes at least
     for result in report.runs:
-        preempted = [b for b in sim.cloud.billing if b.run_id == result.run_id and b.reason == "preempted"]
+        preempted = [b for b in sim.world.billing if b.run_id == result.run_id and b.reason == "preempted"]
         assert result.outcome == "succeeded" and result.preemptions == len(preempted) > 0
-        agent = sim.agents.by_run[result.run_id]
+        agent = sim.world.agents.by_run[result.run_id]
         assert agent.checkpoint == SHIFT_JOB.total_steps and agent.attempts == len(preempted) + 1
         assert 8 < result.hours_to_result < 8 * 1.3
         assert result.usd == pytest.approx(result.ledger_usd, rel=0.02)  # the ledger dates it as the cloud bills
@@ -544,13 +544,13 @@ def test_under_a_tight_deadline_the_real_controller_moves_the_run_to_on_demand_a
     memory = runs.load_memory(sim.store, "job-0")[0]
     moves = [e for e in memory.events if e["kind"] == "capacity"]
     assert moves and "to on-demand" in moves[0]["message"]
-    assert {b.capacity for b in sim.cloud.billing} >= {"on-demand"}
+    assert {b.capacity for b in sim.world.billing} >= {"on-demand"}
 
 
 @pytest.mark.unit
 def test_the_fallback_goes_on_demand_at_the_first_preemption(tmp_path: Path) -> None:
     sim, report = _one(tmp_path, CloudModel(spot_hazard_per_hour=2.0), CapacityPolicy.FALLBACK, None)
-    capacities = [b.capacity for b in sorted(sim.cloud.billing, key=lambda b: b.start)]
+    capacities = [b.capacity for b in sorted(sim.world.billing, key=lambda b: b.start)]
     assert report.runs[0].outcome == "succeeded" and capacities[0] == "spot" and capacities[-1] == "on-demand"
     assert "spot" not in capacities[capacities.index("on-demand"):]
 

@@ -63,7 +63,7 @@ def test_a_sweep_whose_sampler_raises_is_that_sweeps_error_and_the_pass_goes_on(
     # The good sweep's trials got their nodes in this same pass: the runs were reconciled after the failure.
     assert sorted((run_id, str(kind)) for run_id, kind, _ in passed.acted) == [
         ("good-t0000", "create"), ("good-t0001", "create")]
-    assert sum(world.cloud.creates.values()) == 2
+    assert sum(world.world.creates.values()) == 2
     after, _ = sweep_ops.load_state(world.store, "bad")
     assert after == before and "bad" in sweep_ops.active_sweeps(world.store)  # left as it was for the next pass
     assert not [r for r in runs.active_run_ids(world.store) if r.startswith("bad-")]
@@ -81,7 +81,7 @@ def test_ctrl_c_in_a_sampler_ends_the_pass(world: Simulation, monkeypatch: pytes
 
 def _pass(world: Simulation, now: float) -> PassReport:
     """One controller pass at ``now``, the simulated cloud's clock moved there first."""
-    world.clock.advance_to(now)
+    world.world.clock.advance_to(now)
     return world.controller.run_pass(now=now)
 
 
@@ -111,4 +111,4 @@ def test_a_store_that_cannot_list_the_sweeps_fails_no_run_and_the_next_pass_goes
     assert not again.sweeps["unlisted"] and sorted(again.sweeps["advanced"]) == ["bad", "good"]
     assert sorted(again.sweeps["told"]) == trials and not again.sweeps["launched"]  # each told once, none asked again
     assert again.sweeps["ended"] == {"bad": "completed", "good": "completed"}
-    assert sorted(runs.all_run_ids(world.store)) == trials and not world.cloud.list_nodes("us-central1-a")
+    assert sorted(runs.all_run_ids(world.store)) == trials and not world.world.provider.list_nodes("us-central1-a")

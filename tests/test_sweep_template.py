@@ -3,7 +3,8 @@
 Editing ``tpuops.toml`` mid-sweep (zones, labels, service account, accelerator, project, run-time
 limit) changes no later trial's node request: each trial's node is exactly the one the config of
 ``sweep start`` plans for that trial's name. A ``sweep.json`` from before the template froze the
-project and store root still gives the same trials.
+project and store root is upgraded once (by ``sweep repair`` or the next pass) and then gives the
+same trials.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from tpuops import runs
+from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
+from tpuops.core.errors import DamagedDocument
 from tpuops.data.samples import digits
 from tpuops.launch.bundle import job_argv
 from tpuops.launch.provision import plan_up
 from tpuops.runs import NodeSpec
 from tpuops.store import LocalStore
 from tpuops.store.lease import Leases
+from tpuops.sweeps import ops
 from tpuops.sweeps.advance import SweepPass
 from tpuops.sweeps.models import SweepRecord
 from tpuops.sweeps.start import plan_sweep, start_sweep
@@ -136,10 +139,38 @@ def test_trial_zero_of_the_template_is_the_planned_run_and_an_old_sweep_json_giv
     trial = template.for_trial(7, {"learning_rate": 0.02})
     assert (trial.record.run_id, trial.spec.run_id, trial.record.node.name) == ("frozen-t0007",) * 3
     assert trial.spec.hparams == {**plan.job.spec.hparams, "learning_rate": 0.02}
-    current = json.loads(plan.record().to_bytes())
-    old = {**current, "template": {k: current["template"][k] for k in ("record", "spec")}}
-    assert SweepRecord.model_validate(old).template.for_trial(7, {"learning_rate": 0.02}).record.node == \
+    store.write_bytes(ops.record_key("frozen"), _older_format(plan.record()))
+    assert ops.upgrade_sweep(store, "frozen", project=settings.project, store_root=settings.store_root)
+    assert ops.read_sweep(store, "frozen").template.for_trial(7, {"learning_rate": 0.02}).record.node == \
         trial.record.node
+
+
+def _older_format(record: SweepRecord) -> bytes:
+    """``record`` as a sweep.json written before the template froze project and store root."""
+    current = json.loads(record.to_bytes())
+    return json.dumps({**current, "template": {k: current["template"][k] for k in ("record", "spec")}}).encode()
+
+
+def test_a_sweep_json_of_the_older_format_is_upgraded_by_repair_and_by_the_next_pass(work: Work) -> None:
+    settings = work.settings(BEFORE)
+    store = LocalStore(Path(settings.store_root))
+    plan = plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", store, base_dir=work.root)
+    start_sweep(plan, store, lambda _: None)
+    older = _older_format(plan.record())
+    store.write_bytes(ops.record_key("frozen"), older)
+    said = api.sweep_repair(settings, "frozen", dry_run=True)
+    assert list(said["damaged"]) == [ops.OLDER] and "older tpuops" in said["damaged"][ops.OLDER]
+    assert said["repairable"] and said["done"] == [] and store.read_bytes(ops.record_key("frozen")) == older
+    repaired = api.sweep_repair(settings, "frozen")
+    assert repaired["done"] == [f"sweep.json upgraded: its trial template holds project before-project and store "
+                                f"root {settings.store_root}"] and repaired["repairable"]
+    assert ops.diagnose_sweep(store, "frozen") == {}
+    assert store.read_bytes(ops.record_key("frozen") + ops.OLDER_SUFFIX) == older
+    assert ops.read_sweep(store, "frozen").template == plan.template
+    store.write_bytes(ops.record_key("frozen"), older)  # an older sweep that nobody repaired: the pass upgrades it
+    _pass(settings, store)
+    assert ops.read_sweep(store, "frozen").template == plan.template
+    assert runs.read_record(store, trial_run_id("frozen", 1)).node == plan.template.for_trial(1, {}).record.node
 
 
 @pytest.mark.parametrize("record", [
@@ -149,14 +180,19 @@ def test_trial_zero_of_the_template_is_the_planned_run_and_an_old_sweep_json_giv
     {"node": {"metadata": {"startup-script": "x\nTPUOPS_CONTEXT_LINE'{\"store_root\": \"/s\"}'\n"}}},
     {"node": {"metadata": {"startup-script": "x\nTPUOPS_CONTEXT_LINE'not json'\n"}}},
 ])
-def test_a_damaged_old_sweep_json_is_refused_naming_the_missing_field(record: object) -> None:
+def test_a_damaged_old_sweep_json_is_refused_naming_the_missing_field(record: object, tmp_path: Path) -> None:
     from pydantic import ValidationError
 
     from tpuops.core.naming import MetadataKey
-    from tpuops.sweeps.models import _CONTEXT_LINE
-
-    text = json.dumps(record).replace("TPUOPS_CONTEXT_LINE", _CONTEXT_LINE.replace('"', '\\"'))
+    text = json.dumps(record).replace("TPUOPS_CONTEXT_LINE", "CONTEXT_JSON=")
     record = json.loads(text.replace("startup-script", MetadataKey.STARTUP_SCRIPT.value))
+    document = {"spec": {}, "projected_usd": 1.0, "template": {"record": record, "spec": {}}}
     with pytest.raises(ValidationError) as refused:
-        SweepRecord.model_validate({"spec": {}, "projected_usd": 1.0, "template": {"record": record, "spec": {}}})
+        SweepRecord.model_validate(document)
     assert ("template", "project") in [error["loc"] for error in refused.value.errors()]
+    store = LocalStore(tmp_path)  # nor does an upgrade make it a sweep's: it stays as it was, damaged
+    store.write_bytes(ops.record_key("old"), json.dumps(document).encode())
+    with pytest.raises(DamagedDocument):
+        ops.upgrade_sweep(store, "old", project="p", store_root="/s")
+    assert store.read_bytes(ops.record_key("old")) == json.dumps(document).encode()
+    assert not store.exists(ops.record_key("old") + ops.OLDER_SUFFIX)

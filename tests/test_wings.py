@@ -24,7 +24,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "core": ("tpuops.core", "tpuops.agent.exits", "tpuops.agent.wake"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
-               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.fleet", "tpuops.agent"),
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "data": ("tpuops.data", "tpuops.core", "tpuops.store"),
     "agent": ("tpuops.agent",),
@@ -90,3 +90,34 @@ def test_the_cli_and_the_dashboard_stand_beside_each_other() -> None:
 def test_at_most_a_dozen_modules_stand_loose_in_tpuops() -> None:
     loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} modules loose in tpuops/ (group them into a wing): {loose}"
+
+
+def _tree(relative: str) -> ast.Module:
+    return ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
+
+
+def test_only_the_simulators_world_holds_the_simulated_cloud() -> None:
+    """The simulator reaches its world through one object (``tpuops.sim.world.SimWorld``); the controller, the
+    Fleet and the simulation loop see the node-provider protocol only."""
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+           for path in sorted(PACKAGE.rglob("*.py"))
+           if path.parent.name != "providers" and path.relative_to(PACKAGE).as_posix() != "sim/world.py"
+           for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+           if isinstance(node, ast.ImportFrom) and node.module == "tpuops.providers.simulated"
+           and any(alias.name == "SimulatedCloud" for alias in node.names)]
+    assert not bad, "only tpuops/sim/world.py may build the simulated cloud:\n" + "\n".join(bad)
+
+
+def test_the_node_engine_leaves_the_ledger_to_its_billing_observer() -> None:
+    """``fleet.py`` acts; ``billing/observer.py`` dates. The engine never touches a ledger itself, and the
+    controller writes nothing into the Fleet it is handed."""
+    engine = [node.lineno for node in ast.walk(_tree("fleet.py"))
+              if isinstance(node, ast.Attribute) and node.attr == "ledger"]
+    assert not engine, f"tpuops/fleet.py reaches a ledger at lines {engine}: report to self.billing instead"
+    written = [node.lineno for path in sorted((PACKAGE / "controller").glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Assign | ast.AugAssign)
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+               if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+               and target.value.id == "fleet"]
+    assert not written, f"the controller writes into its Fleet at lines {written}: pass collaborators in"

@@ -1,11 +1,13 @@
 """The Fleet: the one node engine over a node provider, and the only holder of one.
 
 It creates, adopts, observes and deletes TPU VMs for ``up``, ``down``, ``status``, the reconcile
-controller and the sweeps' endgame, through a ``NodeProvider`` (``tpuops.providers``), and dates
-in the ledger when each node started and stopped costing. Nobody else calls a provider.
+controller and the sweeps' endgame, through a ``NodeProvider`` (``tpuops.providers``). Nobody
+else calls a provider. What it sees and does it reports to its billing observer
+(``tpuops.billing.observer.BillingObserver``, ``Fleet.billing``), which dates in the ledger when
+each node started and stopped costing: the engine acts, the observer dates.
 
 Invariants:
-- Validation happens in ``plan_up`` (``tpuops.launch.provision``) before any API call.
+- Validation happens in the node-request builder (``tpuops.launch.provision``) before any API call.
 - ``up`` is idempotent: an existing node of ours with the same spec is adopted (waited
   for, started, or replaced when preempted), never duplicated, whichever configured zone it
   is in. A failed or interrupted ``up`` deletes what it created: no orphan.
@@ -17,7 +19,7 @@ Invariants:
 - Every node we create is recorded in the ledger before we wait on it, so a killed
   process leaves a record; every observed state is appended there, and every delete (a
   promotion's too) is dated there at the start of the provider's delete operation; a node that
-  deleted itself, at the self-delete its run's status dates, within the sightings (``_ended_at``).
+  deleted itself, at the self-delete its run's status dates, within the sightings (the observer's).
 """
 
 from __future__ import annotations
@@ -27,56 +29,36 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import NamedTuple, cast
+from typing import Protocol, cast
 
-from tpuops.billing.ledger import Ledger, NodeRecord, Sighting
+from tpuops.billing.ledger import Ledger
+from tpuops.billing.observer import BillingObserver, SelfDeletes
 from tpuops.config import Settings
-from tpuops.core import naming
-from tpuops.core.clock import UTC, Clock, system_clock, utc_now
+from tpuops.core.clock import Clock, system_clock, utc_now
 from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.core.kinds import ValueEnum
-from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
 Progress = Callable[[str], None]
-SelfDeletes = Callable[[str], datetime | None]
-"""When the node of a run (by id) asked for its own delete, as the run says (``runs.self_deleted_at``); None: not."""
 Listing = dict[str, dict[str, NodeInfo]]
 """Nodes by zone, then by name, as one pass of ListNodes saw them."""
-
-
-class _Sighted(NamedTuple):
-    """The last sighting of a node: which incarnation, in which state, when, and how long after the one before."""
-
-    uid: str
-    state: NodeState | None
-    at: datetime
-    gap: timedelta | None = None
-
-
-_PACES = 1
-"""How many former gaps between sightings a change may be dated before its sighting (``_changed_at``)."""
-
-_NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
 
 def _quiet(_: str) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class UpPlan:
-    """A validated node request, the zones to try in order, and its startup script."""
-
-    request: NodeRequest
-    zones: list[str]
+class Planned(Protocol):
+    """What ``up`` makes real: a validated node request and the zones to try in order. The one builder of them is
+    ``tpuops.launch.provision`` (``UpPlan``), which stands below the engine's callers, not below the engine."""
 
     @property
-    def startup_script(self) -> str:
-        return self.request.metadata[MetadataKey.STARTUP_SCRIPT.value]
+    def request(self) -> NodeRequest: ...
+
+    @property
+    def zones(self) -> list[str]: ...
 
 
 @dataclass
@@ -103,185 +85,18 @@ class DownResult:
 
 
 class Fleet:
-    """Drives the nodes of one configured project through its provider, dating their cost in the ledger."""
+    """Drives the nodes of one configured project through its provider; its ``billing`` dates their cost."""
 
     def __init__(self, provider: NodeProvider, settings: Settings, ledger: Ledger,
                  progress: Progress = _quiet, *, clock: Clock = system_clock,
                  self_deletes: SelfDeletes | None = None) -> None:
         self.provider = provider
-        self.self_deletes = self_deletes
-        """Where a node that deleted itself says when (``_ended_at``); the controller gives it its store's."""
         self.clock = clock
-        """What dates the ledger's transitions: wall time, or a simulation's virtual clock (``tpuops.core.clock``)."""
         self.settings = settings
-        self.ledger = ledger
         self.progress = progress
-        self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
-        self._creating: dict[tuple[str, str], str] = {}  # by (zone, name): our create operation's name, until READY
-
-    # -- observation -------------------------------------------------------------------------
-
-    def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
-        """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
-
-        A node seen again in the state this engine last recorded for it is skipped: the ledger
-        keeps transitions only, so a listing of unchanged nodes costs no ledger work. A change
-        is stamped at the time it most likely happened (``_ready_at``, ``_changed_at``), not when
-        it was seen. ``asked``: when the call that saw them went out. What an answer shows held
-        at some moment between the call and its arrival, so a change first seen happened before
-        ``at``, and one not yet seen happened after ``asked``, which is what the sighting keeps
-        for the next change: kept as ``at``, a slow answer (a loaded machine, a slow API) made
-        READY start up to its latency late.
-        """
-        now = at or utc_now(self.clock)
-        stamp = min(asked, now) if asked is not None else now
-        last = self._last_seen
-        fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
-        if fresh:
-            sightings = [
-                Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
-                         capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
-                         run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         created_at=n.create_time, at=self._at(n, now, stamp))
-                for n in fresh]
-            self.ledger.observe_nodes(sightings)
-        for n in nodes:
-            if n.managed:
-                before = last.get((n.zone, n.name))
-                last[(n.zone, n.name)] = _Sighted(n.uid, n.state, stamp, None if before is None else stamp - before.at)
-
-    def _at(self, node: NodeInfo, seen: datetime, first: datetime) -> datetime:
-        """When the state a node is first seen in at ``seen`` began (``first``: when the call that saw it went out)."""
-        if node.state is NodeState.READY:
-            return self._ready_at(node, seen)
-        if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
-            self._ready_unseen(node.zone, node.name, seen)
-        if node.state is NodeState.DELETING:
-            return self._ended_at(node.zone, node.name, node.labels.get(naming.RUN_KEY), node.create_time, seen, first,
-                                  uid=node.uid or None)
-        return self._changed_at(node.zone, node.name, seen, first=first)
-
-    def _ended_at(self, zone: str, name: str, run_id: str | None, created: datetime | None, seen: datetime,
-                  first: datetime | None = None, *, uid: str | None = None) -> datetime:
-        """When a node first seen DELETING or gone at ``seen`` stopped costing: its self-delete, else ``_changed_at``.
-
-        A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
-        that delete starts. Jobs of one length end at one phase of the controller's pace, so the
-        middle of the gap is not off as often early as late there: a 1,000-trial sweep ended them
-        ~58 s early on average, 1.3 % of its spend under billing truth. The run's status dates the
-        self-delete (``self_deletes``): when it is of this incarnation (not before its create), the
-        end is dated there, kept within the gap between the last sighting of the node as it was and
-        this one (a clock that is off, or a kept node deleted later, cannot move it out). A process
-        that never saw the node before (``status``, ``down``, the dashboard) keeps it after the last
-        transition the ledger holds of the incarnation (``uid``) instead: the node was in that state
-        from then on, so it cannot have ended before.
-        """
-        guess = self._changed_at(zone, name, seen, first)
-        if run_id is None or self.self_deletes is None:
-            return guess
-        last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else self._last_change(zone, name, uid)
-        if since is None or since >= seen:
-            return guess
-        asked = self.self_deletes(run_id)
-        if asked is None or (created is not None and asked < created):
-            return guess
-        return min(max(asked, since), seen)
-
-    def _last_change(self, zone: str, name: str, uid: str | None) -> datetime | None:
-        """When the ledger's last transition of the incarnation happened; None when it holds none."""
-        changes = self.ledger.transitions(self.settings.project, zone, name, uid=uid)
-        return changes[-1].at if changes else None
-
-    def _changed_at(self, zone: str, name: str, seen: datetime, first: datetime | None = None) -> datetime:
-        """When a change first seen at ``seen`` most likely happened: within the gap since the last sighting.
-
-        Cloud TPU bills a node while it is READY, but a node carries no time of its last state
-        change, and nothing in the API dates a preemption or a delete made from inside the VM:
-        all we know is that the change happened after the last sighting of the node as it was
-        (or after we asked for it, ``create``) and before this one. Dated at the sighting, it is
-        always late: READY time then ended one pass late after each preemption, and the ledger
-        billed 2.5-3.8 % more than Cloud TPU under churn. So it is dated in the middle of the
-        gap, but no further back than ``_PACES`` former look (the gap between the two
-        sightings before). For an observer that looks at a steady pace (the controller's
-        passes) that is the middle, off by at most half a pass and as often early as late; a
-        gap longer than twice the pace before it may mean that nobody was looking (``up``, then
-        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did,
-        so the date stays within one pace of the sighting, on the safe side. With no earlier
-        sighting (a new process), the sighting's time it is (``first``: when the call that saw it went out).
-        """
-        last = self._last_seen.get((zone, name))
-        if last is None:
-            return first or seen
-        if last.at >= seen:
-            return seen
-        back = (seen - last.at) / 2
-        return seen - (back if last.gap is None else min(back, _PACES * last.gap))
-
-    def _ready_at(self, node: NodeInfo, seen: datetime) -> datetime:
-        """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
-
-        A create operation is done when its node is READY, and says when (its endTime): one
-        GetOperation, once per node this engine created or was told of (``expect``), dates the
-        start of billing exactly.
-        """
-        return self._created_ready(node.zone, node.name, seen) or self._changed_at(node.zone, node.name, seen)
-
-    def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
-        """When the node this engine asked for (or was told of, ``expect``) and never saw READY became READY, as its
-        create operation's end says (one GetOperation, once); None: nothing to ask, or the create did not succeed.
-
-        It is kept within the gap since the last sighting (for a node this engine never saw, since the operation
-        started) and ``seen``, as a clock that is off cannot move it out.
-        """
-        operation = self._creating.pop((zone, name), None)
-        if operation is None:
-            return None
-        try:
-            done = self.provider.operation(zone, operation)
-        except TpuopsError:
-            return None
-        last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else done.started
-        if done.ended is None or done.error is not None or since is None:
-            return None
-        return min(max(done.ended, since), seen)
-
-    def _ready_unseen(self, zone: str, name: str, seen: datetime) -> None:
-        """A node found gone or deleted at ``seen`` that this engine created but never saw READY lived between two
-        looks (created, trained and deleted itself between two passes): its create operation dates its READY,
-        which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
-        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when."""
-        ready = self._created_ready(zone, name, seen)
-        if ready is None:
-            return
-        with contextlib.suppress(NotFound):
-            self.ledger.observe(self.settings.project, zone, name, NodeState.READY, ready)
-        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
-
-    def expect(self, zone: str, name: str, operation: str) -> None:
-        """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
-
-        Without it a node that this engine first sees READY is dated at that sighting, up to a
-        pass late. A node this engine created or has seen already is left as it is.
-        """
-        if (zone, name) not in self._last_seen:
-            self._creating.setdefault((zone, name), operation)
-
-    def _gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
-        """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
-        went (``_ended_at``: a node that deleted itself, where its run says). Its open incarnation is read only
-        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node this engine
-        created and never saw READY is first given its READY (``_ready_unseen``), so that what it billed is known."""
-        self._ready_unseen(zone, name, at or utc_now(self.clock))
-        if at is None and record is None and self.self_deletes is not None:
-            record = next(iter(self.ledger.nodes(self.settings.project, zone, name=name, open_only=True)), None)
-        stamp = at or self._ended_at(zone, name, record.run_id if record else None,
-                                     record.created_at if record else None, utc_now(self.clock),
-                                     uid=record.uid if record else None)
-        self._last_seen.pop((zone, name), None)
-        self._creating.pop((zone, name), None)
-        self.ledger.mark_deleted(self.settings.project, zone, name, at=stamp)
+        self.billing = BillingObserver(ledger, settings.project, self.operation, clock=clock, self_deletes=self_deletes)
+        """What this engine sees and does, dated into the ledger (``tpuops.billing.observer``): READY, ends,
+        self-deletes (``self_deletes``: where a node that deleted itself says when)."""
 
     def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None,
                timeout_s: float | None = None, closely: bool = False) -> bool:
@@ -297,19 +112,16 @@ class Fleet:
         operation = self.provider.delete_node(zone, name)
         answered = utc_now(self.clock)
         if operation is None:
-            self._gone(zone, name)
+            self.billing.gone(zone, name)
             return False
-        self._ready_unseen(zone, name, asked)
-        with contextlib.suppress(NotFound):
-            self.ledger.observe(self.settings.project, zone, name, NodeState.DELETING,
-                                min(max(operation.started or answered, asked), answered))
+        self.billing.deleting(zone, name, operation, asked, answered)
         if not wait:
             return True
         ended = None
         with contextlib.suppress(NotFound):
             ended = wait_for(self.provider, operation, timeout_s=timeout_s or self.settings.operation_timeout_s,
                          on_poll=on_poll, closely=closely).ended
-        self._gone(zone, name, ended)
+        self.billing.gone(zone, name, ended)
         return True
 
     def find(self, zone: str, name: str) -> NodeInfo | None:
@@ -317,7 +129,7 @@ class Fleet:
         asked = utc_now(self.clock)
         node = self.provider.find_node(zone, name)
         if node is not None:
-            self.observe(node, asked=asked)
+            self.billing.observe(node, asked=asked)
         return node
 
     def operation(self, zone: str, name: str) -> Operation:
@@ -340,19 +152,14 @@ class Fleet:
 
     def zones_in_view(self) -> list[str]:
         """Configured zones plus any zone where the ledger says one of our nodes may live."""
-        zones = list(self.settings.zones)
-        for record in self.ledger.nodes(self.settings.project, open_only=True):
-            if record.zone not in zones:
-                zones.append(record.zone)
-        return zones
+        return list(dict.fromkeys([*self.settings.zones, *self.billing.zones_of_open_nodes()]))
 
     def list_zones(self, zones: Iterable[str], on_listed: Callable[[str, dict[str, NodeInfo]], None] | None = None,
                    ) -> tuple[Listing, dict[str, TpuopsError]]:
         """One ListNodes per zone and page, zones in parallel: the nodes by zone and name, and the zones that failed.
 
-        What was seen goes to the ledger, and the open ledger intervals of nodes that a listed
-        zone no longer shows are closed: they stopped costing (their dead-man's switch, a
-        preemption that made them vanish). A zone whose listing failed is no evidence either way.
+        What was seen goes to the billing observer (``BillingObserver.listed``), which also closes what a listed
+        zone no longer shows. A zone whose listing failed is no evidence either way.
         Each zone is taken in as soon as its listing is in, and then handed to ``on_listed`` (in the
         caller's thread), while the others may still be retrying: what can be done in one zone
         (deleting a finished run's node) never waits for another zone's failing API.
@@ -371,10 +178,7 @@ class Fleet:
                     failed[zone] = err
                     continue
                 nodes = listed[zone] = {n.name: n for n in found}
-                self.observe(*nodes.values(), asked=asked)
-                for record in self.ledger.nodes(self.settings.project, zone, open_only=True):
-                    if record.name not in nodes:
-                        self._gone(zone, record.name, record=record)
+                self.billing.listed(zone, nodes, asked)
                 if on_listed is not None:
                     on_listed(zone, nodes)
         return ({zone: listed[zone] for zone in zones if zone in listed},
@@ -398,7 +202,7 @@ class Fleet:
 
     # -- up ------------------------------------------------------------------------------------
 
-    def up(self, plan: UpPlan, *, wait: bool = True) -> UpResult:
+    def up(self, plan: Planned, *, wait: bool = True) -> UpResult:
         """Make the planned node exist (READY unless ``wait`` is False); adopt, never duplicate."""
         request = plan.request
         for existing in self.locate(request.name, plan.zones):
@@ -425,7 +229,7 @@ class Fleet:
             f"no capacity for {request.accelerator} ({request.capacity.value}) in any configured zone "
             f"({', '.join(stockouts)}); try again later, add zones to tpuops.toml or use another accelerator")
 
-    def up_queued(self, plan: UpPlan, *, valid_for_s: float | None, wait: bool = True) -> UpResult:
+    def up_queued(self, plan: Planned, *, valid_for_s: float | None, wait: bool = True) -> UpResult:
         """Ask for the node through a queued resource (named like the node) in the first zone.
 
         The request waits in the queue through a stockout instead of failing, until
@@ -450,7 +254,7 @@ class Fleet:
             self.progress(f"queueing {request.name} ({request.accelerator}, {request.capacity.value}) in {zone}")
             operation = queues.create_queued_resource(zone, request.name, request, valid_until_s=valid_for_s)
             self._await(zone, request.name, operation)
-            self._record(zone, request)
+            self.billing.recorded(zone, request)
         if not wait:
             return UpResult(node=self._placeholder(zone, request), adopted=queued is not None)
         deadline = time.monotonic() + self.settings.operation_timeout_s + (valid_for_s or 0)
@@ -497,11 +301,6 @@ class Fleet:
             return node
         return self._wait_state(node.zone, node.name, {NodeState.READY})
 
-    def _record(self, zone: str, request: NodeRequest) -> None:
-        self.ledger.record_node(self.settings.project, zone, request.name, request.accelerator,
-                                request.capacity.value, run_id=request.labels.get(naming.RUN_KEY),
-                                sweep_id=request.labels.get(naming.SWEEP_KEY), at=utc_now(self.clock))
-
     def create(self, zone: str, request: NodeRequest) -> Operation:
         """Ask for the node in ``zone`` and record it in the ledger at once; returns the operation.
 
@@ -511,9 +310,7 @@ class Fleet:
         """
         asked = utc_now(self.clock)
         operation = self.provider.create_node(zone, request)
-        self._record(zone, request)
-        self._last_seen[(zone, request.name)] = _Sighted("", None, asked)
-        self._creating[(zone, request.name)] = operation.name
+        self.billing.created(zone, request, operation.name, asked)
         return operation
 
     def _retrying(self, zone: str) -> Callable[[BaseException, float], None]:
@@ -543,7 +340,7 @@ class Fleet:
             self._cleanup(zone, request.name)
             raise
         node = self._get(zone, request.name)
-        self.observe(node)
+        self.billing.observe(node)
         return node
 
     def _await(self, zone: str, name: str, operation: Operation | None) -> None:
@@ -567,7 +364,7 @@ class Fleet:
         deadline = time.monotonic() + self.settings.operation_timeout_s
         while True:
             node = self._get(zone, name)
-            self.observe(node)
+            self.billing.observe(node)
             self.progress(f"{name} in {zone}: {node.state.value}")
             if node.state in wanted:
                 return node

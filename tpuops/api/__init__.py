@@ -92,8 +92,9 @@ if TYPE_CHECKING:
     from tpuops.controller.reconcile import Controller, PassReport
     from tpuops.controller.stop import Stopped
     from tpuops.data import UploadReport as UploadReport
-    from tpuops.fleet import DownResult, UpPlan, UpResult
+    from tpuops.fleet import DownResult, UpResult
     from tpuops.launch.jobs import JobPlan
+    from tpuops.launch.provision import UpPlan
     from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
     from tpuops.runs.goodput import Goodput as Goodput

@@ -138,7 +138,8 @@ def sweep_repair(settings: Settings, name: str, *, dry_run: bool = False) -> dic
     root = store(settings)
     damage = diagnose_sweep(root, name)
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    done = [] if dry_run or not damage else repair_sweep(root, name, damage, now)
+    done = [] if dry_run or not damage else repair_sweep(root, name, damage, now, project=settings.project,
+                                                             store_root=settings.store_root)
     return {"sweep": name, "damaged": damage, "done": done, "dry_run": dry_run, "repairable": RECORD not in damage}
 
 

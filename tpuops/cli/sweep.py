@@ -173,8 +173,9 @@ def repair(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what is damaged."),
     as_json: bool = JSON,
 ) -> None:
-    """Rebuild a damaged sweep's state.json from its active marker; a damaged sweep.json cannot be rebuilt, and the
-    sweep is taken off the passes' list (its trials go on as runs; exit 1)."""
+    """Rebuild a damaged sweep's state.json from its active marker, and upgrade a sweep.json of an older format with
+    tpuops.toml's project and store root; a damaged sweep.json cannot be rebuilt, and the sweep is taken off the
+    passes' list (its trials go on as runs; exit 1)."""
     from tpuops import api
 
     result = api.sweep_repair(load_settings(ctx), name, dry_run=dry_run)

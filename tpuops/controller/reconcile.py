@@ -205,9 +205,9 @@ class Controller:
         """The time every decision is taken at when a pass is not given one (``tpuops.core.clock``)."""
         self.store = store
         self.nodes = fleet
-        if fleet.self_deletes is None:  # the runs' statuses date the nodes that delete themselves
-            fleet.self_deletes = runs.self_deletes(lambda: store)
-        self.ledger = fleet.ledger
+        self.billing = fleet.billing
+        self.billing.date_self_deletes(runs.self_deletes(lambda: store))  # the runs' statuses date them
+        self.ledger = self.billing.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = _one_at_a_time(progress or (lambda _text: None))
         self._held: set[str] = set()
@@ -335,7 +335,7 @@ class Controller:
             zones.extend(z for z in (*state.record.zones, state.memory.zone) if z)
             pending = state.memory.pending_create
             if pending is not None and pending.operation and pending.error is None:
-                self.nodes.expect(pending.zone, state.record.node_name, pending.operation)
+                self.billing.expect(pending.zone, state.record.node_name, pending.operation)
         refreshed: set[str] = set()
         ended: list[tuple[str, str]] = []
         listed, failed = self.nodes.list_zones(

@@ -31,14 +31,12 @@ from tpuops.core.naming import MetadataKey
 from tpuops.core.notices import NotifyChoice
 from tpuops.data.inventory import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, StoredFeature, parse_manifest
-from tpuops.fleet import UpPlan
-from tpuops.launch.bundle import Bundle, build_bundle, job_argv
+from tpuops.launch.bundle import Bundle, build_bundle
 from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
-from tpuops.launch.provision import plan_up
+from tpuops.launch.provision import NodeBasis, UpPlan
 from tpuops.launch.usercode import check_experiment, may_compile
-from tpuops.providers import accelerators
-from tpuops.runs import ExitClass, NodeSpec, RunKind, RunRecord
+from tpuops.runs import ExitClass, RunKind, RunRecord
 from tpuops.store import Store, open_store
 
 RUN_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -213,7 +211,7 @@ def plan_train(
     experiment, run_id = _experiment_run(spec_path, run_id)
     deadline = _deadline(experiment)
     check_experiment(experiment, spec_path.resolve().parent)
-    acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
+    basis = _basis(settings, experiment, accelerator, capacity, keep=keep, sweep=sweep)
     base = base_dir or Path.cwd()
     train = _dataset(experiment.dataset.train, store, base)
     evaluation = _dataset(experiment.dataset.eval, store, base) if experiment.dataset.eval else None
@@ -231,9 +229,8 @@ def plan_train(
     dataset = DatasetSpec(features=features, label=label, train=train.patterns(store),
                           eval=evaluation.patterns(store) if evaluation else [],
                           shuffle_buffer=experiment.dataset.shuffle_buffer, cache=experiment.dataset.cache)
-    record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, acc.type,
-                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=budget_usd, sweep=sweep,
-                     deadline=deadline)
+    record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, basis, bundle, keep=keep,
+                     budget_usd=budget_usd, sweep=sweep, deadline=deadline)
     if learner is not None and (deadline or experiment.checkpoint.every == "auto"):
         record = record.model_copy(update={"inputs": learner(keys_of(record))})
     lost_rate = record.inputs.lost_work_per_hour.value if record.inputs else settings.lost_work_per_hour
@@ -249,9 +246,9 @@ def plan_train(
     else:
         assert experiment.batch is not None and experiment.steps is not None  # Experiment checks the mode
         if experiment.mode == "model":  # an input_fn makes its own batches from the records
-            _check_batch(experiment, experiment.batch, acc.replicas, train, spec_path)
+            _check_batch(experiment, experiment.batch, basis.replicas, train, spec_path)
         spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-            per_replica_batch_size=experiment.batch.per_replica_for(acc.replicas),
+            per_replica_batch_size=experiment.batch.per_replica_for(basis.replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
             **_schedule(experiment, lost_rate, auto_rate=True),
@@ -279,19 +276,23 @@ def check_notify(settings: Settings, choice: NotifyChoice | None, where: str) ->
                          f"(known: {known})")
 
 
+def _basis(settings: Settings, experiment: Experiment, accelerator: str | None, capacity: Capacity | None, *,
+           keep: bool, sweep: str | None = None) -> NodeBasis:
+    """What the run's node is built on (``NodeBasis.of_settings``: the flags, else the experiment, else the config)."""
+    return NodeBasis.of_settings(settings, accelerator=accelerator, capacity=capacity, experiment=experiment,
+                                 sweep_id=sweep, extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None)
+
+
 def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experiment: Experiment,
-            spec_path: Path, accelerator: str, capacity: Capacity | None, bundle: Bundle, *, keep: bool,
+            spec_path: Path, basis: NodeBasis, bundle: Bundle, *, keep: bool,
             budget_usd: float | None, sweep: str | None = None,
             deadline: dict[str, float] | None = None) -> RunRecord:
     """The run's record (``run.json``): its node request, frozen now from the current config, and its limits."""
     check_notify(settings, experiment.notify, str(spec_path))
-    up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity or settings.capacity, run_id=run_id,
-                 sweep_id=sweep, job=job_argv(store.uri, bundle.sha256, run_id, kind.value),
-                 extra_metadata={MetadataKey.KEEP_NODE.value: "true"} if keep else None,
-                 needs_agent_pins=kind is RunKind.INFER)
+    up = basis.run_node(run_id, kind, store_uri=store.uri, bundle_sha256=bundle.sha256)
     return RunRecord(
         **(deadline or {}),
-        run_id=run_id, kind=kind, node=NodeSpec.of(up.request, up.zones), experiment=experiment.name,
+        run_id=run_id, kind=kind, node=up.frozen(), experiment=experiment.name,
         spec_file=str(spec_path), bundle_sha256=bundle.sha256,
         created=datetime.now(UTC).isoformat(timespec="seconds"), keep=keep, budget_usd=budget_usd,
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
@@ -381,7 +382,7 @@ def plan_infer(
     experiment, run_id = _experiment_run(spec_path, run_id, "-infer")
     if experiment.program is not None:
         raise UsageError(f"{spec_path}: infer needs a model entry point; this experiment runs a script")
-    acc = accelerators.parse_accelerator(accelerator or experiment.accelerator or settings.accelerator)
+    basis = _basis(settings, experiment, accelerator, capacity, keep=keep)
     dataset = _dataset(inputs, store, base_dir or Path.cwd())
     features = _features(dataset.manifest, inputs)
     model = _model_uri(open_uri, store, checkpoint)
@@ -391,8 +392,8 @@ def plan_infer(
                      infer=InferSpec(input=dataset.patterns(store), model=model, output_prefix=output,
                                      num_shards=num_shards, batch_size=batch_size, latency=latency),
                      deterministic=deterministic)
-    record = _record(settings, store, run_id, RunKind.INFER, experiment, spec_path, acc.type,
-                     capacity or experiment.capacity, bundle, keep=keep, budget_usd=None)
+    record = _record(settings, store, run_id, RunKind.INFER, experiment, spec_path, basis, bundle, keep=keep,
+                     budget_usd=None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,
                             datasets=(dataset,)))
 

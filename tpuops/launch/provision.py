@@ -1,20 +1,143 @@
-"""Plan a node: validate everything a create needs and render its request, without calling anything.
+"""The one node-request builder: what a node is asked for, resolved once, rendered in one place.
 
-``plan_up`` is what ``up`` (and ``--dry-run``) and every run's declaration use; the ``Fleet``
-(``tpuops.fleet``, which defines ``UpPlan``, its input) makes the plan real. Invariant: a plan is
-validated before any API call, and its node metadata uses the keys of ``MetadataKey`` only.
+A node request is made of two parts. ``NodeBasis`` is what every node of one plan shares: the
+accelerator, runtime, capacity and zones, resolved here and nowhere else (a flag, else the
+experiment, else ``tpuops.toml``), the user's labels, the limits put into metadata, the service
+account, and the project and store root its startup script is rendered with. ``NodeBasis.node``
+adds what carries a node's name (the node and run labels, the startup script) and returns an
+``UpPlan``, which the ``Fleet`` (``tpuops.fleet``) makes real.
+
+A basis comes from the config of the moment (``NodeBasis.of_settings``: ``up``, every run's
+declaration) or from a request frozen earlier (``NodeBasis.of_frozen``: a sweep's later trials
+are built from trial 0's frozen node, so editing ``tpuops.toml`` mid-sweep changes none of them).
+Either way the request is built forward from typed values; a rendered script is never read back.
+
+Invariant: a plan is validated before any API call, and its node metadata uses the keys of
+``MetadataKey`` only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
 from tpuops.core import naming
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
-from tpuops.fleet import UpPlan
+from tpuops.launch.bundle import job_argv
 from tpuops.providers import accelerators
 from tpuops.providers.nodes import NodeRequest
 from tpuops.providers.registry import provider_class
+from tpuops.runs.models import NodeSpec, RunKind
+
+if TYPE_CHECKING:
+    from tpuops.launch.experiment import Experiment
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    """A validated node request, the zones to try in order, and its startup script."""
+
+    request: NodeRequest
+    zones: list[str]
+
+    @property
+    def startup_script(self) -> str:
+        return self.request.metadata[MetadataKey.STARTUP_SCRIPT.value]
+
+    def frozen(self) -> NodeSpec:
+        """The request as a run's record freezes it (with its zones): every recreate makes exactly this."""
+        return NodeSpec.of(self.request, self.zones)
+
+
+@dataclass(frozen=True)
+class NodeBasis:
+    """What every node of one plan shares (see the module docstring); ``node`` builds one of them."""
+
+    project: str
+    store_root: str
+    """The store root as the config named it, rendered into the startup script."""
+    accelerator: str
+    runtime: str
+    capacity: Capacity
+    zones: tuple[str, ...]
+    labels: Mapping[str, str]
+    """The node's labels but the run's: the user's, ``managed-by`` and the sweep's."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """The node's metadata but the startup script: the limits the config gave, ``keep``."""
+    service_account: str | None = None
+
+    @classmethod
+    def of_settings(cls, settings: Settings, *, accelerator: str | None = None, capacity: Capacity | None = None,
+                    experiment: Experiment | None = None, zone: str | None = None, runtime: str | None = None,
+                    sweep_id: str | None = None, extra_metadata: Mapping[str, str] | None = None) -> NodeBasis:
+        """The basis the config of the moment gives: the one place where accelerator and capacity are defaulted.
+
+        Each is the flag (``accelerator``, ``capacity``) if given, else the experiment's, else tpuops.toml's.
+
+        Raises:
+            UsageError: an accelerator, runtime, zone or label that cannot be asked for.
+        """
+        wanted_accelerator = experiment.accelerator if experiment is not None else None
+        wanted_capacity = experiment.capacity if experiment is not None else None
+        acc = accelerators.parse_accelerator(accelerator or wanted_accelerator or settings.accelerator)
+        rules = provider_class(settings.node_provider)
+        metadata: dict[str, str] = {}
+        if settings.max_run_hours:
+            metadata[MetadataKey.MAX_RUN_SECONDS.value] = str(int(settings.max_run_hours * 3600))
+        if settings.wake_job:
+            metadata[MetadataKey.WAKE_JOB.value] = settings.wake_job
+        metadata.update(extra_metadata or {})
+        return cls(project=settings.project, store_root=settings.store_root, accelerator=acc.type,
+                   runtime=accelerators.resolve_runtime_version(acc, runtime),
+                   capacity=capacity or wanted_capacity or settings.capacity,
+                   zones=tuple(rules.zones_for(acc.type, [rules.check_zone(zone)] if zone else list(settings.zones))),
+                   labels=naming.labels_for(sweep_id=sweep_id, user=settings.labels), metadata=metadata,
+                   service_account=settings.service_account)
+
+    @classmethod
+    def of_frozen(cls, node: NodeSpec, *, project: str, store_root: str) -> NodeBasis:
+        """The basis a frozen node was built on (``project`` and ``store_root``: those its script was rendered
+        with): ``of_frozen(n).node(n.name, ...)`` with the same run gives ``n`` back."""
+        return cls(project=project, store_root=store_root, accelerator=node.accelerator, runtime=node.runtime,
+                   capacity=node.capacity, zones=tuple(node.zones),
+                   labels={k: v for k, v in node.labels.items() if k != naming.RUN_KEY},
+                   metadata={k: v for k, v in node.metadata.items() if k != MetadataKey.STARTUP_SCRIPT.value},
+                   service_account=node.service_account)
+
+    @property
+    def replicas(self) -> int:
+        """How many TPU cores the accelerator has: a global batch is split over them."""
+        return accelerators.parse_accelerator(self.accelerator).replicas
+
+    def node(self, name: str, *, run_id: str | None = None, job: Sequence[str] | None = None,
+             needs_agent_pins: bool = False) -> UpPlan:
+        """The request of node ``name`` (its run ``run_id``, booting ``job``), validated, nothing called.
+
+        ``needs_agent_pins``: the job needs packages beyond TF 2.9 (``StartupContext.needs_agent_pins``).
+        """
+        from tpuops.launch.render import (  # jinja2: only a plan needs it (status does not)
+            StartupContext,
+            render_startup_script,
+        )
+
+        naming.check_node_name(name)
+        labels = dict(self.labels) if run_id is None else naming.check_labels({**self.labels, naming.RUN_KEY: run_id})
+        script = render_startup_script(StartupContext(
+            node_name=name, project=self.project, zone=self.zones[0], accelerator_type=self.accelerator,
+            run_id=run_id, store_root=self.store_root, job=job, labels=labels, needs_agent_pins=needs_agent_pins,
+        ))
+        request = NodeRequest(name=name, accelerator=self.accelerator, runtime=self.runtime, capacity=self.capacity,
+                              labels=labels, metadata={MetadataKey.STARTUP_SCRIPT.value: script, **self.metadata},
+                              service_account=self.service_account)
+        return UpPlan(request=request, zones=list(self.zones))
+
+    def run_node(self, run_id: str, kind: RunKind, *, store_uri: str, bundle_sha256: str) -> UpPlan:
+        """The node of a run: named for it, booting its job (``bundle.job_argv``) from its bundle in the store."""
+        return self.node(run_id, run_id=run_id, job=job_argv(store_uri, bundle_sha256, run_id, kind.value),
+                         needs_agent_pins=kind is RunKind.INFER)
 
 
 def plan_up(
@@ -31,31 +154,8 @@ def plan_up(
     extra_metadata: dict[str, str] | None = None,
     needs_agent_pins: bool = False,
 ) -> UpPlan:
-    """Validate everything a create needs, without calling anything; ``needs_agent_pins``: the job needs
-    packages beyond TF 2.9 (``StartupContext.needs_agent_pins``)."""
-    from tpuops.launch.render import (  # jinja2: only a plan needs it (status does not)
-        StartupContext,
-        render_startup_script,
-    )
-
+    """``up``'s node (and any one-off node) from the config of the moment: ``NodeBasis.of_settings`` and ``node``."""
     naming.check_node_name(name)
-    acc = accelerators.parse_accelerator(accelerator or settings.accelerator)
-    runtime_version = accelerators.resolve_runtime_version(acc, runtime)
-    labels = naming.labels_for(run_id=run_id, sweep_id=sweep_id, user=settings.labels)
-    rules = provider_class(settings.node_provider)
-    zones = rules.zones_for(acc.type, [rules.check_zone(zone)] if zone else list(settings.zones))
-    script = render_startup_script(StartupContext(
-        node_name=name, project=settings.project, zone=zones[0], accelerator_type=acc.type,
-        run_id=run_id, store_root=settings.store_root, job=job, labels=labels,
-        needs_agent_pins=needs_agent_pins,
-    ))
-    metadata = {MetadataKey.STARTUP_SCRIPT.value: script}
-    if settings.max_run_hours:
-        metadata[MetadataKey.MAX_RUN_SECONDS.value] = str(int(settings.max_run_hours * 3600))
-    if settings.wake_job:
-        metadata[MetadataKey.WAKE_JOB.value] = settings.wake_job
-    metadata.update(extra_metadata or {})
-    request = NodeRequest(name=name, accelerator=acc.type, runtime=runtime_version,
-                          capacity=capacity or settings.capacity, labels=labels, metadata=metadata,
-                          service_account=settings.service_account)
-    return UpPlan(request=request, zones=zones)
+    basis = NodeBasis.of_settings(settings, accelerator=accelerator, capacity=capacity, zone=zone, runtime=runtime,
+                                  sweep_id=sweep_id, extra_metadata=extra_metadata)
+    return basis.node(name, run_id=run_id, job=job, needs_agent_pins=needs_agent_pins)

@@ -63,7 +63,7 @@ def declare(store: Store, record: RunRecord, spec: dict[str, Any]) -> None:
     run_id = record.run_id
     put_once(store, layout.spec_key(run_id), (json.dumps(spec, indent=2) + "\n").encode())
     put_once(store, layout.record_key(run_id), (record.model_dump_json(indent=2) + "\n").encode())
-    store.write_bytes(layout.INDEX_RUNS + run_id, b"")
+    index_run(store, run_id)
     store.write_bytes(layout.INDEX_ACTIVE + run_id, b"")
 
 
@@ -452,6 +452,11 @@ def follow_logs(store: Store, run_id: str, *, follow: bool, poll_s: float, worke
 # -- the index -------------------------------------------------------------------------------------
 
 
+def index_run(store: Store, run_id: str) -> None:
+    """Put a declared run in the index of all runs (idempotent: ``declare`` does, and whoever finishes a declare)."""
+    store.write_bytes(layout.INDEX_RUNS + run_id, b"")
+
+
 def mark_active(store: Store, run_id: str) -> None:
     store.write_bytes(layout.INDEX_ACTIVE + run_id, b"")
 
@@ -496,7 +501,7 @@ def rebuild_index(store: Store) -> int:
            if obj.key.count("/") == 2 and obj.key.endswith("/" + layout.RECORD)]
 
     def index(run_id: str) -> bool:
-        store.write_bytes(layout.INDEX_RUNS + run_id, b"")
+        index_run(store, run_id)
         try:
             active = not load_memory(store, run_id)[0].finished
         except DamagedDocument:

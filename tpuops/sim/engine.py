@@ -1,7 +1,8 @@
 """The simulation loop: the real controller and sweep passes over the simulated cloud, in virtual time.
 
 One ``Simulation`` wires what production wires (a store, a ledger, a ``Fleet``, a ``Controller``)
-around a ``SimulatedCloud`` and one ``VirtualClock``, in a scratch directory. Each step moves the
+around one ``SimWorld`` (``tpuops.sim.world``: the simulated cloud and its agents on one virtual
+clock), in a scratch directory; the control plane sees only the world's node provider. Each step moves the
 clock to the next pass (every ``cron_s``, as ``tpuops schedule`` runs ``reconcile``, and, with a
 ``WakeUp``, when a preempted agent's wake marker would bring one sooner), applies what
 the cloud did meanwhile (boots, notices, preemptions, jobs that ended), lets every running agent
@@ -32,15 +33,15 @@ from tpuops.billing.ledger import Ledger
 from tpuops.billing.pricing import Catalog
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
-from tpuops.core.clock import UTC, VirtualClock
+from tpuops.core.clock import UTC
 from tpuops.core.notices import NotifySettings
 from tpuops.fleet import Fleet
 from tpuops.providers.cloud_model import CloudModel
-from tpuops.providers.simulated import Billed, SimulatedCloud
+from tpuops.providers.simulated import Billed
 from tpuops.runs import RunRecord
-from tpuops.sim.agent import SimulatedAgent, surface
 from tpuops.sim.model import AgentModel
-from tpuops.store import LocalStore, Store
+from tpuops.sim.world import SimWorld
+from tpuops.store import LocalStore
 
 START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
 """Where every simulation's clock starts."""
@@ -63,51 +64,6 @@ Say = Callable[[str], None]
 
 def _quiet(_text: str) -> None:
     return None
-
-
-class Agents:
-    """The workload of the simulated cloud: one ``SimulatedAgent`` per run, made when its first node boots.
-
-    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``).
-    """
-
-    def __init__(self, store: Store, model: AgentModel, seed: int) -> None:
-        self.store = store
-        self.model = model
-        self.seed = seed
-        self.by_run: dict[str, SimulatedAgent] = {}
-
-    def agent(self, run_id: str) -> SimulatedAgent:
-        if run_id not in self.by_run:
-            metrics = None
-            if self.model.eval_every_steps:
-                spec = runs.read_run_spec(self.store, run_id)
-                metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
-            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed)
-        return self.by_run[run_id]
-
-    def finish_time(self, run_id: str, ready_at: float) -> float | None:
-        return self.agent(run_id).finish_time(ready_at)
-
-    def final_s(self, run_id: str) -> float:
-        return self.agent(run_id).final_s
-
-    def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
-        return self.agent(run_id).stops_at(notice_at)
-
-    def started(self, run_id: str, at: float) -> None:
-        self.agent(run_id).started(at)
-
-    def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
-        self.agent(run_id).interrupted(notice_at, end_at)
-
-    def finished(self, run_id: str, at: float) -> None:
-        self.agent(run_id).finished(at)
-
-    def publish(self, at: float) -> None:
-        for agent in self.by_run.values():
-            if agent.running:
-                agent.publish(at)
 
 
 @dataclass(frozen=True)
@@ -247,14 +203,14 @@ class Simulation:
                                                     "lease_ttl_s": max(settings.lease_ttl_s, 3 * cron_s)})
         self.cron_s = cron_s
         self.progress = progress
-        self.clock = VirtualClock(START)
         self.store = LocalStore(workdir / "store", durable=False)  # scratch: nothing in it outlives the simulation
         self.ledger = Ledger(workdir / "ledger.sqlite")
-        self.agents = Agents(self.store, agent, seed)
-        self.cloud = SimulatedCloud(self.settings.project, cloud, clock=self.clock, seed=seed, workload=self.agents)
-        fleet = Fleet(self.cloud, self.settings, self.ledger, clock=self.clock)
+        self.world = SimWorld(self.settings.project, cloud, agent, self.store, start=START, seed=seed)
+        clock = self.world.clock
+        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock,
+                      self_deletes=runs.self_deletes(lambda: self.store))
         self.controller = Controller(self.settings, self.store, fleet, holder="simulator", status_refresh_s=0.0,
-                                     clock=self.clock)
+                                     clock=clock)
         self.catalog: Catalog = catalog_for(self.settings)
 
     def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:
@@ -287,9 +243,7 @@ class Simulation:
         passes: list[tuple[int, float]] = []  # (runs going, wall seconds) of every pass
         work = 0
         while True:
-            self.clock.advance_to(now)
-            self.cloud.catch_up()
-            self.agents.publish(now)
+            self.world.advance_to(now)
             before = time.perf_counter()
             passed = self.controller.run_pass(now=now)
             took = time.perf_counter() - before
@@ -325,9 +279,9 @@ class Simulation:
         peak = max(going for going, _ in passes)
         report.peak_pass_s = statistics.median(took for going, took in passes if going == peak)
         objects = self.store.list("")
-        report.footprint = Footprint(api_calls=sum(self.cloud.calls.values()),
-                                     peak_calls_per_minute=max(self.cloud.calls.values(), default=0),
-                                     peak_creates_per_minute=max(self.cloud.creates.values(), default=0),
+        report.footprint = Footprint(api_calls=sum(self.world.calls.values()),
+                                     peak_calls_per_minute=max(self.world.calls.values(), default=0),
+                                     peak_creates_per_minute=max(self.world.creates.values(), default=0),
                                      store_objects=len(objects),
                                      journal_bytes=sum(o.size for o in objects if "/journal/" in o.key))
         report.runs = self._results(now)
@@ -337,9 +291,9 @@ class Simulation:
     def _skip(self, now: float, passed: PassReport, quiet_skip_s: float) -> float:
         """How far the next pass is: one ``cron_s``, or past a quiet stretch (see ``run``)."""
         quiet = not (passed.acted or passed.finished or passed.errors or any(passed.sweeps.values()))
-        if not quiet or self.cloud.ready_nodes() < len(runs.active_run_ids(self.store)):
+        if not quiet or self.world.ready_nodes() < len(runs.active_run_ids(self.store)):
             return self.cron_s
-        upcoming = self.cloud.next_event()
+        upcoming = self.world.next_event()
         until = min(quiet_skip_s, (upcoming - now) if upcoming is not None else quiet_skip_s)
         return max(self.cron_s, math.ceil(until / self.cron_s) * self.cron_s)
 
@@ -351,10 +305,10 @@ class Simulation:
         30 s on Cloud TPU, keeps the grid, which then also stands for them)."""
         if self.wake is None:
             return next_cron
-        save_s = self.agents.model.segments.save_s
+        save_s = self.world.agents.model.segments.save_s
         woken: float | None = None
         hurrying = False
-        for notice, end in self.cloud.notices_ahead():
+        for notice, end in self.world.notices_ahead():
             at = self.wake.pass_at(notice, end, save_s)
             if at is None or at <= now:
                 continue
@@ -372,8 +326,7 @@ class Simulation:
             key = (history.node.zone, history.node.name)
             seen.setdefault(key, []).extend((i.start.timestamp(), i.end.timestamp())
                                             for i in ready_intervals(history.transitions, end))
-        self.cloud.catch_up()
-        billed = [b for b in (*self.cloud.billing, *self.cloud.open_intervals()) if b.billed_s(now) > 0]
+        billed = self.world.billed_intervals()
         return sum(1 for b in billed if not any(start < (b.end or now) and stop > b.start
                                                 for start, stop in seen.get((b.zone, b.name), ())))
 
@@ -381,12 +334,12 @@ class Simulation:
         return self.catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)
 
     def _results(self, now: float) -> list[RunResult]:
-        billed = self.cloud.billed(self._price)
+        billed = self.world.billed(self._price)
         end = datetime.fromtimestamp(now, UTC)
         results = []
         for run_id in runs.all_run_ids(self.store):
             memory, _ = runs.load_memory(self.store, run_id)
-            agent = self.agents.by_run.get(run_id)
+            agent = self.world.agents.by_run.get(run_id)
             finished = agent.finished_at if agent is not None else None
             results.append(RunResult(
                 run_id=run_id, outcome=str(memory.outcome or "unfinished"), preemptions=memory.preemptions,

@@ -224,6 +224,16 @@ class SweepPass:
                 raise
         return report
 
+    def _read_sweep(self, name: str) -> SweepRecord:
+        """The sweep's record; one of the older format is upgraded first with the config's project and store root
+        (``sweeps.ops.upgrade_sweep``), so that a sweep started by an older version goes on."""
+        try:
+            return sweep_ops.read_sweep(self.store, name)
+        except DamagedDocument:  # read again: damaged for good, it says so then
+            settings = self.settings
+            sweep_ops.upgrade_sweep(self.store, name, project=settings.project, store_root=settings.store_root)
+        return sweep_ops.read_sweep(self.store, name)
+
     def _advance(self, name: str, report: SweepPassReport, now: float) -> None:
         state, generation = sweep_ops.load_state(self.store, name)
         if state.finished and outbox.waiting(state.notices):  # over, its messages not all delivered yet
@@ -238,7 +248,7 @@ class SweepPass:
             report.skipped_leased.append(name)
             return
         self.held.add(lease_name(name))
-        sweep = sweep_ops.read_sweep(self.store, name)
+        sweep = self._read_sweep(name)
         spec = sweep.spec
         storage, journal = self.kept.open(spec, self.store, self.leases.tenure(lease_name(name)), self.environ)
         study = PassStudy(spec, storage, journal)

@@ -12,19 +12,13 @@ run's ``Memory`` (``memory.json``), a sweep's ``SweepState`` (``state.json``).
 from __future__ import annotations
 
 import json
-import shlex
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from tpuops.core.kinds import ValueEnum
-from tpuops.core.naming import MetadataKey
 from tpuops.core.notices import Notice
 from tpuops.sweeps.spec import SweepSpec
 from tpuops.sweeps.template import TrialTemplate
-
-_CONTEXT_LINE = "CONTEXT_JSON="
-"""The startup script's line holding the values it was rendered with (``templates/startup.sh.j2``)."""
 
 
 class SweepPhase(ValueEnum):
@@ -84,27 +78,6 @@ class SweepRecord(BaseModel):
     """One trial: the node's price per hour times the experiment's ``expected_hours``."""
     experiment: str | None = None
     created: str = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_before_the_template_froze_its_config(cls, data: Any) -> Any:
-        """A sweep.json written before ``project`` and ``store_root`` were frozen into the template: read them
-        from trial 0's startup script, which was rendered with them (``_CONTEXT_LINE``).
-
-        Anything else (a damaged file) is returned unchanged, so that validation names the missing field.
-        """
-        template = data.get("template") if isinstance(data, dict) else None
-        if not isinstance(template, dict) or "project" in template:
-            return data
-        try:
-            metadata = template.get("record", {}).get("node", {}).get("metadata", {})
-            script = metadata.get(MetadataKey.STARTUP_SCRIPT.value, "")
-            line = next(line for line in script.splitlines() if line.startswith(_CONTEXT_LINE))
-            context = json.loads(shlex.split(line[len(_CONTEXT_LINE):])[0])
-            frozen = {"project": context["project"], "store_root": context["store_root"]}
-        except (StopIteration, KeyError, AttributeError, IndexError, TypeError, ValueError):
-            return data
-        return {**data, "template": {**template, **frozen}}
 
     @property
     def name(self) -> str:

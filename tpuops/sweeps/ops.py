@@ -8,6 +8,7 @@
                                 reason, last pass; changed with compare-and-swap
     sweeps/<sweep>/journal/     the study, when it is kept in the store (``tpuops.sweeps.journal``)
     sweeps/<sweep>/state.json.damaged   a damaged state as it was, kept by ``tpuops sweep repair``
+    sweeps/<sweep>/sweep.json.older     a sweep.json of the older format as it was, kept by ``upgrade_sweep``
     sweeps-active/<sweep>       a marker while the sweep is unfinished: a pass lists this prefix
                                 only, so its cost does not grow with finished sweeps or their trials
 
@@ -15,6 +16,11 @@ Trial N of sweep S is the run ``S-tNNNN`` (``tpuops.runs``), made by ``TrialTemp
 its record carries ``sweep`` (node label, ledger rows). Declaring it is write-once: a pass that
 died half way through declaring is finished by the next one, and a run that exists is never
 declared again.
+
+A sweep.json written before the trial template held the project and store root that its trials'
+startup scripts are rendered with is of an older format: it is upgraded once (``upgrade_sweep``,
+by the next pass or ``tpuops sweep repair``) with the config's project and store root, and
+rewritten; no rendered startup script is read back for them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ ACTIVE = "sweeps-active/"
 SWEEPS = "sweeps/"
 RECORD = "sweep.json"
 STATE = "state.json"
+OLDER = "sweep.json (older format)"
+"""What ``diagnose_sweep`` calls a sweep.json of the older format, which ``repair_sweep`` upgrades."""
+OLDER_SUFFIX = ".older"
 
 
 def record_key(name: str) -> str:
@@ -103,19 +112,58 @@ def request_stop(store: Store, name: str) -> SweepState:
     raise TpuopsError(f"sweep {name}: its state kept changing; try again")
 
 
+def _older(data: bytes) -> dict[str, Any] | None:
+    """A sweep.json of the older format (a template without ``project`` and ``store_root``), parsed; else None."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    template = document.get("template") if isinstance(document, dict) else None
+    if not isinstance(template, dict) or "record" not in template or {"project", "store_root"} & set(template):
+        return None
+    return document
+
+
+def upgrade_sweep(store: Store, name: str, *, project: str, store_root: str) -> bool:
+    """Rewrite a sweep.json of the older format with ``project`` and ``store_root`` (the config's) frozen into its
+    template; True when this call did. Its bytes as they were are kept as ``sweep.json.older``; compare-and-swap.
+
+    Raises:
+        DamagedDocument: the upgraded record is still not a sweep's (the file is damaged, not only older).
+    """
+    key = record_key(name)
+    data, generation = store.read_versioned(key)
+    document = _older(data)
+    if document is None:
+        return False
+    upgraded = parse(SweepRecord, json.dumps({**document, "template": {
+        **document["template"], "project": project, "store_root": store_root}}).encode(), store.uri_of(key))
+    store.write_bytes(key + OLDER_SUFFIX, data)
+    try:
+        store.write_if_generation_match(key, upgraded.to_bytes(), generation)
+    except PreconditionFailed:
+        return False  # another pass or a repair upgraded it meanwhile
+    return True
+
+
 def diagnose_sweep(store: Store, name: str) -> dict[str, str]:
-    """Which of the sweep's documents are damaged: name (``sweep.json``, ``state.json``) -> what is wrong.
-    ``UsageError`` when there is no such sweep (its record is not there at all, ``read_sweep``)."""
+    """Which of the sweep's documents are damaged: name (``sweep.json``, ``state.json``, or ``OLDER``) -> what is
+    wrong. ``UsageError`` when there is no such sweep (its record is not there at all, ``read_sweep``)."""
     damage: dict[str, str] = {}
     for document, read in ((RECORD, lambda: read_sweep(store, name)), (STATE, lambda: load_state(store, name))):
         try:
             read()
         except DamagedDocument as err:
             damage[document] = str(err)
+    if RECORD in damage and _older(store.read_bytes(record_key(name))) is not None:
+        del damage[RECORD]
+        damage[OLDER] = ("written by an older tpuops: its trial template lacks the project and store root that its "
+                         "trials are rendered with; a repair (or the next pass) freezes tpuops.toml's into it")
     return damage
 
 
-def repair_sweep(store: Store, name: str, damage: dict[str, str], now: str) -> list[str]:
+def repair_sweep(store: Store, name: str, damage: dict[str, str], now: str, *, project: str,
+                 store_root: str) -> list[str]:
     """Rebuild what ``diagnose_sweep`` found damaged, as far as the store allows; what was done.
 
     state.json is rebuilt from the sweep's active marker (an unfinished sweep has one): active, or finished
@@ -123,8 +171,17 @@ def repair_sweep(store: Store, name: str, damage: dict[str, str], now: str) -> l
     damaged bytes are kept as ``state.json.damaged``, compare-and-swap on them). sweep.json, the only copy of
     the frozen trial template, cannot be rebuilt: the sweep is taken off the passes' list, so that no pass
     fails on it again; its running trials go on as runs to their end (``tpuops sweep list`` still shows it).
+    A sweep.json of the older format is upgraded (``upgrade_sweep``) with ``project`` and ``store_root``.
     """
     done = []
+    if OLDER in damage:
+        try:
+            upgraded = upgrade_sweep(store, name, project=project, store_root=store_root)
+        except DamagedDocument:
+            damage[RECORD] = damage.pop(OLDER)
+        else:
+            done.append(f"sweep.json upgraded: its trial template holds project {project} and store root "
+                        f"{store_root}" if upgraded else "sweep.json was upgraded meanwhile")
     if STATE in damage:
         key = state_key(name)
         data, generation = store.read_versioned(key)
@@ -167,7 +224,7 @@ def declare_trial_run(store: Store, sweep: SweepRecord, number: int, params: dic
         if json.loads(store.read_bytes(runs.spec_key(run_id))) != spec:
             raise TpuopsError(f"run {run_id} exists with other parameters than trial {number} of "
                               f"sweep {sweep.name}: refusing to adopt it")
-        store.write_bytes(runs.layout.INDEX_RUNS + run_id, b"")
+        runs.index_run(store, run_id)
         if not runs.load_memory(store, run_id)[0].finished:
             runs.mark_active(store, run_id)
         return False

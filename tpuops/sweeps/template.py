@@ -8,8 +8,9 @@ trial N's run from these alone, with no ``Settings``: editing ``tpuops.toml`` mi
 no later trial, as editing it changes no declared run.
 
 Trial N differs from trial 0 only in what carries its name: the run id, the node name, the run
-label, and the startup script (rendered again for that name, with the frozen values), plus the
-trial's params over the experiment's hparams. ``for_trial(0, {})`` gives back trial 0's node
+label and the startup script, plus the trial's params over the experiment's hparams. Its node is
+built by the one node-request builder (``tpuops.launch.provision.NodeBasis``) on the basis of
+trial 0's frozen node, as ``jobs`` builds any run's. ``for_trial(0, {})`` gives back trial 0's node
 exactly (a test holds it to that).
 """
 
@@ -23,9 +24,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, fie
 
 from tpuops.agent.runspec import RunSpec, SpecError
 from tpuops.core.clock import UTC
-from tpuops.core.naming import RUN_KEY, MetadataKey
-from tpuops.launch.bundle import job_argv
-from tpuops.launch.render import StartupContext, render_startup_script
+from tpuops.launch.provision import NodeBasis
 from tpuops.runs import RunRecord, spec_json
 
 
@@ -80,15 +79,10 @@ class TrialTemplate(BaseModel):
         """Trial ``number``'s run with ``params`` over the hparams: a function of the template and these only
         (but for the record's ``created``, the moment it was made)."""
         run_id = trial_run_id(self.sweep, number)
-        node = self.record.node
-        labels = {**node.labels, RUN_KEY: run_id}
-        script = render_startup_script(StartupContext(
-            node_name=run_id, project=self.project, zone=node.zones[0], accelerator_type=node.accelerator,
-            store_root=self.store_root, run_id=run_id, labels=labels,
-            job=job_argv(self.spec.store_root, self.record.bundle_sha256 or "", run_id, self.record.kind.value)))
-        trial_node = node.model_copy(update={"name": run_id, "labels": labels,
-                                             "metadata": {**node.metadata, MetadataKey.STARTUP_SCRIPT.value: script}})
-        record = self.record.model_copy(update={"run_id": run_id, "node": trial_node,
+        basis = NodeBasis.of_frozen(self.record.node, project=self.project, store_root=self.store_root)
+        up = basis.run_node(run_id, self.record.kind, store_uri=self.spec.store_root,
+                            bundle_sha256=self.record.bundle_sha256 or "")
+        record = self.record.model_copy(update={"run_id": run_id, "node": up.frozen(),
                                                 "created": datetime.now(UTC).isoformat(timespec="seconds")})
         spec = dataclasses.replace(self.spec, run_id=run_id, hparams={**self.spec.hparams, **params})
         return TrialRun(record, spec)
