@@ -13,9 +13,9 @@ import pytest
 
 from tpuops.config import Settings
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import MetadataKey
 from tpuops.launch.experiment import load_experiment
 from tpuops.launch.provision import NodeBasis, plan_up
-from tpuops.providers.nodes import MetadataKey
 from tpuops.runs import RunKind
 
 pytestmark = pytest.mark.unit
