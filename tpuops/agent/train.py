@@ -146,6 +146,7 @@ class _Run:
                                                       checkpoint_every_s=self.ckpt.every_seconds,
                                                       last_save_s=self.ckpt.save_s, write=True),
             loss_rate_per_hour=self.tspec.checkpoint_loss_rate_per_hour,
+            asynchronous=self.runtime.hosts == 1,
         )
         self.status.update(checkpoint_every_s=self.ckpt.every_seconds)
         resumed = self.ckpt.restore_newest(self.fetched.newest_checkpoint() if self.fetched else None)
