@@ -67,11 +67,11 @@ print("resolved", resolver.cluster_spec().as_dict(), flush=True)
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    """The digits project with a slice and a one-host experiment of the same global batch, no eval (see docs)."""
+    """The digits project with a slice and a one-host experiment of the same global batch, evaluated every 20
+    steps (the run's second distributed dataset)."""
     work = tmp_path_factory.mktemp("slice")
-    text = small_digits(digits_project(work), steps=STEPS)
-    text = text.replace("  eval: data/digits/test\n", "").replace(
-        "target:\n  metric: accuracy\n  at_least: 0.95\n", "")
+    text = small_digits(digits_project(work), steps=STEPS).replace("target:\n  metric: accuracy\n  at_least: 0.95\n",
+                                                                   "")
     (work / "experiments" / "slice.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32"))
     (work / "experiments" / "host.yaml").write_text(text)  # a v3-8: one host (us-central1-a offers no v2-8)
@@ -141,8 +141,11 @@ def test_a_slice_trains_on_every_worker_and_follows_one_host(world: tuple[Path, 
     for step in (20, STEPS):
         compared = _compare(work, CLOSE_CHECKPOINTS, reference, "host", step)
         assert compared.returncode == 0, compared.stdout + compared.stderr
-    losses = [run_status(work, run)["metrics"]["train"]["loss"] for run in (reference, "host")]
-    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+    statuses = [run_status(work, run) for run in (reference, "host")]
+    assert statuses[0]["metrics"]["train"]["loss"] == pytest.approx(statuses[1]["metrics"]["train"]["loss"], rel=1e-4)
+    evals = [[(e["step"], e["metrics"]["loss"]) for e in status["evals"]] for status in statuses]
+    assert [step for step, _ in evals[0]] == [20, STEPS], "evaluated on the slice at 20 and 40"
+    assert [loss for _, loss in evals[0]] == pytest.approx([loss for _, loss in evals[1]], rel=1e-4)
     billed = AdminClient(info.endpoint).billing()
     assert len({i["node_uid"] for i in billed if i["node"].endswith(f"/nodes/{reference}")}) == 1
     assert _nodes_of(info, reference) == [], "the finished slice is gone"

@@ -52,6 +52,20 @@ class Runtime:
     def replicas(self) -> int:
         return int(self.strategy.num_replicas_in_sync)
 
+    def distribute(self, dataset: Any) -> Any:
+        """``dataset``'s batches split across the replicas.
+
+        On a slice without TPUs the batches stay on worker 0's host until a replica takes its share
+        (``experimental_fetch_to_device=False``): fetched ahead to every worker, the run's second dataset
+        failed in TF 2.9 ("Attempting to add a duplicate function with name: __inference__finalize_func_N").
+        TF 2.9's ``CentralStorageStrategy.experimental_distribute_dataset`` cannot take options (it reads
+        ``options.experimental_replication_moden``), so the base class's method is called.
+        """
+        if self.hosts == 1 or self.on_tpu:
+            return self.strategy.experimental_distribute_dataset(dataset)
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+        return tf.distribute.Strategy.experimental_distribute_dataset(self.strategy, dataset, options)
+
     def global_batch(self, per_replica: int) -> int:
         """Global batch = per-replica batch x replicas; warns when a TPU core gets too little."""
         if self.on_tpu and per_replica < MIN_PER_CORE_BATCH_ON_TPU:
