@@ -11,7 +11,8 @@ client of the 4 workers' runtimes (``tpuops/agent/runtime.py``); the other worke
   of a few float32 ulps per step (~1e-7 relative) which 40 Adam steps do not bring near 1e-4.
 - Preempted mid-training, the slice is recreated by the train command's own watch loop with nobody acting,
   resumes from its checkpoint and ends bit-identical to the uninterrupted slice run; no node is left.
-- A user's unmodified script calling ``TPUClusterResolver(tpu=os.environ["TPU_NAME"])`` runs in script mode.
+- A user's unmodified script calling ``TPUClusterResolver(tpu=os.environ["TPU_NAME"])`` runs in script mode,
+  and a compiled Keras model trains with its own ``train_step``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ CLOSE_CHECKPOINTS = COMPARE_CHECKPOINTS.replace(
     "not np.array_equal(left[name], right[name])",
     "not np.allclose(left[name], right[name], rtol=1e-4, atol=1e-6)")
 
+COMPILED = '''
+import tensorflow as tf
+from models import digits_cnn
+
+
+def compiled_cnn(hparams):
+    model = digits_cnn(hparams)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    return model
+'''
+
 RESOLVING_SCRIPT = '''
 import json, os
 import tensorflow as tf
@@ -75,6 +88,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     (work / "experiments" / "slice.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32"))
     (work / "experiments" / "host.yaml").write_text(text)  # a v3-8: one host (us-central1-a offers no v2-8)
+    (work / "experiments" / "compiled.py").write_text(COMPILED)
+    (work / "experiments" / "compiled.yaml").write_text(
+        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
+        .replace("model: models:digits_cnn", "model: compiled:compiled_cnn").replace(f"steps: {STEPS}", "steps: 20"))
     (work / "experiments" / "resolve.py").write_text(RESOLVING_SCRIPT)
     (work / "experiments" / "script.yaml").write_text(
         "name: resolve\nscript: resolve.py\nsteps: 1\ndataset:\n  train: data/digits/train\n  label: label\n"
@@ -180,3 +197,12 @@ def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, E
     assert len(cluster["worker"]) == len(addresses) == 4
     assert all(endpoint.endswith(":8470") for endpoint in cluster["worker"])
     assert len(set(cluster["worker"])) == 4
+
+
+def test_a_compiled_keras_model_trains_on_a_slice(world: tuple[Path, EmulatorInfo]) -> None:
+    """Its own train_step, loss and optimizer, replicated by the slice's strategy over the 4 workers."""
+    work, info = world
+    result = _succeeded(_train(work, info, "compiled", "compiled"))
+    assert (result["exit_class"], result["step"]) == ("succeeded", 20)
+    agent_log = (_worker_dirs(work, "compiled")[0] / "tpuops" / "startup.log").read_text()
+    assert "compiled model: training with its own train_step" in agent_log and "CPU x4 on 4 host(s)" in agent_log
