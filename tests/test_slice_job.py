@@ -12,7 +12,7 @@ client of the 4 workers' runtimes (``tpuops/agent/runtime.py``); the other worke
 - Preempted mid-training, the slice is recreated by the train command's own watch loop with nobody acting,
   resumes from its checkpoint and ends bit-identical to the uninterrupted slice run; no node is left.
 - A user's unmodified script calling ``TPUClusterResolver(tpu=os.environ["TPU_NAME"])`` runs in script mode,
-  and a compiled Keras model trains with its own ``train_step``.
+  and a compiled Keras model trains with its own ``train_step``, fed by the agent or by an ``input_fn``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,17 @@ def compiled_cnn(hparams):
     model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
     return model
+
+
+FEATURES = {"image": tf.io.FixedLenFeature([8, 8, 1], tf.float32), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def input_fn(file_patterns, batch_size, *, training, seed, input_context):
+    records = tf.data.TFRecordDataset(sorted(file_patterns))
+    if training:
+        records = records.shuffle(2048, seed=seed).repeat()
+    parsed = records.map(lambda record: tf.io.parse_single_example(record, FEATURES))
+    return parsed.map(lambda example: (example["image"], example["label"])).batch(batch_size, drop_remainder=training)
 '''
 
 RESOLVING_SCRIPT = '''
@@ -92,6 +103,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     (work / "experiments" / "compiled.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
         .replace("model: models:digits_cnn", "model: compiled:compiled_cnn").replace(f"steps: {STEPS}", "steps: 20"))
+    (work / "experiments" / "fed.yaml").write_text(
+        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
+        .replace("model: models:digits_cnn", "model: compiled:compiled_cnn\ninput: compiled:input_fn")
+        .replace(f"steps: {STEPS}", "steps: 20"))
     (work / "experiments" / "resolve.py").write_text(RESOLVING_SCRIPT)
     (work / "experiments" / "script.yaml").write_text(
         "name: resolve\nscript: resolve.py\nsteps: 1\ndataset:\n  train: data/digits/train\n  label: label\n"
@@ -199,10 +214,14 @@ def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, E
     assert len(set(cluster["worker"])) == 4
 
 
-def test_a_compiled_keras_model_trains_on_a_slice(world: tuple[Path, EmulatorInfo]) -> None:
-    """Its own train_step, loss and optimizer, replicated by the slice's strategy over the 4 workers."""
+@pytest.mark.parametrize("spec", ["compiled", "fed"])
+def test_a_compiled_keras_model_trains_on_a_slice_fed_by_the_agent_or_an_input_fn(
+    world: tuple[Path, EmulatorInfo], spec: str,
+) -> None:
+    """Its own train_step, loss and optimizer, replicated by the slice's strategy over the 4 workers; its
+    batches from the agent's pipeline or from the user's ``input_fn``."""
     work, info = world
-    result = _succeeded(_train(work, info, "compiled", "compiled"))
+    result = _succeeded(_train(work, info, spec, spec))
     assert (result["exit_class"], result["step"]) == ("succeeded", 20)
-    agent_log = (_worker_dirs(work, "compiled")[0] / "tpuops" / "startup.log").read_text()
+    agent_log = (_worker_dirs(work, spec)[0] / "tpuops" / "startup.log").read_text()
     assert "compiled model: training with its own train_step" in agent_log and "CPU x4 on 4 host(s)" in agent_log
