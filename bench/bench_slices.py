@@ -19,7 +19,8 @@ checkpoint at step 20 is stored. Measured (every figure is what was seen; there 
 - **steps/s**: steps over the run's productive seconds (its goodput split), 4 workers against 1, at the
   same global batch (2 shared cores: reported, no goal).
 
-Tables show medians; ``--json`` prints every repetition's figures.
+A run that fails, or a preempted run that ends without resuming, is recorded with its exit class and message
+(its figures None), not the end of the bench. Tables show medians; ``--json`` prints every repetition's figures.
 """
 
 from __future__ import annotations
@@ -165,10 +166,12 @@ def train(work: Path, env: dict[str, str], shape: str, run: str) -> subprocess.P
 
 
 def finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The run's ``--json`` result, also when it failed (a failed run is a figure, not the end of the bench)."""
     out, err = proc.communicate(timeout=1800)
-    if proc.returncode != 0:
-        raise RuntimeError(f"train failed: {err.strip()[-500:]}")
-    return json.loads(out)
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {"exit_class": "no result", "message": err.strip()[-300:], "step": 0, "attempts": None}
 
 
 def one_run(work: Path, env: dict[str, str], admin: AdminClient, shape: str, run: str) -> dict[str, Any]:
@@ -183,9 +186,12 @@ def one_run(work: Path, env: dict[str, str], admin: AdminClient, shape: str, run
               at.get("connected"), first]
     phases = {name: round(b - a, 2) if a is not None and b is not None else None
               for name, a, b in zip(PHASES, points[:-1], points[1:], strict=True)}
+    if result.get("exit_class") != "succeeded":
+        progress(f"{run} ended {result.get('exit_class')}: {result.get('message', '')[:200]}")
     split = result.get("goodput") or {}
     rss = [round(seen["rss_mb"][n], 1) for n in sorted(seen["rss_mb"])]
-    return {"to_first_step_s": round(first - began, 2) if first else None, "phases_s": phases,
+    return {"exit_class": result.get("exit_class"), "to_first_step_s": round(first - began, 2) if first else None,
+            "phases_s": phases,
             "steps_per_s": round(result["step"] / split["productive_s"], 2) if split.get("productive_s") else None,
             "rss_mb_per_worker": rss, "rss_mb_total": round(sum(rss), 1)}
 
@@ -195,11 +201,16 @@ def preempted_run(work: Path, env: dict[str, str], admin: AdminClient, shape: st
     wait_for(lambda: (status(work, run).get("last_checkpoint_step") or 0) >= 20, f"{run}'s checkpoint at step 20")
     cut = time.time()
     admin.preempt(PROJECT, ZONE, run, grace_s=20.0)
-    wait_for(lambda: (s := status(work, run)).get("attempt") == 2 and (s.get("step") or 0) > (
-        s.get("resumed_from_step") or 0), f"{run}'s first step after recovery")
-    recovered = time.time() - cut
+
+    def resumed() -> bool:
+        now = status(work, run)
+        return now.get("attempt") == 2 and (now.get("step") or 0) > (now.get("resumed_from_step") or 0)
+
+    wait_for(lambda: resumed() or proc.poll() is not None, f"{run}'s first step after recovery, or its end")
+    recovered = round(time.time() - cut, 2) if resumed() else None
     result = finished(proc)
-    return {"recovery_s": round(recovered, 2), "attempts": result["attempts"], "exit_class": result["exit_class"]}
+    return {"recovery_s": recovered, "attempts": result.get("attempts"), "exit_class": result.get("exit_class"),
+            "message": result.get("message", "")[:300] if result.get("exit_class") != "succeeded" else ""}
 
 
 def median(values: list[Any]) -> float | None:
