@@ -109,6 +109,10 @@ SECTIONS = (
     Section("bench_doctor", "`tpuops doctor` wall time",
             "`tpuops doctor --json` in a fresh process against the emulator, and its checks in parallel against "
             "one after another."),
+    Section("bench_slices", "A job on a pod slice",
+            "The digits CNN on an emulated v2-32 (4 workers, worker 0's agent the single TensorFlow client of all "
+            "of them) against a v3-8 at the same global batch: create to first step and where the time goes, "
+            "recovery of a preemption, memory per worker and for the slice, steps/s (2 shared cores: no goal)."),
 )
 
 HEADER = """# Benchmarks

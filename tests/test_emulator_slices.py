@@ -222,12 +222,6 @@ def test_every_worker_serves_tensorflows_runtime_and_health_follows_it(
 
 # ----- TensorFlow's own resolver, on worker 0, finds the slice through the API
 
-# What a TPU VM image adds to TensorFlow for its TPU client (``tensorflow/python/tpu/client/client.py``
-# imports googleapiclient and oauth2client): the versions cloud-tpu-client 0.10 pins, with their own needs.
-TPU_CLIENT_LIBS = ("google-api-python-client==1.8.0", "oauth2client==4.1.3", "httplib2==0.22.0", "uritemplate==3.0.1",
-                   "google-auth-httplib2==0.1.1", "google-api-core==1.34.1", "googleapis-common-protos==1.56.4",
-                   "rsa==4.9", "pyparsing==3.0.9")
-
 RESOLVE = """
 import json, sys
 import tensorflow as tf
@@ -236,32 +230,19 @@ print(json.dumps(resolver.cluster_spec().as_dict()))
 """
 
 
-@pytest.fixture(scope="session")
-def tpu_client_libs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with the image's TPU client libraries for the TF 2.9 runtime (which lacks them)."""
-    import subprocess
-
-    target = tmp_path_factory.mktemp("tpu-client-libs")
-    result = subprocess.run([str(TF_PYTHON), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                             *TPU_CLIENT_LIBS], capture_output=True, text=True, timeout=600, check=False)
-    if result.returncode != 0:
-        pytest.skip(f"cannot install TensorFlow's TPU client libraries: {result.stderr.strip()[-300:]}")
-    return target
-
-
 @pytest.mark.tf
 def test_tensorflows_resolver_on_worker_0_finds_the_four_workers(
-    tf_emulator: control.EmulatorInfo, tpu_client_libs: Path, finish: Callable[..., Any],
-    wait_until: Callable[..., Any],
+    tf_emulator: control.EmulatorInfo, finish: Callable[..., Any], wait_until: Callable[..., Any],
 ) -> None:
     """``TPUClusterResolver(tpu=NAME)`` as a pod job calls it: discovery document, v1 nodes.get with the VM's
-    token, project and zone from the metadata server; its ClusterSpec is the workers' ip:8470, in order."""
+    token, project and zone from the metadata server; its ClusterSpec is the workers' ip:8470, in order. The TF
+    runtime has TF's TPU client libraries from the pin file, as a TPU VM image has them."""
     client, admin = _client(tf_emulator), control.AdminClient(tf_emulator.endpoint, token=tf_emulator.token)
     script = f"""
 md() {{ curl -s --noproxy '*' -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/$1"; }}
 if [ "$(md instance/attributes/agent-worker-number)" = 0 ]; then
   until [ "$(cat go 2>/dev/null)" = go ]; do sleep 0.2; done
-  PYTHONPATH={tpu_client_libs} python3 -c '{RESOLVE}' resolved > cluster.json 2> resolver.log
+  python3 -c '{RESOLVE}' resolved > cluster.json 2> resolver.log
   echo $? > resolver.rc
 fi
 exec sleep 600

@@ -405,7 +405,8 @@ def test_only_worker_zero_starts_the_job(vm: Vm, metadata_server: tuple[str, lis
     done = vm.run(context(accelerator_type="v3-32", job=["/bin/sh", "-c", "touch started"]))
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert seen == [("/computeMetadata/v1/instance/attributes/agent-worker-number", "Google")]
+    assert seen == [("/computeMetadata/v1/instance/attributes/agent-worker-number", "Google"),
+                    ("/computeMetadata/v1/instance/attributes/worker-network-endpoints", "Google")]
     assert vm.marker()["worker"] == 1
     assert not (vm.state_dir / "job" / "started").exists()
 

@@ -188,8 +188,12 @@ class Checkpointer:
         on_writing: Optional[Callable[[int], None]] = None,
         on_stored: Optional[Callable[[int], None]] = None,
         loss_rate_per_hour: Optional[float] = None,
+        asynchronous: bool = True,
     ) -> None:
         self._checkpoint = checkpoint
+        # On a slice (variables on another task) TF 2.9's asynchronous writer threads were seen to end before
+        # the checkpoint's index was written: there the caller's thread writes, which is slower but whole.
+        self._options = _ASYNC if asynchronous else None
         self._loss_rate_per_hour = loss_rate_per_hour
         self.save_s: Optional[float] = None  # the last save's cost, snapshot to whole in the store
         self._on_writing = on_writing
@@ -267,7 +271,7 @@ class Checkpointer:
         self.wait()
         began = time.monotonic()
         before = set(threading.enumerate())
-        path = self._manager.save(checkpoint_number=step, options=_ASYNC)
+        path = self._manager.save(checkpoint_number=step, options=self._options)
         writers = [thread for thread in threading.enumerate() if thread not in before]
         self.last_step = step
         self._last_time = time.monotonic()

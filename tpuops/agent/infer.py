@@ -517,7 +517,7 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
         batches = inputs.padded_batches(files, spec.dataset, ispec.batch_size, with_label=False)
         batches = batches.skip(outputs.ranges[done][0])
         if runtime.on_tpu:
-            batches = runtime.strategy.experimental_distribute_dataset(batches)
+            batches = runtime.distribute(batches)
         iterator = iter(batches)
         if ispec.latency:
             left = outputs.ranges[-1][1] - outputs.ranges[done][0]

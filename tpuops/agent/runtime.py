@@ -1,7 +1,16 @@
 """Pick the device the run trains on, and refuse to train anywhere it should not.
 
 On a TPU VM: ``TPUClusterResolver(tpu="local")`` -> ``experimental_connect_to_cluster`` ->
-``initialize_tpu_system`` -> ``TPUStrategy``. Without a TPU the agent refuses (user-error)
+``initialize_tpu_system`` -> ``TPUStrategy``. On worker 0 of a pod slice (``TPU_NAME`` names the
+node, as the pod image sets it) the resolver is ``TPUClusterResolver(tpu=TPU_NAME)``: TensorFlow
+asks the Cloud TPU API for the slice's workers, and this process is the single client of all of
+them; tpuops never builds the cluster itself. Without TPU chips (the emulator's slices, whose
+workers serve TensorFlow's gRPC server on 8470) the single client trains with TF's
+``CentralStorageStrategy`` over every worker's CPU: each worker computes its share of every
+step's batch, the variables and the gradient reduction live on worker 0 (where the save op runs),
+the CPU stand-in for TPUStrategy's replication. TF 2.9's ``MirroredStrategy`` refuses devices
+on several workers in eager mode ("In-graph multi-worker training with `MirroredStrategy` is not
+supported in eager mode"), which is why it is not used. Without a TPU the agent refuses (user-error)
 unless the spec sets ``allow_cpu_fallback``: a job that quietly trains on the CPU of a paid
 TPU VM burns money for nothing, the worst thing this product can do. A machine that has TPU
 hardware (``/dev/accel*``, ``/dev/vfio/N``) whose TPU cannot be initialised is a crash, never a
@@ -11,7 +20,8 @@ restart fixes it.
 
 import glob
 import logging
-from typing import Any, Optional
+import os
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
@@ -28,10 +38,11 @@ _TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
 class Runtime:
     """The strategy the run uses and the facts about it that the loops need."""
 
-    def __init__(self, strategy: Any, device: str, deterministic: bool) -> None:
+    def __init__(self, strategy: Any, device: str, deterministic: bool, hosts: int = 1) -> None:
         self.strategy = strategy
         self.device = device
         self.deterministic = deterministic
+        self.hosts = hosts  # the workers this process drives: more than 1 on a pod slice
 
     @property
     def on_tpu(self) -> bool:
@@ -40,6 +51,20 @@ class Runtime:
     @property
     def replicas(self) -> int:
         return int(self.strategy.num_replicas_in_sync)
+
+    def distribute(self, dataset: Any) -> Any:
+        """``dataset``'s batches split across the replicas.
+
+        On a slice without TPUs the batches stay on worker 0's host until a replica takes its share
+        (``experimental_fetch_to_device=False``): fetched ahead to every worker, the run's second dataset
+        failed in TF 2.9 ("Attempting to add a duplicate function with name: __inference__finalize_func_N").
+        TF 2.9's ``CentralStorageStrategy.experimental_distribute_dataset`` cannot take options (it reads
+        ``options.experimental_replication_moden``), so the base class's method is called.
+        """
+        if self.hosts == 1 or self.on_tpu:
+            return self.strategy.experimental_distribute_dataset(dataset)
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+        return tf.distribute.Strategy.experimental_distribute_dataset(self.strategy, dataset, options)
 
     def global_batch(self, per_replica: int) -> int:
         """Global batch = per-replica batch x replicas; warns when a TPU core gets too little."""
@@ -82,16 +107,48 @@ def _tpu_strategy() -> Any:
     return tf.distribute.TPUStrategy(resolver)
 
 
+def slice_name() -> Optional[str]:
+    """The pod slice this process drives as TensorFlow's single client: ``TPU_NAME`` as the pod image sets it
+    on worker 0 (unset or ``local``: this host alone)."""
+    name = os.environ.get("TPU_NAME", "")
+    return None if name in ("", "local") else name
+
+
+def _slice_strategy(name: str, allow_cpu: bool) -> Tuple[Any, str, int]:
+    """The strategy over every worker of slice ``name``, found through TensorFlow's own resolver; its device
+    kind and the number of workers."""
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
+    tf.config.experimental_connect_to_cluster(resolver)
+    job = resolver.get_job_name() or "worker"
+    hosts = resolver.cluster_spec().num_tasks(job)
+    if tpu_hardware_present():
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver), "TPU", hosts
+    if not allow_cpu:
+        raise UserError(f"slice {name} has no TPU chips on worker 0 (no /dev/accel* or /dev/vfio devices): refusing "
+                        "to run on its CPUs; set allow_cpu_fallback: true in the run spec to run without a TPU")
+    devices = [f"/job:{job}/replica:0/task:{task}/device:CPU:0" for task in range(hosts)]
+    log.warning("no TPU on slice %s: training on the CPUs of its %d workers (allow_cpu_fallback)", name, hosts)
+    return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=devices[0]), "CPU", hosts
+
+
 def connect(spec: RunSpec) -> Runtime:
     """Check TensorFlow, choose TPU or (only if allowed) CPU, then seed and set precision.
 
     Raises:
         UserError: wrong TensorFlow, a seed out of range, or no TPU and ``allow_cpu_fallback`` is false.
-        RuntimeError: TPU hardware is present but TensorFlow cannot initialise it (a crash).
+        RuntimeError: TPU hardware is present but TensorFlow cannot initialise it, or the slice's workers cannot
+            be reached (a crash: a restart on a recreated slice fixes it).
     """
     check_tensorflow()
     check_seed(spec.seed)
-    if tpu_hardware_present():
+    name, hosts = slice_name(), 1
+    if name is not None:
+        try:
+            strategy, device, hosts = _slice_strategy(name, spec.allow_cpu_fallback)
+        except (tf.errors.OpError, ValueError, RuntimeError) as err:
+            raise RuntimeError(f"TensorFlow cannot reach the workers of slice {name}: {err}") from err
+    elif tpu_hardware_present():
         try:
             strategy = _tpu_strategy()
         except (tf.errors.OpError, ValueError) as err:
@@ -114,12 +171,13 @@ def connect(spec: RunSpec) -> Runtime:
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     elif spec.mixed_precision:
         log.warning("mixed_precision ignored on the CPU: TF 2.9's CPU kernels have no bfloat16 convolutions")
-    runtime = Runtime(strategy, device, deterministic)
+    runtime = Runtime(strategy, device, deterministic, hosts)
     log.info(
-        "runtime: TensorFlow %s, %s x%d, deterministic=%s, precision policy %s",
+        "runtime: TensorFlow %s, %s x%d on %d host(s), deterministic=%s, precision policy %s",
         tf.__version__,
         device,
         runtime.replicas,
+        hosts,
         deterministic,
         tf.keras.mixed_precision.global_policy().name,
     )

@@ -120,7 +120,7 @@ class _Run:
                 eval_batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch, with_label=True)
             signature = parser.input_signature(per_replica)
         if eval_batches is not None:
-            self.eval_data = strategy.experimental_distribute_dataset(eval_batches)
+            self.eval_data = self.runtime.distribute(eval_batches)
         build = entry.load_entry_point(spec)
         with strategy.scope():
             self.model = entry.build_model(build, spec, signature, strategy)
@@ -146,6 +146,7 @@ class _Run:
                                                       checkpoint_every_s=self.ckpt.every_seconds,
                                                       last_save_s=self.ckpt.save_s, write=True),
             loss_rate_per_hour=self.tspec.checkpoint_loss_rate_per_hour,
+            asynchronous=self.runtime.hosts == 1,
         )
         self.status.update(checkpoint_every_s=self.ckpt.every_seconds)
         resumed = self.ckpt.restore_newest(self.fetched.newest_checkpoint() if self.fetched else None)
@@ -196,7 +197,7 @@ class _Run:
         with inputs.dataset_records("dataset.train"):  # a resumed input_fn's fingerprint reads its first batch
             dataset = self._train_stream(step)
         # Kept on the attempt, which outlives the process's last status write (``run``).
-        iterator = self.stream = iter(self.runtime.strategy.experimental_distribute_dataset(dataset))
+        iterator = self.stream = iter(self.runtime.distribute(dataset))
         with entry.blame_user(f"the model from {self.spec.entry_point} cannot be trained on these batches"):
             self.steps.prepare(dataset.element_spec)
             self.steps.trace(iterator)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from tpuops import runs
 from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
@@ -36,6 +37,7 @@ from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import NodeBasis, UpPlan
 from tpuops.launch.usercode import check_experiment, may_compile
+from tpuops.providers import accelerators
 from tpuops.runs import ExitClass, RunKind, RunRecord
 from tpuops.store import Store, open_store
 
@@ -188,6 +190,21 @@ def _check_batch(experiment: Experiment, batch: Batch, replicas: int, train: Dat
                          f"{records // replicas} per replica")
 
 
+def check_slice_store(settings: Settings, store: Store, accelerator: str) -> None:
+    """Refuse a pod run whose store worker 0's host cannot reach: in single-client TensorFlow the checkpoint and
+    output ops run on ``/job:worker/task:0``, not where ``tpuops`` runs. Cloud Storage is reachable from every
+    host; a path on this machine only from an emulator's workers on this machine (a local cloud, its TPU API
+    on loopback)."""
+    acc = accelerators.parse_accelerator(accelerator)
+    if not acc.multi_host or store.uri.startswith("gs://"):
+        return
+    host = urlparse(settings.endpoint_url).hostname if settings.endpoint_url else "localhost"
+    if settings.cloud is Cloud.LOCAL and (host == "localhost" or (host or "").startswith("127.")):
+        return
+    raise UsageError(f"{acc.type} is a pod slice whose checkpoints are written on worker 0's host, which cannot "
+                     f"reach the store {store.uri} (a path on this machine); use a gs://BUCKET/PREFIX store")
+
+
 def plan_train(
     settings: Settings,
     spec_path: Path,
@@ -212,6 +229,7 @@ def plan_train(
     deadline = _deadline(experiment)
     check_experiment(experiment, spec_path.resolve().parent)
     basis = _basis(settings, experiment, accelerator, capacity, keep=keep, sweep=sweep)
+    check_slice_store(settings, store, basis.accelerator)
     base = base_dir or Path.cwd()
     train = _dataset(experiment.dataset.train, store, base)
     evaluation = _dataset(experiment.dataset.eval, store, base) if experiment.dataset.eval else None
@@ -383,6 +401,7 @@ def plan_infer(
     if experiment.program is not None:
         raise UsageError(f"{spec_path}: infer needs a model entry point; this experiment runs a script")
     basis = _basis(settings, experiment, accelerator, capacity, keep=keep)
+    check_slice_store(settings, store, basis.accelerator)
     dataset = _dataset(inputs, store, base_dir or Path.cwd())
     features = _features(dataset.manifest, inputs)
     model = _model_uri(open_uri, store, checkpoint)
