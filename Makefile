@@ -77,9 +77,14 @@ compat: $(VENV)/.stamp
 	  $$venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" tests; \
 	done
 
+# The unit lane ran in `compat`, on the oldest and the newest supported Python; the other lanes run here, on .venv's
+# Python, so that no test runs twice. Where compat skipped an interpreter, the unit lane runs here too.
 test: setup tools lint compat
 	@if command -v terraform >/dev/null; then TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
-	$(VENV)/bin/pytest -q tests
+	@lanes="not (unit and not slow)"; \
+	  for v in $(COMPAT_PYTHONS); do [ -f .venv-py$${v/./}/.stamp ] || lanes="unit or not unit"; done; \
+	  echo "$(VENV)/bin/pytest -q -m \"$$lanes\" tests"; \
+	  $(VENV)/bin/pytest -q -m "$$lanes" tests
 	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
 
 DEMO_HOME := $(CURDIR)/.tpuops-demo

@@ -28,12 +28,13 @@ TF_PYTHON = REPO / ".venv-tf29" / "bin" / "python"
 
 
 
-def cli_env(work: Path, info: EmulatorInfo) -> dict[str, str]:
+def cli_env(work: Path, info: EmulatorInfo, config_text: str = 'zones = ["us-central1-a", "us-central1-b"]\n'
+            ) -> dict[str, str]:
     """The environment of a ``tpuops`` subprocess in a test project (``work``) against the emulator ``info``:
-    this machine's, without its ``TPUOPS_`` settings, and a config naming two zones."""
+    this machine's, without its ``TPUOPS_`` settings, and ``work/tpuops.toml`` holding ``config_text`` (two zones)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
     config = work / "tpuops.toml"
-    config.write_text('zones = ["us-central1-a", "us-central1-b"]\n')
+    config.write_text(config_text)
     return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
             "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
 
@@ -48,6 +49,36 @@ def run_status(work: Path, run: str) -> dict[str, Any]:
 
     path = run_dir(work, run) / "status.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
+"""An agent's status while it trains: the run is alive and has work left."""
+
+
+def write_status(store: Store, run_id: str, fields: dict[str, Any]) -> None:
+    """``run_id``'s ``status.json`` holding ``fields``, as its agent writes it."""
+    from tpuops import runs
+
+    store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate(
+        {**fields, "run_id": run_id}).model_dump_json().encode())
+
+
+def declare_run(settings: Settings, store: Store, run_id: str, zone: str, *, budget_usd: float | None = None,
+                metadata: dict[str, str] | None = None, experiment: str = "x") -> None:
+    """A spot v2-8 train run in ``zone`` as ``jobs.declare`` leaves it, its agent training (``LIVE``): what a
+    controller's pass acts on, without an experiment to launch (``metadata``: the node's, a startup script say)."""
+    from tpuops import runs
+    from tpuops.core.kinds import Capacity
+    from tpuops.launch.provision import plan_up
+
+    request = plan_up(settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=zone, run_id=run_id).request
+    if metadata is not None:
+        request = request.model_copy(update={"metadata": metadata})
+    record = runs.RunRecord(run_id=run_id, kind=runs.RunKind.TRAIN, node=runs.NodeSpec.of(request, [zone]),
+                            experiment=experiment, budget_usd=budget_usd)
+    store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
+    write_status(store, run_id, LIVE)
+    runs.mark_active(store, run_id)
+
 
 def poll(check: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> T:
     """Call ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""

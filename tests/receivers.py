@@ -15,10 +15,26 @@ from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 SECRET_PATH = "hooks/T0-s3cr3t-webhook-path"
 """The part of a webhook URL that is a secret: no file a test produces may contain it."""
+
+
+class _Closes:
+    """A receiver is a context manager: ``with http_receiver() as hook:`` closes it whatever the test did."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+R = TypeVar("R", bound=_Closes)
 
 
 @dataclass
@@ -28,7 +44,7 @@ class Received:
 
 
 @dataclass
-class HttpReceiver:
+class HttpReceiver(_Closes):
     server: ThreadingHTTPServer
     delivered: list[Received] = field(default_factory=list)
     refused: list[Received] = field(default_factory=list)
@@ -96,7 +112,7 @@ SMTP_USER, SMTP_PASSWORD = "tpuops", "pw-s3cr3t-smtp-password"
 
 
 @dataclass
-class SmtpReceiver:
+class SmtpReceiver(_Closes):
     controller: Any
     messages: list[Message] = field(default_factory=list)
     logins: list[tuple[str, str]] = field(default_factory=list)
@@ -150,3 +166,15 @@ def files_holding(root: Any, *secrets: str) -> list[str]:
             data = path.read_bytes()
             found.extend(f"{path}: {secret}" for secret in secrets if secret.encode() in data)
     return found
+
+
+def target_toml(name: str, **fields: Any) -> str:
+    """tpuops.toml's ``[notify.targets.<name>]`` table holding ``fields`` (strings, numbers, booleans, lists)."""
+    return f"\n[notify.targets.{name}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in fields.items())
+
+
+def mail_target(name: str, port: int, **login: str) -> str:
+    """The target of an email to the SMTP server on loopback ``port`` (no TLS), with ``login`` (``user=SMTP_USER``
+    and ``password_env`` or ``password_file``) where the test gives one."""
+    return target_toml(name, kind="email", host="127.0.0.1", port=port, starttls=False, **login,
+                       sender="tpuops@localhost", to=["me@localhost"])

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import poll
+from helpers import LIVE, declare_run, poll, write_status
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -26,19 +26,15 @@ from tpuops.config import Settings
 from tpuops.controller import reconcile
 from tpuops.controller.reconcile import Controller, PassReport, _inline_or_pooled
 from tpuops.core.errors import TransientError
-from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
-from tpuops.launch.provision import plan_up
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
-from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 
 pytestmark = pytest.mark.unit
 
 ZONE = "us-central1-b"
 WAIT_S = 60.0  # how long a held delete may hold a pass here before its wait fails (never reached when passing)
-LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
 DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000}
 
 
@@ -52,16 +48,10 @@ class World:
     def declare(self, *run_ids: str) -> None:
         """Train runs as ``jobs.declare`` leaves them, their agents training."""
         for run_id in run_ids:
-            request = plan_up(self.settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE,
-                              run_id=run_id).request
-            record = RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="x")
-            self.store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
-            self.status(run_id, LIVE)
-            runs.mark_active(self.store, run_id)
+            declare_run(self.settings, self.store, run_id, ZONE)
 
     def status(self, run_id: str, fields: dict[str, Any]) -> None:
-        self.store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate(
-            {**fields, "run_id": run_id}).model_dump_json().encode())
+        write_status(self.store, run_id, fields)
 
     def running(self, *run_ids: str) -> None:
         """Declared, created and seen READY: from here on a pass has nothing to do for them."""

@@ -11,7 +11,6 @@ anything. No secret (the webhook URL's path) is in any file the test produced or
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,16 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import poll
-from receivers import SECRET_PATH, HttpReceiver, files_holding, http_receiver
+from helpers import LIVE, cli_env, declare_run, poll, write_status
+from receivers import SECRET_PATH, HttpReceiver, files_holding, http_receiver, target_toml
 
 from tpuops import runs
 from tpuops.config import load_settings
-from tpuops.core.kinds import Capacity
 from tpuops.core.notices import State
 from tpuops.emulator import control
-from tpuops.launch.provision import plan_up
-from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 
 pytestmark = pytest.mark.emulator
@@ -36,25 +32,18 @@ pytestmark = pytest.mark.emulator
 ZONE = "us-central1-b"
 RUN = "run-kill"
 QUICK_SCRIPT = "#!/bin/bash\nexit 0\n"
-LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
 DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000}
 
 
 @pytest.fixture
 def work(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], HttpReceiver]]:
-    hook = http_receiver()
-    info = control.start_background(tmp_path / "home" / "emulator", port=0, boot_delay_s=0.2, grace_s=2.0,
-                                    timeout_s=30.0)
-    config = tmp_path / "tpuops.toml"
-    config.write_text(f'zones = ["{ZONE}"]\nlease_ttl_s = 2.0\n\n[notify.targets.hook]\nkind = "webhook"\n'
-                      'url_env = "HOOK_URL"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    env.update({"TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_CONFIG": str(config),
-                "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2", "HOOK_URL": hook.url})
+    info = control.start_background(tmp_path / "home" / "emulator", boot_delay_s=0.2, grace_s=2.0, timeout_s=30.0)
     try:
-        yield tmp_path, env, hook
+        with http_receiver() as hook:
+            env = cli_env(tmp_path, info, f'zones = ["{ZONE}"]\nlease_ttl_s = 2.0\n'
+                          + target_toml("hook", kind="webhook", url_env="HOOK_URL"))
+            yield tmp_path, {**env, "HOOK_URL": hook.url}, hook
     finally:
-        hook.close()
         control.stop(info.state_dir)
 
 
@@ -63,13 +52,7 @@ def test_a_pass_killed_after_deciding_sends_once_more_on_the_next_pass_and_never
     root, env, hook = work
     settings = load_settings(config_path=Path(env["TPUOPS_CONFIG"]), environ=env)
     store = open_store(settings.store_root)
-    request = plan_up(settings, RUN, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE, run_id=RUN).request
-    request = request.model_copy(update={"metadata": {"startup-script": QUICK_SCRIPT}})
-    store.write_bytes(runs.record_key(RUN), RunRecord(run_id=RUN, kind=RunKind.TRAIN, node=NodeSpec.of(
-        request, [ZONE]), experiment="kill").model_dump_json().encode())
-    status = runs.AgentStatus.model_validate({**LIVE, "run_id": RUN})
-    store.write_bytes(runs.status_key(RUN), status.model_dump_json().encode())
-    runs.mark_active(store, RUN)
+    declare_run(settings, store, RUN, ZONE, metadata={"startup-script": QUICK_SCRIPT}, experiment="kill")
     outputs: list[str] = []
 
     def reconcile() -> None:
@@ -82,8 +65,7 @@ def test_a_pass_killed_after_deciding_sends_once_more_on_the_next_pass_and_never
         return runs.load_memory(store, RUN)[0]
 
     poll(lambda: reconcile() or memory().ready_since is not None, "the run's node is READY", timeout_s=240)
-    store.write_bytes(runs.status_key(RUN), runs.AgentStatus.model_validate(
-        {**DONE, "run_id": RUN}).model_dump_json().encode())
+    write_status(store, RUN, DONE)
 
     hook.hold()
     killed = subprocess.Popen([sys.executable, "-m", "tpuops", "reconcile", "--no-wake"], env=env, cwd=root,

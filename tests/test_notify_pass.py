@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import poll
+from helpers import LIVE, declare_run, poll, write_status
 from receivers import (
     SECRET_PATH,
     SMTP_PASSWORD,
@@ -31,27 +31,25 @@ from receivers import (
     SmtpReceiver,
     files_holding,
     http_receiver,
+    mail_target,
     smtp_receiver,
+    target_toml,
 )
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
-from tpuops.core.kinds import Capacity
 from tpuops.core.notices import State
 from tpuops.fleet import Fleet
-from tpuops.launch.provision import plan_up
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
-from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 
 pytestmark = pytest.mark.emulator  # loopback receivers (HTTP, SMTP): servers of its own
 
 ZONE = "us-central1-b"
 T0 = 1_900_000_000.0
-LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "total_steps": 1000}
 DONE = {**LIVE, "phase": "done", "exit_class": "succeeded", "step": 1000,
         "evals": [{"step": 1000, "metrics": {"accuracy": 0.93}}]}
 BROKEN = {**LIVE, "phase": "done", "exit_class": "user-error", "exit_code": 1,
@@ -76,17 +74,10 @@ class World:
                           progress=self.progress.append)
 
     def declare(self, run_id: str, *, budget_usd: float | None = None) -> None:
-        request = plan_up(self.settings, run_id, accelerator="v2-8", capacity=Capacity.SPOT, zone=ZONE,
-                          run_id=run_id).request
-        record = RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(request, [ZONE]), experiment="x",
-                           budget_usd=budget_usd)
-        self.store.write_bytes(runs.record_key(run_id), record.model_dump_json().encode())
-        self.status(run_id, LIVE)
-        runs.mark_active(self.store, run_id)
+        declare_run(self.settings, self.store, run_id, ZONE, budget_usd=budget_usd)
 
     def status(self, run_id: str, fields: dict[str, Any]) -> None:
-        self.store.write_bytes(runs.status_key(run_id), runs.AgentStatus.model_validate(
-            {**fields, "run_id": run_id}).model_dump_json().encode())
+        write_status(self.store, run_id, fields)
 
     def memory(self, run_id: str) -> runs.Memory:
         return runs.load_memory(self.store, run_id)[0]
@@ -94,44 +85,18 @@ class World:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    hook, chat, mail = http_receiver(), http_receiver(), smtp_receiver()
-    config = tmp_path / "tpuops.toml"
-    config.write_text(f"""zones = ["{ZONE}"]
-store = "{tmp_path / 'store'}"
-lease_ttl_s = 3600.0
-max_run_hours = 0
-
-[notify]
-dashboard_url = "http://127.0.0.1:8080"
-
-[notify.targets.hook]
-kind = "webhook"
-url_env = "HOOK_URL"
-
-[notify.targets.chat]
-kind = "slack"
-url_env = "CHAT_URL"
-
-[notify.targets.mail]
-kind = "email"
-host = "127.0.0.1"
-port = {mail.port}
-starttls = false
-user = "{SMTP_USER}"
-password_env = "SMTP_PASSWORD"
-sender = "tpuops@localhost"
-to = ["me@localhost"]
-""")
-    settings = load_settings(config_path=config, environ={
-        "TPUOPS_HOME": str(tmp_path / "home"), "HOOK_URL": hook.url, "CHAT_URL": chat.url,
-        "SMTP_PASSWORD": SMTP_PASSWORD})
-    try:
+    with http_receiver() as hook, http_receiver() as chat, smtp_receiver() as mail:
+        config = tmp_path / "tpuops.toml"
+        config.write_text(f'zones = ["{ZONE}"]\nstore = "{tmp_path / "store"}"\n'
+                          'lease_ttl_s = 3600.0\nmax_run_hours = 0\n\n[notify]\ndashboard_url = "http://127.0.0.1:8080"\n'
+                          + target_toml("hook", kind="webhook", url_env="HOOK_URL")
+                          + target_toml("chat", kind="slack", url_env="CHAT_URL")
+                          + mail_target("mail", mail.port, user=SMTP_USER, password_env="SMTP_PASSWORD"))
+        settings = load_settings(config_path=config, environ={
+            "TPUOPS_HOME": str(tmp_path / "home"), "HOOK_URL": hook.url, "CHAT_URL": chat.url,
+            "SMTP_PASSWORD": SMTP_PASSWORD})
         yield World(settings, open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01), hook, chat,
                     mail, [], tmp_path)
-    finally:
-        hook.close()
-        chat.close()
-        mail.close()
 
 
 def _running(world: World, controller: Controller, *run_ids: str, now: float = T0) -> None:
@@ -252,10 +217,8 @@ def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path)
     from tpuops.sim.model import AgentModel
     from tpuops.sweeps import ops as sweep_ops
 
-    hook = http_receiver()
-    try:
-        sim = sweeps_world(tmp_path, ("s",), config_tail=f'\n[notify.targets.hook]\nkind = "webhook"\n'
-                                                         f'url = "{hook.url}"\n')
+    with http_receiver() as hook:
+        sim = sweeps_world(tmp_path, ("s",), config_tail=target_toml("hook", kind="webhook", url=hook.url))
         assert sim.run(max_hours=4).ended
         assert Simulation(sim.settings, tmp_path / "quiet", CloudModel(),
                           AgentModel(total_steps=10, steps_per_s=1)).settings.notify.targets == {}
@@ -272,5 +235,3 @@ def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path)
         assert sweep_ops.active_sweeps(sim.store) == []
         config = str(tmp_path / "tpuops.toml")  # the user's own file, where this test put the URL
         assert [f for f in files_holding(tmp_path, SECRET_PATH) if not f.startswith(config)] == []
-    finally:
-        hook.close()

@@ -10,7 +10,17 @@ import json
 from pathlib import Path
 
 import pytest
-from receivers import SECRET_PATH, SMTP_PASSWORD, SMTP_USER, files_holding, free_port, http_receiver, smtp_receiver
+from receivers import (
+    SECRET_PATH,
+    SMTP_PASSWORD,
+    SMTP_USER,
+    files_holding,
+    free_port,
+    http_receiver,
+    mail_target,
+    smtp_receiver,
+    target_toml,
+)
 
 from tpuops.billing.deadline import LATE_EVEN_ON_DEMAND
 from tpuops.cli.main import run
@@ -125,28 +135,12 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
 @pytest.mark.emulator
 def test_notify_test_sends_one_message_per_target_and_says_what_happened(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    hook, gone, mail = http_receiver(), http_receiver(), smtp_receiver()
-    try:
-        config = _config(tmp_path, f"""
-[notify.targets.hook]
-kind = "webhook"
-url_env = "HOOK_URL"
-
-[notify.targets.gone]
-kind = "slack"
-url = "{gone.url.replace(SECRET_PATH, 'nothing-here')}"
-
-[notify.targets.mail]
-kind = "email"
-host = "127.0.0.1"
-port = {mail.port}
-starttls = false
-user = "{SMTP_USER}"
-password_file = "{tmp_path / 'smtp-password'}"
-sender = "tpuops@localhost"
-to = ["me@localhost"]
-""")
-        (tmp_path / "smtp-password").write_text(SMTP_PASSWORD + "\n")
+    with http_receiver() as hook, http_receiver() as gone, smtp_receiver() as mail:
+        password = tmp_path / "smtp-password"
+        config = _config(tmp_path, target_toml("hook", kind="webhook", url_env="HOOK_URL")
+                         + target_toml("gone", kind="slack", url=gone.url.replace(SECRET_PATH, "nothing-here"))
+                         + mail_target("mail", mail.port, user=SMTP_USER, password_file=str(password)))
+        password.write_text(SMTP_PASSWORD + "\n")
         monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
         monkeypatch.setenv("HOOK_URL", hook.url)
         assert run(["--config", str(config), "notify", "test", "--json"]) == 1
@@ -164,38 +158,19 @@ to = ["me@localhost"]
         assert run(["--config", str(config), "notify", "test"]) == 2
         assert capsys.readouterr().err.strip() == ("error: notify target 'hook': the environment variable HOOK_URL "
                                                     "(url_env) is not set")
-    finally:
-        hook.close()
-        gone.close()
-        mail.close()
 
 
 @pytest.mark.emulator
 def test_notify_test_refuses_an_smtp_host_where_nothing_answers_before_sending_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    hook = http_receiver()
     port = free_port()
-    try:
-        config = _config(tmp_path, f"""
-[notify.targets.hook]
-kind = "webhook"
-url = "{hook.url}"
-
-[notify.targets.mail]
-kind = "email"
-host = "127.0.0.1"
-port = {port}
-starttls = false
-sender = "tpuops@localhost"
-to = ["me@localhost"]
-""")
+    with http_receiver() as hook:
+        config = _config(tmp_path, target_toml("hook", kind="webhook", url=hook.url) + mail_target("mail", port))
         monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
         assert run(["--config", str(config), "notify", "test"]) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"error: notify target 'mail': no SMTP server answers at 127.0.0.1:{port}"
         assert hook.delivered == []
-    finally:
-        hook.close()
 
 
 @pytest.mark.unit
@@ -242,8 +217,7 @@ def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
     from tpuops.core.notices import Delivery, NotifySettings, NotifyTarget, State
     from tpuops.notify.outbox import BACKOFF_S, MAX_TRIES, deliver
 
-    hook = http_receiver()
-    try:
+    with http_receiver() as hook:
         hook.failing = 1000
         config = NotifySettings(give_up_after_s=600, targets={
             "down": NotifyTarget(kind="webhook", url=hook.url),
@@ -266,5 +240,3 @@ def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
         assert not deliver(notices[:1], config, T0 + 1, note)  # nothing due before the backoff ends
         deliver(notices[:1], config, T0 + 601, note)  # still failing past give_up_after_s
         assert notices[0].deliveries[0].state is State.GAVE_UP
-    finally:
-        hook.close()

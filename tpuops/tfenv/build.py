@@ -77,7 +77,10 @@ def _fill(venv: Path, progress: Progress) -> dict[str, object]:
     pins = venv / PIN_FILE
     pins.write_text(pin_file_text())
     progress("installing the TF 2.9 pins (several hundred MB unless pip has them cached)")
-    _pip(python, ["install", "--progress-bar", "off", "--no-compile", "-r", str(pins)], progress)
+    # Byte-compiled at install (~15 s of CPU once): every node boot imports TensorFlow, which from source costs
+    # ~5 s of CPU more each time wherever the bytecode cannot be written later (PYTHONDONTWRITEBYTECODE, a
+    # read-only venv).
+    _pip(python, ["install", "--progress-bar", "off", "-r", str(pins)], progress)
     progress("checking that TensorFlow imports")
     tf_version = _run([python, "-c", "import tensorflow as tf; print(tf.__version__)"], "import tensorflow")
     tf_version = tf_version.strip().splitlines()[-1] if tf_version.strip() else ""
