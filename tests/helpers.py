@@ -38,6 +38,13 @@ def cli_env(work: Path, info: EmulatorInfo, config_text: str = 'zones = ["us-cen
     return {**env, "TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config),
             "TPUOPS_TPU_ENDPOINT": info.endpoint, "TPUOPS_POLL_INTERVAL_S": "0.2"}
 
+def start_cli(work: Path, info: EmulatorInfo, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``tpuops ARGS`` started in the test project ``work`` against the emulator ``info`` (``cli_env`` unless
+    ``env`` is given), no stdin, its output captured as text: the end-to-end tests' one way to run the CLI."""
+    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=env or cli_env(work, info),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def run_dir(work: Path, run: str) -> Path:
     """A run's folder in the local store of a test project laid out as ``work/home/store``."""
     return work / "home" / "store" / "runs" / run

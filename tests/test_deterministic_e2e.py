@@ -12,14 +12,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, small_digits, start_tf_emulator
+from helpers import digits_project, small_digits, start_cli, start_tf_emulator
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
@@ -69,13 +67,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    config = work / "tpuops.toml"
-    config.write_text('zones = ["us-central1-a", "us-central1-b"]\n')
-    env.update({"TPUOPS_HOME": str(work / "home"), "TPUOPS_CONFIG": str(config), "TPUOPS_TPU_ENDPOINT": info.endpoint,
-                "TPUOPS_POLL_INTERVAL_S": "0.2"})
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_cli(work, info, *args)
 
 
 def _memory(work: Path, run: str) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +27,12 @@ import pytest
 from helpers import (
     COMPARE_CHECKPOINTS,
     TF_PYTHON,
-    cli_env,
     digits_project,
     poll,
     run_dir,
     run_status,
     small_digits,
+    start_cli,
     start_tf_emulator,
 )
 
@@ -117,8 +116,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=cli_env(work, info),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cli(work, info, *args)
 
 
 def _train(work: Path, info: EmulatorInfo, spec: str, run: str) -> subprocess.Popen[str]:

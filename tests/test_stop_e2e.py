@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import cli_env, digits_project, poll, run_dir, run_status, start_tf_emulator
+from helpers import digits_project, poll, run_dir, run_status, start_cli, start_tf_emulator
 from test_controller_e2e import _small_spec
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -44,8 +43,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
 
 
 def _start(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=cli_env(work, info),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cli(work, info, *args)
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str, timeout: float = 300) -> tuple[int, str, str]:

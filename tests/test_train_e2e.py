@@ -11,12 +11,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, cli_env, poll, run_dir, run_status, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, run_dir, run_status, start_cli, start_tf_emulator
 
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
@@ -41,8 +40,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=work, env=cli_env(work, info),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cli(work, info, *args)
 
 
 def _finish(proc: subprocess.Popen[str], timeout: float = 300) -> tuple[int, str, str]:
