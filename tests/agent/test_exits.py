@@ -4,7 +4,16 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from tpuops.agent.exits import DivergedExit, ExitClass, PreemptedExit, UserError, classify, describe, traceback_tail
+from tpuops.agent.exits import (
+    DivergedExit,
+    ExitClass,
+    PreemptedExit,
+    UserError,
+    classify,
+    describe,
+    preemption_caused,
+    traceback_tail,
+)
 
 pytestmark = pytest.mark.tf
 
@@ -35,6 +44,25 @@ def test_codes_are_distinct_per_class() -> None:
 )
 def test_classify_by_type(exc: BaseException, expected: ExitClass) -> None:
     assert classify(_raised(exc)) is expected
+
+
+LOST_WORKER = tf.errors.InvalidArgumentError(None, None, "Primary device is not remote")
+
+
+@pytest.mark.parametrize(
+    ("exc", "noticed", "caused"),
+    [
+        (LOST_WORKER, True, True),  # a slice's runtimes stopped by the preemption under an evaluation
+        (tf.errors.UnavailableError(None, None, "Socket closed"), True, True),
+        (LOST_WORKER, False, False),  # without a notice it is what it says
+        (UserError("seed out of range"), True, False),  # our own checks stay the user's
+        (RuntimeError("store unreachable"), True, False),  # not TensorFlow's: a crash, retried as one
+        (DivergedExit("loss NaN at step 41"), True, False),
+    ],
+)
+def test_a_tensorflow_failure_during_a_preemption_notice_is_the_preemptions(
+        exc: BaseException, noticed: bool, caused: bool) -> None:
+    assert preemption_caused(classify(_raised(exc)), exc, noticed) is caused
 
 
 def test_an_exception_raised_in_user_code_is_a_user_error(tmp_path: Path) -> None:

@@ -141,6 +141,18 @@ def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
     return ExitClass.CRASHED
 
 
+def preemption_caused(exit_class: ExitClass, exc: BaseException, noticed: bool) -> bool:
+    """Whether a failure is the preemption's, not the user's nor a crash: TensorFlow failed (not a check of ours)
+    while the VM was being preempted (``noticed``). On a slice the preemption stops every worker's runtime at
+    once; the single client's step or evaluation then fails on whatever it was doing (a lost worker reads as
+    ``Socket closed``, ``Primary device is not remote``, an ``InvalidArgumentError`` that would otherwise
+    blame the user), and the run must resume from its last checkpoint, not end."""
+    import tensorflow as tf
+
+    return (noticed and exit_class in (ExitClass.USER_ERROR, ExitClass.CRASHED)
+            and isinstance(exc, tf.errors.OpError))
+
+
 def traceback_tail(exc: BaseException, lines: int = TRACEBACK_LINES) -> str:
     """The last ``lines`` lines of the formatted traceback: what ``status.json`` carries."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

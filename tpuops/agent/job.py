@@ -22,7 +22,15 @@ from typing import Optional
 import tensorflow as tf
 
 from tpuops.agent import entry, infer, script, train, wake
-from tpuops.agent.exits import DivergedExit, ExitClass, UserError, classify, describe, traceback_tail
+from tpuops.agent.exits import (
+    DivergedExit,
+    ExitClass,
+    UserError,
+    classify,
+    describe,
+    preemption_caused,
+    traceback_tail,
+)
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
@@ -35,6 +43,9 @@ log = logging.getLogger("tpuops.agent")
 
 # Log chunks are objects in a bucket: one every 30 s keeps a day-long run at ~3000 of them.
 LOG_FLUSH_SECONDS = 30.0
+# How long a TensorFlow failure waits for the preemption notice that may explain it: the SIGTERM that stops a
+# slice's runtimes reaches this process at the same moment, but its handler runs only once TF returns.
+NOTICE_AFTER_FAILURE_SECONDS = 2.0
 
 
 def read_spec(location: str, text: Optional[str] = None) -> RunSpec:
@@ -115,6 +126,9 @@ def run(
         failure = exc
         exit_class = classify(exc, entry.user_roots(spec))
         message = str(exc) if isinstance(exc, (UserError, DivergedExit)) else describe(exc)
+        noticed = isinstance(exc, tf.errors.OpError) and notice.wait(NOTICE_AFTER_FAILURE_SECONDS)
+        if preemption_caused(exit_class, exc, noticed):
+            exit_class, message = ExitClass.PREEMPTED, f"preempted ({notice.reason}) while TensorFlow ran: {message}"
         if exit_class in (ExitClass.USER_ERROR, ExitClass.CRASHED):
             trace = traceback_tail(exc)
             log.error("%s: %s\n%s", exit_class.value, message, trace)
