@@ -85,6 +85,9 @@ except (ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError):
 with tf.io.gfile.GFile(os.path.join(os.environ["TPUOPS_RUN_DIR"], "cluster.json"), "w") as out:
     out.write(json.dumps(resolver.cluster_spec().as_dict()))
 print("resolved", resolver.cluster_spec().as_dict(), flush=True)
+bare = tf.distribute.cluster_resolver.TPUClusterResolver()  # no argument: TensorFlow reads TPU_NAME itself
+with tf.io.gfile.GFile(os.path.join(os.environ["TPUOPS_RUN_DIR"], "bare-cluster.json"), "w") as out:
+    out.write(json.dumps(bare.cluster_spec().as_dict()))
 '''
 
 
@@ -202,6 +205,7 @@ def test_a_preempted_slice_recovers_by_itself_bit_identical(world: tuple[Path, E
 
 
 def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, EmulatorInfo]) -> None:
+    """``TPUClusterResolver(tpu=os.environ["TPU_NAME"])`` and ``TPUClusterResolver()`` both find the 4 workers."""
     work, info = world
     result = _succeeded(_tpuops(work, info, "train", "experiments/script.yaml", "--name", "resolve", "--json"))
     assert result["exit_class"] == "succeeded"
@@ -210,6 +214,7 @@ def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, E
     assert len(cluster["worker"]) == len(addresses) == 4
     assert all(endpoint.endswith(":8470") for endpoint in cluster["worker"])
     assert len(set(cluster["worker"])) == 4
+    assert json.loads((run_dir(work, "resolve") / "bare-cluster.json").read_text()) == cluster
 
 
 @pytest.mark.parametrize("spec", ["compiled", "fed"])
