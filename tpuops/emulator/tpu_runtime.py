@@ -6,8 +6,8 @@ as the image's ``tpu-runtime`` service runs on every worker of a real slice. It 
 node's ``networkEndpoints``; TensorFlow's client on worker 0 connects to it as to a TPU worker.
 
 When it is stopped (SIGTERM: the node is deleted or preempted) it logs the CPU seconds it spent serving,
-its start-up excluded: what shows that the slice's job computed on this worker (an idle server spends
-hundredths of a second).
+its start-up excluded: what shows that the slice's job computed on this worker (an idle server spent 0.03 CPU
+seconds over 20 s on this machine).
 
 Usage: ``python tpu_runtime.py ADDR0:8470,ADDR1:8470,... N`` (stdlib and TensorFlow only: it runs in the image).
 """
