@@ -106,12 +106,17 @@ def _run_through(work: Path, info: EmulatorInfo, run: str, act: str) -> dict:
 
 def test_a_worker_whose_runtime_dies_gets_the_slice_recreated_and_the_run_finishes(
         world: tuple[Path, EmulatorInfo]) -> None:
+    """The job computes on every worker, so a dead runtime ends its attempt one of two ways, both a bounded
+    restart on a new slice, never a preemption: TensorFlow's client fails its next step (the agent exits
+    crashed), or it waits on the dead worker and the controller sees the worker unhealthy past the grace."""
     work, info = world
     memory = _run_through(work, info, "pod-sick", "kill-runtime")
     kinds = [e["kind"] for e in memory["events"]]
-    assert "worker-down" in kinds and "unhealthy" in kinds
-    [restart] = [e["message"] for e in memory["events"] if e["kind"] == "unhealthy"]
-    assert "worker 2 of the slice unhealthy" in restart
+    assert "crash" in kinds or "unhealthy" in kinds, kinds
+    if "unhealthy" in kinds:
+        assert "worker-down" in kinds
+        [restart] = [e["message"] for e in memory["events"] if e["kind"] == "unhealthy"]
+        assert "worker 2 of the slice unhealthy" in restart
     assert (memory["crashes"], memory["preemptions"], memory["attempts"]) == (1, 0, 2)
 
 
