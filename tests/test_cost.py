@@ -539,6 +539,21 @@ def _agree(ours: float, truth: float, abs_tolerance: float = 0.0) -> bool:
     return abs(ours - truth) <= max(0.02 * truth, abs_tolerance)
 
 
+def _preempt_and_see(fleet: Fleet, admin: Any, project: str, zone: str, name: str) -> float:
+    """Preempt READY node ``name`` and run status passes until one sees it PREEMPTED; returns the time between the
+    last two passes, the window the ledger dates the node's end in."""
+    asked: list[float] = []
+
+    def seen(state: NodeState) -> bool:
+        asked.append(time.monotonic())
+        return any(n.name == name and n.state is state for n in fleet.status())
+
+    assert seen(NodeState.READY)
+    admin.preempt(project, zone, name, grace_s=0.5)
+    _poll(lambda: seen(NodeState.PREEMPTED), f"the preemption of {name}, seen by a status pass")
+    return asked[-1] - asked[-2]
+
+
 @pytest.mark.emulator
 def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_admin: Any, tmp_path: Path,
                                                      catalog: Catalog) -> None:
@@ -557,16 +572,7 @@ def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_adm
         assert provisioner.up(plan).node.state is NodeState.READY
     _accrue(2.0)
 
-    asked: list[float] = []  # when each status pass asked: the ledger dates the end between the last two
-
-    def seen(state: NodeState) -> bool:
-        asked.append(time.monotonic())
-        return any(n.name == "pre-spot" and n.state is state for n in provisioner.status())
-
-    assert seen(NodeState.READY)
-    emulator_admin.preempt(settings.project, US, "pre-spot", grace_s=0.5)
-    _poll(lambda: seen(NodeState.PREEMPTED), "the preemption, seen by a status pass")
-    sighting_window_s = asked[-1] - asked[-2]
+    sighting_window_s = _preempt_and_see(provisioner, emulator_admin, settings.project, US, "pre-spot")
     recreated = provisioner.up(plans["pre-spot"])  # deletes the preempted node, makes a new incarnation
     assert recreated.node.state is NodeState.READY and not recreated.adopted
     _accrue(8.0)
@@ -624,16 +630,7 @@ def test_a_preempted_slice_is_billed_as_one_node_at_its_chips_price_in_ledger_an
     first = fleet.up(plan).node
     assert (first.state, first.hosts) == (NodeState.READY, 4)
     _accrue(3.0)
-    asked: list[float] = []
-
-    def seen(state: NodeState) -> bool:
-        asked.append(time.monotonic())
-        return any(n.name == "pod" and n.state is state for n in fleet.status())
-
-    assert seen(NodeState.READY)
-    emulator_admin.preempt(settings.project, POD_ZONE, "pod", grace_s=0.5)
-    _poll(lambda: seen(NodeState.PREEMPTED), "the slice's preemption, seen by a status pass")
-    window_s = asked[-1] - asked[-2]
+    window_s = _preempt_and_see(fleet, emulator_admin, settings.project, POD_ZONE, "pod")
     assert not fleet.up(plan).adopted  # the preempted slice is deleted whole and made again
     _accrue(6.0)
     fleet.down(None)
