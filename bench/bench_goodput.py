@@ -7,7 +7,7 @@ steps, about three minutes billed on this machine, a checkpoint every 2,000 step
 driven like ``tpuops train`` on an emulator whose nodes boot in 2 s: without preemption, and
 preempted by SIGTERM (30-s notice: the agent checkpoints and exits) once and three times, evenly
 spaced in steps. Every figure comes from what a user sees: the run's goodput split
-(``tpuops.runs.goodput``: the ledger's billed READY time, the agent's attempt clocks) and the
+(``tpuops.accounting.goodput``: the ledger's billed READY time, the agent's attempt clocks) and the
 emulator's billing record (the truth the ledger is compared with).
 
 - goodput = productive / billed per scenario (medians of the repetitions), and goodput with

@@ -1,4 +1,4 @@
-"""A run's timeline from ledger intervals, memory events and attempt clocks (pure: tpuops/runs/timeline.py)."""
+"""A run's timeline from ledger intervals, memory events and attempt clocks (pure: tpuops/accounting/timeline.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from tpuops.accounting.timeline import MarkKind, build, steps_at
 from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.core.clock import UTC
 from tpuops.dashboard import svg
 from tpuops.runs import AgentStatus, EvalPoint
 from tpuops.runs.models import AttemptTime
-from tpuops.runs.timeline import MarkKind, build, steps_at
 
 pytestmark = pytest.mark.unit
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tpuops.accounting.goodput import split
 from tpuops.billing.cost import Interval
 from tpuops.core.clock import UTC
-from tpuops.runs import AgentStatus
-from tpuops.runs.goodput import Goodput, split
+from tpuops.runs import AgentStatus, Goodput
 from tpuops.runs.models import AttemptTime, parse
 
 pytestmark = pytest.mark.unit

@@ -27,9 +27,15 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "data": ("tpuops.data", "tpuops.core", "tpuops.store"),
+    "runs": ("tpuops.runs", "tpuops.core", "tpuops.store", "tpuops.providers", "tpuops.agent"),
+    "accounting": ("tpuops.accounting", "tpuops.runs", "tpuops.billing", "tpuops.providers", "tpuops.core",
+                   "tpuops.agent.timing"),
     "agent": ("tpuops.agent",),
 }
 """Per wing, the tpuops modules it may import (a prefix admits its submodules)."""
+
+SIDE_BY_SIDE = ("tpuops.runs", "tpuops.billing")
+"""Rooms on one floor that never import each other: what joins them lives above both (``tpuops.accounting``)."""
 
 UI = ("tpuops.dashboard", "tpuops.cli")
 """What stands on top, side by side: nothing else in tpuops imports them, and neither imports the other
@@ -56,13 +62,26 @@ def _admitted(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+def _wing_imports(wing: str) -> list[tuple[str, str]]:
+    """("file:line", module) of every import of a tpuops module in the package ``wing``."""
+    return [(f"{path.relative_to(PACKAGE.parent)}:{line}", module)
+            for path in sorted((PACKAGE / wing).rglob("*.py")) for line, module in _imports(path)]
+
+
 @pytest.mark.parametrize("wing", sorted(MAY_IMPORT))
 def test_a_wing_imports_only_what_its_docstring_allows(wing: str) -> None:
     allowed = MAY_IMPORT[wing]
-    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
-           for path in sorted((PACKAGE / wing).rglob("*.py"))
-           for line, module in _imports(path) if not _admitted(module, allowed)]
+    bad = [f"{where} imports {module}" for where, module in _wing_imports(wing) if not _admitted(module, allowed)]
     assert not bad, f"tpuops/{wing}/ may import only {', '.join(allowed)}:\n" + "\n".join(bad)
+
+
+def test_runs_and_billing_stand_side_by_side() -> None:
+    """A run's files and money share a floor; an import between them (one lazy import is enough) puts one on the
+    other and the whole house a floor higher."""
+    bad = [f"{where} imports {module}" for wing in SIDE_BY_SIDE
+           for where, module in _wing_imports(wing.removeprefix("tpuops."))
+           if _admitted(module, tuple(other for other in SIDE_BY_SIDE if other != wing))]
+    assert not bad, "runs and billing import nothing of each other (tpuops.accounting joins them):\n" + "\n".join(bad)
 
 
 def _ui_of(path: Path) -> str | None:

@@ -35,7 +35,7 @@ attempt that never reached its first call) is left for the control plane to call
 The clock is written from the main thread and read by the heartbeat thread, hence the lock.
 
 The segment names are defined here once: this module is shared with the control plane
-(``tpuops.runs.goodput`` names the parts of a billed second with ``DISJOINT`` and ``SHARE``), so it
+(``tpuops.accounting.goodput`` names the parts of a billed second with ``DISJOINT`` and ``SHARE``), so it
 imports nothing but the standard library, the way ``exits`` is shared.
 """
 

@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from tpuops.launch.provision import UpPlan
     from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import AgentStatus, Memory, Run, RunRecord
-    from tpuops.runs.goodput import Goodput as Goodput
+    from tpuops.runs import Goodput as Goodput
     from tpuops.runs.repair import Diagnosis
     from tpuops.sim.engine import SimReport as SimReport
     from tpuops.store import Store

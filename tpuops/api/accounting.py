@@ -1,6 +1,6 @@
 """Accounting for the service layer: the ledger's prices joined with what the store says the runs did.
 
-The models below compute without I/O (``tpuops.billing.cost`` prices ledger rows, ``tpuops.runs.goodput``
+The models below compute without I/O (``tpuops.billing.cost`` prices ledger rows, ``tpuops.accounting.goodput``
 splits billed time by the agent's clocks); this module is the wiring around them that
 ``tpuops.api`` calls: it opens the ledger and the store, reads each run's status, and refuses
 launches over budget. Nothing here prints or decides a price itself.
@@ -21,7 +21,7 @@ from tpuops.session import open_ledger, store
 if TYPE_CHECKING:
     from tpuops.billing.cost import CostReport
     from tpuops.launch.jobs import JobPlan
-    from tpuops.runs.goodput import Goodput
+    from tpuops.runs import Goodput
 
 
 
@@ -41,8 +41,8 @@ class CostAndGoodput:
 def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str | None = None,
                 since: datetime | None = None, now: datetime | None = None) -> CostAndGoodput:
     """The cost of the configured project's nodes recorded in the local ledger, with each run's goodput."""
+    from tpuops.accounting.goodput import by_run, run_goodput
     from tpuops.billing.cost import build_report, catalog_for
-    from tpuops.runs.goodput import by_run, run_goodput
 
     ledger, catalog, now = open_ledger(settings), catalog_for(settings), now or datetime.now(UTC)
     histories = ledger.histories(settings.project, run_id=run_id, sweep_id=sweep_id, alive_since=since)
@@ -71,8 +71,8 @@ def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime
     """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
     if not found:  # ``tpuops status`` with no run going: no prices, no ledger read
         return found
+    from tpuops.accounting.goodput import by_run, run_goodput
     from tpuops.billing.cost import catalog_for, node_cost
-    from tpuops.runs.goodput import by_run, run_goodput
 
     histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
     catalog, now = catalog_for(settings), datetime.now(UTC)

@@ -22,9 +22,9 @@ from tpuops.core.errors import NotFound, UsageError
 if TYPE_CHECKING:
     from optuna.storages import BaseStorage
 
+    from tpuops.accounting.timeline import Timeline
     from tpuops.providers.nodes import NodeInfo
     from tpuops.runs import LogTail, Run
-    from tpuops.runs.timeline import Timeline
     from tpuops.store import Store
 
 
@@ -95,9 +95,9 @@ def watch_marks(settings: Settings, *, root: Store | None = None) -> dict[str, i
 def run_detail(settings: Settings, run_id: str, *, root: Store | None = None) -> RunDetail:
     """One run with its goodput and its life as a timeline (ledger intervals, memory events, attempt clocks)."""
     from tpuops import runs
+    from tpuops.accounting.goodput import run_goodput
+    from tpuops.accounting.timeline import build
     from tpuops.billing.cost import catalog_for, node_cost
-    from tpuops.runs.goodput import run_goodput
-    from tpuops.runs.timeline import build
     from tpuops.session import open_ledger, store
 
     run = runs.open_run(root or store(settings), run_id)

@@ -7,5 +7,7 @@ between spot and on-demand to meet its deadline (pure).
 
 May import: ``tpuops.core``, ``tpuops.config`` and the provider-neutral node vocabulary
 (``tpuops.providers``). Never a run, a store, the controller or the front door: they read money
-from here, never the other way round.
+from here, never the other way round. Runs stand beside billing, not on it: what joins a run with its
+price lives above both (``tpuops.accounting``), and what a capacity move chose (``Choice``) is in
+``tpuops.core.kinds``, where a run's memory can record it.
 """

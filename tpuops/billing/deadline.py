@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from tpuops.config import RECOVERY_S
-from tpuops.core.kinds import Capacity
+from tpuops.core.kinds import Capacity, Choice
 
 MARGIN = 0.05
 """The share of the remaining work kept free on spot, against the spread of preemptions around their mean."""
@@ -37,18 +37,6 @@ RETURN_RESERVES = 2.0
 the hysteresis between the two moves. Measured (``bench/bench_plan.py --hysteresis 1 2 3 --runs 300``, a 24-h job
 at 2 preemptions an hour and a 1.25x deadline): 1 -> 2 cut the most switches in a run from 12 to 8 (2.42 -> 2.36
 on average) at the same cost (0.613x on-demand) and no deadline missed; 3 cut them to 6 but cost 0.615x."""
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The capacity a run should be on, and why (the text of its event)."""
-
-    capacity: Capacity
-    reason: str
-
-    @property
-    def on_demand(self) -> bool:
-        return self.capacity is Capacity.ON_DEMAND
 
 
 @dataclass(frozen=True)

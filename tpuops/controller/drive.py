@@ -12,11 +12,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from tpuops import runs
+from tpuops.accounting.goodput import run_goodput
 from tpuops.billing.cost import catalog_for
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.errors import DamagedDocument, TransientError
-from tpuops.runs import AgentStatus, Memory, Outcome, RunRecord
-from tpuops.runs.goodput import Goodput, run_goodput
+from tpuops.runs import AgentStatus, Goodput, Memory, Outcome, RunRecord
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The core: the vocabulary and the boundaries every other part of tpuops shares.
 
-What lives here: the failure taxonomy (``errors``), the injectable clock (``clock``), plain enums
-(``kinds``), the one retry policy (``retry``), naming rules (``naming``), how figures print
-(``formats``), the one loader of user files (``documents``), package data (``resources``), what a
+What lives here: the failure taxonomy (``errors``), the injectable clock (``clock``), plain enums and
+what a capacity move chose (``kinds``), the one retry policy (``retry``), naming rules (``naming``), how
+figures print (``formats``), the one loader of user files (``documents``), package data (``resources``), what a
 create request did (``create_result``) and what a notification is made of (``notices``: kinds, targets,
 notices and their deliveries, the ``[notify]`` settings).
 

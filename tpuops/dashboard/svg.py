@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tpuops.runs.timeline import Timeline
+from tpuops.accounting.timeline import Timeline
 
 WIDTH = 960
 LANE_H = 22

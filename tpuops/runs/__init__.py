@@ -13,6 +13,11 @@ run is finished when the controller says so (``Memory.phase``) or the agent ende
 (succeeded, user-error) — ``is_finished`` is the one test of that. A document that cannot be read
 makes its run damaged (``Run.damage``), never the listing that met it (``repair`` says what is done
 about it).
+
+May import: ``tpuops.core``, ``tpuops.store``, the provider-neutral node vocabulary (``tpuops.providers``) and
+the contract shared with the agent (``tpuops.agent``). Never money: runs and billing stand side by side,
+neither imports the other, and what joins a run with its price (goodput, the timeline) lives above both, in
+``tpuops.accounting``.
 """
 
 from tpuops.runs.layout import logs_prefix, memory_key, record_key, spec_key, status_key
@@ -21,6 +26,7 @@ from tpuops.runs.models import (
     AgentStatus,
     EvalPoint,
     ExitClass,
+    Goodput,
     NodeSpec,
     Outcome,
     Phase,
@@ -75,6 +81,7 @@ __all__ = [
     "EvalPoint",
     "Event",
     "ExitClass",
+    "Goodput",
     "LogTail",
     "Memory",
     "NodeSpec",

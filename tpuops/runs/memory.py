@@ -18,9 +18,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from tpuops.billing.deadline import Choice
 from tpuops.core.create_result import CreateResult
-from tpuops.core.kinds import Capacity
+from tpuops.core.kinds import Capacity, Choice
 from tpuops.core.notices import Notice
 from tpuops.runs.models import RunPhase
 from tpuops.runs.outcome import Outcome

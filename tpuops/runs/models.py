@@ -1,4 +1,5 @@
-"""Typed forms of a run's documents: its record (``run.json``) and the agent's status (``status.json``).
+"""Typed forms of a run's documents: its record (``run.json``) and the agent's status (``status.json``), and of
+what its billed time went to (``Goodput``, a value computed above runs and billing: ``tpuops.accounting``).
 
 Both are read leniently and written strictly: a key this version does not know is ignored when
 read (a newer agent or control plane may add fields); bytes that are not JSON, or a value of the
@@ -10,15 +11,17 @@ holds. The controller's memory (``memory.json``) is in ``tpuops.runs.memory``, h
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpuops.agent.exits import ExitClass, Phase
+from tpuops.agent.timing import DISJOINT
 from tpuops.core.errors import DamagedDocument
+from tpuops.core.formats import format_seconds
 from tpuops.core.kinds import ValueEnum
 from tpuops.core.notices import NotifyChoice
 from tpuops.providers.nodes import NodeRequest
@@ -27,8 +30,8 @@ from tpuops.runs.outcome import Outcome
 if TYPE_CHECKING:
     from tpuops.agent.runspec import RunSpec
 
-__all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "NodeSpec", "Outcome", "Phase", "RunKind",
-           "RunPhase", "RunRecord", "StopRequest", "parse", "spec_json"]
+__all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "Goodput", "NodeSpec", "Outcome", "Phase",
+           "RunKind", "RunPhase", "RunRecord", "StopRequest", "parse", "spec_json"]
 
 _DocT = TypeVar("_DocT", bound=BaseModel)
 
@@ -217,6 +220,66 @@ class AgentStatus(_Doc):
         return float(value) if isinstance(value, int | float) else None
 
 
+@dataclass(frozen=True)
+class Goodput:
+    """A run's billed seconds, split by what they went to; the parts (``PARTS``) sum to ``billed_s``.
+
+    ``tpuops.accounting.goodput`` computes it from the ledger's billed READY intervals and the agent's attempt
+    clocks (``AttemptTime``): boot (READY to the startup script's start), the agent's own segments
+    (``tpuops.agent.timing.DISJOINT``), idle after the end (until billing stopped) and unaccounted (the rest;
+    negative when the agent measured more than the ledger billed). ``goodput = productive / billed``.
+    """
+
+    billed_s: float
+    usd: float
+    boot_s: float = 0.0
+    setup_s: float = 0.0
+    productive_s: float = 0.0
+    recomputed_s: float = 0.0
+    checkpoint_s: float = 0.0
+    eval_s: float = 0.0
+    save_s: float = 0.0
+    idle_after_end_s: float = 0.0
+    unaccounted_s: float = 0.0
+    input_wait_s: float = 0.0
+    """How long steps waited for input: a share of productive and recomputed, not a part."""
+    lost_s: float = 0.0
+    """What interruptions cost: recomputed, later attempts' boot and setup, interrupted tails."""
+    attempts: int = 0
+
+    PARTS = ("boot_s", *(f"{segment}_s" for segment in DISJOINT), "idle_after_end_s", "unaccounted_s")
+
+    @property
+    def goodput(self) -> float | None:
+        return self.productive_s / self.billed_s if self.billed_s > 0 else None
+
+    @property
+    def lost_usd(self) -> float:
+        return self.usd * self.lost_s / self.billed_s if self.billed_s > 0 else 0.0
+
+    def ratio_text(self) -> str:
+        """The goodput as a table cell: '0.62' (or '?' before anything was billed)."""
+        goodput = self.goodput
+        return f"{goodput:.2f}" if goodput is not None else "?"
+
+    def summary(self) -> str:
+        """One line: the goodput, then every part of the billed seconds and what interruptions cost."""
+        shown = ", ".join(f"{name[:-2].replace('_', ' ')} {format_seconds(getattr(self, name))} s"
+                          for name in self.PARTS)
+        return (f"goodput {self.ratio_text()}: {format_seconds(self.productive_s)} s productive of "
+                f"{format_seconds(self.billed_s)} s billed ({shown}); lost to interruptions "
+                f"{format_seconds(self.lost_s)} s, ${format_seconds(self.lost_usd, 4)}")
+
+    def to_json(self) -> dict[str, Any]:
+        # + 0.0 turns a -0.0 that rounding leaves (unaccounted a hair below zero) into 0.0
+        out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) + 0.0 for f in fields(self)
+                               if isinstance(getattr(self, f.name), float)}
+        goodput = self.goodput
+        return {**out, "usd": round(self.usd, 6), "attempts": self.attempts,
+                "goodput": round(goodput, 4) if goodput is not None else None,
+                "lost_usd": round(self.lost_usd, 6)}
+
+
 class StopRequest(_Doc):
     """``stop.json``: someone asked for the run to stop (``tpuops stop``, ``down`` of its node, the dashboard).
 
@@ -241,4 +304,4 @@ def parse(model: type[_DocT], data: bytes, where: str) -> _DocT:
 
 def spec_json(spec: RunSpec) -> dict[str, Any]:
     """The run spec as JSON, as ``spec.json`` holds it and the agent reads it (the one conversion)."""
-    return json.loads(json.dumps(dataclasses.asdict(spec)))
+    return json.loads(json.dumps(asdict(spec)))

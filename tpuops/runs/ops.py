@@ -23,6 +23,7 @@ from tpuops.runs.memory import Memory
 from tpuops.runs.models import (
     AgentStatus,
     ExitClass,
+    Goodput,
     NodeSpec,
     Outcome,
     RunKind,
@@ -36,7 +37,6 @@ from tpuops.store import Store
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from tpuops.runs.goodput import Goodput
 
 MAX_READERS = 16
 T = TypeVar("T")
@@ -230,7 +230,8 @@ class Run:
     status: AgentStatus | None
     memory: Memory
     goodput: Goodput | None = None
-    """Where its billed seconds went (``tpuops.api.accounting.attach_goodput`` fills it in from the ledger)."""
+    """Where its billed seconds went (``tpuops.api.accounting.attach_goodput`` fills it in from the ledger, which
+    runs never reads: ``tpuops.accounting`` joins the two)."""
     usd: float = 0.0
     """What the ledger bills it (filled in with ``goodput``), also when its agent reported no attempt clocks (a
     script-mode run, an older agent), whose goodput is then unknown."""

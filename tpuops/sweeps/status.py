@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from tpuops import runs
+from tpuops.accounting.goodput import run_goodput
 from tpuops.billing.cost import catalog_for, node_cost
 from tpuops.billing.ledger import Ledger, NodeHistory
 from tpuops.config import Settings
 from tpuops.core.clock import UTC
-from tpuops.runs.goodput import run_goodput
 from tpuops.store import Store
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps import studies
@@ -48,7 +48,7 @@ class TrialRow:
     recomputed_steps: int = 0
     """Steps trained again after preemptions and crashes (the agent counts them across attempts)."""
     lost_usd: float = 0.0
-    """What interruptions cost (``tpuops.runs.goodput``: redone steps, replacement boots and setups); from an
+    """What interruptions cost (``tpuops.accounting.goodput``: redone steps, replacement boots and setups); from an
     agent without time accounting, the share of ``cost_usd`` of the redone steps, cost taken as
     proportional to steps trained."""
     goodput: float | None = None

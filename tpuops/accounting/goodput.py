@@ -17,9 +17,10 @@ lays the attempts over the billed intervals and names every second:
                     interval edges are seen by polls). Negative when the agent measured more than
                     the ledger billed (the edges were seen late by different amounts).
 
-so the parts sum to ``billed`` exactly. ``goodput = productive / billed``. ``lost`` is what the
-interruptions cost: recomputed steps, the boot and setup of every attempt after the first, and
-the billed tail of every attempt but the last; dollars are shared out in proportion to seconds.
+so the parts sum to ``billed`` exactly (the value: ``tpuops.runs.Goodput``). ``goodput = productive /
+billed``. ``lost`` is what the interruptions cost: recomputed steps, the boot and setup of every attempt
+after the first, and the billed tail of every attempt but the last; dollars are shared out in proportion to
+seconds.
 
 An attempt belongs to the interval it started in (or the nearest one: VM and ledger clocks
 differ by the observation lag). A status from an agent older than this accounting has no
@@ -30,71 +31,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
 
-from tpuops.agent.timing import DISJOINT, SEGMENTS
+from tpuops.agent.timing import SEGMENTS
 from tpuops.billing.cost import Interval, node_cost, ready_intervals
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.pricing import Catalog
 from tpuops.core.clock import UTC
-from tpuops.core.formats import format_seconds
-from tpuops.runs.models import AgentStatus, AttemptTime
-
-
-@dataclass(frozen=True)
-class Goodput:
-    """A run's billed seconds, split; the parts (``PARTS``) sum to ``billed_s``."""
-
-    billed_s: float
-    usd: float
-    boot_s: float = 0.0
-    setup_s: float = 0.0
-    productive_s: float = 0.0
-    recomputed_s: float = 0.0
-    checkpoint_s: float = 0.0
-    eval_s: float = 0.0
-    save_s: float = 0.0
-    idle_after_end_s: float = 0.0
-    unaccounted_s: float = 0.0
-    input_wait_s: float = 0.0
-    """How long steps waited for input: a share of productive and recomputed, not a part."""
-    lost_s: float = 0.0
-    """What interruptions cost: recomputed, later attempts' boot and setup, interrupted tails."""
-    attempts: int = 0
-
-    PARTS = ("boot_s", *(f"{segment}_s" for segment in DISJOINT), "idle_after_end_s", "unaccounted_s")
-
-    @property
-    def goodput(self) -> float | None:
-        return self.productive_s / self.billed_s if self.billed_s > 0 else None
-
-    @property
-    def lost_usd(self) -> float:
-        return self.usd * self.lost_s / self.billed_s if self.billed_s > 0 else 0.0
-
-    def ratio_text(self) -> str:
-        """The goodput as a table cell: '0.62' (or '?' before anything was billed)."""
-        goodput = self.goodput
-        return f"{goodput:.2f}" if goodput is not None else "?"
-
-    def summary(self) -> str:
-        """One line: the goodput, then every part of the billed seconds and what interruptions cost."""
-        shown = ", ".join(f"{name[:-2].replace('_', ' ')} {format_seconds(getattr(self, name))} s"
-                          for name in self.PARTS)
-        return (f"goodput {self.ratio_text()}: {format_seconds(self.productive_s)} s productive of "
-                f"{format_seconds(self.billed_s)} s billed ({shown}); lost to interruptions "
-                f"{format_seconds(self.lost_s)} s, ${format_seconds(self.lost_usd, 4)}")
-
-    def to_json(self) -> dict[str, Any]:
-        # + 0.0 turns a -0.0 that rounding leaves (unaccounted a hair below zero) into 0.0
-        out: dict[str, Any] = {f.name: round(getattr(self, f.name), 3) + 0.0 for f in fields(self)
-                               if isinstance(getattr(self, f.name), float)}
-        goodput = self.goodput
-        return {**out, "usd": round(self.usd, 6), "attempts": self.attempts,
-                "goodput": round(goodput, 4) if goodput is not None else None,
-                "lost_usd": round(self.lost_usd, 6)}
+from tpuops.runs.models import AgentStatus, AttemptTime, Goodput
 
 
 def _owner(attempt: AttemptTime, intervals: Sequence[Interval]) -> int:
