@@ -403,20 +403,19 @@ class SweepStep:
     live as long as it does (one per controller, as ``KeptStudies`` asks: they are good for one lease holder).
     """
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self) -> None:
         self.kept = studies.KeptStudies()
-        self.environ = environ
-        self._told: SweepPass | None = None  # the last pass run, until its notices are sent
+        self._last: SweepPass | None = None  # the pass just run, until its notices are sent
 
     def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
             held: set[str], progress: Callable[[str], None]) -> dict[str, Any]:
         """Advance every active sweep (``SweepPass.run``); what it did, as the controller's report holds it."""
-        self._told = SweepPass(settings, store, fleet.billing.ledger, leases, held=held, progress=progress,
-                               fleet=fleet, environ=self.environ, kept=self.kept)
-        return asdict(self._told.run(now))
+        self._last = SweepPass(settings, store, fleet.billing.ledger, leases, held=held, progress=progress,
+                               fleet=fleet, kept=self.kept)
+        return asdict(self._last.run(now))
 
     def tell(self, now: float) -> None:
-        """Send what the last pass queued (``SweepPass.tell``), after the runs' actions."""
-        if self._told is not None:
-            self._told.tell(now)
-            self._told = None
+        """Send what the pass just run queued (``SweepPass.tell``), after the runs' actions."""
+        if self._last is not None:
+            self._last.tell(now)
+            self._last = None
