@@ -76,6 +76,7 @@ from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import LocalStore, ObjectInfo, Store
+from tpuops.sweeps.advance import SweepStep
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
@@ -160,7 +161,7 @@ class World:
     admin: AdminClient
 
     def controller(self) -> Controller:
-        return Controller(self.settings, self.store, Fleet(self.api, self.settings, self.ledger))
+        return Controller(self.settings, self.store, Fleet(self.api, self.settings, self.ledger), sweeps=SweepStep())
 
 
 @contextlib.contextmanager
@@ -444,7 +445,7 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
         if not watchdog:
             return rows
         guarded_settings = w.settings.model_copy(update={"max_run_hours": 72.0})
-        guarded = Controller(guarded_settings, w.store, Fleet(w.api, guarded_settings, w.ledger))
+        guarded = Controller(guarded_settings, w.store, Fleet(w.api, guarded_settings, w.ledger), sweeps=SweepStep())
         (to_dead, _), = preemptions(w, guarded, "lat-watchdog", intervals[0], 1, rng)
         rows.append(("preempt -> PREEMPTED, startup script with its max-run watchdog", f"{to_dead:.2f} s",
                      f"without the watchdog (max_run_hours = 0): {median(dead):.2f} s",

@@ -167,11 +167,17 @@ def _seed(store: Any, active: list[str], finished: list[str]) -> None:
 
 
 def _controller(settings: Any, store: Any, api: ListingApi, **options: Any) -> Any:
-    """This tree's controller holds a Fleet over the provider; a baseline's takes the API and a ledger."""
+    """This tree's controller holds a Fleet over the provider and is handed the sweep step that a user's
+    controller has (a pass lists the active sweeps); a baseline's takes the API and a ledger, and advances the
+    sweeps itself."""
     from tpuops.billing.ledger import Ledger
     from tpuops.controller.reconcile import Controller
 
     ledger = Ledger(settings.ledger_path)
+    if "sweeps" in inspect.signature(Controller).parameters:
+        from tpuops.sweeps.advance import SweepStep
+
+        options["sweeps"] = SweepStep()
     if "ledger" in inspect.signature(Controller).parameters:  # the editable install answers imports of new modules
         return Controller(settings, store, api, ledger, **options)
     from tpuops.fleet import Fleet

@@ -218,12 +218,14 @@ class TfWorld:
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def controller(self, holder: str, **overrides: Any) -> Any:
-        """A controller of this world's store, with ``overrides`` applied to its settings."""
+        """A controller of this world's store, its passes advancing the sweeps (as ``tpuops.api.controller``'s),
+        with ``overrides`` applied to its settings."""
         from tpuops.controller.reconcile import Controller
         from tpuops.session import fleet
+        from tpuops.sweeps.advance import SweepStep
 
         settings = self.settings.model_copy(update=overrides)
-        return Controller(settings, self.store, fleet(settings), holder=holder)
+        return Controller(settings, self.store, fleet(settings), sweeps=SweepStep(), holder=holder)
 
 
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:

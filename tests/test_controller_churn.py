@@ -121,7 +121,7 @@ def watched(emulator: Any, tmp_path: Path) -> Iterator[tuple[Settings, Any, Ledg
     for run_id in SCENARIOS:
         _declare(settings, store, run_id)
     # the status is read every pass: a real agent's end also shows as its node deleting itself
-    watch = Watch(Controller(settings, store, Fleet(api, settings, ledger), status_refresh_s=PASS_S))
+    watch = Watch(Controller(settings, store, Fleet(api, settings, ledger), sweeps=None, status_refresh_s=PASS_S))
     try:
         yield settings, store, ledger, watch
     finally:
@@ -228,7 +228,8 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
     settings = _settings(tmp_path)
     store = open_store(settings.store_root)
     api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
-    controller = Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), status_refresh_s=0.0)
+    controller = Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), sweeps=None,
+                            status_refresh_s=0.0)
     slow, quick = "held-1", "quick-1"  # the index lists the held one first
     for run_id in (slow, quick):
         _declare(settings, store, run_id)

@@ -42,7 +42,7 @@ from tpuops.runs import AgentStatus, ExitClass, Outcome
 from tpuops.runs.repair import Diagnosis, rebuild_memory
 from tpuops.session import store
 from tpuops.store.lease import Leases
-from tpuops.sweeps.advance import SweepPass
+from tpuops.sweeps.advance import SweepPass, SweepStep
 from tpuops.sweeps.models import SweepState
 from tpuops.sweeps.ops import ACTIVE, record_key, state_key
 from tpuops.sweeps.start import plan_sweep, start_sweep
@@ -175,7 +175,8 @@ def test_a_pass_goes_on_past_a_damaged_run_and_deletes_its_node_once_its_agent_e
     world.store.write_bytes(runs.status_key("run-b"), GARBLED)
     world.store.write_bytes(runs.memory_key("run-c"), GARBLED)
     world.controller.release()
-    cron = Controller(world.settings, world.store, world.controller.nodes, holder="cron", status_refresh_s=0.0)
+    cron = Controller(world.settings, world.store, world.controller.nodes, sweeps=SweepStep(), holder="cron",
+                      status_refresh_s=0.0)
     report = cron.run_pass()  # a one-shot pass (reconcile from cron): it reads every run afresh
     assert report.acted == [], "a garbled status is no news, a damaged memory no reason to act while its agent works"
     assert list(report.errors) == ["run-c"] and "memory.json is damaged" in report.errors["run-c"]

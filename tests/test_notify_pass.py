@@ -45,6 +45,7 @@ from tpuops.fleet import Fleet
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
 from tpuops.store import open_store
+from tpuops.sweeps.advance import SweepStep
 
 pytestmark = pytest.mark.emulator  # loopback receivers (HTTP, SMTP): servers of its own
 
@@ -70,7 +71,7 @@ class World:
 
     def controller(self, holder: str) -> Controller:
         fleet = Fleet(self.cloud, self.settings, Ledger(self.settings.ledger_path))
-        return Controller(self.settings, self.store, fleet, holder=holder, status_refresh_s=0.0,
+        return Controller(self.settings, self.store, fleet, sweeps=SweepStep(), holder=holder, status_refresh_s=0.0,
                           progress=self.progress.append)
 
     def declare(self, run_id: str, *, budget_usd: float | None = None) -> None:

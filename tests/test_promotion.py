@@ -61,8 +61,8 @@ def controller(emulator: Any, tmp_path: Path) -> Controller:
     store.write_bytes(runs.status_key(RUN), runs.AgentStatus.model_validate({**LIVE, "run_id": RUN})
                       .model_dump_json().encode())
     runs.mark_active(store, RUN)
-    return Controller(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), holder="test",
-                      status_refresh_s=0.0)
+    return Controller(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
+                      holder="test", status_refresh_s=0.0)
 
 
 def _ready(controller: Controller, capacity: Capacity) -> bool:

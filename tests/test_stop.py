@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
-from tpuops import runs
+from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
-from tpuops.controller.stop import stop_runs, targets
+from tpuops.controller.stop import stop_runs
 from tpuops.core.errors import Timeout, UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
@@ -47,8 +47,8 @@ class World:
         self.ledger = Ledger(self.settings.ledger_path)
 
     def controller(self, holder: str) -> Controller:
-        return Controller(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), holder=holder,
-                          status_refresh_s=0.0)
+        return Controller(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), sweeps=None,
+                          holder=holder, status_refresh_s=0.0)
 
     def running(self, driver: Controller, run_id: str, sweep: str | None = None) -> None:
         """Declared, its node created by ``driver`` (which keeps its lease) and READY, its agent training."""
@@ -76,7 +76,7 @@ def world(tmp_path: Path) -> World:
 
 
 def _stop(world: World, *run_ids: str, wait: bool = True, between: Any = None) -> list[Any]:
-    return stop_runs(world.controller("stopper"), targets(world.store, list(run_ids), None), "tpuops stop",
+    return stop_runs(world.controller("stopper"), api.plan_stop(world.settings, list(run_ids)), "tpuops stop",
                      wait=wait, timeout_s=60.0, poll_s=0.0, sleep=between or (lambda _s: None))
 
 
@@ -125,7 +125,7 @@ def test_a_stop_the_holder_never_honours_times_out_saying_so_and_the_request_sta
     driver = world.controller("train")
     world.running(driver, "r1")
     with pytest.raises(Timeout, match="r1"):
-        stop_runs(world.controller("stopper"), targets(world.store, ["r1"], None), "tpuops stop", wait=True,
+        stop_runs(world.controller("stopper"), api.plan_stop(world.settings, ["r1"]), "tpuops stop", wait=True,
                   timeout_s=0.0, poll_s=0.0)
     assert runs.read_stop(world.store, "r1") is not None and not runs.load_memory(world.store, "r1")[0].finished
     driver.run_pass(only="r1")
@@ -161,9 +161,9 @@ def test_stopping_a_run_that_ended_says_so_and_an_unknown_one_is_refused_before_
     assert again.already and again.outcome is Outcome.STOPPED and "ended already" in again.text
     world.running(driver, "r2")
     with pytest.raises(UsageError, match="nope"):
-        targets(world.store, ["r2", "nope"], None)
+        api.plan_stop(world.settings, ["r2", "nope"])
     with pytest.raises(UsageError, match="--sweep"):
-        targets(world.store, [], None)
+        api.plan_stop(world.settings, [])
     assert runs.read_stop(world.store, "r2") is None
 
 
@@ -171,24 +171,18 @@ def test_an_unknown_sweep_is_refused_before_anything(world: World) -> None:
     driver = world.controller("train")
     world.running(driver, "s1-t0000", sweep="s1")
     with pytest.raises(UsageError, match="no sweep 's1'"):
-        targets(world.store, [], "s1")
+        api.plan_stop(world.settings, [], sweep="s1")
     assert runs.read_stop(world.store, "s1-t0000") is None
 
 
 def test_stop_of_a_sweep_stops_its_trials_still_going_and_the_sweep_launches_no_more(
         work: Work) -> None:  # noqa: F811  (the imported fixture)
-    from tpuops import api
-    from tpuops.session import store
     from tpuops.store.lease import Leases
     from tpuops.sweeps.advance import SweepPass
     from tpuops.sweeps.models import SweepOutcome, SweepPhase
     from tpuops.sweeps.ops import load_state
-    from tpuops.sweeps.start import plan_sweep, start_sweep
 
-    settings = work.settings(BEFORE + 'node_provider = "memory"\n')
-    root = store(settings)
-    start_sweep(plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", root, base_dir=work.root), root,
-                lambda _: None)
+    settings, root = work.started(BEFORE + 'node_provider = "memory"\n')
 
     def sweep_pass() -> None:
         SweepPass(settings, root, Ledger(settings.ledger_path), Leases(root, "sweeper", ttl_s=60), held=set(),

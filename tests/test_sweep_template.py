@@ -24,7 +24,7 @@ from tpuops.data.samples import digits
 from tpuops.launch.bundle import job_argv
 from tpuops.launch.provision import plan_up
 from tpuops.runs import NodeSpec
-from tpuops.store import LocalStore
+from tpuops.store import LocalStore, Store
 from tpuops.store.lease import Leases
 from tpuops.sweeps import ops
 from tpuops.sweeps.advance import SweepPass
@@ -71,6 +71,16 @@ class Work:
     def settings(self, text: str) -> Settings:
         self.config.write_text(text)
         return load_settings(config_path=self.config, environ=self.env)
+
+    def started(self, text: str) -> tuple[Settings, Store]:
+        """Settings from ``text``, their store, and the ``frozen`` sweep started in it (no pass yet)."""
+        from tpuops.session import store
+
+        settings = self.settings(text)
+        root = store(settings)
+        start_sweep(plan_sweep(settings, self.root / "sweeps" / "frozen.yaml", root, base_dir=self.root), root,
+                    lambda _: None)
+        return settings, root
 
 
 @pytest.fixture

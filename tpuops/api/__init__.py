@@ -111,11 +111,14 @@ def _quiet(_text: str) -> None:
 
 
 def controller(settings: Settings, progress: Say = _quiet) -> Controller:
-    """A reconcile controller for the configured store and fleet (call ``release()`` when done)."""
+    """A reconcile controller for the configured store and fleet, its passes advancing the sweeps too
+    (``tpuops.sweeps.advance.SweepStep``: composed here, so that the controller imports no sweep); call
+    ``release()`` when done."""
     from tpuops.controller.reconcile import Controller
     from tpuops.session import fleet, store
+    from tpuops.sweeps.advance import SweepStep
 
-    return Controller(settings, store(settings), fleet(settings), progress=progress)
+    return Controller(settings, store(settings), fleet(settings), sweeps=SweepStep(), progress=progress)
 
 
 def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,
@@ -523,13 +526,29 @@ def down(settings: Settings, names: list[str] | None, *, wait: bool = True, prog
     return results + (nodes.down(rest, wait=wait) if rest else [])
 
 
+def _stop_targets(root: Store, run_ids: list[str], sweep: str | None) -> list[Run]:
+    """The runs a stop acts on: those named (each must exist: ``UsageError`` otherwise, before anything is written)
+    and every unfinished run of ``sweep`` (which must exist too), in that order, each once."""
+    from tpuops import runs
+    from tpuops.core.errors import UsageError
+    from tpuops.sweeps.ops import read_sweep
+
+    if not run_ids and sweep is None:
+        raise UsageError("name the runs to stop, or give --sweep SWEEP ('tpuops runs' lists them)")
+    found = {run_id: runs.open_run(root, run_id) for run_id in dict.fromkeys(run_ids)}
+    if sweep is not None:
+        read_sweep(root, sweep)
+        found.update((run.run_id, run) for run in runs.list_runs(root, active_only=True)
+                     if run.record.sweep == sweep and run.run_id not in found)
+    return list(found.values())
+
+
 def plan_stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None) -> list[Run]:
     """``tpuops stop RUN... [--sweep S] --dry-run``: the runs a stop would stop (and those that ended already);
-    nothing written. ``UsageError`` for an unknown run or sweep."""
-    from tpuops.controller.stop import targets
+    nothing written. ``UsageError`` for an unknown run or sweep, or when neither runs nor a sweep are named."""
     from tpuops.session import store
 
-    return targets(store(settings), run_ids, sweep)
+    return _stop_targets(store(settings), run_ids, sweep)
 
 
 def stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None, wait: bool = True,
@@ -538,12 +557,11 @@ def stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None, wa
     (``tpuops.controller.stop``); the agent checkpoints on its node's notice, and ``train --resume`` goes on from
     there. With ``sweep``, the sweep launches no new trial either (as ``sweep stop``) and every trial still going
     stops now. ``wait``: until each node is gone (``Timeout`` past the lease TTL plus the operation timeout)."""
-    from tpuops.controller.stop import targets
     from tpuops.session import store
     from tpuops.sweeps.ops import request_stop
 
     root = store(settings)
-    found = targets(root, run_ids, sweep)
+    found = _stop_targets(root, run_ids, sweep)
     if sweep is not None:
         request_stop(root, sweep)
     return _stop(settings, found, reason, wait=wait, progress=progress)

@@ -63,7 +63,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tpuops import runs
 from tpuops.billing.deadline import Rule
@@ -91,10 +91,6 @@ from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
 
-if TYPE_CHECKING:
-    from tpuops.sweeps.advance import SweepPass
-    from tpuops.sweeps.studies import KeptStudies
-
 T = TypeVar("T")
 
 REPLACE_WAIT_S = 300.0
@@ -110,6 +106,28 @@ project's API rate quota; past it, runs wait for a free worker, not for the next
 """
 
 
+class PassStep(Protocol):
+    """Work a full pass does besides its runs, handed to the ``Controller`` by whoever builds it.
+
+    The sweeps' advancing is one (``tpuops.sweeps.advance.SweepStep``): composed from above, so that the
+    controller imports no sweep, and the sweeps, no controller. Its order in a pass is the contract:
+
+    - ``run``: once per full pass (never in a targeted one, ``run_pass(only=...)``), before the runs are read,
+      so that the runs it declares get their nodes, and those it finishes lose theirs, in this same pass. It
+      is given what the pass holds: the settings, the store, the Fleet, the pass's ``Leases`` and the names
+      of the leases it holds (a lease the step takes is added to ``held``, so that ``release`` drops it too),
+      and the pass's ``progress``. It returns what it did, JSON-able: the pass report's ``sweeps``. One
+      sweep's failure is that sweep's error in what it returns, never the pass's.
+    - ``tell``: after the runs' actions of the same pass, its messages (``tpuops.notify``), so that no
+      receiver holds up the runs' teardown.
+    """
+
+    def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
+            held: set[str], progress: Callable[[str], None]) -> dict[str, Any]: ...
+
+    def tell(self, now: float) -> None: ...
+
+
 @dataclass
 class PassReport:
     runs: int = 0
@@ -120,7 +138,7 @@ class PassReport:
     reaped: list[str] = field(default_factory=list)
     unlisted_zones: list[str] = field(default_factory=list)
     finished: dict[str, str] = field(default_factory=dict)
-    sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep pass did (tpuops.sweeps.advance)
+    sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep step did (PassStep.run)
     passes: int = 1
 
     def add(self, later: PassReport) -> None:
@@ -195,9 +213,15 @@ class _Seen:
 
 
 class Controller:
-    """Reconciles the runs of one store against one project's nodes (its ``Fleet``, and that fleet's ledger)."""
+    """Reconciles the runs of one store against one project's nodes (its ``Fleet``, and that fleet's ledger).
 
-    def __init__(self, settings: Settings, store: Store, fleet: Fleet, *,
+    ``sweeps`` must be named: the step that advances the store's sweeps at each full pass (``PassStep``;
+    ``tpuops.api.controller`` and the simulator give ``tpuops.sweeps.advance.SweepStep``), or None for a
+    controller that advances none: its passes reconcile every run, trials included, and leave each sweep
+    as it is (no trial launched, told or stopped; ``report.sweeps`` empty) until a controller with a step passes.
+    """
+
+    def __init__(self, settings: Settings, store: Store, fleet: Fleet, *, sweeps: PassStep | None,
                  holder: str | None = None, progress: Callable[[str], None] | None = None,
                  status_refresh_s: float | None = None, clock: Clock = system_clock) -> None:
         self.settings = settings
@@ -213,8 +237,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
-        self._studies: KeptStudies | None = None  # the sweeps' studies, kept open across passes
-        self._sweep_pass: SweepPass | None = None  # this pass's, until its notices are sent
+        self.sweeps = sweeps
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
 
@@ -309,13 +332,15 @@ class Controller:
     def run_pass(self, only: str | Collection[str] | None = None, now: float | None = None) -> PassReport:
         """One pass over every unfinished run in the store (or only the run or runs ``only`` names, read afresh).
 
-        A full pass first advances every unfinished sweep (``tpuops.sweeps.advance``), so that the
+        A full pass first runs the sweep step (``PassStep``: every unfinished sweep advanced), so that the
         trials it launches get their nodes, and the trials it stops lose theirs, in this same pass.
         """
         report = PassReport()
         now = self.clock() if now is None else now
-        if only is None:
-            report.sweeps = self._advance_sweeps(now)
+        stepping = self.sweeps if only is None else None
+        if stepping is not None:
+            report.sweeps = stepping.run(now, settings=self.settings, store=self.store, fleet=self.nodes,
+                                         leases=self.leases, held=self._held, progress=self.progress)
         index: dict[str, int | None] = (dict(runs.active_index(self.store)) if only is None else
                                         dict.fromkeys([only] if isinstance(only, str) else only))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
@@ -382,9 +407,8 @@ class Controller:
                 report.errors[run_id] = outcome.error
         if only is None:
             self._reap_orphans(set(states), listed, report)
-        if self._sweep_pass is not None:
-            self._sweep_pass.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
-            self._sweep_pass = None
+        if stepping is not None:
+            stepping.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
         return report
 
     def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
@@ -653,18 +677,6 @@ class Controller:
         self._seen.pop(run_id, None)
         self.progress(f"{run_id}: {err}; the next pass tries again")
         return str(err)
-
-    def _advance_sweeps(self, now: float) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        from tpuops.sweeps.advance import SweepPass
-        from tpuops.sweeps.studies import KeptStudies
-
-        self._studies = self._studies or KeptStudies()
-        sweeps = SweepPass(self.settings, self.store, self.ledger, self.leases, held=self._held, progress=self.progress,
-                           fleet=self.nodes, kept=self._studies)
-        self._sweep_pass = sweeps
-        return asdict(sweeps.run(now))
 
     def _apply(self, run_id: str, record: RunRecord, memory: Memory, action: Action, now: float, *,
                replacing: bool, stop: threading.Event) -> bool:

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from tpuops import runs
 from tpuops.controller.drive import node_left
 from tpuops.controller.reconcile import Controller
-from tpuops.core.errors import Timeout, UsageError
+from tpuops.core.errors import Timeout
 from tpuops.runs import Outcome, Run
-from tpuops.store import Store
 
 
 @dataclass(frozen=True)
@@ -92,17 +91,3 @@ def stop_runs(controller: Controller, targets: Sequence[Run], reason: str, *, wa
         controller.release()
     return [done[run.run_id] for run in targets]
 
-
-def targets(store: Store, run_ids: Sequence[str], sweep: str | None) -> list[Run]:
-    """The runs a stop acts on: those named (each must exist: ``UsageError`` otherwise, before anything is written)
-    and every unfinished run of ``sweep``, in that order, each once."""
-    from tpuops.sweeps.ops import read_sweep
-
-    if not run_ids and sweep is None:
-        raise UsageError("name the runs to stop, or give --sweep SWEEP ('tpuops runs' lists them)")
-    found = {run_id: runs.open_run(store, run_id) for run_id in dict.fromkeys(run_ids)}
-    if sweep is not None:
-        read_sweep(store, sweep)
-        found.update((run.run_id, run) for run in runs.list_runs(store, active_only=True)
-                     if run.record.sweep == sweep and run.run_id not in found)
-    return list(found.values())

@@ -31,9 +31,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpuops import runs
 from tpuops.billing import deadline
@@ -173,7 +173,7 @@ def _pace(last_pass: str | None, now: float) -> float:
 
 
 class SweepPass:
-    """Advances every active sweep of one store; used by ``Controller.run_pass`` before it reconciles runs."""
+    """Advances every active sweep of one store, once; a controller's pass runs one (``SweepStep``) before its runs."""
 
     def __init__(self, settings: Settings, store: Store, ledger: Ledger, leases: Leases, *,
                  held: set[str], progress: Callable[[str], None], fleet: Fleet | None = None,
@@ -392,3 +392,30 @@ class SweepPass:
             report.launched.append(run_id)
             verb = "adopted trial" if adopted else "trial"
             self.progress(f"sweep {sweep.name}: {verb} {number} -> run {run_id} {params}")
+
+
+class SweepStep:
+    """The sweeps' part of a controller's passes (the controller's ``PassStep``): one ``SweepPass`` per full pass,
+    over the pass's own leases and Fleet, with the studies kept open from one pass to the next.
+
+    Whoever builds a controller hands it one (``tpuops.api.controller``, the simulator), so that every pass a
+    user runs advances the sweeps while the controller imports none of this package; the studies it keeps
+    live as long as it does (one per controller, as ``KeptStudies`` asks: they are good for one lease holder).
+    """
+
+    def __init__(self) -> None:
+        self.kept = studies.KeptStudies()
+        self._last: SweepPass | None = None  # the pass just run, until its notices are sent
+
+    def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
+            held: set[str], progress: Callable[[str], None]) -> dict[str, Any]:
+        """Advance every active sweep (``SweepPass.run``); what it did, as the controller's report holds it."""
+        self._last = SweepPass(settings, store, fleet.billing.ledger, leases, held=held, progress=progress,
+                               fleet=fleet, kept=self.kept)
+        return asdict(self._last.run(now))
+
+    def tell(self, now: float) -> None:
+        """Send what the pass just run queued (``SweepPass.tell``), after the runs' actions."""
+        if self._last is not None:
+            self._last.tell(now)
+            self._last = None
