@@ -27,7 +27,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.agent"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "controller": ("tpuops.controller", "tpuops.core", "tpuops.config", "tpuops.store", "tpuops.runs",
-                   "tpuops.billing", "tpuops.providers", "tpuops.notify", "tpuops.fleet"),
+                   "tpuops.billing", "tpuops.accounting", "tpuops.providers", "tpuops.notify", "tpuops.fleet"),
     "data": ("tpuops.data", "tpuops.core", "tpuops.store"),
     "runs": ("tpuops.runs", "tpuops.core", "tpuops.store", "tpuops.providers", "tpuops.agent"),
     "accounting": ("tpuops.accounting", "tpuops.runs", "tpuops.billing", "tpuops.providers", "tpuops.core",

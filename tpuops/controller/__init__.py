@@ -7,9 +7,9 @@ without any I/O, ``reconcile`` runs a pass (read, decide, apply) under the store
 run until it ends. A pass may be killed at any line; the next one finishes the job.
 
 May import: ``tpuops.core``, ``tpuops.config``, ``tpuops.store``, ``tpuops.runs``, ``tpuops.billing``,
-``tpuops.providers`` (the neutral node vocabulary), ``tpuops.notify`` and the ``fleet``; never the sweeps, the
-launch planning, the simulator or the front door, which stand above it. The sweeps ride on its passes all
-the same: the controller defines what a pass runs besides its runs (``reconcile.PassStep``), and whoever
-builds a controller hands it the sweeps' step (``tpuops.api.controller`` and the simulator give
-``tpuops.sweeps.advance.SweepStep``).
+``tpuops.accounting`` (a driven run's goodput), ``tpuops.providers`` (the neutral node vocabulary),
+``tpuops.notify`` and the ``fleet``; never the sweeps, the launch planning, the simulator or the front door,
+which stand above it. The sweeps ride on its passes all the same: the controller defines what a pass runs
+besides its runs (``reconcile.PassStep``), and whoever builds a controller hands it the sweeps' step
+(``tpuops.api.controller`` and the simulator give ``tpuops.sweeps.advance.SweepStep``).
 """
