@@ -9,10 +9,12 @@ Measures, side by side in one run (every figure is printed, nothing is asserted)
    ListNodes per zone whatever the number of runs, nothing else, under 1 s), against a naive
    observer that calls GetNode once per run. The runs are written straight into the store
    (``runs/<run>/run.json`` and a live ``status.json``) and the controller creates their nodes
-   in a first pass. The nodes' "image python" is a stand-in that answers the startup script's
-   exact TensorFlow check and then sleeps where the job would train, so hundreds of nodes cost
-   no TensorFlow. Also: store operations per pass, the pass with a budget on every run (a ledger
-   query each) and with checkpoints, logs and TensorBoard files under every run.
+   in a first pass, and the passes are timed once every node runs its job. The nodes' "image
+   python" is a stand-in (``stand_in_image`` in tests/helpers.py) that has TensorFlow 2.9.3 by its
+   package metadata only: the startup script's checks run for real and the job sleeps where it
+   would train, so hundreds of nodes cost no TensorFlow. Also: store operations per pass, the pass
+   with a budget on every run (a ledger query each) and with checkpoints, logs and TensorBoard
+   files under every run.
 2. Recovery latency against the watch interval (0.5 s and 2 s): preemption -> PREEMPTED -> the
    replacement's CreateNode as the emulator saw it (from its billing: READY start minus the
    boot delay), on stand-in nodes under a ``tpuops watch``-style loop, a few samples each, and
@@ -79,6 +81,9 @@ from tpuops.store import LocalStore, ObjectInfo, Store
 from tpuops.sweeps.advance import SweepStep
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import stand_in_image  # noqa: E402 - test-only helper, found through the line above
+
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
 DIGITS_SPEC = ROOT / "experiments" / "digits_cnn.yaml"
 PROJECT = "tpuops-local"
@@ -92,15 +97,6 @@ CHECKPOINT_EVERY = 400
 STORE_OPS = ("reads", "writes", "lists")
 LIVE_STATUS = {"command": "train", "attempt": 1, "phase": "training", "step": 100, "total_steps": 100_000,
                "exit_class": None}
-# The stand-in for the VM image's python3 (see the module docstring). The dead-man's switch
-# parses a token with python: that one call goes to a real interpreter.
-FAKE_IMAGE = """#!/bin/sh
-case "$2" in
-  'import tensorflow as tf; print(tf.__version__)') echo 2.9.3 ;;
-  *access_token*) exec "{python}" "$@" ;;
-  *) exec sleep 86400 ;;
-esac
-"""
 
 Row = tuple[str, str, str, str]
 T = TypeVar("T")
@@ -179,14 +175,6 @@ def world(home: Path, zones: Sequence[str], emulator: dict[str, Any], **settings
         stop(info.state_dir)
 
 
-def fake_image(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "image-python"
-    path.write_text(FAKE_IMAGE.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
-
-
 def wait_for(check: Callable[[], T], what: str, timeout_s: float = 180.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -217,6 +205,12 @@ def seed_run(settings: Settings, store: Store, run_id: str, zone: str, budget_us
 
 def node_of(admin: AdminClient, run_id: str) -> dict[str, Any] | None:
     return next((n for n in admin.nodes() if n["name"].endswith(f"/nodes/{run_id}")), None)
+
+
+def job_starts(node: dict[str, Any]) -> int:
+    """How many times the startup script on the emulator's ``node`` (its sandbox) has started the job."""
+    log = Path(node["sandbox"]) / "tpuops" / "startup.log"
+    return log.read_text().count("starting the job") if log.exists() else 0
 
 
 def billing_of(admin: AdminClient, run_id: str) -> list[dict[str, Any]]:
@@ -291,7 +285,7 @@ def list_each(api: TpuApi, zones: Sequence[str]) -> None:
 
 def bench_passes(work: Path, runs: int, zone_counts: Sequence[int], passes: int) -> list[Row]:
     rows: list[Row] = []
-    image = fake_image(work / "image")
+    image = stand_in_image(work / "image")
     for count in zone_counts:
         zones = V2_ZONES[:count]
         home = work / f"passes-{count}"
@@ -303,7 +297,8 @@ def bench_passes(work: Path, runs: int, zone_counts: Sequence[int], passes: int)
                 seed_run(w.settings, w.store, run_id, zone)
             controller = w.controller()
             create = measure(w, controller.run_pass)
-            wait_for(lambda: sum(n["state"] == "READY" for n in w.admin.nodes()) == runs, f"{runs} nodes READY")
+            wait_for(lambda: sum(n["state"] == "READY" and job_starts(n) > 0 for n in w.admin.nodes()) == runs,
+                     f"{runs} nodes READY, running their job")
             controller.run_pass()  # notices READY once (events, progress marks)
             steady = [measure(w, controller.run_pass) for _ in range(passes)]
             naive = [measure(w, partial(get_each, w.api, placed)) for _ in range(passes)]
@@ -397,9 +392,7 @@ def running_uid(admin: AdminClient, run_id: str, boots: int) -> str | None:
     node = node_of(admin, run_id)
     if not node or node["state"] != "READY" or node["preempting"]:
         return None
-    log = Path(node["sandbox"]) / "tpuops" / "startup.log"
-    started = log.read_text().count("starting the job") if log.exists() else 0
-    return node["uid"] if started >= boots else None
+    return node["uid"] if job_starts(node) >= boots else None
 
 
 def replacement(admin: AdminClient, run_id: str, uid: str, after: float) -> dict[str, Any] | None:
@@ -430,7 +423,7 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
     rng = random.Random(7)
     grace = 5.0
     dead: list[float] = []
-    emulator = {"boot_delay_s": BOOT_S, "grace_s": grace, "image_python": str(fake_image(work / "image"))}
+    emulator = {"boot_delay_s": BOOT_S, "grace_s": grace, "image_python": str(stand_in_image(work / "image"))}
     with world(work / "recreate", [V2_ZONES[0]], emulator, max_run_hours=0) as w:
         for interval in intervals:
             found = preemptions(w, w.controller(), f"lat-{int(interval * 1000)}ms", interval, samples, rng)
@@ -449,7 +442,9 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
         (to_dead, _), = preemptions(w, guarded, "lat-watchdog", intervals[0], 1, rng)
         rows.append(("preempt -> PREEMPTED, startup script with its max-run watchdog", f"{to_dead:.2f} s",
                      f"without the watchdog (max_run_hours = 0): {median(dead):.2f} s",
-                     f"the emulator's grace is {grace:g} s: something in the node's process group ignored SIGTERM"))
+                     f"the emulator's grace is {grace:g} s: "
+                     + ("something in the node's process group ignored SIGTERM" if to_dead >= grace else
+                        "the node's process group ended on SIGTERM")))
     return rows
 
 

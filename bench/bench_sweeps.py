@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import result_file
-from bench_controller import fake_image, measure, wait_for, world
+from bench_controller import measure, wait_for, world
+from helpers import stand_in_image  # tests/helpers.py: bench_controller puts tests/ on the path
 
 from tpuops.data.samples import digits
 from tpuops.store import LocalStore
@@ -92,7 +93,7 @@ def _seed_sweep(work: Path, w: Any, trials: int, running: int) -> None:
 
 
 def bench_pass(work: Path, trials: int, running: int) -> dict[str, Any]:
-    image = fake_image(work / "image")
+    image = stand_in_image(work / "image")
     emulator = {"boot_delay_s": 0.05, "grace_s": 1.0, "image_python": str(image)}
     home = work / f"pass-{trials}-{running}"
     home.mkdir(parents=True)

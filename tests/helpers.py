@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -231,6 +232,34 @@ class TfWorld:
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:
     """An emulator whose nodes' python3 is the TF 2.9 environment, as on a tpu-vm-tf-2.9 image."""
     return start_background(state_dir, boot_delay_s=boot_delay_s, grace_s=grace_s, image_python=str(TF_PYTHON))
+
+
+# The stand-in below: a run's job is the bootstrap given its bundle (launch/bundle.job_argv's BUNDLE_URI).
+STAND_IN_IMAGE = """#!/bin/sh
+case "$3" in
+  */bundles/*.tar.gz) exec sleep 86400 ;;
+esac
+PYTHONPATH={site} exec {python} -S "$@"
+"""
+
+
+def stand_in_image(folder: Path) -> Path:
+    """A VM image's ``python3`` that has TensorFlow 2.9.3 by its package metadata and no TensorFlow: nodes
+    that boot and start their run's job by the hundred and cost no TensorFlow (an emulator's ``image_python``).
+
+    The startup script runs every line of Python it has for real on this interpreter (its image and pin
+    check reads package metadata, the self-delete parses its token), so a change to those lines cannot
+    leave nodes hanging in a check nobody answers; only the run's job (the bootstrap, told where the
+    run's bundle is) sleeps where it would train, until the preemption notice ends it.
+    """
+    dist = folder / "site" / "tensorflow-2.9.3.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow\nVersion: 2.9.3\n")
+    (dist / "top_level.txt").write_text("tensorflow\n")
+    path = folder / "image-python"
+    path.write_text(STAND_IN_IMAGE.format(site=shlex.quote(str(dist.parent)), python=shlex.quote(sys.executable)))
+    path.chmod(0o755)
+    return path
 
 
 # Run by TF_PYTHON with two checkpoint prefixes: exit 0 when every tensor is bit-identical.

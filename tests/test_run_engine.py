@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import poll
+from helpers import poll, stand_in_image
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -35,13 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tpuops-local"
 A, B, C = "us-central1-a", "us-central1-b", "us-central1-c"
 VM_ACCOUNT = f"tpuops-vm@{PROJECT}.iam.gserviceaccount.com"
-FAKE_IMAGE = """#!/bin/sh
-case "$2" in
-  'import tensorflow as tf; print(tf.__version__)') echo 2.9.3 ;;
-  *access_token*) exec "{python}" "$@" ;;
-  *) exec sleep 3600 ;;
-esac
-"""
 
 
 @dataclass
@@ -89,10 +81,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (work / "experiments").mkdir()
     for name in ("digits_cnn.yaml", "models.py"):
         shutil.copy(REPO / "experiments" / name, work / "experiments" / name)
-    image = work / "image-python"
-    image.write_text(FAKE_IMAGE.format(python=sys.executable))
-    image.chmod(0o755)
-    info = start_background(work / "home" / "emulator", boot_delay_s=0.1, grace_s=1.0, image_python=str(image))
+    info = start_background(work / "home" / "emulator", boot_delay_s=0.1, grace_s=1.0,
+                            image_python=str(stand_in_image(work / "image")))
     config = work / "tpuops.toml"
     config.write_text(f'zones = ["{A}", "{B}"]\naccelerator = "v3-8"\ncapacity = "spot"\n'
                       f'service_account = "{VM_ACCOUNT}"\n\n[labels]\nteam = "ml"\n')
