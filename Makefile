@@ -57,8 +57,9 @@ tools:
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# The unit lane is CPU-bound and its tests share nothing: it runs on every core (pytest-xdist, -n auto).
 unit: $(VENV)/.stamp
-	$(VENV)/bin/pytest -q -m "unit and not slow" tests
+	$(VENV)/bin/pytest -q -n auto -m "unit and not slow" tests
 
 # 2,000 random cases per property (not derandomized: each run explores new ground).
 fuzz: $(VENV)/.stamp
@@ -74,7 +75,7 @@ compat: $(VENV)/.stamp
 	    rm -rf $$venv && $$py -m venv $$venv && $$venv/bin/pip install --quiet -e '.[dev]' && touch $$venv/.stamp; \
 	  fi; \
 	  echo "unit lane on Python $$v ($$venv)"; \
-	  $$venv/bin/pytest -q -p no:cacheprovider -m "unit and not slow" tests; \
+	  $$venv/bin/pytest -q -n auto -p no:cacheprovider -m "unit and not slow" tests; \
 	done
 
 # The unit lane ran in `compat`, on the oldest and the newest supported Python; the other lanes run here, on .venv's

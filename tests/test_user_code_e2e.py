@@ -200,12 +200,15 @@ def test_bad_user_code_fails_before_any_node_in_one_line(world: tuple[Path, Emul
     assert not [n for n in AdminClient(info.endpoint).nodes() if n.get("name", "").endswith(f"/bad-{key}")]
 
 
-def test_dry_run_says_what_runs_for_each_mode(world: tuple[Path, EmulatorInfo]) -> None:
+def test_dry_run_says_what_runs_for_each_mode(world: tuple[Path, EmulatorInfo], tmp_path: Path) -> None:
+    """On a home of its own: the module's ledger holds the other tests' preemptions seconds apart, whose learned
+    hazard makes each dry run's forecast spend its whole work budget (tens of seconds) on what this test does not
+    read; planning on a learned hazard is ``test_simulate``'s."""
     work, info = world
     shown = {}
     for example in ("article_cnn", "diabetes_regression", "text_classifier"):
         code, plan, err = _finish(_tpuops(work, info, "train", str(work / "experiments" / f"{example}.yaml"),
-                                          "--dry-run", "--json"))
+                                          "--dry-run", "--json", home=str(tmp_path / "home")))
         assert code == 0, err
         shown[example] = plan
     assert shown["article_cnn"]["runs"].startswith("script: python article_cnn.py plus --name=value")
