@@ -229,6 +229,18 @@ class TfWorld:
         return Controller(settings, self.store, fleet(settings), sweeps=SweepStep(), holder=holder)
 
 
+def emulator_fleet(info: EmulatorInfo, home: Path, zone: str) -> Any:
+    """A ``Fleet`` over ``info``'s emulator with its own home (ledger) in ``zone``, polling operations every 50 ms."""
+    from tpuops.billing.ledger import Ledger
+    from tpuops.config import load_settings
+    from tpuops.fleet import Fleet
+    from tpuops.providers.cloud_tpu import TpuApi
+
+    settings = load_settings(environ={"TPUOPS_HOME": str(home), "TPUOPS_ZONES": zone}, config_path=None)
+    api = TpuApi(settings.project, endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)
+    return Fleet(api, settings, Ledger(settings.ledger_path))
+
+
 def start_tf_emulator(state_dir: Path, *, boot_delay_s: float = 0.2, grace_s: float = 2.0) -> EmulatorInfo:
     """An emulator whose nodes' python3 is the TF 2.9 environment, as on a tpu-vm-tf-2.9 image."""
     return start_background(state_dir, boot_delay_s=boot_delay_s, grace_s=grace_s, image_python=str(TF_PYTHON))

@@ -7,15 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import start_tf_emulator
+from helpers import emulator_fleet, start_tf_emulator
 
-from tpuops.billing.ledger import Ledger
-from tpuops.config import load_settings
 from tpuops.core.naming import MetadataKey
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeState
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
@@ -30,15 +27,11 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]
     stop(info.state_dir)
 
 
-def _provisioner(emulator: EmulatorInfo, home: Path) -> Fleet:
-    settings = load_settings(environ={"TPUOPS_HOME": str(home), "TPUOPS_ZONES": ZONE}, config_path=None)
-    api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=0.05)
-    return Fleet(api, settings, Ledger(settings.ledger_path))
 
 
 @pytest.mark.parametrize("code", [0, 1, 3])
 def test_finished_job_deletes_its_own_node(emulator: EmulatorInfo, tmp_path: Path, code: int) -> None:
-    provisioner = _provisioner(emulator, tmp_path)
+    provisioner = emulator_fleet(emulator, tmp_path, ZONE)
     name = f"dms-{code}"
     plan = plan_up(provisioner.settings, name, job=["/bin/sh", "-c", f"exit {code}"])
     provisioner.up(plan)
@@ -66,7 +59,7 @@ LOOP = ["/bin/sh", "-c", "trap 'exit 143' TERM; while :; do sleep 0.1; done"]
 
 
 def test_preempted_job_leaves_the_node_to_the_controller(emulator: EmulatorInfo, tmp_path: Path) -> None:
-    provisioner = _provisioner(emulator, tmp_path)
+    provisioner = emulator_fleet(emulator, tmp_path, ZONE)
     provisioner.up(plan_up(provisioner.settings, "dms-pre", job=LOOP))
     log = _log(emulator, provisioner, "dms-pre")
     _wait_for_line(log, "starting the job")
@@ -78,7 +71,7 @@ def test_preempted_job_leaves_the_node_to_the_controller(emulator: EmulatorInfo,
 
 
 def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: EmulatorInfo, tmp_path: Path) -> None:
-    provisioner = _provisioner(emulator, tmp_path)
+    provisioner = emulator_fleet(emulator, tmp_path, ZONE)
     plan = plan_up(provisioner.settings, "dms-max", job=LOOP, extra_metadata={MetadataKey.MAX_RUN_SECONDS.value: "2"})
     provisioner.up(plan)
     deadline = time.monotonic() + 60
@@ -90,7 +83,7 @@ def test_job_past_its_time_limit_is_stopped_and_its_node_deleted(emulator: Emula
 
 
 def test_keep_node_attribute_keeps_the_node(emulator: EmulatorInfo, tmp_path: Path) -> None:
-    provisioner = _provisioner(emulator, tmp_path)
+    provisioner = emulator_fleet(emulator, tmp_path, ZONE)
     plan = plan_up(provisioner.settings, "dms-keep", job=["/bin/sh", "-c", "exit 0"],
                    extra_metadata={MetadataKey.KEEP_NODE.value: "true"})
     provisioner.up(plan)
@@ -108,7 +101,7 @@ def test_a_self_delete_the_api_refuses_is_asked_again_until_it_goes_through(emul
                                                                              tmp_path: Path) -> None:
     """The API fails the node's first three DELETEs (an error burst): the node asks again, with backoff, until
     its delete goes through, with no controller. Before, it asked once and stayed billed until someone looked."""
-    provisioner = _provisioner(emulator, tmp_path)
+    provisioner = emulator_fleet(emulator, tmp_path, ZONE)
     name = "dms-retry"
     provisioner.up(plan_up(provisioner.settings, name, job=WAIT_FOR_GO))
     log = _log(emulator, provisioner, name)

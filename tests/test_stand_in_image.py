@@ -11,15 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import poll, stand_in_image
+from helpers import emulator_fleet, poll, stand_in_image
 
-from tpuops.billing.ledger import Ledger
-from tpuops.config import load_settings
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
 from tpuops.launch.bundle import job_argv
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
 
 pytestmark = pytest.mark.emulator
 
@@ -35,10 +32,6 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorInfo]
     stop(info.state_dir)
 
 
-def _fleet(emulator: EmulatorInfo, home: Path) -> Fleet:
-    settings = load_settings(environ={"TPUOPS_HOME": str(home), "TPUOPS_ZONES": ZONE}, config_path=None)
-    api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=0.05)
-    return Fleet(api, settings, Ledger(settings.ledger_path))
 
 
 def _log_with(emulator: EmulatorInfo, fleet: Fleet, name: str, line: str) -> str:
@@ -49,7 +42,7 @@ def _log_with(emulator: EmulatorInfo, fleet: Fleet, name: str, line: str) -> str
 
 def test_a_runs_job_starts_after_the_real_checks_and_sleeps_until_the_preemption_notice(
         emulator: EmulatorInfo, tmp_path: Path) -> None:
-    fleet = _fleet(emulator, tmp_path)
+    fleet = emulator_fleet(emulator, tmp_path, ZONE)
     job = job_argv(str(tmp_path / "store"), "0" * 64, "stand-in", "train")  # a bundle that is not there
     fleet.up(plan_up(fleet.settings, "stand-in", job=job))
     booted = _log_with(emulator, fleet, "stand-in", "starting the job")
@@ -62,7 +55,7 @@ def test_a_runs_job_starts_after_the_real_checks_and_sleeps_until_the_preemption
 
 def test_a_job_that_ends_deletes_its_node_with_the_token_parsed_by_the_stand_in(
         emulator: EmulatorInfo, tmp_path: Path) -> None:
-    fleet = _fleet(emulator, tmp_path)
+    fleet = emulator_fleet(emulator, tmp_path, ZONE)
     fleet.up(plan_up(fleet.settings, "stand-in-done", job=["/bin/sh", "-c", "exit 0"]))
     poll(lambda: fleet.provider.find_node(ZONE, "stand-in-done") is None, "the node deleting itself")
     assert "node stand-in-done deleted itself" in _log_with(emulator, fleet, "stand-in-done", "deleted itself")
