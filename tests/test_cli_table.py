@@ -21,8 +21,9 @@ pytestmark = pytest.mark.unit
 COLUMNS = ("run", "phase", "step", "heartbeat")
 
 
-def _row_by_row(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> str:
-    console = Console(file=io.StringIO(), highlight=False, width=width)
+def _row_by_row(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int, *,
+                terminal: bool = False) -> str:
+    console = Console(file=io.StringIO(), highlight=False, width=width, force_terminal=terminal or None)
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
@@ -58,3 +59,14 @@ def test_a_cell_of_several_lines_keeps_its_row_together(capsys: pytest.CaptureFi
     printed = _printed(capsys, rows)
     assert printed == _row_by_row("active runs", COLUMNS, rows, 200)
     assert next(line for line in printed.splitlines() if "run-0002" in line).count("later") == 1
+
+
+def test_a_terminal_gets_the_same_styled_table(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the header is bold: the fast layout styles every character as rich's row by row does."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    rows = [(f"run-{i:04d}", "training" if i % 3 else "", f"{i}/100", "now") for i in range(50)]
+    printed = _printed(capsys, rows)
+    assert printed == _row_by_row("active runs", COLUMNS, rows, 120, terminal=True)
+    assert "\x1b[1m" in printed and printed.count("run-") == 50

@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, ClassVar, TypeVar
 
 import google_crc32c
 
@@ -50,6 +50,8 @@ _STAMP_STEPS_NS = (1, 1_000, 1_000_000, 1_000_000_000, 2_000_000_000)
 
 class LocalStore(Store):
     """A store in a local directory. See the module docstring for the invariants."""
+
+    concurrent_reads: ClassVar[bool] = False
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
         self._root = Path(root).absolute()
