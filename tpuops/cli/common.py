@@ -139,6 +139,8 @@ def _fitted(console: Console, title: str, columns: Sequence[str], cells: list[li
     (``_splice``). None for any other table, and whenever those two rows do not read as rich printed them."""
     from rich.cells import cell_len
 
+    if console.legacy_windows or console.is_jupyter:  # consoles that do not just write text to their file
+        return None
     if not cells or not all(len(row) == len(columns) and all(map(str.isprintable, row)) for row in cells):
         return None
     by_column = list(zip(*cells, strict=True))
