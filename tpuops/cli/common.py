@@ -155,6 +155,7 @@ def _fitted(console: Console, title: str, columns: Sequence[str], cells: list[li
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """The one look of every table: a left-aligned title over rich's default box, each cell plain text."""
     from rich.table import Table
     from rich.text import Text
 
