@@ -7,12 +7,14 @@ with 200 runs, each a fresh ``python -m tpuops`` process (what a user waits for)
 after one warm-up, the two trees taking turns, beside the interpreter alone (``python -c pass``: the floor
 no command goes under, and what a loaded machine adds to every row). ``--baseline`` is a checkout of the
 commit to compare with (default ``$TPUOPS_BASELINE`` or /tmp/tpuops-baseline; ``git archive c4ce28f | tar -x -C DIR``);
-both trees run on this environment's packages, the baseline's ``tpuops`` first on ``PYTHONPATH``.
-The nodes live in one local emulator whose nodes run a one-line sleep; each tree has its own home
-(ledger) and a store seeded with runs in its own format (``bench_controller_scale._seed``). Goals:
-no slower than the baseline, ``tpuops status`` with 200 active runs and 0 nodes under 0.6 s, ``--help``
-under 0.2 s (on a quiet machine: read a loaded one's figures against the interpreter's row and the load
-the result file records). Nothing is asserted.
+both trees run on this environment's packages, the baseline's ``tpuops`` first on ``PYTHONPATH``, each process
+in its tree's home (Python puts the working directory before ``PYTHONPATH``: run from a checkout, both columns
+would time that checkout).
+Both trees are byte-compiled first, as an install leaves them. The nodes live in one local emulator whose nodes
+run a one-line sleep; each tree has its own home (ledger) and a store seeded with runs in its own format
+(``bench_controller_scale._seed``). Goals: no slower than the baseline, ``tpuops status`` with 200 active runs
+and 0 nodes under 0.6 s, ``--help`` under 0.2 s (on a quiet machine: read a loaded one's figures against the
+interpreter's row and the load the result file records). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def run_once(tree: Path, env: dict[str, str], args: tuple[str, ...]) -> tuple[fl
     argv = [sys.executable, *(args if args == INTERPRETER else ("-m", "tpuops", *args))]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(argv, env={**env, "PYTHONPATH": str(tree)}, capture_output=True, text=True, check=False,
-                          timeout=600)
+    done = subprocess.run(argv, env={**env, "PYTHONPATH": str(tree)}, cwd=env["TPUOPS_HOME"], capture_output=True,
+                          text=True, check=False, timeout=600)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -122,6 +124,9 @@ def main() -> None:
     from tpuops.emulator.control import start_background, stop
 
     trees = {"baseline": baseline, "this tree": ROOT}
+    for tree in trees.values():  # as an install leaves them (this machine sets PYTHONDONTWRITEBYTECODE)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "tpuops")], check=True, timeout=600,
+                       capture_output=True)
     rows: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="tpuops-cli-") as tmp:
         work = Path(tmp)
@@ -138,7 +143,7 @@ def main() -> None:
                               "TPUOPS_TPU_ENDPOINT": info.endpoint}
                 subprocess.run([sys.executable, "-c", SEED.format(bench=str(BENCH), store=str(home / "store"),
                                                                   runs=NODES)],
-                               env={**os.environ, "PYTHONPATH": str(tree)}, check=True, timeout=600)
+                               env={**os.environ, "PYTHONPATH": str(tree)}, cwd=home, check=True, timeout=600)
             rows.append(("python -c pass (the interpreter alone)", timed(trees, envs, *INTERPRETER)))
             rows.append(("tpuops --help", timed(trees, envs, "--help")))
             rows.append((f"tpuops status, {NODES} active runs, 0 nodes", timed(trees, envs, "status")))

@@ -1,8 +1,9 @@
 """``print_table`` prints what rich prints row by row, whichever way it lays the table out.
 
-A table whose cells all fit on one line is handed to rich one multi-line cell per column (a third of
-the time at 200 rows, ``bench/bench_cli.py``); these tests hold its output to the row-by-row
-rendering, character for character, and show that a table that would wrap still wraps row by row.
+A table whose cells all fit on one line has its rows spliced into the frame rich lays out around two rows of
+each column's widest cell (a tenth of the time at 200 rows, ``bench/bench_cli.py``); these tests hold its
+output to the row-by-row rendering, character for character, show that the splice is what printed it, and
+that a table that would wrap, or a cell rich would rewrite (a tab, a control character), is rich's own.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tpuops.cli.common import print_table
+from tpuops.cli.common import _fitted, print_table
 
 pytestmark = pytest.mark.unit
 
 COLUMNS = ("run", "phase", "step", "heartbeat")
 
 
-def _row_by_row(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> str:
-    console = Console(file=io.StringIO(), highlight=False, width=width)
+def _row_by_row(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int, *,
+                terminal: bool = False) -> str:
+    console = Console(file=io.StringIO(), highlight=False, width=width, force_terminal=terminal or None)
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
@@ -58,3 +60,32 @@ def test_a_cell_of_several_lines_keeps_its_row_together(capsys: pytest.CaptureFi
     printed = _printed(capsys, rows)
     assert printed == _row_by_row("active runs", COLUMNS, rows, 200)
     assert next(line for line in printed.splitlines() if "run-0002" in line).count("later") == 1
+
+
+def test_a_terminal_gets_the_same_styled_table(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the header is bold: the fast layout styles every character as rich's row by row does."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    rows = [(f"run-{i:04d}", "training" if i % 3 else "", f"{i}/100", "now") for i in range(50)]
+    printed = _printed(capsys, rows)
+    assert printed == _row_by_row("active runs", COLUMNS, rows, 120, terminal=True)
+    assert "\x1b[1m" in printed and printed.count("run-") == 50
+
+
+@pytest.mark.parametrize("rows", [
+    [("run-0001", "training", "1/100", "now")],
+    [("run-0001", "", "", ""), ("r2", "a phase", "", "later")],
+    [(f"運行-{i}", "学習中" if i % 2 else "", f"{i}/100", "now 🚀") for i in range(20)],
+], ids=["one row", "empty cells", "wide characters"])
+def test_the_rows_are_spliced_into_richs_frame_as_rich_would_print_them(rows: list[tuple[str, ...]]) -> None:
+    console = Console(file=io.StringIO(), highlight=False, width=200)
+    fitted = _fitted(console, "active runs", COLUMNS, [list(row) for row in rows])
+    assert fitted is not None
+    assert fitted == _row_by_row("active runs", COLUMNS, rows, 200)
+
+
+@pytest.mark.parametrize("odd", ["a\ttab", "a\x1b[31mred", "zero\u200bwidth"])
+def test_a_cell_rich_would_rewrite_is_printed_by_rich(capsys: pytest.CaptureFixture[str], odd: str) -> None:
+    rows = [("run-0001", odd, "1/100", "now"), ("run-0002", "ok", "2/100", "later")]
+    assert _printed(capsys, rows) == _row_by_row("active runs", COLUMNS, rows, 200)

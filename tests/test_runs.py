@@ -181,6 +181,23 @@ def test_listing_goes_through_the_index_and_active_means_unfinished(store: Store
     assert "metadata" not in listed["a"]["node"]  # the startup script stays out of listings
 
 
+def test_a_listing_reads_from_several_threads_only_where_their_round_trips_overlap(store: Store) -> None:
+    for run_id in ("a", "b", "c"):
+        declare(store, run_id)
+    store.delete("index/built")  # rebuilt on the first listing, by the same readers
+    readers: set[int] = set()
+    read = store.read_versioned
+
+    def watched(key: str) -> tuple[bytes, int]:
+        readers.add(threading.get_ident())
+        return read(key)
+
+    store.read_versioned = watched  # type: ignore[method-assign]
+    assert [r.run_id for r in runs.list_runs(store)] == ["a", "b", "c"]
+    assert readers
+    assert (readers == {threading.get_ident()}) is not store.concurrent_reads
+
+
 def test_a_store_from_before_the_index_is_indexed_on_first_use(store: Store) -> None:
     for run_id in ("old-1", "old-2"):
         store.write_bytes(runs.record_key(run_id), record(run_id).model_dump_json().encode())

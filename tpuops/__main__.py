@@ -8,6 +8,7 @@ The CLI (``tpuops.cli``) and the dashboard (``tpuops.dashboard``) both stand on 
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     return cli.run(argv, program=app)
 
 
+GC_THRESHOLDS = (200_000, 30, 30)
+"""The cycle collector's pace for the program (mypy runs at the same): by default it looks every 700 new objects,
+and a command creates a great many that live to its end (modules, models, 200 runs' documents), so ``tpuops
+status`` spent a twentieth of its CPU time in collections that found next to nothing to free."""
+
+
 def entry() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
     sys.exit(run())
 
 

@@ -7,6 +7,7 @@ code, with no traceback (the table of exit codes and streams: docs/cli.md).
 
 from __future__ import annotations
 
+import copy
 import sys
 import warnings
 from collections.abc import Sequence
@@ -87,7 +88,7 @@ def run(argv: Sequence[str] | None = None, program: typer.Typer | None = None) -
         err_console().print("error: an argument contains a NUL byte (\\x00): no name or path can", style="red")
         return 2
     try:
-        result = (program or app)(args=args, prog_name="tpuops", standalone_mode=False)
+        result = _narrowed(program or app, args)(args=args, prog_name="tpuops", standalone_mode=False)
     except typer.Exit as done:
         return done.exit_code
     except typer.Abort:  # Ctrl-C inside a prompt of click's
@@ -103,6 +104,28 @@ def run(argv: Sequence[str] | None = None, program: typer.Typer | None = None) -
         err_console().print("interrupted")
         return 130
     return result if isinstance(result, int) else 0
+
+
+def _narrowed(program: typer.Typer, args: Sequence[str]) -> typer.Typer:
+    """``program`` with only the command (or group) that ``args`` begin with, else ``program`` itself.
+
+    Typer turns every command's signature into click parameters before it parses a word, a thirtieth
+    of a second for all of them, while parsing needs only the command being run; its help and its
+    errors read nothing else. Whatever does need the others (no command, a root option first, a name
+    no command has, which click answers with the names it knows) gets the whole program.
+    """
+    from typer.main import get_command_name
+
+    if not args or not all(isinstance(group.name, str) for group in program.registered_groups):
+        return program
+    commands = [command for command in program.registered_commands
+                if (command.name or get_command_name(getattr(command.callback, "__name__", ""))) == args[0]]
+    groups = [group for group in program.registered_groups if group.name == args[0]]
+    if not commands and not groups:
+        return program
+    narrow = copy.copy(program)
+    narrow.registered_commands, narrow.registered_groups = commands, groups
+    return narrow
 
 
 def _usage_line(err: typer.TyperException) -> str:

@@ -1,8 +1,8 @@
 """Reading and writing runs in the store: declare, open, list, follow, reopen, and the index.
 
 Every function takes the ``Store`` it works on and keys come from ``layout`` only. Reads of
-several runs go through a thread pool (``MAX_READERS``), so listing N runs costs N/k round
-trips of wall time rather than N.
+several runs go through a thread pool (``MAX_READERS``) on a remote store (``Store.concurrent_reads``),
+so listing N runs costs N/k round trips of wall time rather than N.
 """
 
 from __future__ import annotations
@@ -366,10 +366,17 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = MAX_RE
     return done
 
 
+def _read_each(store: Store, read: Callable[[str], R], run_ids: list[str]) -> list[R]:
+    """``read`` of each run, in order: through ``parallel_map`` where the store's round trips overlap
+    (``Store.concurrent_reads``), else one after another in this thread (threads would only contend for the CPU)."""
+    return parallel_map(read, run_ids) if store.concurrent_reads else [read(run_id) for run_id in run_ids]
+
+
 def list_runs(store: Store, *, active_only: bool = False) -> list[Run]:
-    """Every run (or only the indexed unfinished ones), oldest first, read in parallel."""
+    """Every run (or only the indexed unfinished ones), oldest first, read in parallel where that helps
+    (``Store.concurrent_reads``)."""
     ids = active_run_ids(store) if active_only else all_run_ids(store)
-    runs = [run for run in parallel_map(lambda run_id: _open_if_there(store, run_id), ids) if run is not None]
+    runs = [run for run in _read_each(store, lambda run_id: _open_if_there(store, run_id), ids) if run is not None]
     if active_only:
         runs = [run for run in runs if not run.finished]
     return sorted(runs, key=lambda run: (run.record.created, run.run_id))
@@ -511,6 +518,6 @@ def rebuild_index(store: Store) -> int:
             mark_active(store, run_id)
         return active
 
-    active = sum(parallel_map(index, ids))
+    active = sum(_read_each(store, index, ids))
     store.write_bytes(layout.INDEX_BUILT, b"")
     return active

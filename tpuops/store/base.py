@@ -25,6 +25,7 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from tpuops.core.errors import NotFound, UsageError
 
@@ -44,6 +45,10 @@ class ObjectInfo:
 
 class Store(abc.ABC):
     """Objects under one root URI. See the module docstring for keys, generations and errors."""
+
+    concurrent_reads: ClassVar[bool] = True
+    """Whether reading many objects from several threads beats reading them one after another: a remote store's
+    round trips overlap; a local directory's reads are the CPU's own work, which threads only contend for."""
 
     @property
     @abc.abstractmethod
