@@ -17,7 +17,7 @@ COMPAT_PYTHONS := 3.10 3.13
 
 .PHONY: setup demo demo-gcs test unit fuzz compat lint tools clean
 
-setup: $(VENV)/.stamp $(TFVENV)/.stamp
+setup: $(VENV)/.stamp $(TFVENV)/.stamp $(TFVENV)/.pytest-stamp
 
 # The first interpreter >= 3.10 on PATH. Silent about the others: a pyenv shim of a version not installed
 # answers `command -v` and then complains on stderr when run.
@@ -37,7 +37,11 @@ $(VENV)/.stamp: pyproject.toml
 # The data plane's runtime, built by the same code as 'tpuops runtime install' (Python 3.8, else 3.9/3.10).
 $(TFVENV)/.stamp: $(PIN_FILE) | $(VENV)/.stamp
 	$(VENV)/bin/tpuops runtime install --force --path $(TFVENV)
-	$(TFPY) -m pip install --quiet pytest
+	touch $@
+
+# The agent lane's test runner in the runtime (a stamp of its own, so that a runtime built before it gets it too).
+$(TFVENV)/.pytest-stamp: $(TFVENV)/.stamp
+	$(TFPY) -m pip install --quiet pytest pytest-xdist
 	touch $@
 
 # Debian packages the tests use: shellcheck, curl (required); PostgreSQL 15 (sweep study database),
@@ -80,13 +84,16 @@ compat: $(VENV)/.stamp
 
 # The unit lane ran in `compat`, on the oldest and the newest supported Python; the other lanes run here, on .venv's
 # Python, so that no test runs twice. Where compat skipped an interpreter, the unit lane runs here too.
+# Every lane runs on every core (pytest-xdist): about half of an end-to-end file's time is spent waiting on nodes,
+# boots and passes, which another file's computing fills. A file stays on one worker (--dist loadfile), so its
+# module fixtures (one emulator, one reference run) are built once; tests own their ports, addresses and homes.
 test: setup tools lint compat
 	@if command -v terraform >/dev/null; then TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive infra; else echo "terraform not installed: skipping terraform fmt -check of infra/"; fi
 	@lanes="not (unit and not slow)"; \
 	  for v in $(COMPAT_PYTHONS); do [ -f .venv-py$${v/./}/.stamp ] || lanes="unit or not unit"; done; \
-	  echo "$(VENV)/bin/pytest -q -m \"$$lanes\" tests"; \
-	  $(VENV)/bin/pytest -q -m "$$lanes" tests
-	$(TFVENV)/bin/pytest -q -p no:cacheprovider --confcutdir=tests/agent tests/agent
+	  echo "$(VENV)/bin/pytest -q -n auto --dist loadfile -m \"$$lanes\" tests"; \
+	  $(VENV)/bin/pytest -q -n auto --dist loadfile -m "$$lanes" tests
+	$(TFVENV)/bin/pytest -q -n auto -p no:cacheprovider --confcutdir=tests/agent tests/agent
 
 DEMO_HOME := $(CURDIR)/.tpuops-demo
 TPUOPS := $(CURDIR)/$(VENV)/bin/tpuops
