@@ -9,7 +9,6 @@ the same on the emulator.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -172,7 +171,10 @@ def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
     def press_ctrl_c() -> None:
         poll(lambda: ("GetOperation", "run-a") in [call[:2] for call in world.cloud.calls[before:]],
              "run-a waiting for its delete")
-        os.kill(os.getpid(), signal.SIGINT)
+        # To the main thread, where Python runs signal handlers: kill() of the process lets the kernel hand the
+        # signal to any thread, and one taken by another thread (a pool worker, this one, pytest-xdist's I/O
+        # thread) does not interrupt the main thread's wait, which then lasts until run-a's wait times out.
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     waiting = threading.Thread(target=press_ctrl_c)
     waiting.start()
