@@ -9,6 +9,7 @@ the same on the emulator.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -171,16 +172,19 @@ def test_an_interrupted_pass_starts_no_more_runs_and_stops_waiting(world: World,
     def press_ctrl_c() -> None:
         poll(lambda: ("GetOperation", "run-a") in [call[:2] for call in world.cloud.calls[before:]],
              "run-a waiting for its delete")
-        # To the main thread, where Python runs signal handlers: kill() of the process lets the kernel hand the
-        # signal to any thread, and one taken by another thread (a pool worker, this one, pytest-xdist's I/O
-        # thread) does not interrupt the main thread's wait, which then lasts until run-a's wait times out.
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
 
+    # Ctrl-C as a terminal's program has it: a process started in the background by a non-interactive shell (a
+    # CI job's `make test &`, nohup) inherits SIGINT ignored, and Python then leaves it ignored.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     waiting = threading.Thread(target=press_ctrl_c)
-    waiting.start()
-    with pytest.raises(KeyboardInterrupt):
-        world.controller.run_pass()
-    waiting.join()
+    try:
+        waiting.start()
+        with pytest.raises(KeyboardInterrupt):
+            world.controller.run_pass()
+        waiting.join()
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     poll(lambda: "create-failed" in [e["kind"] for e in runs.load_memory(world.store, "run-a")[0].events],
          "run-a's worker to give up its wait and save that")
     # Not held until the wait's timeout (which would say "did not finish within"): the interruption ended it.
