@@ -354,6 +354,7 @@ def test_a_negative_hazard_is_refused() -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.slow  # two whole forecasts, a train's and a sweep's: seconds of CPU
 def test_train_and_sweep_dry_runs_forecast_cost_time_and_preemptions_per_policy(project: Path) -> None:
     done = CliRunner().invoke(app, ["train", "experiments/digits_cnn.yaml", "--dry-run", "--json"])
     assert done.exit_code == 0, done.output
@@ -440,6 +441,7 @@ def test_a_risk_so_high_that_runs_never_end_ends_the_forecast_with_them_unfinish
 
 
 @pytest.mark.unit
+@pytest.mark.slow  # a 300-h job's whole forecast: seconds of CPU
 def test_a_job_far_longer_than_the_work_share_is_forecast_to_its_end(project: Path) -> None:
     """A 300-h job (5.4 M steps at the assumed 10 steps/s, saving every 100 steps for 10 s): 4 runs per policy get
     a share of 3,000 passes each (250 h), which used to end them all not finished. The budget now scales with the
@@ -620,6 +622,7 @@ def test_a_quiet_skip_never_leaps_past_the_horizon(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.slow  # spends a forecast's whole work budget (48,000 run-passes): seconds of CPU
 @pytest.mark.parametrize("steps", [100_000, 10**12])
 def test_a_forecasts_work_is_bounded_whatever_the_steps(project: Path, steps: int) -> None:
     """``train --dry-run`` took 15 s at 10^5 steps, 74 s at 10^6 and over 120 s at 10^6 saving every 100 steps,
