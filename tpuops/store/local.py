@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat as stat_mod
 import threading
@@ -74,17 +75,11 @@ class LocalStore(Store):
             return ObjectInfo(key, st.st_size, self._crc(path, st), st.st_mtime_ns)
 
     def read_versioned(self, key: str) -> tuple[bytes, int]:
-        # The object's URI only for an error: a listing reads hundreds of documents, and most reads succeed.
-        path = self._path(key)
-        try:
-            with open(path, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                return handle.read(), st.st_mtime_ns
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise NotFound(f"{self.uri_of(key)}: no such object") from None
-        except OSError:
-            with _os_errors(self.uri_of(key)):
-                raise
+        # The object's URI is named only for an error: a listing reads hundreds of documents, most reads succeed.
+        where = functools.partial(self.uri_of, key)
+        with _os_errors(where), _open_object(self._path(key), where) as handle:
+            st = os.fstat(handle.fileno())
+            return handle.read(), st.st_mtime_ns
 
     def write_bytes(self, key: str, data: bytes) -> int:
         return self._publish(key, lambda handle: handle.write(data), expected=None)
@@ -252,11 +247,11 @@ def _stat_file(path: Path, where: str) -> os.stat_result:
 
 
 @contextlib.contextmanager
-def _open_object(path: Path, where: str) -> Iterator[IO[bytes]]:
+def _open_object(path: Path, where: str | Callable[[], str]) -> Iterator[IO[bytes]]:
     try:
         handle = open(path, "rb")  # noqa: SIM115 - a context manager that maps errors
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise NotFound(f"{where}: no such object") from None
+        raise NotFound(f"{_named(where)}: no such object") from None
     with handle:
         yield handle
 
@@ -269,13 +264,18 @@ def _walk_files(start: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _os_errors(where: str) -> Iterator[None]:
+def _os_errors(where: str | Callable[[], str]) -> Iterator[None]:
     """Turn OS errors of the store's own files into the taxonomy (source-file errors are mapped by callers)."""
     try:
         yield
     except PermissionError as err:
-        raise PermissionDenied(f"{where}: permission denied ({err.filename})") from err
+        raise PermissionDenied(f"{_named(where)}: permission denied ({err.filename})") from err
     except OSError as err:
         if err.errno == errno.ENOENT:
-            raise NotFound(f"{where}: no such object") from err
-        raise TpuopsError(f"{where}: {err.strerror or err}") from err
+            raise NotFound(f"{_named(where)}: no such object") from err
+        raise TpuopsError(f"{_named(where)}: {err.strerror or err}") from err
+
+
+def _named(where: str | Callable[[], str]) -> str:
+    """The object's URI for a message: given, or made now (``where`` a callable) by a hot path that errs rarely."""
+    return where if isinstance(where, str) else where()
