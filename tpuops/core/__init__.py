@@ -4,7 +4,8 @@ What lives here: the failure taxonomy (``errors``), the injectable clock (``cloc
 what a capacity move chose (``kinds``), the one retry policy (``retry``), naming rules (``naming``), how
 figures print (``formats``), the one loader of user files (``documents``), package data (``resources``), what a
 create request did (``create_result``) and what a notification is made of (``notices``: kinds, targets,
-notices and their deliveries, the ``[notify]`` settings).
+notices and their deliveries, the ``[notify]`` settings) and the named safety guards only a test may turn off
+(``guards``).
 
 May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the one enum base the
 agent shares (``tpuops.agent.exits.ValueEnum``) and the agent's wake-up contract (``tpuops.agent.wake``, whose
