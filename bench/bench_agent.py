@@ -96,9 +96,9 @@ from tpuops.agent.inputs import (  # noqa: E402
     train_dataset,
     untuned,
 )
-from tpuops.agent.runspec import DatasetSpec, RunSpec, TrainSpec  # noqa: E402
 from tpuops.agent.runtime import connect  # noqa: E402
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer  # noqa: E402
+from tpuops.contract.runspec import DatasetSpec, RunSpec, TrainSpec  # noqa: E402
 
 BATCH = 256
 RECORDS = 4 * BATCH

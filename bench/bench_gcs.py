@@ -103,7 +103,7 @@ def read_rate(root, examples):
     # The agent's own training stream (tpuops.agent.inputs of the tree on PYTHONPATH): one epoch of parsed
     # batches of 1,024.
     from tpuops.agent import inputs
-    from tpuops.agent.runspec import DatasetSpec, FeatureSpec
+    from tpuops.contract.runspec import DatasetSpec, FeatureSpec
     spec = DatasetSpec(features={"x": FeatureSpec("float32", (64,)), "y": FeatureSpec("int64", ())}, label="y")
     files = sorted(tf.io.gfile.glob(root + "/shard-*.tfrecord"))
     steps = examples // 1024

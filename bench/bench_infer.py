@@ -88,9 +88,9 @@ from tpuops.agent import infer, inputs, train  # noqa: E402
 from tpuops.agent.checkpoints import Checkpointer  # noqa: E402
 from tpuops.agent.paths import RunPaths  # noqa: E402
 from tpuops.agent.preemption import PreemptionNotice  # noqa: E402
-from tpuops.agent.runspec import DatasetSpec, parse_spec  # noqa: E402
 from tpuops.agent.runtime import connect  # noqa: E402
 from tpuops.agent.status import Status  # noqa: E402
+from tpuops.contract.runspec import DatasetSpec, parse_spec  # noqa: E402
 
 BATCHES = (256, 64)
 CKPT_SIZES_MB = (1, 16, 128)

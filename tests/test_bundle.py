@@ -38,8 +38,8 @@ def _members(data: bytes) -> list[tarfile.TarInfo]:
 
 def test_the_bundle_holds_the_agent_and_the_experiment_code_only(experiments: Path) -> None:
     bundle = build_bundle(experiments)
-    agent = {f"tpuops/agent/{p.relative_to(PACKAGE / 'agent').as_posix()}"
-             for p in (PACKAGE / "agent").rglob("*.py") if "__pycache__" not in p.parts}
+    agent = {f"tpuops/{p.relative_to(PACKAGE).as_posix()}"
+             for wing in ("agent", "contract") for p in (PACKAGE / wing).rglob("*.py") if "__pycache__" not in p.parts}
     assert set(bundle.files) == {"tpuops/__init__.py", *agent, "experiments/models.py", "experiments/spec.yaml",
                                  "experiments/nested/layers.py"}
     assert [m.name for m in _members(bundle.data)] == sorted(bundle.files) == list(bundle.files)
@@ -49,6 +49,7 @@ def test_the_bundle_holds_the_agent_and_the_experiment_code_only(experiments: Pa
 def test_the_agent_comes_from_the_installed_package_byte_for_byte() -> None:
     shipped = dict(agent_sources())
     assert shipped["tpuops/agent/train.py"] == (PACKAGE / "agent" / "train.py").read_bytes()
+    assert shipped["tpuops/contract/status.py"] == (PACKAGE / "contract" / "status.py").read_bytes()
     assert shipped["tpuops/__init__.py"] == (PACKAGE / "__init__.py").read_bytes()
 
 

@@ -1,4 +1,4 @@
-"""``checkpoint: {every: auto}``: Young/Daly's interval (``tpuops/agent/interval.py``) and how a run asks for it."""
+"""``checkpoint: {every: auto}``: Young/Daly's interval (``tpuops/contract/interval.py``) and how a run asks for it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuops.agent.interval import FIRST_SAVE_S, MAX_INTERVAL_S, MIN_INTERVAL_S, young_daly_s
 from tpuops.config import Settings
+from tpuops.contract.interval import FIRST_SAVE_S, MAX_INTERVAL_S, MIN_INTERVAL_S, young_daly_s
 from tpuops.data.samples import digits
 from tpuops.launch import jobs
 from tpuops.store import LocalStore

@@ -91,10 +91,10 @@ def test_nothing_billed_yet_has_no_goodput_ratio() -> None:
 
 
 def test_every_segment_the_agent_clocks_has_a_home_in_the_status_and_the_split() -> None:
-    """The names are the agent's (``tpuops.agent.timing``): a segment it adds must not vanish on the way."""
+    """The names are the agent's (``tpuops.contract.timing``): a segment it adds must not vanish on the way."""
     from dataclasses import fields
 
-    from tpuops.agent.timing import DISJOINT, SEGMENTS, AttemptClock
+    from tpuops.contract.timing import DISJOINT, SEGMENTS, AttemptClock
 
     clock = AttemptClock(attempt=1, started_at=0.0)
     written = {key[:-2] for key in clock.entry() if key.endswith("_s")}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tpuops import runs
-from tpuops.agent.runspec import RunSpec
 from tpuops.config import Settings
+from tpuops.contract.runspec import RunSpec
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey

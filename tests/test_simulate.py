@@ -496,7 +496,7 @@ def test_history_gives_the_experiments_own_speed_setup_and_save_cost() -> None:
 
 @pytest.mark.unit
 def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() -> None:
-    from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
+    from tpuops.contract.interval import FIRST_SAVE_S, young_daly_s
     from tpuops.launch.experiment import Checkpoint, load_experiment
     from tpuops.sim.history import History
     from tpuops.sim.scenario import agent_model

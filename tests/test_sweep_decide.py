@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuops.agent.exits import ExitClass
+from tpuops.contract.exits import ExitClass
 from tpuops.core.errors import UsageError
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, OUTCOME_OF_EXIT, Outcome
 from tpuops.sweeps.decide import (

@@ -3,7 +3,6 @@ Cloud Run request as the control plane reads them, and the simulator's model of 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from test_simulate import _record, _settings
 
 from tpuops import runs
 from tpuops.agent import wake as agent_wake
+from tpuops.contract.wake import marker_text
 from tpuops.controller.reconcile import PassReport
 from tpuops.controller.wake import CLOCK_SKEW_S, Waker
 from tpuops.core.naming import MetadataKey
@@ -27,7 +27,7 @@ NOW = 2_000_000_000.0
 
 def _marker(store: LocalStore, run_id: str, at: float) -> None:
     """A marker as the agent writes it (``tpuops.agent.wake.write_marker``, which needs TensorFlow)."""
-    store.write_bytes(layout.wake_key(run_id), json.dumps({"run_id": run_id, "attempt": 1, "at": at}).encode())
+    store.write_bytes(layout.wake_key(run_id), marker_text(run_id, 1, at).encode())
 
 
 def _active(store: LocalStore, run_id: str, memory: Memory) -> None:

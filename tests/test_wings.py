@@ -21,18 +21,20 @@ pytestmark = pytest.mark.unit
 PACKAGE = Path(tpuops.__file__).parent
 
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
-    "core": ("tpuops.core", "tpuops.agent.exits", "tpuops.agent.wake"),
+    "core": ("tpuops.core", "tpuops.contract"),
     "billing": ("tpuops.billing", "tpuops.core", "tpuops.config", "tpuops.providers"),
     "launch": ("tpuops.launch", "tpuops.core", "tpuops.config", "tpuops.billing", "tpuops.providers",
-               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.agent"),
+               "tpuops.store", "tpuops.data", "tpuops.runs", "tpuops.contract"),
     "notify": ("tpuops.notify", "tpuops.core", "tpuops.runs", "tpuops.config", "tpuops.billing"),
     "controller": ("tpuops.controller", "tpuops.core", "tpuops.config", "tpuops.store", "tpuops.runs",
-                   "tpuops.billing", "tpuops.accounting", "tpuops.providers", "tpuops.notify", "tpuops.fleet"),
+                   "tpuops.billing", "tpuops.accounting", "tpuops.providers", "tpuops.notify", "tpuops.fleet",
+                   "tpuops.contract"),
     "data": ("tpuops.data", "tpuops.core", "tpuops.store"),
-    "runs": ("tpuops.runs", "tpuops.core", "tpuops.store", "tpuops.providers", "tpuops.agent"),
+    "runs": ("tpuops.runs", "tpuops.core", "tpuops.store", "tpuops.providers", "tpuops.contract"),
     "accounting": ("tpuops.accounting", "tpuops.runs", "tpuops.billing", "tpuops.providers", "tpuops.core",
-                   "tpuops.agent.timing"),
-    "agent": ("tpuops.agent",),
+                   "tpuops.contract"),
+    "agent": ("tpuops.agent", "tpuops.contract"),
+    "contract": ("tpuops.contract",),
 }
 """Per wing, the tpuops modules it may import (a prefix admits its submodules)."""
 

@@ -241,7 +241,7 @@ def test_background_save_keeps_the_values_of_its_step(tmp_path: Path, staged: bo
 
 
 def test_every_auto_re_chooses_the_interval_from_each_measured_save(tmp_path: Path) -> None:
-    from tpuops.agent.interval import young_daly_s
+    from tpuops.contract.interval import young_daly_s
 
     checkpointer = Checkpointer(tf.train.Checkpoint(w=tf.Variable(tf.zeros([64]))), str(tmp_path), keep=2,
                                 every_steps=0, every_seconds=600.0, loss_rate_per_hour=0.2)

@@ -4,14 +4,13 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from tpuops.agent.exits import (
+from tpuops.agent.blame import classify, preemption_caused
+from tpuops.contract.exits import (
     DivergedExit,
     ExitClass,
     PreemptedExit,
     UserError,
-    classify,
     describe,
-    preemption_caused,
     traceback_tail,
 )
 

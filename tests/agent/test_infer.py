@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tpuops.agent import infer
-from tpuops.agent.exits import PreemptedExit, UserError
 from tpuops.agent.infer import format_lines, shard_name
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
-from tpuops.agent.runspec import parse_spec
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
+from tpuops.contract.exits import PreemptedExit, UserError
+from tpuops.contract.runspec import parse_spec
 
 from agentrun import EVAL_EXAMPLES, AgentRun, run_agent
 

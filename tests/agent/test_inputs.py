@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
-from tpuops.agent.exits import UserError
 from tpuops.agent.inputs import Parser, count_records, list_files, padded_batches, train_dataset
-from tpuops.agent.runspec import DatasetSpec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import DatasetSpec
 
 pytestmark = pytest.mark.tf
 

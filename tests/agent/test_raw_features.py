@@ -12,9 +12,9 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 import pytest
 import tensorflow as tf
-from tpuops.agent.exits import UserError
 from tpuops.agent.inputs import Parser, padded_batches
-from tpuops.agent.runspec import DatasetSpec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import DatasetSpec
 
 from agentrun import EXPERIMENTS, run_agent
 

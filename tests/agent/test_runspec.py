@@ -5,7 +5,7 @@ import json
 from typing import Any, Dict
 
 import pytest
-from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
+from tpuops.contract.runspec import RunSpec, SpecError, parse_spec
 
 pytestmark = pytest.mark.tf
 

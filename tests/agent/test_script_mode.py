@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 import pytest
 import tensorflow as tf
 from tpuops.agent import script
-from tpuops.agent.exits import UserError
 from tpuops.agent.paths import RunPaths
-from tpuops.agent.runspec import parse_spec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import parse_spec
 
 from agentrun import AgentRun, run_agent
 

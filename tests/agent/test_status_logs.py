@@ -6,10 +6,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from tpuops.agent.exits import ExitClass, UserError
 from tpuops.agent.logs import ChunkedLogHandler
 from tpuops.agent.runtime import check_tensorflow
 from tpuops.agent.status import Previous, Status
+from tpuops.contract.exits import ExitClass, UserError
+from tpuops.contract.status import FIELDS
 
 pytestmark = pytest.mark.tf
 
@@ -33,6 +34,19 @@ def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"], "no temporary file is left behind"
     with pytest.raises(KeyError):
         status.update(stpe=1)
+
+
+def test_the_agent_writes_the_contracts_fields_with_the_contracts_types(tmp_path: Path) -> None:
+    """The writer's half of the status contract (tests/test_contract.py holds the reader to the same FIELDS)."""
+    path = tmp_path / "status.json"
+    status = Status(str(path), "r1", "train", attempt=1)
+    status.update(step=5, total_steps=10, examples_per_sec=12.5, replicas=8, device="CPU", deterministic=True)
+    status.add_eval(5, {"loss": 0.5})
+    status.finish(ExitClass.SUCCEEDED)
+    written = json.loads(path.read_text())
+    assert list(written) == sorted(FIELDS), "every field of the contract, and no other"
+    wrong = {name: value for name, value in written.items() if type(value) not in FIELDS[name]}
+    assert not wrong, f"fields whose JSON type the contract does not allow: {wrong}"
 
 
 def test_log_chunks_continue_numbering_across_attempts(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from typing import Any, List
 import numpy as np
 import pytest
 import tensorflow as tf
-from tpuops.agent.runspec import TrainSpec
 from tpuops.agent.steps import CompiledSteps, MultiStep, Steps, make_optimizer
+from tpuops.contract.runspec import TrainSpec
 
 pytestmark = pytest.mark.tf
 

@@ -11,8 +11,8 @@ from typing import Callable, Dict
 
 import pytest
 from tpuops.agent import userinput
-from tpuops.agent.exits import UserError
-from tpuops.agent.runspec import RunSpec, parse_spec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import RunSpec, parse_spec
 
 from agentrun import CHECKPOINT_EVERY, TOTAL_STEPS, AgentRun, assert_identical, final_tensors, run_agent
 

@@ -10,5 +10,5 @@ This is the one room that joins a run with money, so that runs and billing stand
 
 May import: ``tpuops.runs``, ``tpuops.billing`` (the ledger's histories, their intervals and prices),
 the provider-neutral node vocabulary (``tpuops.providers``), ``tpuops.core`` and the agent's time
-segments (``tpuops.agent.timing``). Never a store, the controller, a sweep or the front door.
+segments (``tpuops.contract.timing``). Never a store, the controller, a sweep or the front door.
 """

@@ -8,7 +8,7 @@ lays the attempts over the billed intervals and names every second:
     boot            READY -> the startup script's start (the VM and its services booting); an
                     interval in which no attempt started is boot as a whole
     setup, productive, recomputed, checkpoint, eval, save   as the agent measured them (the names
-                    are the agent's own: ``tpuops.agent.timing.DISJOINT``)
+                    are the agent's own: ``tpuops.contract.timing.DISJOINT``)
     idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
                     when billing stopped: noticing the end, deleting the node, a preempted VM's
                     last seconds
@@ -33,10 +33,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from tpuops.agent.timing import SEGMENTS
 from tpuops.billing.cost import Interval, node_cost, ready_intervals
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.pricing import Catalog
+from tpuops.contract.timing import SEGMENTS
 from tpuops.core.clock import UTC
 from tpuops.runs.models import AgentStatus, AttemptTime, Goodput
 

@@ -2,14 +2,17 @@
 
 It runs as ``python -m tpuops.agent {train,infer} SPEC`` under TensorFlow 2.9 on the image's
 Python 3.8, so everything in this package is Python 3.8 and imports nothing beyond the standard
-library, TensorFlow 2.9 and the numpy that comes with it; in particular nothing else from
-``tpuops`` (the control plane needs Python >= 3.10 and a protobuf that TF 2.9 cannot load).
+library, TensorFlow 2.9 and the numpy that comes with it; from ``tpuops``, only the contract it
+shares with the control plane (``tpuops.contract``, standard library only, shipped in the same
+bundle), never the control plane itself (it needs Python >= 3.10 and a protobuf TF 2.9 cannot load).
 
 The agent talks to the control plane only through the store (docs/design.md, "The store is the
-message bus"): it reads ``runs/<run>/spec.json`` (schema in ``runspec``) and writes
-``status.json``, ``logs/``, ``ckpt/``, ``tb/`` and ``model/`` under ``runs/<run>/`` (layout in
-``paths``), and after the save on a preemption notice the wake marker ``wake/<run>``
-(``wake``). Exit codes and exit classes are defined in ``exits``.
+message bus"): it reads ``runs/<run>/spec.json`` (schema in ``tpuops.contract.runspec``) and writes
+``status.json`` (``status``; schema in ``tpuops.contract.status``), ``logs/``, ``ckpt/``, ``tb/`` and
+``model/`` under ``runs/<run>/`` (layout in ``paths``), and after the save on a preemption notice the
+wake marker ``wake/<run>`` (``wake``). Exit codes and exit classes are ``tpuops.contract.exits``.
+
+May import: the standard library, TensorFlow 2.9, numpy, orjson, ``tpuops.agent`` and ``tpuops.contract``.
 
 ``train`` runs the built-in loop (``train``: a plain or a compiled Keras model, fed by the
 built-in parser or the user's ``input_fn``) or, in script mode, the user's own program

@@ -53,8 +53,8 @@ from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.interval import young_daly_s
 from tpuops.agent.paths import CHECKPOINT_INDEX, is_remote, join, local_directory, write_whole
+from tpuops.contract.interval import young_daly_s
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import tensorflow as tf
 
-from tpuops.agent.exits import UserError, cause_line
-from tpuops.agent.runspec import RunSpec
+from tpuops.contract.exits import UserError, cause_line
+from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -86,12 +86,12 @@ import numpy as np
 import tensorflow as tf
 
 from tpuops.agent import checkpoints, entry, inputs
-from tpuops.agent.exits import PreemptedExit, UserError
 from tpuops.agent.paths import RunPaths, join, write_whole
 from tpuops.agent.preemption import PreemptionNotice
-from tpuops.agent.runspec import RunSpec
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status, utc_now
+from tpuops.contract.exits import PreemptedExit, UserError
+from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -56,9 +56,9 @@ from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import random_seed
 from tensorflow.python.ops import gen_dataset_ops
 
-from tpuops.agent.exits import UserError, cause_line
 from tpuops.agent.paths import is_remote
-from tpuops.agent.runspec import DatasetSpec, FeatureSpec
+from tpuops.contract.exits import UserError, cause_line
+from tpuops.contract.runspec import DatasetSpec, FeatureSpec
 
 AUTOTUNE = tf.data.AUTOTUNE
 REMOTE_BLOCK = 64

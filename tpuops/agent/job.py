@@ -3,7 +3,7 @@
 Order matters: the spec is read first (without it there is no store to report to), then the
 log chunks, the status file and the heartbeat start, and only then does anything that can
 fail slowly (TPU initialisation, data, model) run. Every way out of the command goes through
-one ``except``: the exception is classified (``exits.classify``), ``status.json`` gets the
+one ``except``: the exception is classified (``blame.classify``), ``status.json`` gets the
 exit class, a one-line message and, for user-error and crashed, the traceback; the process
 exits with the class's code. A preempted attempt then wakes the control plane (``wake``).
 
@@ -22,22 +22,21 @@ from typing import Optional
 import tensorflow as tf
 
 from tpuops.agent import entry, infer, script, train, wake
-from tpuops.agent.exits import (
-    DivergedExit,
-    ExitClass,
-    UserError,
-    classify,
-    describe,
-    preemption_caused,
-    traceback_tail,
-)
+from tpuops.agent.blame import classify, preemption_caused
 from tpuops.agent.logs import FORMATTER, ChunkedLogHandler
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice, metadata_host
 from tpuops.agent.prefetch import Prefetch
-from tpuops.agent.runspec import RunSpec, SpecError, parse_spec
 from tpuops.agent.runtime import check_seed, check_tensorflow, connect
 from tpuops.agent.status import Previous, Status, Ticker
+from tpuops.contract.exits import (
+    DivergedExit,
+    ExitClass,
+    UserError,
+    describe,
+    traceback_tail,
+)
+from tpuops.contract.runspec import RunSpec, SpecError, parse_spec
 
 log = logging.getLogger("tpuops.agent")
 

@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tpuops.agent.paths import CHECKPOINT_INDEX, RunPaths, join, local_directory
 from tpuops.agent.preemption import metadata_host
-from tpuops.agent.runspec import SpecError, parse_spec
+from tpuops.contract.runspec import SpecError, parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.exits import UserError
-from tpuops.agent.runspec import RunSpec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -61,12 +61,12 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpuops.agent.exits import DivergedExit, PreemptedExit, UserError
 from tpuops.agent.inputs import list_files, one_pattern
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
-from tpuops.agent.runspec import DatasetSpec, RunSpec, ScriptSpec
 from tpuops.agent.status import Status
+from tpuops.contract.exits import DivergedExit, PreemptedExit, UserError
+from tpuops.contract.runspec import DatasetSpec, RunSpec, ScriptSpec
 
 log = logging.getLogger(__name__)
 

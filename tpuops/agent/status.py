@@ -1,67 +1,23 @@
-"""``runs/<run>/status.json``: what the agent is doing, rewritten whole and often.
+"""The agent's writer of ``runs/<run>/status.json`` (schema and field meanings: ``tpuops.contract.status``).
 
-The control plane reads this file to follow a run and to decide what to do when the node goes
-away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
-
-    run_id, command ("train" | "infer"), attempt (1, 2, ... one per agent start),
-    phase        starting | loading | training | checkpointing | evaluating | saving |
-                 predicting | done  ("done" exactly when exit_class is set)
-    step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
-    deterministic  whether TF op determinism is on for this attempt (the spec's choice, or its
-                 ``auto`` rule: on without a TPU), null before the runtime is chosen and in script mode
-    resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
-    recomputed_steps    steps trained again over the whole run: on each resume, how far the attempt
-                 before had gone past the checkpoint resumed from (as its last status says: steps
-                 after its last write are not counted)
-    last_checkpoint_step  the newest checkpoint known to be whole in the store (a resumed attempt
-                 never starts before it), null before the first; written once its copy is complete
-    checkpoint_in_flight  the step of the checkpoint being written in the background, else null
-    checkpoint_every_s  the periodic checkpoint interval in use (``every: auto``: re-chosen after each save)
-    last_save_s  the last checkpoint's cost in seconds, from its snapshot to whole in the store (what
-                 ``every: auto`` weighs; a forecast learns an experiment's save cost from it), null before the first
-    metrics      {"train": {...}, "eval": {...}, "predicted": n}
-    input_wait_ms  mean time a training step waited for its batch over the last call (the
-                 starvation measure: near 0 when the input pipeline keeps up), null before
-    evals        [{"step": int, "metrics": {name: float}}, ...] every evaluation of the run in
-                 step order, the periodic ones and the final one, carried over from earlier
-                 attempts (an evaluation at a step replaces the ones at that step and later,
-                 which a resumed attempt redoes); names are the model's for compiled models
-    attempts     [{...}, ...] one entry per attempt of the run, in order, carried over like evals:
-                 where its seconds went (setup, productive, recomputed, checkpoint, eval, save,
-                 input wait) and when it started and ended (fields in ``tpuops/agent/timing.py``);
-                 [] in script mode, where the agent does not see the program's steps
-    started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
-    exit_class   null while running, else succeeded | user-error | diverged | preempted | crashed
-    ended        null while running, else when the agent finished (set with exit_class, to the
-                 microsecond): unless the VM is being preempted or the node is kept, the startup
-                 script deletes the node right after (the dead-man's switch), so the control plane
-                 dates the end of billing of a node gone by itself here (``runs.self_deleted_at``)
-    exit_code, message  one line saying why (for every non-success)
-    traceback    the last lines of the traceback for user-error and crashed
-
-A heartbeat older than a few intervals with ``exit_class`` null means the agent hung or died
-(SIGKILL, the VM vanished): the controller treats that as a crash. Writes go through
-``paths.write_whole`` so readers never see a torn file.
+``Status`` keeps the document in memory and writes it whole through ``paths.write_whole``, so readers
+never see a torn file; ``Previous`` reads what the last attempt left; ``Ticker`` keeps the heartbeat.
 """
 
 import json
 import logging
 import math
 import threading
-from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpuops.agent.exits import ExitClass
 from tpuops.agent.paths import write_whole
-from tpuops.agent.timing import AttemptClock
+from tpuops.contract.exits import ExitClass
+from tpuops.contract.status import ended_now, new_document, utc_now
+from tpuops.contract.timing import AttemptClock
 
 log = logging.getLogger(__name__)
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class Previous:
@@ -121,37 +77,7 @@ class Status:
         """Where this attempt's seconds go; written with every status write when ``timed``."""
         self._timed = timed
         self._lock = threading.Lock()
-        now = utc_now()
-        self._doc: Dict[str, Any] = {
-            "run_id": run_id,
-            "command": command,
-            "attempt": attempt,
-            "phase": "starting",
-            "step": 0,
-            "total_steps": None,
-            "examples_per_sec": None,
-            "global_batch": None,
-            "replicas": None,
-            "device": None,
-            "deterministic": None,
-            "resumed_from_step": None,
-            "recomputed_steps": reach[1],
-            "last_checkpoint_step": None,
-            "checkpoint_in_flight": None,
-            "checkpoint_every_s": None,
-            "last_save_s": None,
-            "metrics": {},
-            "input_wait_ms": None,
-            "evals": list(evals or []),
-            "attempts": [],
-            "started": now,
-            "heartbeat": now,
-            "exit_class": None,
-            "ended": None,
-            "exit_code": None,
-            "message": None,
-            "traceback": None,
-        }
+        self._doc: Dict[str, Any] = new_document(run_id, command, attempt, reach[1], evals)
 
     def update(self, write: bool = False, **fields: Any) -> None:
         """Change fields; ``write`` pushes to the store now, else the next heartbeat does."""
@@ -213,7 +139,7 @@ class Status:
             write=True,
             phase="done",
             exit_class=exit_class.value,
-            ended=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+            ended=ended_now(),
             exit_code=exit_class.code,
             message=message,
             traceback=traceback,

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
-from tpuops.agent.runspec import TrainSpec
+from tpuops.contract.runspec import TrainSpec
 
 log = logging.getLogger(__name__)
 

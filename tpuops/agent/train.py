@@ -44,14 +44,14 @@ import tensorflow as tf
 
 from tpuops.agent import entry, inputs, userinput
 from tpuops.agent.checkpoints import Checkpointer, TrainState
-from tpuops.agent.exits import DivergedExit, PreemptedExit, UserError
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.prefetch import Prefetch
-from tpuops.agent.runspec import RunSpec
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer
+from tpuops.contract.exits import DivergedExit, PreemptedExit, UserError
+from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ import numpy as np
 import tensorflow as tf
 
 from tpuops.agent import entry
-from tpuops.agent.exits import UserError
 from tpuops.agent.inputs import AUTOTUNE, distribution_options
-from tpuops.agent.runspec import RunSpec
+from tpuops.contract.exits import UserError
+from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
 

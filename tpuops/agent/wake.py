@@ -5,8 +5,8 @@ scheduled reconcile (every 5 minutes), while the preempted VM knows first. Two d
 effort: a failure is logged and never raised, because the checkpoint is whole already and the
 next regular pass recovers the run anyway.
 
-- The marker ``wake/<run>`` in the store (its one home in the layout: ``tpuops.runs.layout``),
-  JSON ``{"run_id", "attempt", "at"}`` (``at``: epoch seconds of the VM's clock). ``tpuops watch``
+- The marker ``wake/<run>`` in the store (its one home in the layout: ``tpuops.runs.layout``; its document
+  in the contract, ``tpuops.contract.wake``). ``tpuops watch``
   and ``tpuops reconcile`` look for markers between passes and hurry (``tpuops.controller.wake``).
 - When the node's metadata names a Cloud Run job (attribute ``WAKE_JOB_ATTRIBUTE``, the full
   resource name ``projects/P/locations/R/jobs/J`` that infra/ outputs), the Cloud Run Admin API's
@@ -14,8 +14,7 @@ next regular pass recovers the run anyway.
   the marker and hurries. The VM's account may run that one job and nothing else (infra/). The
   request has no body fields: overriding the job's arguments would need a broader role.
 
-This module imports only the standard library (the control plane reads its constants); the
-marker is written with ``paths.write_whole``, which imports TensorFlow (loaded by then).
+The marker is written with ``paths.write_whole``, which imports TensorFlow (loaded by then).
 """
 
 import json
@@ -27,30 +26,22 @@ import urllib.request
 from typing import Dict, Optional, Tuple
 
 from tpuops.agent.paths import join, write_whole
+from tpuops.contract.wake import WAKE_JOB_ATTRIBUTE, WAKE_PREFIX, marker_key, marker_text
 
 log = logging.getLogger(__name__)
 
-WAKE_PREFIX = "wake/"
-"""Store keys of the markers: ``wake/<run>`` (one per run; a later notice overwrites it)."""
-WAKE_JOB_ATTRIBUTE = "tpuops-wake-job"
-"""The node metadata attribute that names the Cloud Run job to start (``MetadataKey.WAKE_JOB``)."""
 RUN_API = "https://run.googleapis.com"
 """The Cloud Run Admin API; ``TPUOPS_RUN_API`` replaces it (a stand-in server in tests)."""
 _TIMEOUT_S = 5.0
 """Per request: the wake-up must fit in what is left of the 30-s notice."""
 
 
-def marker_key(run_id: str) -> str:
-    return f"{WAKE_PREFIX}{run_id}"
-
-
 def write_marker(store_root: str, run_id: str, attempt: int, now: Optional[float] = None) -> None:
     """Write ``wake/<run>`` under ``store_root``."""
     import tensorflow as tf  # loaded by then (module docstring)
 
-    document = {"run_id": run_id, "attempt": attempt, "at": time.time() if now is None else now}
     tf.io.gfile.makedirs(join(store_root, WAKE_PREFIX))  # a local store needs the folder
-    write_whole(join(store_root, marker_key(run_id)), json.dumps(document))
+    write_whole(join(store_root, marker_key(run_id)), marker_text(run_id, attempt, time.time() if now is None else now))
 
 
 def run_request(job: str, token: str, endpoint: str = RUN_API) -> urllib.request.Request:

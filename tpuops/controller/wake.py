@@ -1,6 +1,6 @@
 """The wake-up on the control plane's side: hurry when a preempted agent left its marker.
 
-After its save on a preemption notice the agent writes ``wake/<run>`` (``tpuops.agent.wake``;
+After its save on a preemption notice the agent writes ``wake/<run>`` (``tpuops.contract.wake``;
 layout in ``tpuops.runs.layout``) and, on Google Cloud, starts the reconcile Cloud Run job. The
 node is still READY then: it turns PREEMPTED when the notice ends (on the emulator, once the
 agent's process group is gone), and only then is it replaced. So a marker does not call for one
@@ -22,12 +22,12 @@ wrong action.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpuops import runs
+from tpuops.contract.wake import marker_at
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.errors import DamagedDocument, NotFound, TpuopsError
 from tpuops.runs import layout
@@ -94,7 +94,7 @@ class Waker:
         except NotFound:
             return None
         try:
-            at = float(json.loads(data)["at"])
+            at = marker_at(data)
         except (ValueError, KeyError, TypeError):
             at = 0.0  # unreadable: as stale as can be, deleted by ``fresh``
         return Marker(run_id, generation, at)

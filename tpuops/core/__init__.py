@@ -7,8 +7,8 @@ create request did (``create_result``) and what a notification is made of (``not
 notices and their deliveries, the ``[notify]`` settings) and the named safety guards only a test may turn off
 (``guards``).
 
-May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the one enum base the
-agent shares (``tpuops.agent.exits.ValueEnum``) and the agent's wake-up contract (``tpuops.agent.wake``, whose
-metadata key ``naming.MetadataKey`` lists; both standard library only). Nothing here
+May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the agent's contract
+(``tpuops.contract``, standard library only: the one enum base, ``exits.ValueEnum``, and the wake job's
+metadata key, ``wake``, which ``naming.MetadataKey`` lists). Nothing here
 knows a cloud, a store, a run or a price, so every other wing can stand on it.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tpuops.agent.exits import ValueEnum
+from tpuops.contract.exits import ValueEnum
 
 __all__ = ["Capacity", "Choice", "Cloud", "ValueEnum"]
 

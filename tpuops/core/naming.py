@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpuops.agent.wake import WAKE_JOB_ATTRIBUTE
+from tpuops.contract.wake import WAKE_JOB_ATTRIBUTE
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import ValueEnum
 

@@ -10,7 +10,8 @@ behaves like the editable development install. The files:
   ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``);
   its last section, after the line starting with ``AGENT_PINS_MARKER``, pins the agent's own
   packages (``agent_pins``).
-- ``tpuops/agent/**.py``: the data plane's sources, shipped to the VM inside each job bundle.
+- ``tpuops/agent/**.py`` and ``tpuops/contract/**.py``: the data plane's sources and the contract it shares
+  with the control plane, shipped to the VM inside each job bundle.
 - ``tpuops/prices.toml``: the price catalog (read by ``tpuops.billing.pricing``).
 """
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 PACKAGE = "tpuops"
 PIN_FILE = "requirements-tf29.txt"
 AGENT_PINS_MARKER = "# The agent's own packages"
+AGENT_WINGS = ("agent", "contract")
+"""The packages a job bundle ships: the agent and the contract it shares with the control plane."""
 
 
 def _package() -> Traversable:
@@ -59,10 +62,12 @@ def agent_pins(pin_file: str) -> list[str]:
 
 
 def agent_sources() -> Iterator[tuple[str, bytes]]:
-    """``(name, bytes)`` of ``tpuops/__init__.py`` and every ``.py`` under ``tpuops/agent``, names posix."""
+    """``(name, bytes)`` of ``tpuops/__init__.py`` and every ``.py`` under ``tpuops/agent`` and ``tpuops/contract``
+    (what the agent imports: ``tpuops.contract``'s docstring), names posix and in order."""
     package = _package()
     yield f"{PACKAGE}/__init__.py", (package / "__init__.py").read_bytes()
-    yield from _python_files(package / "agent", f"{PACKAGE}/agent")
+    for wing in AGENT_WINGS:
+        yield from _python_files(package / wing, f"{PACKAGE}/{wing}")
 
 
 def _python_files(folder: Traversable, prefix: str) -> Iterator[tuple[str, bytes]]:

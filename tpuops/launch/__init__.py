@@ -8,7 +8,7 @@ them together (``plan_train``, ``plan_infer``) and declares the run.
 
 May import: ``tpuops.core``, ``tpuops.config``, ``tpuops.billing``, ``tpuops.providers``,
 ``tpuops.store``, ``tpuops.data``, ``tpuops.runs``, and the agent's shared contract
-(``tpuops.agent.runspec``, ``interval``); never the ``session`` wiring (what it needs opened, the
+(``tpuops.contract.runspec``, ``interval``); never the ``session`` wiring (what it needs opened, the
 front door hands in), nor the ``fleet``, which makes its plans real (it takes any plan with a
 request and zones). The controller, the sweeps and the front door stand above it.
 """

@@ -1,6 +1,6 @@
 """Experiment specs (``experiments/*.yaml``): validated here, turned into the agent's run spec.
 
-The YAML is what a person writes; the run spec (``tpuops/agent/runspec.py``) is what the
+The YAML is what a person writes; the run spec (``tpuops/contract/runspec.py``) is what the
 agent executes. Validation is strict and happens before anything is uploaded or created:
 an unknown key is rejected with a "did you mean" hint, because a misspelt ``check_point``
 that silently falls back to a default costs a preempted run its progress.
@@ -97,7 +97,7 @@ class Checkpoint(StrictModel):
     every_seconds: StrictInt = Field(default=600, ge=0)
     every: Literal["auto"] | None = None
     """``auto``: by time only, every Young/Daly interval for the save cost the agent measures and the
-    ``lost_work_per_hour`` of ``tpuops.toml`` (``tpuops/agent/interval.py``); every_steps/every_seconds unused."""
+    ``lost_work_per_hour`` of ``tpuops.toml`` (``tpuops/contract/interval.py``); every_steps/every_seconds unused."""
     keep: StrictInt = Field(default=3, gt=0)
 
 

@@ -1,7 +1,7 @@
 """Jobs on TPU VMs: turn an experiment into a run and declare it (the launch half of a run's life).
 
 ``plan_train`` / ``plan_infer`` validate an experiment and its data and compute, without side
-effects, everything the run is: the agent's run spec (built as ``tpuops.agent.runspec.RunSpec``,
+effects, everything the run is: the agent's run spec (built as ``tpuops.contract.runspec.RunSpec``,
 the agent's own schema, and checked by its own parser), the run record with the node request
 frozen into it (accelerator, runtime, capacity, zones, labels, metadata and the rendered startup
 script), and the job bundle. ``declare`` uploads data and bundle and writes the run
@@ -22,9 +22,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tpuops import runs
-from tpuops.agent.interval import FIRST_SAVE_S, young_daly_s
-from tpuops.agent.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.config import Settings
+from tpuops.contract.interval import FIRST_SAVE_S, young_daly_s
+from tpuops.contract.runspec import DatasetSpec, FeatureSpec, InferSpec, RunSpec, ScriptSpec, SpecError, TrainSpec
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 from tpuops.core.kinds import Capacity, Cloud

@@ -14,7 +14,7 @@ history when it has any, else taken from a documented, labelled default (``tpuop
 - ``lost_work_per_hour``: how often a run lost work the notice save did not cover, per running hour: an
   attempt that trained again more than ``LOSS_MIN_S`` of what an earlier attempt had trained (a crash, a
   hang, a notice save that did not fit), over every attempt's stepping time; what ``checkpoint: {every:
-  auto}`` weighs save costs against (``tpuops.agent.interval``). With no loss in H running hours the rate
+  auto}`` weighs save costs against (``tpuops.contract.interval``). With no loss in H running hours the rate
   is the ``lost_work_per_hour`` setting, capped at the most H hours without a loss allow (the upper end of
   the exact 95 % interval): history can rule a pessimistic assumption out before it measures a rate.
 
@@ -38,7 +38,7 @@ from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord
 
 LOSS_MIN_S = 60.0
 """An attempt that trained again more than a minute lost work; less is the step call in flight at a notice
-save, and no interval ``every: auto`` picks is shorter (``tpuops.agent.interval.MIN_INTERVAL_S``)."""
+save, and no interval ``every: auto`` picks is shorter (``tpuops.contract.interval.MIN_INTERVAL_S``)."""
 
 
 @dataclass(frozen=True)

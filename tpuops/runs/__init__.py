@@ -15,7 +15,7 @@ makes its run damaged (``Run.damage``), never the listing that met it (``repair`
 about it).
 
 May import: ``tpuops.core``, ``tpuops.store``, the provider-neutral node vocabulary (``tpuops.providers``) and
-the contract shared with the agent (``tpuops.agent``). Never money: runs and billing stand side by side,
+the contract shared with the agent (``tpuops.contract``). Never money: runs and billing stand side by side,
 neither imports the other, and what joins a run with its price (goodput, the timeline) lives above both, in
 ``tpuops.accounting``.
 """

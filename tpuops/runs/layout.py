@@ -5,7 +5,7 @@ Every key below is relative to the store root (docs/design.md, "The store is the
     runs/<run>/run.json       the run record (``RunRecord``): kind, the frozen node request, bundle,
                               limits, sweep. Written once by ``declare`` (compare-and-swap on
                               generation 0), never rewritten.
-    runs/<run>/spec.json      the agent's run spec (schema: ``tpuops/agent/runspec.py``). Written once
+    runs/<run>/spec.json      the agent's run spec (schema: ``tpuops/contract/runspec.py``). Written once
                               by ``declare`` before run.json; read by the agent at every start.
     runs/<run>/status.json    the agent's status (``AgentStatus``): rewritten whole by the agent at
                               every phase change and heartbeat, and by the node's bootstrap when it
@@ -41,7 +41,7 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               the index is indexed on first use by scanning ``runs/``).
     leases/<run>              a controller's lease on the run (``tpuops.store.lease``).
     wake/<run>                the wake marker: written by the agent after its save on a preemption
-                              notice (``tpuops.agent.wake``, which defines the prefix: the agent
+                              notice (``tpuops.contract.wake``, which defines the prefix: the agent
                               cannot import this module), JSON ``{run_id, attempt, at}``. Deleted
                               by the controller that hurried for it, or found stale
                               (``tpuops.controller.wake``), and with the run's active marker.
@@ -53,7 +53,7 @@ both indexes and leaves its files: a rebuild of the index lists it again.
 
 from __future__ import annotations
 
-from tpuops.agent.wake import WAKE_PREFIX as WAKE
+from tpuops.contract.wake import WAKE_PREFIX as WAKE
 
 RUNS = "runs/"
 INDEX_RUNS = "index/runs/"

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tpuops.agent.exits import ExitClass, Phase
-from tpuops.agent.timing import DISJOINT
+from tpuops.contract.exits import ExitClass, Phase
+from tpuops.contract.timing import DISJOINT
 from tpuops.core.errors import DamagedDocument
 from tpuops.core.formats import format_seconds
 from tpuops.core.kinds import ValueEnum
@@ -28,7 +28,7 @@ from tpuops.providers.nodes import NodeRequest
 from tpuops.runs.outcome import Outcome
 
 if TYPE_CHECKING:
-    from tpuops.agent.runspec import RunSpec
+    from tpuops.contract.runspec import RunSpec
 
 __all__ = ["AgentStatus", "AttemptTime", "EvalPoint", "ExitClass", "Goodput", "NodeSpec", "Outcome", "Phase",
            "RunKind", "RunPhase", "RunRecord", "StopRequest", "parse", "spec_json"]
@@ -135,7 +135,7 @@ class EvalPoint(_Doc):
 
 
 class AttemptTime(_Doc):
-    """Where one attempt's seconds went, as the agent measured them (``tpuops/agent/timing.py``).
+    """Where one attempt's seconds went, as the agent measured them (``tpuops/contract/timing.py``).
 
     Times are unix seconds on the VM's clock; a killed attempt has no ``ended_at`` and its
     ``seen_at`` (the last status write) is its last sign of life.
@@ -164,7 +164,8 @@ class AttemptTime(_Doc):
 
 
 class AgentStatus(_Doc):
-    """``status.json`` as the agent writes it (field meanings in ``tpuops/agent/status.py``)."""
+    """``status.json`` as the agent writes it: the control plane's reader of ``tpuops.contract.status`` (field
+    meanings there; tests/test_contract.py holds each field here to the contract's ``FIELDS``)."""
 
     run_id: str = ""
     command: RunKind | None = None
@@ -226,7 +227,7 @@ class Goodput:
 
     ``tpuops.accounting.goodput`` computes it from the ledger's billed READY intervals and the agent's attempt
     clocks (``AttemptTime``): boot (READY to the startup script's start), the agent's own segments
-    (``tpuops.agent.timing.DISJOINT``), idle after the end (until billing stopped) and unaccounted (the rest;
+    (``tpuops.contract.timing.DISJOINT``), idle after the end (until billing stopped) and unaccounted (the rest;
     negative when the agent measured more than the ledger billed). ``goodput = productive / billed``.
     """
 

@@ -86,7 +86,7 @@ def read_record(store: Store, run_id: str) -> RunRecord:
 
 
 def read_run_spec(store: Store, run_id: str) -> dict[str, Any]:
-    """The agent's run spec as declared (``spec.json``, schema ``tpuops/agent/runspec.py``), as plain JSON."""
+    """The agent's run spec as declared (``spec.json``, schema ``tpuops/contract/runspec.py``), as plain JSON."""
     return json.loads(store.read_bytes(layout.spec_key(run_id)))
 
 

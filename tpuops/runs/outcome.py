@@ -9,7 +9,7 @@ of them is the ending of a run:
   restarts, a refused create, the run's budget, and a sweep's pruner, ``sweep stop``, the sweep's
   budget and too many preemptions. The sweep vocabulary's ``"cancelled"`` was never written by
   anyone: it is gone.
-- ``ExitClass`` (``tpuops/agent/exits.py``): how one agent *process* exited. It stays apart: it is
+- ``ExitClass`` (``tpuops/contract/exits.py``): how one agent *process* exited. It stays apart: it is
   shared with the agent (Python 3.8, nothing else from tpuops), it maps to process exit codes, and
   its PREEMPTED ends no run (the run goes on from its checkpoint). ``OUTCOME_OF_EXIT`` below turns
   an exit into a run's ending.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from tpuops.agent.exits import ExitClass
+from tpuops.contract.exits import ExitClass
 from tpuops.core.kinds import ValueEnum
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tpuops.agent.interval import FIRST_SAVE_S
 from tpuops.billing.risk import Risk
 from tpuops.config import Settings
+from tpuops.contract.interval import FIRST_SAVE_S
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.history import History

@@ -1,4 +1,4 @@
-"""The agent of a simulated run by its measured segments (``tpuops/agent/timing.py`` measures them).
+"""The agent of a simulated run by its measured segments (``tpuops/contract/timing.py`` measures them).
 
 Durations are seconds of virtual time. A caller with an experiment's history passes its numbers in.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tpuops.agent.interval import FIRST_SAVE_S
+from tpuops.contract.interval import FIRST_SAVE_S
 from tpuops.core.errors import UsageError
 
 REPLACEMENT_WINDOW_S = 2.0

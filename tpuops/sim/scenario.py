@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from tpuops.agent.interval import young_daly_s
 from tpuops.billing.risk import Risk, RiskKey, assumed_ready_s, rate_for
 from tpuops.config import Settings
+from tpuops.contract.interval import young_daly_s
 from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity, ValueEnum

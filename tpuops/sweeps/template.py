@@ -22,7 +22,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, field_validator
 
-from tpuops.agent.runspec import RunSpec, SpecError
+from tpuops.contract.runspec import RunSpec, SpecError
 from tpuops.core.clock import UTC
 from tpuops.launch.provision import NodeBasis
 from tpuops.runs import RunRecord, spec_json

@@ -130,7 +130,7 @@ import json
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from tpuops.agent.exits import UserError
+from tpuops.contract.exits import UserError
 
 SPEC_VERSION = 1
 FEATURE_DTYPES = ("float32", "int64", "string", "uint8")
