@@ -8,6 +8,12 @@ from their modules. Everything heavy is imported inside the calls, so importing 
 
 Callbacks report progress: ``progress`` gets one line of text (controller events, uploads),
 ``on_status`` the agent's status each pass, ``on_log`` each new log line. Nothing here prints.
+
+May import: every wing below it (``tpuops.core``, ``tpuops.config``, ``tpuops.store``, ``tpuops.runs``,
+``tpuops.billing``, ``tpuops.accounting``, ``tpuops.providers``, ``tpuops.data``, ``tpuops.launch``,
+``tpuops.notify``, ``tpuops.fleet``, ``tpuops.controller``, ``tpuops.sweeps``, ``tpuops.sim``), the
+``tpuops.session`` wiring, ``tpuops.doctor``, ``tpuops.schedule``, the local runtime (``tpuops.tfenv``) and
+the emulator's controls (``tpuops.emulator``). Never a UI: the CLI and the dashboard stand on it.
 """
 
 from __future__ import annotations

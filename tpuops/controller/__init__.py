@@ -8,8 +8,9 @@ run until it ends. A pass may be killed at any line; the next one finishes the j
 
 May import: ``tpuops.core``, ``tpuops.config``, ``tpuops.store``, ``tpuops.runs``, ``tpuops.billing``,
 ``tpuops.accounting`` (a driven run's goodput), ``tpuops.providers`` (the neutral node vocabulary),
-``tpuops.notify`` and the ``fleet``; never the sweeps, the launch planning, the simulator or the front door,
-which stand above it. The sweeps ride on its passes all the same: the controller defines what a pass runs
-besides its runs (``reconcile.PassStep``), and whoever builds a controller hands it the sweeps' step
-(``tpuops.api.controller`` and the simulator give ``tpuops.sweeps.advance.SweepStep``).
+``tpuops.notify``, the ``tpuops.fleet`` and the agent's contract (``tpuops.contract``: the wake marker);
+never the sweeps, the launch planning, the simulator or the front door, which stand above it. The sweeps ride
+on its passes all the same: the controller defines what a pass runs besides its runs (``reconcile.PassStep``),
+and whoever builds a controller hands it the sweeps' step (``tpuops.api.controller`` and the simulator give
+``tpuops.sweeps.advance.SweepStep``).
 """

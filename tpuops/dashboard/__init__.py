@@ -6,7 +6,8 @@ draws a run's timeline (``tpuops.accounting.timeline``, pure); ``views`` shapes 
 routes; ``guard`` and ``auth`` the token; ``optuna_mount`` optuna-dashboard over a sweep's study;
 ``serve`` runs uvicorn on 127.0.0.1 (``dashboard``: what ``tpuops dashboard`` starts).
 
-May import: ``tpuops.api`` and the types its calls return (runs, accounting, sweeps, config, core),
-the ``session`` wiring (to open the store once for all its calls), and the web stack (Starlette,
-uvicorn, optuna-dashboard). Nothing in tpuops but the CLI imports it (``tests/test_wings.py``).
+May import: ``tpuops.api`` and the types its calls return (``tpuops.runs``, ``tpuops.accounting``,
+``tpuops.sweeps``, ``tpuops.store``, ``tpuops.config``, ``tpuops.core``), the ``tpuops.session`` wiring (to
+open the store once for all its calls), and the web stack (Starlette, uvicorn, optuna-dashboard). Nothing in
+tpuops but the CLI imports it (``tests/test_wings.py``).
 """

@@ -10,4 +10,11 @@ emulator starts fast and has no version coupling with the client it serves. Serv
 store adds two dependencies, loaded only then: ``cryptography`` (``tls``: the CA and the storage
 hosts' certificate) and the fake-gcs-server binary (``storage``). ``control`` starts and stops it
 as a background process and imports ``storage`` lazily.
+
+May import: the standard library, ``cryptography`` and the fake-gcs-server binary (a ``gs://`` store
+only), and from tpuops only ``tpuops.emulator`` itself, ``tpuops.core`` and what it serves from the seam
+(``tpuops.providers``: the Cloud TPU catalog, the first-minute billing rule). The rule holds for the whole
+wing, every module under ``tpuops/emulator/`` in whatever sub-wing it sits. Nothing it stands in for is
+imported: the emulator is a cloud, so the control plane reaches it over HTTP only, and the wiring
+(``tpuops.session``), ``tpuops doctor`` and the front door start and stop it (``control``).
 """

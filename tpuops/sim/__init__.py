@@ -5,4 +5,11 @@ The cloud is a node provider like any other (``tpuops.providers.simulated`` on t
 that writes ``status.json`` through the store as the agent does, ``world`` the one world object that
 holds the cloud and its agents on one virtual clock (the control plane sees only its provider), and
 ``engine`` the loop that moves the world from one controller pass to the next and reports what happened.
+
+May import: what it drives and what it models, below it: ``tpuops.core``, ``tpuops.config``,
+``tpuops.store``, ``tpuops.runs``, ``tpuops.billing``, ``tpuops.providers`` (the simulated cloud and its
+model), ``tpuops.launch`` and ``tpuops.sweeps`` (scenarios from experiment and sweep files), the
+``tpuops.controller`` and the ``tpuops.fleet`` (the real passes), the ``tpuops.session`` wiring (a scenario's
+settings) and the agent's contract (``tpuops.contract``: its checkpoint interval rule). Never the front door,
+which stands on it (``simulate``, ``forecast``), the emulator or a UI.
 """

@@ -3,6 +3,10 @@
 ``open_store(uri)`` picks the implementation from the URI scheme through an explicit table;
 google-cloud-storage is imported only when a ``gs://`` store is opened. ``lease`` builds leases on
 the store's compare-and-swap.
+
+May import: the standard library, google-cloud-storage (only when a ``gs://`` store is opened) and
+``tpuops.core``; nothing that knows a run, a node or a price: every wing that keeps documents stands on the
+store, so the store stands on nothing but the core.
 """
 
 from __future__ import annotations

@@ -16,4 +16,10 @@ timer that runs the passes is ``tpuops.schedule``: it schedules every reconcile 
 
 Sources of truth (docs/design.md): the store holds trial <-> run, run status, cost and retries;
 Optuna holds params and values. A trial N of sweep S is the run ``S-tNNNN``.
+
+May import: Optuna (and its storages), ``tpuops.core``, ``tpuops.config``, ``tpuops.store``, ``tpuops.runs``,
+``tpuops.billing``, ``tpuops.accounting`` (a trial's goodput), ``tpuops.data`` (the TFRecord framing of the
+HParams sessions), ``tpuops.launch`` (a trial is planned as a run is), ``tpuops.notify``, the ``tpuops.fleet``
+(the endgame's deletes) and the agent's contract (``tpuops.contract``). Never the controller (it is handed the
+sweeps' step and never imports them), the simulator, the ``session`` wiring or the front door.
 """

@@ -13,4 +13,9 @@ has no wheels for the control plane's 3.11+). It is looked for in this order
 A built venv counts only once its stamp (``tpuops-runtime.json``) exists: ``build.install``
 writes it last, after TensorFlow imported, so a half-built venv is never used and the next
 install starts it over. ``pythons.find_python`` finds the interpreter to build it with.
+
+May import: the standard library, ``tpuops.core`` (errors, the pin file), ``tpuops.config`` (the
+``tf_python`` setting) and ``tpuops.providers`` (the runtime version a TPU VM image carries, which the local
+runtime matches). Never the agent it runs: it builds and finds an interpreter, and only the emulator's nodes
+start the agent in it.
 """
