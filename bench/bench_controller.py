@@ -157,7 +157,8 @@ class World:
     admin: AdminClient
 
     def controller(self) -> Controller:
-        return Controller(self.settings, self.store, Fleet(self.api, self.settings, self.ledger), sweeps=SweepStep())
+        fleet = Fleet(self.api, self.settings, self.ledger)
+        return Controller(self.settings, self.store, fleet, billing=fleet.billing, sweeps=SweepStep())
 
 
 @contextlib.contextmanager
@@ -438,7 +439,8 @@ def bench_recreate(work: Path, intervals: Sequence[float], samples: int, watchdo
         if not watchdog:
             return rows
         guarded_settings = w.settings.model_copy(update={"max_run_hours": 72.0})
-        guarded = Controller(guarded_settings, w.store, Fleet(w.api, guarded_settings, w.ledger), sweeps=SweepStep())
+        fleet = Fleet(w.api, guarded_settings, w.ledger)
+        guarded = Controller(guarded_settings, w.store, fleet, billing=fleet.billing, sweeps=SweepStep())
         (to_dead, _), = preemptions(w, guarded, "lat-watchdog", intervals[0], 1, rng)
         rows.append(("preempt -> PREEMPTED, startup script with its max-run watchdog", f"{to_dead:.2f} s",
                      f"without the watchdog (max_run_hours = 0): {median(dead):.2f} s",

@@ -182,7 +182,10 @@ def _controller(settings: Any, store: Any, api: ListingApi, **options: Any) -> A
         return Controller(settings, store, api, ledger, **options)
     from tpuops.fleet import Fleet
 
-    return Controller(settings, store, Fleet(api, settings, ledger), **options)
+    fleet = Fleet(api, settings, ledger)
+    if "billing" in inspect.signature(Controller).parameters:
+        options["billing"] = fleet.billing
+    return Controller(settings, store, fleet, **options)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:

@@ -221,12 +221,11 @@ class TfWorld:
     def controller(self, holder: str, **overrides: Any) -> Any:
         """A controller of this world's store, its passes advancing the sweeps (as ``tpuops.api.controller``'s),
         with ``overrides`` applied to its settings."""
-        from tpuops.controller.reconcile import Controller
         from tpuops.session import fleet
         from tpuops.sweeps.advance import SweepStep
 
         settings = self.settings.model_copy(update=overrides)
-        return Controller(settings, self.store, fleet(settings), sweeps=SweepStep(), holder=holder)
+        return controller_over(settings, self.store, fleet(settings), sweeps=SweepStep(), holder=holder)
 
 
 def emulator_fleet(info: EmulatorInfo, home: Path, zone: str) -> Any:
@@ -335,3 +334,11 @@ def sweeps_world(tmp_path: Path, names: tuple[str, ...], *, config_tail: str = "
         start_sweep(plan_sweep(settings, path, sim.store, base_dir=tmp_path), sim.store, lambda _: None,
                     upload=False)
     return sim
+
+
+def controller_over(settings: Any, store: Any, fleet: Any, **options: Any) -> Any:
+    """A controller over ``fleet``, handed that fleet's billing observer: the tests' composition root, as
+    ``tpuops.api.controller`` is the users' (the controller itself never reaches into its fleet for it)."""
+    from tpuops.controller.reconcile import Controller
+
+    return Controller(settings, store, fleet, billing=fleet.billing, **options)

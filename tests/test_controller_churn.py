@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import poll
+from helpers import controller_over, poll
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, node_cost, ready_intervals
@@ -121,7 +121,7 @@ def watched(emulator: Any, tmp_path: Path) -> Iterator[tuple[Settings, Any, Ledg
     for run_id in SCENARIOS:
         _declare(settings, store, run_id)
     # the status is read every pass: a real agent's end also shows as its node deleting itself
-    watch = Watch(Controller(settings, store, Fleet(api, settings, ledger), sweeps=None, status_refresh_s=PASS_S))
+    watch = Watch(controller_over(settings, store, Fleet(api, settings, ledger), sweeps=None, status_refresh_s=PASS_S))
     try:
         yield settings, store, ledger, watch
     finally:
@@ -228,7 +228,7 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
     settings = _settings(tmp_path)
     store = open_store(settings.store_root)
     api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
-    controller = Controller(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), sweeps=None,
+    controller = controller_over(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), sweeps=None,
                             status_refresh_s=0.0)
     slow, quick = "held-1", "quick-1"  # the index lists the held one first
     for run_id in (slow, quick):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import LIVE, declare_run, poll, write_status
+from helpers import LIVE, controller_over, declare_run, poll, write_status
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -77,7 +77,7 @@ def world(tmp_path: Path) -> World:
     settings = Settings(zones=[ZONE], home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=3600.0,
                         operation_timeout_s=WAIT_S, max_run_hours=0)
     store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
-    controller = Controller(settings, store, Fleet(cloud, settings, Ledger(settings.ledger_path)), sweeps=None,
+    controller = controller_over(settings, store, Fleet(cloud, settings, Ledger(settings.ledger_path)), sweeps=None,
                             holder="test", status_refresh_s=0.0)
     return World(settings, store, cloud, controller)
 
@@ -202,7 +202,7 @@ def test_a_finished_runs_node_is_deleted_while_another_zones_listing_still_fails
     settings = Settings(zones=[ZONE, other], home=tmp_path / "home", store=str(tmp_path / "store"),
                         lease_ttl_s=3600.0, operation_timeout_s=WAIT_S, max_run_hours=0)
     store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
-    world = World(settings, store, cloud, Controller(settings, store, Fleet(cloud, settings,
+    world = World(settings, store, cloud, controller_over(settings, store, Fleet(cloud, settings,
                                                                             Ledger(settings.ledger_path)),
                                                      sweeps=None, holder="test", status_refresh_s=0.0))
     world.running("r-1")

@@ -175,8 +175,8 @@ def test_a_pass_goes_on_past_a_damaged_run_and_deletes_its_node_once_its_agent_e
     world.store.write_bytes(runs.status_key("run-b"), GARBLED)
     world.store.write_bytes(runs.memory_key("run-c"), GARBLED)
     world.controller.release()
-    cron = Controller(world.settings, world.store, world.controller.nodes, sweeps=SweepStep(), holder="cron",
-                      status_refresh_s=0.0)
+    cron = Controller(world.settings, world.store, world.controller.nodes, billing=world.controller.billing,
+                      sweeps=SweepStep(), holder="cron", status_refresh_s=0.0)
     report = cron.run_pass()  # a one-shot pass (reconcile from cron): it reads every run afresh
     assert report.acted == [], "a garbled status is no news, a damaged memory no reason to act while its agent works"
     assert list(report.errors) == ["run-c"] and "memory.json is damaged" in report.errors["run-c"]

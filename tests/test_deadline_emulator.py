@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import poll
+from helpers import controller_over, poll
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -75,7 +75,7 @@ def test_a_preempted_run_short_of_time_moves_to_on_demand_and_finishes_on_time(e
                        deadline_at=due, expected_s=3000.0)
     runs.declare(store, record, {"run_id": RUN})
     clock = Shifted()
-    controller = Controller(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
+    controller = controller_over(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
                             holder="test", status_refresh_s=0.0, clock=clock)
     try:
         poll(lambda: _node(controller, Capacity.SPOT), "the run on a READY spot node", timeout_s=30)

@@ -71,8 +71,8 @@ class World:
 
     def controller(self, holder: str) -> Controller:
         fleet = Fleet(self.cloud, self.settings, Ledger(self.settings.ledger_path))
-        return Controller(self.settings, self.store, fleet, sweeps=SweepStep(), holder=holder, status_refresh_s=0.0,
-                          progress=self.progress.append)
+        return Controller(self.settings, self.store, fleet, billing=fleet.billing, sweeps=SweepStep(), holder=holder,
+                          status_refresh_s=0.0, progress=self.progress.append)
 
     def declare(self, run_id: str, *, budget_usd: float | None = None) -> None:
         declare_run(self.settings, self.store, run_id, ZONE, budget_usd=budget_usd)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import poll
+from helpers import controller_over, poll
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, node_cost
@@ -61,7 +61,7 @@ def controller(emulator: Any, tmp_path: Path) -> Controller:
     store.write_bytes(runs.status_key(RUN), runs.AgentStatus.model_validate({**LIVE, "run_id": RUN})
                       .model_dump_json().encode())
     runs.mark_active(store, RUN)
-    return Controller(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
+    return controller_over(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
                       holder="test", status_refresh_s=0.0)
 
 

@@ -99,7 +99,8 @@ def test_a_run_is_created_preempted_recreated_and_ended_on_the_jobset_provider(s
     fleet = session.fleet(settings)
     cluster = cast(JobSetProvider, fleet.provider)
     assert isinstance(cluster, JobSetProvider)  # opened through the registry, as any command opens its provider
-    controller = Controller(settings, store, fleet, sweeps=None, holder="test", status_refresh_s=0.0)
+    controller = Controller(settings, store, fleet, billing=fleet.billing, sweeps=None, holder="test",
+                            status_refresh_s=0.0)
     _declare(settings, store)
 
     _until(controller, lambda: (ZONE, RUN) in cluster.jobsets, "created")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import poll, stand_in_image
+from helpers import controller_over, poll, stand_in_image
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -53,7 +53,7 @@ class World:
 
     def controller(self, holder: str) -> Controller:
         settings = self.settings()
-        return Controller(settings, store(settings), fleet(settings), sweeps=None, holder=holder)
+        return controller_over(settings, store(settings), fleet(settings), sweeps=None, holder=holder)
 
     def declare(self, run_id: str, **overrides: object) -> jobs.JobPlan:
         settings = self.settings().model_copy(update=overrides)
@@ -177,7 +177,7 @@ def test_a_watching_controller_rereads_a_ready_nodes_status_only_when_due_and_a_
     plan = world.declare("kept-1", zones=[A])
     settings = world.settings()
     root = store(settings)
-    watching = Controller(settings, root, fleet(settings), sweeps=None, holder="watching",
+    watching = controller_over(settings, root, fleet(settings), sweeps=None, holder="watching",
                           status_refresh_s=3600.0)
     poll(lambda: watching.run_pass() and (n := world.node("kept-1")) and n["state"] == "READY"
          and runs.load_memory(root, "kept-1")[0].ready_since is not None, "the node READY and seen so", timeout_s=60)

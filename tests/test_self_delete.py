@@ -141,7 +141,7 @@ def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> Non
     settings = _settings(tmp_path)
     store = LocalStore(tmp_path / "store", durable=False)
     fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
-    Controller(settings, store, fleet, sweeps=None, holder="test")
+    Controller(settings, store, fleet, billing=fleet.billing, sweeps=None, holder="test")
     assert fleet.billing.self_deletes is not None and fleet.billing.self_deletes(RUN) is None
     runs.write_status(store, RUN, AgentStatus(run_id=RUN, phase=Phase.DONE, exit_class=ExitClass.SUCCEEDED,
                                               ended=at(42).isoformat()))

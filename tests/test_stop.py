@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import controller_over
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
 from tpuops import api, runs
@@ -47,7 +48,7 @@ class World:
         self.ledger = Ledger(self.settings.ledger_path)
 
     def controller(self, holder: str) -> Controller:
-        return Controller(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), sweeps=None,
+        return controller_over(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), sweeps=None,
                           holder=holder, status_refresh_s=0.0)
 
     def running(self, driver: Controller, run_id: str, sweep: str | None = None) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import declare_run
+from helpers import controller_over, declare_run
 from test_controller_pass import ZONE, World, world  # noqa: F401  (world: the fixture)
 from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
@@ -58,8 +58,8 @@ class Declaring:
 def test_the_step_runs_before_the_runs_are_read_and_tells_after_their_actions(
         world: World) -> None:  # noqa: F811  (the imported fixture)
     step = Declaring(world.cloud)
-    controller = Controller(world.settings, world.store, world.controller.nodes, sweeps=step, holder="stepping",
-                            status_refresh_s=0.0)
+    controller = Controller(world.settings, world.store, world.controller.nodes, billing=world.controller.billing,
+                            sweeps=step, holder="stepping", status_refresh_s=0.0)
     report = controller.run_pass()
     assert report.sweeps == {"declared": ["stepped"]}
     assert report.acted == [("stepped", "create", ZONE)]  # what the step declared got its node in the same pass
@@ -84,7 +84,7 @@ def test_the_users_controller_advances_the_sweeps_and_one_without_a_step_leaves_
     from tpuops.session import fleet
 
     settings, root = work.started(BEFORE + 'node_provider = "memory"\n')
-    bare = Controller(settings, root, fleet(settings), sweeps=None, holder="bare")
+    bare = controller_over(settings, root, fleet(settings), sweeps=None, holder="bare")
     try:
         report = bare.run_pass()
     finally:

@@ -175,7 +175,7 @@ def test_only_the_simulators_world_holds_the_simulated_cloud() -> None:
 
 def test_the_node_engine_leaves_the_ledger_to_its_billing_observer() -> None:
     """``fleet.py`` acts; ``billing/observer.py`` dates. The engine never touches a ledger itself, and the
-    controller writes nothing into the Fleet it is handed."""
+    controller writes nothing into the Fleet it is handed, nor reaches into it for the observer (it is handed that)."""
     engine = [node.lineno for node in ast.walk(_tree("fleet.py"))
               if isinstance(node, ast.Attribute) and node.attr == "ledger"]
     assert not engine, f"tpuops/fleet.py reaches a ledger at lines {engine}: report to self.billing instead"
@@ -186,3 +186,9 @@ def test_the_node_engine_leaves_the_ledger_to_its_billing_observer() -> None:
                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                and target.value.id == "fleet"]
     assert not written, f"the controller writes into its Fleet at lines {written}: pass collaborators in"
+    reached = [node.lineno for path in sorted((PACKAGE / "controller").glob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Attribute) and node.attr == "billing"
+               and ((isinstance(node.value, ast.Name) and node.value.id == "fleet")
+                    or (isinstance(node.value, ast.Attribute) and node.value.attr == "nodes"))]
+    assert not reached, f"the controller reaches into its Fleet for its billing observer at lines {reached}"

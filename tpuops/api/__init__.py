@@ -124,7 +124,8 @@ def controller(settings: Settings, progress: Say = _quiet) -> Controller:
     from tpuops.session import fleet, store
     from tpuops.sweeps.advance import SweepStep
 
-    return Controller(settings, store(settings), fleet(settings), sweeps=SweepStep(), progress=progress)
+    nodes = fleet(settings)
+    return Controller(settings, store(settings), nodes, billing=nodes.billing, sweeps=SweepStep(), progress=progress)
 
 
 def plan_train(settings: Settings, spec: Path, *, name: str | None = None, accelerator: str | None = None,

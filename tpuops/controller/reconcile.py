@@ -67,6 +67,7 @@ from typing import Any, Protocol, TypeVar
 
 from tpuops import runs
 from tpuops.billing.deadline import Rule
+from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, damaged_verdict, decide
 from tpuops.core.clock import UTC, Clock, system_clock
@@ -213,7 +214,8 @@ class _Seen:
 
 
 class Controller:
-    """Reconciles the runs of one store against one project's nodes (its ``Fleet``, and that fleet's ledger).
+    """Reconciles the runs of one store against one project's nodes (its ``Fleet``, and the billing observer that
+    fleet reports to, which keeps the ledger).
 
     ``sweeps`` must be named: the step that advances the store's sweeps at each full pass (``PassStep``;
     ``tpuops.api.controller`` and the simulator give ``tpuops.sweeps.advance.SweepStep``), or None for a
@@ -221,15 +223,17 @@ class Controller:
     as it is (no trial launched, told or stopped; ``report.sweeps`` empty) until a controller with a step passes.
     """
 
-    def __init__(self, settings: Settings, store: Store, fleet: Fleet, *, sweeps: PassStep | None,
-                 holder: str | None = None, progress: Callable[[str], None] | None = None,
+    def __init__(self, settings: Settings, store: Store, fleet: Fleet, *, billing: BillingObserver,
+                 sweeps: PassStep | None, holder: str | None = None, progress: Callable[[str], None] | None = None,
                  status_refresh_s: float | None = None, clock: Clock = system_clock) -> None:
         self.settings = settings
         self.clock = clock
         """The time every decision is taken at when a pass is not given one (``tpuops.core.clock``)."""
         self.store = store
         self.nodes = fleet
-        self.billing = fleet.billing
+        self.billing = billing
+        """What dates the nodes' costs in the ledger: the observer the ``fleet`` reports to, handed in by whoever
+        built both (``tpuops.api.controller``, the simulator), so that the controller never reaches into its fleet."""
         self.billing.date_self_deletes(runs.self_deletes(lambda: store))  # the runs' statuses date them
         self.ledger = self.billing.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)

@@ -210,8 +210,8 @@ class Simulation:
         clock = self.world.clock
         fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock,
                       self_deletes=runs.self_deletes(lambda: self.store))
-        self.controller = Controller(self.settings, self.store, fleet, sweeps=SweepStep(), holder="simulator",
-                                     status_refresh_s=0.0, clock=clock)
+        self.controller = Controller(self.settings, self.store, fleet, billing=fleet.billing, sweeps=SweepStep(),
+                                     holder="simulator", status_refresh_s=0.0, clock=clock)
         self.catalog: Catalog = catalog_for(self.settings)
 
     def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:
