@@ -229,7 +229,7 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
     store = open_store(settings.store_root)
     api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
     controller = controller_over(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), sweeps=None,
-                            status_refresh_s=0.0)
+                                 status_refresh_s=0.0)
     slow, quick = "held-1", "quick-1"  # the index lists the held one first
     for run_id in (slow, quick):
         _declare(settings, store, run_id)

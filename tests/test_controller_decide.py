@@ -6,6 +6,7 @@ status, create operation, spending) and when, and checks the actions and what wa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -415,3 +416,30 @@ def test_a_worker_that_recovers_within_the_grace_changes_nothing() -> None:
     assert step(memory, seen(READY, agent=status(1, 32), unhealthy_workers=(1,)), 300.0, policy) == []
     assert step(memory, seen(READY, agent=status(1, 33), unhealthy_workers=(1,)), 340.0, policy) == []
     assert memory.crashes == 0 and memory.attempts == 1
+
+
+def test_a_runs_policy_is_built_from_its_settings_and_its_record_in_one_place(tmp_path: Path) -> None:
+    from tpuops.config import Settings, load_settings
+    from tpuops.core.kinds import Capacity
+    from tpuops.launch.provision import plan_up
+    from tpuops.runs import NodeSpec, RunKind, RunRecord
+
+    (tmp_path / "tpuops.toml").write_text('project = "p"\nzones = ["us-central1-a", "us-central1-b"]\n'
+                                          "max_restarts = 7\nhang_after_s = 61.0\nunhealthy_grace_s = 9.0\n")
+    settings = load_settings(config_path=tmp_path / "tpuops.toml", environ={"TPUOPS_HOME": str(tmp_path / "home")})
+    request = plan_up(settings, "r1", accelerator="v2-8", capacity=Capacity.SPOT, zone=A, run_id="r1").request
+    record = RunRecord(run_id="r1", kind=RunKind.TRAIN, node=NodeSpec.of(request, [A, B]), keep=True,
+                       deadline_at=10_000.0, expected_s=3_000.0)
+    policy = Policy.of(settings, record)
+    assert (policy.zones, policy.max_crashes, policy.hang_after_s, policy.unhealthy_grace_s, policy.keep_node) == (
+        (A, B), 7, 61.0, 9.0, True)
+    assert policy.capacity is not None and policy.capacity.deadline_at == 10_000.0
+    assert policy.capacity.hazard_per_hour == settings.spot_preemptions_per_hour  # a record without learned inputs
+    unreadable = Policy.of(settings, None, zones=(B,))  # a damaged run: judged where its node was found
+    assert (unreadable.zones, unreadable.keep_node, unreadable.capacity, unreadable.hang_after_s) == ((B,), False, None,
+                                                                                                        61.0)
+    with pytest.raises(ValueError, match="zones"):
+        Policy.of(settings, None)
+    defaults = Settings.model_fields  # a policy built field by field assumes what the settings would
+    assert (Policy(zones=(A,)).max_crashes, Policy(zones=(A,)).boot_timeout_s) == (
+        defaults["max_restarts"].default, defaults["boot_timeout_s"].default)

@@ -78,7 +78,7 @@ def world(tmp_path: Path) -> World:
                         operation_timeout_s=WAIT_S, max_run_hours=0)
     store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
     controller = controller_over(settings, store, Fleet(cloud, settings, Ledger(settings.ledger_path)), sweeps=None,
-                            holder="test", status_refresh_s=0.0)
+                                 holder="test", status_refresh_s=0.0)
     return World(settings, store, cloud, controller)
 
 
@@ -204,7 +204,7 @@ def test_a_finished_runs_node_is_deleted_while_another_zones_listing_still_fails
     store, cloud = open_store(settings.store_root), MemoryProvider(poll_interval_s=0.01)
     world = World(settings, store, cloud, controller_over(settings, store, Fleet(cloud, settings,
                                                                             Ledger(settings.ledger_path)),
-                                                     sweeps=None, holder="test", status_refresh_s=0.0))
+                                                          sweeps=None, holder="test", status_refresh_s=0.0))
     world.running("r-1")
     world.status("r-1", {**DONE, "ended": datetime.now(timezone.utc).isoformat()})
     failing = cloud.hold_list(other)

@@ -76,7 +76,7 @@ def test_a_preempted_run_short_of_time_moves_to_on_demand_and_finishes_on_time(e
     runs.declare(store, record, {"run_id": RUN})
     clock = Shifted()
     controller = controller_over(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
-                            holder="test", status_refresh_s=0.0, clock=clock)
+                                 holder="test", status_refresh_s=0.0, clock=clock)
     try:
         poll(lambda: _node(controller, Capacity.SPOT), "the run on a READY spot node", timeout_s=30)
         store.write_bytes(runs.status_key(RUN), _status(1, 10).model_dump_json().encode())

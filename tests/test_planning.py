@@ -15,7 +15,7 @@ from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.billing.risk import RiskKey
 from tpuops.billing.risk import learn as learn_risk
 from tpuops.contract.interval import young_daly_s
-from tpuops.controller.reconcile import capacity_rule
+from tpuops.controller.decide import capacity_rule
 from tpuops.core.clock import UTC
 from tpuops.launch.planning import LOSS_MIN_S, Defaults, keys_of, learn, lost_work, recovery_samples
 from tpuops.runs.models import AttemptTime, PlanInputs

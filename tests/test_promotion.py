@@ -62,7 +62,7 @@ def controller(emulator: Any, tmp_path: Path) -> Controller:
                       .model_dump_json().encode())
     runs.mark_active(store, RUN)
     return controller_over(settings, store, Fleet(provider, settings, Ledger(settings.ledger_path)), sweeps=None,
-                      holder="test", status_refresh_s=0.0)
+                           holder="test", status_refresh_s=0.0)
 
 
 def _ready(controller: Controller, capacity: Capacity) -> bool:

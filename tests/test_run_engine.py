@@ -178,7 +178,7 @@ def test_a_watching_controller_rereads_a_ready_nodes_status_only_when_due_and_a_
     settings = world.settings()
     root = store(settings)
     watching = controller_over(settings, root, fleet(settings), sweeps=None, holder="watching",
-                          status_refresh_s=3600.0)
+                               status_refresh_s=3600.0)
     poll(lambda: watching.run_pass() and (n := world.node("kept-1")) and n["state"] == "READY"
          and runs.load_memory(root, "kept-1")[0].ready_since is not None, "the node READY and seen so", timeout_s=60)
     root.write_bytes(runs.status_key("kept-1"), json.dumps({"run_id": "kept-1", "attempt": 1, "phase": "training",

@@ -49,7 +49,7 @@ class World:
 
     def controller(self, holder: str) -> Controller:
         return controller_over(self.settings, self.store, Fleet(self.cloud, self.settings, self.ledger), sweeps=None,
-                          holder=holder, status_refresh_s=0.0)
+                               holder=holder, status_refresh_s=0.0)
 
     def running(self, driver: Controller, run_id: str, sweep: str | None = None) -> None:
         """Declared, its node created by ``driver`` (which keeps its lease) and READY, its agent training."""

@@ -47,14 +47,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from tpuops.billing.deadline import Rule
+from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.kinds import Capacity, ValueEnum
 from tpuops.providers.nodes import NodeState
-from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate
+from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunRecord
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.DELETING, NodeState.STOPPING}
@@ -64,19 +66,61 @@ _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
 
 
+def _setting(name: str) -> Any:
+    """The default of a ``Settings`` field: what a ``Policy`` built without settings (a test's) assumes."""
+    return Settings.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class Policy:
+    """The rules ``decide`` applies to one run: its settings' limits and its record's zones, node and capacity.
+
+    ``Policy.of`` is the one builder of a run's policy; the defaults are the settings' own (a policy built
+    field by field, as tests do, assumes nothing the settings would not).
+    """
+
     zones: tuple[str, ...]
     evidence_passes: int = 2
-    max_crashes: int = 3
-    hang_after_s: float = 1800.0
-    boot_timeout_s: float = 900.0
-    stockout_backoff_s: float = 300.0
-    unhealthy_grace_s: float = 120.0
+    """Passes in a row a node must be missing from the listing before it counts as gone (a listing can lag)."""
+    max_crashes: int = _setting("max_restarts")
+    hang_after_s: float = _setting("hang_after_s")
+    boot_timeout_s: float = _setting("boot_timeout_s")
+    stockout_backoff_s: float = _setting("stockout_backoff_s")
+    unhealthy_grace_s: float = _setting("unhealthy_grace_s")
     """How long a READY slice may keep an unhealthy worker before it is recreated (docs/design.md)."""
     keep_node: bool = False
     capacity: Rule | None = None
     """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
+
+    @classmethod
+    def of(cls, settings: Settings, record: RunRecord | None, zones: tuple[str, ...] | None = None) -> Policy:
+        """The policy of the run ``record`` under ``settings``: the one place a run's ``Policy`` is built.
+
+        ``zones`` replaces the record's (a damaged run's node is judged in the zone it was found in); a run
+        whose record cannot be read (None) is judged by the settings alone, in ``zones``, its node not kept.
+        """
+        if record is None and zones is None:
+            raise ValueError("a policy without a run record needs the zones it applies to")
+        return cls(
+            zones=zones if zones is not None else tuple(record.zones),  # type: ignore[union-attr]  # checked above
+            max_crashes=settings.max_restarts, hang_after_s=settings.hang_after_s,
+            boot_timeout_s=settings.boot_timeout_s, stockout_backoff_s=settings.stockout_backoff_s,
+            unhealthy_grace_s=settings.unhealthy_grace_s, keep_node=record.keep if record is not None else False,
+            capacity=(capacity_rule(record, settings.spot_preemptions_per_hour, settings.recovery_s)
+                      if record is not None else None))
+
+
+def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
+    """The run's capacity rule (``tpuops.billing.deadline``), at the spot hazard and recovery cost learned at its launch
+    (``record.inputs``, ``tpuops.launch.planning``), else at ``hazard_per_hour`` preemptions costing ``recovery_s`` each
+    (the settings' assumptions, for a record from before them); None without a rule, or for a run declared
+    on-demand (nothing cheaper to move to)."""
+    if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
+        return None
+    if record.inputs is not None:
+        hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
+    return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
+                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,6 @@ from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from tpuops import runs
-from tpuops.billing.deadline import Rule
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, damaged_verdict, decide
@@ -81,7 +80,6 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.core.kinds import Capacity
 from tpuops.core.naming import RUN_KEY
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
@@ -255,13 +253,6 @@ class Controller:
             self.leases.release(run_id)
         self._held.clear()
 
-    def policy(self, record: RunRecord) -> Policy:
-        s = self.settings
-        return Policy(zones=tuple(record.zones), max_crashes=s.max_restarts, hang_after_s=s.hang_after_s,
-                      boot_timeout_s=s.boot_timeout_s, stockout_backoff_s=s.stockout_backoff_s,
-                      unhealthy_grace_s=s.unhealthy_grace_s, keep_node=record.keep,
-                      capacity=capacity_rule(record, s.spot_preemptions_per_hour, s.recovery_s))
-
     def _record(self, run_id: str, fresh: bool) -> RunRecord:
         if fresh or run_id not in self._records:
             self._records[run_id] = runs.read_record(self.store, run_id)
@@ -308,8 +299,7 @@ class Controller:
                 continue
             read = _status_or_damage(self.store, run_id)
             record = self._records.get(run_id)  # honoured when only the memory is damaged
-            policy = Policy(zones=(node.zone,), hang_after_s=self.settings.hang_after_s,
-                            boot_timeout_s=self.settings.boot_timeout_s, keep_node=record.keep if record else False)
+            policy = Policy.of(self.settings, record, zones=(node.zone,))
             why = damaged_verdict(node.state, None if isinstance(read, DamagedDocument) else read,
                                   node.age_s(datetime.fromtimestamp(now, UTC)), now, policy)
             if why is None:
@@ -580,7 +570,7 @@ class Controller:
         seen = self._seen.get(run_id)
         unchanged = seen.saved if seen is not None and seen.memory is memory else memory.to_bytes()
         before = len(memory.events)
-        decision = decide(memory, observed, now, self.policy(record))
+        decision = decide(memory, observed, now, Policy.of(self.settings, record))
         notices = self._worth_telling(run_id, record, memory, observed, before, now)
         return _Decided(decision, before, unchanged, notices)
 
@@ -745,19 +735,6 @@ class Controller:
         listed, _ = self.nodes.list_zones(self.settings.zones)
         self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
         return report.reaped
-
-
-def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
-    """The run's capacity rule (``tpuops.billing.deadline``), at the spot hazard and recovery cost learned at its launch
-    (``record.inputs``, ``tpuops.launch.planning``), else at ``hazard_per_hour`` preemptions costing ``recovery_s`` each
-    (the settings' assumptions, for a record from before them); None without a rule, or for a run declared
-    on-demand (nothing cheaper to move to)."""
-    if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
-        return None
-    if record.inputs is not None:
-        hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
-    return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
-                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
 
 
 def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,
