@@ -60,21 +60,35 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
-from typing import Any, Protocol, TypeVar
 
 from tpuops import runs
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, ActionKind, Decision, Observed, Policy, damaged_verdict, decide
+from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide
+from tpuops.controller.passes import (
+    _DEFERRED,
+    _LEASED,
+    _NOTHING,
+    PassReport,
+    PassStep,
+    _asks,
+    _Decided,
+    _find,
+    _inline_or_pooled,
+    _one_at_a_time,
+    _Outcome,
+    _Run,
+    _Seen,
+    _Skip,
+    _status_or_damage,
+    _unless,
+)
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
     DamagedDocument,
-    Interrupted,
     NotFound,
     PreconditionFailed,
     TpuopsError,
@@ -86,11 +100,9 @@ from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
 from tpuops.notify.rules import RunFacts, run_notices
 from tpuops.providers.nodes import NodeInfo, NodeState
-from tpuops.runs import AgentStatus, Memory, RunRecord
+from tpuops.runs import Memory, RunRecord
 from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
-
-T = TypeVar("T")
 
 REPLACE_WAIT_S = 300.0
 """How long a pass waits for the delete of a node it replaces; past that, a later pass creates."""
@@ -103,112 +115,6 @@ minutes), so runs are acted on concurrently: one slow delete holds up no other r
 a pass with hundreds of actions (a zone-wide preemption) from sending them all at once into the
 project's API rate quota; past it, runs wait for a free worker, not for the next pass.
 """
-
-
-class PassStep(Protocol):
-    """Work a full pass does besides its runs, handed to the ``Controller`` by whoever builds it.
-
-    The sweeps' advancing is one (``tpuops.sweeps.advance.SweepStep``): composed from above, so that the
-    controller imports no sweep, and the sweeps, no controller. Its order in a pass is the contract:
-
-    - ``run``: once per full pass (never in a targeted one, ``run_pass(only=...)``), before the runs are read,
-      so that the runs it declares get their nodes, and those it finishes lose theirs, in this same pass. It
-      is given what the pass holds: the settings, the store, the Fleet, the pass's ``Leases`` and the names
-      of the leases it holds (a lease the step takes is added to ``held``, so that ``release`` drops it too),
-      and the pass's ``progress``. It returns what it did, JSON-able: the pass report's ``sweeps``. One
-      sweep's failure is that sweep's error in what it returns, never the pass's.
-    - ``tell``: after the runs' actions of the same pass, its messages (``tpuops.notify``), so that no
-      receiver holds up the runs' teardown.
-    """
-
-    def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
-            held: set[str], progress: Callable[[str], None]) -> dict[str, Any]: ...
-
-    def tell(self, now: float) -> None: ...
-
-
-@dataclass
-class PassReport:
-    runs: int = 0
-    acted: list[tuple[str, str, str]] = field(default_factory=list)  # (run, action, zone)
-    skipped_leased: list[str] = field(default_factory=list)
-    deferred: list[str] = field(default_factory=list)  # another controller acted on it during this pass
-    errors: dict[str, str] = field(default_factory=dict)  # run -> why this pass could not finish it
-    reaped: list[str] = field(default_factory=list)
-    unlisted_zones: list[str] = field(default_factory=list)
-    finished: dict[str, str] = field(default_factory=dict)
-    sweeps: dict[str, Any] = field(default_factory=dict)  # what the sweep step did (PassStep.run)
-    passes: int = 1
-
-    def add(self, later: PassReport) -> None:
-        """Fold a later pass's report into this one (a reconcile that hurried for a wake marker)."""
-        self.runs = max(self.runs, later.runs)
-        self.acted.extend(later.acted)
-        self.reaped.extend(later.reaped)
-        self.finished.update(later.finished)
-        self.errors.update(later.errors)
-        self.sweeps = later.sweeps or self.sweeps
-        self.passes += later.passes
-
-
-@dataclass
-class _Decided:
-    """One run's decision, taken before any of its actions ran, and what applying it needs."""
-
-    decision: Decision
-    before: int  # how many events the memory had before the decision
-    unchanged: bytes  # the memory's bytes before the decision
-    notices: list[Notice] = field(default_factory=list)  # what the decision is worth telling (tpuops.notify)
-
-    def quiet(self, memory: Memory) -> bool:
-        """Nothing to do: no action, and no memory to save (the steady state of a run)."""
-        return not self.decision.actions and memory.to_bytes() == self.unchanged
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """What a pass did with one run, merged into its ``PassReport`` by the pass's own thread, in index order."""
-
-    acted: tuple[tuple[str, str], ...] = ()  # (action, zone)
-    finished: str | None = None
-    error: str | None = None
-
-
-_NOTHING = _Outcome()
-"""The outcome of most runs in most passes: one object, not one per run."""
-
-
-@dataclass
-class _Run:
-    """What a pass read of one run before it listed the nodes."""
-
-    record: RunRecord
-    memory: Memory
-    generation: int
-
-
-class _Skip(Enum):
-    LEASED = "leased elsewhere"
-    DEFERRED = "acted on by another controller during this pass"
-
-
-_LEASED, _DEFERRED = _Skip.LEASED, _Skip.DEFERRED
-
-
-@dataclass
-class _Seen:
-    """The controller's copies of one run's memory and status, and what they are good for."""
-
-    marker: int  # the index marker's generation when the memory was read
-    tenure: int | None  # the lease tenure it was read under (None: read without the lease)
-    memory: Memory  # as read or last saved; a pass decides on this very object
-    saved: bytes  # its bytes as read or last saved
-    generation: int
-    status: AgentStatus | None = None
-    status_state: NodeState | None = None
-    status_due: float = 0.0  # monotonic time after which the status is read again
-    stop: str | None = None  # why a stop was requested, as read with the memory (a request rewrites the marker)
-    status_damage: str | None = None  # why the last read of status.json failed (damaged); None: it was read
 
 
 class Controller:
@@ -735,55 +641,3 @@ class Controller:
         listed, _ = self.nodes.list_zones(self.settings.zones)
         self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
         return report.reaped
-
-
-def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,
-                      workers: int = runs.MAX_READERS) -> dict[str, T]:
-    """``inline`` for each id (no I/O: what is cached, or needs nothing done), then ``pooled`` in a
-    thread pool of ``workers`` for the ids it left (None); in the order of ``ids``."""
-    done = {run_id: inline(run_id) for run_id in ids}
-    rest = [run_id for run_id, value in done.items() if value is None]
-    done.update(zip(rest, runs.parallel_map(pooled, rest, workers), strict=True))
-    return done  # type: ignore[return-value]  # every None was replaced by pooled's value
-
-
-def _unless(stop: threading.Event) -> Callable[[], None]:
-    """Between two polls of a wait: end it (``Interrupted``) once ``stop`` is set."""
-
-    def check() -> None:
-        if stop.is_set():
-            raise Interrupted("the pass was interrupted; the next one creates the replacement")
-
-    return check
-
-
-def _one_at_a_time(say: Callable[[str], None]) -> Callable[[str], None]:
-    """``say`` behind a lock: the runs a pass acts on concurrently report from their workers."""
-    lock = threading.Lock()
-
-    def locked(text: str) -> None:
-        with lock:
-            say(text)
-
-    return locked
-
-
-def _status_or_damage(store: Store, run_id: str) -> AgentStatus | DamagedDocument | None:
-    """The agent's status, or why it cannot be read: a damaged status is this pass's news, never its failure."""
-    try:
-        return runs.read_status(store, run_id)
-    except DamagedDocument as err:
-        return err
-
-
-def _asks(memory: Memory, node: NodeInfo | None) -> bool:
-    """Whether the pass asks the API where the run's create stands: it is in flight, its node not listed yet."""
-    pending = memory.pending_create
-    return node is None and pending is not None and pending.error is None and bool(pending.operation)
-
-
-def _find(listed: Listing, name: str) -> NodeInfo | None:
-    for nodes in listed.values():
-        if name in nodes:
-            return nodes[name]
-    return None
