@@ -9,7 +9,7 @@ reports through its own ``_Outcome``, which the pass's thread merges into the ``
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol, TypeVar
@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.controller.decide import Decision
-from tpuops.core.errors import DamagedDocument, Interrupted
+from tpuops.core.errors import DamagedDocument, Interrupted, TpuopsError
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.providers.nodes import NodeInfo, NodeState
@@ -108,6 +108,28 @@ class _Run:
     record: RunRecord
     memory: Memory
     generation: int
+
+
+@dataclass
+class _Pass:
+    """What one pass has learned so far, handed from phase to phase (``Controller.run_pass``)."""
+
+    now: float
+    only: str | Collection[str] | None
+    """The runs a targeted pass is about (read afresh); None: a full pass over the index."""
+    stepping: PassStep | None
+    """The step a full pass runs besides its runs (the sweeps'); None in a targeted pass, or for a controller
+    handed none."""
+    report: PassReport = field(default_factory=PassReport)
+    states: dict[str, _Run] = field(default_factory=dict)  # read: the runs read, by id
+    damaged: list[str] = field(default_factory=list)  # read: the runs whose record or memory is damaged
+    listed: Listing = field(default_factory=dict)  # observe: the nodes listed, by zone and name
+    failed: dict[str, TpuopsError] = field(default_factory=dict)  # observe: the zones that could not be listed
+    nodes: dict[str, NodeInfo | None] = field(default_factory=dict)  # observe: each run's node, None when unlisted
+    live: list[str] = field(default_factory=list)  # decide: the runs still to reconcile, in index order
+    held: dict[str, tuple[Memory, int]] = field(default_factory=dict)  # decide: memory and generation under lease
+    decided: dict[str, _Decided] = field(default_factory=dict)  # decide: the runs decided without I/O
+    outcomes: dict[str, _Outcome] = field(default_factory=dict)  # decide and act: what was done with each run
 
 
 class _Skip(Enum):

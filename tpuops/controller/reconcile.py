@@ -78,6 +78,7 @@ from tpuops.controller.passes import (
     _inline_or_pooled,
     _one_at_a_time,
     _Outcome,
+    _Pass,
     _Run,
     _Seen,
     _Skip,
@@ -233,28 +234,47 @@ class Controller:
         """One pass over every unfinished run in the store (or only the run or runs ``only`` names, read afresh).
 
         A full pass first runs the sweep step (``PassStep``: every unfinished sweep advanced), so that the
-        trials it launches get their nodes, and the trials it stops lose theirs, in this same pass.
+        trials it launches get their nodes, and the trials it stops lose theirs, in this same pass. Then its
+        phases, in this order, each handing the next what it learned (``_Pass``): read the runs, observe their
+        nodes and statuses, decide for each run this controller holds, act on the decisions (each run's own
+        messages are sent right after its actions), reap orphaned nodes, and notify what the sweeps decided.
         """
-        report = PassReport()
-        now = self.clock() if now is None else now
-        stepping = self.sweeps if only is None else None
-        if stepping is not None:
-            report.sweeps = stepping.run(now, settings=self.settings, store=self.store, fleet=self.nodes,
-                                         leases=self.leases, held=self._held, progress=self.progress)
+        passing = _Pass(self.clock() if now is None else now, only, self.sweeps if only is None else None)
+        self._phase_read(passing)
+        self._phase_observe(passing)
+        self._phase_decide(passing)
+        self._phase_act(passing)
+        self._phase_reap(passing)
+        self._phase_notify(passing)
+        return passing.report
+
+    def _phase_read(self, passing: _Pass) -> None:
+        """Read: the sweep step first (a full pass), whose runs this pass then reads with the others; then the runs
+        of the index (or those named), from this controller's copies or the store, in a pool."""
+        if passing.stepping is not None:
+            passing.report.sweeps = passing.stepping.run(
+                passing.now, settings=self.settings, store=self.store, fleet=self.nodes, leases=self.leases,
+                held=self._held, progress=self.progress)
+        only = passing.only
         index: dict[str, int | None] = (dict(runs.active_index(self.store)) if only is None else
                                         dict.fromkeys([only] if isinstance(only, str) else only))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
                                  lambda run_id: self._read(run_id, index[run_id]))
-        states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
-        damaged = [run_id for run_id, err in read.items() if isinstance(err, DamagedDocument)]
+        passing.states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
+        passing.damaged = [run_id for run_id, err in read.items() if isinstance(err, DamagedDocument)]
         for run_id, err in read.items():
             if isinstance(err, DamagedDocument):
-                report.errors[run_id] = str(err)
+                passing.report.errors[run_id] = str(err)
                 self.progress(f"{run_id}: {err}; nothing is created for it until it is repaired "
                               f"({runs.repair_hint(run_id)})")
             elif isinstance(err, TpuopsError):
-                report.errors[run_id] = str(err)
+                passing.report.errors[run_id] = str(err)
                 self.progress(f"{run_id}: {err}; the next pass tries again")
+
+    def _phase_observe(self, passing: _Pass) -> None:
+        """Observe: list the zones (deleting, as each listing comes in, the nodes of runs their agent ended), deal
+        with the nodes of damaged runs, and refresh the statuses this pass needs."""
+        report, states, fresh = passing.report, passing.states, passing.only is not None
         zones = list(self.settings.zones)
         for state in states.values():
             zones.extend(z for z in (*state.record.zones, state.memory.zone) if z)
@@ -263,75 +283,80 @@ class Controller:
                 self.billing.expect(pending.zone, state.record.node_name, pending.operation)
         refreshed: set[str] = set()
         ended: list[tuple[str, str]] = []
-        listed, failed = self.nodes.list_zones(
-            zones, lambda zone, found: self._end_finished(zone, found, states, only is not None, refreshed, ended))
+        passing.listed, passing.failed = self.nodes.list_zones(
+            zones, lambda zone, found: self._end_finished(zone, found, states, fresh, refreshed, ended))
         report.acted.extend((run_id, ActionKind.DELETE, zone) for run_id, zone in ended)
-        for zone, err in failed.items():
+        for zone, err in passing.failed.items():
             report.unlisted_zones.append(zone)
             self.progress(f"cannot list {zone} this pass ({err}); its runs wait for the next one")
-        self._damaged(damaged, listed, now, report)
-        nodes = {run_id: _find(listed, state.record.node_name) for run_id, state in states.items()}
-        self._refresh_statuses({run_id: state for run_id, state in states.items() if run_id not in refreshed}, nodes,
-                               fresh=only is not None)
-        live = []
+        self._damaged(passing.damaged, passing.listed, passing.now, report)
+        passing.nodes = {run_id: _find(passing.listed, state.record.node_name) for run_id, state in states.items()}
+        self._refresh_statuses({run_id: state for run_id, state in states.items() if run_id not in refreshed},
+                               passing.nodes, fresh=fresh)
+
+    def _phase_decide(self, passing: _Pass) -> None:
+        """Decide: drop the runs that are over from the index, take the others' leases (in a pool), and decide
+        for every run held whose observation needs no I/O (the others are decided as they are acted on)."""
+        states, report = passing.states, passing.report
         for run_id, state in states.items():
-            if not (state.memory.finished and nodes[run_id] is None) or outbox.waiting(state.memory.notices):
-                live.append(run_id)
-            elif only is None and not failed:
+            if not (state.memory.finished and passing.nodes[run_id] is None) or outbox.waiting(state.memory.notices):
+                passing.live.append(run_id)
+            elif passing.only is None and not passing.failed:
                 runs.drop_active(self.store, run_id)
                 self._seen.pop(run_id, None)
-        taken = _inline_or_pooled(live, lambda run_id: self._kept(run_id, states[run_id]),
+        taken = _inline_or_pooled(passing.live, lambda run_id: self._kept(run_id, states[run_id]),
                                   lambda run_id: self._take(run_id, states[run_id]))
-        held: dict[str, tuple[Memory, int]] = {}
-        outcomes: dict[str, _Outcome] = {}
-        for run_id in live:
+        for run_id in passing.live:
             took = taken[run_id]
             report.runs += 1
             if isinstance(took, TpuopsError):
-                outcomes[run_id] = _Outcome(error=self._failed(run_id, took))
+                passing.outcomes[run_id] = _Outcome(error=self._failed(run_id, took))
             elif took is _LEASED:
                 report.skipped_leased.append(run_id)
             elif took is _DEFERRED:
                 report.deferred.append(run_id)
             else:
-                held[run_id] = took
-        outcomes.update(self._reconcile(held, states, nodes, listed, now))
-        for run_id in live:
-            outcome = outcomes.get(run_id, _NOTHING)
-            if outcome is _NOTHING:
-                continue
-            report.acted.extend((run_id, kind, zone) for kind, zone in outcome.acted)
-            if outcome.finished is not None:
-                report.finished[run_id] = outcome.finished
-            if outcome.error is not None:
-                report.errors[run_id] = outcome.error
-        if only is None:
-            self._reap_orphans(set(states), listed, report)
-        if stepping is not None:
-            stepping.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
-        return report
+                passing.held[run_id] = took
+        nodes, listed, now = passing.nodes, passing.listed, passing.now
+        passing.decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
+                           for run_id, (memory, _) in passing.held.items()
+                           if self._offline(run_id, states[run_id].record, memory, nodes[run_id], now)}
 
-    def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
-                   nodes: dict[str, NodeInfo | None], listed: Listing, now: float) -> dict[str, _Outcome]:
-        """Decide for every run held, then act: runs with nothing to do inline, the others concurrently.
-
-        A run whose observation needs no I/O (``_offline``: the steady state) is decided in the
-        pass's thread, and done there when the decision has no action and changes nothing. The
-        others (an action, a memory to save, a create operation to ask about) go to a pool of
-        ``MAX_ACTING`` workers, so that one run's slow replacement does not hold up another's.
-        """
-        decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
-                   for run_id, (memory, _) in held.items()
-                   if self._offline(run_id, states[run_id].record, memory, nodes[run_id], now)}
+    def _phase_act(self, passing: _Pass) -> None:
+        """Act: runs decided with nothing to do are passing inline, the others acted on concurrently, ``MAX_ACTING``
+        at a time (one run's slow replacement holds up no other's); their outcomes go into the report in index
+        order, as a sequential pass's would."""
+        held, states, nodes = passing.held, passing.states, passing.nodes
         stop = threading.Event()
         try:
-            return _inline_or_pooled(
-                list(held), lambda run_id: self._settled(decided.get(run_id), held[run_id][0]),
-                lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], listed, now,
-                                         decided.get(run_id), stop), workers=MAX_ACTING)
+            passing.outcomes.update(_inline_or_pooled(
+                list(held), lambda run_id: self._settled(passing.decided.get(run_id), held[run_id][0]),
+                lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], passing.listed,
+                                         passing.now, passing.decided.get(run_id), stop), workers=MAX_ACTING))
         except BaseException:
             stop.set()  # Ctrl-C: no run is started any more, and the workers waiting on a delete give up
             raise
+        for run_id in passing.live:
+            outcome = passing.outcomes.get(run_id, _NOTHING)
+            if outcome is _NOTHING:
+                continue
+            passing.report.acted.extend((run_id, kind, zone) for kind, zone in outcome.acted)
+            if outcome.finished is not None:
+                passing.report.finished[run_id] = outcome.finished
+            if outcome.error is not None:
+                passing.report.errors[run_id] = outcome.error
+
+    def _phase_reap(self, passing: _Pass) -> None:
+        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
+        if passing.only is None:
+            self._reap_orphans(set(passing.states), passing.listed, passing.report)
+
+    @staticmethod
+    def _phase_notify(passing: _Pass) -> None:
+        """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
+        its actions, in the act phase), so that no receiver holds up a run's recovery or teardown."""
+        if passing.stepping is not None:
+            passing.stepping.tell(passing.now)
 
     def _refresh_statuses(self, states: dict[str, _Run], nodes: dict[str, NodeInfo | None], fresh: bool) -> None:
         """Read, in parallel, the statuses this pass needs afresh (see the module docstring)."""
