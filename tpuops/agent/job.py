@@ -67,6 +67,9 @@ def _start_logging(chunks: logging.Handler) -> None:
         log.addHandler(handler)
 
 
+# Long: one agent process from its spec to its exit code, in the order it must happen (logging, the first
+# status, the one except that classifies every failure, the final status, the wake-up, the exit); split, the
+# failure and what the attempt keeps alive (then_exit) would be handed out and back between the parts.
 def run(
     command: str,
     spec_location: str,

@@ -92,6 +92,8 @@ class _Run:
         self.eval_data: Any = None  # the distributed eval dataset, when there is one
         self.stream: Any = None  # the training stream's iterator, once training began
 
+    # Long: the loading phase as the status reports it, one step after another (check the data, build the model
+    # in the strategy's scope, restore the newest whole checkpoint); each step sets attributes the next reads.
     def load(self) -> None:
         """Check the data, build the model, restore the newest valid checkpoint."""
         spec, strategy = self.spec, self.runtime.strategy

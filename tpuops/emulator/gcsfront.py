@@ -125,6 +125,8 @@ class _Handler(socketserver.StreamRequestHandler):
         finally:
             upstream.close()
 
+    # Long: one HTTP/1.1 exchange relayed as it happens on the wire (head, 100-continue, body framing, the
+    # answer, keep-alive); split, each part would hand the connection's half-read state to the next.
     def _one_request(self, upstream: http.client.HTTPConnection) -> bool:
         head = _read_head(self.rfile)
         if head is None:

@@ -76,6 +76,7 @@ class RestApi:
     resource manager) that the emulator stands in for under provider local.
     """
 
+    # Long: the route table of the Cloud TPU API, one row per RPC (v1 and v2), read as a table.
     def __init__(
         self,
         state: EmulatorState,
