@@ -10,6 +10,7 @@ the file, the line and the import, before it becomes a circle.
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,43 @@ def test_no_more_modules_stand_loose_in_tpuops_than_do_today() -> None:
     assert len(loose) <= MAX_LOOSE_MODULES, f"{len(loose)} modules loose in tpuops/ (group them into a wing): {loose}"
 
 
+def _heights() -> dict[str, int]:
+    """Each wing's floor by its rule: one above the highest wing it may import (loose modules stand on the rules
+    of no wing here and count as the ground floor)."""
+    heights: dict[str, int] = {}
+
+    def height(wing: str) -> int:
+        if wing not in heights:
+            below = [prefix.removeprefix("tpuops.") for prefix in MAY_IMPORT[wing] if prefix != f"tpuops.{wing}"]
+            heights[wing] = 1 + max((height(other) for other in below if other in MAY_IMPORT), default=0)
+        return heights[wing]
+
+    for wing in MAY_IMPORT:
+        height(wing)
+    return heights
+
+
+def wings_picture() -> str:
+    """The picture of the wings in docs/design.md ("The wings"), drawn from ``MAY_IMPORT``: top floor first."""
+    heights = _heights()
+    rows = [f"{'floor':>5}  {'wing':<11} may import (besides itself)"]
+    for wing in sorted(MAY_IMPORT, key=lambda w: (-heights[w], w)):
+        below = ", ".join(prefix.removeprefix("tpuops.") for prefix in MAY_IMPORT[wing] if prefix != f"tpuops.{wing}")
+        lines = textwrap.wrap(below or "(nothing of tpuops)", 92, break_on_hyphens=False)
+        rows.append(f"{heights[wing]:>5}  {wing + '/':<11} {lines[0]}")
+        rows += [f"{'':<19}{line}" for line in lines[1:]]
+    return "\n".join(rows)
+
+
+def test_design_md_draws_the_wings_as_the_rules_are() -> None:
+    """A newcomer reads the wings in docs/design.md before any code: the picture there is this test's rules."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("## The wings", 1)[1].split("```", 2)[1].strip("\n")
+    assert block == wings_picture(), ("docs/design.md's picture of the wings differs from tests/test_wings.py's "
+                                      "rules; paste the output of 'python tests/test_wings.py' there:\n"
+                                      + wings_picture())
+
+
 def _tree(relative: str) -> ast.Module:
     return ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
 
@@ -192,3 +230,7 @@ def test_the_node_engine_leaves_the_ledger_to_its_billing_observer() -> None:
                and ((isinstance(node.value, ast.Name) and node.value.id == "fleet")
                     or (isinstance(node.value, ast.Attribute) and node.value.attr == "nodes"))]
     assert not reached, f"the controller reaches into its Fleet for its billing observer at lines {reached}"
+
+
+if __name__ == "__main__":
+    print(wings_picture())
