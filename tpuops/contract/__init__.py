@@ -13,9 +13,9 @@ What they must agree on is defined here once, and both sides import it:
   metadata attribute naming the job to start;
 - ``interval``: the checkpoint interval rule (Young/Daly) the agent applies and a plan forecasts.
 
-Everything here runs on both sides, so it is Python 3.8 syntax (``ruff.toml`` lints it as 3.8) and
-it writes nothing and reads nothing itself: the agent does its I/O with TensorFlow, the control plane
-through ``tpuops.store``. The agent's bundle ships this package beside ``tpuops/agent``
+Everything here runs on both sides, so it is Python 3.8 syntax (``ruff.toml`` lints it as 3.8), and it
+touches no store: the agent reads and writes the documents with TensorFlow, the control plane through
+``tpuops.store``; here is only what they hold. The agent's bundle ships this package beside ``tpuops/agent``
 (``tpuops.core.resources.agent_sources``).
 
 May import: the standard library and ``tpuops.contract`` itself; nothing else, from tpuops or beyond.

@@ -67,7 +67,7 @@ Schema (version 1; "=" gives the default of an optional key)::
         "checkpoint_every_steps": 1000,  = 1000; 0: only by time, on preemption and at the end
         "checkpoint_every_seconds": 600, = 600; 0: never by time
         "checkpoint_loss_rate_per_hour": null,  = null; a rate: `every: auto`, the interval is
-                                         re-chosen after each save (agent/interval.py)
+                                         re-chosen after each save (contract/interval.py)
         "keep_checkpoints": 3,           = 3; CheckpointManager max_to_keep
         "eval_every_steps": 0,           = 0; 0: evaluate once, at the end
         "eval_steps": null,              = null; null: the whole eval set, else at most N batches
@@ -295,7 +295,7 @@ class TrainSpec:
     checkpoint_every_steps: int = 1000
     checkpoint_every_seconds: float = 600.0
     checkpoint_loss_rate_per_hour: Optional[float] = None
-    """Set by ``checkpoint: {every: auto}``: the interval follows the measured save cost (``agent/interval.py``)."""
+    """Set by ``checkpoint: {every: auto}``: the interval follows the measured save cost (``contract/interval.py``)."""
     keep_checkpoints: int = 3
     eval_every_steps: int = 0
     eval_steps: Optional[int] = None
