@@ -125,7 +125,7 @@ class PassStep(Protocol):
     def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
             held: set[str], progress: Callable[[str], None]) -> dict[str, Any]: ...
 
-    def tell(self, now: float) -> None: ...
+    def tell(self, now: float, round_: outbox.Round | None = None) -> None: ...
 
 
 @dataclass
@@ -237,6 +237,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
+        self._round = outbox.Round(settings.notify.deliver_budget_s)
         self.sweeps = sweeps
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
@@ -337,6 +338,7 @@ class Controller:
         """
         report = PassReport()
         now = self.clock() if now is None else now
+        self._round = outbox.Round(self.settings.notify.deliver_budget_s)  # this pass's deliveries: one bound
         stepping = self.sweeps if only is None else None
         if stepping is not None:
             report.sweeps = stepping.run(now, settings=self.settings, store=self.store, fleet=self.nodes,
@@ -408,7 +410,7 @@ class Controller:
         if only is None:
             self._reap_orphans(set(states), listed, report)
         if stepping is not None:
-            stepping.tell(now)  # the sweeps' messages, after the runs' actions (tpuops.notify)
+            stepping.tell(now, self._round)  # the sweeps' messages, after the runs' actions (tpuops.notify)
         return report
 
     def _reconcile(self, held: dict[str, tuple[Memory, int]], states: dict[str, _Run],
@@ -667,7 +669,7 @@ class Controller:
             return
         first = len(memory.events)
         if outbox.deliver(memory.notices, self.settings.notify, now,
-                          lambda kind, message: memory.event(now, kind, message)):
+                          lambda kind, message: memory.event(now, kind, message), self._round):
             for event in memory.events[first:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             self._save(run_id, memory, seen.generation, seen.saved)
