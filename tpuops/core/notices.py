@@ -84,6 +84,14 @@ class Notice(BaseModel):
         """Some delivery is still to be made (pending, not given up)."""
         return any(d.state is State.PENDING for d in self.deliveries)
 
+    def summary(self) -> dict[str, Any]:
+        """What ``tpuops events RUN --json`` shows of it: the decision and each target's delivery state (names,
+        states and why a try failed; never a URL: an error names the status code or what happened)."""
+        return {"key": self.key, "kind": self.kind.value, "at": self.at, "title": self.title,
+                "deliveries": [{"target": d.target, "state": d.state.value, "attempts": d.attempts,
+                                "next_at": d.next_at if d.state is State.PENDING else None, "error": d.error or None}
+                               for d in self.deliveries]}
+
 
 def keep_last(notices: list[Notice]) -> None:
     """Trim to ``MAX_NOTICES``, dropping the oldest notices that wait for nothing first."""
