@@ -184,6 +184,15 @@ class NotifyTarget(BaseModel):
                              "variable's name) or password_file")
         return data
 
+    @field_validator("host", "user", "sender", "to", "url_env", "password_env", "password_file")
+    @classmethod
+    def _one_line(cls, value: Any) -> Any:
+        """A CR or LF here would end a mail header or an SMTP command: refused when read, not when sending."""
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and any(c < " " or c == "\x7f" for c in text):
+                raise ValueError("a control character (a CR, an LF, a tab...) is not allowed here")
+        return value
+
     @field_validator("url")
     @classmethod
     def _https(cls, value: SecretStr | None) -> SecretStr | None:
