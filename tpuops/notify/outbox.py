@@ -116,7 +116,7 @@ def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Not
              for notice, delivery in chosen]
     ends = time.monotonic() + wait_s + LATE_S
     for (notice, delivery), sending in zip(chosen, sends, strict=True):
-        failure = sending.outcome(ends)
+        failure = sending.outcome(ends, wait_s)
         delivery.attempts += 1
         if failure is None:
             delivery.state, delivery.error = State.SENT, ""
@@ -160,11 +160,12 @@ class _Send:
         finally:
             self._done.set()
 
-    def outcome(self, ends: float) -> TpuopsError | None:
-        """None when sent by the monotonic time ``ends``; else why not, in the taxonomy (``late``: no answer)."""
+    def outcome(self, ends: float, waited_s: float) -> TpuopsError | None:
+        """None when sent by the monotonic time ``ends`` (``waited_s`` after the send, give or take ``LATE_S``);
+        else why not, in the taxonomy (``late``: no answer)."""
         if not self._done.wait(max(0.0, ends - time.monotonic())):
             self.late = True
-            return NoAnswer(f"no answer within {self.timeout_s:g} s")
+            return NoAnswer(f"no answer within {waited_s:.3g} s")
         err = self.failure
         if err is None or isinstance(err, TpuopsError):
             self.late = isinstance(err, NoAnswer)
@@ -205,6 +206,6 @@ def test_all(config: NotifySettings, project: str, now: float) -> list[tuple[str
     ends = time.monotonic() + config.timeout_s + LATE_S  # at once, as a pass sends them: one bound for all
     results = []
     for name, target, sending in sends:
-        failure = sending.outcome(ends)
+        failure = sending.outcome(ends, config.timeout_s)
         results.append((name, target.kind, "sent" if failure is None else f"failed: {failure}"))
     return results
