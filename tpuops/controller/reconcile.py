@@ -45,9 +45,10 @@ so a pass that died before writing it is simply redone from what the cloud shows
 out of the index only once its memory says finished and its node is gone.
 
 Notifications (``tpuops.notify``): what a run's decision is worth telling is decided with it (pure rules),
-written with its memory (the write-ahead), and sent after the run's actions, a short timeout per target;
-then the memory is written again with each delivery's state. A finished run whose messages are not all
-delivered or given up stays in the index, so that later passes retry them.
+written with its memory (the write-ahead), and sent after the run's actions, a short timeout per target and
+one budget for the whole pass (``outbox.Round``); then the memory is written again with each delivery's
+state. A finished run whose messages are not all delivered or given up stays in the index, so that later
+passes retry them.
 
 Two controllers: a run is acted on only under its lease, and only when its memory is still the
 one read before this pass listed the nodes; otherwise another controller acted since, our
