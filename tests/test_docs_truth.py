@@ -7,7 +7,9 @@ here until the page that lists it names it, and a page that names something gone
 - docs/library.md against the functions ``tpuops.api`` exports;
 - docs/design.md's provider table against the provider registry;
 - docs/design.md's layout block against the packages and top-level modules of ``tpuops/``;
-- docs/benchmarks.md against the result files it is generated from (``bench/report.py``).
+- docs/benchmarks.md against the result files it is generated from (``bench/report.py``);
+- every YAML and TOML example of the README and docs/ (a fenced block, or an inline ``notify: {...}``) against
+  the loaders a user's file goes through: it loads as written, and means what it says.
 
 Each failure says exactly what is missing where, so whoever adds a command or a module knows
 which line to write.
@@ -191,3 +193,62 @@ def test_a_result_file_without_its_date_or_load_is_refused(tmp_path: Path) -> No
     assert "load" in report.check({**good, "load": None})
     assert "date" in report.check({**good, "date": ""})
     assert "rows must match" in report.check({**good, "tables": [{"columns": ["a"], "rows": [["1", "2"]]}]})
+
+
+_FENCED = re.compile(r"^```(yaml|toml)\n(.*?)^```", re.M | re.S)
+_INLINE_NOTIFY = re.compile(r"`(notify: \{[^`]*\})`")
+
+
+def documented_examples() -> list[tuple[str, str, str]]:
+    """(page, language, text) of every YAML or TOML example a user may copy from the README and docs/."""
+    found = []
+    for page in (README, *sorted((REPO / "docs").glob("*.md"))):
+        text = page.read_text(encoding="utf-8")
+        found.extend((page.name, language, body) for language, body in _FENCED.findall(text))
+        found.extend((page.name, "yaml", " ".join(span.split())) for span in _INLINE_NOTIFY.findall(text))
+    return found
+
+
+def test_the_docs_hold_yaml_and_toml_examples_and_the_inline_notify_one() -> None:
+    examples = documented_examples()
+    assert {language for _, language, _ in examples} == {"yaml", "toml"}
+    assert ("experiments.md", "yaml", "notify: {to: [team], on: [failed]}") in examples
+
+
+@pytest.mark.parametrize(("page", "language", "text"), documented_examples(),
+                         ids=lambda value: value if len(value) < 20 else value.split()[0])
+def test_every_documented_example_loads_as_written(tmp_path: Path, page: str, language: str, text: str) -> None:
+    """A TOML example is a ``tpuops.toml`` that loads (its secrets' variables set); a YAML one loads, and an
+    experiment's or a sweep's ``notify:`` holds what it says in both specs (``on:`` is the key, not True)."""
+    import yaml
+
+    from tpuops.config import load_settings
+    from tpuops.core.documents import load_yaml, read_toml
+    from tpuops.core.notices import NotifyChoice
+    from tpuops.launch.experiment import load_experiment
+    from tpuops.sweeps.spec import load_sweep
+
+    if language == "toml":
+        config = tmp_path / "tpuops.toml"
+        config.write_text(f'zones = ["us-central1-b"]\nstore = "{tmp_path / "store"}"\n\n{text}')
+        targets = read_toml(config, "config").get("notify", {}).get("targets", {})
+        environ = {"TPUOPS_HOME": str(tmp_path / "home")}
+        for target in targets.values():
+            environ.update(dict.fromkeys([target[k] for k in ("url_env",) if k in target], "https://hooks.example/x"))
+            environ.update(dict.fromkeys([target[k] for k in ("password_env",) if k in target], "pw"))
+        settings = load_settings(config_path=config, environ=environ)
+        assert set(settings.notify.targets) == set(targets), page
+        return
+    value = load_yaml(text, page)
+    if not (isinstance(value, dict) and "notify" in value):
+        return
+    said = NotifyChoice.model_validate(value["notify"])
+    experiment = yaml.safe_load((REPO / "experiments" / "digits_cnn.yaml").read_text())
+    spec = tmp_path / "experiment.yaml"
+    spec.write_text(yaml.safe_dump(experiment) + text + "\n")
+    assert load_experiment(spec).notify == said, page
+    sweep = yaml.safe_load((REPO / "sweeps" / "digits_lr.yaml").read_text())
+    sweep["experiment"] = str(REPO / "experiments" / "digits_cnn.yaml")
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(yaml.safe_dump(sweep) + text + "\n")
+    assert load_sweep(spec).notify == said, page

@@ -236,3 +236,38 @@ def test_a_sweep_that_ends_sends_one_message_and_its_trials_none(tmp_path: Path)
         assert sweep_ops.active_sweeps(sim.store) == []
         config = str(tmp_path / "tpuops.toml")  # the user's own file, where this test put the URL
         assert [f for f in files_holding(tmp_path, SECRET_PATH) if not f.startswith(config)] == []
+
+
+def test_a_recovered_preemption_and_a_user_s_stop_tell_nothing_and_events_json_shows_delivery_states(
+        world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuops.cli.main import run
+
+    controller = world.controller("cron")
+    _running(world, controller, "run-pre", "run-stop")
+    world.cloud.set_state(ZONE, "run-pre", NodeState.PREEMPTED)
+    runs.request_stop(world.store, "run-stop", "stopped by the user", T0 + 2)
+    controller.run_pass(now=T0 + 2)
+    world.cloud.set_state(ZONE, "run-pre", NodeState.READY)
+    for offset in range(3, 6):
+        controller.run_pass(now=T0 + offset)
+    assert world.memory("run-pre").preemptions == 1 and world.memory("run-stop").outcome == "stopped"
+    assert world.memory("run-pre").notices == world.memory("run-stop").notices == []
+    assert world.hook.delivered == world.chat.delivered == [] and world.mail.messages == []
+
+    world.status("run-pre", DONE)
+    world.hook.failing = 1
+    for offset in range(6, 9):
+        controller.run_pass(now=T0 + offset)
+    assert [got.body["kind"] for got in world.hook.refused] == ["succeeded"] and len(world.chat.delivered) == 1
+
+    monkeypatch.setenv("TPUOPS_HOME", str(world.root / "home"))
+    for name, value in (("HOOK_URL", world.hook.url), ("CHAT_URL", world.chat.url), ("SMTP_PASSWORD", SMTP_PASSWORD)):
+        monkeypatch.setenv(name, value)
+    assert run(["--config", str(world.root / "tpuops.toml"), "events", "run-pre", "--json"]) == 0
+    out = capsys.readouterr().out
+    notice, = json.loads(out)["notices"]
+    assert (notice["kind"], notice["key"]) == ("succeeded", world.chat.delivered[0].key)
+    states = {d["target"]: (d["state"], d["attempts"], d["next_at"], d["error"]) for d in notice["deliveries"]}
+    assert states == {"hook": ("pending", 1, T0 + 6 + 30, "the receiver answered HTTP 500"),
+                      "chat": ("sent", 1, None, None), "mail": ("sent", 1, None, None)}
+    _no_secret_anywhere(world, out)

@@ -7,6 +7,7 @@ and the command are run in-process against real receivers on loopback (an HTTP s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,10 @@ def _config(tmp_path: Path, text: str) -> Path:
     (f'[notify.targets.w]\nkind = "webhook"\nurl = "http://example.com/{SECRET_PATH}"\n',
      "notify.targets.w.url: a webhook URL must be https:// (http:// only to a loopback address)"),
     ('[notify]\non = ["sucess"]\n', "notify.on.0: Input should be"),
+    (f'[notify.targets.w]\nkind = "webhook"\nurl = "https://example.com/{SECRET_PATH} x"\n',
+     "notify.targets.w.url: a webhook URL holds a space (character 49): write it without (percent-encode"),
+    ('[notify.targets.m]\nkind = "email"\nhost = "h"\nsender = "a@b"\nto = ["c@d\\nBcc: e@f"]\n',
+     "notify.targets.m.to: a control character (a CR, an LF, a tab...) is not allowed here"),
 ])
 @pytest.mark.unit
 def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
@@ -130,6 +135,25 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err, err
     assert "pw-s3cr3t" not in err and SECRET_PATH not in err
+
+
+@pytest.mark.parametrize("bad", [" ", "\r", "\n", "\r\n", "\t", "\x7f", "é"])
+@pytest.mark.parametrize("command", [["notify", "test"], ["reconcile"], ["watch", "--passes", "1"], ["runs"]])
+@pytest.mark.unit
+def test_a_url_env_value_the_http_client_would_refuse_is_refused_at_load_in_one_line_without_the_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, bad: str,
+        command: list[str]) -> None:
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOOK_URL", f"https://hooks.example.com/{SECRET_PATH}{bad}more")
+    config = _config(tmp_path, target_toml("hook", kind="webhook", url_env="HOOK_URL"))
+    assert run(["--config", str(config), *command]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("error: notify.targets.hook: the environment variable HOOK_URL (url_env): a webhook URL "
+                          "holds "), err
+    assert len(err.splitlines()) == 1 and captured.out == ""
+    assert SECRET_PATH not in err and "hooks.example.com" not in err
+    assert not (tmp_path / "store").exists()  # refused before anything was read or written
 
 
 @pytest.mark.emulator
@@ -151,6 +175,7 @@ def test_notify_test_sends_one_message_per_target_and_says_what_happened(
              "result": "failed: the receiver answered HTTP 404: the webhook is gone"},
             {"target": "mail", "kind": "email", "result": "sent"}]}
         assert [got.body["kind"] for got in hook.delivered] == ["test"] and len(mail.messages) == 1
+        assert re.fullmatch(r"tpuops-local/test/\d{13}", hook.delivered[0].key or ""), hook.delivered[0].key
         assert SECRET_PATH not in out and SMTP_PASSWORD not in out
         assert files_holding(tmp_path, SECRET_PATH) == []
 
@@ -240,3 +265,35 @@ def test_deliveries_back_off_give_up_and_are_bounded_per_pass() -> None:
         assert not deliver(notices[:1], config, T0 + 1, note)  # nothing due before the backoff ends
         deliver(notices[:1], config, T0 + 601, note)  # still failing past give_up_after_s
         assert notices[0].deliveries[0].state is State.GAVE_UP
+
+
+@pytest.mark.unit
+def test_every_kind_s_key_is_subject_kind_and_when_in_ms() -> None:
+    """docs/notifications.md: ``<run or sweep>/<kind>/<when, in ms>``, when being the deciding event's time, a
+    stall's start, a passed deadline, a sweep's end, the test message's sending."""
+    from tpuops.notify.rules import key, sweep_notice
+
+    found: dict[Kind, tuple[str, float]] = {}
+    for outcome in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.CRASHED, Outcome.BUDGET_EXHAUSTED):
+        memory, new = _ended(outcome)
+        notice, = run_notices(FACTS, memory, new, T0 + 5)
+        found[notice.kind] = (notice.key, T0)
+    facts = RunFacts("run-1", ("hook",), frozenset(DEFAULT_KINDS), 3600.0, deadline_at=T0 + 7200)
+    memory = Memory(capacity=Capacity.ON_DEMAND)
+    memory.event(T0 + 1, "capacity", "2 h of work needs 3 h on spot: moving from spot to on-demand")
+    notice, = run_notices(facts, memory, memory.events, T0 + 2)
+    found[notice.kind] = (notice.key, T0 + 1)
+    notice, = run_notices(facts, Memory(), [], T0 + 9000)
+    found[notice.kind] = (notice.key, T0 + 7200)  # the deadline that passed
+    stalled = Memory(ready_since=T0 - 50, progress_at=T0 + 3.25, progress_attempt=1, progress_step=40)
+    notice, = run_notices(FACTS, stalled, [], T0 + 4000)
+    found[notice.kind] = (notice.key, T0 + 3.25)  # the stall began at the last progress
+    sweep = sweep_notice("run-1", ("hook",), frozenset(DEFAULT_KINDS), ("completed", "x"), None, "accuracy", 0.0,
+                         T0 + 8)
+    assert sweep is not None
+    found[sweep.kind] = (sweep.key, T0 + 8)
+    found[Kind.TEST] = (key("run-1", Kind.TEST, T0 + 9), T0 + 9)  # outbox.test_all's, with the project's name
+
+    assert set(found) == set(Kind)
+    for kind, (got, when) in found.items():
+        assert got == f"run-1/{kind.value}/{round(when * 1000)}", kind

@@ -22,6 +22,7 @@ from tpuops import api, runs
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller
 from tpuops.fleet import Fleet
+from tpuops.notify.outbox import Round
 from tpuops.providers.memory import MemoryProvider
 from tpuops.store import Store
 from tpuops.store.lease import Leases
@@ -51,7 +52,8 @@ class Declaring:
         held.add(LEASE)
         return {"declared": ["stepped"]}
 
-    def tell(self, now: float) -> None:
+    def tell(self, now: float, round_: Round | None = None) -> None:
+        assert round_ is not None  # the pass's deliveries, the sweeps' included, share one time bound
         self.calls.append(("tell", now, self._created()))
 
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.kinds import Capacity, Cloud
 from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, check_zone_name, rule_in_words
-from tpuops.core.notices import NotifySettings
+from tpuops.core.notices import NotifySettings, check_webhook_url
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
@@ -368,7 +368,8 @@ def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
     """Read each notify target's secret (``url_env``, ``password_env``, ``password_file``) into the settings.
 
     One missing is not an error here (a command that sends nothing needs none): the target says why when it
-    is used (``tpuops notify test``, a delivery).
+    is used (``tpuops notify test``, a delivery). A malformed one is (``UsageError``, naming the variable,
+    never its value: a secret): a URL the HTTP client would refuse must not wait for the first notice.
     """
     if not settings.notify.targets:
         return settings
@@ -378,6 +379,12 @@ def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
         if target.url_env:
             url = environ.get(target.url_env) or None
             missing = None if url else f"the environment variable {target.url_env} (url_env) is not set"
+            try:
+                if url:
+                    check_webhook_url(url)
+            except ValueError as err:
+                raise UsageError(f"notify.targets.{name}: the environment variable {target.url_env} (url_env): "
+                                 f"{err}") from None
         if target.password_env:
             password = environ.get(target.password_env) or None
             missing = None if password else f"the environment variable {target.password_env} (password_env) is not set"

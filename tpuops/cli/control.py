@@ -88,7 +88,8 @@ def events(
     memory = api.events(load_settings(ctx), run_id)
     if as_json:
         print_json({"run_id": run_id, "phase": memory.phase, "outcome": memory.outcome, "attempts": memory.attempts,
-                    "preemptions": memory.preemptions, "restarts": memory.crashes, "events": memory.events})
+                    "preemptions": memory.preemptions, "restarts": memory.crashes, "events": memory.events,
+                    "notices": [notice.summary() for notice in memory.notices]})
         return
     print_table(f"events of {run_id} ({memory.phase}{', ' + memory.outcome if memory.outcome else ''})",
                 ("time (UTC)", "event", "detail"),

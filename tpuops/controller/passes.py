@@ -20,6 +20,7 @@ from tpuops.controller.decide import Decision
 from tpuops.core.errors import DamagedDocument, Interrupted, TpuopsError
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
+from tpuops.notify import outbox
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
@@ -47,7 +48,7 @@ class PassStep(Protocol):
     def run(self, now: float, *, settings: Settings, store: Store, fleet: Fleet, leases: Leases,
             held: set[str], progress: Callable[[str], None]) -> dict[str, Any]: ...
 
-    def tell(self, now: float) -> None: ...
+    def tell(self, now: float, round_: outbox.Round | None = None) -> None: ...
 
 
 @dataclass

@@ -45,9 +45,10 @@ so a pass that died before writing it is simply redone from what the cloud shows
 out of the index only once its memory says finished and its node is gone.
 
 Notifications (``tpuops.notify``): what a run's decision is worth telling is decided with it (pure rules),
-written with its memory (the write-ahead), and sent after the run's actions, a short timeout per target;
-then the memory is written again with each delivery's state. A finished run whose messages are not all
-delivered or given up stays in the index, so that later passes retry them.
+written with its memory (the write-ahead), and sent after the run's actions, a short timeout per target and
+one budget for the whole pass (``outbox.Round``); then the memory is written again with each delivery's
+state. A finished run whose messages are not all delivered or given up stays in the index, so that later
+passes retry them.
 
 Two controllers: a run is acted on only under its lease, and only when its memory is still the
 one read before this pass listed the nodes; otherwise another controller acted since, our
@@ -146,6 +147,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
+        self._round = outbox.Round(settings.notify.deliver_budget_s)
         self.sweeps = sweeps
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
                                  if status_refresh_s is None else status_refresh_s)
@@ -240,6 +242,7 @@ class Controller:
         messages are sent right after its actions), reap orphaned nodes, and notify what the sweeps decided.
         """
         passing = _Pass(self.clock() if now is None else now, only, self.sweeps if only is None else None)
+        self._round = outbox.Round(self.settings.notify.deliver_budget_s)  # this pass's deliveries: one bound
         self._phase_read(passing)
         self._phase_observe(passing)
         self._phase_decide(passing)
@@ -351,12 +354,11 @@ class Controller:
         if passing.only is None:
             self._reap_orphans(set(passing.states), passing.listed, passing.report)
 
-    @staticmethod
-    def _phase_notify(passing: _Pass) -> None:
+    def _phase_notify(self, passing: _Pass) -> None:
         """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
         its actions, in the act phase), so that no receiver holds up a run's recovery or teardown."""
         if passing.stepping is not None:
-            passing.stepping.tell(passing.now)
+            passing.stepping.tell(passing.now, self._round)
 
     def _refresh_statuses(self, states: dict[str, _Run], nodes: dict[str, NodeInfo | None], fresh: bool) -> None:
         """Read, in parallel, the statuses this pass needs afresh (see the module docstring)."""
@@ -592,7 +594,7 @@ class Controller:
             return
         first = len(memory.events)
         if outbox.deliver(memory.notices, self.settings.notify, now,
-                          lambda kind, message: memory.event(now, kind, message)):
+                          lambda kind, message: memory.event(now, kind, message), self._round):
             for event in memory.events[first:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             self._save(run_id, memory, seen.generation, seen.saved)

@@ -12,7 +12,9 @@ Invariants of a document that gets through (each refusal is one ``UsageError`` l
 - no key twice in one mapping (YAML and JSON; TOML forbids it itself);
 - every number finite (no NaN, no infinity) and every integer within ``MAX_INT`` in magnitude;
 - every string at most ``MAX_STRING`` characters, none with a NUL character (YAML's ``"\\0"`` escape);
-- YAML uses the safe tags only (no Python objects).
+- YAML uses the safe tags only (no Python objects);
+- YAML keys ``on``, ``off``, ``yes``, ``no`` (any case) are strings, as the documents mean them (``notify: {on:
+  [...]}``), and ``1e10``, ``1.0e10`` are numbers, as YAML 1.2 and JSON read them (``WORD_KEYS``, ``_EXPONENT``).
 
 Models built on top (``Settings``, ``Experiment``, ``SweepSpec``, ``Manifest``) then check meaning; the user's
 own documents share one strict base (``StrictModel``).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,8 @@ def _limited_loader() -> type:
                         raise _Refused(key_node.start_mark, f"key {key_node.value!r} appears twice in one "
                                        "mapping (keep one)")
                     seen.add(key_node.value)
+                    if key_node.tag == _BOOL and key_node.value.lower() in WORD_KEYS:
+                        key_node.tag = _STR  # `on:` is the key "on" (notify's), not True
             return super().construct_mapping(node, deep=deep)
 
         def construct_yaml_float(self, node: Any) -> float:
@@ -179,7 +184,20 @@ def _limited_loader() -> type:
 
     Limited.add_constructor("tag:yaml.org,2002:float", Limited.construct_yaml_float)
     Limited.add_constructor("tag:yaml.org,2002:int", Limited.construct_yaml_int)
+    Limited.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789."))
     return Limited
+
+
+_BOOL, _STR = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:str"
+
+WORD_KEYS = frozenset({"on", "off", "yes", "no", "y", "n"})
+"""Keys that YAML 1.1 would read as booleans (``on``, ``yes``...; ``y`` and ``n`` PyYAML already keeps as
+strings) and a document means as words: as keys they stay strings, in any case. As values they stay booleans
+(``keep: yes`` is true), as YAML 1.1 and every PyYAML user expect; ``true``/``false`` stay booleans everywhere."""
+
+_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+"""A number with an exponent as YAML 1.2 and JSON write it (``1e10``, ``1.0e10``, ``2E-3``): PyYAML's YAML 1.1
+resolver needs a dot and a signed exponent (``1.0e+10``) and reads the others as strings."""
 
 
 def _check_expansion(root: Any, where: str) -> None:

@@ -84,6 +84,14 @@ class Notice(BaseModel):
         """Some delivery is still to be made (pending, not given up)."""
         return any(d.state is State.PENDING for d in self.deliveries)
 
+    def summary(self) -> dict[str, Any]:
+        """What ``tpuops events RUN --json`` shows of it: the decision and each target's delivery state (names,
+        states and why a try failed; never a URL: an error names the status code or what happened)."""
+        return {"key": self.key, "kind": self.kind.value, "at": self.at, "title": self.title,
+                "deliveries": [{"target": d.target, "state": d.state.value, "attempts": d.attempts,
+                                "next_at": d.next_at if d.state is State.PENDING else None, "error": d.error or None}
+                               for d in self.deliveries]}
+
 
 def keep_last(notices: list[Notice]) -> None:
     """Trim to ``MAX_NOTICES``, dropping the oldest notices that wait for nothing first."""
@@ -116,13 +124,31 @@ def is_loopback(host: str | None) -> bool:
 
 
 def check_webhook_url(url: str) -> str:
-    """``url`` if it is https, or http to a loopback address; else ValueError (without the URL: a secret)."""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and is_loopback(parts.hostname):
-        return url
-    raise ValueError("a webhook URL must be https:// (http:// only to a loopback address)")
+    """``url`` if it is a well-formed https URL, or http to a loopback address; else ValueError.
+
+    Well-formed as the HTTP client will need it: printable ASCII without spaces (a space, a CR or an LF
+    is what a pasted or quoted value brings, and ``http.client`` refuses it only when sending), a host and,
+    if given, a port between 1 and 65535. The error never holds the URL: its path is a secret.
+    """
+    bad = next((c for c in url if not " " < c < "\x7f"), None)
+    if bad is not None:
+        what = {" ": "a space", "\r": "a carriage return (CR)", "\n": "a line feed (LF)", "\t": "a tab"}.get(
+            bad, f"the character {ord(bad):#x}" if bad.isascii() else "a non-ASCII character")
+        at = url.index(bad)
+        raise ValueError(f"a webhook URL holds {what} (character {at + 1}): write it without "
+                         "(percent-encode what must stay, as %20)")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValueError("a webhook URL must be https://HOST[:PORT]/PATH: its host or port is malformed") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("a webhook URL must be https://HOST/PATH (http:// only to a loopback address)")
+    if port == 0:
+        raise ValueError("a webhook URL's port must be between 1 and 65535")
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise ValueError("a webhook URL must be https:// (http:// only to a loopback address)")
+    return url
 
 
 class NotifyTarget(BaseModel):
@@ -157,6 +183,15 @@ class NotifyTarget(BaseModel):
             raise ValueError("a password is never read from the config: give password_env (an environment "
                              "variable's name) or password_file")
         return data
+
+    @field_validator("host", "user", "sender", "to", "url_env", "password_env", "password_file")
+    @classmethod
+    def _one_line(cls, value: Any) -> Any:
+        """A CR or LF here would end a mail header or an SMTP command: refused when read, not when sending."""
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and any(c < " " or c == "\x7f" for c in text):
+                raise ValueError("a control character (a CR, an LF, a tab...) is not allowed here")
+        return value
 
     @field_validator("url")
     @classmethod
@@ -209,6 +244,9 @@ class NotifySettings(BaseModel):
     """No step progress for this long while the node is READY (billed): a ``stalled`` notice."""
     timeout_s: float = Field(default=5.0, gt=0, le=60)
     """One delivery's bound: a pass never waits longer than this per target."""
+    deliver_budget_s: float = Field(default=15.0, gt=0, le=600)
+    """All of one pass's deliveries (every run and sweep) end within this, from the first one, whatever the
+    receivers do; what it leaves untried waits for the next pass (``tpuops.notify.outbox.Round``)."""
     give_up_after_s: float = Field(default=86400.0, gt=0, le=7 * 86400)
     dashboard_url: str | None = None
     """Where ``tpuops dashboard`` is reachable for the reader, for the link in each message (none: no link)."""

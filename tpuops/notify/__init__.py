@@ -15,8 +15,9 @@ Invariants:
   ``Idempotency-Key`` header and the body's ``idempotency_key`` field), so a receiver can drop it.
 - The key is derived from what was decided (subject, kind, the event's time), never from the attempt.
 - Delivery never blocks recovery or teardown: it runs after the run's actions, bounded per target
-  (``NotifySettings.timeout_s``), and a failure only schedules a retry on a later pass (backoff, then give-up
-  after ``give_up_after_s``), recorded as an event.
+  (``NotifySettings.timeout_s``) and per pass (``deliver_budget_s``, whatever the receivers do), and a failure
+  of any kind only schedules a retry on a later pass (backoff, then give-up after ``give_up_after_s``),
+  recorded as an event: no notice, record or target ever raises into the pass (``outbox.ISOLATED_DELIVERY``).
 - Secrets (webhook URLs, SMTP passwords) live only in ``Settings`` (``SecretStr``, private attributes); a notice,
   an event, a memory, a spec or a record holds target names, never a URL or a password.
 

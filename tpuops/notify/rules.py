@@ -53,10 +53,10 @@ class RunFacts:
     status: AgentStatus | None = None
 
 
-def key(subject: str, kind: Kind, at: float | str) -> str:
-    """The idempotency key: stable across passes and controllers for one decision."""
-    mark = f"{round(at * 1000)}" if isinstance(at, float | int) else at
-    return f"{subject}/{kind}/{mark}"
+def key(subject: str, kind: Kind, at: float) -> str:
+    """The idempotency key, ``<subject>/<kind>/<when, in ms>``: stable across passes and controllers for one
+    decision (``at`` is the deciding event's time, or for a stall when it began, for a deadline the deadline)."""
+    return f"{subject}/{kind}/{round(at * 1000)}"
 
 
 def run_notices(facts: RunFacts, memory: Memory, new: Sequence[Event], now: float) -> list[Notice]:
@@ -105,9 +105,8 @@ def _stalled(facts: RunFacts, memory: Memory, now: float) -> list[Notice]:
     since = memory.progress_at or memory.ready_since
     if memory.finished or memory.ready_since is None or since is None or now - since < facts.stalled_after_s:
         return []
-    minutes = (now - since) / 60
-    where = f"{memory.progress_attempt}-{memory.progress_step}"
-    return [Notice(key=key(facts.run_id, Kind.STALLED, where), kind=Kind.STALLED, at=now, subject=facts.run_id,
+    minutes = (now - since) / 60  # keyed by when the stall began: one stall, one key, however long it lasts
+    return [Notice(key=key(facts.run_id, Kind.STALLED, since), kind=Kind.STALLED, at=now, subject=facts.run_id,
                    title=f"run {facts.run_id} {_TITLES[Kind.STALLED]}",
                    details=[f"no step progress for {minutes:.0f} min (last step {max(memory.progress_step, 0)}) "
                             "while its node is READY and billed"])]

@@ -31,6 +31,10 @@ KEY_HEADER = "Idempotency-Key"
 """The header (and, as ``idempotency_key``, the body field) a receiver drops a repeated message by."""
 
 
+class NoAnswer(TransientError):
+    """The receiver did not answer within the delivery's bound: the pass skips it until the next one."""
+
+
 def clean(text: str) -> str:
     """``text`` without control characters other than a newline or a tab."""
     return "".join(c for c in text if c in "\n\t" or (c >= " " and c != "\x7f"))
@@ -136,7 +140,7 @@ def _http_error(code: int) -> TpuopsError:
 
 def _network_error(reason: object, timeout_s: float) -> TpuopsError:
     if isinstance(reason, TimeoutError | socket.timeout):
-        return TransientError(f"no answer within {timeout_s:g} s")
+        return NoAnswer(f"no answer within {timeout_s:g} s")
     if isinstance(reason, ConnectionRefusedError | socket.gaierror):
         return Unreachable("nothing answers at the receiver (connection refused or unknown host)")
     if isinstance(reason, ssl.SSLError):

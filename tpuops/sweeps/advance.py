@@ -306,11 +306,12 @@ class SweepPass:
         notice.link = f"{config.dashboard_url.rstrip('/')}/sweeps/{spec.name}" if config.dashboard_url else None
         outbox.queue(state.notices, [notice], lambda kind, text: self.progress(f"sweep {spec.name}: {kind}: {text}"))
 
-    def tell(self, now: float) -> None:
-        """Deliver the due notices of the sweeps this pass advanced or found waiting, then write the marks."""
+    def tell(self, now: float, round_: outbox.Round | None = None) -> None:
+        """Deliver the due notices of the sweeps this pass advanced or found waiting, then write the marks;
+        within the controller pass's ``round_`` of deliveries (its time bound) when given."""
         for name, state, generation in self.to_tell:
             if outbox.deliver(state.notices, self.settings.notify, now,
-                              lambda kind, text, name=name: self.progress(f"sweep {name}: {kind}: {text}")):
+                              lambda kind, text, name=name: self.progress(f"sweep {name}: {kind}: {text}"), round_):
                 with contextlib.suppress(PreconditionFailed):  # 'sweep stop' wrote it: the next pass tries again
                     sweep_ops.save_state(self.store, name, state, generation)
         self.to_tell.clear()
@@ -414,8 +415,8 @@ class SweepStep:
                                fleet=fleet, kept=self.kept)
         return asdict(self._last.run(now))
 
-    def tell(self, now: float) -> None:
-        """Send what the pass just run queued (``SweepPass.tell``), after the runs' actions."""
+    def tell(self, now: float, round_: outbox.Round | None = None) -> None:
+        """Send what the pass just run queued (``SweepPass.tell``), after the runs' actions, within ``round_``."""
         if self._last is not None:
-            self._last.tell(now)
+            self._last.tell(now, round_)
             self._last = None
