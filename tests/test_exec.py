@@ -58,6 +58,7 @@ def test_a_worker_killed_by_a_signal_reports_128_plus_it_and_the_worst_code_is_t
 
     assert run_here(0, ["sh", "-c", "kill -KILL $$"], timeout_s=30).code == 137
     assert run_here(1, ["sh", "-c", "exit 7"], timeout_s=30) == WorkerRan(1, 7, "", "")
+    assert run_here(0, ["printf", "a\\377b"], timeout_s=30).stdout == "a\ufffdb", "binary output is no traceback"
     ran = Executed("n", [WorkerRan(0, 0, "", ""), WorkerRan(1, 255, "", ""), WorkerRan(2, 7, "", "")])
     assert ran.exit_code == 255 and ran.to_json()["exit_code"] == 255
     assert Executed("n", [WorkerRan(0, 0, "", "")]).exit_code == 0

@@ -83,6 +83,7 @@ def command_line(argv: Sequence[str]) -> str:
 def run_here(worker: int, argv: Sequence[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
              timeout_s: float) -> WorkerRan:
     """Run ``argv`` as a process of this machine (no shell) for worker ``worker``; what ``run_on_worker`` returns.
+    Output that is not UTF-8 (a binary file printed) comes back with U+FFFD for the bytes it cannot decode.
 
     Raises:
         UsageError: ``argv[0]`` is not installed.
@@ -92,7 +93,7 @@ def run_here(worker: int, argv: Sequence[str], *, cwd: str | None = None, env: d
 
     try:
         done = subprocess.run(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+                              encoding="utf-8", errors="replace", timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise Timeout(f"worker {worker}: the command ran past {timeout_s:.0f} s") from None
     except FileNotFoundError as err:
