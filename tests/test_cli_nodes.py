@@ -287,7 +287,7 @@ WORKER_NUMBER = ("curl -s -H 'Metadata-Flavor: Google' "
 
 def test_exec_runs_on_each_worker_of_a_slice_with_its_own_directory_and_metadata(cli: Cli) -> None:
     assert cli.json("up", "pod-1", "--accelerator", "v2-32", "--spot")["hosts"] == 4
-    code, out, err = cli("exec", "pod-1", "--worker", "all", "--", WORKER_NUMBER)
+    code, out, err = cli("exec", "pod-1", "--worker", "all", "--", "sh", "-c", WORKER_NUMBER)
     assert code == 0, err
     lines = out.splitlines()
     assert [line for line in lines if not line.startswith("[w")] == []
@@ -295,7 +295,7 @@ def test_exec_runs_on_each_worker_of_a_slice_with_its_own_directory_and_metadata
         mine = [line.split(" ", 1)[1] for line in lines if line.startswith(f"[w{worker}] ")]
         suffix = "" if worker == 0 else f".w{worker}"
         assert mine == [str(worker), str(cli.sandbox(ZONES[0], "pod-1")) + suffix], lines
-    code, out, _ = cli("exec", "pod-1", "--worker", "2", "--", "exit 3")
+    code, out, _ = cli("exec", "pod-1", "--worker", "2", "--", "sh", "-c", "exit 3")
     assert (code, out) == (3, "")
     code, out, err = cli("exec", "pod-1", "--worker", "1", "--json", "--", "echo", "hi")
     assert code == 0, err

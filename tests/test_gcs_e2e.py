@@ -264,6 +264,21 @@ def test_two_percent_of_storage_requests_failing_changes_nothing(world: GcsWorld
     assert compared.returncode == 0, compared.stdout + compared.stderr[-3000:]
 
 
+def test_every_worker_of_a_slice_ships_its_log_to_gs(world: GcsWorld) -> None:
+    """Workers 1-3 of a v2-32 ship their logs through the JSON API with their service account's token, which the
+    front requires (the token check below then covers the shipped logs too)."""
+    spec = spec_variant(world.work, "digits_cnn", "digits-slice", {
+        "accelerator: v3-8": "accelerator: v2-32", "steps: 600": "steps: 40", "per_replica: 64": "per_replica: 16",
+        "target:\n  metric: accuracy\n  at_least: 0.95\n": ""})
+    assert _finish(world.tpuops("train", str(spec), "--name", "slice-gs", "--json"), timeout=900)["step"] == 40
+    for worker in (1, 2, 3):
+        shown = world.tpuops("logs", "slice-gs", "--worker", str(worker))
+        out, err = shown.communicate(timeout=120)
+        assert shown.returncode == 0, err
+        assert f"worker {worker} booted with TensorFlow" in out and "shipping this log to gs://" in out, out
+        assert "tpuops log shipper: shipping" not in out, "no ship failed"
+
+
 def test_no_token_or_ca_key_in_logs_specs_objects_or_metadata(world: GcsWorld) -> None:
     state_dir = world.info.state_dir
     secrets = {"emulator token": (state_dir / "token").read_text().strip().encode(),

@@ -416,7 +416,7 @@ def test_missing_template_value_raises() -> None:
         render_template(STARTUP_TEMPLATE, {
             "node_name": "n", "project": "p", "accelerator_type": "v2-8", "run_id": "",
             "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "", "agent_pins": [],
-            "job": [], "context": {},
+            "job": [], "worker_logs": "", "ship_log": "", "context": {},
         })
 
 
@@ -424,7 +424,7 @@ def test_none_is_never_quoted_into_the_script() -> None:
     values = {
         "node_name": "n", "project": "p", "zone": "z", "accelerator_type": "v2-8", "run_id": None,
         "store_root": "/s", "python": "python3", "tf_version_prefix": "2.9", "pin_file": "", "agent_pins": [],
-        "job": [], "context": {},
+        "job": [], "worker_logs": "", "ship_log": "", "context": {},
     }
     with pytest.raises(TypeError, match="None"):
         render_template(STARTUP_TEMPLATE, values)

@@ -247,6 +247,22 @@ def test_logs_follow_goes_on_across_a_preemption_and_ends_when_the_run_ends(stor
     assert script == [] and len(polls) == 4
 
 
+def test_a_follower_still_gets_an_earlier_attempts_last_chunk_listed_after_the_next_attempts_first(
+        store: Store) -> None:
+    """Each writer names its own chunks (``<start>-NNNNNN.log``): attempt 1's last ship can land after attempt 2's
+    first was read; it sorts before it, and is yielded all the same, once."""
+    declare(store, "r1")
+    prefix = runs.logs_prefix("r1")
+    store.write_bytes(f"{prefix}20261207T040000000000Z-000001.log", b"attempt 1 step 10\n")
+    script: list[Callable[[], None]] = [
+        lambda: store.write_bytes(f"{prefix}20261207T041000000000Z-000001.log", b"attempt 2 resumed\n"),
+        lambda: (store.write_bytes(f"{prefix}20261207T040000000000Z-000002.log", b"attempt 1 saved\n"),
+                 write_status(store, "r1", attempt=2, phase="done", exit_class="succeeded", step=40)),
+    ]
+    lines = list(runs.follow_logs(store, "r1", follow=True, poll_s=0.0, sleep=lambda _s: script.pop(0)()))
+    assert lines == ["attempt 1 step 10", "attempt 2 resumed", "attempt 1 saved"]
+
+
 def test_logs_follow_ends_for_a_run_the_controller_ended_without_any_status(store: Store) -> None:
     declare(store, "r1")
     finish(store, "r1", Outcome.FAILED)

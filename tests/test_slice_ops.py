@@ -5,6 +5,11 @@ job (on worker 0). A worker's runtime killed mid-run leaves the slice READY and 
 with nobody acting, recreates it after ``unhealthy_grace_s`` as a restart naming the worker, and the run
 finishes. A slice preempted mid-run comes back the same way, counted as a preemption. Nodes left and billed
 seconds are read from the emulator, never from wall time.
+
+Every worker ships its own log to the store (worker 0's agent, the others ``templates/ship_log.py``): after a
+slice preemption and after a stop, ``logs RUN --worker N`` gives each worker's whole log, every boot of it (the
+emulator's recreated worker appends to the same file, so the store must hold exactly that file's lines), and
+``--worker all`` all four.
 """
 
 from __future__ import annotations
@@ -73,6 +78,28 @@ def _training(work: Path, run: str, past: int) -> bool:
     return status.get("phase") == "training" and status.get("step", 0) >= past
 
 
+def _sandbox_log(info: EmulatorInfo, run: str, worker: int) -> list[str]:
+    """The startup log a worker of the run's slice kept on its own disk, every boot of it."""
+    home = info.state_dir / "nodes" / "tpuops-local" / ZONE / (run if worker == 0 else f"{run}.w{worker}")
+    return (home / "tpuops" / "startup.log").read_text().splitlines()
+
+
+def _assert_every_worker_shipped(work: Path, info: EmulatorInfo, run: str, boots: int) -> list[str]:
+    """Each worker's log, read back with ``logs --worker N``, is the whole of what it logged; worker 0's (the
+    agent's) lines; ``--worker all`` holds all four."""
+    for worker in (1, 2, 3):
+        code, out, err = _tpuops(work, info, "logs", run, "--worker", str(worker))
+        assert code == 0, err
+        assert out.splitlines() == _sandbox_log(info, run, worker), f"worker {worker}'s log, shipped whole"
+        assert sum(f"worker {worker} booted with TensorFlow" in line for line in out.splitlines()) == boots
+    code, out, err = _tpuops(work, info, "logs", run, "--worker", "all")
+    assert code == 0, err
+    assert {line.split(" ", 1)[0] for line in out.splitlines()} == {"[w0]", "[w1]", "[w2]", "[w3]"}
+    code, out, err = _tpuops(work, info, "logs", run, "--worker", "0")
+    assert code == 0, err
+    return out.splitlines()
+
+
 def _run_through(work: Path, info: EmulatorInfo, run: str, act: str) -> dict:
     """Start the run detached, let ``watch`` drive it, do ``act`` to its slice mid-training; its memory at the end."""
     code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "pod.yaml"), "--name", run, "--detach")
@@ -125,6 +152,29 @@ def test_a_preempted_slice_is_recovered_by_watch_with_nobody_acting(world: tuple
     memory = _run_through(work, info, "pod-preempted", "preempt")
     assert (memory["preemptions"], memory["crashes"], memory["attempts"]) == (1, 0, 2)
     assert run_status(work, "pod-preempted")["resumed_from_step"] >= 100
-    code, out, err = _tpuops(work, info, "logs", "pod-preempted", "--worker", "all")
+    agent = _assert_every_worker_shipped(work, info, "pod-preempted", boots=2)
+    assert [a for a in (1, 2) if any(f", attempt {a}, pid" in line for line in agent)] == [1, 2]
+
+
+def test_a_stopped_slice_keeps_every_attempts_log_of_every_worker(world: tuple[Path, EmulatorInfo]) -> None:
+    """Preempted, recovered, then stopped while its second attempt trains: nothing of either attempt is lost."""
+    work, info = world
+    run = "pod-stopped"
+    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "pod.yaml"), "--name", run, "--detach")
     assert code == 0, err
-    assert out and all(line.startswith("[w") for line in out.splitlines())
+    watch = _watch(work, info)
+    try:
+        poll(lambda: _training(work, run, 100), "the slice's run training past step 100", timeout_s=300)
+        AdminClient(info.endpoint).preempt("tpuops-local", ZONE, run, grace_s=2.0)
+        poll(lambda: run_status(work, run).get("attempt") == 2 and _training(work, run, 150),
+             "attempt 2 training past step 150", timeout_s=600)
+        code, _, err = _tpuops(work, info, "stop", run)
+        assert code == 0, err
+        poll(lambda: _memory(work, run).get("phase") == "finished", "the stopped run to finish", timeout_s=300)
+        poll(lambda: _listed(info, run) == [], "no node of the run left", timeout_s=60)
+    finally:
+        watch.terminate()
+        _, err = watch.communicate(timeout=60)
+    assert _memory(work, run)["outcome"] == "stopped", err[-2000:]
+    agent = _assert_every_worker_shipped(work, info, run, boots=2)
+    assert [a for a in (1, 2) if any(f", attempt {a}, pid" in line for line in agent)] == [1, 2]

@@ -24,8 +24,11 @@ from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Cloud
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tpuops.fleet import Fleet
     from tpuops.providers.base import NodeProvider
+    from tpuops.providers.commands import RunsCommands, WorkerRan
     from tpuops.store import Store
 
 
@@ -100,6 +103,48 @@ def connect(settings: Settings) -> NodeProvider:
     return open_provider(settings.node_provider, Connection(
         settings.project, endpoint=endpoint, token=token, deadline_s=settings.api_deadline_s,
         poll_interval_s=settings.poll_interval_s))
+
+
+def worker_commands(settings: Settings, provider: NodeProvider) -> RunsCommands:
+    """How this machine runs commands on the workers of ``provider``'s nodes (``exec``): the local emulator's
+    workers directly when it serves the provider, else the provider's own ``RunsCommands``.
+
+    Raises:
+        UsageError: one line, when the provider cannot reach its workers (``providers.commands.commands_of``).
+    """
+    from tpuops.providers.commands import commands_of
+    from tpuops.providers.registry import provider_class
+
+    if settings.cloud is Cloud.LOCAL and provider_class(settings.node_provider).talks_to_emulator:
+        return EmulatedWorkers(tpu_endpoint(settings) or "", settings.project)
+    return commands_of(provider, settings.node_provider)
+
+
+class EmulatedWorkers:
+    """``RunsCommands`` on the emulator's workers, which are processes of this machine: a command runs as a
+    login on that worker would run it (``gcloud ... ssh`` hands its line to the worker's shell): with bash,
+    in the worker's directory (its HOME), with its metadata server, its line quoted once (``command_line``)."""
+
+    def __init__(self, endpoint: str, project: str) -> None:
+        self.endpoint, self.project = endpoint, project
+
+    def run_on_worker(self, zone: str, node: str, worker: int, argv: Sequence[str], *,
+                      timeout_s: float) -> WorkerRan:
+        import os
+
+        from tpuops.emulator.control import AdminClient
+        from tpuops.providers.commands import command_line, run_here
+
+        name = f"projects/{self.project}/locations/{zone}/nodes/{node}"
+        described = next((n for n in AdminClient(self.endpoint).nodes() if n["name"] == name), None)
+        host = next((w for w in (described or {}).get("workers", []) if w["worker"] == worker), None)
+        if host is None:
+            raise UsageError(f"the emulator has no worker {worker} of node {name}")
+        env = {key: value for key, value in os.environ.items() if not key.startswith("TPUOPS_")}
+        env.update(HOME=host["sandbox"], GCE_METADATA_HOST=host["metadata_host"] or "")
+        os.makedirs(host["sandbox"], exist_ok=True)  # a VM has its home before any script ran there
+        return run_here(worker, ["bash", "-c", command_line(argv)], cwd=host["sandbox"], env=env,
+                        timeout_s=timeout_s)
 
 
 def open_ledger(settings: Settings) -> Ledger:

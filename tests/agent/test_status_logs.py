@@ -1,14 +1,15 @@
-"""status.json and the log chunks: whole files, numbered in write order, across attempts."""
+"""status.json and the log chunks: whole files, in write order, across attempts, none written over."""
 
 import json
 import logging
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from tpuops.agent.logs import ChunkedLogHandler
 from tpuops.agent.runtime import check_tensorflow
-from tpuops.agent.status import Previous, Status
+from tpuops.agent.status import Previous, Status, Ticker
 from tpuops.contract.exits import ExitClass, UserError
 from tpuops.contract.status import FIELDS
 
@@ -49,20 +50,60 @@ def test_the_agent_writes_the_contracts_fields_with_the_contracts_types(tmp_path
     assert not wrong, f"fields whose JSON type the contract does not allow: {wrong}"
 
 
-def test_log_chunks_continue_numbering_across_attempts(tmp_path: Path) -> None:
+def test_overlapping_attempts_never_write_over_each_others_chunks(tmp_path: Path) -> None:
+    """Attempt 2 starts while attempt 1 has shipped nothing yet (its last lines go out as it ends): both logs stay,
+    in write order. Numbering by listing gave both the same first name, and one log replaced the other."""
     logger = logging.getLogger("tpuops.agent.test-chunks")
     logger.setLevel(logging.INFO)
-    for attempt in (1, 2):
-        handler = ChunkedLogHandler(str(tmp_path / "logs"))
-        logger.addHandler(handler)
-        logger.info("attempt %d line 1", attempt)
-        logger.info("attempt %d line 2", attempt)
-        handler.flush()
-        handler.flush()  # nothing new: no empty chunk
-        logger.removeHandler(handler)
+    first = ChunkedLogHandler(str(tmp_path / "logs"))
+    logger.addHandler(first)
+    logger.info("attempt 1 line 1")
+    logger.removeHandler(first)
+    second = ChunkedLogHandler(str(tmp_path / "logs"))
+    logger.addHandler(second)
+    logger.info("attempt 2 line 1")
+    second.flush()
+    first.flush()  # attempt 1's last ship, after attempt 2's first
+    logger.info("attempt 2 line 2")
+    second.flush()
+    second.flush()  # nothing new: no empty chunk
+    logger.removeHandler(second)
     chunks = sorted((tmp_path / "logs").iterdir())
-    assert [p.name for p in chunks] == ["000001.log", "000002.log"]
-    assert chunks[1].read_text().splitlines()[1].endswith("INFO attempt 2 line 2")
+    assert [p.read_text().split(" INFO ")[1].strip() for p in chunks] == [
+        "attempt 1 line 1", "attempt 2 line 1", "attempt 2 line 2"]
+    assert all(p.name.endswith(".log") and p.name > "199999.log" for p in chunks), "after the old 0NNNNN.log"
+
+
+def test_a_failed_ship_keeps_its_lines_for_the_next(tmp_path: Path) -> None:
+    logger = logging.getLogger("tpuops.agent.test-chunks-fail")
+    logger.setLevel(logging.INFO)
+    handler = ChunkedLogHandler(str(tmp_path / "logs"))
+    logger.addHandler(handler)
+    logger.info("line 1")
+    (tmp_path / "logs").rmdir()
+    (tmp_path / "logs").write_text("")  # a file where the folder was: the write fails
+    with pytest.raises(Exception):  # noqa: B017 - whatever the store raises, the lines must stay
+        handler.flush()
+    (tmp_path / "logs").unlink()
+    (tmp_path / "logs").mkdir()
+    logger.info("line 2")
+    handler.flush()
+    logger.removeHandler(handler)
+    [chunk] = (tmp_path / "logs").iterdir()
+    assert [line.split(" INFO ")[1] for line in chunk.read_text().splitlines()] == ["line 1", "line 2"]
+
+
+def test_a_ticker_ticks_at_once_when_asked_and_once_more_on_stop() -> None:
+    ticks: list[int] = []
+    ticker = Ticker(3600.0, [lambda: ticks.append(1)])
+    ticker.start()
+    ticker.now()  # what a stop or preemption notice does: the hour-long interval is not waited for
+    deadline = time.monotonic() + 30
+    while ticks != [1] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ticks == [1], "the tick asked for"
+    ticker.stop()
+    assert ticks == [1, 1]
 
 
 @pytest.mark.parametrize("version", ["2.10.0", "2.90.1", "2.8.4"])

@@ -106,9 +106,13 @@ def run(
     else:
         status = Status(paths.status, spec.run_id, command, attempt, attempts=previous.attempts)
     status.write()
-    tickers = [Ticker(spec.heartbeat_seconds, [status.write]), Ticker(LOG_FLUSH_SECONDS, [chunks.flush])]
+    shipper = Ticker(LOG_FLUSH_SECONDS, [chunks.flush])
+    tickers = [Ticker(spec.heartbeat_seconds, [status.write]), shipper]
     for ticker in tickers:
         ticker.start()
+    # Also shipped at each checkpoint and at once on a stop or preemption notice (tpuops/agent/logs.py).
+    status.on_checkpoint = shipper.now
+    notice.on_notice(shipper.now)
     host = metadata_host()
     notice.watch_metadata(host)
     log.info("tpuops agent: %s run %s, attempt %d, pid %d", command, spec.run_id, attempt, os.getpid())

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import urllib.request
-from typing import Any, Optional
+from typing import Any, Callable, List, Optional
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,15 @@ class PreemptionNotice:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason: Optional[str] = None
+        self._on_notice: List[Callable[[], None]] = []
+
+    def on_notice(self, action: Callable[[], None]) -> None:
+        """Call ``action`` when the notice comes (at once if it came already). It runs where the notice is
+        raised, a signal handler included, so it may only set a flag (``status.Ticker.now``): the log is
+        shipped by the thread that ships it, before the checkpoint the notice asks for is written."""
+        self._on_notice.append(action)
+        if self._event.is_set():
+            action()
 
     def install_signal_handler(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -62,6 +71,8 @@ class PreemptionNotice:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+            for action in self._on_notice:
+                action()
 
     def requested(self) -> bool:
         return self._event.is_set()

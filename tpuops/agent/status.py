@@ -76,6 +76,9 @@ class Status:
         self.clock = AttemptClock(attempt)
         """Where this attempt's seconds go; written with every status write when ``timed``."""
         self._timed = timed
+        self.on_checkpoint: Callable[[], None] = lambda: None
+        """Called (on the thread that reports it) each time a new ``last_checkpoint_step`` is reported: the job
+        ships its log there, so that what led to a checkpoint is in the store with it."""
         self._lock = threading.Lock()
         self._doc: Dict[str, Any] = new_document(run_id, command, attempt, reach[1], evals)
 
@@ -85,9 +88,13 @@ class Status:
             unknown = set(fields) - set(self._doc)
             if unknown:
                 raise KeyError(f"not status fields: {sorted(unknown)}")
+            checkpointed = fields.get("last_checkpoint_step", self._doc["last_checkpoint_step"]) != \
+                self._doc["last_checkpoint_step"]
             self._doc.update(fields)
         if write:
             self.write()
+        if checkpointed:
+            self.on_checkpoint()
 
     def resumed(self, step: int) -> None:
         """This attempt starts from the checkpoint at ``step``; the steps the last one went past it are redone."""
@@ -166,18 +173,29 @@ class Ticker:
     def __init__(self, interval: float, tasks: List[Callable[[], None]]) -> None:
         self._interval = interval
         self._tasks = tasks
-        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tpuops-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def now(self) -> None:
+        """Tick as soon as the thread can, without waiting for the interval; only sets a flag, so a signal
+        handler may call it."""
+        self._wake.set()
+
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping = True
+        self._wake.set()
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stopping:
+                break
             self._tick()
         self._tick()
 

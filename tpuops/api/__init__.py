@@ -54,6 +54,7 @@ from tpuops.api.sweeps import (
     sweep_stop,
 )
 from tpuops.api.tools import (
+    Executed,
     WorkerRan,
     doctor,
     emulator_billing,
@@ -77,7 +78,7 @@ from tpuops.api.tools import (
 from tpuops.core.naming import MetadataKey
 
 __all__ = [
-    "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
+    "Executed", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
     "Started", "SweepStarted", "WorkerRan", "controller", "cost", "create_body", "data_convert", "data_ls",
     "data_sample", "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing",
     "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "exec_on",

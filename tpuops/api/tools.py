@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError
+from tpuops.providers.commands import WorkerRan
 
 if TYPE_CHECKING:
     from tpuops.doctor import Checkup
@@ -211,87 +212,52 @@ def notify_test(settings: Settings) -> NotifyTested:
 
 
 @dataclass(frozen=True)
-class WorkerRan:
-    """What ``tpuops exec`` got back from one worker: its exit code and output."""
+class Executed:
+    """``tpuops exec``: what each worker gave back, in worker order, and the exit code of the whole."""
 
-    worker: int
-    code: int
-    stdout: str
-    stderr: str
+    node: str
+    workers: list[WorkerRan]
+
+    @property
+    def exit_code(self) -> int:
+        """The worst worker's code: the highest (a transport's own 255 above any command's), 0 when all are."""
+        return max((ran.code for ran in self.workers), default=0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"worker": self.worker, "code": self.code, "stdout": self.stdout, "stderr": self.stderr}
+        return {"node": self.node, "exit_code": self.exit_code, "workers": [r.to_json() for r in self.workers]}
 
 
 def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = "0",
-            timeout_s: float = 600.0) -> list[WorkerRan]:
-    """``tpuops exec NODE --worker N|all -- CMD``: run ``CMD`` (a shell command line) on the node's workers, one
-    after the other, as ``gcloud compute tpus tpu-vm ssh NODE --worker=W --command CMD`` does.
-
-    On the local emulator ``CMD`` runs with bash in the worker's own directory, with its HOME and its metadata
-    server (``GCE_METADATA_HOST``), as a login on that host would; on Cloud TPU it goes through ``gcloud ... ssh``.
+            timeout_s: float = 600.0) -> Executed:
+    """``tpuops exec NODE --worker N|all -- CMD ARG...``: run the program ``CMD`` with its arguments, each exactly as
+    given, on the node's workers one after the other, as ``gcloud compute tpus tpu-vm ssh --worker=W --command``
+    would with the arguments quoted once for the worker's shell (so ``sh -c 'exit 7'`` exits 7 and ``echo 'a; b'``
+    prints ``a; b``). How a worker is reached is the provider's capability (``RunsCommands``): on the local
+    emulator a worker's own directory, HOME and metadata server; on Cloud TPU ``gcloud ... ssh``.
 
     Raises:
-        UsageError: no command, ``worker`` is not one of the node's workers, or no node of that name in view.
+        UsageError: no command or an empty program name, ``worker`` is not one of the node's workers, no node of
+            that name in view, or a provider that cannot reach its workers (one line each).
         PreconditionFailed: the node is not READY (nothing runs on it).
     """
     from tpuops.core.errors import PreconditionFailed
-    from tpuops.core.kinds import Cloud
     from tpuops.providers.nodes import NodeState
-    from tpuops.session import fleet
+    from tpuops.session import fleet, worker_commands
 
-    if not command:
-        raise UsageError("give the command to run after '--', e.g. tpuops exec NODE --worker all -- uptime")
-    found = fleet(settings).locate(node)
+    if not command or not command[0].strip():
+        raise UsageError("give the program to run after '--', e.g. tpuops exec NODE --worker all -- uptime "
+                         "(a shell line: -- sh -c 'cd /tmp && ls')")
+    nodes = fleet(settings)
+    reach = worker_commands(settings, nodes.provider)  # a provider without the capability: refused before asking
+    found = nodes.locate(node)
     if not found:
         raise UsageError(f"no node {node!r} in {', '.join(settings.zones)} ('tpuops status' lists them)")
     target = found[0]
     workers = slice_workers(target.accelerator, worker, f"node {node}")
     if target.state is not NodeState.READY:
         raise PreconditionFailed(f"node {node} is {target.state.value}: nothing runs on it")
-    line = " ".join(command)
-    if settings.cloud is Cloud.LOCAL:
-        return _exec_emulated(settings, target.zone, node, workers, line, timeout_s)
-    return [_run(number, ["gcloud", "compute", "tpus", "tpu-vm", "ssh", node, f"--zone={target.zone}",
-                          f"--project={settings.project}", f"--worker={number}", f"--command={line}"],
-                 None, None, timeout_s) for number in workers]
-
-
-def _exec_emulated(settings: Settings, zone: str, node: str, workers: list[int], line: str,
-                   timeout_s: float) -> list[WorkerRan]:
-    """``exec`` on the emulator's workers: each one's directory (its HOME) and metadata server."""
-    import os
-
-    from tpuops.emulator.control import AdminClient
-    from tpuops.session import tpu_endpoint
-
-    name = f"projects/{settings.project}/locations/{zone}/nodes/{node}"
-    described = next((n for n in AdminClient(tpu_endpoint(settings) or "").nodes() if n["name"] == name), None)
-    if described is None:
-        raise UsageError(f"the emulator has no node {name}")
-    by_number = {w["worker"]: w for w in described["workers"]}
-    ran = []
-    for number in workers:
-        host = by_number[number]
-        env = {key: value for key, value in os.environ.items() if not key.startswith("TPUOPS_")}
-        env.update(HOME=host["sandbox"], GCE_METADATA_HOST=host["metadata_host"] or "")
-        ran.append(_run(number, ["bash", "-c", line], host["sandbox"], env, timeout_s))
-    return ran
-
-
-def _run(worker: int, argv: list[str], cwd: str | None, env: dict[str, str] | None, timeout_s: float) -> WorkerRan:
-    import subprocess
-
-    from tpuops.core.errors import Timeout
-
-    try:
-        done = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise Timeout(f"worker {worker}: the command ran past {timeout_s:.0f} s") from None
-    except FileNotFoundError as err:
-        raise UsageError(f"{argv[0]} is not installed: {err.strerror}") from None
-    return WorkerRan(worker, done.returncode, done.stdout, done.stderr)
+    return Executed(node, [reach.run_on_worker(target.zone, node, number, command, timeout_s=timeout_s)
+                           for number in workers])
 
 
 def slice_workers(accelerator: str, worker: str, what: str) -> list[int]:

@@ -204,24 +204,27 @@ def _stopping(yes: bool) -> Callable[[list[str]], bool] | None:
 def exec_command(
     ctx: typer.Context,
     node: str = typer.Argument(..., help="Node name."),
-    command: list[str] = typer.Argument(None, metavar="-- CMD...", help="The command line to run on the workers."),
+    command: list[str] = typer.Argument(None, metavar="-- CMD...", help="The program and its arguments."),
     worker: str = typer.Option("0", "--worker", metavar="N|all",
                                help="Which worker of a slice (default 0); all: every worker, one after the other."),
     as_json: bool = JSON,
 ) -> None:
-    """Run a command on a node's workers, as 'gcloud compute tpus tpu-vm ssh --worker=W --command' does; exits
-    with the first non-zero code of a worker (with 'all', each output line starts with its worker)."""
+    """Run a program with its arguments, each exactly as given, on a node's workers (as 'gcloud compute tpus tpu-vm
+    ssh --worker=W --command' would); exits with the worst worker's code (the highest). With 'all', each output
+    line starts with its worker, and each worker's code is shown on stderr. A shell line: -- sh -c 'LINE'."""
     from tpuops import api
 
     ran = api.exec_on(load_settings(ctx), node, list(command or []), worker=worker)
     if as_json:
-        print_json({"node": node, "workers": [r.to_json() for r in ran]})
+        print_json(ran.to_json())
     else:
-        for result in ran:
-            prefix = f"[w{result.worker}] " if len(ran) > 1 else ""
+        many = len(ran.workers) > 1
+        for result in ran.workers:
+            prefix = f"[w{result.worker}] " if many else ""
             for text, stream in ((result.stdout, sys.stdout), (result.stderr, sys.stderr)):
                 for line in text.splitlines():
                     stream.write(f"{prefix}{line}\n")
-    code = next((r.code for r in ran if r.code != 0), 0)
-    if code:
-        raise typer.Exit(code)
+        if many:
+            err_console().print("exit codes: " + ", ".join(f"w{r.worker} {r.code}" for r in ran.workers))
+    if ran.exit_code:
+        raise typer.Exit(ran.exit_code)

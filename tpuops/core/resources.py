@@ -6,8 +6,8 @@ behaves like the editable development install. The files:
 
 - ``tpuops/templates/``: the repository's top-level ``templates/`` folder, linked into the
   package (a symlink in the checkout, real files in a wheel): the startup script template
-  ``startup.sh.j2``, the VM bootstrap ``fetch_bundle.py`` and the one TF 2.9 pin file
-  ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``);
+  ``startup.sh.j2``, the VM bootstrap ``fetch_bundle.py``, the slice workers' log shipper ``ship_log.py``
+  and the one TF 2.9 pin file ``requirements-tf29.txt`` (startup script, ``tpuops runtime install`` and ``make setup``);
   its last section, after the line starting with ``AGENT_PINS_MARKER``, pins the agent's own
   packages (``agent_pins``).
 - ``tpuops/agent/**.py`` and ``tpuops/contract/**.py``: the data plane's sources and the contract it shares

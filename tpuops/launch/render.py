@@ -25,6 +25,8 @@ import jinja2
 from tpuops.core.naming import MetadataKey
 from tpuops.core.resources import agent_pins, pin_file_text, template_text
 from tpuops.providers.accelerators import TF_VERSION_PREFIX
+from tpuops.runs.layout import LOGS, run_key
+from tpuops.store.base import uri_under
 
 STARTUP_TEMPLATE = "startup.sh.j2"
 
@@ -94,6 +96,11 @@ def render_template(name: str, values: Mapping[str, object]) -> str:
     return _environment().get_template(name).render(values)
 
 
+def worker_logs_uri(store_root: str, run_id: str) -> str:
+    """Where worker N >= 1 of the run's slice ships its log: this URI, ``/w<N>`` (``runs.layout.logs_prefix``)."""
+    return uri_under(store_root, run_key(run_id, LOGS).rstrip("/"))
+
+
 def render_startup_script(ctx: StartupContext) -> str:
     """The bash startup script of one node (metadata ``MetadataKey.STARTUP_SCRIPT``); the node metadata keys
     it reads come from ``MetadataKey`` (the template gets the enum as ``key``)."""
@@ -119,6 +126,8 @@ def render_startup_script(ctx: StartupContext) -> str:
             "pin_file": ctx.pin_file,
             "agent_pins": agent_pins(ctx.pin_file) if ctx.needs_agent_pins else [],
             "job": list(ctx.job or ()),
+            "worker_logs": worker_logs_uri(ctx.store_root, ctx.run_id) if ctx.run_id else "",
+            "ship_log": template_text("ship_log.py"),
             "context": context,
             "key": MetadataKey,
         },

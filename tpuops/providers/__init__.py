@@ -1,7 +1,8 @@
 """Node providers: the seam between tpuops and whatever cloud runs its TPU nodes.
 
 ``nodes`` is the provider-neutral vocabulary (the domain imports it; no cloud's wire format), ``base`` the
-protocol, its contract and the Cloud TPU catalog's rules, ``registry`` the one list of implementations and the
+protocol, its contract and the Cloud TPU catalog's rules, ``commands`` the ``RunsCommands`` capability (live
+access to a node's workers, for ``exec``), ``registry`` the one list of implementations and the
 providers' rules that ``config`` is handed: ``cloud_tpu`` (Cloud TPU and the emulator, through the official
 client; the only holder of Cloud TPU's REST body and v2 states), ``memory`` (a cloud of one process) and
 ``simulated`` (Cloud TPU on a clock).

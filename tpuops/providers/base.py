@@ -13,7 +13,8 @@ Contract, for every implementation (``tests/test_provider_contract.py`` holds ea
 - every method is safe to call from many threads at once.
 
 Optional capabilities are separate protocols (as dstack's ``ComputeWith...`` mixins):
-``StartsNodes`` (start a STOPPED node) and ``QueuesNodes`` (queued resources, ``up --queued``).
+``StartsNodes`` (start a STOPPED node), ``QueuesNodes`` (queued resources, ``up --queued``) and, in
+``commands``, ``RunsCommands`` (run a program on a node's worker, ``exec``).
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ bearer token, given by the caller, or anonymous credentials when there is none: 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -38,6 +39,7 @@ from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import CloudTpuRules, Connection
+from tpuops.providers.commands import WorkerRan, command_line, run_here
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 
 CALL_TIMEOUT_S = 30.0
@@ -230,7 +232,7 @@ class CallCounter:
 
 
 class TpuApi(CloudTpuRules):
-    """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes`` and ``QueuesNodes``);
+    """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes``, ``QueuesNodes``, ``RunsCommands``);
     safe to share between threads. ``token``: the emulator's bearer token, for an ``http://`` endpoint."""
 
     talks_to_emulator: ClassVar[bool] = True
@@ -448,6 +450,24 @@ class TpuApi(CloudTpuRules):
                                      request=request, timeout=self.call_timeout_s))
         except NotFound:
             return None
+
+    def run_on_worker(self, zone: str, node: str, worker: int, argv: Sequence[str], *,
+                      timeout_s: float) -> WorkerRan:
+        """``RunsCommands`` (``tpuops.providers.commands``): ``argv`` on one worker through ``ssh_argv``.
+
+        gcloud answers with the remote command's exit status, or 255 when ssh itself failed.
+        """
+        env = None
+        if self.endpoint:  # gcloud finds the node through the same endpoint as this provider
+            env = {**os.environ, "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": self.endpoint.rstrip("/") + "/"}
+        return run_here(worker, ssh_argv(self.project, zone, node, worker, argv), env=env, timeout_s=timeout_s)
+
+
+def ssh_argv(project: str, zone: str, node: str, worker: int, argv: Sequence[str]) -> list[str]:
+    """``gcloud compute tpus tpu-vm ssh`` running ``argv`` on one worker: ssh hands ``--command`` to the worker's
+    login shell, the one shell that parses it, so the arguments are quoted once for it (``command_line``)."""
+    return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", node, f"--zone={zone}", f"--project={project}",
+            f"--worker={worker}", f"--command={command_line(argv)}"]
 
 
 def location(project: str, zone: str) -> str:

@@ -25,10 +25,13 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               deletes its node. Deleted by ``reopen`` (``train --resume``).
     runs/<run>/<name>.damaged a damaged memory.json, control.json or status.json as it was, kept by
                               ``tpuops runs repair`` before it replaced it (``tpuops.runs.repair``).
-    runs/<run>/logs/NNNNNN.log  the agent's log chunks, each written whole, once, in order: worker 0's
-                              log (the agent runs there on a slice, as on one host).
-    runs/<run>/logs/w<N>/NNNNNN.log  worker N's log on a slice (N >= 1), in the same chunks, written by
-                              that worker; ``tpuops logs RUN --worker N`` reads it.
+    runs/<run>/logs/<writer>-NNNNNN.log  the agent's log chunks, each written whole, once, named by
+                              its writer (its start time) and number, so name order is write order and
+                              no attempt writes over another's (``tpuops/agent/logs.py``): worker 0's log
+                              (the agent runs there on a slice, as on one host).
+    runs/<run>/logs/w<N>/<writer>-NNNNNN.log  worker N's log on a slice (N >= 1), in the same chunks,
+                              shipped by that worker (``templates/ship_log.py``) until it is stopped;
+                              ``tpuops logs RUN --worker N`` reads it.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
     index/runs/<run>          empty marker of every run: written by ``declare`` after run.json, so

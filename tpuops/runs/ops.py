@@ -415,18 +415,19 @@ class LogTail:
     def __init__(self, store: Store, run_id: str, worker: int = 0) -> None:
         self.store = store
         self.prefix = layout.logs_prefix(run_id, worker)
-        self.seen = ""
+        self.seen: set[str] = set()
+        """Every chunk read: an earlier attempt's last chunk may be listed after a later one's first."""
 
     def new_lines(self) -> list[str]:
         names = sorted(o.key for o in self.store.list(self.prefix)
-                       if o.key.endswith(".log") and "/" not in o.key[len(self.prefix):] and o.key > self.seen)
+                       if o.key.endswith(".log") and "/" not in o.key[len(self.prefix):] and o.key not in self.seen)
         lines: list[str] = []
         for key in names:
             try:
                 lines.extend(self.store.read_bytes(key).decode(errors="replace").splitlines())
             except NotFound:
                 break
-            self.seen = key
+            self.seen.add(key)
         return lines
 
 
