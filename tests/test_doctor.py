@@ -151,8 +151,8 @@ def test_bucket_in_the_zones_region(fake_gcs, gcs_bucket, tmp_path, monkeypatch,
 
 
 def test_gs_store_on_the_emulator_checks_the_nodes_path_to_the_bucket(tmp_path, monkeypatch, capsys):
-    from tpuops.emulator import storage
-    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator.gcs import storage
+    from tpuops.emulator.vm.netview import unavailable_reason
 
     if unavailable_reason():
         pytest.skip(unavailable_reason())

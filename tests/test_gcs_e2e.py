@@ -41,8 +41,8 @@ import pytest
 from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, small_digits, spec_variant
 
 from tpuops.emulator import control
-from tpuops.emulator.netview import enter_command, unavailable_reason
-from tpuops.emulator.storage import read_front
+from tpuops.emulator.gcs.storage import read_front
+from tpuops.emulator.vm.netview import enter_command, unavailable_reason
 from tpuops.store import Store, open_store
 from tpuops.sweeps import ops as sweep_ops
 

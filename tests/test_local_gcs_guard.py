@@ -81,7 +81,7 @@ def test_the_emulator_control_loads_no_storage_or_cryptography_until_a_bucket_is
     import subprocess
     import sys
 
-    probe = ("import sys, tpuops.emulator.control, tpuops.session; "
-             "print(sorted(m for m in sys.modules if m.startswith('cryptography') or m == 'tpuops.emulator.storage'))")
+    probe = ("import sys, tpuops.emulator, tpuops.session; print(sorted(m for m in sys.modules "
+             "if m.startswith('cryptography') or m == 'tpuops.emulator.gcs.storage'))")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"

@@ -21,18 +21,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tpuops.emulator import discovery
-from tpuops.emulator.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.api import discovery
+from tpuops.emulator.api.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.api.auth import Authenticator
+from tpuops.emulator.api.rest import RestApi, parse_body
 from tpuops.emulator.apierror import ApiError
-from tpuops.emulator.auth import Authenticator
+from tpuops.emulator.cloud.queued import QueuedResources
+from tpuops.emulator.cloud.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.http_api import RestApi, parse_body
-from tpuops.emulator.metadoor import MetadataDoor
-from tpuops.emulator.queued import QueuedResources
-from tpuops.emulator.state import EmulatorConfig, EmulatorState
+from tpuops.emulator.gcs.storage import Storage, StorageUnavailable
+from tpuops.emulator.gcs.storage import serve as serve_storage
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.storage import Storage, StorageUnavailable
-from tpuops.emulator.storage import serve as serve_storage
+from tpuops.emulator.vm.metadoor import MetadataDoor
 
 log = logging.getLogger(__name__)
 

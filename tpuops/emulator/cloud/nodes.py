@@ -14,10 +14,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuops.emulator import catalog
-from tpuops.emulator.operations import LongRunningOperation
-from tpuops.emulator.wire import NodeFields, rfc3339
-from tpuops.emulator.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
+from tpuops.emulator.cloud import catalog
+from tpuops.emulator.cloud.operations import LongRunningOperation
+from tpuops.emulator.cloud.wire import NodeFields, rfc3339
+from tpuops.emulator.vm.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
 
 
 @dataclass

@@ -37,18 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuops.emulator import catalog
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
-from tpuops.emulator.billing import BillingLedger
-from tpuops.emulator.catalog import check_zone
+from tpuops.emulator.cloud import catalog
+from tpuops.emulator.cloud.billing import BillingLedger
+from tpuops.emulator.cloud.catalog import check_zone
+from tpuops.emulator.cloud.nodes import Node
+from tpuops.emulator.cloud.operations import EMPTY_TYPE, NODE_TYPE, LongRunningOperation, OperationStore
+from tpuops.emulator.cloud.scheduler import Scheduler
+from tpuops.emulator.cloud.wire import NodeFields, check_resource_id, rfc3339, string_list, string_map
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.metadata import MetadataServer, MetadataView
-from tpuops.emulator.nodes import Node
-from tpuops.emulator.operations import EMPTY_TYPE, NODE_TYPE, LongRunningOperation, OperationStore
-from tpuops.emulator.sandbox import Sandboxes, ScriptRun, signal_group
-from tpuops.emulator.scheduler import Scheduler
-from tpuops.emulator.wire import NodeFields, check_resource_id, rfc3339, string_list, string_map
-from tpuops.emulator.workers import SINGLE_HOST_ADDRESS, AddressPool, RuntimeImage, Worker, runtime_answers
+from tpuops.emulator.vm.metadata import MetadataServer, MetadataView
+from tpuops.emulator.vm.sandbox import Sandboxes, ScriptRun, signal_group
+from tpuops.emulator.vm.workers import SINGLE_HOST_ADDRESS, AddressPool, RuntimeImage, Worker, runtime_answers
 
 log = logging.getLogger(__name__)
 
