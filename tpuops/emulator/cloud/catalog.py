@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 
-from tpuops.emulator.apierror import ApiError, invalid
+from tpuops.emulator.apierror import invalid
 from tpuops.providers.tpu_catalog import AcceleratorType, load
 
 __all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number"]
@@ -56,12 +56,3 @@ def project_number(project: str) -> str:
     """A stable 12-digit project number for a project id, as the metadata server shows it."""
     digest = int(hashlib.sha256(project.encode()).hexdigest()[:12], 16)
     return str(100_000_000_000 + digest % 900_000_000_000)
-
-
-def runtime_exists(version: str) -> bool:
-    return version in load().runtime_versions
-
-
-def raise_unknown(kind: str, name: str) -> ApiError:
-    """NOT_FOUND for a catalog entry (accelerator type, runtime version) read by name."""
-    return ApiError("NOT_FOUND", f"{kind} {name!r} not found.")
