@@ -65,7 +65,7 @@ class Emulator:
         """
         self._httpd = _Server(("127.0.0.1", port), self)
         endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self.state.sandboxes.use_api(endpoint)
+        self.state.slices.sandboxes.use_api(endpoint)
         announce(endpoint)
         try:
             self._httpd.serve_forever(poll_interval=0.1)
@@ -178,12 +178,12 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
             emulator.state.close()
             print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
             return 1
-        emulator.state.sandboxes.use_network(storage.network)
+        emulator.state.slices.sandboxes.use_network(storage.network)
     door: MetadataDoor | None = None
     try:
         if storage is not None:
             try:
-                door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group)
+                door = MetadataDoor(storage.front.address, emulator.state.slices.metadata_hosts_by_group)
             except OSError as err:
                 emulator.state.close()
                 print(f"tpuops emulator: cannot serve metadata on {storage.front.address}:80: {err.strerror}",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import random
 
-from tpuops.emulator.apierror import invalid
+from tpuops.emulator.apierror import ApiError, invalid
 from tpuops.providers.tpu_catalog import AcceleratorType, load
 
-__all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number"]
+__all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number",
+           "stockout_error"]
 
 
 def _eid() -> str:
@@ -50,6 +51,12 @@ def check_runtime_version(version: str, zone: str) -> None:
             f"Cloud TPU received a bad request. Runtime version {version!r} is not available in zone {zone}; "
             f"list the versions with ListRuntimeVersions. {_eid()}"
         )
+
+
+def stockout_error(zone: str) -> ApiError:
+    """The error a create operation ends with when the zone has no capacity, worded as on GCP."""
+    return ApiError("RESOURCE_EXHAUSTED", f'There is no more capacity in the zone "{zone}"; you can try in another '
+                    "zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) " + _eid())
 
 
 def project_number(project: str) -> str:
