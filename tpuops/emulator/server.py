@@ -4,8 +4,8 @@
 SIGINT or ``POST /_admin/shutdown``, and on the way out ends every process group it
 started, closes the billing intervals and stops the metadata servers. Every request passes
 the ``auth`` check first (unless the emulator runs with ``--no-auth``). With buckets to serve
-(a ``gs://`` store) it also runs fake-gcs-server and its HTTPS front (``storage``), started
-before the first node and stopped after the last one: the two stop together.
+(a ``gs://`` store) it also runs fake-gcs-server and its HTTPS front (``gcs.storage``, imported only
+then), started before the first node and stopped after the last one: the two stop together.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tpuops.emulator.api import discovery
@@ -29,10 +29,11 @@ from tpuops.emulator.apierror import ApiError
 from tpuops.emulator.cloud.queued import QueuedResources
 from tpuops.emulator.cloud.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.gcs.storage import Storage, StorageUnavailable
-from tpuops.emulator.gcs.storage import serve as serve_storage
 from tpuops.emulator.stats import RpcStats
 from tpuops.emulator.vm.metadoor import MetadataDoor
+
+if TYPE_CHECKING:
+    from tpuops.emulator.gcs.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,10 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
     emulator = Emulator(config, token, token_file or "")
     storage: Storage | None = None
     if gcs_buckets:
+        # Only here: its CA needs cryptography, which an emulator without a gs:// store does without.
+        from tpuops.emulator.gcs.storage import StorageUnavailable
+        from tpuops.emulator.gcs.storage import serve as serve_storage
+
         try:
             storage = serve_storage(config.state_dir, gcs_buckets, emulator.faults, emulator.stats,
                                     emulator.auth.storage_caller)
