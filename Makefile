@@ -120,7 +120,7 @@ DEMO_GCS_HOME := $(CURDIR)/.tpuops-demo-gcs
 # Where nodes cannot get private mount namespaces it stops with the reason, rather than quietly demoing the
 # local store.
 demo-gcs: setup
-	set -e; reason=$$($(PY) -c 'from tpuops.emulator.netview import unavailable_reason as r; print(r() or "")'); \
+	set -e; reason=$$($(PY) -c 'from tpuops.emulator import unavailable_reason as r; print(r() or "")'); \
 	if [ -n "$$reason" ]; then echo "make demo-gcs: $$reason" >&2; exit 1; fi
 	rm -rf $(DEMO_GCS_HOME)
 	mkdir -p $(DEMO_GCS_HOME)

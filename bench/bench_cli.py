@@ -97,7 +97,7 @@ def table_rows(rows: list[tuple[str, dict[str, float]]]) -> list[list[str]]:
 def make_nodes(endpoint: str, count: int) -> None:
     from tpuops.core.kinds import Capacity
     from tpuops.core.naming import labels_for
-    from tpuops.emulator.control import token_for
+    from tpuops.emulator import token_for
     from tpuops.providers.cloud_tpu import TpuApi
     from tpuops.providers.nodes import NodeRequest
 
@@ -121,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     measuring = result_file.Run("bench_cli")
     baseline = baseline_tree(args, "c4ce28f")
-    from tpuops.emulator.control import start_background, stop
+    from tpuops.emulator import start_background, stop
 
     trees = {"baseline": baseline, "this tree": ROOT}
     for tree in trees.values():  # as an install leaves them (this machine sets PYTHONDONTWRITEBYTECODE)

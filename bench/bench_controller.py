@@ -70,7 +70,7 @@ from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.emulator import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
 from tpuops.launch.bundle import job_argv
 from tpuops.launch.jobs import declare, plan_train

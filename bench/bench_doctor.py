@@ -22,9 +22,9 @@ from pathlib import Path
 
 import result_file
 
+from tpuops import emulator
 from tpuops.config import load_settings
 from tpuops.doctor import exit_code, run_checks
-from tpuops.emulator import control
 
 REPS = 3
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def main() -> int:
         env = {**os.environ, "TPUOPS_HOME": str(home), "TPUOPS_CONFIG": str(config)}
         env.pop("TPUOPS_TPU_ENDPOINT", None)
         os.environ.update(TPUOPS_HOME=str(home), TPUOPS_CONFIG=str(config))
-        control.start_background(home / "emulator", boot_delay_s=0.1)
+        emulator.start_background(home / "emulator", boot_delay_s=0.1)
         try:
             settings = load_settings()
 
@@ -68,7 +68,7 @@ def main() -> int:
                 "baseline: run_checks one by one": [_timed(lambda: library(False)) for _ in range(REPS)],
             }
         finally:
-            control.stop(home / "emulator")
+            emulator.stop(home / "emulator")
     medians = {name: statistics.median(times) for name, times in rows.items()}
     figures = {"reps": REPS, "goal_s": 3.0, "median_s": medians, "runs_s": rows}
     if args.result:

@@ -49,11 +49,9 @@ from typing import Any
 
 import result_file
 
-from tpuops import runs
+from tpuops import emulator, runs
 from tpuops.data.samples import digits
-from tpuops.emulator import control
-from tpuops.emulator.netview import enter_command, unavailable_reason
-from tpuops.emulator.storage import read_front
+from tpuops.emulator import enter_command, unavailable_reason
 from tpuops.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,11 +152,11 @@ print("RESULT " + json.dumps(result))
 
 def _in_node_view(state_dir: Path, *args: str, tree: Path = ROOT) -> dict[str, Any]:
     """The ``_TF`` step ``args`` in a node's view of the network, importing tpuops from ``tree``."""
-    front = read_front(state_dir)
-    info = control.status(state_dir)
+    front = emulator.storage_front(state_dir)
+    info = emulator.status(state_dir)
     assert front is not None and info is not None
     env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle, "PYTHONPATH": str(tree),
-           "GOOGLE_AUTH_TOKEN_FOR_TESTING": control.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": emulator.read_token(state_dir) or "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "BENCH_SERVER_PIDS": json.dumps({"front": info.pid, "fake_gcs": front.pid})}
     # cwd: ``python -c`` puts it first on sys.path, before PYTHONPATH.
     done = subprocess.run(enter_command(state_dir / "node-hosts", [str(TF_PYTHON), "-c", _TF, *args]), env=env,
@@ -169,13 +167,13 @@ def _in_node_view(state_dir: Path, *args: str, tree: Path = ROOT) -> dict[str, A
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def _train_env(work: Path, info: control.EmulatorInfo, store: str) -> dict[str, str]:
+def _train_env(work: Path, info: emulator.EmulatorInfo, store: str) -> dict[str, str]:
     config = work / "tpuops.toml"
     config.write_text('zones = ["us-central1-a"]\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
     env.update(TPUOPS_HOME=str(info.state_dir.parent), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
                TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_STORE=store,
-               STORAGE_EMULATOR_HOST=control.storage_endpoint(info.state_dir) or "")
+               STORAGE_EMULATOR_HOST=emulator.storage_endpoint(info.state_dir) or "")
     return env
 
 
@@ -192,7 +190,7 @@ def _finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
     return json.loads(out)
 
 
-def _recovery_s(work: Path, info: control.EmulatorInfo, store: str, name: str) -> float:
+def _recovery_s(work: Path, info: emulator.EmulatorInfo, store: str, name: str) -> float:
     """Seconds from a preemption (at a checkpoint >= step 200) to the resumed attempt's first step."""
     env = _train_env(work, info, store)
     opened = open_store(store, gcs_endpoint=env["STORAGE_EMULATOR_HOST"] or None)
@@ -206,15 +204,15 @@ def _recovery_s(work: Path, info: control.EmulatorInfo, store: str, name: str) -
             raise SystemExit(f"run {name} ended or stalled before its checkpoint at step 200")
         time.sleep(0.1)
     preempted = time.time()
-    control.AdminClient(info.endpoint).preempt("tpuops-local", "us-central1-a", name, grace_s=NOTICE_S)
+    emulator.AdminClient(info.endpoint).preempt("tpuops-local", "us-central1-a", name, grace_s=NOTICE_S)
     _finished(proc)
     final = runs.read_status(opened, name)
     assert final is not None and len(final.attempts) >= 2
     return (final.attempts[1].first_step_at or preempted) - preempted
 
 
-def _requests_per_1000_steps(work: Path, info: control.EmulatorInfo) -> dict[str, Any]:
-    admin = control.AdminClient(info.endpoint)
+def _requests_per_1000_steps(work: Path, info: emulator.EmulatorInfo) -> dict[str, Any]:
+    admin = emulator.AdminClient(info.endpoint)
     admin.reset_stats()
     steps = _finished(_train(work, _train_env(work, info, f"gs://{BUCKET}/tpuops"), "bench-requests"))["step"]
     counts = {name.removeprefix("storage:"): count for name, count in admin.stats().items()
@@ -232,7 +230,7 @@ def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats
     with tempfile.TemporaryDirectory(prefix="bench-gcs-") as tmp:
         work = Path(tmp)
         state_dir = work / "home" / "emulator"
-        info = control.start_background(state_dir, boot_delay_s=0.2, grace_s=20.0, image_python=str(TF_PYTHON),
+        info = emulator.start_background(state_dir, boot_delay_s=0.2, grace_s=20.0, image_python=str(TF_PYTHON),
                                         gcs_buckets=[BUCKET])
         try:
             local = work / "local"
@@ -275,7 +273,7 @@ def run(repeats: int, checkpoint_mbs: list[int], input_mb: int, recovery_repeats
                 result["rows"].append(_row(f"recovery, preemption -> first step (s; {recovery_repeats} runs)",
                                            recoveries, lambda r, case: r[case]))
         finally:
-            control.stop(state_dir)
+            emulator.stop(state_dir)
     return result
 
 

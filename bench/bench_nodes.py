@@ -28,7 +28,7 @@ from pathlib import Path
 import result_file
 
 from tpuops.core.kinds import Capacity
-from tpuops.emulator.control import AdminClient, start_background, stop
+from tpuops.emulator import AdminClient, start_background, stop
 from tpuops.providers.base import wait_for
 from tpuops.providers.cloud_tpu import TpuApi
 from tpuops.providers.nodes import NodeRequest

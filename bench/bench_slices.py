@@ -44,7 +44,7 @@ from typing import Any
 import result_file
 
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.emulator import AdminClient, EmulatorInfo, start_background, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"

@@ -24,12 +24,12 @@ from pathlib import Path
 from types import TracebackType
 
 from tpuops.core.errors import Timeout, UsageError
-from tpuops.emulator import storage
-from tpuops.emulator.storage import free_port
+from tpuops.emulator.gcs import storage
+from tpuops.emulator.gcs.storage import free_port
 
 
 def binary_path() -> Path:
-    """Where the bundled fake-gcs-server binary for this machine is (``tpuops.emulator.storage`` finds it)."""
+    """Where the bundled fake-gcs-server binary for this machine is (``tpuops.emulator.gcs.storage`` finds it)."""
     try:
         return storage.binary_path()
     except storage.StorageUnavailable as err:

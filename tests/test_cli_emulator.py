@@ -84,7 +84,7 @@ def test_emulator_lifecycle_from_the_cli(tmp_path: Path, monkeypatch: pytest.Mon
 def test_emulator_status_names_the_cloud_storage_endpoint_that_start_printed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """With a gs:// store, ``status`` (text and --json) says where Cloud Storage is, as ``start`` did."""
-    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator import unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -133,7 +133,7 @@ def test_loading_settings_probes_nothing_and_prints_nothing(tmp_path: Path, capf
 
 
 def test_a_store_the_machine_can_serve_is_kept_without_a_warning(tmp_path: Path) -> None:
-    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator import unavailable_reason
     from tpuops.session import with_reachable_store
 
     warned: list[str] = []

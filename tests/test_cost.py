@@ -36,7 +36,7 @@ from tpuops.core.errors import UsageError
 from tpuops.core.formats import format_usd
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
-from tpuops.emulator.billing import BillingLedger
+from tpuops.emulator.cloud.billing import BillingLedger
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import UpPlan, plan_up
 from tpuops.providers.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S

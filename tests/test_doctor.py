@@ -151,8 +151,7 @@ def test_bucket_in_the_zones_region(fake_gcs, gcs_bucket, tmp_path, monkeypatch,
 
 
 def test_gs_store_on_the_emulator_checks_the_nodes_path_to_the_bucket(tmp_path, monkeypatch, capsys):
-    from tpuops.emulator import storage
-    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator import storage_front, unavailable_reason
 
     if unavailable_reason():
         pytest.skip(unavailable_reason())
@@ -167,6 +166,6 @@ def test_gs_store_on_the_emulator_checks_the_nodes_path_to_the_bucket(tmp_path, 
         _, checks, _ = _doctor(capsys)
         assert checks["store"]["status"] == "FAIL"
         assert checks["store"]["detail"] == f"{hosts} does not send storage.googleapis.com to " \
-            f"{storage.read_front(home / 'emulator').address}"
+            f"{storage_front(home / 'emulator').address}"
     finally:
         control.stop(home / "emulator")

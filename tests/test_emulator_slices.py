@@ -22,8 +22,8 @@ from google.oauth2.credentials import Credentials
 from helpers import TF_PYTHON
 
 from tpuops.emulator import control
-from tpuops.emulator.sandbox import live_groups
-from tpuops.emulator.workers import runtime_answers
+from tpuops.emulator.vm.sandbox import live_groups
+from tpuops.emulator.vm.workers import runtime_answers
 
 PROJECT = "proj-test"
 ZONE = "europe-west4-a"

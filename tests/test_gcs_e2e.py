@@ -40,9 +40,7 @@ from pathlib import Path
 import pytest
 from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, small_digits, spec_variant
 
-from tpuops.emulator import control
-from tpuops.emulator.netview import enter_command, unavailable_reason
-from tpuops.emulator.storage import read_front
+from tpuops.emulator import control, enter_command, storage_front, unavailable_reason
 from tpuops.store import Store, open_store
 from tpuops.sweeps import ops as sweep_ops
 
@@ -118,7 +116,7 @@ class GcsWorld:
 
     def in_node_view(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """``argv`` with the nodes' view of the network: Google's names, the emulator's CA."""
-        front = read_front(self.info.state_dir)
+        front = storage_front(self.info.state_dir)
         assert front is not None
         # Not a node's process: the metadata door refuses it, so TF gets the emulator's own token.
         env = {**os.environ, "CURL_CA_BUNDLE": front.ca_bundle, "SSL_CERT_FILE": front.ca_bundle,

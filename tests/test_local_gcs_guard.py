@@ -77,11 +77,11 @@ def test_data_commands_refuse_public_storage_on_provider_local(
 
 
 @pytest.mark.unit
-def test_the_emulator_control_loads_no_storage_or_cryptography_until_a_bucket_is_served() -> None:
+def test_the_emulators_face_and_process_load_no_storage_or_cryptography_until_a_bucket_is_served() -> None:
     import subprocess
     import sys
 
-    probe = ("import sys, tpuops.emulator.control, tpuops.session; "
-             "print(sorted(m for m in sys.modules if m.startswith('cryptography') or m == 'tpuops.emulator.storage'))")
+    probe = ("import sys, tpuops.emulator, tpuops.emulator.server, tpuops.session; print(sorted(m for m in sys.modules "
+             "if m.startswith('cryptography') or m == 'tpuops.emulator.gcs.storage'))")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "[]"

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tpuops.emulator import storage
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.metadata import MetadataServer, MetadataView
-from tpuops.emulator.metadoor import MetadataDoor
-from tpuops.emulator.netview import GOOGLE_HOSTS, enter_command, unavailable_reason
+from tpuops.emulator.gcs import storage
+from tpuops.emulator.gcs.storage import StorageUnavailable
+from tpuops.emulator.gcs.tls import STORAGE_HOSTS
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.storage import StorageUnavailable
-from tpuops.emulator.tls import STORAGE_HOSTS
+from tpuops.emulator.vm.metadata import MetadataServer, MetadataView
+from tpuops.emulator.vm.metadoor import MetadataDoor
+from tpuops.emulator.vm.netview import GOOGLE_HOSTS, enter_command, unavailable_reason
 
 pytestmark = pytest.mark.emulator
 
@@ -216,7 +216,7 @@ def test_metadata_door_answers_a_nodes_processes_and_refuses_others(served: tupl
 
 def test_fake_gcs_server_stops_with_the_emulator_even_when_the_emulator_was_killed(tmp_path: Path) -> None:
     from tpuops.emulator import control
-    from tpuops.emulator.sandbox import live_groups
+    from tpuops.emulator.vm.sandbox import live_groups
 
     reason = unavailable_reason()
     if reason:

@@ -109,6 +109,20 @@ def stop_emulator() -> Iterator[list[Installed]]:
 
 @pytest.mark.emulator
 @pytest.mark.slow
+def test_the_wheel_ships_every_emulator_wing_and_what_a_worker_reads_by_path(wheel: Path) -> None:
+    """A ``-pod`` slice's workers run ``tpu_runtime.py`` and build ``bindaddr.c`` from beside ``vm/workers.py``;
+    a glob in pyproject's package data that missed the move would leave an installed emulator without them."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wings = [f"tpuops/emulator/{wing}/__init__.py" for wing in ("api", "cloud", "gcs", "vm")]
+    needed = [*wings, "tpuops/emulator/vm/bindaddr.c", "tpuops/emulator/vm/tpu_runtime.py",
+              "tpuops/emulator/cloud/slices.py"]
+    assert not [name for name in needed if name not in names], sorted(n for n in names if "emulator" in n)
+
+
+@pytest.mark.emulator
+@pytest.mark.slow
 def test_wheel_on_python_313_without_a_runtime_then_with_tf_python(
         wheel: Path, tmp_path: Path, stop_emulator: list[Installed]) -> None:
     tpuops = install(wheel, "3.13", tmp_path)

@@ -10,6 +10,7 @@ the file, the line and the import, before it becomes a circle.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from pathlib import Path
 
@@ -230,6 +231,73 @@ def test_the_node_engine_leaves_the_ledger_to_its_billing_observer() -> None:
                and ((isinstance(node.value, ast.Name) and node.value.id == "fleet")
                     or (isinstance(node.value, ast.Attribute) and node.value.attr == "nodes"))]
     assert not reached, f"the controller reaches into its Fleet for its billing observer at lines {reached}"
+
+
+# ----- the emulator: four sub-wings on a ground, behind one face -----------------------------------------------
+
+EMULATOR_GROUND = tuple(f"tpuops.emulator.{name}" for name in ("apierror", "faults", "fsutil", "background", "stats"))
+"""The modules every emulator wing stands on (``tpuops/emulator/*.py`` beside the face, the process and control)."""
+
+EMULATOR_MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "emulator/vm": ("tpuops.emulator.vm", "tpuops.emulator.fsutil", "tpuops.emulator.background"),
+    "emulator/cloud": ("tpuops.emulator.cloud", "tpuops.emulator.vm", "tpuops.emulator.apierror",
+                       "tpuops.emulator.faults", "tpuops.emulator.fsutil", "tpuops.providers.tpu_catalog",
+                       "tpuops.providers.billing_rules"),
+    "emulator/gcs": ("tpuops.emulator.gcs", "tpuops.emulator.vm", "tpuops.emulator.faults", "tpuops.emulator.fsutil",
+                     "tpuops.emulator.stats", "tpuops.emulator.background"),
+    "emulator/api": ("tpuops.emulator.api", "tpuops.emulator.cloud", "tpuops.emulator.apierror",
+                     "tpuops.emulator.faults", "tpuops.emulator.stats", "tpuops.providers.tpu_catalog"),
+}
+"""Per emulator sub-wing (its docstring says the same), the tpuops modules it may import."""
+
+
+@pytest.mark.parametrize("wing", sorted(EMULATOR_MAY_IMPORT))
+def test_an_emulator_wing_imports_only_what_its_docstring_allows(wing: str) -> None:
+    allowed = EMULATOR_MAY_IMPORT[wing]
+    bad = [f"{where} imports {module}" for where, module in _wing_imports(wing) if not _admitted(module, allowed)]
+    assert not bad, f"tpuops/{wing}/ may import only {', '.join(allowed)}:\n" + "\n".join(bad)
+
+
+def test_the_emulators_ground_stands_on_nothing_above_it() -> None:
+    """``faults`` may name the errors it refuses with; the rest of the ground imports no tpuops module."""
+    bad = [f"{name}.py:{line} imports {module}" for name in (g.rsplit(".", 1)[1] for g in EMULATOR_GROUND)
+           for line, module in _imports(PACKAGE / "emulator" / f"{name}.py")
+           if not (name == "faults" and module == "tpuops.emulator.apierror")]
+    assert not bad, "the emulator's ground imports nothing of the wings above it:\n" + "\n".join(bad)
+
+
+def _past_the_face(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every import in ``path`` that reaches into the emulator past ``tpuops.emulator``'s names."""
+    import tpuops.emulator
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("tpuops.emulator.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith("tpuops.emulator."):
+                found.append((node.lineno, node.module))
+            elif node.module == "tpuops.emulator":
+                found += [(node.lineno, f"tpuops.emulator.{a.name}") for a in node.names
+                          if a.name not in tpuops.emulator.__all__]
+    return found
+
+
+def test_nothing_outside_the_emulator_reaches_past_its_face() -> None:
+    """The rest of tpuops, the benchmarks and the Makefile use the names ``tpuops/emulator/__init__.py`` exports.
+
+    Tests may reach inside: the emulator's own tests (``test_emulator_*``, ``test_node_storage``) drive its
+    parts one by one; every other test is better served by the face, as the program is.
+    """
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if not p.is_relative_to(PACKAGE / "emulator")]
+    outside += sorted((PACKAGE.parent / "bench").glob("*.py"))
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+           for path in outside for line, module in _past_the_face(path)]
+    makefile = PACKAGE.parent / "Makefile"
+    bad += [f"Makefile:{number} names {found}"
+            for number, text in enumerate(makefile.read_text(encoding="utf-8").splitlines(), 1)
+            for found in re.findall(r"tpuops\.emulator\.\w+", text)]
+    assert not bad, "outside tpuops/emulator/, import only what tpuops.emulator exports:\n" + "\n".join(bad)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ class _Apis:
     def _find_emulator(self) -> Any:
         if not self.local:
             return None
-        from tpuops.emulator.control import EmulatorInfo, status, token_for
+        from tpuops.emulator import EmulatorInfo, status, token_for
 
         url = self.settings.endpoint_url
         if url:
@@ -269,7 +269,7 @@ def check_emulator(apis: _Apis) -> Check:
         return Check("emulator", OK, "not used (provider gcp)")
     if apis.emulator is None:
         return Check("emulator", FAIL, f"no emulator runs for {apis.settings.emulator_dir}", "tpuops emulator start")
-    from tpuops.emulator.control import AdminClient
+    from tpuops.emulator import AdminClient
 
     try:
         health = AdminClient(apis.emulator.endpoint, timeout_s=_HTTP_TIMEOUT_S, token=apis.emulator.token).health()
@@ -323,18 +323,17 @@ def check_store(apis: _Apis) -> list[Check]:
 
 
 def _emulator_serves_storage(apis: _Apis) -> bool:
-    from tpuops.emulator.storage import read_front
+    from tpuops.emulator import storage_front
 
-    return read_front(apis.settings.emulator_dir) is not None
+    return storage_front(apis.settings.emulator_dir) is not None
 
 
 def _node_storage(apis: _Apis, bucket: str) -> Check:
     """Provider local with a gs:// store: the path an emulated node takes to the bucket, end to end."""
-    from tpuops.emulator.netview import unavailable_reason
-    from tpuops.emulator.storage import chain_problem
+    from tpuops.emulator import storage_problem, unavailable_reason
 
     token = apis.emulator.token if apis.emulator else None
-    problem = unavailable_reason() or chain_problem(apis.settings.emulator_dir, bucket, token)
+    problem = unavailable_reason() or storage_problem(apis.settings.emulator_dir, bucket, token)
     if problem:
         return Check("store", FAIL, problem, "run as root, then tpuops emulator stop && tpuops emulator start")
     return Check("store", OK, f"gs://{bucket} served by fake-gcs-server; nodes reach it as "

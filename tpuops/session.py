@@ -42,7 +42,7 @@ def with_reachable_store(settings: Settings, warn: Callable[[str], None]) -> Set
     """
     if settings.cloud is not Cloud.LOCAL or not settings.store.startswith("gs://"):
         return settings
-    from tpuops.emulator.netview import unavailable_reason
+    from tpuops.emulator import unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:
@@ -66,7 +66,7 @@ def tpu_endpoint(settings: Settings) -> str | None:
     if settings.endpoint_url:
         return settings.endpoint_url
     if settings.cloud is Cloud.LOCAL:
-        from tpuops.emulator.control import ensure_running
+        from tpuops.emulator import ensure_running
 
         return ensure_running(settings.emulator_dir, image_python=emulated_image_python(settings),
                               gcs_buckets=emulated_buckets(settings)).endpoint
@@ -97,7 +97,7 @@ def connect(settings: Settings) -> NodeProvider:
         settings.endpoint_url
     token = None
     if endpoint and endpoint.startswith("http://"):
-        from tpuops.emulator.control import token_for
+        from tpuops.emulator import token_for
 
         token = token_for(endpoint)
     return open_provider(settings.node_provider, Connection(
@@ -132,7 +132,7 @@ class EmulatedWorkers:
                       timeout_s: float) -> WorkerRan:
         import os
 
-        from tpuops.emulator.control import AdminClient
+        from tpuops.emulator import AdminClient
         from tpuops.providers.commands import command_line, run_here
 
         name = f"projects/{self.project}/locations/{zone}/nodes/{node}"
@@ -176,7 +176,7 @@ def emulated_storage(settings: Settings) -> str:
     """
     import os
 
-    from tpuops.emulator.control import storage_endpoint
+    from tpuops.emulator import storage_endpoint
 
     tpu_endpoint(settings)
     require_served(settings)
@@ -189,7 +189,7 @@ def emulated_storage(settings: Settings) -> str:
 
 def require_served(settings: Settings) -> None:
     """Refuse (``UsageError``, one line) when the running emulator does not serve a bucket the settings need."""
-    from tpuops.emulator.control import served_buckets
+    from tpuops.emulator import served_buckets
 
     served = served_buckets(settings.emulator_dir)
     missing = [bucket for bucket in emulated_buckets(settings) if bucket not in served]

@@ -18,7 +18,7 @@ from tpuops.providers.commands import WorkerRan
 
 if TYPE_CHECKING:
     from tpuops.doctor import Checkup
-    from tpuops.emulator.control import AdminClient, EmulatorInfo
+    from tpuops.emulator import AdminClient, EmulatorInfo
     from tpuops.schedule import Schedule
     from tpuops.tfenv.build import Built
     from tpuops.tfenv.locate import RuntimeReport
@@ -107,7 +107,7 @@ def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1
     With a ``gs://`` store it also serves that bucket to the emulated nodes as storage.googleapis.com;
     an emulator already running without it is refused (``UsageError``: stop it, then start).
     """
-    from tpuops.emulator.control import start_background, status, storage_endpoint
+    from tpuops.emulator import start_background, status, storage_endpoint
     from tpuops.session import emulated_buckets, emulated_image_python, require_served
 
     info = status(settings.emulator_dir)
@@ -122,20 +122,20 @@ def emulator_start(settings: Settings, *, port: int = 0, boot_delay_s: float = 1
 
 def emulator_stop(settings: Settings) -> bool:
     """``tpuops emulator stop``: stop it and every node process it started; whether it was running."""
-    from tpuops.emulator.control import stop
+    from tpuops.emulator import stop
 
     return stop(settings.emulator_dir)
 
 
 def emulator_status(settings: Settings) -> EmulatorInfo | None:
     """``tpuops emulator status``: where the emulator of this home listens, or ``None``."""
-    from tpuops.emulator.control import status
+    from tpuops.emulator import status
 
     return status(settings.emulator_dir)
 
 
 def _admin(settings: Settings) -> AdminClient:
-    from tpuops.emulator.control import AdminClient
+    from tpuops.emulator import AdminClient
 
     info = emulator_status(settings)
     if info is None:
@@ -154,7 +154,7 @@ def emulator_fault(settings: Settings, *, clear: bool = False, **faults: Any) ->
 
     Returns the faults in force. A value the emulator would refuse is refused before it is looked for.
     """
-    from tpuops.emulator.control import check_faults
+    from tpuops.emulator import check_faults
 
     changes = {key: value for key, value in faults.items() if value is not None}
     check_faults(changes)

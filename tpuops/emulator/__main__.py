@@ -12,8 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
+from tpuops.emulator.cloud.state import EmulatorConfig
 from tpuops.emulator.server import run
-from tpuops.emulator.state import EmulatorConfig
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ One state directory holds one emulator: ``emulator.json`` ({pid, endpoint, auth}
 which process serves it, ``emulator.log`` gets its output, ``token`` (mode 0600) holds the
 bearer token every request must carry unless it was started with ``auth=False``, and the
 sandboxes, ``billing.json`` and ``process_groups.json`` live beside them; with buckets to serve
-(a ``gs://`` store) so do fake-gcs-server's ``gcs.json``, its objects and the CA (``storage``). The emulator runs
+(a ``gs://`` store) so do fake-gcs-server's ``gcs.json``, its objects and the CA (``gcs.storage``). The emulator runs
 in its own session so it outlives the command that started it; ``stop`` ends it and every
 process group it started, even when the emulator itself has to be killed.
 
@@ -31,13 +31,16 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import tpuops
 from tpuops.core import errors
 from tpuops.emulator.fsutil import read_json, write_json_atomic
-from tpuops.emulator.sandbox import kill_registered_groups
+from tpuops.emulator.vm.sandbox import kill_registered_groups
+
+if TYPE_CHECKING:
+    from tpuops.emulator.gcs.storage import StorageFront
 
 INFO_FILE = "emulator.json"
 LOG_FILE = "emulator.log"
@@ -245,27 +248,43 @@ def stop(state_dir: Path, timeout_s: float = 15.0) -> bool:
         _terminate(info.pid, timeout_s)
         stopped = True
     stopped = kill_registered_groups(state_dir) or stopped
-    from tpuops.emulator import storage  # lazily: its certificates need cryptography, only a gs:// store does
+    from tpuops.emulator.gcs import storage  # lazily: its certificates need cryptography, only a gs:// store does
 
     stopped = storage.stop(state_dir) or stopped
     (state_dir / INFO_FILE).unlink(missing_ok=True)
     return stopped
 
 
+def storage_front(state_dir: Path) -> StorageFront | None:
+    """What the emulator of ``state_dir`` recorded of the Cloud Storage it serves (None: it serves none).
+
+    The front's process may have died since; ``storage_problem`` follows the path a node takes.
+    """
+    from tpuops.emulator.gcs.storage import read_front  # lazily: its certificates need cryptography
+
+    return read_front(state_dir)
+
+
 def storage_endpoint(state_dir: Path) -> str | None:
     """The control plane's endpoint of the fake-gcs-server that the emulator of ``state_dir`` runs, if any."""
-    from tpuops.emulator.storage import read_front
-
-    front = read_front(state_dir)
+    front = storage_front(state_dir)
     return front.http_endpoint if front is not None else None
 
 
 def served_buckets(state_dir: Path) -> list[str]:
     """The buckets the fake-gcs-server of the emulator of ``state_dir`` was started with (none: no storage)."""
-    from tpuops.emulator.storage import read_front
-
-    front = read_front(state_dir)
+    front = storage_front(state_dir)
     return list(front.buckets) if front is not None else []
+
+
+def storage_problem(state_dir: Path, bucket: str, token: str | None) -> str | None:
+    """What breaks an emulated node's path to ``bucket`` (one line), or None when a node would reach it.
+
+    ``token``: the emulator's own (None when it runs without auth); see ``gcs.storage.chain_problem``.
+    """
+    from tpuops.emulator.gcs.storage import chain_problem
+
+    return chain_problem(state_dir, bucket, token)
 
 
 def _terminate(pid: int, timeout_s: float) -> None:

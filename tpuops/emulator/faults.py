@@ -9,7 +9,7 @@ Admin and metadata requests are never failed.
 
 ``kill_runtimes`` / ``never_boot_workers`` name workers of slices (``NODE/N``); each entry acts once.
 
-``gcs_error_rate`` / ``gcs_latency_ms`` act on both Cloud Storage fronts (``gcsfront``): the one
+``gcs_error_rate`` / ``gcs_latency_ms`` act on both Cloud Storage fronts (``gcs.front``): the one
 emulated nodes reach as storage.googleapis.com and the control plane's: a failed request is, in
 turns, a 503, a 429, or a connection reset before any response byte; the latency delays every response.
 """
@@ -51,7 +51,7 @@ class FaultConfig:
     disabled_services: list[str] = field(default_factory=list)
     denied_permissions: list[str] = field(default_factory=list)
     missing_service_accounts: list[str] = field(default_factory=list)
-    # The Cloud Storage fronts (gcsfront, nodes' and control plane's): fraction failed, milliseconds added to each.
+    # The Cloud Storage fronts (gcs.front, nodes' and control plane's): fraction failed, milliseconds added to each.
     gcs_error_rate: float = 0.0
     gcs_latency_ms: float = 0.0
     # Workers of slices, as "NODE/N": each entry is used up by the one event it causes. The TPU runtime of

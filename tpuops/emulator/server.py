@@ -4,8 +4,8 @@
 SIGINT or ``POST /_admin/shutdown``, and on the way out ends every process group it
 started, closes the billing intervals and stops the metadata servers. Every request passes
 the ``auth`` check first (unless the emulator runs with ``--no-auth``). With buckets to serve
-(a ``gs://`` store) it also runs fake-gcs-server and its HTTPS front (``storage``), started
-before the first node and stopped after the last one: the two stop together.
+(a ``gs://`` store) it also runs fake-gcs-server and its HTTPS front (``gcs.storage``, imported only
+then), started before the first node and stopped after the last one: the two stop together.
 """
 
 from __future__ import annotations
@@ -18,21 +18,22 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tpuops.emulator import discovery
-from tpuops.emulator.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.api import discovery
+from tpuops.emulator.api.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.api.auth import Authenticator
+from tpuops.emulator.api.rest import RestApi, parse_body
 from tpuops.emulator.apierror import ApiError
-from tpuops.emulator.auth import Authenticator
+from tpuops.emulator.cloud.queued import QueuedResources
+from tpuops.emulator.cloud.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.http_api import RestApi, parse_body
-from tpuops.emulator.metadoor import MetadataDoor
-from tpuops.emulator.queued import QueuedResources
-from tpuops.emulator.state import EmulatorConfig, EmulatorState
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.storage import Storage, StorageUnavailable
-from tpuops.emulator.storage import serve as serve_storage
+from tpuops.emulator.vm.metadoor import MetadataDoor
+
+if TYPE_CHECKING:
+    from tpuops.emulator.gcs.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Emulator:
         """
         self._httpd = _Server(("127.0.0.1", port), self)
         endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self.state.sandboxes.use_api(endpoint)
+        self.state.slices.sandboxes.use_api(endpoint)
         announce(endpoint)
         try:
             self._httpd.serve_forever(poll_interval=0.1)
@@ -171,6 +172,10 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
     emulator = Emulator(config, token, token_file or "")
     storage: Storage | None = None
     if gcs_buckets:
+        # Only here: its CA needs cryptography, which an emulator without a gs:// store does without.
+        from tpuops.emulator.gcs.storage import StorageUnavailable
+        from tpuops.emulator.gcs.storage import serve as serve_storage
+
         try:
             storage = serve_storage(config.state_dir, gcs_buckets, emulator.faults, emulator.stats,
                                     emulator.auth.storage_caller)
@@ -178,12 +183,12 @@ def run(config: EmulatorConfig, port: int, token_file: str | None = None, gcs_bu
             emulator.state.close()
             print(f"tpuops emulator: cannot serve Cloud Storage: {err}", file=sys.stderr, flush=True)
             return 1
-        emulator.state.sandboxes.use_network(storage.network)
+        emulator.state.slices.sandboxes.use_network(storage.network)
     door: MetadataDoor | None = None
     try:
         if storage is not None:
             try:
-                door = MetadataDoor(storage.front.address, emulator.state.metadata_hosts_by_group)
+                door = MetadataDoor(storage.front.address, emulator.state.slices.metadata_hosts_by_group)
             except OSError as err:
                 emulator.state.close()
                 print(f"tpuops emulator: cannot serve metadata on {storage.front.address}:80: {err.strerror}",

@@ -100,7 +100,7 @@ def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None
     An empty object reads as no status yet, not as a broken document. A CI run once saw a
     zero-byte status (``tpuops train`` stopped with exit 2): fake-gcs-server published an upload's
     bytes so far when TensorFlow asked how far a failed upload had got, where Cloud Storage answers
-    308. The emulator's fronts now answer those queries themselves (``tpuops.emulator.uploads``);
+    308. The emulator's fronts now answer those queries themselves (``tpuops.emulator.gcs.uploads``);
     this reading stays as the safe one, since a whole status is never empty.
     """
     key = layout.status_key(run_id)

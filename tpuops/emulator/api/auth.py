@@ -20,7 +20,7 @@ import hmac
 from collections.abc import Callable, Mapping
 
 from tpuops.emulator.apierror import ApiError
-from tpuops.emulator.nodes import Node
+from tpuops.emulator.cloud.nodes import Node
 
 UNAUTHENTICATED_MESSAGE = (
     "Request is missing a valid bearer token. This tpuops emulator requires the token that "
@@ -65,7 +65,7 @@ class Authenticator:
 
 
     def storage_caller(self, authorization: str) -> bool:
-        """Whether a Cloud Storage request with this ``Authorization`` header may proceed (``gcsfront``).
+        """Whether a Cloud Storage request with this ``Authorization`` header may proceed (``gcs.front``).
 
         The owner's token, or a node's service-account token (the VM's account reads and writes
         the store, as ``infra/`` grants it); anyone when the emulator runs with --no-auth.

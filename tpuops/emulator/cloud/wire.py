@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from tpuops.emulator import catalog
 from tpuops.emulator.apierror import invalid
+from tpuops.emulator.cloud import catalog
 from tpuops.providers.tpu_catalog import AcceleratorType
 
 T = TypeVar("T")

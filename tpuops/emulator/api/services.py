@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpuops.emulator.apierror import invalid, not_found
-from tpuops.emulator.catalog import project_number
+from tpuops.emulator.cloud.catalog import project_number
 
 if TYPE_CHECKING:
+    from tpuops.emulator.cloud.wire import Request
     from tpuops.emulator.faults import Faults
-    from tpuops.emulator.wire import Request
 
 
 class ProjectServices:

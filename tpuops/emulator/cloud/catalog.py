@@ -14,7 +14,8 @@ import random
 from tpuops.emulator.apierror import ApiError, invalid
 from tpuops.providers.tpu_catalog import AcceleratorType, load
 
-__all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number"]
+__all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number",
+           "stockout_error"]
 
 
 def _eid() -> str:
@@ -52,16 +53,13 @@ def check_runtime_version(version: str, zone: str) -> None:
         )
 
 
+def stockout_error(zone: str) -> ApiError:
+    """The error a create operation ends with when the zone has no capacity, worded as on GCP."""
+    return ApiError("RESOURCE_EXHAUSTED", f'There is no more capacity in the zone "{zone}"; you can try in another '
+                    "zone where Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) " + _eid())
+
+
 def project_number(project: str) -> str:
     """A stable 12-digit project number for a project id, as the metadata server shows it."""
     digest = int(hashlib.sha256(project.encode()).hexdigest()[:12], 16)
     return str(100_000_000_000 + digest % 900_000_000_000)
-
-
-def runtime_exists(version: str) -> bool:
-    return version in load().runtime_versions
-
-
-def raise_unknown(kind: str, name: str) -> ApiError:
-    """NOT_FOUND for a catalog entry (accelerator type, runtime version) read by name."""
-    return ApiError("NOT_FOUND", f"{kind} {name!r} not found.")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.emulator.fsutil import read_json, write_json_atomic
-from tpuops.emulator.netview import NodeNetwork
+from tpuops.emulator.vm.netview import NodeNetwork
 
 log = logging.getLogger(__name__)
 

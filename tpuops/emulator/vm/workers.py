@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuops.emulator.metadata import MetadataServer
-from tpuops.emulator.sandbox import ScriptRun
+from tpuops.emulator.vm.metadata import MetadataServer
+from tpuops.emulator.vm.sandbox import ScriptRun
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 
 from tpuops.emulator.background import Background, QuietHandler
-from tpuops.emulator.sandbox import process_groups
+from tpuops.emulator.vm.sandbox import process_groups
 
 PORT = 80
 _FORWARDED = ("Metadata-Flavor", "Content-Type", "Content-Length")

@@ -4,7 +4,7 @@ On a TPU VM ``storage.googleapis.com``, ``www.googleapis.com`` and ``metadata.go
 (``metadata``) are Google's. An emulated node's processes run in a private mount namespace (``unshare -m``) in
 which ``/etc/hosts`` is a bind mount of ``<state-dir>/node-hosts``: the machine's own entries plus
 those names sent to the storage front's loopback address, where port 443 is the storage front
-(``gcsfront``) and port 80 the metadata door (``metadoor``). Nothing else on the machine sees
+(``gcs.front``) and port 80 the metadata door (``metadoor``). Nothing else on the machine sees
 that file, so the emulator never changes the host's name resolution.
 
 The node's environment also trusts the emulator's CA (``CURL_CA_BUNDLE`` for TensorFlow's curl,

@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
-from tpuops.emulator.nodes import QueuedNodeSpec, QueuedResource
-from tpuops.emulator.operations import EMPTY_TYPE, QUEUED_RESOURCE_TYPE
-from tpuops.emulator.state import EmulatorState, check_zone
-from tpuops.emulator.wire import check_resource_id, parse_duration, parse_node_fields, parse_rfc3339
+from tpuops.emulator.cloud.nodes import QueuedNodeSpec, QueuedResource
+from tpuops.emulator.cloud.operations import EMPTY_TYPE, QUEUED_RESOURCE_TYPE
+from tpuops.emulator.cloud.state import EmulatorState, check_zone
+from tpuops.emulator.cloud.wire import check_resource_id, parse_duration, parse_node_fields, parse_rfc3339
 
 _FIELDS = frozenset(
     {"name", "createTime", "tpu", "spot", "guaranteed", "bestEffort", "queueingPolicy", "state", "reservationName"}

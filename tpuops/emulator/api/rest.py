@@ -21,14 +21,21 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from tpuops.emulator.api.services import ProjectServices
 from tpuops.emulator.apierror import ApiError, invalid, not_found, precondition
-from tpuops.emulator.catalog import check_zone, project_number
+from tpuops.emulator.cloud.catalog import check_zone, project_number
+from tpuops.emulator.cloud.queued import QueuedResources
+from tpuops.emulator.cloud.state import EmulatorState
+from tpuops.emulator.cloud.wire import (
+    Request,
+    page_size_of,
+    paginate,
+    parse_node_fields,
+    parse_update_mask,
+    require_object,
+)
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.queued import QueuedResources
-from tpuops.emulator.services import ProjectServices
-from tpuops.emulator.state import EmulatorState
 from tpuops.emulator.stats import RpcStats
-from tpuops.emulator.wire import Request, page_size_of, paginate, parse_node_fields, parse_update_mask, require_object
 from tpuops.providers.tpu_catalog import AcceleratorType, load
 
 _LOCATION = r"projects/(?P<project>[^/:]+)/locations/(?P<zone>[^/:]+)"

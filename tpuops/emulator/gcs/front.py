@@ -49,9 +49,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from tpuops.emulator import uploads
 from tpuops.emulator.background import Background
 from tpuops.emulator.faults import Faults
+from tpuops.emulator.gcs import uploads
 
 CHUNK = 1 << 20
 # A client connection idle this long is closed (TensorFlow reconnects as it would to Google).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuops.emulator.apierror import ApiError, not_found
-from tpuops.emulator.wire import rfc3339
+from tpuops.emulator.cloud.wire import rfc3339
 
 TYPE_PREFIX = "type.googleapis.com/"
 METADATA_TYPE = TYPE_PREFIX + "google.cloud.tpu.v2.OperationMetadata"

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuops.emulator.apierror import ApiError, invalid
+from tpuops.emulator.cloud.state import EmulatorState
 from tpuops.emulator.faults import Faults
-from tpuops.emulator.state import EmulatorState
 from tpuops.emulator.stats import RpcStats
 
 ADMIN_PREFIX = "/_admin/"

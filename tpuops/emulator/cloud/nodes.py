@@ -14,10 +14,22 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuops.emulator import catalog
-from tpuops.emulator.operations import LongRunningOperation
-from tpuops.emulator.wire import NodeFields, rfc3339
-from tpuops.emulator.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
+from tpuops.emulator.apierror import invalid
+from tpuops.emulator.cloud import catalog
+from tpuops.emulator.cloud.operations import LongRunningOperation
+from tpuops.emulator.cloud.wire import NodeFields, rfc3339, string_list, string_map
+from tpuops.emulator.vm.workers import TPU_RUNTIME_PORT, Worker, tpu_env, worker_endpoints
+
+UPDATABLE_PATHS = frozenset({"description", "tags", "labels", "metadata", "network_config.enable_external_ips"})
+
+
+def check_update_mask(paths: list[str]) -> None:
+    """Refuse (INVALID_ARGUMENT) an empty update mask or one naming a field that cannot be updated."""
+    if not paths:
+        raise invalid("Field update_mask is required.")
+    unsupported = sorted(set(paths) - UPDATABLE_PATHS)
+    if unsupported:
+        raise invalid(f"Invalid update_mask path {unsupported[0]!r}; updatable: {', '.join(sorted(UPDATABLE_PATHS))}.")
 
 
 @dataclass
@@ -84,6 +96,34 @@ class Node:
             "tpu-env": tpu_env(worker, accelerator=accelerator.name, node_id=self.node_id, zone=self.zone,
                                topology=accelerator.topology, runtime_version=self.spec.runtime_version),
         }
+
+    def apply_update(self, paths: list[str], body: dict[str, Any]) -> None:
+        """Apply the fields of ``body`` that the update mask ``paths`` (snake_case) names.
+
+        Every masked field is validated first, then all are applied: an invalid update changes nothing.
+        The workers' metadata servers are the caller's to refresh when ``metadata`` is among the paths.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT (a mask ``check_update_mask`` refuses, a malformed field).
+        """
+        check_update_mask(paths)
+        spec = self.spec
+        description = str(body.get("description") or "")
+        tags = string_list(body.get("tags"), "tags")
+        labels = string_map(body.get("labels"), "labels")
+        metadata = string_map(body.get("metadata"), "metadata")
+        if "description" in paths:
+            spec.description = description
+        if "tags" in paths:
+            spec.tags = tags
+        if "labels" in paths:
+            spec.labels = labels
+        if "metadata" in paths:
+            spec.metadata = metadata
+        if "network_config.enable_external_ips" in paths:
+            enabled = bool((body.get("networkConfig") or {}).get("enableExternalIps"))
+            current = spec.network_config or self.to_json()["networkConfig"]
+            spec.network_config = {**current, "enableExternalIps": enabled}
 
     def health(self) -> tuple[str | None, str]:
         """``health`` and ``healthDescription`` of a READY node.

@@ -2,13 +2,13 @@
 
 TensorFlow's Cloud Storage filesystem (and the bootstrap, the prefetch) talk HTTPS to
 ``storage.googleapis.com`` and ``www.googleapis.com`` and nowhere else, so the HTTPS front before
-fake-gcs-server (``gcsfront``) must present a certificate for those names that the node's clients
+fake-gcs-server (``front``) must present a certificate for those names that the node's clients
 trust. ``ensure_authority`` creates, once per state directory, a CA and a server certificate signed by it:
 
     <state-dir>/tls/ca.pem          the CA certificate (public)
     <state-dir>/tls/ca.key          the CA key, mode 0600, read by nobody but this module
     <state-dir>/tls/server.pem      certificate for the storage hosts
-    <state-dir>/tls/server.key      its key, mode 0600 (the HTTPS front, ``gcsfront.GcsFront``, reads it)
+    <state-dir>/tls/server.key      its key, mode 0600 (the HTTPS front, ``gcs.front.GcsFront``, reads it)
     <state-dir>/tls/ca-bundle.pem   the system's trusted CAs plus ours: what CURL_CA_BUNDLE,
                                     SSL_CERT_FILE and REQUESTS_CA_BUNDLE point at on a node, so
                                     pip still reaches PyPI while the storage hosts are ours

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tpuops.emulator.cloud.wire import rfc3339
 from tpuops.emulator.fsutil import read_json, write_json_atomic
-from tpuops.emulator.wire import rfc3339
 from tpuops.providers.billing_rules import billed_seconds, preemption_is_free
 
 BILLING_FILE = "billing.json"
