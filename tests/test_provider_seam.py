@@ -16,7 +16,7 @@ import pytest
 import tpuops
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
-from tpuops.providers.cloud_tpu import _node_info, node_body
+from tpuops.providers.cloud_tpu.adapter import _node_info, node_body
 from tpuops.providers.nodes import NodeRequest, NodeState
 
 pytestmark = pytest.mark.unit

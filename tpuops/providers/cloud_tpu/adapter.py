@@ -37,7 +37,8 @@ from tpuops.core.errors import (
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
-from tpuops.providers.base import CloudTpuRules, Connection
+from tpuops.providers.base import Connection
+from tpuops.providers.cloud_tpu.offers import CloudTpuRules
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 
 CALL_TIMEOUT_S = 30.0
