@@ -4,7 +4,7 @@
 catalog), its runtimes (the TF 2.9 rules of ``accelerators``), the zones that offer it, the chip-hour prices
 (``prices.toml``, package data beside this module) and the first-minute rule (``billing_rules``).
 ``CloudTpuRules`` holds the same facts as the class methods the registry asks when it checks the settings; the
-adapter (``adapter.TpuApi``) and the in-process worlds that model Cloud TPU (``memory``, ``simulated``) derive
+adapter (``adapter``) and the in-process worlds that model Cloud TPU (``memory``, ``simulated``) derive
 from it, so each answers with Cloud TPU's offers.
 """
 
