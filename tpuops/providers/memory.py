@@ -13,6 +13,8 @@ name), so tests can say what a pass asked.
 It lives in the package, not under tests/: it is registered (``node_provider = "memory"``), a
 simulation of a plan can drive the controller through it, and it is the worked example of a provider
 that is one module and one registration line.
+Its rules and offers are Cloud TPU's, named explicitly (``cloud_tpu.offers.CloudTpuRules``): a cloud of one
+process models Google's offers, so a v3-32 here has Cloud TPU's 4 hosts and prices.
 
 Thread-safe: one lock around the nodes, the operations and the log.
 """

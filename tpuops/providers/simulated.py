@@ -25,7 +25,8 @@ Events are applied lazily, in time order, whenever the provider is called or ``c
 is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
 quota), every READY interval kept as the billing truth with the first-minute rule
 (``tpuops.providers.cloud_tpu.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU
-bills it.
+bills it. Its rules and offers are Cloud TPU's, named explicitly (``cloud_tpu.offers.CloudTpuRules``): it is
+Cloud TPU on a clock, so Google's offers are its model.
 Every draw comes from the node's own generator, seeded by (seed, zone, name,
 how many creates of that name came before): the controller acts on runs concurrently, so the order of
 calls varies from one simulation to the next, and a shared stream would hand a node another run's draw;
