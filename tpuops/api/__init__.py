@@ -333,14 +333,10 @@ def logs(settings: Settings, run_id: str, *, follow: bool = False, worker: str =
         UsageError: ``worker`` is not a worker of the run's accelerator (before anything is read).
     """
     from tpuops import runs
-    from tpuops.providers.offers import hosts_of
-    from tpuops.providers.registry import offers_of
     from tpuops.session import store
 
     root = store(settings)
-    accelerator = runs.read_record(root, run_id).node.accelerator
-    hosts = hosts_of(offers_of(settings.node_provider), accelerator)
-    workers = slice_workers(accelerator, hosts, worker, f"run {run_id}")
+    workers = slice_workers(settings, runs.read_record(root, run_id).node.accelerator, worker, f"run {run_id}")
     return runs.follow_logs(root, run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5), workers=workers)
 
 

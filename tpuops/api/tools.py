@@ -246,7 +246,7 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
     if not found:
         raise UsageError(f"no node {node!r} in {', '.join(settings.zones)} ('tpuops status' lists them)")
     target = found[0]
-    workers = slice_workers(target.accelerator, target.hosts, worker, f"node {node}")
+    workers = slice_workers(settings, target.accelerator, worker, f"node {node}")
     if target.state is not NodeState.READY:
         raise PreconditionFailed(f"node {node} is {target.state.value}: nothing runs on it")
     line = " ".join(command)
@@ -294,13 +294,17 @@ def _run(worker: int, argv: list[str], cwd: str | None, env: dict[str, str] | No
     return WorkerRan(worker, done.returncode, done.stdout, done.stderr)
 
 
-def slice_workers(accelerator: str, hosts: int, worker: str, what: str) -> list[int]:
-    """The workers ``--worker`` names on a node of ``accelerator`` with ``hosts`` hosts (as its provider says):
-    ``all``, or one number below its host count.
+def slice_workers(settings: Settings, accelerator: str, worker: str, what: str) -> list[int]:
+    """The workers ``--worker`` names on a node of ``accelerator``: ``all``, or one number below its host count,
+    as the configured provider's offers shape it (also for a node not READY yet, whose workers are not listed).
 
     Raises:
         UsageError: one line naming the hosts ``what`` has and the values that would be right.
     """
+    from tpuops.providers.offers import hosts_of
+    from tpuops.providers.registry import offers_of
+
+    hosts = hosts_of(offers_of(settings.node_provider), accelerator)
     if worker == "all":
         return list(range(hosts))
     if not (worker.isascii() and worker.isdigit()) or int(worker) >= hosts:
