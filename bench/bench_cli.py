@@ -98,7 +98,7 @@ def make_nodes(endpoint: str, count: int) -> None:
     from tpuops.core.kinds import Capacity
     from tpuops.core.naming import labels_for
     from tpuops.emulator import token_for
-    from tpuops.providers.cloud_tpu import TpuApi
+    from tpuops.providers.cloud_tpu.adapter import TpuApi
     from tpuops.providers.nodes import NodeRequest
 
     api = TpuApi("tpuops-local", endpoint=endpoint, token=token_for(endpoint), poll_interval_s=0.05)

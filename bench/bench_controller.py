@@ -75,7 +75,7 @@ from tpuops.fleet import Fleet
 from tpuops.launch.bundle import job_argv
 from tpuops.launch.jobs import declare, plan_train
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import LocalStore, ObjectInfo, Store
 from tpuops.sweeps.advance import SweepStep

@@ -30,7 +30,7 @@ import result_file
 from tpuops.core.kinds import Capacity
 from tpuops.emulator import AdminClient, start_background, stop
 from tpuops.providers.base import wait_for
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.providers.nodes import NodeRequest
 
 ZONES = ["us-central1-a", "us-central1-b"]

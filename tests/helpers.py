@@ -233,7 +233,7 @@ def emulator_fleet(info: EmulatorInfo, home: Path, zone: str) -> Any:
     from tpuops.billing.ledger import Ledger
     from tpuops.config import load_settings
     from tpuops.fleet import Fleet
-    from tpuops.providers.cloud_tpu import TpuApi
+    from tpuops.providers.cloud_tpu.adapter import TpuApi
 
     settings = load_settings(environ={"TPUOPS_HOME": str(home), "TPUOPS_ZONES": zone}, config_path=None)
     api = TpuApi(settings.project, endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)

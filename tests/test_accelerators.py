@@ -5,21 +5,20 @@ from __future__ import annotations
 import pytest
 
 from tpuops.core.errors import UsageError
-from tpuops.providers.accelerators import (
-    TF_VERSION,
-    TF_VERSION_PREFIX,
-    Accelerator,
+from tpuops.core.resources import TF_VERSION, TF_VERSION_PREFIX
+from tpuops.providers.cloud_tpu.accelerators import (
     check_runtime_version,
     default_runtime_version,
     parse_accelerator,
     resolve_runtime_version,
 )
+from tpuops.providers.offers import AcceleratorShape
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(
-    ("text", "generation", "size", "chips", "hosts"),
+    ("text", "generation", "replicas", "chips", "hosts"),
     [
         ("v2-8", "v2", 8, 4, 1),
         ("v2-32", "v2", 32, 16, 4),
@@ -37,10 +36,10 @@ pytestmark = pytest.mark.unit
         ("v6e-256", "v6e", 256, 256, 64),
     ],
 )
-def test_parse_counts_chips_and_hosts(text: str, generation: str, size: int, chips: int, hosts: int) -> None:
+def test_parse_counts_chips_and_hosts(text: str, generation: str, replicas: int, chips: int, hosts: int) -> None:
     acc = parse_accelerator(text)
 
-    assert acc == Accelerator(type=text, generation=generation, size=size, chips=chips, hosts=hosts)
+    assert acc == AcceleratorShape(type=text, generation=generation, chips=chips, hosts=hosts, replicas=replicas)
     assert acc.multi_host is (hosts > 1)
     assert str(acc) == text
 
@@ -48,7 +47,7 @@ def test_parse_counts_chips_and_hosts(text: str, generation: str, size: int, chi
 def test_accelerator_is_frozen() -> None:
     acc = parse_accelerator("v3-8")
     with pytest.raises(AttributeError):
-        acc.size = 16  # type: ignore[misc]
+        acc.hosts = 16  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("text", ["v9-8", "tpu", "", "v3", "v3-", "V3-8", "v3_8", "v3-8 ", "v5e-8", "gpu-8"])
@@ -141,13 +140,15 @@ def test_resolve_runtime_version() -> None:
 
 
 def test_hosts_of_a_type_and_one_for_a_type_this_version_does_not_know() -> None:
-    from tpuops.providers.accelerators import hosts_of
+    from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
+    from tpuops.providers.offers import hosts_of
 
-    assert [hosts_of(t) for t in ("v3-8", "v2-32", "v3-32", "v4-32", "v9-8", "unknown")] == [1, 4, 4, 4, 1, 1]
+    types = ("v3-8", "v2-32", "v3-32", "v4-32", "v9-8", "unknown")
+    assert [hosts_of(CLOUD_TPU, t) for t in types] == [1, 4, 4, 4, 1, 1]
 
 
 def test_a_slice_goes_only_to_the_zones_that_offer_it_and_a_single_host_is_left_to_the_api() -> None:
-    from tpuops.providers.accelerators import offered_zones
+    from tpuops.providers.cloud_tpu.accelerators import offered_zones
 
     assert offered_zones("v2-32", ["us-central1-b", "us-central1-a"]) == ["us-central1-a"]
     assert offered_zones("v2-8", ["us-central1-a", "us-central1-b"]) == ["us-central1-a", "us-central1-b"]

@@ -11,7 +11,7 @@ import pytest
 
 from tpuops.cli.main import run
 from tpuops.emulator.control import token_for
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.providers.nodes import NodeState
 
 pytestmark = pytest.mark.emulator

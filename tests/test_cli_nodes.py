@@ -17,7 +17,7 @@ from helpers import poll, start_tf_emulator
 from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 from tpuops.providers.base import wait_for
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 

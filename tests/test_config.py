@@ -29,7 +29,7 @@ def test_defaults_are_local_spot_v3_8(tmp_path: Path) -> None:
 
 def test_the_vm_service_account_reaches_the_create_body(tmp_path: Path) -> None:
     from tpuops.launch.provision import plan_up
-    from tpuops.providers.cloud_tpu import node_body
+    from tpuops.providers.cloud_tpu.adapter import node_body
 
     email = "tpuops-vm@my-project.iam.gserviceaccount.com"
     path = _write(tmp_path, f'service_account = "{email}"\n')

@@ -42,7 +42,7 @@ from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.runs import NodeSpec, RunKind, RunRecord
 from tpuops.store import open_store
 

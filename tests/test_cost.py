@@ -28,7 +28,7 @@ from tpuops.billing.cost import (
     spent,
 )
 from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
-from tpuops.billing.pricing import Catalog, default_catalog
+from tpuops.billing.pricing import Catalog, catalog_of
 from tpuops.cli.cost import register
 from tpuops.config import Settings, load_settings
 from tpuops.core.clock import UTC, VirtualClock
@@ -39,8 +39,9 @@ from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE
 from tpuops.emulator.cloud.billing import BillingLedger
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import UpPlan, plan_up
-from tpuops.providers.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
+from tpuops.providers.cloud_tpu.billing_rules import FREE_PREEMPTION_WINDOW_S as FREE_PREEMPTION_S
+from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
 from tpuops.providers.nodes import NodeInfo, NodeState, Operation
 
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
@@ -73,7 +74,7 @@ def history(
 
 @pytest.fixture
 def catalog() -> Catalog:
-    return default_catalog()
+    return catalog_of(CLOUD_TPU)
 
 
 # -- intervals and prices (pure) ------------------------------------------------------------------
@@ -169,7 +170,7 @@ def test_days_are_split_at_utc_midnight(catalog: Catalog) -> None:
 @pytest.mark.unit
 def test_a_multi_day_interval_fills_the_days_between() -> None:
     node = history(("READY", 0), ("DELETING", 3 * 86400))
-    days = node_cost(node, default_catalog(), now=at(9 * 86400)).days
+    days = node_cost(node, catalog_of(CLOUD_TPU), now=at(9 * 86400)).days
     assert [d.ready_seconds for d in days] == [12 * 3600, 86400, 86400, 12 * 3600]
 
 
@@ -236,10 +237,10 @@ def test_the_report_sums_per_run_sweep_and_day(catalog: Catalog) -> None:
 
 @pytest.mark.unit
 def test_projected_cost_prices_hours_of_one_node(catalog: Catalog) -> None:
-    assert projected_cost("v3-8", "on-demand", EU, 10) == pytest.approx(88.0)
+    assert projected_cost("v3-8", "on-demand", EU, 10, catalog) == pytest.approx(88.0)
     assert projected_cost("v2-8", Capacity.PREEMPTIBLE, US, 2, catalog) == pytest.approx(2 * V2_8_SPOT)
     with pytest.raises(UsageError, match="hours = -1 is not allowed"):
-        projected_cost("v2-8", "spot", US, -1)
+        projected_cost("v2-8", "spot", US, -1, catalog)
 
 
 @pytest.mark.unit

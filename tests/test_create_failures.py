@@ -15,7 +15,7 @@ from tpuops.core.errors import (
     Timeout,
     TransientError,
 )
-from tpuops.providers.cloud_tpu import operation_error
+from tpuops.providers.cloud_tpu.adapter import operation_error
 
 pytestmark = pytest.mark.unit
 

@@ -11,6 +11,7 @@ from tpuops.accounting.timeline import MarkKind, build, steps_at
 from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.core.clock import UTC
 from tpuops.dashboard import svg
+from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
 from tpuops.runs import AgentStatus, EvalPoint
 from tpuops.runs.models import AttemptTime
 
@@ -52,7 +53,7 @@ def preempted_once() -> tuple[list[NodeHistory], list, AgentStatus]:
 
 def test_nodes_and_attempts_are_bars_by_state_with_the_last_state_open_until_now() -> None:
     histories, events, status = preempted_once()
-    timeline = build(histories, events, status, now=S0 + 310)
+    timeline = build(histories, events, status, now=S0 + 310, offers=CLOUD_TPU)
     assert timeline.lanes == ["node r1 #1", "node r1 #2", "attempt 1", "attempt 2"]
     first = [(b.state, b.start - S0, b.end - S0) for b in timeline.bars if b.lane == "node r1 #1"]
     assert first == [("CREATING", 0, 20), ("READY", 20, 130), ("PREEMPTED", 130, 135), ("DELETING", 135, 150)]
@@ -65,7 +66,7 @@ def test_nodes_and_attempts_are_bars_by_state_with_the_last_state_open_until_now
 
 def test_a_preemption_is_marked_with_its_recovery_to_the_first_new_step() -> None:
     histories, events, status = preempted_once()
-    timeline = build(histories, events, status, now=S0 + 310)
+    timeline = build(histories, events, status, now=S0 + 310, offers=CLOUD_TPU)
     assert [r.seconds for r in timeline.recoveries] == [70.0]
     kinds = [m.kind for m in timeline.marks]
     assert kinds.count(MarkKind.PREEMPTION) == 1 and kinds.count(MarkKind.RECOVERY) == 1
@@ -77,7 +78,7 @@ def test_a_preemption_is_marked_with_its_recovery_to_the_first_new_step() -> Non
 def test_a_preemption_not_recovered_yet_has_no_recovery() -> None:
     histories, events, status = preempted_once()
     status.attempts.pop()
-    assert build(histories, events, status, now=S0 + 160).recoveries == []
+    assert build(histories, events, status, now=S0 + 160, offers=CLOUD_TPU).recoveries == []
 
 
 def test_steps_are_placed_in_time_over_the_attempt_that_trained_them() -> None:
@@ -90,7 +91,7 @@ def test_steps_are_placed_in_time_over_the_attempt_that_trained_them() -> None:
 
 
 def test_an_empty_run_is_an_empty_picture() -> None:
-    timeline = build([], [], None, now=S0)
+    timeline = build([], [], None, now=S0, offers=CLOUD_TPU)
     assert (timeline.lanes, timeline.bars, timeline.marks) == ([], [], [])
     assert "<svg" in svg.timeline_svg(timeline)
 
@@ -98,7 +99,7 @@ def test_an_empty_run_is_an_empty_picture() -> None:
 def test_the_drawing_carries_what_each_element_shows_and_escapes_text() -> None:
     histories, events, status = preempted_once()
     events.append({"at": S0 + 140, "kind": "crash", "message": "<script>alert(1)</script>"})
-    drawn = svg.timeline_svg(build(histories, events, status, now=S0 + 310))
+    drawn = svg.timeline_svg(build(histories, events, status, now=S0 + 310, offers=CLOUD_TPU))
     assert drawn.count('data-state="PREEMPTED"') == 1 and drawn.count('data-state="READY"') == 2
     assert drawn.count('data-kind="preemption"') == 1 and drawn.count('data-kind="recovery"') == 1
     assert drawn.count('data-kind="restart"') == 1
@@ -115,7 +116,7 @@ def test_a_slice_is_drawn_as_its_workers_and_an_unhealthy_worker_restart_is_mark
     slice_ = incarnation("s", [("CREATING", 0), ("READY", 20), ("DELETING", 90), ("DELETED", 95)], deleted=95)
     slice_ = NodeHistory(replace(slice_.node, accelerator="v3-32"), slice_.transitions)
     events = [{"at": S0 + 60, "kind": "unhealthy", "message": "worker 2 of the slice unhealthy for 30 s"}]
-    timeline = build([slice_], events, None, S0 + 100)
+    timeline = build([slice_], events, None, S0 + 100, CLOUD_TPU)
     assert timeline.lanes == [f"node r1 #1 w{w}" for w in range(4)]
     assert {bar.state for bar in timeline.bars if bar.lane.endswith("w3")} == {"CREATING", "READY", "DELETING"}
     [mark] = timeline.marks

@@ -26,7 +26,7 @@ from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import NodeSpec, Outcome, RunKind, RunRecord
 from tpuops.store import open_store

@@ -17,7 +17,7 @@ from google.api_core import exceptions
 from google.cloud import tpu_v2
 
 from tpuops.emulator import control
-from tpuops.providers.tpu_catalog import load
+from tpuops.providers.cloud_tpu.catalog import load
 
 pytestmark = pytest.mark.emulator
 

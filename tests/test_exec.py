@@ -27,7 +27,7 @@ from tpuops.cli.main import run
 from tpuops.core.kinds import Capacity
 from tpuops.emulator.control import EmulatorInfo, start_background, stop
 from tpuops.providers.base import wait_for
-from tpuops.providers.cloud_tpu import TpuApi, ssh_argv
+from tpuops.providers.cloud_tpu.adapter import TpuApi, ssh_argv
 from tpuops.providers.commands import RunsCommands, WorkerRan, run_here
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeRequest

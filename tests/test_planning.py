@@ -12,17 +12,18 @@ from pathlib import Path
 import pytest
 
 from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
-from tpuops.billing.risk import RiskKey
+from tpuops.billing.risk import Prior, RiskKey
 from tpuops.billing.risk import learn as learn_risk
 from tpuops.contract.interval import young_daly_s
 from tpuops.controller.decide import capacity_rule
 from tpuops.core.clock import UTC
 from tpuops.launch.planning import LOSS_MIN_S, Defaults, keys_of, learn, lost_work, recovery_samples
+from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
 from tpuops.runs.models import AttemptTime, PlanInputs
 
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
-DEFAULTS = Defaults(spot_preemptions_per_hour=0.1, recovery_s=900.0, lost_work_per_hour=0.05)
+DEFAULTS = Defaults(prior=Prior(0.1, CLOUD_TPU), recovery_s=900.0, lost_work_per_hour=0.05)
 KEYS = [RiskKey(US, "v2-8", "spot")]
 
 
@@ -73,7 +74,7 @@ def test_a_recovery_is_preempted_to_replacement_ready_plus_setup_and_work_redone
 
 @pytest.mark.unit
 def test_the_inputs_are_learned_where_history_exists_and_say_so() -> None:
-    risks = learn_risk(HISTORIES, _at(10_000), DEFAULTS.spot_preemptions_per_hour)
+    risks = learn_risk(HISTORIES, _at(10_000), DEFAULTS.prior)
     inputs = learn(risks, HISTORIES, ATTEMPTS, KEYS, DEFAULTS)
     ready_hours = sum(r.ready_hours for r in risks)
     assert inputs.hazard_per_hour.learned

@@ -6,9 +6,10 @@ from datetime import date
 
 import pytest
 
-from tpuops.billing.pricing import Catalog, default_catalog, region_of
+from tpuops.billing.pricing import Catalog, catalog_of, region_of
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
+from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
 
 pytestmark = pytest.mark.unit
 
@@ -17,7 +18,7 @@ US, EU, ELSEWHERE = "us-central1-b", "europe-west4-a", "asia-east1-c"
 
 @pytest.fixture
 def catalog() -> Catalog:
-    return default_catalog()
+    return catalog_of(CLOUD_TPU)
 
 
 def test_the_packaged_catalog_says_where_its_prices_come_from(catalog: Catalog) -> None:
@@ -110,7 +111,8 @@ def test_what_cannot_be_priced_is_a_clear_usage_error(catalog: Catalog, accelera
 
 def test_a_generation_missing_from_the_catalog_is_named(catalog: Catalog) -> None:
     partial = Catalog.from_toml({"source": "test", "retrieved": date(2024, 1, 1), "currency": "USD",
-                                 "base_region": "us-central1", "chip_hour": {"v2": {"on_demand": 1, "spot": 0.5}}})
+                                 "base_region": "us-central1", "chip_hour": {"v2": {"on_demand": 1, "spot": 0.5}}},
+                                CLOUD_TPU)
     assert partial.price_per_hour("v2-8", "on-demand", US) == 4.0
     with pytest.raises(UsageError, match=r"no price for TPU generation 'v3' \(priced: v2\)"):
         partial.price_per_hour("v3-8", "spot", US)
@@ -127,7 +129,7 @@ def test_a_generation_missing_from_the_catalog_is_named(catalog: Catalog) -> Non
 )
 def test_a_malformed_catalog_is_refused(data: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        Catalog.from_toml(data)
+        Catalog.from_toml(data, CLOUD_TPU)
 
 
 def test_region_of_a_zone() -> None:

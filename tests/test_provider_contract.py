@@ -16,6 +16,7 @@ from datetime import datetime
 
 import pytest
 
+from tpuops.billing.pricing import catalog_of
 from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import AlreadyExists, NotFound, UsageError
@@ -23,7 +24,7 @@ from tpuops.core.kinds import Capacity
 from tpuops.core.naming import labels_for
 from tpuops.providers.base import Connection, NodeProvider, wait_for
 from tpuops.providers.nodes import NodeRequest, NodeState
-from tpuops.providers.registry import PROVIDERS, open_provider
+from tpuops.providers.registry import PROVIDERS, offers_of, open_provider
 
 PROJECT = "proj-test"
 ZONE, OTHER_ZONE = "us-central1-b", "us-central1-f"  # both offer v3-8
@@ -148,6 +149,26 @@ def test_calls_from_many_threads_at_once(provider: NodeProvider) -> None:
         list(pool.map(lambda operation: wait_for(provider, operation, timeout_s=WAIT_S), operations))
     assert sorted(n.name for n in provider.list_nodes(ZONE)) == names
     assert len({n.uid for n in provider.list_nodes(ZONE)}) == len(names)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["cloud-tpu", "memory", "simulated", "jobset"])
+def test_every_provider_class_says_what_a_node_of_an_accelerator_is(name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its offers, asked with no connection: the shape, a runtime it accepts back, zones, and a price of its chips."""
+    monkeypatch.setitem(PROVIDERS, "jobset", JOBSET)
+    offers = offers_of(name)
+    shape = offers.shape("v4-16")
+    assert (shape.type, shape.generation, shape.chips, shape.hosts, shape.multi_host) == ("v4-16", "v4", 8, 2, True)
+    runtime = offers.runtime_version(shape)
+    assert offers.runtime_version(shape, runtime) == runtime
+    assert offers.zones_offering("v4-16")
+    prices = catalog_of(offers)
+    chip_hour = prices.chip_hour("v4", "us-central2")
+    assert prices.price_per_hour("v4-16", Capacity.ON_DEMAND, "us-central2-b") == pytest.approx(8 * chip_hour.on_demand)
+    assert prices.price_per_hour("v4-16", Capacity.SPOT, "us-central2-b") == pytest.approx(8 * chip_hour.spot)
+    with pytest.raises(UsageError):
+        offers.shape("v9-8")
 
 
 @pytest.mark.unit

@@ -16,12 +16,40 @@ import pytest
 import tpuops
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
-from tpuops.providers.cloud_tpu import _node_info, node_body
+from tpuops.providers.cloud_tpu.adapter import _node_info, node_body
 from tpuops.providers.nodes import NodeRequest, NodeState
 
 pytestmark = pytest.mark.unit
 
-NODES = Path(tpuops.__file__).parent / "providers" / "nodes.py"
+PACKAGE = Path(tpuops.__file__).parent
+NODES = PACKAGE / "providers" / "nodes.py"
+CLOUD_TPU = "tpuops.providers.cloud_tpu"
+MAY_NAME_CLOUD_TPU = ("providers/cloud_tpu/", "providers/memory.py", "providers/simulated.py",
+                      "providers/cloud_model.py", "emulator/")
+"""Who may import Cloud TPU's package: itself, the in-process worlds that model Cloud TPU (by name), and the
+emulator, which plays Cloud TPU. Everything else asks the configured provider (``registry.offers_of``)."""
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, a name taken from a package counted as its submodule too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return found
+
+
+def test_what_a_node_is_comes_from_the_provider_never_from_cloud_tpus_catalog() -> None:
+    reaching = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                      if not str(path.relative_to(PACKAGE)).startswith(MAY_NAME_CLOUD_TPU)
+                      and any(module.startswith(CLOUD_TPU) for module in _imports(path)))
+    assert reaching == [], f"these reach past the seam into {CLOUD_TPU}: ask registry.offers_of instead"
+
+
+@pytest.mark.parametrize("neutral", ["base.py", "offers.py", "registry.py", "nodes.py"])
+def test_the_protocol_and_the_neutral_values_import_no_catalog(neutral: str) -> None:
+    assert [m for m in _imports(PACKAGE / "providers" / neutral) if m.startswith(CLOUD_TPU)] == []
 
 
 def test_the_neutral_vocabulary_imports_neither_the_agent_nor_an_adapter() -> None:

@@ -13,7 +13,7 @@ from helpers import start_tf_emulator
 
 from tpuops.cli.main import run
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf]
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.billing.poisson import gamma_cdf, gamma_quantile, rate_interval
-from tpuops.billing.risk import RiskKey, learn, rate_for
+from tpuops.billing.risk import Prior, RiskKey, learn, rate_for
 from tpuops.cli.main import app
 from tpuops.config import Settings, load_settings
 from tpuops.core.clock import UTC
@@ -25,11 +25,14 @@ from tpuops.core.kinds import Capacity
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
+from tpuops.providers.cloud_tpu.offers import CLOUD_TPU
 from tpuops.providers.nodes import NodeState
 
 P, US, EU = "tpuops-local", "us-central1-b", "europe-west4-a"
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
+PRIOR = Prior(0.25, CLOUD_TPU)
+"""The setting the tests assume, with Cloud TPU's offers (a v3-32 has 4 hosts)."""
 
 
 def _at(seconds: float) -> datetime:
@@ -93,7 +96,7 @@ LEDGER_ROWS = [
 
 @pytest.mark.unit
 def test_the_ledger_gives_hours_preemptions_rate_latency_and_stockouts() -> None:
-    risks = {r.key: r for r in learn(LEDGER_ROWS, now=_at(99_999), spot_preemptions_per_hour=0.25)}
+    risks = {r.key: r for r in learn(LEDGER_ROWS, now=_at(99_999), prior=PRIOR)}
     spot = risks[RiskKey(US, "v2-8", "spot")]
     assert (spot.nodes, spot.ready_hours, spot.preemptions) == (5, 4.0, 2)
     assert (spot.rate_per_hour, spot.assumed) == (0.5, False)
@@ -112,11 +115,11 @@ def test_the_ledger_gives_hours_preemptions_rate_latency_and_stockouts() -> None
 
 @pytest.mark.unit
 def test_a_key_without_history_gets_the_stated_assumption() -> None:
-    risks = learn(LEDGER_ROWS, now=_at(99_999), spot_preemptions_per_hour=0.25)
-    unknown = rate_for(risks, RiskKey("us-central1-a", "v3-8", "preemptible"), 0.25)
+    risks = learn(LEDGER_ROWS, now=_at(99_999), prior=PRIOR)
+    unknown = rate_for(risks, RiskKey("us-central1-a", "v3-8", "preemptible"), PRIOR)
     assert (unknown.assumed, unknown.rate_per_hour, unknown.nodes) == (True, 0.25, 0)
-    assert rate_for(risks, RiskKey("us-central1-a", "v3-8", "on-demand"), 0.25).rate_per_hour == 0.0
-    assert rate_for(risks, RiskKey(US, "v2-8", "spot"), 0.25).rate_per_hour == 0.5  # learned wins
+    assert rate_for(risks, RiskKey("us-central1-a", "v3-8", "on-demand"), PRIOR).rate_per_hour == 0.0
+    assert rate_for(risks, RiskKey(US, "v2-8", "spot"), PRIOR).rate_per_hour == 0.5  # learned wins
 
 
 @pytest.fixture
@@ -218,7 +221,7 @@ def test_the_emulators_preempt_rate_is_recovered_within_the_interval(quick_emula
     admin.clear_faults()
     fleet.down(None)
 
-    [risk] = learn(ledger.histories(P), datetime.now(UTC), settings.spot_preemptions_per_hour)
+    [risk] = learn(ledger.histories(P), datetime.now(UTC), Prior.of(settings))
     assert risk.preemptions >= PREEMPTIONS and not risk.assumed
     truth = RATE_PER_S * 3600
     print(f"rate {risk.rate_per_hour:.0f}/h in [{risk.low:.0f}, {risk.high:.0f}] over "
@@ -231,10 +234,9 @@ def test_the_emulators_preempt_rate_is_recovered_within_the_interval(quick_emula
 
 @pytest.mark.unit
 def test_a_slice_without_history_is_assumed_preempted_when_any_host_is_and_slower_to_boot() -> None:
-    from tpuops.billing.risk import assumed_ready_s
 
-    one = rate_for([], RiskKey("europe-west4-a", "v3-8", "spot"), 0.25)
-    pod = rate_for([], RiskKey("europe-west4-a", "v3-32", "spot"), 0.25)
+    one = rate_for([], RiskKey("europe-west4-a", "v3-8", "spot"), PRIOR)
+    pod = rate_for([], RiskKey("europe-west4-a", "v3-32", "spot"), PRIOR)
     assert (one.rate_per_hour, pod.rate_per_hour, pod.assumed) == (0.25, 1.0, True)
-    assert rate_for([], RiskKey("europe-west4-a", "v3-32", "on-demand"), 0.25).rate_per_hour == 0.0
-    assert (assumed_ready_s("v3-8"), assumed_ready_s("v3-32")) == (90.0, 180.0)
+    assert rate_for([], RiskKey("europe-west4-a", "v3-32", "on-demand"), PRIOR).rate_per_hour == 0.0
+    assert (PRIOR.ready_s("v3-8"), PRIOR.ready_s("v3-32")) == (90.0, 180.0)

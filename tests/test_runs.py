@@ -19,7 +19,7 @@ from tpuops import runs
 from tpuops.billing.deadline import endgame
 from tpuops.core.errors import DamagedDocument, PreconditionFailed, UsageError
 from tpuops.core.kinds import Capacity
-from tpuops.providers.cloud_tpu import node_body
+from tpuops.providers.cloud_tpu.adapter import node_body
 from tpuops.runs import AgentStatus, ExitClass, Memory, NodeSpec, Outcome, Phase, RunKind, RunPhase, RunRecord
 from tpuops.store import LocalStore, Store, open_store
 

@@ -24,7 +24,7 @@ from tpuops.core.naming import MANAGED_BY_KEY, MANAGED_BY_VALUE, RUN_KEY
 from tpuops.fleet import Fleet
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.providers.nodes import NodeInfo, NodeState
 from tpuops.providers.simulated import Billed, SimulatedCloud
 from tpuops.runs import AgentStatus, ExitClass, Phase

@@ -153,7 +153,7 @@ def test_a_node_deleted_outside_tpuops_is_a_bounded_restart_never_a_preemption(
     gone without being seen PREEMPTED. Each time is a restart from the checkpoint, counted as a crash; past
     ``max_restarts`` (3) the run ends crashed, so the billing record holds 4 nodes, not an endless line of them."""
     from tpuops.providers.base import wait_for
-    from tpuops.providers.cloud_tpu import TpuApi
+    from tpuops.providers.cloud_tpu.adapter import TpuApi
 
     work, info = world
     run = "deleted-outside"

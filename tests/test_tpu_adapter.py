@@ -11,7 +11,7 @@ import pytest
 from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
 from tpuops.core.kinds import Capacity
 from tpuops.providers.base import wait_for
-from tpuops.providers.cloud_tpu import TpuApi
+from tpuops.providers.cloud_tpu.adapter import TpuApi
 from tpuops.providers.nodes import NodeRequest, NodeState
 
 pytestmark = pytest.mark.emulator

@@ -9,14 +9,14 @@ from importlib import resources
 import pytest
 
 from tpuops.core.errors import UsageError
-from tpuops.providers.accelerators import check_runtime_version, parse_accelerator, zones_offering
-from tpuops.providers.tpu_catalog import DATA_FILE, load, parse
+from tpuops.providers.cloud_tpu.accelerators import check_runtime_version, parse_accelerator, zones_offering
+from tpuops.providers.cloud_tpu.catalog import DATA_FILE, load, parse
 
 pytestmark = pytest.mark.unit
 
 
 def test_the_file_names_its_source_and_date():
-    raw = json.loads(resources.files("tpuops").joinpath(DATA_FILE).read_text())
+    raw = json.loads(resources.files("tpuops.providers.cloud_tpu").joinpath(DATA_FILE).read_text())
     assert "regions and zones" in raw["source"] and "software versions" in raw["source"]
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw["retrieved"])
 
@@ -46,7 +46,7 @@ def test_every_zone_offers_only_known_types_and_each_type_has_one_topology():
 
 
 def test_a_zone_naming_an_unknown_type_is_refused():
-    raw = json.loads(resources.files("tpuops").joinpath(DATA_FILE).read_text())
+    raw = json.loads(resources.files("tpuops.providers.cloud_tpu").joinpath(DATA_FILE).read_text())
     raw["zones"]["us-central1-a"].append("v3-9")
     with pytest.raises(ValueError, match="v3-9"):
         parse(raw)

@@ -99,6 +99,17 @@ def front_door(tpuops: Installed) -> None:
     assert not (Path(tpuops.env["TPUOPS_HOME"]) / "emulator").exists()
 
 
+@pytest.mark.emulator  # the wheel tests' lane (make test): it builds the wheel, as they do
+@pytest.mark.slow
+def test_the_wheel_carries_each_providers_data_beside_its_code(wheel: Path) -> None:
+    """Cloud TPU's catalog and prices are package data of ``tpuops/providers/cloud_tpu/``, read from there."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for data in ("catalog.json", "prices.toml", "offers.py", "adapter.py"):
+        assert f"tpuops/providers/cloud_tpu/{data}" in names
+
+
 @pytest.fixture
 def stop_emulator() -> Iterator[list[Installed]]:
     started: list[Installed] = []

@@ -241,12 +241,12 @@ EMULATOR_GROUND = tuple(f"tpuops.emulator.{name}" for name in ("apierror", "faul
 EMULATOR_MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "emulator/vm": ("tpuops.emulator.vm", "tpuops.emulator.fsutil", "tpuops.emulator.background"),
     "emulator/cloud": ("tpuops.emulator.cloud", "tpuops.emulator.vm", "tpuops.emulator.apierror",
-                       "tpuops.emulator.faults", "tpuops.emulator.fsutil", "tpuops.providers.tpu_catalog",
-                       "tpuops.providers.billing_rules"),
+                       "tpuops.emulator.faults", "tpuops.emulator.fsutil", "tpuops.providers.cloud_tpu.catalog",
+                       "tpuops.providers.cloud_tpu.billing_rules"),
     "emulator/gcs": ("tpuops.emulator.gcs", "tpuops.emulator.vm", "tpuops.emulator.faults", "tpuops.emulator.fsutil",
                      "tpuops.emulator.stats", "tpuops.emulator.background"),
     "emulator/api": ("tpuops.emulator.api", "tpuops.emulator.cloud", "tpuops.emulator.apierror",
-                     "tpuops.emulator.faults", "tpuops.emulator.stats", "tpuops.providers.tpu_catalog"),
+                     "tpuops.emulator.faults", "tpuops.emulator.stats", "tpuops.providers.cloud_tpu.catalog"),
 }
 """Per emulator sub-wing (its docstring says the same), the tpuops modules it may import."""
 

@@ -28,8 +28,8 @@ from typing import Any
 from tpuops.config import Settings
 from tpuops.core.errors import TpuopsError
 from tpuops.core.kinds import Cloud
-from tpuops.providers import tpu_catalog
-from tpuops.providers.accelerators import TF_VERSION_PREFIX, default_runtime_version, parse_accelerator
+from tpuops.core.resources import TF_VERSION_PREFIX
+from tpuops.providers.registry import offers_of
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -230,7 +230,7 @@ def check_accelerator(apis: _Apis) -> Check:
     lacking = [zone for zone in apis.settings.zones
                if accelerator not in _zone_lists(apis, zone, "acceleratorTypes", "acceleratorTypes", "type")]
     if lacking:
-        offering = tpu_catalog.load().zones_offering(accelerator)
+        offering = offers_of(apis.settings.node_provider).zones_offering(accelerator)
         return Check("accelerator", FAIL, f"{accelerator} is not offered in {', '.join(lacking)}",
                      f"use zones that offer it ({', '.join(offering) or 'none'}) or another accelerator")
     return Check("accelerator", OK, f"{accelerator} offered in {', '.join(apis.settings.zones)}")
@@ -238,7 +238,8 @@ def check_accelerator(apis: _Apis) -> Check:
 
 def check_runtime(apis: _Apis) -> Check:
     try:
-        runtime = default_runtime_version(parse_accelerator(apis.settings.accelerator))
+        offers = offers_of(apis.settings.node_provider)
+        runtime = offers.runtime_version(offers.shape(apis.settings.accelerator))
     except TpuopsError as err:
         return Check("tf-runtime", FAIL, str(err), "use a v2, v3 or v4 accelerator")
     lacking = [zone for zone in apis.settings.zones

@@ -28,7 +28,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from tpuops.billing.ledger import NodeHistory
-from tpuops.providers.accelerators import hosts_of
+from tpuops.providers.offers import Offers, hosts_of
 from tpuops.runs import AgentStatus, Event
 
 
@@ -98,21 +98,21 @@ def _ts(at: datetime) -> float:
     return at.timestamp()
 
 
-def node_bars(histories: Sequence[NodeHistory], now: float) -> list[Bar]:
-    """One bar per observed state of each incarnation (of each worker of a slice); DELETED draws nothing."""
+def node_bars(histories: Sequence[NodeHistory], now: float, offers: Offers) -> list[Bar]:
+    """One bar per observed state of each incarnation (of each worker of a slice, as ``offers`` shape it: the
+    configured provider's); DELETED draws nothing."""
     bars: list[Bar] = []
     for number, history in enumerate(histories, start=1):
         times = [_ts(t.at) for t in history.transitions]
         ends = [*times[1:], _ts(history.node.deleted_at) if history.node.deleted_at else now]
-        for lane in _lanes(f"node {history.node.name} #{number}", history.node.accelerator):
+        for lane in _lanes(f"node {history.node.name} #{number}", hosts_of(offers, history.node.accelerator)):
             bars += [Bar(lane, t.state, start, max(start, end))
                      for t, start, end in zip(history.transitions, times, ends, strict=True) if t.state != "DELETED"]
     return bars
 
 
-def _lanes(lane: str, accelerator: str) -> list[str]:
+def _lanes(lane: str, hosts: int) -> list[str]:
     """The lane of an incarnation, or one per worker when it is a slice (``... w0`` runs the job)."""
-    hosts = hosts_of(accelerator)
     return [lane] if hosts == 1 else [f"{lane} w{worker}" for worker in range(hosts)]
 
 
@@ -177,9 +177,10 @@ def step_marks(status: AgentStatus | None) -> list[Mark]:
 
 
 def build(histories: Sequence[NodeHistory], events: Sequence[Event], status: AgentStatus | None,
-          now: float) -> Timeline:
-    """The whole picture of one run; an empty run is a timeline with no lanes."""
-    bars = node_bars(histories, now) + attempt_bars(status)
+          now: float, offers: Offers) -> Timeline:
+    """The whole picture of one run; an empty run is a timeline with no lanes. ``offers``: the configured
+    provider's, which say how many workers each node has."""
+    bars = node_bars(histories, now, offers) + attempt_bars(status)
     found = recoveries(events, status)
     marks = [Mark(EVENT_MARKS[e["kind"]], e["at"], e["message"]) for e in events if e["kind"] in EVENT_MARKS]
     marks += [Mark(MarkKind.RECOVERY, r.first_step_at, f"first new step {r.seconds:.0f} s after the preemption")

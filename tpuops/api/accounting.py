@@ -68,16 +68,19 @@ def cost_report(settings: Settings, *, run_id: str | None = None, sweep_id: str 
 
 
 def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime | None = None) -> list[runs.Run]:
-    """``found`` with each run's goodput, from one ledger read (nodes alive ``since``, when given)."""
+    """``found`` with each run's goodput and cost, from one ledger read (nodes alive ``since``, when given), and the
+    hosts of its node, as the catalog's provider says."""
     if not found:  # ``tpuops status`` with no run going: no prices, no ledger read
         return found
     from tpuops.accounting.goodput import by_run, run_goodput
     from tpuops.billing.cost import catalog_for, node_cost
+    from tpuops.providers.offers import hosts_of
 
     histories = by_run(open_ledger(settings).histories(settings.project, alive_since=since))
     catalog, now = catalog_for(settings), datetime.now(UTC)
     return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now),
-                    usd=sum(node_cost(history, catalog, now).usd for history in histories.get(run.run_id, [])))
+                    usd=sum(node_cost(history, catalog, now).usd for history in histories.get(run.run_id, [])),
+                    hosts=hosts_of(catalog.offers, run.record.node.accelerator) if run.record_known else None)
             for run in found]
 
 

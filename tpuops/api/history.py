@@ -54,7 +54,7 @@ def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
     from functools import cache
 
     from tpuops import runs as run_store
-    from tpuops.billing.risk import learn
+    from tpuops.billing.risk import Prior, learn
     from tpuops.core.errors import TpuopsError
     from tpuops.launch import planning
     from tpuops.session import store
@@ -74,10 +74,10 @@ def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
         newest = sorted({h.node.run_id: h.node.created_at for h in every if h.node.run_id}.items(),
                         key=lambda item: item[1])
         ids = [run_id for run_id, _ in newest[-RECENT_RUNS:]]
-        risks = learn(every, now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+        risks = learn(every, now or datetime.now(UTC), Prior.of(settings))
         return every, risks, dict(zip(ids, run_store.parallel_map(attempts, ids), strict=True))
 
-    defaults = planning.Defaults(settings.spot_preemptions_per_hour, settings.recovery_s, settings.lost_work_per_hour)
+    defaults = planning.Defaults(Prior.of(settings), settings.recovery_s, settings.lost_work_per_hour)
 
     def learn_inputs(keys: Sequence[RiskKey]) -> PlanInputs:
         every, risks, found = history()

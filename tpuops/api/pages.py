@@ -105,7 +105,7 @@ def run_detail(settings: Settings, run_id: str, *, root: Store | None = None) ->
     catalog, now = catalog_for(settings), datetime.now(UTC)
     goodput = run_goodput(histories, run.status, catalog, now)
     return RunDetail(run=replace(run, goodput=goodput),
-                     timeline=build(histories, run.memory.events, run.status, now.timestamp()),
+                     timeline=build(histories, run.memory.events, run.status, now.timestamp(), catalog.offers),
                      cost_usd=sum(node_cost(h, catalog, now).usd for h in histories))
 
 

@@ -33,9 +33,9 @@ def risk(settings: Settings, *, now: datetime | None = None) -> list[Risk]:
     """``tpuops risk``: per (zone, accelerator, capacity) of the project's ledger, READY node-hours,
     preemptions, the rate with its 95 % interval, create -> READY latency and stockout episodes."""
     from tpuops.api.history import histories
-    from tpuops.billing.risk import learn
+    from tpuops.billing.risk import Prior, learn
 
-    return learn(histories(settings), now or datetime.now(UTC), settings.spot_preemptions_per_hour)
+    return learn(histories(settings), now or datetime.now(UTC), Prior.of(settings))
 
 
 def simulate(settings: Settings, path: Path, *, policy: str = "spot", runs: int = 1, seed: int = 0,

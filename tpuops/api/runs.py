@@ -60,7 +60,7 @@ def logs(settings: Settings, run_id: str, *, follow: bool = False, worker: str =
     from tpuops.session import store
 
     root = store(settings)
-    workers = slice_workers(runs.read_record(root, run_id).node.accelerator, worker, f"run {run_id}")
+    workers = slice_workers(settings, runs.read_record(root, run_id).node.accelerator, worker, f"run {run_id}")
     return runs.follow_logs(root, run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5), workers=workers)
 
 

@@ -253,22 +253,24 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
     if not found:
         raise UsageError(f"no node {node!r} in {', '.join(settings.zones)} ('tpuops status' lists them)")
     target = found[0]
-    workers = slice_workers(target.accelerator, worker, f"node {node}")
+    workers = slice_workers(settings, target.accelerator, worker, f"node {node}")
     if target.state is not NodeState.READY:
         raise PreconditionFailed(f"node {node} is {target.state.value}: nothing runs on it")
     return Executed(node, [reach.run_on_worker(target.zone, node, number, command, timeout_s=timeout_s)
                            for number in workers])
 
 
-def slice_workers(accelerator: str, worker: str, what: str) -> list[int]:
-    """The workers ``--worker`` names on a node of ``accelerator``: ``all``, or one number below its host count.
+def slice_workers(settings: Settings, accelerator: str, worker: str, what: str) -> list[int]:
+    """The workers ``--worker`` names on a node of ``accelerator``: ``all``, or one number below its host count,
+    as the configured provider's offers shape it (also for a node not READY yet, whose workers are not listed).
 
     Raises:
         UsageError: one line naming the hosts ``what`` has and the values that would be right.
     """
-    from tpuops.providers.accelerators import hosts_of
+    from tpuops.providers.offers import hosts_of
+    from tpuops.providers.registry import offers_of
 
-    hosts = hosts_of(accelerator)
+    hosts = hosts_of(offers_of(settings.node_provider), accelerator)
     if worker == "all":
         return list(range(hosts))
     if not (worker.isascii() and worker.isdigit()) or int(worker) >= hosts:

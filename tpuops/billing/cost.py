@@ -1,8 +1,9 @@
 """What the nodes cost: READY intervals from the ledger, priced by the catalog, summed per node, run, sweep, day.
 
 Billing rules (docs/cloud-tpu.md): Cloud TPU bills a node while it is READY, at its hourly price
-(``pricing``). A spot or preemptible node preempted within a minute of its create is free
-(``tpuops.providers.billing_rules``, the one definition the emulator's billing record applies too). Here an
+(``pricing``). A spot or preemptible node preempted within a minute of its create is free: the provider's rule,
+asked through the catalog's offers (Cloud TPU's is ``tpuops.providers.cloud_tpu.billing_rules``, the one
+definition the emulator's billing record applies too). Here an
 incarnation's READY interval starts at a READY transition and ends at the next transition of any
 other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
 an interval still open is billed up to ``now``. Daily totals split intervals at UTC midnight.
@@ -38,13 +39,13 @@ from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tpuops.billing.ledger import Ledger, NodeHistory, Transition
-from tpuops.billing.pricing import Catalog, default_catalog, parse_capacity
+from tpuops.billing.pricing import Catalog, catalog_of, parse_capacity
 from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 from tpuops.core.formats import format_usd
 from tpuops.core.kinds import Capacity
-from tpuops.providers.billing_rules import preemption_is_free
 from tpuops.providers.nodes import NodeState
+from tpuops.providers.registry import offers_of
 
 if TYPE_CHECKING:
     from tpuops.config import Settings
@@ -177,8 +178,9 @@ def ready_intervals(transitions: Sequence[Transition], now: datetime) -> list[In
     return intervals
 
 
-def preempted_in_first_minute(history: NodeHistory) -> bool:
-    """Whether the incarnation is free: seen PREEMPTED within a minute of its create, at a preemptible price.
+def preempted_in_first_minute(history: NodeHistory, catalog: Catalog) -> bool:
+    """Whether the incarnation is free: seen PREEMPTED within a minute of its create, at a preemptible price (the
+    rule of the catalog's provider, ``Offers.preemption_is_free``).
 
     The create is the ledger's ``created_at``; the preemption is the first PREEMPTED transition.
     """
@@ -186,7 +188,7 @@ def preempted_in_first_minute(history: NodeHistory) -> bool:
     if preempted is None:
         return False
     capacity = parse_capacity(history.node.capacity).value
-    return preemption_is_free(capacity, history.node.created_at.timestamp(), preempted.timestamp())
+    return catalog.offers.preemption_is_free(capacity, history.node.created_at.timestamp(), preempted.timestamp())
 
 
 def clip(interval: Interval, since: datetime | None) -> Interval | None:
@@ -227,7 +229,7 @@ def node_cost(history: NodeHistory, catalog: Catalog, now: datetime, since: date
     node = history.node
     usd_per_hour = catalog.price_per_hour(node.accelerator, node.capacity, node.zone)
     intervals = ready_intervals(history.transitions, now)
-    free = preempted_in_first_minute(history)
+    free = preempted_in_first_minute(history, catalog)
     seconds_by_day: dict[date, float] = defaultdict(float)
     for interval in intervals:
         clipped = clip(interval, since)
@@ -292,16 +294,16 @@ def build_report(
 
 
 def projected_cost(
-    accelerator: str, capacity: str | Capacity, zone: str, hours: float, catalog: Catalog | None = None
+    accelerator: str, capacity: str | Capacity, zone: str, hours: float, catalog: Catalog
 ) -> float:
-    """USD that ``hours`` of one such node would cost (``catalog`` defaults to the packaged prices).
+    """USD that ``hours`` of one such node would cost at ``catalog``'s prices.
 
     Raises:
         UsageError: negative hours, or something the catalog cannot price.
     """
     if hours < 0:
         raise UsageError(f"hours = {hours!r} is not allowed: expected a number >= 0")
-    return (catalog or default_catalog()).price_per_hour(accelerator, capacity, zone) * hours
+    return catalog.price_per_hour(accelerator, capacity, zone) * hours
 
 
 def check_budget(spent: float, projected: float, budget: float) -> str | None:
@@ -372,5 +374,10 @@ def spent_by_run(ledger: Ledger, catalog: Catalog, *, project: str | None, sweep
 
 
 def catalog_for(settings: Settings) -> Catalog:
-    """The packaged prices with the ``prices`` table of tpuops.toml on top."""
-    return default_catalog().with_overrides(settings.prices)
+    """The configured provider's prices (``offers_of(settings.node_provider)``) with the ``prices`` table of
+    tpuops.toml on top.
+
+    Raises:
+        UsageError: an unknown provider, or an override the catalog refuses.
+    """
+    return catalog_of(offers_of(settings.node_provider)).with_overrides(settings.prices)

@@ -1,44 +1,34 @@
-"""Cloud TPU prices: the packaged catalog (``prices.toml``), its region overrides and the user's.
+"""TPU prices: the configured provider's price table, its region overrides and the user's.
 
 Prices are kept per chip-hour so that one number per generation covers every slice size: a
 node's hourly price is ``chips * chip-hour price`` for its generation, capacity and region,
-with the chip count derived from the accelerator type by ``accelerators.parse_accelerator``
-(v3-8 is 4 chips, v5litepod-8 is 8). Preemptible capacity is priced like spot.
+with the chips and generation of the accelerator's shape as the provider's offers give it
+(``tpuops.providers.offers``: v3-8 is 4 chips on Cloud TPU, v5litepod-8 is 8). The capacities the
+offers call spot-priced (Cloud TPU: spot and preemptible) take the spot price.
 
-``prices.toml`` is data shipped in the package and the only place tpuops holds prices. A
-region with no override there is priced like the base region (an estimate). Users replace
+The price table is the provider's (Cloud TPU's is ``tpuops/providers/cloud_tpu/prices.toml``, package data).
+A region with no override there is priced like the base region (an estimate). Users replace
 prices with ``Catalog.with_overrides`` (fed from the ``prices`` table of ``tpuops.toml``); an
 override of a generation applies in every region.
 
-Lookups are pure; only ``default_catalog`` reads a file (once per process).
+Lookups are pure; only ``catalog_of`` asks the offers for their table (once per process and provider).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
-from importlib import resources
 from typing import Any
 
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import is_zone_name
-from tpuops.providers.accelerators import parse_accelerator
-from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES
+from tpuops.providers.offers import Offers
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on 3.10
-    import tomli as tomllib
-
-PRICES_FILE = "prices.toml"
 _FIELDS = ("on_demand", "spot")
-SPOT_PRICED = frozenset(Capacity(name) for name in PREEMPTIBLE_CAPACITIES)
-"""Capacities billed at the spot price."""
 
 
 @dataclass(frozen=True)
@@ -47,9 +37,6 @@ class ChipHour:
 
     on_demand: float
     spot: float
-
-    def for_capacity(self, capacity: Capacity) -> float:
-        return self.spot if capacity in SPOT_PRICED else self.on_demand
 
 
 def parse_capacity(capacity: str | Capacity) -> Capacity:
@@ -102,10 +89,13 @@ class Catalog:
     """Generation → price in ``base_region``, used in every region without an override."""
     regions: Mapping[str, Mapping[str, ChipHour]]
     """Region → generation → price (base fields replaced by the region's overrides)."""
+    offers: Offers = field(repr=False, compare=False)
+    """The provider whose prices these are: what an accelerator's shape is, which capacities are spot-priced,
+    which preemptions are free (``tpuops.billing.cost``)."""
 
     @classmethod
-    def from_toml(cls, data: Mapping[str, Any]) -> Catalog:
-        """Build a catalog from the parsed ``prices.toml`` layout.
+    def from_toml(cls, data: Mapping[str, Any], offers: Offers) -> Catalog:
+        """Build a catalog of ``offers``' accelerators from the parsed ``prices.toml`` layout.
 
         Raises:
             UsageError: a missing key, an unknown generation in a region, or a bad price.
@@ -122,7 +112,7 @@ class Catalog:
                     fields = _price_fields(where, table, complete=False)
                     regions.setdefault(region, {})[gen] = dataclasses.replace(base[gen], **fields)
             return cls(source=str(data["source"]), retrieved=data["retrieved"], currency=str(data["currency"]),
-                       base_region=str(data["base_region"]), base=base, regions=regions)
+                       base_region=str(data["base_region"]), base=base, regions=regions, offers=offers)
         except KeyError as err:
             raise UsageError(f"price catalog: {err.args[0]!r} is missing") from None
 
@@ -148,9 +138,13 @@ class Catalog:
         Raises:
             UsageError: an unknown accelerator type, capacity or generation, or a bad zone name.
         """
-        accelerator = parse_accelerator(accelerator_type)
-        price = self.chip_hour(accelerator.generation, region_of(zone))
-        return accelerator.chips * price.for_capacity(parse_capacity(capacity))
+        shape = self.offers.shape(accelerator_type)
+        price = self.chip_hour(shape.generation, region_of(zone))
+        return shape.chips * (price.spot if self.spot_priced(capacity) else price.on_demand)
+
+    def spot_priced(self, capacity: str | Capacity) -> bool:
+        """Whether ``capacity`` is billed at the spot price (``UsageError`` for an unknown capacity)."""
+        return parse_capacity(capacity).value in self.offers.spot_priced()
 
     def with_overrides(self, overrides: Mapping[str, Mapping[str, float]]) -> Catalog:
         """A catalog where the user's prices replace ours, in every region.
@@ -177,7 +171,10 @@ class Catalog:
 
 
 @functools.cache
-def default_catalog() -> Catalog:
-    """The catalog shipped in the package (``tpuops/prices.toml``), read once."""
-    text = resources.files("tpuops").joinpath(PRICES_FILE).read_text(encoding="utf-8")
-    return Catalog.from_toml(tomllib.loads(text))
+def catalog_of(offers: Offers) -> Catalog:
+    """The prices of ``offers`` (a provider's, ``tpuops.providers.registry.offers_of``), built once per process.
+
+    Raises:
+        UsageError: the provider's price table is malformed.
+    """
+    return Catalog.from_toml(offers.price_table(), offers)

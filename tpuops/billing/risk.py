@@ -20,10 +20,13 @@ Where a key has no READY time the rate used for planning is an ASSUMPTION: the
 on-demand (which Cloud TPU does not preempt). ``Risk.assumed`` says so wherever it is shown.
 A pod slice is preempted whole when any of its hosts is, so the assumption for a slice of H hosts is
 H times that setting (hosts preempted independently at the one-host rate), and its create -> READY
-is assumed ``assumed_ready_s`` (the slice is READY when its last host is): both only until the
+is assumed ``Prior.ready_s`` (the slice is READY when its last host is): both only until the
 ledger has READY time (create latencies) of that slice size; what it learned then wins.
 
-Pure: a function of ledger rows (``NodeHistory``) and ``now``; no database, no clock.
+How many hosts a slice has, and which capacities may be preempted, the configured provider's offers say
+(``Prior.offers``), never a cloud's catalog.
+
+Pure: a function of ledger rows (``NodeHistory``), ``now`` and the ``Prior``; no database, no clock.
 """
 
 from __future__ import annotations
@@ -31,16 +34,20 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuops.billing.cost import ready_intervals
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
-from tpuops.billing.pricing import SPOT_PRICED, parse_capacity
-from tpuops.providers.accelerators import hosts_of
+from tpuops.billing.pricing import parse_capacity
 from tpuops.providers.nodes import NodeState
+from tpuops.providers.offers import Offers, hosts_of
+from tpuops.providers.registry import offers_of
+
+if TYPE_CHECKING:
+    from tpuops.config import Settings
 
 CONFIDENCE = 0.95
 """The confidence of every rate interval shown."""
@@ -112,18 +119,31 @@ ONE_HOST_READY_S = 90.0
 """ASSUMED create -> READY of a one-host TPU VM (docs/cloud-tpu.md: a v3-8 takes about 60-120 s)."""
 
 
-def prior_rate(capacity: str, spot_preemptions_per_hour: float, accelerator: str | None = None) -> float:
-    """The assumed rate for a key without history: the setting for spot-priced capacity (times the hosts of a
-    slice of ``accelerator``: any host's preemption takes the slice), 0 for on-demand."""
-    if parse_capacity(capacity) not in SPOT_PRICED:
-        return 0.0
-    return spot_preemptions_per_hour * (hosts_of(accelerator) if accelerator else 1)
+@dataclass(frozen=True)
+class Prior:
+    """What is assumed of a key without history: ``spot_preemptions_per_hour`` (tpuops.toml) per host, and the
+    configured provider's offers, which say how many hosts a slice of an accelerator has and which capacities
+    are spot-priced (the ones it may preempt)."""
 
+    spot_preemptions_per_hour: float
+    offers: Offers = field(repr=False, compare=False)
 
-def assumed_ready_s(accelerator: str) -> float:
-    """ASSUMED create -> READY of ``accelerator`` without history: the one-host figure times the square root of
-    its hosts (a slice is READY when its slowest host is, and its hosts boot side by side: 180 s for 4 hosts)."""
-    return ONE_HOST_READY_S * hosts_of(accelerator) ** 0.5
+    @classmethod
+    def of(cls, settings: Settings) -> Prior:
+        """The prior the settings give: their ``spot_preemptions_per_hour`` and their provider's offers."""
+        return cls(settings.spot_preemptions_per_hour, offers_of(settings.node_provider))
+
+    def rate(self, capacity: str, accelerator: str | None = None) -> float:
+        """The assumed rate: the setting for spot-priced capacity (times the hosts of a slice of ``accelerator``:
+        any host's preemption takes the slice), 0 for on-demand."""
+        if parse_capacity(capacity).value not in self.offers.spot_priced():
+            return 0.0
+        return self.spot_preemptions_per_hour * (hosts_of(self.offers, accelerator) if accelerator else 1)
+
+    def ready_s(self, accelerator: str) -> float:
+        """ASSUMED create -> READY of ``accelerator``: the one-host figure times the square root of its hosts (a
+        slice is READY when its slowest host is, and its hosts boot side by side: 180 s for 4 hosts)."""
+        return ONE_HOST_READY_S * hosts_of(self.offers, accelerator) ** 0.5
 
 
 def ready_at(history: NodeHistory) -> datetime | None:
@@ -147,7 +167,7 @@ def _stockouts(members: Sequence[NodeHistory]) -> tuple[Stockout, ...]:
     return tuple(episodes)
 
 
-def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, spot_preemptions_per_hour: float) -> Risk:
+def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, prior: Prior) -> Risk:
     """The risk of one key from its incarnations (any order)."""
     ready_s = sum(i.seconds for h in members for i in ready_intervals(h.transitions, now))
     preemptions = sum(1 for h in members if any(t.state == NodeState.PREEMPTED.value for t in h.transitions))
@@ -157,26 +177,26 @@ def risk_of(key: RiskKey, members: Sequence[NodeHistory], now: datetime, spot_pr
     common = {"key": key, "nodes": len(members), "ready_hours": ready_s / 3600, "preemptions": preemptions,
               "ready_latency_s": latencies, "stockouts": _stockouts(members)}
     if ready_s <= 0:
-        return Risk(rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour, key.accelerator), low=None,
+        return Risk(rate_per_hour=prior.rate(key.capacity, key.accelerator), low=None,
                     high=None, assumed=True, **common)
     interval = rate_interval(preemptions, ready_s / 3600, CONFIDENCE)
     return Risk(rate_per_hour=interval.rate, low=interval.low, high=interval.high, assumed=False, **common)
 
 
-def learn(histories: Iterable[NodeHistory], now: datetime, spot_preemptions_per_hour: float) -> list[Risk]:
+def learn(histories: Iterable[NodeHistory], now: datetime, prior: Prior) -> list[Risk]:
     """One ``Risk`` per (zone, accelerator, capacity) the ledger has nodes of, sorted by key."""
     groups: dict[RiskKey, list[NodeHistory]] = defaultdict(list)
     for history in histories:
         node = history.node
         groups[RiskKey(node.zone, node.accelerator, parse_capacity(node.capacity).value)].append(history)
-    return [risk_of(key, members, now, spot_preemptions_per_hour) for key, members in sorted(groups.items())]
+    return [risk_of(key, members, now, prior) for key, members in sorted(groups.items())]
 
 
-def rate_for(risks: Iterable[Risk], key: RiskKey, spot_preemptions_per_hour: float) -> Risk:
+def rate_for(risks: Iterable[Risk], key: RiskKey, prior: Prior) -> Risk:
     """The learned risk of ``key``, or the assumption when the ledger has nothing of it."""
     found = next((risk for risk in risks if risk.key == key), None)
     if found is not None:
         return found
     return Risk(key=key, nodes=0, ready_hours=0.0, preemptions=0,
-                rate_per_hour=prior_rate(key.capacity, spot_preemptions_per_hour, key.accelerator), low=None, high=None,
+                rate_per_hour=prior.rate(key.capacity, key.accelerator), low=None, high=None,
                 assumed=True, ready_latency_s=(), stockouts=())

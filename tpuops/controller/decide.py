@@ -8,8 +8,8 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   ``max_crashes`` times, then finish as crashed;
 - the node is PREEMPTED or TERMINATED -> count a preemption and replace it;
 - the node is missing although we made one -> only after ``evidence_passes`` passes in a row
-  (a listing that lags or a flaky pass must not destroy a healthy run) recreate it, counted as a
-  crash (bounded by ``max_crashes``), never as a preemption: a preempted node stays listed
+  (a listing can lag, as the provider contract says, and a flaky pass must not destroy a healthy run)
+  recreate it, counted as a crash (bounded by ``max_crashes``), never as a preemption: a preempted node stays listed
   PREEMPTED, so a vanished one was deleted (by itself after its agent failed, or outside tpuops);
   a zone whose listing failed is no evidence at all;
 - a READY slice with an unhealthy worker (its TPU runtime stopped answering, or it never booted: the

@@ -12,7 +12,8 @@ behaves like the editable development install. The files:
   packages (``agent_pins``).
 - ``tpuops/agent/**.py`` and ``tpuops/contract/**.py``: the data plane's sources and the contract it shares
   with the control plane, shipped to the VM inside each job bundle.
-- ``tpuops/prices.toml``: the price catalog (read by ``tpuops.billing.pricing``).
+- ``tpuops/providers/cloud_tpu/catalog.json`` and ``prices.toml``: what Cloud TPU offers and what it costs
+  (read by ``tpuops.providers.cloud_tpu``, which hands them on as its ``Offers``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
     from importlib.abc import Traversable
 
 PACKAGE = "tpuops"
+TF_VERSION = "2.9.3"
+"""The TensorFlow release tpuops runs (the pin file's); every runtime name and the pin check derive from it."""
+
+TF_VERSION_PREFIX = ".".join(TF_VERSION.split(".")[:2])
+"""``"2.9"``: what ``tensorflow.__version__`` must start with on the VM."""
+
 PIN_FILE = "requirements-tf29.txt"
 AGENT_PINS_MARKER = "# The agent's own packages"
 AGENT_WINGS = ("agent", "contract")

@@ -37,7 +37,7 @@ from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import NodeBasis, UpPlan
 from tpuops.launch.usercode import check_experiment, may_compile
-from tpuops.providers import accelerators
+from tpuops.providers.registry import offers_of
 from tpuops.runs import ExitClass, RunKind, RunRecord
 from tpuops.store import Store, open_store
 
@@ -195,7 +195,7 @@ def check_slice_store(settings: Settings, store: Store, accelerator: str) -> Non
     output ops run on ``/job:worker/task:0``, not where ``tpuops`` runs. Cloud Storage is reachable from every
     host; a path on this machine only from an emulator's workers on this machine (a local cloud, its TPU API
     on loopback)."""
-    acc = accelerators.parse_accelerator(accelerator)
+    acc = offers_of(settings.node_provider).shape(accelerator)
     if not acc.multi_host or store.uri.startswith("gs://"):
         return
     host = urlparse(settings.endpoint_url).hostname if settings.endpoint_url else "localhost"
@@ -263,10 +263,11 @@ def plan_train(
         ))
     else:
         assert experiment.batch is not None and experiment.steps is not None  # Experiment checks the mode
+        replicas = offers_of(settings.node_provider).shape(basis.accelerator).replicas  # a global batch's share
         if experiment.mode == "model":  # an input_fn makes its own batches from the records
-            _check_batch(experiment, experiment.batch, basis.replicas, train, spec_path)
+            _check_batch(experiment, experiment.batch, replicas, train, spec_path)
         spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-            per_replica_batch_size=experiment.batch.per_replica_for(basis.replicas),
+            per_replica_batch_size=experiment.batch.per_replica_for(replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
             **_schedule(experiment, lost_rate, auto_rate=True),

@@ -5,7 +5,7 @@ history when it has any, else taken from a documented, labelled default (``tpuop
 
 - ``hazard_per_hour``: spot preemptions per READY node-hour of the run's (zones, accelerator, capacity),
   pooled over its zones from ``tpuops.billing.risk`` (the ledger); the ``spot_preemptions_per_hour`` setting
-  (``tpuops.billing.risk.prior_rate``) where none of its zones has READY time.
+  (``tpuops.billing.risk.Prior``) where none of its zones has READY time.
 - ``recovery_s``: what one preemption cost a run, observed: from the preempted node's PREEMPTED
   transition to its replacement's READY (ledger: detection, create, boot), plus the setup of the attempt
   that replacement ran (status: TensorFlow, restore, first call) and the steps it trained again
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
 from tpuops.billing.pricing import parse_capacity
-from tpuops.billing.risk import CONFIDENCE, Risk, RiskKey, prior_rate, rate_for, ready_at
+from tpuops.billing.risk import CONFIDENCE, Prior, Risk, RiskKey, rate_for, ready_at
 from tpuops.providers.nodes import NodeState
 from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord
 
@@ -45,7 +45,8 @@ save, and no interval ``every: auto`` picks is shorter (``tpuops.contract.interv
 class Defaults:
     """The documented assumptions (``tpuops.toml``) each input falls back to."""
 
-    spot_preemptions_per_hour: float
+    prior: Prior
+    """``spot_preemptions_per_hour``, and the provider's offers that say a slice's hosts."""
     recovery_s: float
     lost_work_per_hour: float
 
@@ -64,12 +65,12 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def hazard(risks: Sequence[Risk], keys: Sequence[RiskKey], default: float) -> Learned:
+def hazard(risks: Sequence[Risk], keys: Sequence[RiskKey], default: Prior) -> Learned:
     """Preemptions per READY hour pooled over ``keys`` (the run's zones) that have READY time, else the prior."""
     found = [risk for risk in (rate_for(risks, key, default) for key in keys) if not risk.assumed]
     if not found:
         capacity = keys[0].capacity if keys else "spot"
-        return Learned.of(prior_rate(capacity, default, keys[0].accelerator if keys else None), False,
+        return Learned.of(default.rate(capacity, keys[0].accelerator if keys else None), False,
                        "assumed: spot_preemptions_per_hour in tpuops.toml (no READY time in the ledger for "
                        f"{_where(keys)})")
     preemptions, hours = sum(r.preemptions for r in found), sum(r.ready_hours for r in found)
@@ -154,6 +155,6 @@ def learn(risks: Sequence[Risk], histories: Iterable[NodeHistory], attempts: Map
     """The inputs of a run on ``keys`` (its zones, accelerator and capacity) from the ledger's ``risks`` and
     ``histories`` and the agents' ``attempts`` by run id."""
     return PlanInputs(
-        hazard_per_hour=hazard(risks, keys, defaults.spot_preemptions_per_hour),
+        hazard_per_hour=hazard(risks, keys, defaults.prior),
         recovery_s=recovery(recovery_samples(histories, attempts), keys, defaults.recovery_s),
         lost_work_per_hour=lost_work((a for found in attempts.values() for a in found), defaults.lost_work_per_hour))

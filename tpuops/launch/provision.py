@@ -2,7 +2,8 @@
 
 A node request is made of two parts. ``NodeBasis`` is what every node of one plan shares: the
 accelerator, runtime, capacity and zones, resolved here and nowhere else (a flag, else the
-experiment, else ``tpuops.toml``), the user's labels, the limits put into metadata, the service
+experiment, else ``tpuops.toml``; the accelerator's shape and runtime are the configured provider's answer,
+``ProviderClass.offers``, never a cloud's catalog), the user's labels, the limits put into metadata, the service
 account, and the project and store root its startup script is rendered with. ``NodeBasis.node``
 adds what carries a node's name (the node and run labels, the startup script) and returns an
 ``UpPlan``, which the ``Fleet`` (``tpuops.fleet``) makes real.
@@ -27,7 +28,6 @@ from tpuops.core import naming
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.launch.bundle import job_argv
-from tpuops.providers import accelerators
 from tpuops.providers.nodes import NodeRequest
 from tpuops.providers.registry import provider_class
 from tpuops.runs.models import NodeSpec, RunKind
@@ -82,8 +82,8 @@ class NodeBasis:
         """
         wanted_accelerator = experiment.accelerator if experiment is not None else None
         wanted_capacity = experiment.capacity if experiment is not None else None
-        acc = accelerators.parse_accelerator(accelerator or wanted_accelerator or settings.accelerator)
         rules = provider_class(settings.node_provider)
+        acc = rules.offers.shape(accelerator or wanted_accelerator or settings.accelerator)
         metadata: dict[str, str] = {}
         if settings.max_run_hours:
             metadata[MetadataKey.MAX_RUN_SECONDS.value] = str(int(settings.max_run_hours * 3600))
@@ -91,7 +91,7 @@ class NodeBasis:
             metadata[MetadataKey.WAKE_JOB.value] = settings.wake_job
         metadata.update(extra_metadata or {})
         return cls(project=settings.project, store_root=settings.store_root, accelerator=acc.type,
-                   runtime=accelerators.resolve_runtime_version(acc, runtime),
+                   runtime=rules.offers.runtime_version(acc, runtime),
                    capacity=capacity or wanted_capacity or settings.capacity,
                    zones=tuple(rules.zones_for(acc.type, [rules.check_zone(zone)] if zone else list(settings.zones))),
                    labels=naming.labels_for(sweep_id=sweep_id, user=settings.labels), metadata=metadata,
@@ -106,11 +106,6 @@ class NodeBasis:
                    labels={k: v for k, v in node.labels.items() if k != naming.RUN_KEY},
                    metadata={k: v for k, v in node.metadata.items() if k != MetadataKey.STARTUP_SCRIPT.value},
                    service_account=node.service_account)
-
-    @property
-    def replicas(self) -> int:
-        """How many TPU cores the accelerator has: a global batch is split over them."""
-        return accelerators.parse_accelerator(self.accelerator).replicas
 
     def node(self, name: str, *, run_id: str | None = None, job: Sequence[str] | None = None,
              needs_agent_pins: bool = False) -> UpPlan:

@@ -23,8 +23,7 @@ from functools import cache
 import jinja2
 
 from tpuops.core.naming import MetadataKey
-from tpuops.core.resources import agent_pins, pin_file_text, template_text
-from tpuops.providers.accelerators import TF_VERSION_PREFIX
+from tpuops.core.resources import TF_VERSION_PREFIX, agent_pins, pin_file_text, template_text
 from tpuops.runs.layout import LOGS, run_key
 from tpuops.store.base import uri_under
 

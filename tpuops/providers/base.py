@@ -9,8 +9,14 @@ Contract, for every implementation (``tests/test_provider_contract.py`` holds ea
 - ``create_node`` of a name taken in that zone raises ``AlreadyExists``; nothing else is created;
 - ``delete_node`` of a missing node returns None (success): deletes are idempotent;
 - ``find_node`` of a missing node returns None; ``list_nodes`` returns every node in the zone;
+- a listing can lag: a node just created may be missing from ``list_nodes`` for a while, and one just deleted
+  may still show, so one listing without a node is no evidence that it is gone (the controller asks for
+  ``evidence_passes`` listings in a row, ``tpuops.controller.decide``); a preempted node stays listed PREEMPTED;
 - an ``Operation`` is a snapshot; ``operation`` reports it afresh (one call), and never blocks;
 - every method is safe to call from many threads at once.
+
+What a node *is* (its shape, runtimes, prices, zones) the provider's class answers with its ``Offers``
+(``tpuops.providers.offers``; ``registry.ProviderClass.offers``), not this protocol: it needs no connection.
 
 Optional capabilities are separate protocols (as dstack's ``ComputeWith...`` mixins):
 ``StartsNodes`` (start a STOPPED node), ``QueuesNodes`` (queued resources, ``up --queued``) and, in
@@ -25,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from tpuops.core.errors import Timeout, UsageError
-from tpuops.providers import accelerators
 from tpuops.providers.nodes import NodeInfo, NodeRequest, Operation, QueuedInfo
 
 CLOSE_POLL_S = 0.02
@@ -41,26 +46,66 @@ class NodeProvider(Protocol):
     """How often this provider's operations and nodes are worth polling."""
 
     def list_nodes(self, zone: str) -> list[NodeInfo]:
-        """Every node in ``zone`` (all pages)."""
+        """Every node in ``zone`` (all pages), as the provider sees it now: it may lag behind creates and deletes.
+
+        Args:
+            zone: a zone the provider's rules accept (``check_zone``).
+
+        Returns:
+            The nodes, in no promised order; an empty list for a zone without nodes.
+
+        Raises:
+            TransientError: the listing failed for now (retried inside first); the caller takes it as no evidence.
+            Unreachable: nothing answered at the provider's endpoint.
+            PermissionDenied: the credentials may not list the project's nodes.
+        """
         ...
 
     def find_node(self, zone: str, name: str) -> NodeInfo | None:
-        """The node, or None when it does not exist."""
+        """The node ``name`` of ``zone``.
+
+        Returns:
+            The node, or None when it does not exist (never ``NotFound``).
+
+        Raises:
+            TransientError, Unreachable, PermissionDenied: as ``list_nodes``.
+        """
         ...
 
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
-        """Start creating ``request`` in ``zone``; ``AlreadyExists`` if the name is taken there.
+        """Start creating ``request`` in ``zone``.
 
-        A stockout may surface here (``CapacityError``) or later as the operation's error.
+        Returns:
+            The create's operation: done at once or later (``wait_for`` waits on it); its error, if it fails
+            later, is in the same taxonomy.
+
+        Raises:
+            AlreadyExists: the name is taken in ``zone``; nothing is created.
+            CapacityError: a stockout (it may surface here or as the operation's error).
+            QuotaError, PermissionDenied, InvalidRequest: the request can never succeed as asked.
+            TransientError, Unreachable: the request may not have arrived; asking again is safe (``AlreadyExists``
+                then says it did).
         """
         ...
 
     def delete_node(self, zone: str, name: str) -> Operation | None:
-        """Start deleting; None when the node does not exist (a delete is idempotent)."""
+        """Start deleting node ``name`` of ``zone``; a delete is idempotent.
+
+        Returns:
+            The delete's operation, or None when the node does not exist (success, not an error).
+
+        Raises:
+            TransientError, Unreachable, PermissionDenied: as ``list_nodes``; the node may still be there.
+        """
         ...
 
     def operation(self, zone: str, name: str) -> Operation:
-        """Where the operation called ``name`` stands now; ``NotFound`` once the provider forgot it."""
+        """Where the operation called ``name`` stands now (one call; never blocks).
+
+        Raises:
+            NotFound: the provider does not know (or no longer remembers) the operation.
+            TransientError, Unreachable: as ``list_nodes``.
+        """
         ...
 
 
@@ -69,7 +114,15 @@ class StartsNodes(Protocol):
     """A provider whose nodes can be STOPPED, and started again."""
 
     def start_node(self, zone: str, name: str) -> Operation:
-        """Start a STOPPED node; returns the operation."""
+        """Start a STOPPED node.
+
+        Returns:
+            The start's operation.
+
+        Raises:
+            NotFound: no such node.
+            TransientError, Unreachable, PermissionDenied: as ``NodeProvider.list_nodes``.
+        """
         ...
 
 
@@ -85,15 +138,32 @@ class QueuesNodes(Protocol):
 
     def create_queued_resource(self, zone: str, qr_id: str, request: NodeRequest, *,
                                valid_until_s: float | None = None) -> Operation:
-        """Queue one node; ``AlreadyExists`` if ``qr_id`` is taken in the zone."""
+        """Queue one node; it waits out a stockout until ``valid_until_s`` instead of failing.
+
+        Raises:
+            AlreadyExists: ``qr_id`` is taken in the zone.
+            QuotaError, PermissionDenied, InvalidRequest, TransientError, Unreachable: as ``create_node``.
+        """
         ...
 
     def get_queued_resource(self, zone: str, qr_id: str) -> QueuedInfo:
-        """The queued resource, or ``NotFound``."""
+        """The queued resource ``qr_id`` as it stands now.
+
+        Raises:
+            NotFound: no such queued resource.
+            TransientError, Unreachable, PermissionDenied: as ``NodeProvider.list_nodes``.
+        """
         ...
 
     def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = False) -> Operation | None:
-        """Start deleting (``force`` also deletes its nodes); None when it does not exist."""
+        """Start deleting (``force`` also deletes its nodes); idempotent.
+
+        Returns:
+            The delete's operation, or None when the queued resource does not exist.
+
+        Raises:
+            TransientError, Unreachable, PermissionDenied: as ``NodeProvider.list_nodes``.
+        """
         ...
 
 
@@ -131,28 +201,10 @@ def wait_for(provider: NodeProvider, operation: Operation, *, timeout_s: float,
     return operation
 
 
-class CloudTpuRules:
-    """A provider's rules for the settings (``tpuops.providers.registry.RULES``, which ``config`` asks): the zones
-    and accelerator types of the Cloud TPU catalog. The base of the Cloud TPU adapter and of the worlds that
-    model Cloud TPU; a provider of another cloud says its own: ``check_zone``, ``check_accelerator`` and
-    ``zones_for`` class methods that raise ``UsageError``, one line."""
-
-    @classmethod
-    def check_zone(cls, zone: str) -> str:
-        return accelerators.check_zone(zone)
-
-    @classmethod
-    def check_accelerator(cls, accelerator: str) -> str:
-        return accelerators.parse_accelerator(accelerator).type
-
-    @classmethod
-    def zones_for(cls, accelerator: str, zones: list[str]) -> list[str]:
-        return accelerators.offered_zones(accelerator, zones)
-
-
-class InProcessWorld(CloudTpuRules):
+class InProcessWorld:
     """The base of a provider whose nodes live in this process (``memory``, ``simulated``): it needs no emulator
-    and has no wire format, so what its ``create_node`` takes (a dry run shows it) is the request's own fields."""
+    and has no wire format, so what its ``create_node`` takes (a dry run shows it) is the request's own fields.
+    Its rules and offers it names itself (the in-process worlds take Cloud TPU's: ``cloud_tpu.offers``)."""
 
     talks_to_emulator: ClassVar[bool] = False
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpuops.core.errors import UsageError
-from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES
+from tpuops.providers.cloud_tpu.billing_rules import PREEMPTIBLE_CAPACITIES
 
 CREATE_TO_READY_S = 90.0
 """docs/cloud-tpu.md: a v3-8 takes about 60-120 s from create to READY."""

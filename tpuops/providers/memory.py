@@ -13,6 +13,8 @@ name), so tests can say what a pass asked.
 It lives in the package, not under tests/: it is registered (``node_provider = "memory"``), a
 simulation of a plan can drive the controller through it, and it is the worked example of a provider
 that is one module and one registration line.
+Its rules and offers are Cloud TPU's, named explicitly (``cloud_tpu.offers.CloudTpuRules``): a cloud of one
+process models Google's offers, so a v3-32 here has Cloud TPU's 4 hosts and prices.
 
 Thread-safe: one lock around the nodes, the operations and the log.
 """
@@ -27,9 +29,10 @@ from datetime import datetime
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import AlreadyExists, NotFound, TpuopsError
-from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.base import Connection, InProcessWorld
+from tpuops.providers.cloud_tpu.offers import CloudTpuRules
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
+from tpuops.providers.offers import hosts_of
 
 
 @dataclass
@@ -42,7 +45,7 @@ class _Pending:
     ended: datetime | None = None
 
 
-class MemoryProvider(InProcessWorld):
+class MemoryProvider(CloudTpuRules, InProcessWorld):
     """Nodes of one project, held in memory (``NodeProvider``)."""
 
     def __init__(self, project: str = "tpuops-local", *, poll_interval_s: float = 0.01) -> None:
@@ -118,7 +121,7 @@ class MemoryProvider(InProcessWorld):
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
                 labels=dict(request.labels), create_time=now, uid=str(next(self._ids)),
-                hosts=hosts_of(request.accelerator))
+                hosts=hosts_of(self.offers, request.accelerator))
             operation = self._start((zone, request.name), now, None)
         self.on_create(request.name)
         return operation

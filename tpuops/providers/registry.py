@@ -2,7 +2,8 @@
 
 Adding a provider (TPUs on GKE, a simulated cloud) is one module and one line here: the module's
 class implements ``tpuops.providers.base.NodeProvider`` (optional capabilities as its other
-protocols) with a ``connect(Connection)`` class method, and the line maps its name to that class.
+protocols) with a ``connect(Connection)`` class method and an ``offers`` (``tpuops.providers.offers``: what its
+nodes are), and the line maps its name to that class.
 Nothing dispatches on names anywhere else; the ``Fleet`` holds whichever provider this returns, and
 what needs no connection (a dry run's request body) asks the class itself (``provider_class``).
 A line names its class by import path, and the class is imported when it is asked for: a command loads only
@@ -21,6 +22,7 @@ from tpuops.core.errors import UsageError
 if TYPE_CHECKING:
     from tpuops.providers.base import Connection, NodeProvider
     from tpuops.providers.nodes import NodeRequest
+    from tpuops.providers.offers import Offers
 
 
 class ProviderClass(Protocol):
@@ -29,9 +31,11 @@ class ProviderClass(Protocol):
     ``create_body``: what its ``create_node`` would send for a request, in its own vocabulary (a dry run shows it);
     ``check_zone``, ``check_accelerator``: its rules for the settings (``UsageError``, one line), asked through
     ``RULES``; ``zones_for``: which of the configured zones (in their order) may hold an accelerator, where a
-    create or recreate of it may go (``UsageError`` when none)."""
+    create or recreate of it may go (``UsageError`` when none); ``offers``: what a node of each of its
+    accelerators is (shape, runtimes, prices, zones: ``tpuops.providers.offers.Offers``)."""
 
     talks_to_emulator: bool
+    offers: Offers
 
     def connect(self, connection: Connection) -> NodeProvider: ...
 
@@ -45,7 +49,7 @@ class ProviderClass(Protocol):
 
 
 PROVIDERS: dict[str, str] = {
-    "cloud-tpu": "tpuops.providers.cloud_tpu:TpuApi",
+    "cloud-tpu": "tpuops.providers.cloud_tpu.adapter:TpuApi",
     "memory": "tpuops.providers.memory:MemoryProvider",
     "simulated": "tpuops.providers.simulated:SimulatedCloud",
 }
@@ -59,6 +63,12 @@ def provider_class(name: str) -> ProviderClass:
     module, _, attribute = path.partition(":")
     found: ProviderClass = getattr(importlib.import_module(module), attribute)
     return found
+
+
+def offers_of(name: str) -> Offers:
+    """What the provider registered as ``name`` offers: the one answer, outside ``tpuops.providers``, to what a
+    node of an accelerator is (no connection needed); ``UsageError`` for an unknown name."""
+    return provider_class(name).offers
 
 
 def open_provider(name: str, connection: Connection) -> NodeProvider:

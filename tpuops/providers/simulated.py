@@ -24,7 +24,9 @@ Events are applied lazily, in time order, whenever the provider is called or ``c
 ``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
 is a ``Workload`` (the simulated agents, by run id). Every call is counted per virtual minute (API
 quota), every READY interval kept as the billing truth with the first-minute rule
-(``tpuops.providers.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU bills it.
+(``tpuops.providers.cloud_tpu.billing_rules``); a node still READY is billed up to the clock's now, as Cloud TPU
+bills it. Its rules and offers are Cloud TPU's, named explicitly (``cloud_tpu.offers.CloudTpuRules``): it is
+Cloud TPU on a clock, so Google's offers are its model.
 Every draw comes from the node's own generator, seeded by (seed, zone, name,
 how many creates of that name came before): the controller acts on runs concurrently, so the order of
 calls varies from one simulation to the next, and a shared stream would hand a node another run's draw;
@@ -46,11 +48,12 @@ from typing import Protocol
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.core.naming import RUN_KEY
-from tpuops.providers.accelerators import hosts_of
 from tpuops.providers.base import Connection, InProcessWorld
-from tpuops.providers.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
+from tpuops.providers.cloud_tpu.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
+from tpuops.providers.cloud_tpu.offers import CloudTpuRules
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
+from tpuops.providers.offers import hosts_of
 
 
 class Workload(Protocol):
@@ -140,7 +143,7 @@ def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-class SimulatedCloud(InProcessWorld):
+class SimulatedCloud(CloudTpuRules, InProcessWorld):
     """Cloud TPU on a clock (``NodeProvider``): see the module docstring."""
 
     def __init__(self, project: str = "tpuops-local", model: CloudModel | None = None, *, clock: Clock = system_clock,
@@ -338,7 +341,7 @@ class SimulatedCloud(InProcessWorld):
                 name=request.name, zone=zone, project=self.project, accelerator=request.accelerator,
                 runtime=request.runtime, capacity=request.capacity, state=NodeState.CREATING, health="",
                 labels=dict(request.labels), create_time=_at(begins), uid=uid,
-                hosts=hosts_of(request.accelerator))
+                hosts=hosts_of(self.offers, request.accelerator))
             self._by_uid[uid] = key
             self._schedule(ready_at, "ready", uid)
             self._ops[operation] = _Op(zone, request.name, now, ready_at)

@@ -235,6 +235,9 @@ class Run:
     usd: float = 0.0
     """What the ledger bills it (filled in with ``goodput``), also when its agent reported no attempt clocks (a
     script-mode run, an older agent), whose goodput is then unknown."""
+    hosts: int | None = None
+    """How many hosts (workers) its node is: 4 on a v3-32 slice, as the configured provider's offers say (filled in
+    with ``goodput``: runs asks no provider); None when unknown."""
     damage: tuple[str, ...] = ()
     record_known: bool = True
 
@@ -263,13 +266,6 @@ class Run:
         if self.finished:
             return RunPhase.FINISHED.value
         return str(getattr(self.status.phase, "value", self.status.phase)) if self.status else "pending"
-
-    @property
-    def hosts(self) -> int | None:
-        """How many hosts (workers) its node is: 4 on a v3-32 slice; None when its record is unknown."""
-        from tpuops.providers.accelerators import hosts_of
-
-        return hosts_of(self.record.node.accelerator) if self.record_known else None
 
     def damage_note(self) -> str:
         """What is damaged and what to do about it, in one line ("" for a whole run)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tpuops.billing.risk import Risk, RiskKey, assumed_ready_s, rate_for
+from tpuops.billing.risk import Prior, Risk, RiskKey, rate_for
 from tpuops.config import Settings
 from tpuops.contract.interval import young_daly_s
 from tpuops.core.clock import UTC
@@ -104,13 +104,13 @@ def agent_model(experiment: Experiment, history: History | None, *, lost_work_pe
 def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> CloudModel:
     """The ledger's learned hazards per (zone, capacity) of ``accelerator``, and its median create -> READY; without
     history, the assumptions of ``tpuops.billing.risk`` (a slice: its hosts' hazard, a longer boot)."""
-    hazards = {}
+    hazards, prior = {}, Prior.of(settings)
     for zone in settings.zones:
         for capacity in Capacity:
-            risk = rate_for(risks, RiskKey(zone, accelerator, capacity.value), settings.spot_preemptions_per_hour)
+            risk = rate_for(risks, RiskKey(zone, accelerator, capacity.value), prior)
             hazards[(zone, capacity.value)] = risk.rate_per_hour
     latencies = [s for risk in risks if risk.key.accelerator == accelerator for s in risk.ready_latency_s]
-    median = sorted(latencies)[len(latencies) // 2] if latencies else assumed_ready_s(accelerator)
+    median = sorted(latencies)[len(latencies) // 2] if latencies else prior.ready_s(accelerator)
     ready = {accelerator: Latency(median)}
     return CloudModel(ready_latency=ready, hazard_per_hour=hazards,
                       spot_hazard_per_hour=settings.spot_preemptions_per_hour)

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuops.core.errors import TpuopsError, UsageError
-from tpuops.core.resources import PIN_FILE, pin_file_text
-from tpuops.providers.accelerators import TF_VERSION_PREFIX
+from tpuops.core.resources import PIN_FILE, TF_VERSION_PREFIX, pin_file_text
 from tpuops.tfenv.locate import STAMP, read_stamp, venv_python
 from tpuops.tfenv.pythons import DEFAULT_VERSIONS, find_python
 

@@ -7,5 +7,5 @@ preemption, the billing truth); ``auth`` decides who may call any of them. Each 
 on ``tpuops.emulator.cloud`` and its answer into JSON; none holds a node's state itself.
 
 May import: ``tpuops.emulator.api``, ``tpuops.emulator.cloud``, the emulator's ground (``apierror``,
-``faults``, ``stats``) and ``tpuops.providers.tpu_catalog``; the standard library only.
+``faults``, ``stats``) and ``tpuops.providers.cloud_tpu.catalog``; the standard library only.
 """

@@ -7,7 +7,7 @@ its extra RPCs: reservations, maintenance) with v2alpha1 ``@type`` URLs, as ``gc
 and the v2alpha1 clients expect; ``/v1`` serves the catalogue routes gcloud still uses
 (locations, acceleratorTypes, tensorflowVersions) and a node by name in the v1 schema (TensorFlow
 2.9's TPU client asks for it), and answers the other v1 node RPCs with the TPU Node deprecation
-error. The catalogue comes from ``tpuops.providers.tpu_catalog``. A few ``/v1`` project routes stand in for
+error. The catalogue comes from ``tpuops.providers.cloud_tpu.catalog``. A few ``/v1`` project routes stand in for
 Service Usage, Resource Manager and IAM (``services``) for ``tpuops doctor``.
 
 ``RestApi.handle`` is independent of sockets: it takes a parsed request and returns a status
@@ -36,7 +36,7 @@ from tpuops.emulator.cloud.wire import (
 )
 from tpuops.emulator.faults import Faults
 from tpuops.emulator.stats import RpcStats
-from tpuops.providers.tpu_catalog import AcceleratorType, load
+from tpuops.providers.cloud_tpu.catalog import AcceleratorType, load
 
 _LOCATION = r"projects/(?P<project>[^/:]+)/locations/(?P<zone>[^/:]+)"
 _PROJECT = r"projects/(?P<project>[^/:]+)"

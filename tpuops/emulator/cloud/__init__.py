@@ -8,6 +8,6 @@ both share, ``catalog`` what the service offers and refuses, ``billing`` every i
 READY, ``scheduler`` the one timer thread. The HTTP surfaces (``tpuops.emulator.api``) stand above it.
 
 May import: ``tpuops.emulator.cloud``, ``tpuops.emulator.vm`` (a worker's machine), the emulator's ground
-(``apierror``, ``faults``, ``fsutil``) and the standard-library-only ``tpuops.providers.tpu_catalog`` and
-``tpuops.providers.billing_rules``; the standard library only.
+(``apierror``, ``faults``, ``fsutil``) and the standard-library-only ``tpuops.providers.cloud_tpu.catalog`` and
+``tpuops.providers.cloud_tpu.billing_rules``; the standard library only.
 """

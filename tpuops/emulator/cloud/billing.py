@@ -9,7 +9,7 @@ last moment it is known to have been alive, at most a few seconds off), with rea
 
 Each interval also says what Cloud TPU would charge for it: ``billed_seconds`` is its seconds, or 0
 with ``free`` true for a spot or preemptible node preempted within a minute of its create
-(``tpuops.providers.billing_rules``, the definition the cost tracker applies too).
+(``tpuops.providers.cloud_tpu.billing_rules``, the definition the cost tracker applies too).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from tpuops.emulator.cloud.wire import rfc3339
 from tpuops.emulator.fsutil import read_json, write_json_atomic
-from tpuops.providers.billing_rules import billed_seconds, preemption_is_free
+from tpuops.providers.cloud_tpu.billing_rules import billed_seconds, preemption_is_free
 
 BILLING_FILE = "billing.json"
 HEARTBEAT_FILE = "emulator.heartbeat"

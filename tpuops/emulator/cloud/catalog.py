@@ -1,4 +1,4 @@
-"""The emulator's view of the shared Cloud TPU catalog (``tpuops.providers.tpu_catalog``), with the API's errors.
+"""The emulator's view of the shared Cloud TPU catalog (``tpuops.providers.cloud_tpu.catalog``), with the API's errors.
 
 What the emulator serves and refuses comes from the package's one catalog file; this module
 turns a lookup that fails into the error the real service answers with: an unknown zone,
@@ -12,7 +12,7 @@ import hashlib
 import random
 
 from tpuops.emulator.apierror import ApiError, invalid
-from tpuops.providers.tpu_catalog import AcceleratorType, load
+from tpuops.providers.cloud_tpu.catalog import AcceleratorType, load
 
 __all__ = ["AcceleratorType", "accelerator_for", "check_runtime_version", "check_zone", "project_number",
            "stockout_error"]

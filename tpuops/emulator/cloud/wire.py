@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from tpuops.emulator.apierror import invalid
 from tpuops.emulator.cloud import catalog
-from tpuops.providers.tpu_catalog import AcceleratorType
+from tpuops.providers.cloud_tpu.catalog import AcceleratorType
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ createTime for a node first seen in a listing) and the moment the node left READ
 seconds so that the emulator (floats from ``time.time``) and the ledger (datetimes) call it alike.
 
 Standard library only, no other tpuops import: the emulator (``tpuops/emulator/``, standard library
-only) imports it, and so does ``tpuops.billing.cost``.
+only) imports it, and Cloud TPU's offers (``offers``) hand it to ``tpuops.billing.cost`` through the registry.
 """
 
 from __future__ import annotations

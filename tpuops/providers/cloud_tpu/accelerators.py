@@ -4,7 +4,7 @@ An accelerator type is ``<family>-<N>``. For v2, v3, v4 and v5p, N counts Tensor
 chip) and every host carries 4 chips: v3-8 is 4 chips on one host, v3-32 is 16 chips on 4 hosts.
 For v5e (``v5litepod-N``) and v6e, N counts chips: up to 8 chips sit on one host; a larger slice
 spans hosts of 4 chips each (v5litepod-16 is 4 hosts). The types, their sizes and the zones that
-offer them come from the shared Cloud TPU catalog (``tpu_catalog``), the one the emulator serves:
+offer them come from the shared Cloud TPU catalog (``catalog``), the one the emulator serves:
 refusing an unknown size here is cheaper than a 400 from the API.
 
 TensorFlow 2.9 runtime images exist for v2, v3 and v4 only (docs/cloud-tpu.md): ``tpu-vm-tf-2.9.x`` on a
@@ -15,17 +15,12 @@ v5e, v5p and v6e need TF >= 2.15 with PJRT, so asking for a TF 2.9 runtime there
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from tpuops.core.errors import UsageError
 from tpuops.core.naming import check_zone_name
-from tpuops.providers import tpu_catalog
-
-TF_VERSION = "2.9.3"
-"""The TensorFlow release tpuops runs; every runtime name and the pin check derive from it."""
-
-TF_VERSION_PREFIX = ".".join(TF_VERSION.split(".")[:2])
-"""``"2.9"``: what ``tensorflow.__version__`` must start with on the VM."""
+from tpuops.core.resources import TF_VERSION, TF_VERSION_PREFIX
+from tpuops.providers.cloud_tpu import catalog as tpu_catalog
+from tpuops.providers.offers import AcceleratorShape
 
 _TF29_RUNTIME = re.compile(
     r"tpu-vm-tf-(?P<version>" + re.escape(TF_VERSION_PREFIX) + r"\.\d+)(?P<pod>-pod)?(?P<v4>-v4)?"
@@ -35,34 +30,13 @@ _EXAMPLES = "expected e.g. v2-8, v3-8, v3-32, v4-8"
 _TF29_GENERATIONS = ("v2", "v3", "v4")
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """A parsed accelerator type such as ``v3-32``; build it with ``parse_accelerator``."""
-
-    type: str
-    """The accelerator type exactly as the Cloud TPU API spells it (``v5litepod-8``)."""
-    generation: str
-    """``v2``, ``v3``, ``v4``, ``v5e``, ``v5p`` or ``v6e``."""
-    size: int
-    """The N of ``<family>-N``: TensorCores for v2/v3/v4/v5p, chips for v5e/v6e."""
-    chips: int
-    hosts: int
-
-    @property
-    def replicas(self) -> int:
-        """TensorCores, the replicas of TPUStrategy: two per chip on v2-v4 and v5p, one on v5e and v6e."""
-        return self.size if self.generation in ("v2", "v3", "v4", "v5p") else self.chips
-
-    @property
-    def multi_host(self) -> bool:
-        """A slice spanning hosts: it needs a ``-pod`` runtime and the job runs on worker 0 only."""
-        return self.hosts > 1
-
-    def __str__(self) -> str:
-        return self.type
+def _replicas(generation: str, size: int, chips: int) -> int:
+    """TensorCores, the replicas of TPUStrategy: two per chip on v2-v4 and v5p (the N of the type), one on v5e
+    and v6e."""
+    return size if generation in ("v2", "v3", "v4", "v5p") else chips
 
 
-def parse_accelerator(text: str) -> Accelerator:
+def parse_accelerator(text: str) -> AcceleratorShape:
     """Parse and validate an accelerator type string against the Cloud TPU catalog.
 
     Raises:
@@ -80,7 +54,8 @@ def parse_accelerator(text: str) -> Accelerator:
             f"accelerator {text!r} is not a Cloud TPU type: {match['family']} comes in sizes ({unit}) "
             f"{', '.join(map(str, sizes))}"
         )
-    return Accelerator(type=text, generation=spec.generation, size=spec.size, chips=spec.chips, hosts=spec.hosts)
+    return AcceleratorShape(type=text, generation=spec.generation, chips=spec.chips, hosts=spec.hosts,
+                            replicas=_replicas(spec.generation, spec.size, spec.chips))
 
 
 def check_zone(zone: str) -> str:
@@ -95,21 +70,12 @@ def check_zone(zone: str) -> str:
     return zone
 
 
-def zones_offering(acc: Accelerator | str) -> list[str]:
+def zones_offering(acc: AcceleratorShape | str) -> list[str]:
     """The Cloud TPU zones that offer ``acc``, from the catalog."""
     return tpu_catalog.load().zones_offering(_as_accelerator(acc).type)
 
 
-def hosts_of(accelerator: str) -> int:
-    """The hosts (workers) of a node of ``accelerator``: 4 for v3-32, 1 for v3-8 and for a type this version
-    does not know (a node listed with one, an old ledger row): shown as one host, never an error."""
-    try:
-        return parse_accelerator(accelerator).hosts
-    except UsageError:
-        return 1
-
-
-def offered_zones(acc: Accelerator | str, zones: list[str]) -> list[str]:
+def offered_zones(acc: AcceleratorShape | str, zones: list[str]) -> list[str]:
     """The zones of ``zones`` (in their order) that offer the slice ``acc``: its creates and recreates go only there.
 
     A single host is left to the API's answer (``zones`` unchanged), as it always was: few zones lack one.
@@ -129,17 +95,17 @@ def offered_zones(acc: Accelerator | str, zones: list[str]) -> list[str]:
     return usable
 
 
-def _as_accelerator(acc: Accelerator | str) -> Accelerator:
-    return acc if isinstance(acc, Accelerator) else parse_accelerator(acc)
+def _as_accelerator(acc: AcceleratorShape | str) -> AcceleratorShape:
+    return acc if isinstance(acc, AcceleratorShape) else parse_accelerator(acc)
 
 
-def _runtime_name(tf_version: str, acc: Accelerator) -> str:
+def _runtime_name(tf_version: str, acc: AcceleratorShape) -> str:
     pod = "-pod" if acc.multi_host else ""
     v4 = "-v4" if acc.generation == "v4" else ""
     return f"tpu-vm-tf-{tf_version}{pod}{v4}"
 
 
-def _require_tf29_generation(acc: Accelerator) -> None:
+def _require_tf29_generation(acc: AcceleratorShape) -> None:
     if acc.generation not in _TF29_GENERATIONS:
         raise UsageError(
             f"accelerator {acc.type!r} ({acc.generation}) has no TensorFlow {TF_VERSION_PREFIX} runtime: "
@@ -148,7 +114,7 @@ def _require_tf29_generation(acc: Accelerator) -> None:
         )
 
 
-def default_runtime_version(acc: Accelerator | str) -> str:
+def default_runtime_version(acc: AcceleratorShape | str) -> str:
     """The TF 2.9 runtime image for ``acc``, e.g. ``tpu-vm-tf-2.9.3-pod-v4`` for v4-16.
 
     Raises:
@@ -159,7 +125,7 @@ def default_runtime_version(acc: Accelerator | str) -> str:
     return _runtime_name(TF_VERSION, acc)
 
 
-def check_runtime_version(acc: Accelerator | str, runtime: str) -> str:
+def check_runtime_version(acc: AcceleratorShape | str, runtime: str) -> str:
     """Reject a TF 2.9 runtime that cannot boot on ``acc``; return ``runtime`` unchanged otherwise.
 
     Runtimes of the catalog that are not TF 2.9 images pass through: a user who names another
@@ -189,7 +155,7 @@ def check_runtime_version(acc: Accelerator | str, runtime: str) -> str:
     return runtime
 
 
-def resolve_runtime_version(acc: Accelerator | str, requested: str | None = None) -> str:
+def resolve_runtime_version(acc: AcceleratorShape | str, requested: str | None = None) -> str:
     """The runtime to create ``acc`` with: ``requested`` after checking it, else the default."""
     if requested:
         return check_runtime_version(acc, requested)

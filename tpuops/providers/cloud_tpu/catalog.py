@@ -1,9 +1,9 @@
 """What Cloud TPU offers: zones, the accelerator types each zone offers, and the runtime versions.
 
-The facts live in one package data file, ``cloud_tpu_catalog.json``, with their ``source`` and the
+The facts live in one package data file beside this module, ``catalog.json``, with their ``source`` and the
 date they were ``retrieved``; this module only reads it (once per process, through
-importlib.resources). Both the local emulator (what it serves and refuses) and tpuops' own
-validation (``accelerators``, ``doctor``) read this one catalog, so they cannot drift apart.
+importlib.resources). Both the local emulator (what it serves and refuses) and Cloud TPU's offers
+(``accelerators``, ``offers``; ``doctor`` asks them) read this one catalog, so they cannot drift apart.
 
 Invariants: every accelerator type belongs to exactly one family and has exactly one
 topology; a zone offers a type only if the type exists; runtime versions are API facts, while
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-DATA_FILE = "cloud_tpu_catalog.json"
+DATA_FILE = "catalog.json"
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _product(topology: str) -> int:
 
 
 def parse(data: dict) -> Offerings:
-    """Build a catalog from the file's JSON layout (see ``cloud_tpu_catalog.json``)."""
+    """Build a catalog from the file's JSON layout (see ``catalog.json``)."""
     accelerators: dict[str, AcceleratorType] = {}
     for family, spec in data["families"].items():
         counts_cores = spec["counts"] == "cores"
@@ -113,5 +113,5 @@ def parse(data: dict) -> Offerings:
 @lru_cache(maxsize=1)
 def load() -> Offerings:
     """The catalog shipped in the package, read once."""
-    text = resources.files("tpuops").joinpath(DATA_FILE).read_text(encoding="utf-8")
+    text = resources.files("tpuops.providers.cloud_tpu").joinpath(DATA_FILE).read_text(encoding="utf-8")
     return parse(json.loads(text))

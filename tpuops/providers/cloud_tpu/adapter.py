@@ -38,7 +38,8 @@ from tpuops.core.errors import (
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.core.retry import call_with_retry
-from tpuops.providers.base import CloudTpuRules, Connection
+from tpuops.providers.base import Connection
+from tpuops.providers.cloud_tpu.offers import CloudTpuRules
 from tpuops.providers.commands import WorkerRan, command_line, run_here
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation, QueuedInfo
 
