@@ -227,7 +227,7 @@ class Controller:
                  holder: str | None = None, progress: Callable[[str], None] | None = None,
                  status_refresh_s: float | None = None, clock: Clock = system_clock, threads: bool = True) -> None:
         self.settings = settings
-        self._readers, self._acting = (runs.MAX_READERS, MAX_ACTING) if threads else (1, 1)
+        self.threads = threads
         self.clock = clock
         """The time every decision is taken at when a pass is not given one (``tpuops.core.clock``)."""
         self.store = store
@@ -347,7 +347,7 @@ class Controller:
         index: dict[str, int | None] = (dict(runs.active_index(self.store)) if only is None else
                                         dict.fromkeys([only] if isinstance(only, str) else only))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
-                                 lambda run_id: self._read(run_id, index[run_id]), workers=self._readers)
+                                 lambda run_id: self._read(run_id, index[run_id]), threads=self.threads)
         states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
         damaged = [run_id for run_id, err in read.items() if isinstance(err, DamagedDocument)]
         for run_id, err in read.items():
@@ -384,7 +384,7 @@ class Controller:
                 runs.drop_active(self.store, run_id)
                 self._seen.pop(run_id, None)
         taken = _inline_or_pooled(live, lambda run_id: self._kept(run_id, states[run_id]),
-                                  lambda run_id: self._take(run_id, states[run_id]), workers=self._readers)
+                                  lambda run_id: self._take(run_id, states[run_id]), threads=self.threads)
         held: dict[str, tuple[Memory, int]] = {}
         outcomes: dict[str, _Outcome] = {}
         for run_id in live:
@@ -431,7 +431,7 @@ class Controller:
             return _inline_or_pooled(
                 list(held), lambda run_id: self._settled(decided.get(run_id), held[run_id][0]),
                 lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], listed, now,
-                                         decided.get(run_id), stop), workers=self._acting)
+                                         decided.get(run_id), stop), workers=MAX_ACTING, threads=self.threads)
         except BaseException:
             stop.set()  # Ctrl-C: no run is started any more, and the workers waiting on a delete give up
             raise
@@ -448,8 +448,11 @@ class Controller:
 
         wanted = [run_id for run_id, state in states.items() if not (state.memory.finished and nodes[run_id] is None)
                   and due(run_id)]
-        for run_id, read in zip(wanted, runs.parallel_map(lambda r: _status_or_damage(self.store, r), wanted,
-                                                                     self._readers), strict=True):
+        def read_one(run_id: str) -> AgentStatus | DamagedDocument | None:
+            return _status_or_damage(self.store, run_id)
+
+        found = runs.parallel_map(read_one, wanted) if self.threads else [read_one(run_id) for run_id in wanted]
+        for run_id, read in zip(wanted, found, strict=True):
             seen = self._seen.get(run_id)
             if seen is None:
                 continue
@@ -760,12 +763,13 @@ def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) 
 
 
 def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,
-                      workers: int) -> dict[str, T]:
+                      workers: int = runs.MAX_READERS, threads: bool = True) -> dict[str, T]:
     """``inline`` for each id (no I/O: what is cached, or needs nothing done), then ``pooled`` in a
-    thread pool of ``workers`` for the ids it left (None); in the order of ``ids``."""
+    thread pool of ``workers`` (without ``threads``: in this thread) for the ids it left (None); in the order
+    of ``ids``."""
     done = {run_id: inline(run_id) for run_id in ids}
     rest = [run_id for run_id, value in done.items() if value is None]
-    done.update(zip(rest, runs.parallel_map(pooled, rest, workers), strict=True))
+    done.update(zip(rest, runs.parallel_map(pooled, rest, workers) if threads else map(pooled, rest), strict=True))
     return done  # type: ignore[return-value]  # every None was replaced by pooled's value
 
 

@@ -348,14 +348,13 @@ def repair_hint(run_id: str) -> str:
 
 
 def parallel_map(fn: Callable[[T], R], items: Iterable[T], workers: int = MAX_READERS) -> list[R]:
-    """``[fn(x) for x in items]`` over a thread pool (store round trips overlap), in order; in this thread
-    when there is one item or one worker.
+    """``[fn(x) for x in items]`` over a thread pool (store round trips overlap), in order.
 
     Interrupted (Ctrl-C) or failed, it starts no item not started yet and returns at once: the
     items under way finish in their workers, nobody waits for them.
     """
     items = list(items)
-    if len(items) <= 1 or workers <= 1:
+    if len(items) <= 1:
         return [fn(item) for item in items]
     pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
     try:
