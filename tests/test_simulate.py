@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -263,6 +264,35 @@ def test_a_seed_reproduces_a_simulation_and_another_seed_differs(tmp_path: Path)
     assert first.ended and [r.to_json() for r in first.runs] == [r.to_json() for r in again.runs]
     assert [r.preemptions for r in first.runs] != [r.preemptions for r in other.runs] or \
         [r.usd for r in first.runs] != [r.usd for r in other.runs]
+
+
+def _calls_of(tmp_path: Path, seed: int) -> tuple[list[tuple[str, str, str]], set[int]]:
+    """A simulation of four preempted runs: the cloud's calls that change or read nodes, in order, and the
+    threads that made them."""
+    settings = _settings(tmp_path)
+    sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=1.0),
+                     AgentModel(total_steps=2 * 3600 * 10, steps_per_s=10), cron_s=300, seed=seed)
+    cloud, calls, threads = sim.world.provider, [], set()
+    for name in ("create_node", "delete_node", "list_nodes"):
+        def recorded(*args: object, _name: str = name, _real: object = getattr(cloud, name)) -> object:
+            threads.add(threading.get_ident())
+            calls.append((_name, str(args[0]), getattr(args[1], "name", str(args[1])) if len(args) > 1 else ""))
+            return _real(*args)  # type: ignore[operator]
+        setattr(cloud, name, recorded)
+    sim.declare(_record(settings, f"job-{index}") for index in range(4))
+    assert sim.run(max_hours=24).ended
+    return calls, threads
+
+
+@pytest.mark.unit
+def test_a_simulation_calls_the_cloud_from_its_own_thread_in_one_order_per_seed(tmp_path: Path) -> None:
+    """The simulator's controller and Fleet work in one thread (``threads=False``): no pool's worker calls the
+    cloud, and a seed gives the same calls in the same order, replacements and zone listings included."""
+    calls, threads = _calls_of(tmp_path / "a", seed=7)
+    again, _ = _calls_of(tmp_path / "b", seed=7)
+    assert threads == {threading.get_ident()}
+    assert sum(name == "create_node" for name, _, _ in calls) > 4 and any(name == "delete_node" for name, _, _ in calls)
+    assert calls == again
 
 
 @pytest.mark.unit

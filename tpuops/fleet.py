@@ -89,8 +89,11 @@ class Fleet:
 
     def __init__(self, provider: NodeProvider, settings: Settings, ledger: Ledger,
                  progress: Progress = _quiet, *, clock: Clock = system_clock,
-                 self_deletes: SelfDeletes | None = None) -> None:
+                 self_deletes: SelfDeletes | None = None, threads: bool = True) -> None:
+        """``threads=False``: list zones one after another in this thread (a simulation's cloud answers at once,
+        so workers would only cost CPU time and make the order zones are taken in vary)."""
         self.provider = provider
+        self.threads = threads
         self.clock = clock
         self.settings = settings
         self.progress = progress
@@ -168,19 +171,26 @@ class Fleet:
         asked = utc_now(self.clock)
         listed: Listing = {}
         failed: dict[str, TpuopsError] = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(zones)))) as pool:
-            futures = {pool.submit(self.provider.list_nodes, zone): zone for zone in zones}
-            for future in as_completed(futures):
-                zone = futures[future]
-                try:
-                    found = future.result()
-                except TpuopsError as err:
-                    failed[zone] = err
-                    continue
-                nodes = listed[zone] = {n.name: n for n in found}
-                self.billing.listed(zone, nodes, asked)
-                if on_listed is not None:
-                    on_listed(zone, nodes)
+
+        def take(zone: str, listing: Callable[[], list[NodeInfo]]) -> None:
+            try:
+                found = listing()
+            except TpuopsError as err:
+                failed[zone] = err
+                return
+            nodes = listed[zone] = {n.name: n for n in found}
+            self.billing.listed(zone, nodes, asked)
+            if on_listed is not None:
+                on_listed(zone, nodes)
+
+        if not self.threads or len(zones) <= 1:
+            for zone in zones:
+                take(zone, lambda zone=zone: self.provider.list_nodes(zone))
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(zones))) as pool:
+                futures = {pool.submit(self.provider.list_nodes, zone): zone for zone in zones}
+                for future in as_completed(futures):
+                    take(futures[future], future.result)
         return ({zone: listed[zone] for zone in zones if zone in listed},
                 {zone: failed[zone] for zone in zones if zone in failed})
 

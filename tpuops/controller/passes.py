@@ -158,12 +158,13 @@ class _Seen:
 
 
 def _inline_or_pooled(ids: list[str], inline: Callable[[str], T | None], pooled: Callable[[str], T], *,
-                      workers: int = runs.MAX_READERS) -> dict[str, T]:
+                      workers: int = runs.MAX_READERS, threads: bool = True) -> dict[str, T]:
     """``inline`` for each id (no I/O: what is cached, or needs nothing done), then ``pooled`` in a
-    thread pool of ``workers`` for the ids it left (None); in the order of ``ids``."""
+    thread pool of ``workers`` (without ``threads``: in this thread) for the ids it left (None); in the order
+    of ``ids``."""
     done = {run_id: inline(run_id) for run_id in ids}
     rest = [run_id for run_id, value in done.items() if value is None]
-    done.update(zip(rest, runs.parallel_map(pooled, rest, workers), strict=True))
+    done.update(zip(rest, runs.parallel_map(pooled, rest, workers) if threads else map(pooled, rest), strict=True))
     return done  # type: ignore[return-value]  # every None was replaced by pooled's value
 
 

@@ -33,7 +33,9 @@ is cached, no create operation to ask about, no budget to read from the ledger),
 decided with no action and nothing to save is done there: a steady pass starts no worker for its
 runs. The others are acted on concurrently, ``MAX_ACTING`` at a time, so one run's slow delete
 holds up no other run's actions, replacements included; the pass ends when the last of them is
-done. A worker touches only its own run: its ``_seen`` entry, its node's Fleet and ledger
+done. A controller built with ``threads=False`` (the simulator's: its store and cloud answer at once, so
+workers would only cost CPU time and make the order of calls vary) does the same work in its own thread,
+run after run in index order. A worker touches only its own run: its ``_seen`` entry, its node's Fleet and ledger
 state (keyed by node; the ledger opens a connection per call), its memory's compare-and-swap. It
 reports through its own ``_Outcome``, which the pass's thread merges into the ``PassReport`` in
 index order, so the report reads as a sequential pass's would; progress lines go through a lock,
@@ -102,7 +104,7 @@ from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
 from tpuops.notify.rules import RunFacts, run_notices
 from tpuops.providers.nodes import NodeInfo, NodeState
-from tpuops.runs import Memory, RunRecord
+from tpuops.runs import AgentStatus, Memory, RunRecord
 from tpuops.store import Store
 from tpuops.store.lease import Leases, new_holder_id
 
@@ -131,8 +133,9 @@ class Controller:
 
     def __init__(self, settings: Settings, store: Store, fleet: Fleet, *, billing: BillingObserver,
                  sweeps: PassStep | None, holder: str | None = None, progress: Callable[[str], None] | None = None,
-                 status_refresh_s: float | None = None, clock: Clock = system_clock) -> None:
+                 status_refresh_s: float | None = None, clock: Clock = system_clock, threads: bool = True) -> None:
         self.settings = settings
+        self.threads = threads
         self.clock = clock
         """The time every decision is taken at when a pass is not given one (``tpuops.core.clock``)."""
         self.store = store
@@ -262,7 +265,7 @@ class Controller:
         index: dict[str, int | None] = (dict(runs.active_index(self.store)) if only is None else
                                         dict.fromkeys([only] if isinstance(only, str) else only))
         read = _inline_or_pooled(list(index), lambda run_id: self._cached(run_id, index[run_id]),
-                                 lambda run_id: self._read(run_id, index[run_id]))
+                                 lambda run_id: self._read(run_id, index[run_id]), threads=self.threads)
         passing.states = {run_id: state for run_id, state in read.items() if isinstance(state, _Run)}
         passing.damaged = [run_id for run_id, err in read.items() if isinstance(err, DamagedDocument)]
         for run_id, err in read.items():
@@ -308,7 +311,7 @@ class Controller:
                 runs.drop_active(self.store, run_id)
                 self._seen.pop(run_id, None)
         taken = _inline_or_pooled(passing.live, lambda run_id: self._kept(run_id, states[run_id]),
-                                  lambda run_id: self._take(run_id, states[run_id]))
+                                  lambda run_id: self._take(run_id, states[run_id]), threads=self.threads)
         for run_id in passing.live:
             took = taken[run_id]
             report.runs += 1
@@ -335,7 +338,8 @@ class Controller:
             passing.outcomes.update(_inline_or_pooled(
                 list(held), lambda run_id: self._settled(passing.decided.get(run_id), held[run_id][0]),
                 lambda run_id: self._act(run_id, states[run_id].record, *held[run_id], nodes[run_id], passing.listed,
-                                         passing.now, passing.decided.get(run_id), stop), workers=MAX_ACTING))
+                                         passing.now, passing.decided.get(run_id), stop), workers=MAX_ACTING,
+                threads=self.threads))
         except BaseException:
             stop.set()  # Ctrl-C: no run is started any more, and the workers waiting on a delete give up
             raise
@@ -372,8 +376,12 @@ class Controller:
 
         wanted = [run_id for run_id, state in states.items() if not (state.memory.finished and nodes[run_id] is None)
                   and due(run_id)]
-        for run_id, read in zip(wanted, runs.parallel_map(lambda r: _status_or_damage(self.store, r), wanted),
-                                strict=True):
+
+        def read_one(run_id: str) -> AgentStatus | DamagedDocument | None:
+            return _status_or_damage(self.store, run_id)
+
+        found = runs.parallel_map(read_one, wanted) if self.threads else [read_one(run_id) for run_id in wanted]
+        for run_id, read in zip(wanted, found, strict=True):
             seen = self._seen.get(run_id)
             if seen is None:
                 continue

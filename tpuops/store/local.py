@@ -56,6 +56,11 @@ class LocalStore(Store):
 
     def __init__(self, root: Path, *, durable: bool = True) -> None:
         self._root = Path(root).absolute()
+        # Objects and temp files are named by string: building a Path cost a third of a local write or read.
+        self._prefix = f"{self._root}{os.sep}"
+        self._tmp = self._root / _BOOKKEEPING / "tmp"
+        self._tmp_prefix = f"{self._tmp}{os.sep}"
+        self._lock = self._root / _BOOKKEEPING / "lock"
         self._durable = durable
         """fsync every write; a simulation's scratch store (``tpuops.sim``), gone with its process, skips it."""
         self._crc_cache: dict[tuple[str, int, int, int], str] = {}
@@ -89,21 +94,19 @@ class LocalStore(Store):
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         check_prefix(prefix)
-        start = self._root / prefix.rpartition("/")[0]
         found: list[ObjectInfo] = []
         with _os_errors(self.uri):
-            for path in _walk_files(start):
-                key = path.relative_to(self._root).as_posix()
+            for path, key in _walk_files(self._prefix, prefix.rpartition("/")[0]):
                 if key.startswith(prefix) and not key.startswith(_BOOKKEEPING):
                     with contextlib.suppress(FileNotFoundError):
-                        st = path.stat()
+                        st = os.stat(path)
                         found.append(ObjectInfo(key, st.st_size, self._crc(path, st), st.st_mtime_ns))
         return sorted(found, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
         with _os_errors(self.uri_of(key)), self._locked(), contextlib.suppress(FileNotFoundError):
-            path.unlink()
+            os.unlink(path)
 
     def upload_file(
         self,
@@ -149,15 +152,15 @@ class LocalStore(Store):
             write_atomically(Path(path), copy)
         return ObjectInfo(key, st.st_size, digest_base64(checksum), st.st_mtime_ns)
 
-    def _path(self, key: str) -> Path:
-        return self._root / check_key(key)
+    def _path(self, key: str) -> str:
+        return f"{self._prefix}{check_key(key)}"
 
-    def _crc(self, path: Path, st: os.stat_result) -> str:
-        cache_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    def _crc(self, path: str, st: os.stat_result) -> str:
+        cache_key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
         with self._crc_lock:
             cached = self._crc_cache.get(cache_key)
         if cached is None:
-            cached = crc32c_of_file(path)
+            cached = crc32c_of_file(Path(path))
             with self._crc_lock:
                 if len(self._crc_cache) >= _CRC_CACHE_MAX:
                     self._crc_cache.clear()
@@ -171,11 +174,11 @@ class LocalStore(Store):
         """
         target = self._path(key)
         where = self.uri_of(key)
-        tmp = self._root / _BOOKKEEPING / "tmp" / f"{uuid.uuid4().hex}.tmp"
+        tmp = f"{self._tmp_prefix}{uuid.uuid4().hex}.tmp"
         with _os_errors(where):
             placed = False
             try:
-                with _making(tmp.parent, lambda: open(tmp, "wb")) as handle:
+                with _making(self._tmp, lambda: open(tmp, "wb")) as handle:
                     fill(handle)
                     handle.flush()
                     if self._durable:
@@ -187,17 +190,17 @@ class LocalStore(Store):
                             f"{where}: generation is {current}, expected {expected} (someone else wrote it)"
                         )
                     generation = _stamp(tmp, current, where)
-                    _making(target.parent, lambda: os.replace(tmp, target))
+                    _making(os.path.dirname(target), lambda: os.replace(tmp, target))
                     placed = True
                 return generation
             finally:
                 if not placed:
-                    tmp.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(tmp)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        lock_path = self._root / _BOOKKEEPING / "lock"
-        with _making(lock_path.parent, lambda: open(lock_path, "a+b")) as handle:
+        with _making(self._lock.parent, lambda: open(self._lock, "a+b")) as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -208,24 +211,24 @@ class LocalStore(Store):
 T = TypeVar("T")
 
 
-def _making(folder: Path, act: Callable[[], T]) -> T:
+def _making(folder: Path | str, act: Callable[[], T]) -> T:
     """``act()``, which creates a file in ``folder``; the folder (and its parents) made first if it is missing."""
     try:
         return act()
     except FileNotFoundError:
-        folder.mkdir(parents=True, exist_ok=True)
+        os.makedirs(folder, exist_ok=True)
         return act()
 
 
-def _generation(path: Path) -> int:
+def _generation(path: str) -> int:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except FileNotFoundError:
         return 0
     return st.st_mtime_ns if stat_mod.S_ISREG(st.st_mode) else 0
 
 
-def _stamp(tmp: Path, previous: int, where: str) -> int:
+def _stamp(tmp: str, previous: int, where: str) -> int:
     """Set the temp file's mtime to a generation greater than ``previous`` and return what was stored."""
     for step in _STAMP_STEPS_NS:
         wanted = max(time.time_ns(), previous + step)
@@ -236,9 +239,9 @@ def _stamp(tmp: Path, previous: int, where: str) -> int:
     raise TpuopsError(f"{where}: the filesystem does not keep modification times precisely enough")
 
 
-def _stat_file(path: Path, where: str) -> os.stat_result:
+def _stat_file(path: str, where: str) -> os.stat_result:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         raise NotFound(f"{where}: no such object") from None
     if not stat_mod.S_ISREG(st.st_mode):
@@ -247,7 +250,7 @@ def _stat_file(path: Path, where: str) -> os.stat_result:
 
 
 @contextlib.contextmanager
-def _open_object(path: Path, where: str | Callable[[], str]) -> Iterator[IO[bytes]]:
+def _open_object(path: str, where: str | Callable[[], str]) -> Iterator[IO[bytes]]:
     try:
         handle = open(path, "rb")  # noqa: SIM115 - a context manager that maps errors
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -256,11 +259,13 @@ def _open_object(path: Path, where: str | Callable[[], str]) -> Iterator[IO[byte
         yield handle
 
 
-def _walk_files(start: Path) -> Iterator[Path]:
-    for folder, _, files in os.walk(start):
-        base = Path(folder)
+def _walk_files(root: str, under: str) -> Iterator[tuple[str, str]]:
+    """(path, key) of every file under the folder ``under`` (a key's folder, "" for all) of the store at ``root``
+    (its path with a trailing separator)."""
+    for folder, _, files in os.walk(os.path.normpath(f"{root}{under}")):  # the root's own folder without its "/"
+        base = folder[len(root):].replace(os.sep, "/")
         for name in files:
-            yield base / name
+            yield f"{folder}{os.sep}{name}", f"{base}/{name}" if base else name
 
 
 @contextlib.contextmanager

@@ -211,8 +211,10 @@ def load_study(spec: SweepSpec, storage: BaseStorage) -> optuna.Study:
 
 def ask(study: optuna.Study, spec: SweepSpec, space: IntersectionSearchSpace | None = None) -> optuna.trial.Trial:
     """Ask for the next trial (an enqueued grid point first), its sampler seeded by the number it will get."""
+    from optuna.trial import TrialState
+
     trials = study.get_trials(deepcopy=False)
-    waiting = [t.number for t in trials if t.state.name == "WAITING"]
+    waiting = [t.number for t in trials if t.state is TrialState.WAITING]  # not .name: a property, 0.2 ms a trial
     number = min(waiting) if waiting else len(trials)
     study.sampler = sampler_for(spec, number, space)
     return study.ask(distributions(spec))

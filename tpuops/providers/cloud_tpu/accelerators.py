@@ -14,6 +14,7 @@ v5e, v5p and v6e need TF >= 2.15 with PJRT, so asking for a TF 2.9 runtime there
 
 from __future__ import annotations
 
+import functools
 import re
 
 from tpuops.core.errors import UsageError
@@ -36,8 +37,12 @@ def _replicas(generation: str, size: int, chips: int) -> int:
     return size if generation in ("v2", "v3", "v4", "v5p") else chips
 
 
+@functools.lru_cache(maxsize=256)
 def parse_accelerator(text: str) -> AcceleratorShape:
     """Parse and validate an accelerator type string against the Cloud TPU catalog.
+
+    Cached (the packaged catalog is read once and never changes; an ``Accelerator`` is frozen): pricing a
+    ledger's nodes parses one type per node, a sweep pass tens of thousands in a simulation.
 
     Raises:
         UsageError: not a Cloud TPU type, or a size the family does not come in.
