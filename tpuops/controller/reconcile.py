@@ -230,7 +230,6 @@ class Controller:
         self.store = store
         self.nodes = fleet
         self.billing = fleet.billing
-        self.billing.date_self_deletes(runs.self_deletes(lambda: store))  # the runs' statuses date them
         self.ledger = self.billing.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = _one_at_a_time(progress or (lambda _text: None))

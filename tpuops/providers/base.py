@@ -13,7 +13,9 @@ Contract, for every implementation (``tests/test_provider_contract.py`` holds ea
 - every method is safe to call from many threads at once.
 
 Optional capabilities are separate protocols (as dstack's ``ComputeWith...`` mixins):
-``StartsNodes`` (start a STOPPED node) and ``QueuesNodes`` (queued resources, ``up --queued``).
+``StartsNodes`` (start a STOPPED node), ``QueuesNodes`` (queued resources, ``up --queued``) and
+``ListsOperations`` (the operations on one node, whoever asked for them: the evidence that dates a
+self-delete, ``tpuops.billing.observer``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,15 @@ class QueuesNodes(Protocol):
 
     def delete_queued_resource(self, zone: str, qr_id: str, *, force: bool = False) -> Operation | None:
         """Start deleting (``force`` also deletes its nodes); None when it does not exist."""
+        ...
+
+
+@runtime_checkable
+class ListsOperations(Protocol):
+    """Lists the operations on one node, including those asked for by someone else (the node's own self-delete)."""
+
+    def node_operations(self, zone: str, name: str) -> list[Operation]:
+        """Every operation the provider still keeps whose target is the node called ``name`` in ``zone``."""
         ...
 
 

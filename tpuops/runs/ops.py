@@ -12,17 +12,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
 from tpuops.runs.models import (
     AgentStatus,
-    ExitClass,
     Goodput,
     NodeSpec,
     Outcome,
@@ -115,40 +113,6 @@ def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None
 
 def read_status(store: Store, run_id: str) -> AgentStatus | None:
     return read_status_versioned(store, run_id)[0]
-
-
-def self_deleted_at(store: Store, run_id: str) -> datetime | None:
-    """When the run's node asked for its own delete, as the agent's last status says; None when it did not.
-
-    The startup script deletes the node as soon as the agent has finished, unless the VM is being
-    preempted (``tpuops/templates/startup.sh.j2``): so a finished status that is not a preemption
-    dates the self-delete, to the few seconds the script takes to ask (early by those, never late),
-    and Cloud TPU bills the node until its delete starts. A status that cannot be read is no evidence.
-    """
-    try:
-        status = read_status(store, run_id)
-    except TpuopsError:
-        return None
-    if status is None or status.exit_class in (None, ExitClass.PREEMPTED):
-        return None
-    return status.ended_at
-
-
-def self_deletes(open_store: Callable[[], Store]) -> Callable[[str], datetime | None]:
-    """``self_deleted_at`` for a ``Fleet`` (its ``self_deletes``): the one wiring of that evidence, used by
-    ``session.fleet`` and by a ``Controller`` given a fleet without it. The store is opened once, when a node
-    first asks; a store that cannot be opened is no evidence, and the node is dated as if it had none."""
-    opened: list[Store] = []
-
-    def said(run_id: str) -> datetime | None:
-        if not opened:
-            try:
-                opened.append(open_store())
-            except TpuopsError:
-                return None
-        return self_deleted_at(opened[0], run_id)
-
-    return said
 
 
 def write_status(store: Store, run_id: str, status: AgentStatus) -> None:

@@ -208,8 +208,7 @@ class Simulation:
         self.ledger = Ledger(workdir / "ledger.sqlite")
         self.world = SimWorld(self.settings.project, cloud, agent, self.store, start=START, seed=seed)
         clock = self.world.clock
-        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock,
-                      self_deletes=runs.self_deletes(lambda: self.store))
+        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock)
         self.controller = Controller(self.settings, self.store, fleet, sweeps=SweepStep(), holder="simulator",
                                      status_refresh_s=0.0, clock=clock)
         self.catalog: Catalog = catalog_for(self.settings)
