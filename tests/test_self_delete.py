@@ -232,3 +232,23 @@ def test_a_delete_of_a_node_already_gone_closes_its_ledger_entry_reading_only_wh
     assert asked == ([{"name": "n", "open_only": True}] if evidence else [])
     last = ledger.transitions(P, ZONE, "n", uid="7")[-1]
     assert (last.state, last.at) == (DELETED, at(420) if evidence else at(900))
+
+
+def test_a_node_another_process_created_is_billed_from_its_create_s_end_not_its_first_sighting(
+        tmp_path: Path) -> None:
+    """Issue 38: a node created by a pass of ``train`` or by ``up --no-wait`` and first seen READY by another process
+    (``status``) was dated READY at that sighting, seconds late. The create the provider lists for it dates it (its
+    end, 50 s), once: a later process finds the ledger has it READY already and asks nothing."""
+    asked: list[str] = []
+
+    def operations(zone: str, name: str) -> list[Operation]:
+        asked.append(name)
+        return _deleted_at(None)(zone, name)
+
+    for _ in range(2):  # two processes in turn, one ledger
+        fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+        fleet.billing.node_operations = operations
+        fleet.billing.observe(_node(NodeState.READY), at=at(56))
+    assert asked == ["n"]
+    assert [(t.state, t.at) for t in Ledger(tmp_path / "ledger.sqlite").transitions(P, ZONE, "n")] == [
+        ("READY", at(50))]

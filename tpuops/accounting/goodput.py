@@ -11,7 +11,8 @@ lays the attempts over the billed intervals and names every second:
                     are the agent's own: ``tpuops.agent.timing.DISJOINT``)
     idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
                     when billing stopped: noticing the end, deleting the node, a preempted VM's
-                    last seconds
+                    last seconds; up to now while a finished agent's node is still READY (its
+                    deletes fail: an API outage), so that such an overrun shows in ``tpuops cost``
     unaccounted     billed minus all of the above: work between calls (status, summaries), time
                     after a killed agent's last write, and the ledger's observation lag (its
                     interval edges are seen by polls). Negative when the agent measured more than
@@ -50,8 +51,10 @@ def _owner(attempt: AttemptTime, intervals: Sequence[Interval]) -> int:
     return min(range(len(intervals)), key=lambda i: abs(intervals[i].start.timestamp() - started))
 
 
-def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: float) -> Goodput | None:
-    """Lay ``attempts`` over the billed ``intervals`` (pure; see the module docstring)."""
+def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: float, *,
+          finished: bool = False) -> Goodput | None:
+    """Lay ``attempts`` over the billed ``intervals`` (pure; see the module docstring). ``finished``: the agent
+    ended, so an interval still open after its last attempt is idle up to now (a live agent's is not)."""
     if not attempts:
         return None
     ordered = sorted(intervals, key=lambda i: i.start)
@@ -70,7 +73,8 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
         start, end = interval.start.timestamp(), interval.end.timestamp()
         boot = interval.seconds if not mine else min(max(0.0, (mine[0].started_at or start) - start), interval.seconds)
         ended = mine[-1].last_alive if mine else None
-        idle = 0.0 if ended is None or interval.open else min(max(0.0, end - ended), interval.seconds)
+        closed = not interval.open or (finished and last in mine)
+        idle = 0.0 if ended is None or not closed else min(max(0.0, end - ended), interval.seconds)
         parts["boot_s"] += boot
         parts["idle_after_end_s"] += idle
         lost += boot if index > 0 else 0.0
@@ -90,7 +94,7 @@ def run_goodput(histories: Iterable[NodeHistory], status: AgentStatus | None, ca
     for history in histories:
         intervals.extend(ready_intervals(history.transitions, now))
         usd += node_cost(history, catalog, now).usd
-    return split(intervals, status.attempts, usd)
+    return split(intervals, status.attempts, usd, finished=status.exit_class is not None)
 
 
 def by_run(histories: Iterable[NodeHistory]) -> dict[str, list[NodeHistory]]:

@@ -55,6 +55,9 @@ _PACES = 1
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
+_CLOCKS_APART = timedelta(seconds=5)
+"""How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
+
 
 class BillingObserver:
     """Dates in one project's ledger when its nodes started and stopped costing, from what the engine reports."""
@@ -183,9 +186,37 @@ class BillingObserver:
 
         A create operation is done when its node is READY, and says when (its endTime): one
         GetOperation, once per node whose create this observer was told of (``created``, ``expect``), dates the
-        start of billing exactly.
+        start of billing exactly; a node another process created (a pass of ``train``, ``up --no-wait``) is
+        dated by the create the provider lists for it (``_listed_ready``), not at its first sighting here (2-6 s
+        late per node).
         """
-        return self._created_ready(node.zone, node.name, seen) or self._changed_at(node.zone, node.name, seen)
+        return (self._created_ready(node.zone, node.name, seen) or self._listed_ready(node, seen)
+                or self._changed_at(node.zone, node.name, seen))
+
+    def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
+        """When the node this observer never saw became READY, as the end of its incarnation's create operation
+        says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
+        or no such create is found. Kept after the node's create and at or before ``seen``."""
+        if self.node_operations is None or (node.zone, node.name) in self._last_seen:
+            return None
+        if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
+            return None
+        try:
+            operations = self.node_operations(node.zone, node.name)
+        except TpuopsError:
+            return None
+        floor = node.create_time
+        ends = [op.ended for op in operations
+                if op.verb == "create" and op.error is None and op.ended is not None and op.started is not None
+                and (floor is None or op.started >= floor - _CLOCKS_APART)]
+        if not ends:
+            return None
+        ready = min(max(ends), seen)
+        return ready if floor is None else max(ready, floor)
+
+    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
+        changes = self.ledger.transitions(self.project, zone, name, uid=uid) if uid else []
+        return changes[-1].state if changes else None
 
     def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
         """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
