@@ -131,6 +131,38 @@ def test_a_run_that_ends_while_the_api_fails_is_billed_until_its_node_is_gone(
     assert abs(ledger_s - billed_s) <= 0.01 * billed_s, (ledger_s, billed_s)
 
 
-def _start(world: World, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tpuops", *args], cwd=world.work, env=world.env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_stop_no_wait_while_the_api_fails_returns_and_the_agent_saves_and_ends_on_its_own(
+        world: World, failing_api: AdminClient) -> None:
+    """``stop --no-wait`` returns while the API still fails (the fault is cleared only after it has), exit 0 and one
+    line per run saying when the stop takes effect; the agent reads the stop from the store, saves and ends
+    ``stopped``, a user's stop and not a preemption, while its node is still READY; once the API answers the node
+    deletes itself, and the ledger bills it as the emulator did, within 1 %."""
+    run = "stopped-in-outage"
+    world.launch(run, steps=50000)
+    world.ready_and_seen(run)
+    failing_api.set_faults(error_rate=1.0)
+    stopping = subprocess.Popen([sys.executable, "-m", "tpuops", "stop", run, "--no-wait", "--json"], cwd=world.work,
+                                env=world.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    out, err = stopping.communicate(timeout=600)
+    assert failing_api.set_faults()["error_rate"] == 1.0  # it returned while the API still failed
+    assert stopping.returncode == 0 and "Traceback" not in err, err
+    [stopped] = json.loads(out)["runs"]
+    assert stopped["run_id"] == run and stopped["trouble"], stopped  # recorded; what is left is said
+    status = poll(lambda: (s := world.status(run)).get("exit_class") and s, f"{run}'s agent to end", timeout_s=120)
+    assert status["exit_class"] == "stopped", status
+    assert status["last_checkpoint_step"] == status["step"] > 0  # saved where it stopped
+    assert "stopped (tpuops stop) at step" in status["message"], status
+    assert (node := world.node(run)) is not None and node["state"] == "READY"  # nothing could delete it yet
+    failing_api.clear_faults()
+    poll(lambda: world.node(run) is None, "the node to go once the API answers", timeout_s=120)
+    done = world.tpuops("reconcile", "--json")
+    assert done.returncode == 0, done.stderr
+    assert runs.load_memory(world.store, run)[0].outcome == "stopped"
+    report = world.cost(run)
+    ledger_s = next(t["ready_seconds"] for t in report["runs"] if t["key"] == run)
+    billed_s = world.billed_s(run)
+    assert abs(ledger_s - billed_s) <= 0.01 * billed_s, (ledger_s, billed_s)
+    assert report["goodput"][run]["lost_s"] == 0.0  # a stop someone asked for is no interruption
+    logs = world.tpuops("logs", run)
+    assert "PreemptedExit" not in logs.stdout and "stopped" in logs.stdout, logs.stdout[-2000:]

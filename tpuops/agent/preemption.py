@@ -51,6 +51,9 @@ class PreemptionNotice:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason: Optional[str] = None
+        self.stopped = False
+        """The notice is a stop someone asked for (the run's ``stop.json``), not a preemption: the attempt still
+        saves at the next call boundary, and then ends the run (``exits.StoppedExit``)."""
 
     def install_signal_handler(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -62,6 +65,12 @@ class PreemptionNotice:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+
+    def stop(self, reason: str) -> None:
+        """A stop was asked for (``job`` looks for the run's ``stop.json`` in the store at every heartbeat)."""
+        if not self._event.is_set():
+            self.stopped = True
+        self.trigger(reason)
 
     def requested(self) -> bool:
         return self._event.is_set()

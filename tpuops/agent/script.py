@@ -61,7 +61,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpuops.agent.exits import DivergedExit, PreemptedExit, UserError
+from tpuops.agent.exits import DivergedExit, UserError, interrupted
 from tpuops.agent.inputs import list_files, one_pattern
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
@@ -232,7 +232,7 @@ def run(spec: RunSpec, status: Status, notice: PreemptionNotice, paths: RunPaths
     if code == 0:  # finished, even if a notice came while it was wrapping up
         return
     if notice.requested():
-        raise PreemptedExit(f"preempted ({notice.reason}); the script exited with code {code}")
+        raise interrupted(notice.stopped, notice.reason, f"and the script exited with code {code}")
     if code == USAGE_EXIT:
         raise UserError(f"the script exited with code {USAGE_EXIT} (a usage error): not retried")
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
