@@ -65,6 +65,9 @@ def test_an_interval_no_attempt_started_in_is_all_boot() -> None:
     assert got is not None
     assert got.boot_s == pytest.approx(20.0 + 1.0)
     assert _parts(got) == pytest.approx(71.0)
+    # Issue 38: the first node never ran an attempt (a slice that never booted, 20 s): paid for, it produced
+    # nothing, so it is lost, with the replacement's boot.
+    assert got.lost_s == pytest.approx(20.0 + 1.0)
 
 
 def test_a_running_attempt_has_no_idle_tail_and_a_killed_one_ends_at_its_last_write() -> None:

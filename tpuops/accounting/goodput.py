@@ -20,8 +20,10 @@ lays the attempts over the billed intervals and names every second:
 
 so the parts sum to ``billed`` exactly (the value: ``tpuops.runs.Goodput``). ``goodput = productive /
 billed``. ``lost`` is what the interruptions cost: recomputed steps, the boot and setup of every attempt
-after the first, and the billed tail of every attempt but the last; dollars are shared out in proportion to
-seconds.
+after the first, the billed tail of every attempt but the last, and every closed interval in which no attempt
+started (a slice that never booted, recreated: paid for, it produced nothing, so it is lost, not boot that led
+somewhere); dollars are shared out in proportion to seconds. A stop someone asked for is no interruption: the
+stopped attempt is the last, its tail is idle after the end, not lost.
 
 An attempt belongs to the interval it started in (or the nearest one: VM and ledger clocks
 differ by the observation lag). A status from an agent older than this accounting has no
@@ -77,7 +79,7 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
         idle = 0.0 if ended is None or not closed else min(max(0.0, end - ended), interval.seconds)
         parts["boot_s"] += boot
         parts["idle_after_end_s"] += idle
-        lost += boot if index > 0 else 0.0
+        lost += boot if index > 0 or not mine else 0.0  # no attempt started in it: paid for, it produced nothing
         lost += idle if last not in mine else 0.0
     parts["unaccounted_s"] = billed - sum(parts[name] for name in Goodput.PARTS if name != "unaccounted_s")
     return Goodput(billed_s=billed, usd=usd, lost_s=min(lost, billed), attempts=len(attempts), **parts)
