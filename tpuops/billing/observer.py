@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from tpuops.billing.ledger import Ledger, NodeRecord, Sighting
+from tpuops.billing.ledger import DELETED, Ledger, NodeRecord, Sighting
 from tpuops.core import naming
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.errors import NotFound, TpuopsError
@@ -54,6 +54,9 @@ _PACES = 1
 """How many former gaps between sightings a change may be dated before its sighting (``_changed_at``)."""
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
+
+_ENDED = (NodeState.DELETING.value, DELETED)
+"""The ledger's states after which an incarnation's end is dated already."""
 
 _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
@@ -132,8 +135,8 @@ class BillingObserver:
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else self._last_change(zone, name, uid)
-        if since is None or since >= seen:
-            return guess
+        if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
+            return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
         started = self._delete_started(zone, name, created, since) if EVIDENCE_END.on else None
         return guess if started is None else min(max(started, since), seen)
 
