@@ -273,6 +273,18 @@ def test_the_agent_reads_the_stop_request_where_stop_writes_it_and_ends_stopped_
     preempted.stop("tpuops stop")  # a stop after a preemption's notice: the notice stays the preemption's
     assert not preempted.stopped and not isinstance(interrupted(preempted.stopped, preempted.reason, ""), StoppedExit)
     assert ExitClass.STOPPED.final and Outcome.of_exit(ExitClass.STOPPED) is Outcome.STOPPED
+    deleted = PreemptionNotice()  # the SIGTERM of the node's delete that a controller honouring the stop asked for
+    deleted.stop_asked = lambda: True
+    deleted.trigger("signal SIGTERM")
+    assert deleted.stopped and deleted.reason == "tpuops stop, its node deleted: signal SIGTERM"
+    unreadable = PreemptionNotice()
+
+    def fails() -> bool:
+        raise OSError("store out of reach")
+
+    unreadable.stop_asked = fails
+    unreadable.trigger("signal SIGTERM")
+    assert not unreadable.stopped  # recovered as a preemption, as before
 
 
 def test_train_reports_a_stopped_run_as_its_own_outcome_exit_3_not_an_error(

@@ -66,11 +66,15 @@ def _stop_watch(paths: RunPaths, notice: PreemptionNotice) -> Callable[[], None]
     always reaches, so a stop is seen whether or not the Cloud TPU API answers (the node's delete, whose SIGTERM
     is the other way a stop arrives, waits on it)."""
 
+    def asked() -> bool:
+        return bool(tf.io.gfile.exists(paths.stop))
+
     def look() -> None:
-        if not notice.requested() and tf.io.gfile.exists(paths.stop):
+        if not notice.requested() and asked():
             log.warning("a stop was asked for (%s): saving at the next call boundary, then ending", paths.stop)
             notice.stop("tpuops stop")
 
+    notice.stop_asked = asked
     return look
 
 

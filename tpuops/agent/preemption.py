@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import urllib.request
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,10 @@ class PreemptionNotice:
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason: Optional[str] = None
-        self.stopped = False
-        """The notice is a stop someone asked for (the run's ``stop.json``), not a preemption: the attempt still
-        saves at the next call boundary, and then ends the run (``exits.StoppedExit``)."""
+        self._stopped = False
+        self.stop_asked: Optional[Callable[[], bool]] = None
+        """Whether the run's stop request is in the store (``job`` sets it): a SIGTERM that a stop's node delete
+        sent is the stop's, not a preemption's."""
 
     def install_signal_handler(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -69,8 +70,24 @@ class PreemptionNotice:
     def stop(self, reason: str) -> None:
         """A stop was asked for (``job`` looks for the run's ``stop.json`` in the store at every heartbeat)."""
         if not self._event.is_set():
-            self.stopped = True
+            self._stopped = True
         self.trigger(reason)
+
+    @property
+    def stopped(self) -> bool:
+        """The notice is a stop someone asked for (the run's ``stop.json``), not a preemption: the attempt still
+        saves at the next call boundary, and then ends the run (``exits.StoppedExit``). A notice that came as a
+        signal asks the store once (``stop_asked``): the controller honouring a stop deletes the node, whose
+        SIGTERM may come before the agent's own look; a store that cannot be read leaves it a preemption."""
+        if not self._stopped and self._event.is_set() and self.stop_asked is not None:
+            asked, self.stop_asked = self.stop_asked, None
+            try:
+                self._stopped = bool(asked())
+                if self._stopped:
+                    self.reason = f"tpuops stop, its node deleted: {self.reason}"
+            except Exception:  # the store is out of reach: recovered as a preemption, as before
+                log.warning("could not look for the run's stop request", exc_info=True)
+        return self._stopped
 
     def requested(self) -> bool:
         return self._event.is_set()
