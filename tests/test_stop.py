@@ -323,3 +323,20 @@ def test_stop_dry_run_of_a_sweep_prints_what_it_would_stop_also_when_no_run_is_g
     assert "sweep s1 would launch no more trials" in out and "sweep s1: no run still going to stop" in err
     _print_stop_plan([], "s1", as_json=True)
     assert json.loads(capsys.readouterr().out) == {"sweep": "s1", "runs": []}
+
+
+def test_a_run_whose_agent_ended_stopped_resumes_and_is_not_ended_again_by_its_old_exit(world: World) -> None:
+    """The agent read the stop and ended ``stopped`` (final: no pass recreates the node), yet ``train --resume``
+    goes on: the old exit is the stop's, not news that would end the resumed run at its first pass."""
+    from tpuops.launch.jobs import plan_resume
+
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    _stop(world, "r1")
+    world.store.write_bytes(runs.status_key("r1"), runs.AgentStatus.model_validate(
+        {**LIVE, "run_id": "r1", "phase": "done", "exit_class": "stopped"}).model_dump_json().encode())
+    assert plan_resume(world.store, "r1").run_id == "r1"  # a stopped run is final, not complete
+    assert runs.reopen(world.store, "r1", "tpuops train --resume")
+    assert driver.run_pass(only="r1").acted == [("r1", "create", ZONE)]
+    assert not runs.load_memory(world.store, "r1")[0].finished

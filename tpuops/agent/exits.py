@@ -93,6 +93,12 @@ class ExitClass(ValueEnum):
         return _CODES[self]
 
     @property
+    def complete(self) -> bool:
+        """The run's work is over (succeeded, user-error, diverged): nothing to resume. A stopped run is final but
+        not complete: ``train --resume`` goes on from its checkpoint."""
+        return self.final and self is not ExitClass.STOPPED
+
+    @property
     def final(self) -> bool:
         """The run cannot go on after this exit (succeeded, user-error, diverged, stopped); the others are retried."""
         return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR, ExitClass.DIVERGED, ExitClass.STOPPED)

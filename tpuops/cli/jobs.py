@@ -222,10 +222,9 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
     if finished.outcome == "stopped":  # someone asked for it: neither a failure (1) nor a success (0)
-        if not as_json:
-            err_console().print(f"{finished.run_id}: stopped on request ({finished.reason or 'tpuops stop'}); its "
-                                f"checkpoints stay: 'tpuops train --resume {finished.run_id}' goes on",
-                                markup=False, soft_wrap=True)
+        err_console().print(f"{finished.run_id}: stopped on request ({finished.reason or 'tpuops stop'}); its "
+                            f"checkpoints stay: 'tpuops train --resume {finished.run_id}' goes on",
+                            markup=False, soft_wrap=True)
         raise typer.Exit(STOPPED_EXIT)
     if not finished.succeeded:
         from tpuops.core.errors import UserJobError

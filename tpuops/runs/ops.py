@@ -14,13 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, UsageError
+from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import check_node_name
 from tpuops.runs import layout
 from tpuops.runs.memory import Memory
 from tpuops.runs.models import (
     AgentStatus,
+    ExitClass,
     Goodput,
     NodeSpec,
     Outcome,
@@ -354,13 +355,25 @@ def _open_if_there(store: Store, run_id: str) -> Run | None:
         return None
 
 
+def _stopped_attempt(store: Store, run_id: str) -> int:
+    """The attempt whose agent ended ``stopped`` (it read the run's stop request), 0 when the last did not."""
+    try:
+        status = read_status(store, run_id)
+    except TpuopsError:  # a status that cannot be read is no stop: the next pass reads it as it reads any
+        return 0
+    return status.attempt if status is not None and status.exit_class is ExitClass.STOPPED else 0
+
+
 def reopen(store: Store, run_id: str, reason: str) -> bool:
     """Make a finished run active again (``train --resume``): its checkpoints stay, a stop request it had goes;
     True if it was finished."""
     store.delete(layout.stop_key(run_id))
     memory, generation = load_memory(store, run_id)
     reopened = memory.reopen(time.time(), reason)
-    if reopened:
+    stopped = _stopped_attempt(store, run_id)
+    handled = max(memory.handled_agent_attempt, stopped)  # its agent's 'stopped' exit is the stop, not news
+    if reopened or handled != memory.handled_agent_attempt:
+        memory.handled_agent_attempt = handled
         save_memory(store, run_id, memory, generation)
     mark_active(store, run_id)
     return reopened
