@@ -65,6 +65,9 @@ def test_an_interval_no_attempt_started_in_is_all_boot() -> None:
     assert got is not None
     assert got.boot_s == pytest.approx(20.0 + 1.0)
     assert _parts(got) == pytest.approx(71.0)
+    # Issue 38: the first node never ran an attempt (a slice that never booted, 20 s): paid for, it produced
+    # nothing, so it is lost, with the replacement's boot.
+    assert got.lost_s == pytest.approx(20.0 + 1.0)
 
 
 def test_a_running_attempt_has_no_idle_tail_and_a_killed_one_ends_at_its_last_write() -> None:
@@ -160,3 +163,15 @@ def test_the_runs_table_bills_a_run_whose_agent_reported_no_attempt_clocks(tmp_p
     billed = spent(ledger, catalog_for(settings), project="p", run_id="script-1")
     assert run.goodput is None and billed > 0
     assert run_row(run, datetime.now(UTC))["usd"] == pytest.approx(billed)
+
+
+def test_a_finished_agent_s_node_still_ready_is_billed_after_its_end_up_to_now() -> None:
+    """Issue 38, defect 1: the agent ended at 60 s, but its node is still READY at 100 s (its deletes fail): the
+    40 s after its end show as idle after the end, where a live agent's open interval shows none."""
+    start = datetime(2024, 5, 1, tzinfo=UTC)
+    open_now = [Interval(start, start + timedelta(seconds=100), open=True)]
+    attempt = AttemptTime(attempt=1, started_at=start.timestamp() + 5, ended_at=start.timestamp() + 60)
+    ended = split(open_now, [attempt], 1.0, finished=True)
+    running = split(open_now, [attempt], 1.0, finished=False)
+    assert ended is not None and running is not None
+    assert (ended.idle_after_end_s, running.idle_after_end_s) == (40.0, 0.0)

@@ -137,6 +137,25 @@ def test_an_operation_reports_its_node_its_outcome_and_when_it_started(provider:
     assert deleted.started >= asked.replace(microsecond=0)  # the provider's clock: to the second
 
 
+def test_a_provider_that_lists_a_node_s_operations_shows_its_create_and_delete_with_their_times(
+        provider: NodeProvider) -> None:
+    """``ListsOperations``: the evidence that dates a node's READY and its end when someone else asked for them
+    (issue 38: never the run's end). Only the node's own operations, each saying what it did."""
+    from tpuops.providers.base import ListsOperations
+
+    if not isinstance(provider, ListsOperations):
+        pytest.skip(f"{type(provider).__name__} does not list operations (the observer dates within the gap)")
+    created = wait_for(provider, provider.create_node(ZONE, _request("ops-1")), timeout_s=WAIT_S)
+    _make(provider, "ops-2")
+    deleted = provider.delete_node(ZONE, "ops-1")
+    assert deleted is not None
+    wait_for(provider, deleted, timeout_s=WAIT_S)
+    listed = {op.name: op for op in provider.node_operations(ZONE, "ops-1")}
+    assert set(listed) == {created.name, deleted.name}
+    assert (listed[created.name].verb, listed[deleted.name].verb) == ("create", "delete")
+    assert listed[created.name].ended == created.ended and listed[deleted.name].started == deleted.started
+
+
 def test_an_unknown_operation_is_not_found(provider: NodeProvider) -> None:
     with pytest.raises(NotFound):
         provider.operation(ZONE, f"projects/{PROJECT}/locations/{ZONE}/operations/operation-never")

@@ -219,3 +219,125 @@ def test_down_stops_runs_with_yes_asks_on_a_terminal_and_refuses_off_one(
         ask = _stopping(False)
         assert ask is not None and ask(["r1", "r2"]) is stops
         assert "r1, r2 still going: stop" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_a_stop_while_the_api_fails_is_recorded_says_when_it_takes_effect_and_never_fails(
+        world: World, wait: bool) -> None:
+    """Issue 38, defect 3: every Cloud TPU call fails. The stop is recorded (the memory says stopped, the request
+    stays), the result says what is left and when it happens, and nothing raises; the next pass that reaches the
+    API deletes the node."""
+    from tpuops.core.errors import TransientError
+
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    down = TransientError("503 UNAVAILABLE")
+    world.cloud.faults.update({("ListNodes", ""): down, ("GetNode", "r1"): down, ("DeleteNode", "r1"): down})
+    [done] = stop_runs(world.controller("stopper"), api.plan_stop(world.settings, ["r1"]), "tpuops stop", wait=wait,
+                       timeout_s=0.0, poll_s=0.0)
+    assert done.trouble is not None and "503 UNAVAILABLE" in done.trouble and not done.node_gone
+    assert "stop recorded" in done.text and "within a heartbeat" in done.text and done.to_json()["trouble"]
+    assert runs.load_memory(world.store, "r1")[0].outcome == Outcome.STOPPED
+    assert world.node("r1") is not None  # nothing could delete it
+    world.cloud.faults.clear()
+    watch = world.controller("watch")
+    watch.run_pass()  # the first pass that reaches the API deletes the node of the stopped run
+    _stopped_for_good(world, "r1", watch)
+
+
+def test_an_active_run_with_a_damaged_memory_is_stopped_and_told_how_to_repair_it(world: World) -> None:
+    """Issue 38: a garbled memory.json made ``stop`` fail with no hint. The request is written (the agent reads it
+    from the store, saves and ends), and the one line names the repair."""
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    world.store.write_bytes(runs.layout.memory_key("r1"), b"{garbled")
+    [done] = _stop(world, "r1", wait=False)
+    assert runs.read_stop(world.store, "r1") is not None
+    assert done.outcome is None and "'tpuops runs repair r1'" in done.text, done.text
+
+
+def test_the_agent_reads_the_stop_request_where_stop_writes_it_and_ends_stopped_not_preempted() -> None:
+    from tpuops.agent.paths import RunPaths
+    from tpuops.agent.preemption import PreemptionNotice
+    from tpuops.contract.exits import ExitClass, StoppedExit, interrupted
+
+    assert RunPaths("/store", "r1").stop == "/store/" + runs.layout.stop_key("r1")
+    notice = PreemptionNotice()
+    notice.stop("tpuops stop")
+    exit_ = interrupted(notice.stopped, notice.reason, "at step 40; last checkpoint at step 40")
+    assert isinstance(exit_, StoppedExit)
+    assert str(exit_) == "stopped (tpuops stop) at step 40; last checkpoint at step 40"
+    preempted = PreemptionNotice()
+    preempted.trigger("signal SIGTERM")
+    preempted.stop("tpuops stop")  # a stop after a preemption's notice: the notice stays the preemption's
+    assert not preempted.stopped and not isinstance(interrupted(preempted.stopped, preempted.reason, ""), StoppedExit)
+    assert ExitClass.STOPPED.final and Outcome.of_exit(ExitClass.STOPPED) is Outcome.STOPPED
+    deleted = PreemptionNotice()  # the SIGTERM of the node's delete that a controller honouring the stop asked for
+    deleted.stop_asked = lambda: True
+    deleted.trigger("signal SIGTERM")
+    assert deleted.stopped and deleted.reason == "tpuops stop, its node deleted: signal SIGTERM"
+    unreadable = PreemptionNotice()
+
+    def fails() -> bool:
+        raise OSError("store out of reach")
+
+    unreadable.stop_asked = fails
+    unreadable.trigger("signal SIGTERM")
+    assert not unreadable.stopped  # recovered as a preemption, as before
+
+
+def test_train_reports_a_stopped_run_as_its_own_outcome_exit_3_not_an_error(
+        world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 38: ``train`` exited 1 with "error: run ended stopped" for a stop the user asked for."""
+    import typer
+
+    from tpuops.cli.jobs import STOPPED_EXIT, _report
+    from tpuops.controller.drive import Finished
+
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    _stop(world, "r1")
+    run = api.plan_stop(world.settings, ["r1"])[0]
+    memory = runs.load_memory(world.store, "r1")[0]
+    status = runs.read_status(world.store, "r1")
+    assert status is not None
+    finished = Finished("r1", Outcome.STOPPED, "tpuops stop", status, memory, 12.0, run.record)
+    with pytest.raises(typer.Exit) as code:
+        _report(finished, as_json=False)
+    assert code.value.exit_code == STOPPED_EXIT == 3
+    err = capsys.readouterr().err
+    assert "stopped on request (tpuops stop)" in err and "error" not in err and "--resume r1" in err
+
+
+def test_stop_dry_run_of_a_sweep_prints_what_it_would_stop_also_when_no_run_is_going(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 38: ``stop --dry-run --sweep S`` printed nothing."""
+    import json
+
+    from tpuops.cli.control import _print_stop_plan
+
+    _print_stop_plan([], "s1", as_json=False)
+    out, err = capsys.readouterr()
+    assert "sweep s1 would launch no more trials" in out and "sweep s1: no run still going to stop" in err
+    _print_stop_plan([], "s1", as_json=True)
+    assert json.loads(capsys.readouterr().out) == {"sweep": "s1", "runs": []}
+
+
+def test_a_run_whose_agent_ended_stopped_resumes_and_is_not_ended_again_by_its_old_exit(world: World) -> None:
+    """The agent read the stop and ended ``stopped`` (final: no pass recreates the node), yet ``train --resume``
+    goes on: the old exit is the stop's, not news that would end the resumed run at its first pass."""
+    from tpuops.launch.jobs import plan_resume
+
+    driver = world.controller("train")
+    world.running(driver, "r1")
+    driver.release()
+    _stop(world, "r1")
+    world.store.write_bytes(runs.status_key("r1"), runs.AgentStatus.model_validate(
+        {**LIVE, "run_id": "r1", "phase": "done", "exit_class": "stopped"}).model_dump_json().encode())
+    assert plan_resume(world.store, "r1").run_id == "r1"  # a stopped run is final, not complete
+    assert runs.reopen(world.store, "r1", "tpuops train --resume")
+    assert driver.run_pass(only="r1").acted == [("r1", "create", ZONE)]
+    assert not runs.load_memory(world.store, "r1")[0].finished

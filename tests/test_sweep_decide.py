@@ -235,7 +235,8 @@ def test_every_run_ending_has_one_trial_state_and_one_failure_verdict() -> None:
 def test_an_agent_exit_ends_a_run_unless_it_was_a_preemption() -> None:
     assert {e: OUTCOME_OF_EXIT.get(e) for e in ExitClass} == {
         ExitClass.SUCCEEDED: Outcome.SUCCEEDED, ExitClass.USER_ERROR: Outcome.USER_ERROR,
-        ExitClass.CRASHED: Outcome.CRASHED, ExitClass.DIVERGED: Outcome.DIVERGED, ExitClass.PREEMPTED: None}
+        ExitClass.CRASHED: Outcome.CRASHED, ExitClass.DIVERGED: Outcome.DIVERGED, ExitClass.PREEMPTED: None,
+        ExitClass.STOPPED: Outcome.STOPPED}
     assert all(Outcome.of_exit(e) is OUTCOME_OF_EXIT[e] for e in OUTCOME_OF_EXIT)
 
 

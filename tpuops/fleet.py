@@ -19,7 +19,8 @@ Invariants:
 - Every node we create is recorded in the ledger before we wait on it, so a killed
   process leaves a record; every observed state is appended there, and every delete (a
   promotion's too) is dated there at the start of the provider's delete operation; a node that
-  deleted itself, at the self-delete its run's status dates, within the sightings (the observer's).
+  deleted itself, at the start of the delete its VM asked for, within the sightings (the observer's),
+  never at its run's end.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from tpuops.billing.ledger import Ledger
-from tpuops.billing.observer import BillingObserver, SelfDeletes
+from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.core.clock import Clock, system_clock, utc_now
 from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
 from tpuops.core.kinds import ValueEnum
 from tpuops.core.retry import call_with_retry
-from tpuops.providers.base import NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
+from tpuops.providers.base import ListsOperations, NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
 Progress = Callable[[str], None]
@@ -88,8 +89,7 @@ class Fleet:
     """Drives the nodes of one configured project through its provider; its ``billing`` dates their cost."""
 
     def __init__(self, provider: NodeProvider, settings: Settings, ledger: Ledger,
-                 progress: Progress = _quiet, *, clock: Clock = system_clock,
-                 self_deletes: SelfDeletes | None = None, threads: bool = True) -> None:
+                 progress: Progress = _quiet, *, clock: Clock = system_clock, threads: bool = True) -> None:
         """``threads=False``: list zones one after another in this thread (a simulation's cloud answers at once,
         so workers would only cost CPU time and make the order zones are taken in vary)."""
         self.provider = provider
@@ -97,9 +97,11 @@ class Fleet:
         self.clock = clock
         self.settings = settings
         self.progress = progress
-        self.billing = BillingObserver(ledger, settings.project, self.operation, clock=clock, self_deletes=self_deletes)
+        self.billing = BillingObserver(ledger, settings.project, self.operation, clock=clock,
+                                       node_operations=provider.node_operations
+                                       if isinstance(provider, ListsOperations) else None)
         """What this engine sees and does, dated into the ledger (``tpuops.billing.observer``): READY, ends,
-        self-deletes (``self_deletes``: where a node that deleted itself says when)."""
+        self-deletes (dated by the delete operation the node's VM asked for, where the provider lists them)."""
 
     def delete(self, zone: str, name: str, *, wait: bool = False, on_poll: Callable[[], None] | None = None,
                timeout_s: float | None = None, closely: bool = False) -> bool:

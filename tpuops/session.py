@@ -153,15 +153,10 @@ def open_ledger(settings: Settings) -> Ledger:
 
 
 def fleet(settings: Settings, progress: Callable[[str], None] | None = None) -> Fleet:
-    """The configured project's nodes: the one holder of the provider (``up``, ``down``, ``status``, the controller).
-
-    A node that deleted itself is dated where its run's status says (``runs.self_deletes``), by every
-    command alike: the store is opened on the first such node only."""
-    from tpuops import runs
+    """The configured project's nodes: the one holder of the provider (``up``, ``down``, ``status``, the controller)."""
     from tpuops.fleet import Fleet
 
-    return Fleet(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None),
-                 self_deletes=runs.self_deletes(lambda: store(settings)))
+    return Fleet(connect(settings), settings, open_ledger(settings), progress or (lambda _text: None))
 
 
 def emulated_storage(settings: Settings) -> str:

@@ -11,7 +11,8 @@ lays the attempts over the billed intervals and names every second:
                     are the agent's own: ``tpuops.contract.timing.DISJOINT``)
     idle_after_end  the agent's end (or a killed agent's last status write) -> the interval's end,
                     when billing stopped: noticing the end, deleting the node, a preempted VM's
-                    last seconds
+                    last seconds; up to now while a finished agent's node is still READY (its
+                    deletes fail: an API outage), so that such an overrun shows in ``tpuops cost``
     unaccounted     billed minus all of the above: work between calls (status, summaries), time
                     after a killed agent's last write, and the ledger's observation lag (its
                     interval edges are seen by polls). Negative when the agent measured more than
@@ -19,8 +20,10 @@ lays the attempts over the billed intervals and names every second:
 
 so the parts sum to ``billed`` exactly (the value: ``tpuops.runs.Goodput``). ``goodput = productive /
 billed``. ``lost`` is what the interruptions cost: recomputed steps, the boot and setup of every attempt
-after the first, and the billed tail of every attempt but the last; dollars are shared out in proportion to
-seconds.
+after the first, the billed tail of every attempt but the last, and every closed interval in which no attempt
+started (a slice that never booted, recreated: paid for, it produced nothing, so it is lost, not boot that led
+somewhere); dollars are shared out in proportion to seconds. A stop someone asked for is no interruption: the
+stopped attempt is the last, its tail is idle after the end, not lost.
 
 An attempt belongs to the interval it started in (or the nearest one: VM and ledger clocks
 differ by the observation lag). A status from an agent older than this accounting has no
@@ -50,8 +53,10 @@ def _owner(attempt: AttemptTime, intervals: Sequence[Interval]) -> int:
     return min(range(len(intervals)), key=lambda i: abs(intervals[i].start.timestamp() - started))
 
 
-def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: float) -> Goodput | None:
-    """Lay ``attempts`` over the billed ``intervals`` (pure; see the module docstring)."""
+def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: float, *,
+          finished: bool = False) -> Goodput | None:
+    """Lay ``attempts`` over the billed ``intervals`` (pure; see the module docstring). ``finished``: the agent
+    ended, so an interval still open after its last attempt is idle up to now (a live agent's is not)."""
     if not attempts:
         return None
     ordered = sorted(intervals, key=lambda i: i.start)
@@ -70,10 +75,11 @@ def split(intervals: Sequence[Interval], attempts: Sequence[AttemptTime], usd: f
         start, end = interval.start.timestamp(), interval.end.timestamp()
         boot = interval.seconds if not mine else min(max(0.0, (mine[0].started_at or start) - start), interval.seconds)
         ended = mine[-1].last_alive if mine else None
-        idle = 0.0 if ended is None or interval.open else min(max(0.0, end - ended), interval.seconds)
+        closed = not interval.open or (finished and last in mine)
+        idle = 0.0 if ended is None or not closed else min(max(0.0, end - ended), interval.seconds)
         parts["boot_s"] += boot
         parts["idle_after_end_s"] += idle
-        lost += boot if index > 0 else 0.0
+        lost += boot if index > 0 or not mine else 0.0  # no attempt started in it: paid for, it produced nothing
         lost += idle if last not in mine else 0.0
     parts["unaccounted_s"] = billed - sum(parts[name] for name in Goodput.PARTS if name != "unaccounted_s")
     return Goodput(billed_s=billed, usd=usd, lost_s=min(lost, billed), attempts=len(attempts), **parts)
@@ -90,7 +96,7 @@ def run_goodput(histories: Iterable[NodeHistory], status: AgentStatus | None, ca
     for history in histories:
         intervals.extend(ready_intervals(history.transitions, now))
         usd += node_cost(history, catalog, now).usd
-    return split(intervals, status.attempts, usd)
+    return split(intervals, status.attempts, usd, finished=status.exit_class is not None)
 
 
 def by_run(histories: Iterable[NodeHistory]) -> dict[str, list[NodeHistory]]:

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Iterable
 
-from tpuops.contract.exits import DivergedExit, ExitClass, PreemptedExit, UserError
+from tpuops.contract.exits import DivergedExit, ExitClass, PreemptedExit, StoppedExit, UserError
 
 
 def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
@@ -31,6 +31,8 @@ def classify(exc: BaseException, user_roots: Iterable[Path] = ()) -> ExitClass:
     # Errors TensorFlow raises when the model and the data disagree (shapes, dtypes, bad records)
     # or the model does not fit the device: retrying the same spec fails the same way.
     user_tf_errors = (tf.errors.InvalidArgumentError, tf.errors.ResourceExhaustedError)
+    if isinstance(exc, StoppedExit):
+        return ExitClass.STOPPED
     if isinstance(exc, PreemptedExit):
         return ExitClass.PREEMPTED
     if isinstance(exc, DivergedExit):

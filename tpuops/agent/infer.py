@@ -90,7 +90,7 @@ from tpuops.agent.paths import RunPaths, join, write_whole
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status, utc_now
-from tpuops.contract.exits import PreemptedExit, UserError
+from tpuops.contract.exits import UserError, interrupted
 from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -455,7 +455,7 @@ def predict_shards(
             writer.open(outputs.names[shard])
             while first < end:
                 if notice.requested():
-                    raise PreemptedExit(f"preempted ({notice.reason}) in shard {shard + 1} of {len(outputs.names)}")
+                    raise interrupted(notice.stopped, notice.reason, f"in shard {shard + 1} of {len(outputs.names)}")
                 steps = min(per_call, end - first)
                 start = outputs.examples_before(first)
                 rows = outputs.examples_before(first + steps) - start

@@ -17,7 +17,7 @@ used in place of the store's reads; each piece it could not fetch is read from t
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -32,6 +32,7 @@ from tpuops.agent.status import Previous, Status, Ticker
 from tpuops.contract.exits import (
     DivergedExit,
     ExitClass,
+    PreemptedExit,
     UserError,
     describe,
     traceback_tail,
@@ -56,6 +57,24 @@ def read_spec(location: str, text: Optional[str] = None) -> RunSpec:
         except tf.errors.OpError as err:
             raise SpecError(f"cannot read the run spec {location}: {err.message}") from err
     return parse_spec(text)
+
+
+def _stop_watch(paths: RunPaths, notice: PreemptionNotice) -> Callable[[], None]:
+    """A heartbeat's look for the run's stop request in the store (``paths.stop``): once it is there, the notice
+    is a stop, and the attempt saves at its next call boundary and ends the run STOPPED. The store is what the agent
+    always reaches, so a stop is seen whether or not the Cloud TPU API answers (the node's delete, whose SIGTERM
+    is the other way a stop arrives, waits on it)."""
+
+    def asked() -> bool:
+        return bool(tf.io.gfile.exists(paths.stop))
+
+    def look() -> None:
+        if not notice.requested() and asked():
+            log.warning("a stop was asked for (%s): saving at the next call boundary, then ending", paths.stop)
+            notice.stop("tpuops stop")
+
+    notice.stop_asked = asked
+    return look
 
 
 def _start_logging(chunks: logging.Handler) -> None:
@@ -107,7 +126,7 @@ def run(
         status = Status(paths.status, spec.run_id, command, attempt, attempts=previous.attempts)
     status.write()
     shipper = Ticker(LOG_FLUSH_SECONDS, [chunks.flush])
-    tickers = [Ticker(spec.heartbeat_seconds, [status.write]), shipper]
+    tickers = [Ticker(spec.heartbeat_seconds, [status.write, _stop_watch(paths, notice)]), shipper]
     for ticker in tickers:
         ticker.start()
     # Also shipped at each checkpoint and at once on a stop or preemption notice (tpuops/agent/logs.py).
@@ -131,7 +150,7 @@ def run(
     except BaseException as exc:  # every way out is classified and reported
         failure = exc
         exit_class = classify(exc, entry.user_roots(spec))
-        message = str(exc) if isinstance(exc, (UserError, DivergedExit)) else describe(exc)
+        message = str(exc) if isinstance(exc, (UserError, DivergedExit, PreemptedExit)) else describe(exc)
         noticed = isinstance(exc, tf.errors.OpError) and notice.wait(NOTICE_AFTER_FAILURE_SECONDS)
         if preemption_caused(exit_class, exc, noticed):
             exit_class, message = ExitClass.PREEMPTED, f"preempted ({notice.reason}) while TensorFlow ran: {message}"
@@ -145,7 +164,7 @@ def run(
     else:
         log.info("%s finished: %s", command, exit_class.value)
     status.finish(exit_class, message, trace)
-    if exit_class is ExitClass.PREEMPTED:  # the save is done: recovery need not wait for the next pass
+    if exit_class in (ExitClass.PREEMPTED, ExitClass.STOPPED):  # saved: the control plane need not wait for a pass
         wake.wake(spec.store_root, spec.run_id, attempt, host)
     for ticker in tickers:
         ticker.stop()

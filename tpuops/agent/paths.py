@@ -44,6 +44,8 @@ class RunPaths:
         self.tb = join(self.run_dir, "tb")
         self.model = join(self.run_dir, "model")
         self.predictions = join(self.run_dir, "predictions")
+        self.stop = join(self.run_dir, "stop.json")
+        """A stop someone asked for (``tpuops.runs.layout.STOP``): the agent saves and ends when it appears."""
 
 
 def is_remote(path: str) -> bool:

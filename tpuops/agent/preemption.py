@@ -52,6 +52,10 @@ class PreemptionNotice:
         self._event = threading.Event()
         self.reason: Optional[str] = None
         self._on_notice: List[Callable[[], None]] = []
+        self._stopped = False
+        self.stop_asked: Optional[Callable[[], bool]] = None
+        """Whether the run's stop request is in the store (``job`` sets it): a SIGTERM that a stop's node delete
+        sent is the stop's, not a preemption's."""
 
     def on_notice(self, action: Callable[[], None]) -> None:
         """Call ``action`` when the notice comes (at once if it came already). It runs where the notice is
@@ -73,6 +77,28 @@ class PreemptionNotice:
             self._event.set()
             for action in self._on_notice:
                 action()
+
+    def stop(self, reason: str) -> None:
+        """A stop was asked for (``job`` looks for the run's ``stop.json`` in the store at every heartbeat)."""
+        if not self._event.is_set():
+            self._stopped = True
+        self.trigger(reason)
+
+    @property
+    def stopped(self) -> bool:
+        """The notice is a stop someone asked for (the run's ``stop.json``), not a preemption: the attempt still
+        saves at the next call boundary, and then ends the run (``exits.StoppedExit``). A notice that came as a
+        signal asks the store once (``stop_asked``): the controller honouring a stop deletes the node, whose
+        SIGTERM may come before the agent's own look; a store that cannot be read leaves it a preemption."""
+        if not self._stopped and self._event.is_set() and self.stop_asked is not None:
+            asked, self.stop_asked = self.stop_asked, None
+            try:
+                self._stopped = bool(asked())
+                if self._stopped:
+                    self.reason = f"tpuops stop, its node deleted: {self.reason}"
+            except Exception:  # the store is out of reach: recovered as a preemption, as before
+                log.warning("could not look for the run's stop request", exc_info=True)
+        return self._stopped
 
     def requested(self) -> bool:
         return self._event.is_set()

@@ -65,7 +65,7 @@ from tpuops.agent.inputs import list_files, one_pattern
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.status import Status
-from tpuops.contract.exits import DivergedExit, PreemptedExit, UserError
+from tpuops.contract.exits import DivergedExit, UserError, interrupted
 from tpuops.contract.runspec import DatasetSpec, RunSpec, ScriptSpec
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def run(spec: RunSpec, status: Status, notice: PreemptionNotice, paths: RunPaths
     if code == 0:  # finished, even if a notice came while it was wrapping up
         return
     if notice.requested():
-        raise PreemptedExit(f"preempted ({notice.reason}); the script exited with code {code}")
+        raise interrupted(notice.stopped, notice.reason, f"and the script exited with code {code}")
     if code == USAGE_EXIT:
         raise UserError(f"the script exited with code {USAGE_EXIT} (a usage error): not retried")
     how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

@@ -50,7 +50,7 @@ from tpuops.agent.prefetch import Prefetch
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer
-from tpuops.contract.exits import DivergedExit, PreemptedExit, UserError
+from tpuops.contract.exits import DivergedExit, UserError, interrupted
 from tpuops.contract.runspec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class _Run:
         return min(limits)
 
     def train(self) -> None:
-        """Run calls until the last step, or until a preemption notice (raises PreemptedExit)."""
+        """Run calls until the last step, or until a notice: a preemption or a stop (raises ``exits.interrupted``)."""
         step = int(self.state.step.numpy())
         if step >= self.tspec.steps:
             return
@@ -278,9 +278,8 @@ class _Run:
             self.abandon()
             self.checkpoint(step)
         self.writer.flush()  # the process ends without tearing anything down (job.run)
-        raise PreemptedExit(
-            f"preempted ({self.notice.reason}) at step {step}; last checkpoint at step {self.ckpt.stored_step}"
-        )
+        raise interrupted(self.notice.stopped, self.notice.reason,
+                          f"at step {step}; last checkpoint at step {self.ckpt.stored_step}")
 
     def _diverged(self, step: int, what: str) -> None:
         """Stop the run: ``what`` was NaN or infinite at ``step``; name the last checkpoint saved before it."""

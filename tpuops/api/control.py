@@ -165,7 +165,8 @@ def stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None, wa
     """``tpuops stop RUN... [--sweep S]``: end each run STOPPED and delete its node, whoever drives it
     (``tpuops.controller.stop``); the agent checkpoints on its node's notice, and ``train --resume`` goes on from
     there. With ``sweep``, the sweep launches no new trial either (as ``sweep stop``) and every trial still going
-    stops now. ``wait``: until each node is gone (``Timeout`` past the lease TTL plus the operation timeout)."""
+    stops now. ``wait``: until each node is gone (``Timeout`` past the lease TTL plus the operation timeout). A
+    failing API or a damaged memory never fails a stop once it is recorded (``tpuops.controller.stop``)."""
     from tpuops.session import store
     from tpuops.sweeps.ops import request_stop
 
@@ -176,9 +177,18 @@ def stop(settings: Settings, run_ids: list[str], *, sweep: str | None = None, wa
     return _stop(settings, found, reason, wait=wait, progress=progress)
 
 
+NO_WAIT_API_S = 5.0
+"""How long ``stop --no-wait`` gives each Cloud TPU call of its one pass, retries included (each call's own timeout
+too): the stop is recorded before, so a failing or hanging API costs it seconds, never the minutes it blocked."""
+
+
 def _stop(settings: Settings, found: list[Run], reason: str, *, wait: bool, progress: Say) -> list[Stopped]:
     from tpuops.controller.stop import stop_runs
 
-    return stop_runs(controller(settings, progress), found, reason, wait=wait,
+    # Without wait, the stop is recorded first and the pass after it gets the API for seconds, not the retry policy's
+    # minutes (``NO_WAIT_API_S``): what it cannot do is said, and left to the next pass.
+    brief = settings if wait else settings.model_copy(update={"api_deadline_s": min(settings.api_deadline_s,
+                                                                                     NO_WAIT_API_S)})
+    return stop_runs(controller(brief, progress), found, reason, wait=wait,
                      timeout_s=settings.lease_ttl_s + settings.operation_timeout_s,
-                     poll_s=max(settings.poll_interval_s, 0.2))
+                     poll_s=max(settings.poll_interval_s, 0.2), progress=progress)

@@ -9,9 +9,10 @@ other state (DELETING, PREEMPTED, STOPPING, STOPPED, TERMINATED, DELETED, ...);
 an interval still open is billed up to ``now``. Daily totals split intervals at UTC midnight.
 
 Precision: the ledger holds transitions dated by ``Fleet`` from the best evidence the API
-gives. A READY start is the end of the node's create operation (exact, when this process created
-it); a delete of ours is the delete operation's start (exact: billing stops when a delete starts);
-anything else (a preemption, a delete from inside the VM) is dated within the gap between the last
+gives. A READY start is the end of the node's create operation (exact, whoever created it, where the
+provider lists the operations on a node); a delete is the delete operation's start, ours or the VM's own
+(exact: billing stops when a delete starts; never the run's end, which an API outage can put long before);
+anything else (a preemption, a node gone with no delete to be found) is dated within the gap between the last
 sighting as it was and the first as it is, in its middle while tpuops watches at a steady pace, so
 that an edge is as often early as late by at most half a pass instead of always a pass late
 (tests/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the

@@ -4,11 +4,14 @@ Cloud TPU bills a node while it is READY, but a node carries no time of its last
 what the ledger holds is dated from what the node engine (``tpuops.fleet.Fleet``) saw and did,
 which it reports here. ``BillingObserver`` dates READY (a create operation's end, else within the
 gap between two sightings), ends (a delete operation's start, a node found gone), and the
-self-deletes of nodes whose job ended (where their run's status says, ``self_deletes``).
+self-deletes of nodes whose job ended (the delete operation their VM asked for, ``node_operations``).
 
 Invariants: the ledger keeps transitions only (a node seen again unchanged costs no ledger work);
 every node we create is recorded before anyone waits on it; a change is dated within the gap in
-which it happened, never outside it, whatever a clock that is off says.
+which it happened, never outside it, whatever a clock that is off says; a node's end is dated only
+from evidence that it is gone (a delete operation, a sighting without it), never from its run's end
+(guard ``ledger.evidence_end``): a run that ends while the API fails leaves its node READY, and billed,
+until a delete gets through.
 
 May import what the billing wing may: the ledger, ``tpuops.core`` and the provider-neutral node
 vocabulary. It calls no provider: an operation's times are asked through ``operations``, the
@@ -22,14 +25,18 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from tpuops.billing.ledger import Ledger, NodeRecord, Sighting
+from tpuops.billing.ledger import DELETED, Ledger, NodeRecord, Sighting
 from tpuops.core import naming
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.errors import NotFound, TpuopsError
+from tpuops.core.guards import Guard
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 
-SelfDeletes = Callable[[str], datetime | None]
-"""When the node of a run (by id) asked for its own delete, as the run says (``runs.self_deleted_at``); None: not."""
+EVIDENCE_END = Guard("ledger.evidence_end", "a node's end is dated only from evidence that it is gone (its delete "
+                     "operation), never guessed while the node may still have been billed")
+
+NodeOperations = Callable[[str, str], list[Operation]]
+"""The operations on one node, by zone and name, whoever asked for them (the provider's ``ListsOperations``)."""
 Operations = Callable[[str, str], Operation]
 """Where one of our operations stands, by zone and operation name (the engine's ``Fleet.operation``)."""
 
@@ -48,27 +55,28 @@ _PACES = 1
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
+_ENDED = (NodeState.DELETING.value, DELETED)
+"""The ledger's states after which an incarnation's end is dated already."""
+
+_CLOCKS_APART = timedelta(seconds=5)
+"""How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
+
 
 class BillingObserver:
     """Dates in one project's ledger when its nodes started and stopped costing, from what the engine reports."""
 
     def __init__(self, ledger: Ledger, project: str, operations: Operations, *, clock: Clock = system_clock,
-                 self_deletes: SelfDeletes | None = None) -> None:
+                 node_operations: NodeOperations | None = None) -> None:
         self.ledger = ledger
         self.project = project
         self.operations = operations
         self.clock = clock
         """What dates the ledger's transitions: wall time, or a simulation's virtual clock (``tpuops.core.clock``)."""
-        self.self_deletes = self_deletes
-        """Where a node that deleted itself says when (``_ended_at``); see ``date_self_deletes``."""
+        self.node_operations = node_operations
+        """Where the delete of a node we did not delete ourselves is found (``_ended_at``); None: the provider
+        cannot say, and such an end is dated within the gap between sightings."""
         self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
         self._creating: dict[tuple[str, str], str] = {}  # by (zone, name): our create operation's name, until READY
-
-    def date_self_deletes(self, self_deletes: SelfDeletes) -> None:
-        """Date the nodes that delete themselves where ``self_deletes`` says (a controller hands its store's runs),
-        unless whoever made this observer gave it its own already."""
-        if self.self_deletes is None:
-            self.self_deletes = self_deletes
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
@@ -106,36 +114,45 @@ class BillingObserver:
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
             self._ready_unseen(node.zone, node.name, seen)
         if node.state is NodeState.DELETING:
-            return self._ended_at(node.zone, node.name, node.labels.get(naming.RUN_KEY), node.create_time, seen, first,
-                                  uid=node.uid or None)
+            return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
         return self._changed_at(node.zone, node.name, seen, first=first)
 
-    def _ended_at(self, zone: str, name: str, run_id: str | None, created: datetime | None, seen: datetime,
+    def _ended_at(self, zone: str, name: str, created: datetime | None, seen: datetime,
                   first: datetime | None = None, *, uid: str | None = None) -> datetime:
-        """When a node first seen DELETING or gone at ``seen`` stopped costing: its self-delete, else ``_changed_at``.
+        """When a node first seen DELETING or gone at ``seen`` stopped costing: its delete's start, else within the gap.
 
         A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
-        that delete starts. Jobs of one length end at one phase of the controller's pace, so the
-        middle of the gap is not off as often early as late there: a 1,000-trial sweep ended them
-        ~58 s early on average, 1.3 % of its spend under billing truth. The run's status dates the
-        self-delete (``self_deletes``): when it is of this incarnation (not before its create), the
-        end is dated there, kept within the gap between the last sighting of the node as it was and
-        this one (a clock that is off, or a kept node deleted later, cannot move it out). A process
-        that never saw the node before (``status``, ``down``, the dashboard) keeps it after the last
-        transition the ledger holds of the incarnation (``uid``) instead: the node was in that state
-        from then on, so it cannot have ended before.
+        that delete starts; the delete operation its VM asked for says when (``node_operations``: the
+        first delete of this incarnation, not before its create). Its run's end is no evidence: a run
+        that ended while the API failed left its node READY, billed, until a self-delete got through
+        (a run ended 63 s before its delete did, and the ledger held 0.44 of what was billed). The date
+        is kept within the gap between the last sighting of the node as it was and this one (a clock
+        that is off cannot move it out); a process that never saw the node before (``status``,
+        ``down``, the dashboard) keeps it after the last transition the ledger holds of the incarnation
+        (``uid``) instead: the node was in that state from then on. With no delete to be found (a
+        provider that cannot list operations, a node preempted away) it is dated within the gap.
         """
         guess = self._changed_at(zone, name, seen, first)
-        if run_id is None or self.self_deletes is None:
-            return guess
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else self._last_change(zone, name, uid)
-        if since is None or since >= seen:
-            return guess
-        asked = self.self_deletes(run_id)
-        if asked is None or (created is not None and asked < created):
-            return guess
-        return min(max(asked, since), seen)
+        if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
+            return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
+        started = self._delete_started(zone, name, created, since) if EVIDENCE_END.on else None
+        return guess if started is None else min(max(started, since), seen)
+
+    def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
+        """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
+        as the provider's operations say; None when none is found or the provider cannot be asked."""
+        if self.node_operations is None:
+            return None
+        try:
+            operations = self.node_operations(zone, name)
+        except TpuopsError:
+            return None
+        after = created or since
+        starts = [op.started for op in operations
+                  if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after]
+        return min(starts, default=None)
 
     def _last_change(self, zone: str, name: str, uid: str | None) -> datetime | None:
         """When the ledger's last transition of the incarnation happened; None when it holds none."""
@@ -172,9 +189,37 @@ class BillingObserver:
 
         A create operation is done when its node is READY, and says when (its endTime): one
         GetOperation, once per node whose create this observer was told of (``created``, ``expect``), dates the
-        start of billing exactly.
+        start of billing exactly; a node another process created (a pass of ``train``, ``up --no-wait``) is
+        dated by the create the provider lists for it (``_listed_ready``), not at its first sighting here (2-6 s
+        late per node).
         """
-        return self._created_ready(node.zone, node.name, seen) or self._changed_at(node.zone, node.name, seen)
+        return (self._created_ready(node.zone, node.name, seen) or self._listed_ready(node, seen)
+                or self._changed_at(node.zone, node.name, seen))
+
+    def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
+        """When the node this observer never saw became READY, as the end of its incarnation's create operation
+        says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
+        or no such create is found. Kept after the node's create and at or before ``seen``."""
+        if self.node_operations is None or (node.zone, node.name) in self._last_seen:
+            return None
+        if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
+            return None
+        try:
+            operations = self.node_operations(node.zone, node.name)
+        except TpuopsError:
+            return None
+        floor = node.create_time
+        ends = [op.ended for op in operations
+                if op.verb == "create" and op.error is None and op.ended is not None and op.started is not None
+                and (floor is None or op.started >= floor - _CLOCKS_APART)]
+        if not ends:
+            return None
+        ready = min(max(ends), seen)
+        return ready if floor is None else max(ready, floor)
+
+    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
+        changes = self.ledger.transitions(self.project, zone, name, uid=uid) if uid else []
+        return changes[-1].state if changes else None
 
     def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
         """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
@@ -220,15 +265,14 @@ class BillingObserver:
 
     def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
-        went (``_ended_at``: a node that deleted itself, where its run says). Its open incarnation is read only
-        when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose create
-        this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``), so that
-        what it billed is known."""
+        went (``_ended_at``: a node that deleted itself, where its delete operation says). Its open incarnation is
+        read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
+        create this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``),
+        so that what it billed is known."""
         self._ready_unseen(zone, name, at or utc_now(self.clock))
-        if at is None and record is None and self.self_deletes is not None:
+        if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
-        stamp = at or self._ended_at(zone, name, record.run_id if record else None,
-                                     record.created_at if record else None, utc_now(self.clock),
+        stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
                                      uid=record.uid if record else None)
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)

@@ -11,7 +11,7 @@ from tpuops.cli.common import JSON, err_console, load_settings, print_json, prin
 from tpuops.core.formats import format_utc
 
 if TYPE_CHECKING:
-    from tpuops.api import PassReport
+    from tpuops.api import PassReport, Run
 
 
 
@@ -97,6 +97,23 @@ def events(
                  for e in memory.events])
 
 
+def _print_stop_plan(found: list[Run], sweep: str | None, as_json: bool) -> None:
+    """``stop --dry-run``: each run it would stop (or that ended already) and its node, as a table or JSON; with
+    ``--sweep``, that the sweep would launch no more trials, also when none of its runs is still going."""
+    rows = [{"run_id": r.run_id, "would_stop": not r.finished, "phase": r.phase,
+             "outcome": r.outcome.value if r.outcome else None, "node": None if r.finished else r.record.node_name}
+            for r in found]
+    if as_json:
+        print_json({"sweep": sweep, "runs": rows})
+        return
+    title = f"stop --dry-run: sweep {sweep} would launch no more trials" if sweep else "stop --dry-run"
+    print_table(title, ("run", "would stop", "phase or ending", "node to delete"),
+                [(row["run_id"], "yes" if row["would_stop"] else "no (ended)", row["outcome"] or row["phase"],
+                  row["node"] or "") for row in rows])
+    if not rows:
+        err_console().print(f"sweep {sweep}: no run still going to stop" if sweep else "nothing to stop")
+
+
 def stop(
     ctx: typer.Context,
     run_ids: list[str] | None = typer.Argument(None, help="Runs to stop."),
@@ -110,16 +127,7 @@ def stop(
 
     settings = load_settings(ctx)
     if dry_run:
-        found = api.plan_stop(settings, list(run_ids or []), sweep=sweep)
-        if as_json:
-            print_json({"runs": [{"run_id": r.run_id, "would_stop": not r.finished, "phase": r.phase,
-                                  "outcome": r.outcome.value if r.outcome else None,
-                                  "node": None if r.finished else r.record.node_name} for r in found]})
-            return
-        for r in found:
-            err_console().print(f"{r.run_id}: ended already ({r.outcome}); nothing to stop" if r.finished else
-                                f"{r.run_id}: would stop ({r.phase}); its node {r.record.node_name} would be deleted",
-                                markup=False, soft_wrap=True)
+        _print_stop_plan(api.plan_stop(settings, list(run_ids or []), sweep=sweep), sweep, as_json)
         return
     stopped = api.stop(settings, list(run_ids or []), sweep=sweep, wait=not no_wait, progress=_say(as_json))
     if as_json:

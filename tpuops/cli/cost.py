@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tpuops.cli.common import load_settings, print_json, print_table
-from tpuops.core.formats import format_amount
+from tpuops.core.formats import format_amount, format_seconds
 
 if TYPE_CHECKING:
     from tpuops.api import CostAndGoodput, Goodput, Total
@@ -56,8 +56,12 @@ def _cells(total: Total, label: str) -> list[str]:
 
 
 def _goodput_cells(split: Goodput | None) -> list[str]:
-    """Goodput of the whole run and the dollars interruptions cost it ('' when the agent did not say)."""
-    return [split.ratio_text(), format_amount(split.lost_usd)] if split else ["", ""]
+    """Goodput of the whole run, the dollars interruptions cost it, and the seconds billed after its agent ended
+    ('' when the agent did not say): a node left READY after its run (deletes failing in an API outage) shows
+    there, and grows while it lasts."""
+    if split is None:
+        return ["", "", ""]
+    return [split.ratio_text(), format_amount(split.lost_usd), format_seconds(split.idle_after_end_s)]
 
 
 def _print_tables(project: str, found: CostAndGoodput) -> None:
@@ -67,7 +71,8 @@ def _print_tables(project: str, found: CostAndGoodput) -> None:
     columns = ("nodes", "READY hours", currency)
     now = f"{currency}/h now"
     print_table(f"cost by run in {project}{since}", ("run", *columns, now, "goodput", f"lost to interruptions, "
-                                                                                       f"{currency}"),
+                                                                                       f"{currency}",
+                                                     "billed after its end, s"),
                 [*(_cells(t, t.key or "-") + _goodput_cells(found.goodput.get(t.key or "")) for t in report.runs),
                  _cells(report.total, "total")])
     if report.sweeps:

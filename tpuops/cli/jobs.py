@@ -28,6 +28,10 @@ from tpuops.cli.common import (
 )
 from tpuops.cli.forecasts import print_forecast
 
+STOPPED_EXIT = 3
+"""``train``'s exit code when its run was stopped on request (``tpuops stop``, ``down`` of its node, the dashboard):
+what the user asked for, so not 1 (a failure), and not 0 either, since the run did not finish (docs/cli.md)."""
+
 if TYPE_CHECKING:
     from tpuops.api import AgentStatus, Finished, Started
 
@@ -217,6 +221,11 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
             console.print(finished.goodput.summary(), markup=False, soft_wrap=True)
         if met is not None and finished.record.target:
             console.print(f"target {finished.record.target['metric']} {'met' if met else 'NOT met'}")
+    if finished.outcome == "stopped":  # someone asked for it: neither a failure (1) nor a success (0)
+        err_console().print(f"{finished.run_id}: stopped on request ({finished.reason or 'tpuops stop'}); its "
+                            f"checkpoints stay: 'tpuops train --resume {finished.run_id}' goes on",
+                            markup=False, soft_wrap=True)
+        raise typer.Exit(STOPPED_EXIT)
     if not finished.succeeded:
         from tpuops.core.errors import UserJobError
 

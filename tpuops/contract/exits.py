@@ -17,6 +17,10 @@ diverged       4      the loss or a metric became NaN or infinite; the message n
                       again), tear down; the run failed, it did not succeed
 preempted      143    SIGTERM or the metadata server's ``instance/preempted`` arrived; a
                       checkpoint was written at the last call boundary: recreate and resume
+stopped        5      someone asked for the run to stop (``tpuops stop``, ``down`` of its node, the
+                      dashboard: the run's ``stop.json``, which the agent reads from the store);
+                      a checkpoint was written at the last call boundary: the run ends STOPPED,
+                      neither a failure nor a preemption, and ``train --resume`` goes on from it
 =============  =====  ===========================================================================
 
 Python's own exit code for an uncaught exception is 1, so an agent that dies outside our
@@ -33,6 +37,7 @@ string ``status.json`` holds.
 import enum
 import re
 import traceback
+from typing import Optional
 
 TRACEBACK_LINES = 60
 
@@ -74,15 +79,22 @@ class ExitClass(ValueEnum):
     USER_ERROR = "user-error"
     DIVERGED = "diverged"
     PREEMPTED = "preempted"
+    STOPPED = "stopped"
 
     @property
     def code(self) -> int:
         return _CODES[self]
 
     @property
+    def complete(self) -> bool:
+        """The run's work is over (succeeded, user-error, diverged): nothing to resume. A stopped run is final but
+        not complete: ``train --resume`` goes on from its checkpoint."""
+        return self.final and self is not ExitClass.STOPPED
+
+    @property
     def final(self) -> bool:
-        """The run cannot go on after this exit (succeeded, user-error, diverged); the others are retried."""
-        return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR, ExitClass.DIVERGED)
+        """The run cannot go on after this exit (succeeded, user-error, diverged, stopped); the others are retried."""
+        return self in (ExitClass.SUCCEEDED, ExitClass.USER_ERROR, ExitClass.DIVERGED, ExitClass.STOPPED)
 
 
 _CODES = {
@@ -91,6 +103,7 @@ _CODES = {
     ExitClass.USER_ERROR: 3,
     ExitClass.DIVERGED: 4,
     ExitClass.PREEMPTED: 143,
+    ExitClass.STOPPED: 5,
 }
 
 
@@ -100,6 +113,18 @@ class UserError(Exception):
 
 class PreemptedExit(Exception):
     """Raised by the loops after the preemption checkpoint is safe: unwinds to the exit path."""
+
+
+class StoppedExit(PreemptedExit):
+    """Raised instead when the notice was a stop someone asked for (the run's ``stop.json``): the checkpoint is as
+    safe, but the run ends STOPPED, for good, where a preempted one is recovered."""
+
+
+def interrupted(stopped: bool, reason: Optional[str], where: str) -> PreemptedExit:
+    """What a loop raises once its checkpoint on a notice is safe: a stop's exit or a preemption's, saying ``where``."""
+    if stopped:
+        return StoppedExit(f"stopped ({reason}) {where}")
+    return PreemptedExit(f"preempted ({reason}) {where}")
 
 
 class DivergedExit(Exception):

@@ -31,11 +31,12 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
                  input wait) and when it started and ended (fields in ``timing``);
                  [] in script mode, where the agent does not see the program's steps
     started, heartbeat  heartbeat is refreshed at least every spec.heartbeat_seconds while alive
-    exit_class   null while running, else succeeded | user-error | diverged | preempted | crashed
+    exit_class   null while running, else succeeded | user-error | diverged | preempted | stopped | crashed
     ended        null while running, else when the agent finished (set with exit_class, to the
                  microsecond): unless the VM is being preempted or the node is kept, the startup
-                 script deletes the node right after (the dead-man's switch), so the control plane
-                 dates the end of billing of a node gone by itself here (``runs.self_deleted_at``)
+                 script deletes the node right after (the dead-man's switch); the control plane
+                 dates the end of its billing from that delete's operation, not from here (an API that fails
+                 then keeps the node READY, and billed, until a delete gets through)
     exit_code, message  one line saying why (for every non-success)
     traceback    the last lines of the traceback for user-error and crashed
 

@@ -435,7 +435,8 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     if node_state is not NodeState.READY:
         return None
     if status is not None and status.exit_class is not None:
-        return None if policy.keep_node and status.final else f"its agent exited ({status.exit_class})"
+        kept = policy.keep_node and status.exit_class.complete  # a stop deletes the node, kept or not
+        return None if kept else f"its agent exited ({status.exit_class})"
     beat = _epoch(status.heartbeat) if status is not None else None
     if beat is not None:
         silent = now - beat

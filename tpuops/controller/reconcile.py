@@ -143,7 +143,6 @@ class Controller:
         self.billing = billing
         """What dates the nodes' costs in the ledger: the observer the ``fleet`` reports to, handed in by whoever
         built both (``tpuops.api.controller``, the simulator), so that the controller never reaches into its fleet."""
-        self.billing.date_self_deletes(runs.self_deletes(lambda: store))  # the runs' statuses date them
         self.ledger = self.billing.ledger
         self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
         self.progress = _one_at_a_time(progress or (lambda _text: None))

@@ -498,6 +498,6 @@ def plan_resume(store: Store, run_id: str) -> RunRecord:
     """The run that ``train --resume`` drives again: same bundle, same run spec, same frozen node (a damaged run
     is refused: ``DamagedDocument``, exit 1)."""
     run = runs.whole_run(store, run_id)
-    if run.status is not None and run.status.final:
+    if run.status is not None and run.status.exit_class is not None and run.status.exit_class.complete:
         raise UsageError(f"run {run_id} already ended ({run.status.exit_class}): nothing to resume")
     return run.record

@@ -19,8 +19,10 @@ What a node *is* (its shape, runtimes, prices, zones) the provider's class answe
 (``tpuops.providers.offers``; ``registry.ProviderClass.offers``), not this protocol: it needs no connection.
 
 Optional capabilities are separate protocols (as dstack's ``ComputeWith...`` mixins):
-``StartsNodes`` (start a STOPPED node), ``QueuesNodes`` (queued resources, ``up --queued``) and, in
-``commands``, ``RunsCommands`` (run a program on a node's worker, ``exec``).
+``StartsNodes`` (start a STOPPED node), ``QueuesNodes`` (queued resources, ``up --queued``),
+``ListsOperations`` (the operations on one node, whoever asked for them: the evidence that dates a
+self-delete, ``tpuops.billing.observer``) and, in ``commands``, ``RunsCommands`` (run a program on a node's
+worker, ``exec``).
 """
 
 from __future__ import annotations
@@ -164,6 +166,15 @@ class QueuesNodes(Protocol):
         Raises:
             TransientError, Unreachable, PermissionDenied: as ``NodeProvider.list_nodes``.
         """
+        ...
+
+
+@runtime_checkable
+class ListsOperations(Protocol):
+    """Lists the operations on one node, including those asked for by someone else (the node's own self-delete)."""
+
+    def node_operations(self, zone: str, name: str) -> list[Operation]:
+        """Every operation the provider still keeps whose target is the node called ``name`` in ``zone``."""
         ...
 
 

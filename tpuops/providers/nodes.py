@@ -144,6 +144,8 @@ class Operation:
     started: datetime | None = None
     ended: datetime | None = None
     error: TpuopsError | None = None
+    verb: str = ""
+    """What it does (Cloud TPU's metadata verb: ``create``, ``delete``, ``start``); empty if the provider won't say."""
 
     @property
     def result(self) -> CreateResult:

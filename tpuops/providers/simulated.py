@@ -137,6 +137,7 @@ class _Op:
     started: float
     done_at: float
     error: CapacityError | None = None
+    verb: str = "create"
 
 
 def _at(seconds: float) -> datetime:
@@ -171,6 +172,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         self._ended: set[str] = set()  # uids whose job ended, READY until their self-delete
         self._by_uid: dict[str, tuple[str, str]] = {}
         self._ops: dict[str, _Op] = {}
+        self._ops_of: dict[tuple[str, str], list[str]] = {}  # by (zone, node): its operations' names, in order
         self._seq = itertools.count()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
@@ -286,8 +288,10 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             self._schedule(preempt, "preempt", node.uid)
 
     def _gone(self, node: NodeInfo, at: float) -> None:
-        """The node's self-delete: billing stops, the name is free."""
+        """The node's self-delete: billing stops, the name is free, and its delete operation dates it (as Cloud TPU's
+        ListOperations shows the one the VM asked for: ``node_operations``)."""
         self._close(node.uid, at, "job-ended")
+        self._record_op(node.zone, _Op(node.zone, node.name, at, at, verb="delete"))
         del self._nodes[(node.zone, node.name)]
         del self._rngs[node.uid]
         self._ended.discard(node.uid)
@@ -327,11 +331,9 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             key = (zone, request.name)
             if key in self._nodes:
                 raise AlreadyExists(f"node {request.name!r} already exists in {zone}")
-            operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
             if self.model.out_of_capacity(zone, now - self.start):
-                self._ops[operation] = _Op(zone, request.name, now, now, CapacityError(
-                    f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))
-                return self._snapshot(operation)
+                return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, now, CapacityError(
+                    f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))))
             begins = max(now, self._free_at.pop(key, now))  # the name is free once its delete is over
             uid = str(next(self._ids))
             self._incarnations[key] += 1
@@ -344,8 +346,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
                 hosts=hosts_of(self.offers, request.accelerator))
             self._by_uid[uid] = key
             self._schedule(ready_at, "ready", uid)
-            self._ops[operation] = _Op(zone, request.name, now, ready_at)
-            return self._snapshot(operation)
+            return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, ready_at)))
 
     def delete_node(self, zone: str, name: str) -> Operation | None:
         now = self._call()
@@ -362,9 +363,18 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
                 if node.labels.get(RUN_KEY) and not ended:
                     self.workload.interrupted(node.labels[RUN_KEY], now, now + self.model.notice_s)
             self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rngs.pop(node.uid))
-            operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
-            self._ops[operation] = _Op(zone, name, now, now)
-            return self._snapshot(operation)
+            return self._snapshot(self._record_op(zone, _Op(zone, name, now, now, verb="delete")))
+
+    def _record_op(self, zone: str, op: _Op) -> str:
+        operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"
+        self._ops[operation] = op
+        self._ops_of.setdefault((zone, op.node), []).append(operation)
+        return operation
+
+    def node_operations(self, zone: str, name: str) -> list[Operation]:
+        self._call()
+        with self._lock:
+            return [self._snapshot(op) for op in self._ops_of.get((zone, name), [])]
 
     def operation(self, zone: str, name: str) -> Operation:
         self._call()
@@ -379,7 +389,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         return Operation(name=name, zone=op.zone, done=done,
                          target=f"projects/{self.project}/locations/{op.zone}/nodes/{op.node}",
                          started=_at(op.started), ended=_at(op.done_at) if done else None,
-                         error=op.error if done else None)
+                         error=op.error if done else None, verb=op.verb)
 
     # -- what a simulation reports -----------------------------------------------------------------
 

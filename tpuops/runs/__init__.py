@@ -68,8 +68,6 @@ from tpuops.runs.ops import (
     request_stop,
     run_exists,
     save_memory,
-    self_deleted_at,
-    self_deletes,
     whole_run,
     write_status,
 )
@@ -123,8 +121,6 @@ __all__ = [
     "request_stop",
     "run_exists",
     "save_memory",
-    "self_deleted_at",
-    "self_deletes",
     "spec_json",
     "spec_key",
     "status_key",

@@ -197,7 +197,8 @@ class AgentStatus(_Doc):
     heartbeat: str | None = None
     exit_class: ExitClass | None = None
     ended: str | None = None
-    """When the agent finished; None while it runs or from an older agent (``runs.self_deleted_at`` reads it)."""
+    """When the agent finished; None while it runs or from an older agent. Not when its node stopped costing: that
+    is its delete's start (``tpuops.billing.observer``), which an API outage can put long after."""
     exit_code: int | None = None
     message: str | None = None
     traceback: str | None = None

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
@@ -115,40 +114,6 @@ def read_status_versioned(store: Store, run_id: str) -> tuple[AgentStatus | None
 
 def read_status(store: Store, run_id: str) -> AgentStatus | None:
     return read_status_versioned(store, run_id)[0]
-
-
-def self_deleted_at(store: Store, run_id: str) -> datetime | None:
-    """When the run's node asked for its own delete, as the agent's last status says; None when it did not.
-
-    The startup script deletes the node as soon as the agent has finished, unless the VM is being
-    preempted (``tpuops/templates/startup.sh.j2``): so a finished status that is not a preemption
-    dates the self-delete, to the few seconds the script takes to ask (early by those, never late),
-    and Cloud TPU bills the node until its delete starts. A status that cannot be read is no evidence.
-    """
-    try:
-        status = read_status(store, run_id)
-    except TpuopsError:
-        return None
-    if status is None or status.exit_class in (None, ExitClass.PREEMPTED):
-        return None
-    return status.ended_at
-
-
-def self_deletes(open_store: Callable[[], Store]) -> Callable[[str], datetime | None]:
-    """``self_deleted_at`` for a ``Fleet`` (its ``self_deletes``): the one wiring of that evidence, used by
-    ``session.fleet`` and by a ``Controller`` given a fleet without it. The store is opened once, when a node
-    first asks; a store that cannot be opened is no evidence, and the node is dated as if it had none."""
-    opened: list[Store] = []
-
-    def said(run_id: str) -> datetime | None:
-        if not opened:
-            try:
-                opened.append(open_store())
-            except TpuopsError:
-                return None
-        return self_deleted_at(opened[0], run_id)
-
-    return said
 
 
 def write_status(store: Store, run_id: str, status: AgentStatus) -> None:
@@ -386,13 +351,25 @@ def _open_if_there(store: Store, run_id: str) -> Run | None:
         return None
 
 
+def _stopped_attempt(store: Store, run_id: str) -> int:
+    """The attempt whose agent ended ``stopped`` (it read the run's stop request), 0 when the last did not."""
+    try:
+        status = read_status(store, run_id)
+    except TpuopsError:  # a status that cannot be read is no stop: the next pass reads it as it reads any
+        return 0
+    return status.attempt if status is not None and status.exit_class is ExitClass.STOPPED else 0
+
+
 def reopen(store: Store, run_id: str, reason: str) -> bool:
     """Make a finished run active again (``train --resume``): its checkpoints stay, a stop request it had goes;
     True if it was finished."""
     store.delete(layout.stop_key(run_id))
     memory, generation = load_memory(store, run_id)
     reopened = memory.reopen(time.time(), reason)
-    if reopened:
+    stopped = _stopped_attempt(store, run_id)
+    handled = max(memory.handled_agent_attempt, stopped)  # its agent's 'stopped' exit is the stop, not news
+    if reopened or handled != memory.handled_agent_attempt:
+        memory.handled_agent_attempt = handled
         save_memory(store, run_id, memory, generation)
     mark_active(store, run_id)
     return reopened

@@ -57,6 +57,7 @@ OUTCOME_OF_EXIT = MappingProxyType({
     ExitClass.USER_ERROR: Outcome.USER_ERROR,
     ExitClass.CRASHED: Outcome.CRASHED,
     ExitClass.DIVERGED: Outcome.DIVERGED,
+    ExitClass.STOPPED: Outcome.STOPPED,  # the agent saw the run's stop request before a controller honoured it
 })
 """The ending an agent's exit gives its run; PREEMPTED gives none (the run is recovered)."""
 

@@ -210,8 +210,7 @@ class Simulation:
         clock = self.world.clock
         # One thread: the store and the cloud answer at once, so workers would only cost CPU time (a third of a
         # 1,000-trial sweep's), and the order of every call, hence the timeline, would vary from run to run.
-        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock,
-                      self_deletes=runs.self_deletes(lambda: self.store), threads=False)
+        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock, threads=False)
         self.controller = Controller(self.settings, self.store, fleet, billing=fleet.billing, sweeps=SweepStep(),
                                      holder="simulator", status_refresh_s=0.0, clock=clock, threads=False)
         self.catalog: Catalog = catalog_for(self.settings)

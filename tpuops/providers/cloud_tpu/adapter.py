@@ -135,7 +135,7 @@ def _operation(raw: Any, zone: str, metadata: Any = None) -> Operation:
         error = operation_error(raw.error.code, raw.error.message, zone)
     return Operation(name=raw.name, zone=zone, done=raw.done, target=getattr(meta, "target", ""),
                      started=_aware(getattr(meta, "create_time", None)), ended=_aware(getattr(meta, "end_time", None)),
-                     error=error)
+                     error=error, verb=getattr(meta, "verb", ""))
 
 
 def operation_error(code: int, message: str, zone: str | None = None) -> TpuopsError:
@@ -233,8 +233,9 @@ class CallCounter:
 
 
 class TpuApi(CloudTpuRules):
-    """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes``, ``QueuesNodes``, ``RunsCommands``);
-    safe to share between threads. ``token``: the emulator's bearer token, for an ``http://`` endpoint."""
+    """Typed Cloud TPU calls for one project (a ``NodeProvider``, ``StartsNodes``, ``QueuesNodes``,
+    ``ListsOperations`` and ``RunsCommands``); safe to share between threads. ``token``: the emulator's bearer
+    token, for an ``http://`` endpoint."""
 
     talks_to_emulator: ClassVar[bool] = True
     """With provider ``local`` it calls the local Cloud TPU emulator, which is started for it if needed."""
@@ -386,6 +387,24 @@ class TpuApi(CloudTpuRules):
         answer = self._call("GetOperation", lambda: self.client.get_operation({"name": name},
                                                                              timeout=self.call_timeout_s), zone=zone)
         return _operation(answer, zone)
+
+    def node_operations(self, zone: str, name: str) -> list[Operation]:
+        """The operations of ``zone`` that act on the node ``name`` (``ListsOperations``): ListOperations, every
+        page, one counted call each. Cloud TPU keeps them whoever asked (the node's own self-delete too)."""
+        target = self.node_path(zone, name)
+        found: list[Operation] = []
+        token = ""
+        while True:
+            request = {"name": self.parent(zone), "page_token": token, "page_size": self.page_size}
+
+            def one_page(req: dict[str, Any] = request) -> Any:
+                return self.client.list_operations(request=req, timeout=self.call_timeout_s)
+
+            answer = self._call("ListOperations", one_page, zone=zone)
+            found.extend(op for op in (_operation(raw, zone) for raw in answer.operations) if op.target == target)
+            token = answer.next_page_token
+            if not token:
+                return found
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         return sorted(self._pages("ListAcceleratorTypes", zone, self.client.list_accelerator_types,
