@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
 from tpuops.core import naming
+from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.launch.bundle import job_argv
@@ -103,11 +104,22 @@ class NodeBasis:
 
     def at_size(self, settings: Settings, accelerator: str) -> NodeBasis:
         """This basis for another size of an elastic run: its accelerator, the runtime and the configured zones
-        the provider offers it in; everything else the same."""
+        the provider offers it in (a one-host size too: a stockout's failover must not land where the size is
+        never offered); everything else the same.
+
+        Raises:
+            UsageError: no configured zone offers the size.
+        """
         rules = provider_class(settings.node_provider)
         acc = rules.offers.shape(accelerator)
+        zones = rules.zones_for(acc.type, list(settings.zones))
+        offered = set(rules.offers.zones_offering(acc.type))
+        usable = [zone for zone in zones if zone in offered]  # a size's zones are told apart, one host too
+        if offered and not usable:
+            raise UsageError(f"accelerator size {acc.type} is not offered in {', '.join(zones)} (it is in "
+                             f"{', '.join(sorted(offered))}): add one of those zones to tpuops.toml, or drop the size")
         return dataclasses.replace(self, accelerator=acc.type, runtime=rules.offers.runtime_version(acc),
-                                   zones=tuple(rules.zones_for(acc.type, list(settings.zones))))
+                                   zones=tuple(usable or zones))
 
     @classmethod
     def of_frozen(cls, node: NodeSpec, *, project: str, store_root: str) -> NodeBasis:
