@@ -29,7 +29,7 @@ from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 BIG_ZONE, SMALL_ZONE = "us-central1-a", "us-central1-b"
-STEPS = 60
+STEPS = 1200
 RUN = "elastic"
 
 
@@ -37,7 +37,8 @@ RUN = "elastic"
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
     work = tmp_path_factory.mktemp("elastic")
     text = small_digits(digits_project(work), steps=STEPS).replace(
-        "target:\n  metric: accuracy\n  at_least: 0.95\n", "")
+        "target:\n  metric: accuracy\n  at_least: 0.95\n", "").replace("eval:\n  every_steps: 20\n",
+                                                                        "eval:\n  every_steps: 600\n")
     (work / "experiments" / "elastic.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8")
         .replace("accelerator: v3-8", "accelerator: [v2-32, v2-8]\nelastic:\n  probe_every: 2s"))
@@ -78,6 +79,9 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     creates = [event["message"] for event in events if event["kind"] == "create"]
     assert any(" of v2-8 in us-central1-b" in message for message in creates), creates
     assert creates[-1].split(":")[0].endswith(f"of v2-32 in {BIG_ZONE}"), creates
+    status = run_status(work, RUN)
+    assert 20 <= status["resumed_from_step"] < STEPS, status  # moved mid-run, from a checkpoint of the v2-8 node
+    assert status["attempts"][-1]["productive_s"] > 0, status["attempts"]  # and trained on v2-32
 
     billed = admin.billing()
     sizes = {interval["accelerator_type"] for interval in billed if interval["node"].endswith(f"/nodes/{RUN}")}
