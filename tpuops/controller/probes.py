@@ -3,7 +3,9 @@
 ``decide`` asks for a probe (``ActionKind.PROBE``) while the run is READY on a smaller size, every
 ``probe_every_s``; this module carries it out and reads where it stands. A probe is a create of a bare node of
 the larger size: the run's frozen request of that size without its startup script (so no job boots) under
-``probe_node_name``, labelled as a run of that name, which the store does not know. Cloud TPU answers a
+``probe_node_name``, labelled as a run of that name, which the store does not know, and with ``PROBE_KEY`` naming
+the run it probes for: a node of that name without that label (a user's run may be called ``x-up`` too) is
+never judged, taken or deleted as a probe. Cloud TPU answers a
 stocked-out zone within seconds (the request or its operation fails RESOURCE_EXHAUSTED), which costs nothing; a
 probe that gets capacity is deleted at once (``ActionKind.UNPROBE``), billed for the minute or two it lived, and
 the run moves up through a checkpoint. One a controller dying mid-pass left behind is an orphan to the orphan
@@ -26,6 +28,8 @@ from tpuops.providers.nodes import NodeState
 from tpuops.runs import Memory, RunRecord
 
 PROBE_SUFFIX = "-up"
+PROBE_KEY = "tpuops-probe-for"
+"""The label that makes a node a probe: its value is the node name of the run it probes for."""
 
 
 def probe_node_name(name: str) -> str:
@@ -41,6 +45,8 @@ def probe_observed(nodes: Fleet, record: RunRecord, memory: Memory, listed: List
     if probe.error is not None:
         return {"probe_result": probe.error, "probe_message": probe.message}
     found = listed.get(probe.zone, {}).get(probe_node_name(record.node_name))
+    if found is not None and found.labels.get(PROBE_KEY) != record.node_name:
+        found = None  # another run's node of that name: no evidence about the probe
     result, message = None, ""
     if probe.operation:
         try:
@@ -59,16 +65,19 @@ def apply_probe(nodes: Fleet, record: RunRecord, memory: Memory, action: Action,
     name = probe_node_name(record.node_name)
     if action.kind is ActionKind.UNPROBE:
         try:
-            nodes.delete(action.zone, name)
+            found = nodes.find(action.zone, name)
+            if found is not None and found.labels.get(PROBE_KEY) == record.node_name:
+                nodes.delete(action.zone, name)
         except NotFound:
             pass
         except TpuopsError as err:  # the orphan reaper deletes it later
             memory.event(now, "probe", f"could not delete the probe node {name}: {err}")
         return
     size = record.sizes[min(memory.probe_size, len(record.sizes) - 1)]
-    request = size.model_copy(update={
-        "name": name, "labels": {**size.labels, RUN_KEY: name}, "capacity": memory.capacity or size.capacity,
-        "metadata": {k: v for k, v in size.metadata.items() if k != MetadataKey.STARTUP_SCRIPT.value}})
+    labels = {**size.labels, RUN_KEY: name, PROBE_KEY: record.node_name}
+    metadata = {k: v for k, v in size.metadata.items() if k != MetadataKey.STARTUP_SCRIPT.value}
+    request = size.model_copy(update={"name": name, "labels": labels, "metadata": metadata,
+                                      "capacity": memory.capacity or size.capacity})
     try:
         operation = nodes.create(action.zone, request)
     except TpuopsError as err:
