@@ -108,6 +108,11 @@ def test_the_larger_size_returning_moves_the_run_up_through_a_checkpoint_never_a
     stale = Observed(listed=True, node_state=NodeState.PREEMPTED, node_zone=B, node_accelerator=SMALL,
                      node_uid=f"uid-{SMALL}")
     assert actions(memory, stale, 270.0) == []
+    saved = AgentStatus.model_validate({"attempt": 1, "step": 80, "last_checkpoint_step": 80, "phase": "done",
+                                        "exit_class": "preempted"})
+    assert actions(memory, Observed(listed=True, status=saved), 280.0) == []
+    assert memory.events[-1]["message"] == "agent checkpointed at step 80 on the notice of a planned move to a " \
+                                           "larger size"
     assert actions(memory, ready(BIG, A, 80, attempt=2), 300.0) == []
     assert memory.preemptions == memory.crashes == 0 and memory.size_wait_since is None
     assert actions(memory, ready(BIG, A, 90, attempt=2), 300.0 + 2 * PROBE_EVERY) == []  # largest: no probe

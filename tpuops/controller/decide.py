@@ -70,6 +70,10 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
             NodeState.DELETING, NodeState.STOPPING}
 
 
+_NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
+                  "moved-up": "the notice of a planned move to a larger size"}
+"""What the notice an agent saved on was, by the last event that deletes a run's READY node through its notice."""
+
 _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
 
@@ -324,8 +328,9 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
         _restart(memory, observed, now, "crash", f"agent crashed at step {status.step}: {message}",
                  decision, policy)
         return True
-    memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on a "
-                                "preemption notice")
+    last = next((e["kind"] for e in reversed(memory.events) if e["kind"] in _NOTICE_CAUSES), "preempted")
+    memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on "
+                                f"{_NOTICE_CAUSES[last]}")
     return False
 
 
