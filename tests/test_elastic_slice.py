@@ -2,7 +2,8 @@
 
 The emulator's catalog offers v2-32 only in us-central1-a and v2-8 only in us-central1-b (FACTS.md), so a
 stockout of us-central1-a stocks out the larger size everywhere and leaves the smaller one. The run starts on
-v2-8; once it has saved a checkpoint there the stockout ends, the run's next probe finds v2-32 and the run moves
+v2-8; once it has saved a checkpoint there it is preempted and recovers on v2-8 (v2-32 still out), then the
+stockout ends, the run's next probe finds v2-32 and the run moves
 up through a checkpoint, finishes there, and leaves no node (neither its own nor a probe's). What is asserted is
 the control plane's behaviour (sizes, events, counters, nodes, the ledger against the emulator's billing); the
 agent's gradient accumulation on the smaller size is another branch's, tested there.
@@ -29,7 +30,7 @@ from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 BIG_ZONE, SMALL_ZONE = "us-central1-a", "us-central1-b"
-STEPS = 1200
+STEPS = 3000
 RUN = "elastic"
 
 
@@ -38,7 +39,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     work = tmp_path_factory.mktemp("elastic")
     text = small_digits(digits_project(work), steps=STEPS).replace(
         "target:\n  metric: accuracy\n  at_least: 0.95\n", "").replace("eval:\n  every_steps: 20\n",
-                                                                        "eval:\n  every_steps: 600\n")
+                                                                        "eval:\n  every_steps: 1500\n")
     (work / "experiments" / "elastic.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8")
         .replace("accelerator: v3-8", "accelerator: [v2-32, v2-8]\nelastic:\n  probe_every: 2s"))
@@ -65,22 +66,34 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     kinds = [event["kind"] for event in _events(work, RUN)]
     assert "size-down" in kinds and "moved-up" not in kinds, kinds
+    saved = run_status(work, RUN)["last_checkpoint_step"]
+    admin.preempt("tpuops-local", SMALL_ZONE, RUN, grace_s=20.0)  # preempted on the smaller size: recreated there
+
+    def trained_again() -> bool:
+        status = run_status(work, RUN)
+        return status.get("attempt") == 2 and status["step"] > (status.get("resumed_from_step") or 0) + 20
+
+    poll(lambda: trained_again() or proc.poll() is not None, "the run training again on v2-8 after its preemption",
+         timeout_s=600)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    trained = run_status(work, RUN)["step"]
     admin.set_faults(stockout_zones=[])  # the larger size returns
 
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(out)
-    assert (result["exit_class"], result["step"], result["preemptions"]) == ("succeeded", STEPS, 0)
+    assert (result["exit_class"], result["step"], result["preemptions"]) == ("succeeded", STEPS, 1)
     events = _events(work, RUN)
     kinds = [event["kind"] for event in events]
-    assert kinds.count("moved-up") == 1 and "preempted" not in kinds and "crash" not in kinds, kinds
+    assert kinds.count("moved-up") == 1 and kinds.count("preempted") == 1 and "crash" not in kinds, kinds
+    assert kinds.index("preempted") < kinds.index("moved-up"), kinds
     memory = json.loads((run_dir(work, RUN) / "memory.json").read_text())
-    assert (memory["moves"], memory["preemptions"], memory["crashes"], memory["size"]) == (1, 0, 0, 0)
+    assert (memory["moves"], memory["preemptions"], memory["crashes"], memory["size"]) == (1, 1, 0, 0)
     creates = [event["message"] for event in events if event["kind"] == "create"]
-    assert any(" of v2-8 in us-central1-b" in message for message in creates), creates
+    assert sum(" of v2-8 in us-central1-b" in message for message in creates) == 2, creates  # first, recovery
     assert creates[-1].split(":")[0].endswith(f"of v2-32 in {BIG_ZONE}"), creates
     status = run_status(work, RUN)
-    assert 20 <= status["resumed_from_step"] < STEPS, status  # moved mid-run, from a checkpoint of the v2-8 node
+    assert saved < trained <= status["resumed_from_step"] < STEPS, status  # moved mid-run, saved on the 2nd v2-8
     assert status["attempts"][-1]["productive_s"] > 0, status["attempts"]  # and trained on v2-32
 
     billed = admin.billing()
