@@ -122,3 +122,15 @@ def test_a_slice_is_drawn_as_its_workers_and_an_unhealthy_worker_restart_is_mark
     [mark] = timeline.marks
     assert mark.kind is MarkKind.RESTART and "worker 2" in mark.label
     assert 'data-lane="node r1 #1 w2"' in svg.timeline_svg(timeline)
+
+
+def test_an_elastic_runs_incarnations_name_their_size_and_a_move_is_drawn_apart_from_preemptions() -> None:
+    small = incarnation("a", [("CREATING", 0), ("READY", 20), ("DELETING", 130), ("DELETED", 140)], deleted=140)
+    big = incarnation("b", [("CREATING", 140), ("READY", 160)], deleted=None)
+    histories = [replace(small, node=replace(small.node, accelerator="v2-8")),
+                 replace(big, node=replace(big.node, accelerator="v2-32"))]
+    events = [{"at": S0 + 130, "kind": "moved-up", "message": "moving from v2-8 to v2-32 through a checkpoint"}]
+    timeline = build(histories, events, None, now=S0 + 200, offers=CLOUD_TPU)
+    assert timeline.lanes == ["node r1 #1 v2-8", *(f"node r1 #2 v2-32 w{w}" for w in range(4))]
+    assert [mark.kind for mark in timeline.marks] == [MarkKind.MOVE]
+    assert timeline.recoveries == []

@@ -206,3 +206,23 @@ def test_a_damaged_old_sweep_json_is_refused_naming_the_missing_field(record: ob
         ops.upgrade_sweep(store, "old", project="p", store_root="/s")
     assert store.read_bytes(ops.record_key("old")) == json.dumps(document).encode()
     assert not store.exists(ops.record_key("old") + ops.OLDER_SUFFIX)
+
+
+def test_an_elastic_experiments_trials_each_freeze_every_size_under_their_own_name(work: Work) -> None:
+    spec = work.root / "experiments" / "digits_cnn.yaml"
+    spec.write_text(spec.read_text().replace("per_replica: 64", "per_replica: 8")
+                    + "accelerator: [v2-32, v2-8]\nelastic:\n  wait: 5m\n")
+    settings = work.settings(BEFORE)
+    store = LocalStore(Path(settings.store_root))
+    start_sweep(plan_sweep(settings, work.root / "sweeps" / "frozen.yaml", store, base_dir=work.root), store,
+                lambda _: None)
+    _pass(settings, store)
+    for number in (0, 1):
+        record = runs.read_record(store, trial_run_id("frozen", number))
+        assert [(node.accelerator, node.zones) for node in record.sizes] == [
+            ("v2-32", ["us-central1-a"]), ("v2-8", ["us-central1-b"])]
+        assert {node.name for node in record.sizes} == {record.run_id}
+        scripts = [node.metadata["startup-script"] for node in record.sizes]
+        assert all(f"export TPUOPS_RUN_ID={record.run_id}\n" in script for script in scripts)
+        assert (record.elastic_wait_s, record.probe_every_s, record.zones) == (
+            300.0, 600.0, ["us-central1-a", "us-central1-b"])

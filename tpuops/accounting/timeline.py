@@ -38,6 +38,7 @@ class MarkKind(str, Enum):
     RESTART = "restart"
     CREATE = "create"
     CHECKPOINT = "checkpoint"
+    MOVE = "move"
     EVAL = "eval"
     FINISHED = "finished"
 
@@ -50,6 +51,8 @@ EVENT_MARKS: dict[str, MarkKind] = {
     "unhealthy": MarkKind.RESTART,
     "create": MarkKind.CREATE,
     "notice": MarkKind.CHECKPOINT,
+    "moved-up": MarkKind.MOVE,
+    "size-down": MarkKind.MOVE,
     "finished": MarkKind.FINISHED,
 }
 """Which controller events are drawn, and as what; the others are listed below the picture only."""
@@ -100,12 +103,15 @@ def _ts(at: datetime) -> float:
 
 def node_bars(histories: Sequence[NodeHistory], now: float, offers: Offers) -> list[Bar]:
     """One bar per observed state of each incarnation (of each worker of a slice, as ``offers`` shape it: the
-    configured provider's); DELETED draws nothing."""
+    configured provider's); DELETED draws nothing. The incarnations of an elastic run that ran on several sizes
+    name their size in their lane (``node r1 #2 v2-8``)."""
     bars: list[Bar] = []
+    sized = len({history.node.accelerator for history in histories}) > 1
     for number, history in enumerate(histories, start=1):
+        size = f" {history.node.accelerator}" if sized else ""
         times = [_ts(t.at) for t in history.transitions]
         ends = [*times[1:], _ts(history.node.deleted_at) if history.node.deleted_at else now]
-        for lane in _lanes(f"node {history.node.name} #{number}", hosts_of(offers, history.node.accelerator)):
+        for lane in _lanes(f"node {history.node.name} #{number}{size}", hosts_of(offers, history.node.accelerator)):
             bars += [Bar(lane, t.state, start, max(start, end))
                      for t, start, end in zip(history.transitions, times, ends, strict=True) if t.state != "DELETED"]
     return bars

@@ -80,7 +80,7 @@ def attach_goodput(settings: Settings, found: list[runs.Run], *, since: datetime
     catalog, now = catalog_for(settings), datetime.now(UTC)
     return [replace(run, goodput=run_goodput(histories.get(run.run_id, []), run.status, catalog, now),
                     usd=sum(node_cost(history, catalog, now).usd for history in histories.get(run.run_id, [])),
-                    hosts=hosts_of(catalog.offers, run.record.node.accelerator) if run.record_known else None)
+                    hosts=hosts_of(catalog.offers, run.accelerator) if run.record_known else None)
             for run in found]
 
 

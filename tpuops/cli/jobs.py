@@ -264,7 +264,7 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
         return
     print_table("runs", ("run", "experiment", "accelerator", "hosts", "capacity", "phase", "step", "outcome",
                          "accuracy", "billed", "goodput"),
-                [(r.run_id, r.record.experiment, r.record.node.accelerator if r.record_known else "?",
+                [(r.run_id, r.record.experiment, r.accelerator if r.record_known else "?",
                   str(r.hosts or "?"), r.record.node.capacity.value if r.record_known else "?", r.phase,
                   f"{r.status.step if r.status else 0}/{(r.status.total_steps if r.status else None) or '?'}",
                   str(r.outcome or ""), _percent(r.status.eval_metric("accuracy") if r.status else None),

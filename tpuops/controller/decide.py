@@ -31,6 +31,14 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
 - a stop request (``tpuops stop``, ``down`` of the run's node, the dashboard) -> finish as stopped
   and delete the node, the same way, kept node or not; never a preemption (the memory is finished
   before the node goes). An agent that ended the run for good first keeps its own ending;
+- an elastic run (``accelerator: [v3-32, v3-8]``, ``Policy.sizes``) creates the largest size that has a zone not
+  blocked by a stockout (a stockout blocks that size in that zone, never the others); when the largest is blocked
+  everywhere (and the run's ``elastic_wait_s`` is over) it creates the next, an event saying so. While READY on a
+  smaller size it probes a larger one every ``probe_every_s`` (``tpuops.controller.probes``: a create of a bare
+  node of that size, which a stocked-out zone refuses and which, when it gets capacity, is deleted at once);
+  the run then moves up through a checkpoint as a capacity move does (its delete makes the agent save
+  on the notice), counted in ``Memory.moves``, never a preemption or a restart. A finished run (a stop,
+  ``down``) never moves: the checks above end the pass first, and a probe still in flight is deleted;
 - a run with a capacity rule (a deadline, or the fallback: ``tpuops.billing.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
@@ -62,6 +70,10 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
             NodeState.DELETING, NodeState.STOPPING}
 
 
+_NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
+                  "moved-up": "the notice of a planned move to a larger size"}
+"""What the notice an agent saved on was, by the last event that deletes a run's READY node through its notice."""
+
 _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
 
@@ -69,6 +81,14 @@ _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 def _setting(name: str) -> Any:
     """The default of a ``Settings`` field: what a ``Policy`` built without settings (a test's) assumes."""
     return Settings.model_fields[name].default
+
+
+@dataclass(frozen=True)
+class Size:
+    """One size of an elastic run: its accelerator type and the zones its frozen node may be created in."""
+
+    accelerator: str
+    zones: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,12 @@ class Policy:
     keep_node: bool = False
     capacity: Rule | None = None
     """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
+    sizes: tuple[Size, ...] = ()
+    """An elastic run's sizes, largest first (``RunRecord.sizes``); empty: one size, created in ``zones``."""
+    elastic_wait_s: float = 0.0
+    """How long an elastic run waits for its largest size, stocked out everywhere, before taking a smaller one."""
+    probe_every_s: float = 600.0
+    """How often an elastic run on a smaller size probes a larger one."""
 
     @classmethod
     def of(cls, settings: Settings, record: RunRecord | None, zones: tuple[str, ...] | None = None) -> Policy:
@@ -107,7 +133,11 @@ class Policy:
             boot_timeout_s=settings.boot_timeout_s, stockout_backoff_s=settings.stockout_backoff_s,
             unhealthy_grace_s=settings.unhealthy_grace_s, keep_node=record.keep if record is not None else False,
             capacity=(capacity_rule(record, settings.spot_preemptions_per_hour, settings.recovery_s)
-                      if record is not None else None))
+                      if record is not None else None),
+            sizes=(tuple(Size(node.accelerator, tuple(node.zones)) for node in record.sizes)
+                   if record is not None and record.smaller else ()),
+            elastic_wait_s=record.elastic_wait_s if record is not None else 0.0,
+            probe_every_s=record.probe_every_s if record is not None else 600.0)
 
 
 def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) -> Rule | None:
@@ -143,11 +173,22 @@ class Observed:
     """Why someone asked for the run to stop (its stop request, ``tpuops stop``), None when nobody did."""
     status_damaged: bool = False
     """The agent's status.json could not be read this pass (``status`` is the last one read, or None)."""
+    node_accelerator: str | None = None
+    """The accelerator type of the run's node as listed (an elastic run's size)."""
+    probe_result: CreateResult | None = None
+    """Where the run's probe create stands (None: no probe in flight, or not asked this pass)."""
+    probe_message: str = ""
+    probe_ready: bool = False
+    """The probe's node is listed READY: the larger size has capacity."""
 
 
 class ActionKind(ValueEnum):
     CREATE = "create"
     DELETE = "delete"
+    PROBE = "probe"
+    """Create a bare node of a larger size under the probe name (``tpuops.controller.probes``)."""
+    UNPROBE = "unprobe"
+    """Delete the probe's node (a missing one is no error)."""
 
 
 @dataclass(frozen=True)
@@ -163,11 +204,60 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
 
 
-def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
-    open_zones = [z for z in policy.zones if memory.blocked_zones.get(z, 0.0) <= now]
+def _zones_of(policy: Policy, size: int) -> tuple[str, ...]:
+    return policy.sizes[size].zones if policy.sizes else policy.zones
+
+
+def _key(policy: Policy, size: int, zone: str) -> str:
+    """The ``Memory.blocked_zones`` key of a stockout: the zone, or for an elastic run the size in the zone
+    (a stockout of v3-32 in a zone says nothing about v3-8 there)."""
+    return f"{policy.sizes[size].accelerator}@{zone}" if policy.sizes else zone
+
+
+def _open_zone(memory: Memory, policy: Policy, size: int, now: float) -> str | None:
+    open_zones = [z for z in _zones_of(policy, size) if memory.blocked_zones.get(_key(policy, size, z), 0.0) <= now]
     if memory.zone in open_zones:
         return memory.zone
     return open_zones[0] if open_zones else None
+
+
+def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
+    """The zone of the run's next create, for an elastic run at the largest size that has one (``memory.size``)."""
+    if not policy.sizes:
+        return _open_zone(memory, policy, 0, now)
+    for size in range(len(policy.sizes)):
+        zone = _open_zone(memory, policy, size, now)
+        if zone is not None:
+            _resize(memory, policy, size, now)
+            return zone
+        if size == 0:
+            memory.size_wait_since = now if memory.size_wait_since is None else memory.size_wait_since
+            if now - memory.size_wait_since < policy.elastic_wait_s:
+                return None
+    return None
+
+
+def _resize(memory: Memory, policy: Policy, size: int, now: float) -> None:
+    """Create the run's nodes at ``size`` from now (an event when it changes)."""
+    if size == memory.size:
+        return
+    was, to = policy.sizes[memory.size].accelerator, policy.sizes[size].accelerator
+    if size > memory.size:
+        memory.event(now, "size-down", f"{was} is out of capacity in every zone: creating {to} until it returns")
+    else:
+        memory.event(now, "size-up", f"{to}'s stockout backoff is over: creating it instead of {was}")
+    memory.size = size
+
+
+def _waiting(memory: Memory, policy: Policy, now: float) -> str:
+    """Why the run waits for capacity, and until when."""
+    keys = [_key(policy, size, zone) for size in range(max(len(policy.sizes), 1)) for zone in _zones_of(policy, size)]
+    retry = min((memory.blocked_zones[key] for key in keys if memory.blocked_zones.get(key, 0.0) > now), default=now)
+    if policy.sizes and memory.size_wait_since is not None and now - memory.size_wait_since < policy.elastic_wait_s:
+        left = memory.size_wait_since + policy.elastic_wait_s - now
+        return (f"{policy.sizes[0].accelerator} is out of capacity in every zone; waiting up to {left:.0f} s more "
+                f"for it before taking {policy.sizes[1].accelerator}")
+    return f"every zone is out of capacity; retrying after {retry - now:.0f} s"
 
 
 def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Decision,
@@ -176,8 +266,7 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     if zone is None:
         memory.deleting = True  # the node is wanted: its absence while we wait is no preemption
         if not memory.events or memory.events[-1]["kind"] != "waiting":
-            retry = min(memory.blocked_zones[z] for z in policy.zones)
-            memory.event(now, "waiting", f"every zone is out of capacity; retrying after {retry - now:.0f} s")
+            memory.event(now, "waiting", _waiting(memory, policy, now))
         return
     memory.attempts += 1
     memory.zone = zone
@@ -186,7 +275,8 @@ def _create(memory: Memory, policy: Policy, now: float, why: str, decision: Deci
     memory.unhealthy_since = None
     memory.missing_passes = 0
     memory.pending_create = PendingCreate(zone=zone, at=now, replacing=replacing)
-    memory.event(now, "create", f"attempt {memory.attempts} in {zone}: {why}")
+    size = f" of {policy.sizes[memory.size].accelerator}" if policy.sizes else ""
+    memory.event(now, "create", f"attempt {memory.attempts}{size} in {zone}: {why}")
     decision.actions.append(Action(ActionKind.CREATE, zone))
 
 
@@ -238,8 +328,9 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
         _restart(memory, observed, now, "crash", f"agent crashed at step {status.step}: {message}",
                  decision, policy)
         return True
-    memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on a "
-                                "preemption notice")
+    last = next((e["kind"] for e in reversed(memory.events) if e["kind"] in _NOTICE_CAUSES), "preempted")
+    memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on "
+                                f"{_NOTICE_CAUSES[last]}")
     return False
 
 
@@ -247,6 +338,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     """Update ``memory`` in place for this pass and say what to do."""
     decision = Decision()
     if memory.finished:
+        _drop_probe(memory, decision)
         keep = policy.keep_node and memory.outcome not in (Outcome.BUDGET_EXHAUSTED, Outcome.STOPPED)
         if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
@@ -257,13 +349,17 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
+        _drop_probe(memory, decision)
         return decision
     if observed.stop is not None and not _ended_on_its_own(memory, observed):
         memory.finish(now, Outcome.STOPPED, observed.stop)
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
+        _drop_probe(memory, decision)
         return decision
     if _agent_news(memory, observed, now, decision, policy):
+        if memory.finished:
+            _drop_probe(memory, decision)
         return decision
     if not observed.listed:
         return decision
@@ -286,6 +382,8 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
             memory.event(now, "checkpoint", f"moving the run to {wanted.value} through a checkpoint")
             _replace(memory, observed, policy, now, f"moving to {wanted.value}", decision)
             return decision
+        if policy.sizes and not memory.deleting and _elastic(memory, observed, now, policy, decision):
+            return decision
         _ready(memory, observed, now, policy, decision)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
@@ -293,6 +391,63 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision
+
+
+def _drop_probe(memory: Memory, decision: Decision) -> None:
+    """A finished run's probe in flight: its node goes, whatever the probe found."""
+    if memory.probe is not None:
+        decision.actions.append(Action(ActionKind.UNPROBE, memory.probe.zone))
+        memory.probe = None
+
+
+def _elastic(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> bool:
+    """An elastic run's READY node: move it up when a larger size was found, else probe; True if it moved."""
+    names = [size.accelerator for size in policy.sizes]
+    on = names.index(observed.node_accelerator) if observed.node_accelerator in names else memory.size
+    if on < memory.size:  # a larger node than the run asked for last (adopted): it is the run's size now
+        memory.size = on
+    if on == 0:
+        memory.size_wait_since = None
+    if on == memory.size:
+        _probe(memory, observed, now, policy, decision)
+    if on > memory.size:  # a probe found the larger size (this pass or before): move while its capacity is there
+        memory.moves += 1
+        memory.event(now, "moved-up", f"moving from {names[on]} to {names[memory.size]} through a checkpoint "
+                                      f"(move {memory.moves}; not a preemption)")
+        _replace(memory, observed, policy, now, f"moving up to {names[memory.size]}", decision)
+        return True
+    return False
+
+
+def _probe(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
+    """Judge the probe in flight, or ask for one when it is due (see the module docstring)."""
+    probe = memory.probe
+    if probe is not None:
+        result = observed.probe_result
+        if result in (None, CreateResult.RUNNING) and not observed.probe_ready:
+            return
+        memory.probe = None
+        wanted = policy.sizes[memory.probe_size].accelerator
+        if result == CreateResult.CAPACITY and not observed.probe_ready:
+            memory.blocked_zones[_key(policy, memory.probe_size, probe.zone)] = now + policy.stockout_backoff_s
+            memory.event(now, "probe", f"{wanted} is still out of capacity in {probe.zone}")
+            return
+        decision.actions.append(Action(ActionKind.UNPROBE, probe.zone))
+        if result == CreateResult.OK or observed.probe_ready:
+            memory.event(now, "size-up", f"{wanted} has capacity again in {probe.zone}: moving up to it")
+            memory.size, memory.zone = memory.probe_size, probe.zone
+        else:
+            memory.event(now, "probe", f"the probe of {wanted} in {probe.zone} failed: {observed.probe_message}")
+        return
+    if memory.size == 0 or (memory.probed_at is not None and now - memory.probed_at < policy.probe_every_s):
+        return
+    for size in range(memory.size):
+        zone = _open_zone(memory, policy, size, now)
+        if zone is not None:
+            memory.probed_at, memory.probe_size = now, size
+            memory.probe = PendingCreate(zone=zone, at=now)
+            decision.actions.append(Action(ActionKind.PROBE, zone))
+            return
 
 
 def _ended_on_its_own(memory: Memory, observed: Observed) -> bool:
@@ -324,7 +479,7 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
     if pending is not None:
         result = observed.create_result
         if result == CreateResult.CAPACITY:
-            memory.blocked_zones[pending.zone] = now + policy.stockout_backoff_s
+            memory.blocked_zones[_key(policy, memory.size, pending.zone)] = now + policy.stockout_backoff_s
             memory.pending_create = None
             memory.event(now, "stockout", f"no capacity in {pending.zone}: {observed.create_message}")
             _create(memory, policy, now, "failover after a stockout", decision)

@@ -88,6 +88,7 @@ from tpuops.controller.passes import (
     _status_or_damage,
     _unless,
 )
+from tpuops.controller.probes import apply_probe, probe_observed
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
@@ -468,7 +469,7 @@ class Controller:
         """Whether ``_observe`` needs no I/O for the run: its status is cached, no create operation
         is to be asked about, no budget makes it read its spending from the ledger, no notice is due."""
         return (run_id in self._seen and not _asks(memory, node) and record.budget_usd is None
-                and not outbox.due(memory.notices, now))
+                and memory.probe is None and not outbox.due(memory.notices, now))
 
     def _observe(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None,
                  listed: Listing) -> Observed:
@@ -496,12 +497,13 @@ class Controller:
             from tpuops.billing.cost import spent as spent_usd
 
             spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
+        probe = probe_observed(self.nodes, record, memory, listed)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
                         node_capacity=node.capacity if node else None,
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
-                        status_damaged=damaged)
+                        status_damaged=damaged, node_accelerator=node.accelerator if node else None, **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:
@@ -622,6 +624,9 @@ class Controller:
         to the next pass, as a create that failed.
         """
         name = record.node_name
+        if action.kind in (ActionKind.PROBE, ActionKind.UNPROBE):
+            apply_probe(self.nodes, record, memory, action, now)
+            return True
         if action.kind is ActionKind.DELETE:
             if not replacing:
                 self.nodes.delete(action.zone, name)
@@ -635,7 +640,7 @@ class Controller:
                     memory.pending_create.error, memory.pending_create.message = CreateResult.RETRY, str(err)
                 return False
             return True
-        request = record.node
+        request = record.sizes[min(memory.size, len(record.sizes) - 1)]  # an elastic run's size (decide)
         if memory.capacity is not None:  # moved by a capacity rule or a sweep's endgame (the record stays as declared)
             request = request.model_copy(update={"capacity": memory.capacity})
         try:

@@ -62,6 +62,33 @@ def duration_s(text: str) -> float:
     return seconds
 
 
+class Elastic(StrictModel):
+    """``elastic:``: how a run with several sizes (``accelerator: [v3-32, v3-8]``) moves between them
+    (docs/experiments.md, "Elastic sizes"; the controller's rules: ``tpuops.controller.decide``)."""
+
+    wait: str | None = None
+    """How long the run waits for its largest size, stocked out in every zone, before it starts on a smaller
+    one (``10m``); none: at once."""
+    probe_every: str = "10m"
+    """How often, while on a smaller size, the controller asks for the larger one in a zone (a probe create: free
+    when it stocks out; a node it gets is deleted at once and the run moves up at its next checkpoint)."""
+
+    @field_validator("wait", "probe_every")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            duration_s(value)
+        return value
+
+    @property
+    def wait_s(self) -> float:
+        return duration_s(self.wait) if self.wait is not None else 0.0
+
+    @property
+    def probe_every_s(self) -> float:
+        return duration_s(self.probe_every)
+
+
 class DatasetRef(StrictModel):
     """Where the records are: a dataset (a folder or store prefix with manifest.json), or globs."""
 
@@ -149,7 +176,10 @@ class Experiment(StrictModel):
     speed: docs/benchmarks.md, "Your own code"), false trades that for speed, auto is on without a TPU
     and off on one."""
     seed: StrictInt = Field(default=0, ge=0, le=SEED_MAX)
-    accelerator: str | None = None
+    accelerator: str | list[str] | None = None
+    """One accelerator type, or the sizes the run may use, largest first (``[v3-32, v3-8]``: an elastic run)."""
+    elastic: Elastic | None = None
+    """How an elastic run waits for and moves between its sizes (defaults: ``Elastic()``)."""
     capacity: Capacity | None = None
     target: Target | None = None
     expected_hours: float = Field(default=1.0, gt=0)
@@ -168,6 +198,23 @@ class Experiment(StrictModel):
             duration_s(value)
         return value
 
+    @field_validator("accelerator")
+    @classmethod
+    def _sizes(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("expected one accelerator type, or a list of sizes largest first ([v3-32, v3-8])")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{value} names a size twice (expected each size once, largest first)")
+        return value
+
+    @property
+    def sizes(self) -> list[str] | None:
+        """The accelerator types the run may use, largest first; None when the experiment names none."""
+        if self.accelerator is None:
+            return None
+        return [self.accelerator] if isinstance(self.accelerator, str) else list(self.accelerator)
+
     def deadline_at(self, now: float) -> float | None:
         """The deadline in epoch seconds for a run launched at ``now``; None without one."""
         if self.finish_within is not None:
@@ -181,6 +228,8 @@ class Experiment(StrictModel):
     def _one_mode(self) -> Experiment:
         if self.deadline is not None and self.finish_within is not None:
             raise ValueError("give deadline or finish_within, not both")
+        if self.elastic is not None and len(self.sizes or []) < 2:
+            raise ValueError("elastic: needs accelerator to list two sizes or more, largest first ([v3-32, v3-8])")
         if self.command is not None and self.script is not None:
             raise ValueError("give command or script, not both")
         if self.program is not None:

@@ -33,7 +33,7 @@ from tpuops.core.notices import NotifyChoice
 from tpuops.data.inventory import read_manifest
 from tpuops.data.manifest import MANIFEST, Manifest, StoredFeature, parse_manifest
 from tpuops.launch.bundle import Bundle, build_bundle
-from tpuops.launch.experiment import METRICS, Batch, Experiment, load_experiment
+from tpuops.launch.experiment import METRICS, Batch, Elastic, Experiment, load_experiment
 from tpuops.launch.planning import Learner, keys_of
 from tpuops.launch.provision import NodeBasis, UpPlan
 from tpuops.launch.usercode import check_experiment, may_compile
@@ -249,6 +249,8 @@ def plan_train(
                           shuffle_buffer=experiment.dataset.shuffle_buffer, cache=experiment.dataset.cache)
     record = _record(settings, store, run_id, RunKind.TRAIN, experiment, spec_path, basis, bundle, keep=keep,
                      budget_usd=budget_usd, sweep=sweep, deadline=deadline)
+    if accelerator is None and len(experiment.sizes or []) > 1:
+        record = _elastic(settings, store, record, experiment, basis, bundle)
     if learner is not None and (deadline or experiment.checkpoint.every == "auto"):
         record = record.model_copy(update={"inputs": learner(keys_of(record))})
     lost_rate = record.inputs.lost_work_per_hour.value if record.inputs else settings.lost_work_per_hour
@@ -317,6 +319,21 @@ def _record(settings: Settings, store: Store, run_id: str, kind: RunKind, experi
         target=experiment.target.model_dump() if experiment.target and kind is RunKind.TRAIN else None,
         sweep=sweep, notify=experiment.notify,
     )
+
+
+def _elastic(settings: Settings, store: Store, record: RunRecord, experiment: Experiment, basis: NodeBasis,
+             bundle: Bundle) -> RunRecord:
+    """An elastic run's record: its smaller sizes frozen like its largest (``basis``), and how it moves between
+    them. A flag's ``--accelerator`` runs one size only, so it never gets here."""
+    elastic = experiment.elastic or Elastic()
+    smaller = []
+    for size in (experiment.sizes or [])[1:]:
+        sized = basis.at_size(settings, size)
+        check_slice_store(settings, store, sized.accelerator)
+        smaller.append(sized.run_node(record.run_id, record.kind, store_uri=store.uri,
+                                      bundle_sha256=bundle.sha256).frozen())
+    return record.model_copy(update={"smaller": smaller, "elastic_wait_s": elastic.wait_s,
+                                     "probe_every_s": elastic.probe_every_s})
 
 
 def _schedule(experiment: Experiment, lost_rate: float, *, auto_rate: bool) -> dict[str, Any]:

@@ -58,7 +58,7 @@ Learner = Callable[[Sequence[RiskKey]], PlanInputs]
 def keys_of(record: RunRecord) -> list[RiskKey]:
     """The (zone, accelerator, capacity) keys a run may be placed on: one per zone it may use."""
     node = record.node
-    return [RiskKey(zone, node.accelerator, parse_capacity(node.capacity).value) for zone in record.zones]
+    return [RiskKey(zone, node.accelerator, parse_capacity(node.capacity).value) for zone in node.zones]
 
 
 def _plural(count: int, word: str) -> str:

@@ -19,16 +19,19 @@ Invariant: a plan is validated before any API call, and its node metadata uses t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tpuops.config import Settings
 from tpuops.core import naming
+from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.launch.bundle import job_argv
 from tpuops.providers.nodes import NodeRequest
+from tpuops.providers.offers import check_sizes
 from tpuops.providers.registry import provider_class
 from tpuops.runs.models import NodeSpec, RunKind
 
@@ -80,10 +83,12 @@ class NodeBasis:
         Raises:
             UsageError: an accelerator, runtime, zone or label that cannot be asked for.
         """
-        wanted_accelerator = experiment.accelerator if experiment is not None else None
+        sizes = experiment.sizes if experiment is not None else None
         wanted_capacity = experiment.capacity if experiment is not None else None
         rules = provider_class(settings.node_provider)
-        acc = rules.offers.shape(accelerator or wanted_accelerator or settings.accelerator)
+        if sizes and accelerator is None:
+            check_sizes(rules.offers, sizes)
+        acc = rules.offers.shape(accelerator or (sizes[0] if sizes else None) or settings.accelerator)
         metadata: dict[str, str] = {}
         if settings.max_run_hours:
             metadata[MetadataKey.MAX_RUN_SECONDS.value] = str(int(settings.max_run_hours * 3600))
@@ -96,6 +101,25 @@ class NodeBasis:
                    zones=tuple(rules.zones_for(acc.type, [rules.check_zone(zone)] if zone else list(settings.zones))),
                    labels=naming.labels_for(sweep_id=sweep_id, user=settings.labels), metadata=metadata,
                    service_account=settings.service_account)
+
+    def at_size(self, settings: Settings, accelerator: str) -> NodeBasis:
+        """This basis for another size of an elastic run: its accelerator, the runtime and the configured zones
+        the provider offers it in (a one-host size too: a stockout's failover must not land where the size is
+        never offered); everything else the same.
+
+        Raises:
+            UsageError: no configured zone offers the size.
+        """
+        rules = provider_class(settings.node_provider)
+        acc = rules.offers.shape(accelerator)
+        zones = rules.zones_for(acc.type, list(settings.zones))
+        offered = set(rules.offers.zones_offering(acc.type))
+        usable = [zone for zone in zones if zone in offered]  # a size's zones are told apart, one host too
+        if offered and not usable:
+            raise UsageError(f"accelerator size {acc.type} is not offered in {', '.join(zones)} (it is in "
+                             f"{', '.join(sorted(offered))}): add one of those zones to tpuops.toml, or drop the size")
+        return dataclasses.replace(self, accelerator=acc.type, runtime=rules.offers.runtime_version(acc),
+                                   zones=tuple(usable or zones))
 
     @classmethod
     def of_frozen(cls, node: NodeSpec, *, project: str, store_root: str) -> NodeBasis:

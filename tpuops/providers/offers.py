@@ -14,6 +14,7 @@ Standard library and ``tpuops.core`` only: the protocol names no catalog.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -87,6 +88,25 @@ class Offers(Protocol):
         """Whether a node of ``capacity`` created at ``created_s`` and preempted at ``preempted_s`` (epoch seconds)
         costs nothing (Cloud TPU: a spot node preempted in its first minute)."""
         ...
+
+
+def check_sizes(offers: Offers, sizes: list[str]) -> list[AcceleratorShape]:
+    """The shapes of an elastic run's ``sizes`` (``accelerator: [v3-32, v3-8]``), checked: each offered, one
+    generation (a checkpoint moves between sizes of one chip, not between chips), strictly largest first (the
+    controller moves down the list on a stockout and back up when the larger returns).
+
+    Raises:
+        UsageError: one line naming the size that breaks a rule and what would be right.
+    """
+    shapes = [offers.shape(size) for size in sizes]
+    for before, after in itertools.pairwise(shapes):
+        if after.generation != before.generation:
+            raise UsageError(f"accelerator sizes {before} and {after} are of different generations "
+                             f"({before.generation}, {after.generation}); list sizes of one generation")
+        if after.chips >= before.chips:
+            raise UsageError(f"accelerator sizes must be listed largest first: {after} ({after.chips} chips) comes "
+                             f"after {before} ({before.chips} chips)")
+    return shapes
 
 
 def hosts_of(offers: Offers, accelerator: str) -> int:

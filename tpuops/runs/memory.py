@@ -80,6 +80,18 @@ class Memory(BaseModel):
     """Steps per second of READY wall time, as the passes saw the current attempt progress (saves included)."""
     speed_from: tuple[int, int, float] | None = None
     """(attempt, step, at) of the first progress a pass saw in the current attempt: where ``speed`` is measured from."""
+    size: int = 0
+    """An elastic run's size its nodes are created at: an index into ``RunRecord.sizes`` (0, the largest)."""
+    size_wait_since: float | None = None
+    """When a pass first found the largest size out of capacity in every zone (``elastic_wait_s`` runs from then)."""
+    probe: PendingCreate | None = None
+    """A probe create of a larger size in flight (``tpuops.controller.probes``: how a run learns it returned)."""
+    probe_size: int = 0
+    """The size ``probe`` asks for."""
+    probed_at: float | None = None
+    """When the last probe was asked for."""
+    moves: int = 0
+    """Moves to a larger size through a checkpoint: counted apart from preemptions and restarts."""
     events: list[Event] = Field(default_factory=list)
     notices: list[Notice] = Field(default_factory=list)
     """Messages decided for the run and where each delivery stands (``tpuops.notify``: written before sending)."""

@@ -117,6 +117,13 @@ class RunRecord(_Doc):
     inputs: PlanInputs | None = None
     """What its deadline rule and ``every: auto`` rest on, learned at launch; None: a record from before them, or
     a run with neither (the settings' assumptions apply)."""
+    smaller: list[NodeSpec] = Field(default_factory=list)
+    """An elastic run's smaller sizes (``accelerator: [v3-32, v3-8]``), frozen like ``node`` (its largest size),
+    largest first: the controller creates one of these while the larger ones are stocked out."""
+    elastic_wait_s: float = 0.0
+    """How long the run waits for its largest size, stocked out everywhere, before it takes a smaller one."""
+    probe_every_s: float = 600.0
+    """How often a run on a smaller size asks for a larger one (``tpuops.controller.decide``, probes)."""
 
     @property
     def node_name(self) -> str:
@@ -124,7 +131,18 @@ class RunRecord(_Doc):
 
     @property
     def zones(self) -> list[str]:
-        return self.node.zones
+        """The zones the run's nodes may be in: its node's, then those only a smaller size of an elastic run has."""
+        return list(dict.fromkeys(zone for node in self.sizes for zone in node.zones))
+
+    @property
+    def sizes(self) -> list[NodeSpec]:
+        """The nodes the run may run on, largest first: ``node``, then the smaller sizes of an elastic run."""
+        return [self.node, *self.smaller]
+
+    def size_of(self, accelerator: str | None) -> int:
+        """The index in ``sizes`` of ``accelerator`` (0, the largest, for an unknown one or None)."""
+        names = [size.accelerator for size in self.sizes]
+        return names.index(accelerator) if accelerator in names else 0
 
 
 class EvalPoint(_Doc):

@@ -215,6 +215,12 @@ class Run:
         return is_finished(self.memory, self.status)
 
     @property
+    def accelerator(self) -> str:
+        """The size its nodes are created at: the record's node, or an elastic run's current size."""
+        sizes = self.record.sizes
+        return sizes[min(self.memory.size, len(sizes) - 1)].accelerator
+
+    @property
     def outcome(self) -> Outcome | None:
         """How it ended: the controller's outcome, else a final exit the agent reported."""
         if self.memory.outcome is not None:
@@ -238,7 +244,9 @@ class Run:
 
     def to_json(self) -> dict[str, Any]:
         status = self.status or AgentStatus()
-        record = (self.record.model_dump(mode="json", exclude={"node": {"metadata"}}) if self.record_known
+        record = (self.record.model_dump(mode="json", exclude={"node": {"metadata"},
+                                                               "smaller": {"__all__": {"metadata"}}})
+                  if self.record_known
                   else {**dict.fromkeys(RunRecord.model_fields), "run_id": self.run_id})
         return {
             **record,
@@ -251,7 +259,8 @@ class Run:
             "checkpoint_in_flight": status.checkpoint_in_flight, "checkpoint_every_s": status.checkpoint_every_s,
             "last_save_s": status.last_save_s,
             "attempts": self.memory.attempts, "preemptions": self.memory.preemptions,
-            "restarts": self.memory.crashes, "input_wait_ms": status.input_wait_ms,
+            "restarts": self.memory.crashes, "moves": self.memory.moves, "size": self.accelerator,
+            "input_wait_ms": status.input_wait_ms,
             "deterministic": status.deterministic,
             "goodput": self.goodput.to_json() if self.goodput else None, "usd": round(self.usd, 6),
         }

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, fie
 from tpuops.contract.runspec import RunSpec, SpecError
 from tpuops.core.clock import UTC
 from tpuops.launch.provision import NodeBasis
-from tpuops.runs import RunRecord, spec_json
+from tpuops.runs import NodeSpec, RunRecord, spec_json
 
 
 def trial_run_id(sweep: str, number: int) -> str:
@@ -79,10 +79,13 @@ class TrialTemplate(BaseModel):
         """Trial ``number``'s run with ``params`` over the hparams: a function of the template and these only
         (but for the record's ``created``, the moment it was made)."""
         run_id = trial_run_id(self.sweep, number)
-        basis = NodeBasis.of_frozen(self.record.node, project=self.project, store_root=self.store_root)
-        up = basis.run_node(run_id, self.record.kind, store_uri=self.spec.store_root,
-                            bundle_sha256=self.record.bundle_sha256 or "")
-        record = self.record.model_copy(update={"run_id": run_id, "node": up.frozen(),
+        def renamed(node: NodeSpec) -> NodeSpec:  # each size of trial 0's node, for this trial's run
+            basis = NodeBasis.of_frozen(node, project=self.project, store_root=self.store_root)
+            return basis.run_node(run_id, self.record.kind, store_uri=self.spec.store_root,
+                                  bundle_sha256=self.record.bundle_sha256 or "").frozen()
+
+        record = self.record.model_copy(update={"run_id": run_id, "node": renamed(self.record.node),
+                                                "smaller": [renamed(size) for size in self.record.smaller],
                                                 "created": datetime.now(UTC).isoformat(timespec="seconds")})
         spec = dataclasses.replace(self.spec, run_id=run_id, hparams={**self.spec.hparams, **params})
         return TrialRun(record, spec)
