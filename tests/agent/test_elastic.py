@@ -15,6 +15,7 @@ rtol 2e-4; the absolute floor 1e-6 is for weights near 0, where a relative bound
 batch, moves the weights by the learning rate (1e-2) times O(1): two orders of magnitude beyond it.
 """
 
+import json
 from pathlib import Path
 from typing import Any, Callable, Dict
 
@@ -98,9 +99,9 @@ def test_a_resume_that_would_change_the_global_batch_is_refused_in_one_line(
     assert started.process.returncode == 0, started.output
     # Without train.global_batch the global batch is the slice's: 8 per replica x 2 replicas = 16, not 64.
     spec = _spec(make_spec, run_id)
-    text = spec.read_text().replace(f'"global_batch": {GLOBAL}, ', "")
-    assert text != spec.read_text()
-    spec.write_text(text)
+    document = json.loads(spec.read_text())
+    del document["train"]["global_batch"]
+    spec.write_text(json.dumps(document))
     refused = _run(spec, 2)
     status = refused.status()
     assert (refused.process.returncode, status["exit_class"]) == (3, "user-error"), refused.output
@@ -108,7 +109,6 @@ def test_a_resume_that_would_change_the_global_batch_is_refused_in_one_line(
         f"checkpoint ckpt-{HALF} was trained with global batch {GLOBAL}, this attempt's is per_replica_batch_size "
         f"{PER_REPLICA} x 2 replicas = 16: a resume must keep the global batch (set train.global_batch: {GLOBAL} "
         "to accumulate on this slice)")
-    assert "Traceback" not in refused.output
     assert max(refused.checkpoint_steps()) == HALF, "a refused resume must not write a checkpoint"
 
 
@@ -119,5 +119,4 @@ def test_a_global_batch_the_slice_cannot_divide_is_refused_in_one_line(make_spec
     assert status["message"] == (
         f"train.global_batch {GLOBAL} cannot be split over this slice: a micro-batch is per_replica_batch_size "
         f"{PER_REPLICA} x 3 replicas = 24 examples, which must divide the global batch (use a multiple of 24)")
-    assert "Traceback" not in refused.output
     assert not (refused.run_dir / "ckpt").exists() or not refused.checkpoint_steps()
