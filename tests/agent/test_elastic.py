@@ -5,14 +5,18 @@ CPUs, a v2-8's cores and a quarter of them). With ``train.global_batch`` 64 and 
 of 8, 8 replicas take a step at once and 2 replicas accumulate 4 micro-batches: the same examples
 make the same updates, and only the order of the float sums differs.
 
+The optimizer is SGD with momentum, whose update scales with the gradient: a gradient off by a
+constant factor (a loss scaled wrongly over the micro-batches) shows, as it would not under Adam.
+
 Tolerance (``RTOL``/``ATOL``): float32 rounds each addition by at most 2**-24 (6e-8) relative. A
 step's gradient sums 64 per-example terms, in a tree of 8 x 8 on one side and 4 x (2 x 8) on the
 other: re-associating n terms moves the sum by at most about n x 6e-8 = 4e-6 relative (typically
-sqrt(n) x 6e-8 = 5e-7). Adam divides by the root of its second moment, which keeps that relative
-error per step, and 40 steps add it up at worst linearly: 40 x 4e-6 = 1.6e-4. So weights agree to
-rtol 2e-4; the absolute floor 1e-6 is for weights near 0, where a relative bound means nothing
-(the weights are O(0.1 .. 1)). A data position off by a single example, or one update on another
-batch, moves the weights by the learning rate (1e-2) times O(1): two orders of magnitude beyond it.
+sqrt(n) x 6e-8 = 5e-7). The update is the learning rate times the momentum of those sums, so the
+relative error carries into the weights, and 40 steps add it up at worst linearly: 40 x 4e-6 =
+1.6e-4. So weights agree to rtol 2e-4; the absolute floor 1e-6 is for values near 0, where a
+relative bound means nothing (the weights are O(0.1 .. 1)). A data position off by a single
+example, or one update on another batch, moves the weights by the learning rate (5e-2) times a
+gradient of O(0.1): well beyond it (the test checks that the weights do move that much).
 """
 
 import json
@@ -21,7 +25,7 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 import pytest
-from agentrun import AgentRun, final_tensors, run_agent
+from agentrun import CLASSES, FEATURES, AgentRun, final_tensors, run_agent
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -30,10 +34,13 @@ PER_REPLICA = 8
 STEPS = 40
 HALF = 20
 RTOL, ATOL = 2e-4, 1e-6
+HPARAMS = {"optimizer": "momentum", "learning_rate": 0.05, "momentum": 0.9, "hidden": 16, "features": FEATURES,
+           "classes": CLASSES}
 
 
-def _spec(make_spec: Callable[..., Path], run_id: str, steps: int = STEPS, **train: Any) -> Path:
-    return make_spec(run_id, entry_point="testmodels:mlp", train=dict(
+def _spec(make_spec: Callable[..., Path], run_id: str, steps: int = STEPS, entry_point: str = "testmodels:mlp",
+          **train: Any) -> Path:
+    return make_spec(run_id, entry_point=entry_point, hparams=HPARAMS, train=dict(
         {"per_replica_batch_size": PER_REPLICA, "global_batch": GLOBAL, "steps": steps, "steps_per_call": 5,
          "checkpoint_every_steps": 10}, **train))
 
@@ -109,6 +116,7 @@ def test_a_resume_that_would_change_the_global_batch_is_refused_in_one_line(
         f"checkpoint ckpt-{HALF} was trained with global batch {GLOBAL}, this attempt's is per_replica_batch_size "
         f"{PER_REPLICA} x 2 replicas = 16: a resume must keep the global batch (set train.global_batch: {GLOBAL} "
         "to accumulate on this slice)")
+    assert "\n" not in status["message"]
     assert max(refused.checkpoint_steps()) == HALF, "a refused resume must not write a checkpoint"
 
 
@@ -120,3 +128,12 @@ def test_a_global_batch_the_slice_cannot_divide_is_refused_in_one_line(make_spec
         f"train.global_batch {GLOBAL} cannot be split over this slice: a micro-batch is per_replica_batch_size "
         f"{PER_REPLICA} x 3 replicas = 24 examples, which must divide the global batch (use a multiple of 24)")
     assert not (refused.run_dir / "ckpt").exists() or not refused.checkpoint_steps()
+
+
+def test_a_compiled_model_that_would_need_accumulation_is_refused_in_one_line(make_spec: Callable[..., Path]) -> None:
+    refused = _run(_spec(make_spec, "elastic-compiled", entry_point="testmodels:compiled_mlp"), 2)
+    status = refused.status()
+    assert (refused.process.returncode, status["exit_class"]) == (3, "user-error"), refused.output
+    assert status["message"].startswith("the model from testmodels:compiled_mlp is compiled: its own train_step")
+    assert "cannot accumulate 4 micro-batches into train.global_batch 64 on 2 replicas" in status["message"]
+    assert "\n" not in status["message"]
