@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 import pytest
+
 from agentrun import CLASSES, FEATURES, AgentRun, final_tensors, run_agent
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
