@@ -27,6 +27,14 @@ training function is traced before the first step (``Steps.trace``), so a model 
 trained on the batches (an unknown loss or metric, shapes that disagree) is a user error before
 any device time; a record of the dataset that is corrupt is one too (``inputs.dataset_records``).
 
+A step trains one global batch on any slice size: the spec's ``train.global_batch`` (else
+``per_replica_batch_size`` x replicas) over ``per_replica_batch_size`` x replicas gives the
+accumulation (``Runtime.batches``; a slice that cannot divide it is a user error), the stream
+yields global batches positioned by ``examples_seen`` whatever the size (``inputs``), and a
+replica cuts its share into micro-batches inside the step (``steps``). A resume whose global
+batch differs from its checkpoint's (``examples_seen / step``) is refused (user-error): it would
+be another run under the run's name. Status ``accumulation`` and ``examples_seen`` report them.
+
 The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
