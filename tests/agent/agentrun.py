@@ -56,10 +56,11 @@ def blobs(rng: np.random.Generator, count: int, centers: np.ndarray) -> Any:
 class AgentRun:
     """One agent subprocess and the files of its run."""
 
-    def __init__(self, spec_path: Path, command: str = "train") -> None:
+    def __init__(self, spec_path: Path, command: str = "train", env: Optional[Dict[str, str]] = None) -> None:
         spec = json.loads(spec_path.read_text())
         self.run_dir = Path(spec["store_root"]) / "runs" / spec["run_id"]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(EXPERIMENTS)]), TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(EXPERIMENTS)]), TF_CPP_MIN_LOG_LEVEL="2",
+                   **(env or {}))
         env.pop("GCE_METADATA_HOST", None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tpuops.agent", command, str(spec_path)],
@@ -99,9 +100,12 @@ class AgentRun:
         self.process.send_signal(signum)
 
 
-def run_agent(spec_path: Path, command: str = "train") -> AgentRun:
-    """Run the agent to its end; returns the finished run (exit code in ``.process.returncode``)."""
-    run = AgentRun(spec_path, command)
+def run_agent(spec_path: Path, command: str = "train", env: Optional[Dict[str, str]] = None) -> AgentRun:
+    """Run the agent to its end; returns the finished run (exit code in ``.process.returncode``).
+
+    ``env``: variables added to the agent's environment (``TPUOPS_CPU_REPLICAS``: the host's replicas).
+    """
+    run = AgentRun(spec_path, command, env)
     run.wait()
     return run
 

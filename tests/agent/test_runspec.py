@@ -90,6 +90,8 @@ def test_minimal_train_spec_gets_the_documented_defaults() -> None:
     assert train.metrics == ("accuracy", "loss") and train.loss == "sparse_categorical_crossentropy"
     assert spec.allow_cpu_fallback is False and spec.deterministic is None and spec.heartbeat_seconds == 10.0
     assert spec.dataset.shuffle_buffer == 10000 and spec.dataset.cache is False and spec.infer is None
+    assert train.global_batch is None  # the slice's: per_replica_batch_size x replicas, no accumulation
+    assert RunSpec.from_json(_with("train.global_batch", 512)).require_train().global_batch == 512
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,8 @@ def test_minimal_train_spec_gets_the_documented_defaults() -> None:
         ("train.steps", "100", "train.steps: expected int, got str"),
         ("train.steps", True, "train.steps: expected int, got a boolean"),
         ("train.steps", 0, "train.steps: must be > 0"),
+        ("train.global_batch", 0, "train.global_batch: must be > 0"),
+        ("train.global_batch", 64.0, "train.global_batch: expected int, got float"),
         ("train.steps", ..., "train: missing required key 'steps'"),
         ("train.metrics", ["accuracy", "f1"], "'f1' is not one of"),
         ("dataset.label", "target", "dataset.label: 'target' is not one of the features"),

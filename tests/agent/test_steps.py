@@ -61,3 +61,28 @@ def test_prepared_call_is_traced_once_and_trains_the_same(compiled: bool) -> Non
     assert after[-1] == before[-1]
     if compiled:
         assert sorted(after[-1]) == ["accuracy", "loss"]
+
+
+def test_accumulated_micro_batches_make_the_update_of_the_whole_batch() -> None:
+    """4 micro-batches of 2 rows summed in the step's loop = one batch of 8, up to the order of float sums.
+
+    Plain SGD, whose update scales with the gradient (Adam's would hide a gradient off by a constant
+    factor). Tolerance: each gradient sums 8 per-example terms re-associated (at most ~8 x 6e-8
+    relative), over 5 steps: rtol 1e-5 with a 1e-7 floor for weights near 0; one update on another
+    batch, or a gradient off by a factor, moves the weights by ~1e-2 (the learning rate), far beyond it.
+    """
+    spec = TrainSpec(per_replica_batch_size=2, steps=100, steps_per_call=5, global_batch=BATCH)
+    trained = []
+    for accumulation in (1, 4):
+        model = _model(compiled=False)
+        optimizer = make_optimizer({"optimizer": "sgd", "learning_rate": 0.1})
+        steps = Steps(tf.distribute.get_strategy(), model, optimizer, spec, BATCH, accumulation)
+        data = _batches()
+        steps.prepare(data.element_spec)
+        steps.train_call(iter(data), tf.constant(5, tf.int64))
+        assert steps.train_call.experimental_get_tracing_count() == 1
+        trained.append(([value.numpy() for value in model.weights], steps.train_metrics.results()))
+    (whole, whole_metrics), (micro, micro_metrics) = trained
+    for mine, theirs in zip(micro, whole):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-7)
+    assert micro_metrics == pytest.approx(whole_metrics, rel=1e-5)

@@ -83,7 +83,12 @@ class TrainState:
         return tf.train.Checkpoint(step=self.step, data=data, **objects)
 
     def advance(self, steps: int, global_batch: int) -> int:
-        """Count ``steps`` finished steps of ``global_batch`` records; returns the new step."""
+        """Count ``steps`` finished steps of ``global_batch`` records; returns the new step.
+
+        So ``examples_seen = step x global_batch`` always: the checkpoint records its global batch
+        without a variable of its own (checkpoints older than elastic runs say it too), and the
+        position is in examples, whatever the slice size that trained them (``inputs``).
+        """
         self.examples_seen.assign_add(steps * global_batch)
         return int(self.step.assign_add(steps).numpy())
 

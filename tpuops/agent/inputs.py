@@ -18,6 +18,10 @@ The training stream is a pure function of (files, seed, position):
   (``drop_remainder=True`` makes every step take exactly one global batch). A resumed
   pipeline starts at epoch ``examples_seen // epoch_size`` and ``skip``s the remainder
   *before* parsing, so a resume costs at most one epoch of raw reads, never a parse.
+* the stream's batches are global batches on every slice size (a slice that accumulates cuts each
+  into micro-batches inside the step, ``steps``), and the single client reads it once for every
+  host (``distribution_options``), so the position is one number independent of the slice: a
+  resume on another size continues with the very next example (the elastic-run invariant).
 
 Both shuffles are built by ``seeded_shuffle``, not ``Dataset.shuffle``: inside a tf.function (the
 epoch function is one) TF 2.9's ``shuffle`` creates a ``DummySeedGenerator`` resource op, and

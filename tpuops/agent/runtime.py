@@ -66,15 +66,32 @@ class Runtime:
         options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
         return tf.distribute.Strategy.experimental_distribute_dataset(self.strategy, dataset, options)
 
-    def global_batch(self, per_replica: int) -> int:
-        """Global batch = per-replica batch x replicas; warns when a TPU core gets too little."""
+    def batches(self, per_replica: int, global_batch: Optional[int] = None) -> Tuple[int, int]:
+        """(global batch, accumulation) of an optimizer step on this slice; warns when a TPU core gets too little.
+
+        Without ``global_batch`` (the spec's ``train.global_batch``) a step is one micro-batch:
+        ``per_replica x replicas``. With it, the accumulation is derived from the slice, so that the
+        same run keeps its global batch on any size: ``per_replica x replicas x accumulation = global``.
+
+        Raises:
+            UserError: the slice's ``per_replica x replicas`` does not divide ``global_batch``.
+        """
         if self.on_tpu and per_replica < MIN_PER_CORE_BATCH_ON_TPU:
             log.warning(
                 "per-core batch %d is under %d: the TPU's matrix units will idle; raise per_replica_batch_size",
                 per_replica,
                 MIN_PER_CORE_BATCH_ON_TPU,
             )
-        return per_replica * self.replicas
+        micro = per_replica * self.replicas
+        if global_batch is None:
+            return micro, 1
+        if global_batch % micro:
+            raise UserError(
+                f"train.global_batch {global_batch} cannot be split over this slice: a micro-batch is "
+                f"per_replica_batch_size {per_replica} x {self.replicas} replicas = {micro} examples, which must "
+                f"divide the global batch (use a multiple of {micro})"
+            )
+        return global_batch, global_batch // micro
 
 
 def check_tensorflow(version: Optional[str] = None) -> None:
@@ -132,6 +149,28 @@ def _slice_strategy(name: str, allow_cpu: bool) -> Tuple[Any, str, int]:
     return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=devices[0]), "CPU", hosts
 
 
+CPU_REPLICAS_ENV = "TPUOPS_CPU_REPLICAS"
+
+
+def _cpu_strategy() -> Any:
+    """One host's CPU: the default strategy, or ``TPUOPS_CPU_REPLICAS`` = N replicas over N logical CPUs.
+
+    N replicas are the CPU stand-in for the cores of one TPU host (8 on a v2-8): ``MirroredStrategy``
+    over N logical devices splits every batch N ways and sums the gradients across them as TPUStrategy
+    does, so that a run's replica count, and with it its accumulation (``Runtime.batches``), is what a
+    TPU host would have. The emulator and the agent tests set it; on a TPU VM it is never read.
+    """
+    wanted = os.environ.get(CPU_REPLICAS_ENV, "")
+    if not wanted:
+        return tf.distribute.get_strategy()
+    if not wanted.isdigit() or int(wanted) < 1:
+        raise UserError(f"{CPU_REPLICAS_ENV}={wanted!r}: expected a number of replicas >= 1")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * int(wanted))
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(devices)
+
+
 def connect(spec: RunSpec) -> Runtime:
     """Check TensorFlow, choose TPU or (only if allowed) CPU, then seed and set precision.
 
@@ -156,7 +195,7 @@ def connect(spec: RunSpec) -> Runtime:
         device = "TPU"
     elif spec.allow_cpu_fallback:
         log.warning("no TPU found on this machine; training on the CPU because the spec sets allow_cpu_fallback")
-        strategy = tf.distribute.get_strategy()
+        strategy = _cpu_strategy()
         device = "CPU"
     else:
         raise UserError(

@@ -20,6 +20,15 @@ Every step also says whether its loss (or, for a compiled model, any loss or met
 the loop stops a diverged run at the call that diverged, before it checkpoints the weights, and
 names the step. It costs a cross-replica sum of one scalar per step, read with the input wait.
 
+A step whose global batch is more than the slice takes at once accumulates gradients: each
+replica's share of the global batch is cut into ``accumulation`` micro-batches that run forward
+and backward one after another inside the step (a ``tf.while_loop`` in the graph, not the host),
+and their summed gradients make one optimizer update, the update the same global batch makes on
+a larger slice (``Steps._accumulated``). Layers that compute batch statistics (batch
+normalization) see micro-batches, as they would see a larger slice's per-replica batches. A
+compiled model's own ``train_step`` applies its gradients per batch, so it cannot accumulate:
+``CompiledSteps`` refuses an accumulation (``train``).
+
 ``prepare`` creates, before the first call, the variables that call would otherwise create
 while it is traced (the optimizer's slots and hyperparameters, a compiled model's metrics): a
 ``tf.function`` whose first trace creates variables is traced a second time, so that it never
@@ -27,9 +36,10 @@ creates them again. ``model.fit`` pays that second trace; the agent's first call
 (for the CIFAR-10 CNN, about 0.4 s of host time saved per attempt: half its tracing).
 """
 
+import functools
 import logging
 import time
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
@@ -118,6 +128,21 @@ def nonfinite(values: Any) -> tf.Tensor:
     return tf.cast(tf.reduce_any(flags), tf.float32) if flags else tf.constant(0.0)
 
 
+def _micro_batches(tensor: Any, count: int) -> tf.Tensor:
+    """``tensor`` (rows first) as ``[count, rows / count, ...]``: micro-batch ``i`` is ``result[i]``."""
+    tensor = tf.convert_to_tensor(tensor)
+    shape = tf.shape(tensor)
+    split = tf.reshape(tensor, tf.concat([[count, shape[0] // count], shape[1:]], 0))
+    rows = tensor.shape[0]
+    split.set_shape(tf.TensorShape([count, None if rows is None else rows // count]).concatenate(tensor.shape[1:]))
+    return split
+
+
+def _take(split: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+    """Micro-batch ``index`` of a ``_micro_batches`` result."""
+    return tf.gather(split, index)
+
+
 def _labelled(element_spec: Any) -> Any:
     """``(inputs, labels)`` specs of a batch ``(inputs, labels[, weights])``; None for another structure."""
     if isinstance(element_spec, tuple) and len(element_spec) in (2, 3):
@@ -182,10 +207,12 @@ class MultiStep:
 class Steps(MultiStep):
     """Builds the training and evaluation functions for a plain model under one strategy."""
 
-    def __init__(self, strategy: Any, model: tf.keras.Model, optimizer: Any, spec: TrainSpec, global_batch: int):
+    def __init__(self, strategy: Any, model: tf.keras.Model, optimizer: Any, spec: TrainSpec, global_batch: int,
+                 accumulation: int = 1):
         self._model = model
         self._optimizer = optimizer
         self._global_batch = global_batch
+        self._accumulation = accumulation
         from_logits = spec.loss.endswith("_from_logits")
         self._loss = lambda labels, outputs: tf.keras.losses.sparse_categorical_crossentropy(
             labels, outputs, from_logits=from_logits
@@ -196,17 +223,53 @@ class Steps(MultiStep):
         super().__init__(strategy)
         self._eval_call = tf.function(self._eval_replicas)
 
-    def _train_step(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> tf.Tensor:
+    def _gradients(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> Tuple[List[Any], tf.Tensor]:
+        """This replica's gradients of one (micro-)batch's share of the step's loss, and that share.
+
+        Per-example losses are divided by the global batch, so the shares of every micro-batch on
+        every replica sum to the step's mean loss; the regularization loss, added once per step,
+        is split evenly over the replicas and the micro-batches.
+        """
         with tf.GradientTape() as tape:
             outputs = tf.cast(self._model(inputs, training=True), tf.float32)
             per_example = self._loss(labels, outputs)
             weighted = per_example if weights is None else per_example * tf.cast(weights, tf.float32)
             loss = tf.nn.compute_average_loss(weighted, global_batch_size=self._global_batch)
             if self._model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.cast(tf.add_n(self._model.losses), tf.float32))
-        variables = self._model.trainable_variables
-        self._optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+                regularization = tf.nn.scale_regularization_loss(tf.cast(tf.add_n(self._model.losses), tf.float32))
+                loss += regularization if self._accumulation == 1 else regularization / self._accumulation
         self.train_metrics.update(labels, outputs, per_example, weights)
+        return tape.gradient(loss, self._model.trainable_variables), loss
+
+    def _accumulated(self, *batch: Any) -> Tuple[List[Any], tf.Tensor]:
+        """The gradients of ``accumulation`` micro-batches summed in a loop of the graph, and their loss.
+
+        The replica's share of the step (``accumulation`` x ``per_replica_batch_size`` rows) is cut
+        into micro-batches of consecutive rows; each runs forward and backward on its own, so a
+        replica holds one micro-batch's activations at a time, and the sums are loop variables of
+        one ``tf.while_loop`` (the model is traced once, whatever the accumulation). The step's
+        examples are the ones the same step takes on a slice that needs no accumulation; only the
+        order of the float sums differs (module docstring of ``train``).
+        """
+        count = self._accumulation
+        micro = tf.nest.map_structure(lambda part: _micro_batches(part, count), batch)
+        variables = self._model.trainable_variables
+        sums = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
+        total = tf.constant(0.0)
+        for index in tf.range(count):
+            gradients, loss = self._gradients(*tf.nest.map_structure(functools.partial(_take, index=index), micro))
+            sums = [
+                total_gradient if gradient is None else total_gradient + tf.convert_to_tensor(gradient)
+                for total_gradient, gradient in zip(sums, gradients)
+            ]
+            total += loss
+        return sums, total
+
+    def _train_step(self, *batch: Any) -> tf.Tensor:
+        """One optimizer step of the replica's share ``(inputs, labels[, weights])``; 1.0 if its loss is not finite."""
+        gradients, loss = self._gradients(*batch) if self._accumulation == 1 else self._accumulated(*batch)
+        variables = self._model.trainable_variables
+        self._optimizer.apply_gradients(zip(gradients, variables))
         return nonfinite(loss)
 
     def _replica_step(self, batch: Any) -> Any:

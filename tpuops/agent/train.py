@@ -27,6 +27,14 @@ training function is traced before the first step (``Steps.trace``), so a model 
 trained on the batches (an unknown loss or metric, shapes that disagree) is a user error before
 any device time; a record of the dataset that is corrupt is one too (``inputs.dataset_records``).
 
+A step trains one global batch on any slice size: the spec's ``train.global_batch`` (else
+``per_replica_batch_size`` x replicas) over ``per_replica_batch_size`` x replicas gives the
+accumulation (``Runtime.batches``; a slice that cannot divide it is a user error), the stream
+yields global batches positioned by ``examples_seen`` whatever the size (``inputs``), and a
+replica cuts its share into micro-batches inside the step (``steps``). A resume whose global
+batch differs from its checkpoint's (``examples_seen / step``) is refused (user-error): it would
+be another run under the run's name. Status ``accumulation`` and ``examples_seen`` report them.
+
 The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
@@ -88,7 +96,8 @@ class _Run:
         self.status = status
         self.notice = notice
         self.paths = paths
-        self.global_batch = runtime.global_batch(self.tspec.per_replica_batch_size)
+        self.global_batch, self.accumulation = runtime.batches(self.tspec.per_replica_batch_size,
+                                                              self.tspec.global_batch)
         self.eval_data: Any = None  # the distributed eval dataset, when there is one
         self.stream: Any = None  # the training stream's iterator, once training began
 
@@ -100,6 +109,7 @@ class _Run:
         self.status.update(
             total_steps=self.tspec.steps,
             global_batch=self.global_batch,
+            accumulation=self.accumulation,
             replicas=self.runtime.replicas,
             device=self.runtime.device,
             deterministic=self.runtime.deterministic,
@@ -119,7 +129,9 @@ class _Run:
             eval_batches = None
             if eval_files:
                 parser.check(eval_files, "dataset.eval")
-                eval_batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch, with_label=True)
+                # Evaluated a micro-batch at a time: a replica never holds more rows than it trains on.
+                eval_batches = inputs.padded_batches(eval_files, spec.dataset, self.global_batch // self.accumulation,
+                                                     with_label=True)
             signature = parser.input_signature(per_replica)
         if eval_batches is not None:
             self.eval_data = self.runtime.distribute(eval_batches)
@@ -128,6 +140,13 @@ class _Run:
             self.model = entry.build_model(build, spec, signature, strategy)
             compiled = entry.is_compiled(self.model)
             optimizer = self.model.optimizer if compiled else make_optimizer(spec.hparams)
+        if compiled and self.accumulation > 1:
+            raise UserError(
+                f"the model from {spec.entry_point} is compiled: its own train_step applies gradients every batch, "
+                f"so it cannot accumulate {self.accumulation} micro-batches into train.global_batch "
+                f"{self.global_batch} on {self.runtime.replicas} replicas; return an uncompiled model, or run on a "
+                "slice that takes the global batch at once"
+            )
         if compiled:
             log.info(
                 "compiled model: training with its own train_step, loss, metrics and %s optimizer",
@@ -135,7 +154,7 @@ class _Run:
             )
             self.steps: Any = CompiledSteps(strategy, self.model)
         else:
-            self.steps = Steps(strategy, self.model, optimizer, self.tspec, self.global_batch)
+            self.steps = Steps(strategy, self.model, optimizer, self.tspec, self.global_batch, self.accumulation)
         self.state = TrainState(with_fingerprint=self.user_input is not None)
         self.ckpt = Checkpointer(
             self.state.checkpoint(model=self.model, optimizer=optimizer),
@@ -159,13 +178,32 @@ class _Run:
                     self.state.input_fingerprint.assign(self.user_input.fingerprint(self.train_files))
         else:
             log.info("resumed from step %d", resumed)
+            self._check_global_batch(resumed)
             self.status.resumed(resumed)
+        self.status.update(examples_seen=int(self.state.examples_seen.numpy()))
         self.status.clock.loaded()
         if int(self.state.step.numpy()) > self.tspec.steps:
             raise UserError(f"checkpoint step {int(self.state.step.numpy())} is beyond train.steps {self.tspec.steps}")
         if self.user_input is None:
             self.epoch_size = _epoch_size(self.state, self.train_files)
         self.writer = tf.summary.create_file_writer(self.paths.tb)
+
+    def _check_global_batch(self, step: int) -> None:
+        """Refuse to resume a checkpoint trained with another global batch (its ``examples_seen / step``).
+
+        Every later step would see other examples and make other updates than the run started to: a
+        different run under the same name. The spec's ``train.global_batch`` keeps it on any slice size.
+        """
+        seen = int(self.state.examples_seen.numpy())
+        if step and seen != step * self.global_batch:
+            trained = seen // step if seen % step == 0 else f"{seen} examples over {step} steps"
+            where = (f"train.global_batch {self.global_batch}" if self.tspec.global_batch is not None else
+                     f"per_replica_batch_size {self.tspec.per_replica_batch_size} x {self.runtime.replicas} replicas "
+                     f"= {self.global_batch}")
+            raise UserError(
+                f"checkpoint ckpt-{step} was trained with global batch {trained}, this attempt's is {where}: a resume "
+                f"must keep the global batch (set train.global_batch: {trained} to accumulate on this slice)"
+            )
 
     def _train_stream(self, step: int) -> Any:
         if self.user_input is not None:
@@ -217,6 +255,7 @@ class _Run:
             first_step, step = step, self.state.advance(size, self.global_batch)
             self.status.update(
                 step=step,
+                examples_seen=int(self.state.examples_seen.numpy()),
                 examples_per_sec=round(size * self.global_batch / elapsed, 1),
                 input_wait_ms=round(1000.0 * waited / size, 3),
             )

@@ -61,7 +61,12 @@ Schema (version 1; "=" gives the default of an optional key)::
         "cache": false                   = false; keep the raw training records in host memory
       },
       "train": {                         required by `train`
-        "per_replica_batch_size": 128,   global batch = this x replicas (8 on a v2-8/v3-8)
+        "per_replica_batch_size": 128,   examples a replica takes per forward pass (its micro-batch)
+        "global_batch": null,            = null: per_replica_batch_size x replicas, no accumulation;
+                                         else the examples of every optimizer step on any slice
+                                         size (elastic runs): each step accumulates
+                                         global_batch / (per_replica_batch_size x replicas)
+                                         micro-batches, which must divide exactly ("Global batch")
         "steps": 5000,                   total optimizer steps of the run (across resumes)
         "steps_per_call": 50,            = 50; steps run inside one tf.function call
         "checkpoint_every_steps": 1000,  = 1000; 0: only by time, on preemption and at the end
@@ -113,6 +118,14 @@ input_context) -> tf.data.Dataset`` yielding ``(inputs, labels)`` or ``(inputs, 
 sample_weights)`` batches of exactly ``batch_size`` (the global batch) with static shapes;
 the built-in parser and dataset.features/label are then not used to read data
 (``userinput`` documents what the function must respect for exact resume).
+
+Global batch: a run that may move between slice sizes (``accelerator: [v3-32, v3-8]``) fixes
+``train.global_batch``, so every optimizer step sees the same examples whatever the slice: on 32
+replicas with ``per_replica_batch_size`` 16 a global batch of 512 is one micro-batch, on 8 replicas
+it is 4 accumulated micro-batches (``per_replica x replicas x accumulation = global``). The
+accumulation is derived by the agent from the slice it runs on, never written here; a slice whose
+``per_replica x replicas`` does not divide the global batch is a user error, and so is a resume
+whose global batch differs from the one its checkpoint was trained with.
 
 Features: without ``encoding`` a feature is a list of ``prod(shape)`` values of its dtype in
 the Example (``float_list``, ``int64_list``, ``bytes_list``). ``"encoding": "raw"`` is what
@@ -291,6 +304,8 @@ class TrainSpec:
 
     per_replica_batch_size: int
     steps: int
+    global_batch: Optional[int] = None
+    """Examples per optimizer step on every slice size; None: ``per_replica_batch_size`` x replicas ("Global batch")."""
     steps_per_call: int = 50
     checkpoint_every_steps: int = 1000
     checkpoint_every_seconds: float = 600.0
@@ -310,6 +325,7 @@ class TrainSpec:
             return _positive(_get(obj, key, (int,), where, default), f"{where}.{key}", zero_ok)
 
         eval_steps = _get(obj, "eval_steps", (int,), where, None)
+        global_batch = _get(obj, "global_batch", (int,), where, None)
         metrics = _str_list(obj, "metrics", where, list(cls.metrics))
         for metric in metrics:
             _choice(metric, METRICS, where + ".metrics")
@@ -321,6 +337,7 @@ class TrainSpec:
             raise SpecError(f"{where}.checkpoint_loss_rate_per_hour: must be a number > 0")
         return cls(
             per_replica_batch_size=count("per_replica_batch_size"),
+            global_batch=None if global_batch is None else _positive(global_batch, where + ".global_batch"),
             checkpoint_loss_rate_per_hour=None if rate is None else float(rate),
             steps=count("steps"),
             steps_per_call=count("steps_per_call", cls.steps_per_call),

@@ -7,6 +7,12 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     phase        starting | loading | training | checkpointing | evaluating | saving |
                  predicting | done  ("done" exactly when exit_class is set)
     step, total_steps, examples_per_sec, global_batch, replicas, device ("TPU" | "CPU"),
+    accumulation  micro-batches per optimizer step on this attempt's slice: global_batch =
+                 per_replica_batch_size x replicas x accumulation (1 when the slice takes the global
+                 batch at once); null before the runtime is chosen, in script mode and from older agents
+    examples_seen  training examples consumed by the steps done (step x global_batch, whatever slice
+                 sizes trained them): the data position a resume continues from; null before the
+                 checkpoint is restored and from older agents
     deterministic  whether TF op determinism is on for this attempt (the spec's choice, or its
                  ``auto`` rule: on without a TPU), null before the runtime is chosen and in script mode
     resumed_from_step   null on a fresh start, else the checkpoint step this attempt resumed from
@@ -64,6 +70,8 @@ FIELDS: Dict[str, Tuple[type, ...]] = {
     "examples_per_sec": (float, NULL),
     "global_batch": (int, NULL),
     "replicas": (int, NULL),
+    "accumulation": (int, NULL),
+    "examples_seen": (int, NULL),
     "device": (str, NULL),
     "deterministic": (bool, NULL),
     "resumed_from_step": (int, NULL),

@@ -194,6 +194,12 @@ class AgentStatus(_Doc):
     examples_per_sec: float | None = None
     global_batch: int | None = None
     replicas: int | None = None
+    accumulation: int | None = None
+    """Micro-batches per optimizer step on the attempt's slice (elastic runs); None before it is known or from an
+    older agent."""
+    examples_seen: int | None = None
+    """Training examples the done steps consumed (the data position); None before the restore or from an older
+    agent."""
     device: str | None = None
     deterministic: bool | None = None
     """Whether TF op determinism is on for the attempt; None before the runtime is chosen or from an older agent."""
