@@ -5,8 +5,9 @@ stockout of us-central1-a stocks out the larger size everywhere and leaves the s
 v2-8; once it has saved a checkpoint there it is preempted and recovers on v2-8 (v2-32 still out), then the
 stockout ends, the run's next probe finds v2-32 and the run moves
 up through a checkpoint, finishes there, and leaves no node (neither its own nor a probe's). What is asserted is
-the control plane's behaviour (sizes, events, counters, nodes, the ledger against the emulator's billing); the
-agent's gradient accumulation on the smaller size is another branch's, tested there.
+the control plane's behaviour (sizes, events, counters, nodes, the ledger against the emulator's billing) and
+that the agent kept the one global batch on both sizes (4 micro-batches a step on v2-8's one replica, none on
+v2-32's four); the weights' equality across sizes is the agent lane's (``tests/agent/test_elastic.py``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     poll(lambda: trained_again() or proc.poll() is not None, "the run training again on v2-8 after its preemption",
          timeout_s=600)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
-    trained = run_status(work, RUN)["step"]
+    small = run_status(work, RUN)
+    trained = small["step"]
+    # v2-32's 4 replicas' global batch, kept on v2-8's 1 replica by accumulating 4 micro-batches a step
+    assert (small["replicas"], small["accumulation"]) == (1, 4), small
+    assert small["examples_seen"] == small["step"] * small["global_batch"], small
     admin.set_faults(stockout_zones=[])  # the larger size returns
 
     out, err = proc.communicate(timeout=900)
@@ -95,6 +100,7 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     status = run_status(work, RUN)
     assert saved < trained <= status["resumed_from_step"] < STEPS, status  # moved mid-run, saved on the 2nd v2-8
     assert status["attempts"][-1]["productive_s"] > 0, status["attempts"]  # and trained on v2-32
+    assert (status["replicas"], status["accumulation"], status["global_batch"]) == (4, 1, small["global_batch"])
 
     billed = admin.billing()
     sizes = {interval["accelerator_type"] for interval in billed if interval["node"].endswith(f"/nodes/{RUN}")}

@@ -268,8 +268,10 @@ def plan_train(
         replicas = offers_of(settings.node_provider).shape(basis.accelerator).replicas  # a global batch's share
         if experiment.mode == "model":  # an input_fn makes its own batches from the records
             _check_batch(experiment, experiment.batch, replicas, train, spec_path)
+        per_replica = experiment.batch.per_replica_for(replicas)
         spec = _run_spec(settings, store, run_id, experiment, dataset, train=TrainSpec(
-            per_replica_batch_size=experiment.batch.per_replica_for(replicas),
+            per_replica_batch_size=per_replica,
+            global_batch=_elastic_batch(settings, record, per_replica, replicas),
             steps=experiment.steps,
             steps_per_call=experiment.steps_per_call,
             **_schedule(experiment, lost_rate, auto_rate=True),
@@ -334,6 +336,24 @@ def _elastic(settings: Settings, store: Store, record: RunRecord, experiment: Ex
                                       bundle_sha256=bundle.sha256).frozen())
     return record.model_copy(update={"smaller": smaller, "elastic_wait_s": elastic.wait_s,
                                      "probe_every_s": elastic.probe_every_s})
+
+
+def _elastic_batch(settings: Settings, record: RunRecord, per_replica: int, replicas: int) -> int | None:
+    """The global batch an elastic run keeps on every size (the agent accumulates gradients on a smaller one:
+    ``per_replica x replicas x accumulation = global``), or None for a run of one size. Each smaller size must
+    split it into whole micro-batches; one that cannot is refused here, before anything is written."""
+    if not record.smaller:
+        return None
+    global_batch = per_replica * replicas
+    offers = offers_of(settings.node_provider)
+    for node in record.smaller:
+        micro = per_replica * offers.shape(node.accelerator).replicas
+        if global_batch % micro:
+            raise UsageError(f"accelerator {node.accelerator}: a micro-batch of {per_replica} x "
+                             f"{micro // per_replica} replicas = {micro} examples does not divide the global batch "
+                             f"{global_batch} of {record.node.accelerator}; list sizes whose replicas divide "
+                             f"{replicas}")
+    return global_batch
 
 
 def _schedule(experiment: Experiment, lost_rate: float, *, auto_rate: bool) -> dict[str, Any]:
