@@ -41,7 +41,8 @@ from tpuops.providers.simulated import Billed
 from tpuops.runs import RunRecord
 from tpuops.sim.model import AgentModel
 from tpuops.sim.world import SimWorld
-from tpuops.store import LocalStore
+from tpuops.providers.base import NodeProvider
+from tpuops.store import LocalStore, Store
 from tpuops.sweeps.advance import SweepStep
 
 START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
@@ -207,12 +208,16 @@ class Simulation:
         self.store = LocalStore(workdir / "store", durable=False)  # scratch: nothing in it outlives the simulation
         self.ledger = Ledger(workdir / "ledger.sqlite")
         self.world = SimWorld(self.settings.project, cloud, agent, self.store, start=START, seed=seed)
-        clock = self.world.clock
-        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock,
-                      self_deletes=runs.self_deletes(lambda: self.store))
-        self.controller = Controller(self.settings, self.store, fleet, sweeps=SweepStep(), holder="simulator",
-                                     status_refresh_s=0.0, clock=clock)
+        self.controller = self.controller_over(self.store, self.world.provider, "simulator")
         self.catalog: Catalog = catalog_for(self.settings)
+
+    def controller_over(self, store: Store, provider: NodeProvider, holder: str) -> Controller:
+        """A fresh controller process of this world, as production wires one (a Fleet on the ledger, the sweep
+        step), over ``store`` and ``provider``: the world's own, or the fault swarm's faulty views of them."""
+        fleet = Fleet(provider, self.settings, self.ledger, clock=self.world.clock,
+                      self_deletes=runs.self_deletes(lambda: store))
+        return Controller(self.settings, store, fleet, sweeps=SweepStep(), holder=holder, status_refresh_s=0.0,
+                          clock=self.world.clock)
 
     def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:
         """Declare runs (record and agent spec), as ``train --detach`` does; their ids."""
