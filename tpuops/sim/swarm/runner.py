@@ -153,10 +153,13 @@ class _Play:
 
     # -- a pass -------------------------------------------------------------------------------------
 
-    def _pass(self, controller: Any, now: float) -> bool:
-        """One pass of ``controller`` at ``now``; False when the controller died in it."""
+    def _pass(self, controller: Any, now: float | None) -> bool:
+        """One pass of ``controller`` at ``now`` (None: its exit, dropping its leases); False when it died in it."""
         try:
-            controller.run_pass(now=now)
+            if now is None:
+                controller.release()
+            else:
+                controller.run_pass(now=now)
         except f.Killed:
             return False
         except TpuopsError as err:
@@ -190,7 +193,7 @@ class _Play:
             for _ in rivals:
                 rival = self.sim.controller_over(self.store, self.cloud, "cron")
                 self._pass(rival, now)
-                rival.release()  # its process ends: a cron reconcile drops its leases
+                self._pass(rival, None)  # its process ends: a cron reconcile drops its leases
                 self.injected.count(f.CONTROLLER_RIVAL)
             self.trace.now = clock()
             self.trace.clean_pass = sum(self.injected.counts.values()) == before and kill is None and not rivals
@@ -200,8 +203,8 @@ class _Play:
             if offset >= MAX_HOURS * 3600:
                 break
             now = self._next(now)
+        self._pass(self.controller, None)
         self._check(AT_END)
-        self.controller.release()
         self.result.injected.update(self.injected.counts)
         self.result.injected[f.API_PREEMPTION] += sum(1 for b in world.ready_intervals() if b.reason == "preempted")
         for agent in world.agents.by_run.values():
