@@ -36,12 +36,12 @@ from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC
 from tpuops.core.notices import NotifySettings
 from tpuops.fleet import Fleet
+from tpuops.providers.base import NodeProvider
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed
 from tpuops.runs import RunRecord
 from tpuops.sim.model import AgentModel
 from tpuops.sim.world import SimWorld
-from tpuops.providers.base import NodeProvider
 from tpuops.store import LocalStore, Store
 from tpuops.sweeps.advance import SweepStep
 

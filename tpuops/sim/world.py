@@ -117,7 +117,7 @@ class SimWorld:
         return [b for b in (*self._cloud.billing, *self._cloud.open_intervals()) if b.billed_s(now) > 0]
 
     def ready_intervals(self) -> list[Billed]:
-        """Every READY interval up to the clock's now, closed or still open, billed or free (the fault swarm's truth)."""
+        """Every READY interval up to the clock's now, closed or open, billed or free (the fault swarm's truth)."""
         self._cloud.catch_up()
         return [*self._cloud.billing, *self._cloud.open_intervals()]
 

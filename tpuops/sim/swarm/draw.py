@@ -123,7 +123,10 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
         return f.Fault(kind, *_window(rng, 60, 4 * 3600), rate=rng.choice([0.05, 0.2, 0.5, 0.9, 1.0]))
     if kind == f.API_OUTAGE:
         return f.Fault(kind, *_window(rng, 120, rng.choice([900, 3 * 3600])))
-    if kind in (f.API_LOST_ANSWER, f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS, f.STORE_CAS_CONFLICT):
+    if kind == f.API_LOST_ANSWER:  # creates are few and early: a long window from early on meets some
+        start, end = _window(rng, 2 * 3600, 6 * 3600)
+        return f.Fault(kind, start / 4, end, rate=rng.choice([0.3, 0.5, 0.7, 1.0]))
+    if kind in (f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS, f.STORE_CAS_CONFLICT):
         return f.Fault(kind, *_window(rng, 300, 3 * 3600), rate=rng.choice([0.1, 0.3, 0.7, 1.0]))
     if kind in (f.API_LAGGING_LIST, f.API_STUCK_CREATE):
         return f.Fault(kind, *_window(rng, 60, 1800))

@@ -58,8 +58,8 @@ STORE_CAS_CONFLICT = "store.cas_conflict"
 STORE_GARBLE = "store.garble"
 """One document of the target run (``doc``) is overwritten with garbage, truncated, or emptied at ``start``."""
 CONTROLLER_KILL = "controller.kill"
-"""The controller process dies at the ``count``-th store write for the target run in the first pass at or
-after ``start``; a fresh process (same holder, as a restarted ``watch``) takes over at the next pass."""
+"""The controller process dies at the ``count``-th store write for the target run from ``start`` on (between two
+of its writes); a fresh process (same holder, as a restarted ``watch``) takes over at the next pass."""
 CONTROLLER_RIVAL = "controller.rival"
 """A second controller (a cron ``reconcile`` beside the ``watch``) runs a pass at ``start``, then exits."""
 CLOCK_LATE = "clock.late"
@@ -91,7 +91,7 @@ NOT_YET = {
 """Fault kinds the issue names that the swarm does not inject yet, and why (docs/testing.md lists them)."""
 
 
-class Killed(BaseException):  # noqa: N818  (a process's death, not an error: nothing in tpuops may catch it)
+class Killed(BaseException):
     """The controller process died here: raised by every call it makes from then on."""
 
 
@@ -217,6 +217,9 @@ class FaultyCloud:
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
         self._fail("create", zone, request.name)
         operation = self.inner.create_node(zone, request)
+        if operation.error is not None:  # refused: the zone is out of capacity
+            self.injected.count(API_STOCKOUT)
+            return operation
         self.creates.append((self.now(), zone, request.name))
         if any(self.injected.active(API_STUCK_CREATE)):
             self.injected.count(API_STUCK_CREATE)
@@ -253,13 +256,13 @@ class FaultyStore(Store):
         self.injected = injected
         self.death = death
         self.kill: Fault | None = None
-        """The kill armed for this pass (the runner arms it): death at its ``count``-th write for its run."""
-        self._writes: Counter[str] = Counter()
+        """The kill armed (the runner arms each at its moment): death at the ``count``-th write for its run."""
+        self._writes = 0
         self._lock = threading.Lock()
 
-    def arm(self, kill: Fault | None) -> None:
+    def arm(self, kill: Fault) -> None:
         self.kill = kill
-        self._writes.clear()
+        self._writes = 0
 
     @property
     def uri(self) -> str:
@@ -275,8 +278,8 @@ class FaultyStore(Store):
         kill = self.kill
         if kill is not None and _run_of(key) == kill.run:
             with self._lock:
-                self._writes[key] += 1
-                due = sum(self._writes.values()) >= kill.count
+                self._writes += 1
+                due = self._writes >= kill.count
             if due:
                 self.kill = None
                 self.injected.count(CONTROLLER_KILL)

@@ -144,7 +144,7 @@ class _Play:
         store = self.sim.store
         try:
             data = store.read_bytes(key)
-        except Exception:  # noqa: BLE001  (nothing there to garble: the fault injects nothing)
+        except Exception:
             return
         store.write_bytes(key, f.garbled(data, how))
         self.injected.count(f.STORE_GARBLE)
@@ -166,9 +166,10 @@ class _Play:
             if not err.retryable:
                 self.trace.pass_errors.append(f"{type(err).__name__}: {err}")
             # a retryable failure of the store or the API ended the pass early: as safe as a kill (the next redoes it)
-        except Exception as err:  # noqa: BLE001  (what escapes a pass is the violation this checker reports)
+        except Exception as err:
             where = traceback.extract_tb(err.__traceback__)[-1]
-            self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {Path(where.filename).name}:{where.lineno})")
+            at = f"{Path(where.filename).name}:{where.lineno}"
+            self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
         return True
 
     def _check(self, checkers: dict[str, Checker]) -> None:
@@ -185,7 +186,8 @@ class _Play:
             kill, rivals = self._apply(offset)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
-            self.store.arm(kill)
+            if kill is not None:
+                self.store.arm(kill)
             self.result.passes += 1
             if not self._pass(self.controller, now):
                 self.death.dead = False
@@ -196,7 +198,7 @@ class _Play:
                 self._pass(rival, None)  # its process ends: a cron reconcile drops its leases
                 self.injected.count(f.CONTROLLER_RIVAL)
             self.trace.now = clock()
-            self.trace.clean_pass = sum(self.injected.counts.values()) == before and kill is None and not rivals
+            self.trace.clean_pass = sum(self.injected.counts.values()) == before and not rivals
             self._check(AFTER_PASS)
             if offset >= self.faults_end and self._settled():
                 break
