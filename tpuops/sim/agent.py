@@ -151,15 +151,15 @@ class SimulatedAgent:
         """When the job would end on a node READY at ``ready_at`` that nothing interrupts (None: it hangs)."""
         m, segments = self.model, self.model.segments
         attempt = self._plan(ready_at)
-        fate = attempt.fate
-        if fate is not None and fate.kind is FateKind.HANG:
-            return None
         remaining_s = (m.total_steps - attempt.base_step) / attempt.pace.steps_per_s
         periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
         ends = attempt.stepping_at + remaining_s + periodic * segments.save_s + self._final(attempt)
-        if fate is not None and fate.exit_class is not None:
-            return min(ends, attempt.stepping_at + fate.after_s)
-        return ends
+        fate = attempt.fate
+        if fate is None or attempt.stepping_at + fate.after_s >= ends:
+            return ends  # no fate, or the job ends before it strikes
+        if fate.kind is FateKind.HANG:
+            return None
+        return attempt.stepping_at + fate.after_s if fate.exit_class is not None else ends
 
     @property
     def final_s(self) -> float:
@@ -220,8 +220,8 @@ class SimulatedAgent:
         """The last step and the final save are done: the job succeeded; or the attempt's fate ended it."""
         attempt = self._attempt
         fate = attempt.fate if attempt else None
-        if attempt is not None and fate is not None and fate.exit_class is not None:
-            step, saved = self._progress(attempt, at)
+        step, saved = self._progress(attempt, at) if attempt is not None else (0, 0)
+        if attempt is not None and fate is not None and fate.exit_class is not None and step < self.model.total_steps:
             self.checkpoint = max(self.checkpoint, saved)
             self._high = max(self._high, step)
             self._attempt = None

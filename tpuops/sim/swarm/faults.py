@@ -112,7 +112,7 @@ class Fault:
         return self.start <= offset < self.end
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in ("", 0) or k in ("kind", "start")}
+        return dataclasses.asdict(self)
 
 
 def chance(*parts: object) -> float:

@@ -24,7 +24,7 @@ from typing import Any
 from tpuops import runs
 from tpuops.config import load_settings
 from tpuops.core import guards
-from tpuops.core.errors import TpuopsError
+from tpuops.core.errors import NotFound, TpuopsError
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
@@ -129,12 +129,15 @@ class _Play:
 
     def _command(self, command: Any) -> None:
         store, now = self.sim.store, self.sim.world.clock()
-        if command.what == "resume":
-            if runs.reopen(store, command.run, "train --resume"):
+        try:
+            if command.what == "resume":  # drops the stop request whether or not the run had finished yet
+                runs.reopen(store, command.run, "train --resume")
                 self.trace.resumed[command.run] = now
                 self.trace.stops.pop(command.run, None)
-            return
-        runs.request_stop(store, command.run, f"{command.what} by the user", now)
+                return
+            runs.request_stop(store, command.run, f"{command.what} by the user", now)
+        except TpuopsError:
+            return  # the command failed (a garbled memory): the user saw its error, nothing changed
         self.trace.stops[command.run] = now
 
     def _garble(self, fault: f.Fault) -> None:
@@ -144,8 +147,8 @@ class _Play:
         store = self.sim.store
         try:
             data = store.read_bytes(key)
-        except Exception:
-            return
+        except NotFound:
+            return  # nothing there to garble (no stop request, no lease yet): the fault injects nothing
         store.write_bytes(key, f.garbled(data, how))
         self.injected.count(f.STORE_GARBLE)
         if doc in ("memory", "run"):
@@ -166,7 +169,7 @@ class _Play:
             if not err.retryable:
                 self.trace.pass_errors.append(f"{type(err).__name__}: {err}")
             # a retryable failure of the store or the API ended the pass early: as safe as a kill (the next redoes it)
-        except Exception as err:
+        except Exception as err:  # anything else that escapes a pass is what liveness.pass_completes reports
             where = traceback.extract_tb(err.__traceback__)[-1]
             at = f"{Path(where.filename).name}:{where.lineno}"
             self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
@@ -242,7 +245,12 @@ def run_seed(seed: int, *, scenario: Scenario | None = None, guards_off: Iterabl
     off = tuple(sorted(guards_off))
     cpu = time.process_time()
     with guards.off(*off), tempfile.TemporaryDirectory(prefix="tpuops-swarm-", dir=scratch_parent()) as scratch:
-        result = _Play(scenario or draw(seed), Path(scratch)).play()
+        try:
+            result = _Play(scenario or draw(seed), Path(scratch)).play()
+        except Exception as err:  # the swarm's own failure is a finding too, never a lost seed
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            result = SeedResult(seed, violations=[("swarm.harness", f"{type(err).__name__}: {err} (at "
+                                                                    f"{Path(where.filename).name}:{where.lineno})")])
     result.guards_off = off
     result.cpu_s = time.process_time() - cpu
     return result
