@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from helpers import REPO
 
+from tpuops.core import guards
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.__main__ import main
 from tpuops.sim.swarm.draw import Scenario, draw
@@ -75,6 +76,8 @@ GUARDS_OFF = [
     ("decide.user_error_final", "truth.user_error_costs_one_node", 10),
     ("fleet.write_ahead", "money.ledger_matches_billing", 15),
     ("decide.ended_node_goes", "nodes.none_left", 35),
+    # Declared by the ledger work (a node's end dated only from evidence that it is gone): enabled once merged.
+    ("ledger.evidence_end", "money.billing_never_missed", 40),
 ]
 
 
@@ -82,6 +85,8 @@ GUARDS_OFF = [
 @pytest.mark.slow  # up to 35 seeds each: make test's
 @pytest.mark.parametrize(("guard", "invariant", "within"), GUARDS_OFF)
 def test_with_a_guard_off_the_swarm_finds_its_violation(guard: str, invariant: str, within: int) -> None:
+    if guard not in guards.declared():
+        pytest.skip(f"{guard} is not declared on this branch (it comes with another branch's merge)")
     for seed in range(within):  # a seed that breaks it with the guard off, and keeps it with the guard on
         if invariant in _names(run_seed(seed, guards_off=[guard])) and invariant not in _names(run_seed(seed)):
             break

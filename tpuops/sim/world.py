@@ -81,6 +81,11 @@ class SimWorld:
         self.agents = Agents(store, agent, seed)
         self._cloud = SimulatedCloud(project, cloud, clock=self.clock, seed=seed, workload=self.agents)
 
+    def hold_self_deletes(self, answers_at: Callable[[float], float]) -> None:
+        """Let a node's self-delete (its VM's own DELETE call) go through only when the API answers: ``answers_at(t)``
+        is when a call made at ``t`` first does (the fault swarm's outages)."""
+        self._cloud.api_answers_at = answers_at
+
     @property
     def provider(self) -> NodeProvider:
         """The world as the control plane sees it: a node provider like any other."""

@@ -93,6 +93,7 @@ class _Play:
         self.sim = Simulation(settings, workdir / "world", cloud, scenario.job, cron_s=scenario.cron_s,
                               seed=scenario.seed)
         self.sim.world.agents.fates = scenario.fates()
+        self.sim.world.hold_self_deletes(self._answers_at)
         self.sim.declare(_record(self.sim.settings, plan) for plan in scenario.runs)
         clock = self.sim.world.clock
         self.injected = f.Injected(scenario.seed, scenario.faults, lambda: clock() - START)
@@ -109,6 +110,17 @@ class _Play:
         self._slips = sorted((x for x in scenario.faults if x.kind in (f.CLOCK_LATE, f.CLOCK_EARLY, f.CLOCK_SKIPPED)),
                              key=lambda x: x.start)
         self.faults_end = max([x.end for x in scenario.faults] + [c.at for c in scenario.commands] + [0.0])
+
+    def _answers_at(self, at: float) -> float:
+        """When a node's own DELETE made at ``at`` gets through: after every outage (or near-total error rate) that
+        covers it; the VM retries until then."""
+        offset, moved = at - START, True
+        while moved:  # in offsets: START + end - START need not be end again in floating point
+            moved = False
+            for fault in self.scenario.faults:
+                if fault.kind in (f.API_OUTAGE, f.API_ERRORS) and fault.rate >= 0.9 and fault.covers(offset):
+                    offset, moved = fault.end, True
+        return max(at, START + offset)
 
     # -- what happens between passes --------------------------------------------------------------
 
