@@ -33,6 +33,7 @@ from tpuops.sim.engine import START, Simulation, scratch_parent
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
+from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
 
 MAX_HOURS = 48.0
 """Virtual hours after which a seed is cut off (its unfinished runs are a liveness violation)."""
@@ -312,6 +313,7 @@ class Summary:
                 "wall_s": round(self.wall_s, 2), "cpu_s": round(self.cpu_s, 2),
                 "seeds_per_minute": round(per_min, 1),
                 "cpu_s_per_seed": round(self.cpu_s / self.seeds, 4) if self.seeds else 0.0,
+                "not_injected_yet": f.NOT_YET, "not_checked_yet": NOT_CHECKED,
                 "failures": [r.to_json() for r in sorted(self.failed, key=lambda r: r.seed)]}
 
 
