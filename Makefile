@@ -3,6 +3,7 @@
 # make test  - install everything the tests need, lint, and run every test
 # make unit  - the unit lane only (pytest -m "unit and not slow"): no server, no TensorFlow, needs only .venv
 # make fuzz  - the bad-input fuzzer's long profile (the unit lane runs its quick, fixed-seed one) and its runtime arm
+# make swarm - the fault swarm: 2,000 seeds (SEEDS=, FIRST=) of faults through the real controller, checked
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -15,7 +16,7 @@ PIN_FILE := templates/requirements-tf29.txt
 # The control plane's unit lane also runs on the oldest and newest supported Python.
 COMPAT_PYTHONS := 3.10 3.13
 
-.PHONY: setup demo demo-gcs test unit fuzz compat lint tools clean
+.PHONY: setup demo demo-gcs test unit fuzz compat lint tools clean swarm
 
 setup: $(VENV)/.stamp $(TFVENV)/.stamp $(TFVENV)/.pytest-stamp
 
@@ -64,6 +65,13 @@ lint: setup
 # The unit lane is CPU-bound and its tests share nothing: it runs on every core (pytest-xdist, -n auto).
 unit: $(VENV)/.stamp
 	$(VENV)/bin/pytest -q -n auto -m "unit and not slow" tests
+
+# The fault swarm (docs/testing.md): SEEDS seeds from FIRST on every core, with a progress bar and a summary table;
+# JSON=1 prints the summary as JSON. Exit 1 when an invariant broke (each failing seed prints its replay command).
+SEEDS ?= 2000
+FIRST ?= 0
+swarm: $(VENV)/.stamp
+	$(VENV)/bin/python -m tpuops.sim.swarm --seeds $(SEEDS) --first $(FIRST) $(if $(JSON),--json)
 
 # 2,000 random cases per property (not derandomized: each run explores new ground).
 fuzz: $(VENV)/.stamp

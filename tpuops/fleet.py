@@ -37,6 +37,7 @@ from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.core.clock import Clock, system_clock, utc_now
 from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import ValueEnum
 from tpuops.core.retry import call_with_retry
 from tpuops.providers.base import ListsOperations, NodeProvider, QueuesNodes, StartsNodes, require_queues, wait_for
@@ -45,6 +46,8 @@ from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 Progress = Callable[[str], None]
 Listing = dict[str, dict[str, NodeInfo]]
 """Nodes by zone, then by name, as one pass of ListNodes saw them."""
+
+WRITE_AHEAD = Guard("fleet.write_ahead", "the ledger has a node from its create on, dated by the create's operation")
 
 
 def _quiet(_: str) -> None:
@@ -322,7 +325,8 @@ class Fleet:
         """
         asked = utc_now(self.clock)
         operation = self.provider.create_node(zone, request)
-        self.billing.created(zone, request, operation.name, asked)
+        if WRITE_AHEAD.on:
+            self.billing.created(zone, request, operation.name, asked)
         return operation
 
     def _retrying(self, zone: str) -> Callable[[BaseException, float], None]:

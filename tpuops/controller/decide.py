@@ -62,6 +62,7 @@ from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunRecord
@@ -73,6 +74,11 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
 _NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
                   "moved-up": "the notice of a planned move to a larger size"}
 """What the notice an agent saved on was, by the last event that deletes a run's READY node through its notice."""
+ENDED_STAYS_ENDED = Guard("decide.ended_stays_ended", "nothing is created for a run that has ended")
+ENDED_NODE_GOES = Guard("decide.ended_node_goes", "an ended run's node is deleted at every pass until it is gone")
+BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its budget")
+STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured at the next pass that reads it")
+USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
 
 _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
@@ -318,7 +324,7 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
         return False
     memory.handled_agent_attempt = status.attempt
     message = status.message or str(status.exit_class)
-    if status.final:
+    if status.final and (USER_ERROR_FINAL.on or status.exit_class == ExitClass.SUCCEEDED):
         succeeded = status.exit_class == ExitClass.SUCCEEDED
         memory.finish(now, Outcome.of_exit(status.exit_class), f"step {status.step}" if succeeded else message)
         if observed.node_zone and observed.node_state is not None and not policy.keep_node:
@@ -337,21 +343,22 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
 def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:
     """Update ``memory`` in place for this pass and say what to do."""
     decision = Decision()
-    if memory.finished:
+    if memory.finished and ENDED_STAYS_ENDED.on:
         _drop_probe(memory, decision)
         keep = policy.keep_node and memory.outcome not in (Outcome.BUDGET_EXHAUSTED, Outcome.STOPPED)
-        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep:
+        if observed.node_state not in (None, NodeState.DELETING) and observed.node_zone and not keep \
+                and ENDED_NODE_GOES.on:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
-            observed.spent_usd >= observed.budget_usd:
+            observed.spent_usd >= observed.budget_usd and BUDGET_STOP.on:
         memory.finish(now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         _drop_probe(memory, decision)
         return decision
-    if observed.stop is not None and not _ended_on_its_own(memory, observed):
+    if observed.stop is not None and not _ended_on_its_own(memory, observed) and STOP_REQUEST.on:
         memory.finish(now, Outcome.STOPPED, observed.stop)
         if observed.node_state is not None and observed.node_zone:
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))

@@ -89,7 +89,7 @@ from tpuops.controller.passes import (
     _unless,
 )
 from tpuops.controller.probes import apply_probe, probe_observed
-from tpuops.core.clock import UTC, Clock, system_clock
+from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
@@ -496,7 +496,8 @@ class Controller:
             from tpuops.billing.cost import catalog_for
             from tpuops.billing.cost import spent as spent_usd
 
-            spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
+            spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
+                              now=utc_now(self.clock))  # the pass's clock: a simulation's is virtual
         probe = probe_observed(self.nodes, record, memory, listed)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
@@ -586,7 +587,8 @@ class Controller:
             return
         from tpuops.billing.cost import catalog_for, spent
 
-        cost = spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id)
+        cost = spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
+                     now=utc_now(self.clock))
         link = self.settings.notify.dashboard_url
         for notice in notices:
             notice.cost_usd = round(cost, 2)

@@ -176,6 +176,10 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         self._seq = itertools.count()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
+        self.api_answers_at: Callable[[float], float] = lambda at: at
+        """When the API first answers a call made at ``at`` (a VM's own DELETE included): ``at`` unless a simulation
+        says the API is down then (the fault swarm's outages), so that a node whose job ended stays READY, and
+        billed, until its self-delete gets through or the controller's delete does."""
 
     @classmethod
     def connect(cls, connection: Connection) -> SimulatedCloud:
@@ -276,10 +280,11 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             self.workload.finished(run_id, at)
         preempt = self._preempt_at.pop(node.uid, None)
         noticed = preempt is not None and preempt <= at  # in its final save: the node goes with the job
-        if self.model.self_delete.median_s <= 0 and not noticed:
+        answers = self.api_answers_at(at)
+        if self.model.self_delete.median_s <= 0 and not noticed and answers <= at:
             self._gone(node, at)
             return
-        gone = at + self.model.self_delete.draw(self._rngs[node.uid])
+        gone = max(answers, at + self.model.self_delete.draw(self._rngs[node.uid]))
         self._ended.add(node.uid)
         self._schedule(gone, "gone", node.uid)  # the self-delete, or the controller's delete of a PREEMPTED node
         if noticed:

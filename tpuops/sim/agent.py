@@ -13,6 +13,10 @@ attempt: the work since the last checkpoint is lost unless the save on the notic
 Evaluations, for sweeps, come from a synthetic response surface of the trial's hparams (``surface``):
 smooth in the logarithm of each numeric hparam around an optimum drawn from the seed, so that the
 real Optuna sampler has something to learn and the real pruner something to prune.
+
+An attempt may have a ``Fate`` (the fault swarm's agent faults, ``tpuops.sim.swarm``): it crashes, meets a
+deterministic user error, sees its loss turn NaN, hangs (steps stop, heartbeats go on), or its save on a notice
+fails, ``after_s`` of stepping into the attempt. An attempt without one runs as the model says.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from tpuops import runs
 from tpuops.core.clock import UTC
+from tpuops.core.kinds import ValueEnum
 from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
 from tpuops.sim.model import AgentModel, Pace
 from tpuops.store import Store
@@ -53,6 +58,34 @@ def surface(hparams: Mapping[str, Any], total_steps: int, seed: int) -> Metrics:
     return metrics
 
 
+class FateKind(ValueEnum):
+    """What goes wrong in one attempt of a simulated agent."""
+
+    CRASH = "crash"
+    USER_ERROR = "user-error"
+    NAN = "nan"
+    HANG = "hang"
+    SAVE_FAILS = "save-fails"
+    """Its save on a notice fails: the attempt keeps only its last periodic checkpoint."""
+
+
+_EXIT_OF_FATE = {FateKind.CRASH: ExitClass.CRASHED, FateKind.USER_ERROR: ExitClass.USER_ERROR,
+                 FateKind.NAN: ExitClass.DIVERGED}
+
+
+@dataclass(frozen=True)
+class Fate:
+    """One attempt's fault: ``kind``, ``after_s`` of stepping into the attempt (0: as stepping starts)."""
+
+    kind: FateKind
+    after_s: float = 0.0
+
+    @property
+    def exit_class(self) -> ExitClass | None:
+        """The exit the agent reports when the fate ends the attempt by itself (None: it does not)."""
+        return _EXIT_OF_FATE.get(self.kind)
+
+
 @dataclass(frozen=True)
 class _Attempt:
     number: int
@@ -62,14 +95,17 @@ class _Attempt:
     """When steps start: after setup, and a restore when there is a checkpoint."""
     pace: Pace
     """This attempt's setup, speed and final stretch (``AgentModel.pace``: a replacement's may differ)."""
+    fate: Fate | None = None
 
 
 class SimulatedAgent:
     """One run's agent across its attempts (one per READY node of the run)."""
 
     def __init__(self, store: Store, run_id: str, model: AgentModel, metrics: Metrics | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, fates: dict[int, Fate] | None = None) -> None:
         self.store = store
+        self.fates = fates or {}
+        """By attempt number (1 = the first): what goes wrong in it (the fault swarm's)."""
         self.run_id = run_id
         self.seed = seed
         """Seeds the attempt's draw of a measured replacement pace (``AgentModel.pace``), per run and attempt."""
@@ -79,6 +115,8 @@ class SimulatedAgent:
         self.attempts = 0
         self.recomputed_steps = 0
         self.finished_at: float | None = None
+        self.exits: list[tuple[float, ExitClass]] = []
+        """Every attempt's exit as the agent reported it: (when, how)."""
         self._attempt: _Attempt | None = None
         self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
         self._first_ready: float | None = None  # the first attempt's READY: a replacement's pace depends on its offset
@@ -91,7 +129,8 @@ class SimulatedAgent:
         first_ready = ready_at if self._first_ready is None else self._first_ready
         pace = self.model.pace(self.attempts + 1, ready_at - first_ready,
                                random.Random(f"{self.seed}/{self.run_id}/{self.attempts + 1}").random())
-        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + pace.setup_s + restore, pace)
+        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + pace.setup_s + restore, pace,
+                        self.fates.get(self.attempts + 1))
 
     def _progress(self, attempt: _Attempt, at: float) -> tuple[int, int]:
         """(step reached, step of the last periodic checkpoint) at ``at``."""
@@ -99,6 +138,8 @@ class SimulatedAgent:
         if at <= attempt.stepping_at:
             return attempt.base_step, attempt.base_step
         elapsed = at - attempt.stepping_at
+        if attempt.fate is not None and attempt.fate.kind is not FateKind.SAVE_FAILS:
+            elapsed = min(elapsed, attempt.fate.after_s)  # its steps stop where it fails
         cycles, rest = divmod(elapsed, segments.checkpoint_every_s + segments.save_s)
         stepping = cycles * segments.checkpoint_every_s + min(rest, segments.checkpoint_every_s)
         speed = attempt.pace.steps_per_s
@@ -106,13 +147,19 @@ class SimulatedAgent:
         saved = min(m.total_steps, attempt.base_step + int(speed * segments.checkpoint_every_s * cycles))
         return step, saved
 
-    def finish_time(self, ready_at: float) -> float:
-        """When the job would end on a node READY at ``ready_at`` that nothing interrupts."""
+    def finish_time(self, ready_at: float) -> float | None:
+        """When the job would end on a node READY at ``ready_at`` that nothing interrupts (None: it hangs)."""
         m, segments = self.model, self.model.segments
         attempt = self._plan(ready_at)
         remaining_s = (m.total_steps - attempt.base_step) / attempt.pace.steps_per_s
         periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
-        return attempt.stepping_at + remaining_s + periodic * segments.save_s + self._final(attempt)
+        ends = attempt.stepping_at + remaining_s + periodic * segments.save_s + self._final(attempt)
+        fate = attempt.fate
+        if fate is None or attempt.stepping_at + fate.after_s >= ends:
+            return ends  # no fate, or the job ends before it strikes
+        if fate.kind is FateKind.HANG:
+            return None
+        return attempt.stepping_at + fate.after_s if fate.exit_class is not None else ends
 
     @property
     def final_s(self) -> float:
@@ -160,6 +207,9 @@ class SimulatedAgent:
             return
         step, saved = self._progress(attempt, max(attempt.ready_at, notice_at))
         fits = self.model.segments.save_s <= end_at - notice_at and notice_at >= attempt.stepping_at
+        fate = attempt.fate
+        if fate is not None and (fate.kind is FateKind.SAVE_FAILS or notice_at >= attempt.stepping_at + fate.after_s):
+            fits = False  # a failed save, or an agent past saving (hung)
         self.checkpoint = max(self.checkpoint, step if fits else saved)
         self.recomputed_steps += max(0, min(self._high, step) - attempt.base_step)
         self._high = max(self._high, step)
@@ -167,8 +217,16 @@ class SimulatedAgent:
         self._write(end_at, Phase.DONE, step, exit_class=ExitClass.PREEMPTED, attempt=attempt.number)
 
     def finished(self, at: float) -> None:
-        """The last step and the final save are done: the job succeeded."""
+        """The last step and the final save are done: the job succeeded; or the attempt's fate ended it."""
         attempt = self._attempt
+        fate = attempt.fate if attempt else None
+        step, saved = self._progress(attempt, at) if attempt is not None else (0, 0)
+        if attempt is not None and fate is not None and fate.exit_class is not None and step < self.model.total_steps:
+            self.checkpoint = max(self.checkpoint, saved)
+            self._high = max(self._high, step)
+            self._attempt = None
+            self._write(at, Phase.DONE, step, exit_class=fate.exit_class, attempt=attempt.number)
+            return
         self.checkpoint = self._high = self.model.total_steps
         self.finished_at = at
         self._attempt = None
@@ -196,6 +254,8 @@ class SimulatedAgent:
             evals = self._evals_to(step, self.metrics)
             final = {"eval": self.metrics(step)}
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        if exit_class is not None:
+            self.exits.append((at, exit_class))
         runs.write_status(self.store, self.run_id, AgentStatus(
             run_id=self.run_id, attempt=self.attempts if attempt is None else attempt, phase=phase, step=step,
             total_steps=m.total_steps, last_checkpoint_step=self.checkpoint if checkpoint is None else checkpoint,

@@ -36,12 +36,13 @@ from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC
 from tpuops.core.notices import NotifySettings
 from tpuops.fleet import Fleet
+from tpuops.providers.base import NodeProvider
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed
 from tpuops.runs import RunRecord
 from tpuops.sim.model import AgentModel
 from tpuops.sim.world import SimWorld
-from tpuops.store import LocalStore
+from tpuops.store import LocalStore, Store
 from tpuops.sweeps.advance import SweepStep
 
 START = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
@@ -207,13 +208,17 @@ class Simulation:
         self.store = LocalStore(workdir / "store", durable=False)  # scratch: nothing in it outlives the simulation
         self.ledger = Ledger(workdir / "ledger.sqlite")
         self.world = SimWorld(self.settings.project, cloud, agent, self.store, start=START, seed=seed)
-        clock = self.world.clock
+        self.controller = self.controller_over(self.store, self.world.provider, "simulator")
+        self.catalog: Catalog = catalog_for(self.settings)
+
+    def controller_over(self, store: Store, provider: NodeProvider, holder: str) -> Controller:
+        """A fresh controller process of this world, as production wires one (a Fleet on the ledger, the sweep
+        step), over ``store`` and ``provider``: the world's own, or the fault swarm's faulty views of them."""
         # One thread: the store and the cloud answer at once, so workers would only cost CPU time (a third of a
         # 1,000-trial sweep's), and the order of every call, hence the timeline, would vary from run to run.
-        fleet = Fleet(self.world.provider, self.settings, self.ledger, clock=clock, threads=False)
-        self.controller = Controller(self.settings, self.store, fleet, billing=fleet.billing, sweeps=SweepStep(),
-                                     holder="simulator", status_refresh_s=0.0, clock=clock, threads=False)
-        self.catalog: Catalog = catalog_for(self.settings)
+        fleet = Fleet(provider, self.settings, self.ledger, clock=self.world.clock, threads=False)
+        return Controller(self.settings, store, fleet, billing=fleet.billing, sweeps=SweepStep(), holder=holder,
+                          status_refresh_s=0.0, clock=self.world.clock, threads=False)
 
     def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:
         """Declare runs (record and agent spec), as ``train --detach`` does; their ids."""

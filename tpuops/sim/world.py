@@ -19,7 +19,7 @@ from tpuops.core.clock import VirtualClock
 from tpuops.providers.base import NodeProvider
 from tpuops.providers.cloud_model import CloudModel
 from tpuops.providers.simulated import Billed, SimulatedCloud
-from tpuops.sim.agent import SimulatedAgent, surface
+from tpuops.sim.agent import Fate, SimulatedAgent, surface
 from tpuops.sim.model import AgentModel
 from tpuops.store import Store
 
@@ -27,7 +27,8 @@ from tpuops.store import Store
 class Agents:
     """The workload of the simulated cloud: one ``SimulatedAgent`` per run, made when its first node boots.
 
-    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``).
+    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``). ``fates``
+    holds, by run id, what goes wrong in which attempt (the fault swarm's agent faults; empty: nothing).
     """
 
     def __init__(self, store: Store, model: AgentModel, seed: int) -> None:
@@ -35,6 +36,7 @@ class Agents:
         self.model = model
         self.seed = seed
         self.by_run: dict[str, SimulatedAgent] = {}
+        self.fates: dict[str, dict[int, Fate]] = {}
 
     def agent(self, run_id: str) -> SimulatedAgent:
         if run_id not in self.by_run:
@@ -42,7 +44,8 @@ class Agents:
             if self.model.eval_every_steps:
                 spec = runs.read_run_spec(self.store, run_id)
                 metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
-            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed)
+            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed,
+                                                 self.fates.get(run_id))
         return self.by_run[run_id]
 
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
@@ -78,6 +81,11 @@ class SimWorld:
         self.agents = Agents(store, agent, seed)
         self._cloud = SimulatedCloud(project, cloud, clock=self.clock, seed=seed, workload=self.agents)
 
+    def hold_self_deletes(self, answers_at: Callable[[float], float]) -> None:
+        """Let a node's self-delete (its VM's own DELETE call) go through only when the API answers: ``answers_at(t)``
+        is when a call made at ``t`` first does (the fault swarm's outages)."""
+        self._cloud.api_answers_at = answers_at
+
     @property
     def provider(self) -> NodeProvider:
         """The world as the control plane sees it: a node provider like any other."""
@@ -112,6 +120,11 @@ class SimWorld:
         self._cloud.catch_up()
         now = self.clock()
         return [b for b in (*self._cloud.billing, *self._cloud.open_intervals()) if b.billed_s(now) > 0]
+
+    def ready_intervals(self) -> list[Billed]:
+        """Every READY interval up to the clock's now, closed or open, billed or free (the fault swarm's truth)."""
+        self._cloud.catch_up()
+        return [*self._cloud.billing, *self._cloud.open_intervals()]
 
     def billed(self, price: Callable[[Billed], float]) -> dict[str | None, float]:
         """USD per run id of every READY interval up to the clock's now, by ``price`` (USD per hour of its node)."""

@@ -1,0 +1,328 @@
+"""The invariants the swarm checks: each a named checker whose docstring states it.
+
+A checker reads a ``Trace`` (what the runner saw: the world's billing truth, the ledger, the store, the creates
+the cloud took, the user's commands, the faults' windows) and returns one line per violation. ``AFTER_PASS``
+checkers run after every pass, ``AT_END`` ones once the seed has drained; each run of a checker counts as one
+check in the summary. A run whose memory or record a fault garbled (``Trace.poisoned``) is excused from the
+truth and ending checks (nothing can be decided for it until someone repairs it) but never from the money and
+node checks: a poison record may cost its own run, never bill unseen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tpuops import runs
+from tpuops.billing.cost import ready_intervals
+from tpuops.core.clock import UTC
+from tpuops.core.errors import TpuopsError
+from tpuops.providers.simulated import Billed
+from tpuops.runs import ExitClass, Memory, Outcome
+from tpuops.sim.engine import START, Simulation
+from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm.draw import ZONES, Scenario
+
+LEDGER_SHARE = 0.01
+"""The ledger's READY seconds of a node are within 1 % of the cloud's billing..."""
+LEDGER_SLACK_S = 2.0
+"""...or within this many seconds (a node READY for a minute is dated to the second, not to 0.6 s)."""
+
+_BUSY = (f.API_ERRORS, f.API_OUTAGE, f.API_LAGGING_LIST, f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS,
+         f.STORE_CAS_CONFLICT)
+"""Fault kinds during whose windows a controller may be unable to act (its overrun allowance grows by them)."""
+
+
+@dataclass
+class Trace:
+    """What one seed did, as the checkers read it."""
+
+    scenario: Scenario
+    sim: Simulation
+    creates: list[tuple[float, str, str]]
+    """(virtual time, zone, node name) of every create the cloud took (``FaultyCloud.creates``)."""
+    stops: dict[str, float] = field(default_factory=dict)
+    """By run: when the user's last stop or down was recorded (and no resume came after it)."""
+    resumed: dict[str, float] = field(default_factory=dict)
+    """By run: when the user's last ``train --resume`` was."""
+    poisoned: set[str] = field(default_factory=set)
+    pass_errors: list[str] = field(default_factory=list)
+    """Every exception other than an injected death that escaped a pass (liveness)."""
+    clean_pass: bool = False
+    """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
+    now: float = START
+
+    def memory(self, run_id: str) -> Memory | None:
+        """The run's memory as the store holds it; None when it cannot be read."""
+        try:
+            return runs.load_memory(self.sim.store, run_id)[0]
+        except TpuopsError:
+            return None
+
+    def finished_at(self, memory: Memory) -> float | None:
+        """When the run's memory last finished, or None."""
+        ends = [event["at"] for event in memory.events if event["kind"] == "finished"]
+        return ends[-1] if memory.finished and ends else None
+
+    def busy_s(self, start: float, end: float) -> float:
+        """How long, within [start, end], a fault may have kept the controller from acting."""
+        lo, hi = start - START, end - START
+        total = 0.0
+        for fault in self.scenario.faults:
+            if fault.kind in _BUSY:
+                total += max(0.0, min(hi, fault.end) - max(lo, fault.start))
+            elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE) and lo <= fault.start <= hi:
+                total += self.scenario.cron_s * (1 + fault.rate)
+        return total
+
+    def intervals(self) -> list[Billed]:
+        """Every READY interval of the world up to now, closed or open (the billing truth)."""
+        return self.sim.world.ready_intervals()
+
+    def judged(self) -> list[str]:
+        """The runs the truth checks judge: every run but the poisoned ones."""
+        return [plan.run_id for plan in self.scenario.runs if plan.run_id not in self.poisoned]
+
+
+def _at(seconds: float) -> str:
+    return f"+{(seconds - START) / 60:.1f} min"
+
+
+# -- after every pass -------------------------------------------------------------------------------
+
+
+def pass_completes(trace: Trace) -> list[str]:
+    """liveness: every pass completes, whatever any run, record, document or answer holds (no exception but the
+    injected death of the controller ever escapes a pass)."""
+    errors, trace.pass_errors = trace.pass_errors, []
+    return errors
+
+
+def nothing_for_ended_run(trace: Trace) -> list[str]:
+    """nodes: nothing is created for a run that has ended (its memory finished before the create, and no
+    ``train --resume`` came between); a stop or down is never undone."""
+    bad = []
+    for at, _zone, name in trace.creates:
+        memory = trace.memory(name)
+        ended = trace.finished_at(memory) if memory is not None else None
+        if ended is not None and ended < at and trace.resumed.get(name, 0.0) < ended:
+            bad.append(f"{name}: node created at {_at(at)} after the run ended {memory.outcome} at {_at(ended)}")
+    return bad
+
+
+def stop_takes_effect(trace: Trace) -> list[str]:
+    """liveness: a stop takes effect within one pass once the API answers: after a pass that met no fault at all,
+    every run whose stop was recorded before it is finished."""
+    if not trace.clean_pass:
+        return []
+    bad = []
+    for run_id, at in trace.stops.items():
+        memory = trace.memory(run_id)
+        if run_id not in trace.poisoned and at <= trace.now and memory is not None and not memory.finished:
+            bad.append(f"{run_id}: stop recorded at {_at(at)}, still {memory.phase} after a fault-free pass at "
+                       f"{_at(trace.now)}")
+    return bad
+
+
+# -- at the end of the seed -------------------------------------------------------------------------
+
+
+def _ledger_seconds(trace: Trace) -> dict[tuple[str, str], float]:
+    end = datetime.fromtimestamp(trace.now, UTC)
+    seen: dict[tuple[str, str], float] = {}
+    for history in trace.sim.ledger.histories(trace.sim.settings.project):
+        key = (history.node.zone, history.node.name)
+        seen[key] = seen.get(key, 0.0) + sum((i.end - i.start).total_seconds()
+                                             for i in ready_intervals(history.transitions, end))
+    return seen
+
+
+def _billed_seconds(trace: Trace) -> dict[tuple[str, str], tuple[float, int, float]]:
+    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates (a
+    preemption, a self-delete: the ledger dates them between two sightings), and when it was first READY."""
+    billed: dict[tuple[str, str], tuple[float, int, float]] = {}
+    for interval in trace.intervals():
+        key = (interval.zone, interval.name)
+        seconds, undated, first = billed.get(key, (0.0, 0, interval.start))
+        billed[key] = (seconds + (interval.end or trace.now) - interval.start,
+                       undated + (interval.reason in ("preempted", "job-ended")), min(first, interval.start))
+    return billed
+
+
+def _tolerance(trace: Trace, seconds: float, undated: int) -> float:
+    """How far a node's READY seconds in the ledger may be from the cloud's: 1 % (or ``LEDGER_SLACK_S``), and half
+    a pass interval for each end no call dates (``tpuops.billing.observer``: dated in the middle of the gap
+    between the sightings before and after, off by at most half a pass)."""
+    return max(LEDGER_SHARE * seconds, LEDGER_SLACK_S) + undated * trace.scenario.cron_s / 2
+
+
+def billing_never_missed(trace: Trace) -> list[str]:
+    """money: every node the cloud billed is in the ledger, with no fewer READY seconds than the cloud billed
+    (within 1 %, and half a pass per end that no call dates): no cost goes unseen by ``tpuops cost`` or a budget,
+    whatever the API or the store did meanwhile (issue 38's first defect)."""
+    ledger = _ledger_seconds(trace)
+    bad = []
+    for key, (seconds, undated, _) in sorted(_billed_seconds(trace).items()):
+        held = ledger.get(key)
+        if held is None:
+            bad.append(f"{key[1]} in {key[0]}: billed {seconds:.1f} s READY, missing from the ledger")
+        elif seconds - held > _tolerance(trace, seconds, undated):
+            bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
+    return bad
+
+
+def ledger_matches_billing(trace: Trace) -> list[str]:
+    """money: the ledger bills no node for more than the cloud did, beyond the same tolerance plus the time faults
+    kept the controller from looking (a failing listing is no evidence either way: the ledger keeps a node
+    READY, on the safe side, until a listing without it)."""
+    ledger = _ledger_seconds(trace)
+    bad = []
+    for key, (seconds, undated, first) in sorted(_billed_seconds(trace).items()):
+        held = ledger.get(key, 0.0)
+        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now):
+            bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
+    return bad
+
+
+def no_overrun(trace: Trace) -> list[str]:
+    """money: no node bills more than one pass and a delete (``2 cron_s + 120 s``) past its run's end, except while
+    the API or the store failed or the controller was down (then at most that long more)."""
+    bad = []
+    bound = 2 * trace.scenario.cron_s + 120.0
+    ends = {}
+    for plan in trace.scenario.runs:
+        memory = trace.memory(plan.run_id)
+        if memory is not None and plan.run_id not in trace.poisoned:
+            ends[plan.run_id] = trace.finished_at(memory)
+    for interval in trace.intervals():
+        ended = ends.get(interval.run_id or "")
+        stop = interval.end or trace.now
+        if ended is None or stop <= ended + bound or interval.start > ended:
+            continue
+        if stop - ended > bound + trace.busy_s(ended, stop):
+            bad.append(f"{interval.name}: billed until {_at(stop)}, {stop - ended:.0f} s after its run ended at "
+                       f"{_at(ended)}")
+    return bad
+
+
+def within_budget(trace: Trace) -> list[str]:
+    """money: a run with a budget spends at most its budget plus one pass interval's cost of its node (plus what
+    the faults' windows kept the controller from stopping)."""
+    sim = trace.sim
+    spent = sim.world.billed(lambda b: sim.catalog.price_per_hour(b.accelerator, b.capacity, b.zone))
+    bad = []
+    for plan in trace.scenario.runs:
+        if plan.budget_usd is None:
+            continue
+        rates = [sim.catalog.price_per_hour(b.accelerator, b.capacity, b.zone) for b in trace.intervals()
+                 if b.run_id == plan.run_id]
+        slack_s = trace.scenario.cron_s + trace.busy_s(START, trace.now)
+        allowed = plan.budget_usd + max(rates, default=0.0) * slack_s / 3600
+        if spent.get(plan.run_id, 0.0) > allowed:
+            bad.append(f"{plan.run_id}: spent ${spent[plan.run_id]:.2f} of a ${plan.budget_usd:.2f} budget "
+                       f"(allowed ${allowed:.2f})")
+    return bad
+
+
+def none_left(trace: Trace) -> list[str]:
+    """nodes: no node is left in the cloud at the end (every run has ended, or is poisoned and its agent gone)."""
+    cloud = trace.sim.world.provider
+    return [f"{node.name} left {node.state.value} in {zone}" for zone in ZONES for node in cloud.list_nodes(zone)]
+
+
+def runs_end(trace: Trace) -> list[str]:
+    """liveness: every run that no fault poisoned has ended once the faults are over and the world drained."""
+    bad = []
+    for run_id in trace.judged():
+        memory = trace.memory(run_id)
+        if memory is None or not memory.finished:
+            bad.append(f"{run_id}: not finished at {_at(trace.now)}")
+    return bad
+
+
+def outcome_is_true(trace: Trace) -> list[str]:
+    """truth: a run ends ``succeeded`` only with every step done and its model saved; ``user-error`` and
+    ``diverged`` only when its agent said so; ``stopped`` only when a user stopped it; ``budget-exhausted`` only
+    with a budget; an agent that succeeded before any stop or budget was honoured makes the run ``succeeded``."""
+    bad = []
+    total = trace.scenario.total_steps
+    budgets = {plan.run_id: plan.budget_usd for plan in trace.scenario.runs}
+    stopped = {c.run for c in trace.scenario.commands if c.what in ("stop", "down")}
+    for run_id in trace.judged():
+        memory = trace.memory(run_id)
+        agent = trace.sim.world.agents.by_run.get(run_id)
+        exits = {how for _, how in agent.exits} if agent else set()
+        if memory is None or not memory.finished:
+            continue
+        outcome = memory.outcome
+        if outcome is Outcome.SUCCEEDED and (agent is None or agent.finished_at is None or agent.checkpoint < total):
+            bad.append(f"{run_id}: succeeded without its agent finishing all {total} steps and saving")
+        wanted = {Outcome.USER_ERROR: ExitClass.USER_ERROR, Outcome.DIVERGED: ExitClass.DIVERGED}.get(outcome)
+        if wanted is not None and wanted not in exits:
+            bad.append(f"{run_id}: ended {outcome} but its agent never exited {wanted}")
+        if outcome is Outcome.STOPPED and run_id not in stopped:
+            bad.append(f"{run_id}: ended stopped but nobody stopped it")
+        if outcome is Outcome.BUDGET_EXHAUSTED and budgets.get(run_id) is None:
+            bad.append(f"{run_id}: ended budget-exhausted without a budget")
+        ended = trace.finished_at(memory)
+        if (agent is not None and agent.finished_at is not None and outcome is not Outcome.SUCCEEDED
+                and ended is not None and ended > agent.finished_at and run_id not in trace.resumed):
+            bad.append(f"{run_id}: its agent succeeded at {_at(agent.finished_at)} but the run ended {outcome} "
+                       f"at {_at(ended)}")
+    return bad
+
+
+def user_error_costs_one_node(trace: Trace) -> list[str]:
+    """truth: a deterministic user error costs one node: nothing is created for the run after its agent reported
+    it (the same spec fails the same way)."""
+    bad = []
+    for run_id in trace.judged():
+        agent = trace.sim.world.agents.by_run.get(run_id)
+        failed = [at for at, how in agent.exits if how is ExitClass.USER_ERROR] if agent else []
+        if not failed or run_id in trace.resumed:
+            continue
+        later = [at for at, _zone, name in trace.creates if name == run_id and at > failed[0]]
+        if later:
+            bad.append(f"{run_id}: {len(later)} node(s) created after its user error at {_at(failed[0])}")
+    return bad
+
+
+def preemptions_are_real(trace: Trace) -> list[str]:
+    """truth: a run counts no more preemptions than the cloud preempted its nodes (a user's stop, a budget stop,
+    a replacement or a crash is never a preemption)."""
+    bad = []
+    for run_id in trace.judged():
+        memory = trace.memory(run_id)
+        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
+        if memory is not None and memory.preemptions > real:
+            bad.append(f"{run_id}: counts {memory.preemptions} preemptions, the cloud preempted {real}")
+    return bad
+
+
+Checker = Callable[[Trace], list[str]]
+
+AFTER_PASS: dict[str, Checker] = {
+    "liveness.pass_completes": pass_completes,
+    "nodes.nothing_for_ended_run": nothing_for_ended_run,
+    "liveness.stop_takes_effect": stop_takes_effect,
+}
+AT_END: dict[str, Checker] = {
+    "money.billing_never_missed": billing_never_missed,
+    "money.ledger_matches_billing": ledger_matches_billing,
+    "money.no_overrun": no_overrun,
+    "money.within_budget": within_budget,
+    "nodes.none_left": none_left,
+    "liveness.runs_end": runs_end,
+    "truth.outcome_is_true": outcome_is_true,
+    "truth.user_error_costs_one_node": user_error_costs_one_node,
+    "truth.preemptions_are_real": preemptions_are_real,
+}
+
+NOT_YET = {
+    "sweeps.*": "the swarm draws no sweeps yet (trials, params draws and the Optuna study against the store)",
+    "notifications.*": "no receiver stand-in yet (see faults.NOT_YET)",
+    "truth.checkpoint_kept": "the simulated agent keeps its own checkpoint; it needs the real agent's restore",
+    "truth.runs_json": "the outcome is read from the memory, which `runs --json` prints; the CLI is not run",
+}
+"""Invariants the issue names that the swarm does not check yet, and why (docs/testing.md lists them)."""
