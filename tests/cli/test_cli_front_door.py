@@ -14,7 +14,7 @@ other part of tpuops. What a command module may import, and why:
 
 ``tpuops/cli/dashboard.py`` parses ``tpuops dashboard`` and is handed the web app's server by the program
 (``tpuops/__main__.py``): the web app (``tpuops.dashboard``) stands on the front door beside the CLI, and
-neither imports the other (``tests/test_wings.py``).
+neither imports the other (``tests/house/test_wings.py``).
 
 ``tpuops/cli/common.py`` also turns the global ``--config`` into ``Settings`` (``tpuops.config``)
 and checks a run id flag as it is parsed (``tpuops.core.naming``, the naming rules): that is parsing

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
 from tpuops.config import Settings
 from tpuops.contract.interval import FIRST_SAVE_S, MAX_INTERVAL_S, MIN_INTERVAL_S, young_daly_s
@@ -17,7 +18,6 @@ from tpuops.store import LocalStore
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("save_s", "rate", "interval"), [

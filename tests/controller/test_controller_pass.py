@@ -3,7 +3,7 @@ runs it acts on are acted on concurrently, and the report still reads in index o
 
 The cloud here is the in-memory provider (``tpuops.providers.memory``, held to the same contract as
 the Cloud TPU adapter), whose deletes can be held until the test releases them; the fleet, the store,
-the ledger, the leases and the controller are the real ones. ``tests/test_controller_churn.py`` shows
+the ledger, the leases and the controller are the real ones. ``tests/controller/test_controller_churn.py`` shows
 the same on the emulator.
 """
 

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 
 pytestmark = pytest.mark.emulator
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

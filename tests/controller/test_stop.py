@@ -3,7 +3,7 @@
 The cloud is the in-memory provider (``tpuops.providers.memory``); the fleet, the store, the ledger, the leases and
 the controllers are the real ones. A second controller plays ``train --follow`` or ``watch`` holding the run's lease:
 the stop is never refused because of it, its next pass stops the run, and no pass recreates the node or counts a
-preemption (issue 30, item 1). ``tests/test_stop_e2e.py`` does the same with the CLI, the emulator and TF.
+preemption (issue 30, item 1). ``tests/controller/test_stop_e2e.py`` does the same with the CLI, the emulator and TF.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from helpers import controller_over
-from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
+from tests.sweeps.test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from helpers import digits_project, poll, run_dir, run_status, start_cli, start_tf_emulator
-from test_controller_e2e import _small_spec
 
+from tests.controller.test_controller_e2e import _small_spec
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_simulate import _record, _settings
 
+from tests.sim.test_simulate import _record, _settings
 from tpuops import runs
 from tpuops.agent import wake as agent_wake
 from tpuops.contract.wake import marker_text

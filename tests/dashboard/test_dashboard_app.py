@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
-from test_runs import record
-from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
+from tests.runs.test_runs import record
+from tests.sweeps.test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 from tpuops import runs
 from tpuops.config import Settings
 from tpuops.core.kinds import Cloud

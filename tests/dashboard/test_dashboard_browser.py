@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from browser import browser, dashboard_process, drawn  # noqa: F401  (browser: the fixture)
 from helpers import poll
-from test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 
+from tests.controller.test_controller_e2e import NOTICE_S, Driving, World, world  # noqa: F401  (world: the fixture)
 from tpuops.launch import jobs
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from helpers import poll
 from starlette.testclient import TestClient
-from test_runs import declare
 
+from tests.runs.test_runs import declare
 from tpuops import api
 from tpuops.config import Settings
 from tpuops.core.errors import UsageError

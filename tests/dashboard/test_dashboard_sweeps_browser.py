@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 from browser import browser, dashboard_process, drawn  # noqa: F401  (browser: the fixture)
 from helpers import poll
-from test_sweep_e2e import SWEEP, World, world  # noqa: F401  (world: the fixture)
 
+from tests.sweeps.test_sweep_e2e import SWEEP, World, world  # noqa: F401  (world: the fixture)
 from tpuops.sweeps.hparams import event_key
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]

@@ -6,7 +6,7 @@ that the next 50 lines go into a new module of their own subject instead. A func
 its first statement after the docstring to its last line, so a docstring that says why costs nothing; a longer
 function carries a ``# Long: <why>`` comment on the lines just above its ``def`` (or its decorators).
 
-Run as a script (``python tests/test_sizes.py``) it prints the longest modules and functions: the measure.
+Run as a script (``python tests/house/test_sizes.py``) it prints the longest modules and functions: the measure.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-PACKAGE = Path(__file__).resolve().parents[1] / "tpuops"
+PACKAGE = Path(__file__).resolve().parents[2] / "tpuops"
 MAX_MODULE_LINES = 700
 MAX_FACE_LINES = 400
 """The front door (``tpuops/api/``) is one call per command, split by subject: its modules stay small."""

@@ -191,8 +191,8 @@ def test_design_md_draws_the_wings_as_the_rules_are() -> None:
     """A newcomer reads the wings in docs/design.md before any code: the picture there is this test's rules."""
     text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
     block = text.split("## The wings", 1)[1].split("```", 2)[1].strip("\n")
-    assert block == wings_picture(), ("docs/design.md's picture of the wings differs from tests/test_wings.py's "
-                                      "rules; paste the output of 'python tests/test_wings.py' there:\n"
+    assert block == wings_picture(), ("docs/design.md's picture of the wings differs from tests/house/test_wings.py's "
+                                      "rules; paste the output of 'python tests/house/test_wings.py' there:\n"
                                       + wings_picture())
 
 

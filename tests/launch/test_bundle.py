@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 import tpuops
 from tpuops.core.resources import agent_sources
@@ -16,7 +17,6 @@ from tpuops.launch.bundle import bootstrap_source, build_bundle
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(tpuops.__file__).resolve().parent
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

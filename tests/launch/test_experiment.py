@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO
 
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
@@ -13,7 +14,6 @@ from tpuops.launch.experiment import Batch, Experiment, load_experiment
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 MINIMAL = {"name": "tiny", "model": "models:tiny", "dataset": {"train": "data/x"}, "batch": {"per_replica": 8},
            "steps": 10}
 

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import local_or_gcs_store
+from helpers import REPO, local_or_gcs_store
 from lanes import LOCAL_AND_GCS
 
 from tpuops.config import Settings
@@ -21,9 +21,6 @@ from tpuops.core.errors import UsageError
 from tpuops.launch import jobs
 from tpuops.session import open_uri
 from tpuops.store import LocalStore, Store
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 MANIFEST = {  # the digits test set's, as 'tpuops data sample digits' writes it (planning reads no shard)
     "format": "tpuops.dataset/1", "created": "2024-05-01T12:00:00Z", "records": 180, "bytes": 55800, "labels": None,

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops import runs
 from tpuops.config import Settings
@@ -30,7 +31,6 @@ from tpuops.store import LocalStore
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 ZONES = ["us-central1-a", "us-central1-b"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops.config import Settings
 from tpuops.core.kinds import Capacity
@@ -20,7 +21,6 @@ from tpuops.runs import RunKind
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _settings(tmp_path: Path) -> Settings:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops.billing.ledger import NodeHistory, NodeRecord, Transition
 from tpuops.billing.risk import Prior, RiskKey
@@ -156,7 +157,7 @@ def _auto_experiment(tmp_path: Path) -> Path:
 
     from tpuops.api import data_sample
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     for name in ("digits_cnn.yaml", "models.py"):
         shutil.copy(root / "experiments" / name, tmp_path / name)
     data_sample("digits", tmp_path / "data" / "digits")

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from helpers import REPO
 
 from tpuops.core.resources import agent_pins, pin_file_text
 from tpuops.launch.render import STARTUP_TEMPLATE, StartupContext, render_startup_script, render_template
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 PIN_FILE = REPO / "templates" / "requirements-tf29.txt"
 
 STUB_PYTHON = """#!/bin/bash

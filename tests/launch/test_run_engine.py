@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import controller_over, poll, stand_in_image
+from helpers import REPO, controller_over, poll, stand_in_image
 
 from tpuops import runs
 from tpuops.billing.ledger import Ledger
@@ -30,7 +30,6 @@ from tpuops.session import connect, fleet, store
 
 pytestmark = pytest.mark.emulator
 
-REPO = Path(__file__).resolve().parents[1]
 PROJECT = "tpuops-local"
 A, B, C = "us-central1-a", "us-central1-b", "us-central1-c"
 VM_ACCOUNT = f"tpuops-vm@{PROJECT}.iam.gserviceaccount.com"

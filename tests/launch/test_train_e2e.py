@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, poll, run_dir, run_status, start_cli, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, poll, run_dir, run_status, start_cli, start_tf_emulator
 
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "experiments" / "digits_cnn.yaml"
 ZONE = "us-central1-a"
 

@@ -21,13 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, TF_PYTHON, example_datasets, poll, spec_variant, start_tf_emulator
+from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, spec_variant, start_tf_emulator
 
 from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 ZONE = "us-central1-a"
 ARTICLE_EPOCHS, ARTICLE_STEPS_PER_EPOCH = 3, 300
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops.core.errors import UsageError
 from tpuops.launch.experiment import load_experiment
@@ -12,7 +13,6 @@ from tpuops.launch.usercode import check_experiment, check_input_fn, check_progr
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
 
 

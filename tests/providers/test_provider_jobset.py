@@ -9,7 +9,7 @@ running, a worker's pod failing, a spot eviction) is said in its own words; the 
 ``NodeState``, ``hosts`` and ``unhealthy_workers``. The slice scenarios the emulator runs with real TF
 (``test_slice_*.py``: a slice created, a worker that dies, a slice-wide preemption, the recovery, the cost of
 its chips) run here on a v4-16, a JobSet of 2 pods, priced by the provider's own offers.
-``tests/test_provider_contract.py`` holds the same provider to the contract every provider keeps.
+``tests/providers/test_provider_contract.py`` holds the same provider to the contract every provider keeps.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, cast
 
 import pytest
 from provider_jobset import ACCELERATOR, GKE, PRICES, SPOT, TOPOLOGY, JobSetProvider
-from test_provider_contract import JOBSET
 
+from tests.providers.test_provider_contract import JOBSET
 from tpuops import api, runs, session
 from tpuops.billing.cost import catalog_for, node_cost
 from tpuops.cli.main import run as cli_run

@@ -2,8 +2,8 @@
 and accelerators the configured one offers, are the providers' rules (``tpuops.providers.registry.RULES``),
 handed to ``config.load_settings`` by the api layer (``tpuops.api.load_settings``).
 
-``tests/test_provider_jobset.py`` shows a provider whose rules differ from Cloud TPU's (no v3 on GKE) applied to
-the same file.
+``tests/providers/test_provider_jobset.py`` shows a provider whose rules differ from Cloud TPU's (no v3 on GKE)
+applied to the same file.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``tpuops/providers/nodes.py`` (what the domain imports) holds no REST body, no v2 state and no import of the agent;
 the Cloud TPU adapter turns a neutral request into its CreateNode body and maps every v2 state of the official
-client (``google.cloud.tpu_v2``) onto the neutral ``NodeState`` (``tests/test_tpu_adapter.py`` does the same
+client (``google.cloud.tpu_v2``) onto the neutral ``NodeState`` (``tests/providers/test_tpu_adapter.py`` does the same
 against the emulator).
 """
 

@@ -8,8 +8,8 @@ instead of failing, and deletes a damaged run's node once its agent has exited; 
 survives a status garbled for a moment and the run finishes. ``runs repair`` rebuilds what can be rebuilt and
 ``runs forget`` removes the rest.
 
-The store is the real local one, the cloud the in-memory provider (``tests/test_controller_pass.py``'s world)
-or none at all; ``tests/test_damaged_emulator.py`` does the same over the emulator with the CLI.
+The store is the real local one, the cloud the in-memory provider (``tests/controller/test_controller_pass.py``'s world)
+or none at all; ``tests/runs/test_damaged_emulator.py`` does the same over the emulator with the CLI.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from helpers import poll
 from starlette.testclient import TestClient
-from test_controller_pass import DONE, LIVE, ZONE, World, world  # noqa: F401  (world: the fixture)
-from test_runs import record
-from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
+from tests.controller.test_controller_pass import DONE, LIVE, ZONE, World, world  # noqa: F401  (world: the fixture)
+from tests.runs.test_runs import record
+from tests.sweeps.test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
@@ -110,7 +110,7 @@ def test_every_read_command_works_with_one_damaged_document_of_each_kind_among_2
               "r030": (runs.status_key, b"\xff\xfe binary")}
     for run_id, (key, data) in broken.items():
         root.write_bytes(key(run_id), data)
-    for sweep in ("s-record", "s-state"):  # a whole sweep's listing: tests/test_sweep_status.py
+    for sweep in ("s-record", "s-state"):  # a whole sweep's listing: tests/sweeps/test_sweep_status.py
         root.write_bytes(record_key(sweep), b"{}")
         root.write_bytes(state_key(sweep), GARBLED if sweep == "s-state" else SweepState().to_bytes())
         root.write_bytes(ACTIVE + sweep, b"")

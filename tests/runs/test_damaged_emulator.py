@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from helpers import poll
 from starlette.testclient import TestClient
-from test_dashboard_orphans import make_node
-from test_runs import declare
 
+from tests.dashboard.test_dashboard_orphans import make_node
+from tests.runs.test_runs import declare
 from tpuops import runs
 from tpuops.cli.main import run
 from tpuops.config import load_settings

@@ -3,7 +3,7 @@
 Before: a NaN run ended "succeeded" (exit 0), and once one existed ``tpuops runs --json``
 tracebacked on every call ("Out of range float values are not JSON compliant") and the
 dashboard's JSON answered 500. (The agent's side is ``tests/agent/test_deterministic_failures.py``;
-a sweep's NaN objective, ``tests/test_sweep_decide.py``.)
+a sweep's NaN objective, ``tests/sweeps/test_sweep_decide.py``.)
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from fuzzing import Sandbox, run_case
-from test_controller_decide import DELETING, READY, missing, seen, status, step, training
-from test_dashboard_app import client, declare, settings  # noqa: F401  (settings: the fixture)
-from test_runs import record
 
+from tests.controller.test_controller_decide import DELETING, READY, missing, seen, status, step, training
+from tests.dashboard.test_dashboard_app import client, declare, settings  # noqa: F401  (settings: the fixture)
+from tests.runs.test_runs import record
 from tpuops import runs
 from tpuops.cli.common import print_json
 from tpuops.config import Settings

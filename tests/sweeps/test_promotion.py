@@ -3,7 +3,7 @@
 The promoted run's node is named apart from its run (the node a run recorded is the one deleted,
 whatever its name), and its READY time in the ledger ends where Cloud TPU stops billing: at the
 start of the delete, which the delete operation dates. The ledger is held to the emulator's billing
-record within 2 %, as ``tests/test_cost.py`` does for ``up`` and ``down``. The nodes run a script that
+record within 2 %, as ``tests/billing/test_cost.py`` does for ``up`` and ``down``. The nodes run a script that
 exits at once: billing needs READY time, not TensorFlow.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from tpuops.contract.exits import ExitClass
 from tpuops.core.errors import UsageError
@@ -23,7 +24,6 @@ from tpuops.sweeps.status import lost_to_recompute
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def view(*trials: TrialView, **limits: object) -> SweepView:

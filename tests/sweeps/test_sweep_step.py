@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from helpers import controller_over, declare_run
-from test_controller_pass import ZONE, World, world  # noqa: F401  (world: the fixture)
-from test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 
+from tests.controller.test_controller_pass import ZONE, World, world  # noqa: F401  (world: the fixture)
+from tests.sweeps.test_sweep_template import BEFORE, Work, work  # noqa: F401  (work: the fixture)
 from tpuops import api, runs
 from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller

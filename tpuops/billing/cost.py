@@ -14,7 +14,7 @@ it); a delete of ours is the delete operation's start (exact: billing stops when
 anything else (a preemption, a delete from inside the VM) is dated within the gap between the last
 sighting as it was and the first as it is, in its middle while tpuops watches at a steady pace, so
 that an edge is as often early as late by at most half a pass instead of always a pass late
-(tests/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the
+(tests/controller/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the
 emulator's billing truth). A node nobody watches is billed until the next observation, on the safe
 side for budgets; and a preemption never observed (the node went from READY straight to gone)
 cannot earn the first-minute exemption, so it is billed.
