@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import typer
+from helpers import settings_at
 from typer.testing import CliRunner
 
 from tpuops.billing.cost import (
@@ -30,7 +31,7 @@ from tpuops.billing.cost import (
 from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.billing.pricing import Catalog, catalog_of
 from tpuops.cli.cost import register
-from tpuops.config import Settings, load_settings
+from tpuops.config import Settings
 from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.errors import UsageError
 from tpuops.core.formats import format_usd
@@ -410,7 +411,7 @@ def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
 def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, looks: tuple[float, ...],
                                                             preempted_seen: float, dated: float) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    provisioner = Fleet(TpuApi(P), _settings(tmp_path), ledger)
+    provisioner = Fleet(TpuApi(P), settings_at(tmp_path, **ENV), ledger)
     for look in looks:
         provisioner.billing.observe(_sighted(NodeState.READY), at=at(look))
     provisioner.billing.observe(_sighted(NodeState.PREEMPTED), at=at(preempted_seen))
@@ -443,7 +444,7 @@ def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:
     clock = VirtualClock(at(10).timestamp())
     provider = _SlowListing(clock, latency_s=3.0, create_ended=11.0)
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    fleet = Fleet(provider, _settings(tmp_path), ledger, clock=clock)  # type: ignore[arg-type]
+    fleet = Fleet(provider, settings_at(tmp_path, **ENV), ledger, clock=clock)  # type: ignore[arg-type]
     fleet.billing.expect(US, "n", "operation-1")
     fleet.list_zones([US])
     clock.advance_to(at(20).timestamp())
@@ -455,8 +456,8 @@ def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:
 @pytest.mark.unit
 def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    Fleet(TpuApi(P), _settings(tmp_path), ledger).billing.observe(_sighted(NodeState.READY), at=at(0))
-    Fleet(TpuApi(P), _settings(tmp_path), ledger).billing.observe(_sighted(NodeState.PREEMPTED), at=at(9))
+    Fleet(TpuApi(P), settings_at(tmp_path, **ENV), ledger).billing.observe(_sighted(NodeState.READY), at=at(0))
+    Fleet(TpuApi(P), settings_at(tmp_path, **ENV), ledger).billing.observe(_sighted(NodeState.PREEMPTED), at=at(9))
     assert [t.at for t in ledger.transitions(P, US, "n")] == [at(0), at(9)]
 
 
@@ -464,7 +465,7 @@ def test_a_change_seen_by_a_new_process_is_dated_when_seen(tmp_path: Path) -> No
 def test_a_node_first_seen_in_a_listing_is_dated_from_its_create(tmp_path: Path, catalog: Catalog) -> None:
     """Another machine's node, first seen 50 s after its create and preempted at 70 s: billed, as Google does."""
     ledger = Ledger(tmp_path / "ledger.sqlite")
-    fleet = Fleet(TpuApi(P), _settings(tmp_path), ledger)
+    fleet = Fleet(TpuApi(P), settings_at(tmp_path, **ENV), ledger)
     fleet.billing.observe(_sighted(NodeState.READY), at=at(50))
     fleet.billing.observe(_sighted(NodeState.PREEMPTED), at=at(70))
     [node] = ledger.histories(P)
@@ -498,6 +499,7 @@ def test_the_emulator_bills_by_the_same_first_minute_rule(tmp_path: Path, capaci
 # preempted ~3 s after boot, free under the first-minute rule) is compared within ABS_TOLERANCE_S.
 
 POLL_S = 0.05
+ENV = {"zones": f"{US},{EU}", "poll_interval_s": POLL_S, "operation_timeout_s": 30}
 ABS_TOLERANCE_S = 0.3
 QUICK_SCRIPT = "#!/bin/bash\nexit 0\n"  # billing does not need the TF boot of the real startup script
 
@@ -513,14 +515,6 @@ def _poll(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(POLL_S)
-
-
-def _settings(tmp_path: Path) -> Settings:
-    config = tmp_path / "tpuops.toml"
-    config.write_text("")
-    return load_settings(config_path=config, environ={
-        "TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": f"{US},{EU}",
-        "TPUOPS_POLL_INTERVAL_S": str(POLL_S), "TPUOPS_OPERATION_TIMEOUT_S": "30"})
 
 
 def _plan(settings: Settings, name: str, accelerator: str, capacity: Capacity, zone: str,
@@ -558,7 +552,7 @@ def _preempt_and_see(fleet: Fleet, admin: Any, project: str, zone: str, name: st
 @pytest.mark.emulator
 def test_cost_agrees_with_the_emulator_billing_truth(emulator: Any, emulator_admin: Any, tmp_path: Path,
                                                      catalog: Catalog) -> None:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, **ENV)
     ledger = Ledger(settings.ledger_path)
     api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=POLL_S,
                  deadline_s=20)
@@ -622,7 +616,7 @@ def test_a_preempted_slice_is_billed_as_one_node_at_its_chips_price_in_ledger_an
         emulator: Any, emulator_admin: Any, tmp_path: Path, catalog: Catalog) -> None:
     """A v2-32 (4 hosts, 16 chips) preempted once and recreated: two incarnations, each one node, whose READY time
     agrees with the emulator's billing record and costs 4 times a v2-8's per second, as one host's would."""
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, **ENV)
     ledger = Ledger(settings.ledger_path)
     api = TpuApi(settings.project, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=POLL_S,
                  deadline_s=20)

@@ -11,14 +11,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import poll
+from helpers import poll, settings_at
 from typer.testing import CliRunner
 
 from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
 from tpuops.billing.poisson import gamma_cdf, gamma_quantile, rate_interval
 from tpuops.billing.risk import Prior, RiskKey, learn, rate_for
 from tpuops.cli.main import app
-from tpuops.config import Settings, load_settings
+from tpuops.config import load_settings
 from tpuops.core.clock import UTC
 from tpuops.core.errors import UsageError
 from tpuops.core.kinds import Capacity
@@ -185,18 +185,10 @@ def quick_emulator(tmp_path: Path) -> Iterator[EmulatorInfo]:
         stop(state_dir)
 
 
-def _settings(tmp_path: Path) -> Settings:
-    config = tmp_path / "tpuops.toml"
-    config.write_text("")
-    return load_settings(config_path=config, environ={
-        "TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": US, "TPUOPS_POLL_INTERVAL_S": "0.05",
-        "TPUOPS_OPERATION_TIMEOUT_S": "30"})
-
-
 @pytest.mark.emulator
 def test_the_emulators_preempt_rate_is_recovered_within_the_interval(quick_emulator: EmulatorInfo,
                                                                       tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=US, poll_interval_s=0.05, operation_timeout_s=30)
     ledger = Ledger(settings.ledger_path)
     api = TpuApi(settings.project, endpoint=quick_emulator.endpoint, token=quick_emulator.token,
                  poll_interval_s=0.05, deadline_s=20)

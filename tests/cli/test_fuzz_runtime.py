@@ -45,15 +45,12 @@ from pathlib import Path
 
 import pytest
 from fuzzing import PROFILE
-from helpers import TfWorld, digits_project, small_digits, tf_emulator_env
+from helpers import TfWorld, digits_project, open_tf_world, small_digits
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tpuops.config import load_settings
 from tpuops.data.manifest import MANIFEST, parse_manifest
-from tpuops.emulator.control import AdminClient, stop
 from tpuops.runs import layout
-from tpuops.store import open_store
 from tpuops.store.files import crc32c_of_bytes
 
 ZONE = "us-central1-a"
@@ -214,16 +211,9 @@ def runtime_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeW
 def open_world(work: Path) -> Iterator[RuntimeWorld]:
     """The experiments written into ``work`` and an emulator running TF 2.9 (also for replaying chosen cases)."""
     specs = _experiments(work)
-    config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{ZONE}"]\n')
-    info, env = tf_emulator_env(work, config, lease_ttl_s=10.0, grace_s=5.0)
-    env["TPUOPS_POLL_INTERVAL_S"] = "0.5"
-    world_settings = load_settings(environ=env)
-    try:
-        yield RuntimeWorld(TfWorld(work, info, env, world_settings, open_store(world_settings.store_root),
-                                   AdminClient(info.endpoint)), specs)
-    finally:
-        stop(info.state_dir)
+    with open_tf_world(work, f'zones = ["{ZONE}"]\n', lease_ttl_s=10.0, grace_s=5.0,
+                       env={"TPUOPS_POLL_INTERVAL_S": "0.5"}) as world:
+        yield RuntimeWorld(world, specs)
 
 
 # -- one case ------------------------------------------------------------------------------------------------

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import controller_over, poll
+from helpers import controller_over, poll, settings_at
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, node_cost, ready_intervals
 from tpuops.billing.ledger import Ledger
-from tpuops.config import Settings, load_settings
+from tpuops.config import Settings
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.clock import UTC
 from tpuops.core.kinds import Capacity
@@ -51,6 +51,7 @@ pytestmark = pytest.mark.emulator
 
 PROJECT, ZONE = "tpuops-local", "us-central1-b"
 PASS_S = 0.05  # the loop's pause between passes
+ENV = {"zones": ZONE, "poll_interval_s": PASS_S, "operation_timeout_s": 300, "max_run_hours": 0}
 HOLD_S = 4.0  # READY time each node accrues before it is preempted or the run ends
 SCENARIOS = {"churn-0": 0, "churn-1": 1, "churn-3": 3, "churn-10": 10}  # run -> preemptions
 QUICK_SCRIPT = "#!/bin/bash\nexit 0\n"
@@ -60,14 +61,6 @@ LIVE = {"command": "train", "attempt": 1, "phase": "training", "step": 10, "tota
 def _accrue(seconds: float) -> None:
     """Let billable READY time pass: the time itself is what is measured, not a synchronisation."""
     time.sleep(seconds)
-
-
-def _settings(tmp_path: Path) -> Settings:
-    config = tmp_path / "tpuops.toml"
-    config.write_text("")
-    return load_settings(config_path=config, environ={
-        "TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE, "TPUOPS_POLL_INTERVAL_S": str(PASS_S),
-        "TPUOPS_OPERATION_TIMEOUT_S": "300", "TPUOPS_MAX_RUN_HOURS": "0"})
 
 
 def _declare(settings: Settings, store: Any, run_id: str) -> None:
@@ -114,7 +107,7 @@ class Watch:
 
 @pytest.fixture
 def watched(emulator: Any, tmp_path: Path) -> Iterator[tuple[Settings, Any, Ledger, Watch]]:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, **ENV)
     store = open_store(settings.store_root)
     ledger = Ledger(settings.ledger_path)
     api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
@@ -225,7 +218,7 @@ def test_a_slow_delete_does_not_hold_up_another_runs_replacement(emulator: Any, 
                                                                  tmp_path: Path) -> None:
     """Two runs preempted at once, the delete of the first in the index held: the second's replacement
     goes out while the pass still waits for that delete; released, the first is replaced in the same pass."""
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, **ENV)
     store = open_store(settings.store_root)
     api = TpuApi(PROJECT, endpoint=emulator.endpoint, token=emulator.token, poll_interval_s=PASS_S, deadline_s=20)
     controller = controller_over(settings, store, Fleet(api, settings, Ledger(settings.ledger_path)), sweeps=None,

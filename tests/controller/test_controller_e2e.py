@@ -21,24 +21,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from helpers import TF_PYTHON, TfWorld, digits_project, poll, start_tf_emulator
+from helpers import TF_PYTHON, TfWorld, poll, tf_world
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, spent
 from tpuops.billing.ledger import Ledger
-from tpuops.config import load_settings
 from tpuops.controller.drive import Finished, drive
 from tpuops.controller.reconcile import Controller, PassReport
 from tpuops.core.errors import InvalidRequest
-from tpuops.emulator.control import AdminClient, stop
 from tpuops.launch import jobs
-from tpuops.store import open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -159,26 +156,11 @@ class World(TfWorld):
                               check=False, timeout=120)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    work = tmp_path_factory.mktemp("controller")
-    source = digits_project(work)
-    experiments = work / "experiments"
-    (experiments / "small.yaml").write_text(
-        _small_spec(source, name="small", steps=STEPS, steps_per_call=20, every_steps=20, every_seconds=60))
-    (experiments / "sparse.yaml").write_text(
-        _small_spec(source, name="sparse", steps=600, steps_per_call=10, every_steps=0, every_seconds=0, eval_every=40))
-    config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{A}", "{B}"]\n')
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
-               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(LEASE_TTL_S))
-    settings = load_settings(environ=env)
-    try:
-        yield World(work, info, env, settings, open_store(settings.store_root), AdminClient(info.endpoint))
-    finally:
-        stop(info.state_dir)
+world = tf_world("controller", lambda source: {
+    "small.yaml": _small_spec(source, name="small", steps=STEPS, steps_per_call=20, every_steps=20, every_seconds=60),
+    "sparse.yaml": _small_spec(source, name="sparse", steps=600, steps_per_call=10, every_steps=0, every_seconds=0,
+                               eval_every=40),
+}, config=f'zones = ["{A}", "{B}"]\n', lease_ttl_s=LEASE_TTL_S, world=World)
 
 
 def poll_driving(driving: Driving, check: Callable[[], T], what: str, interval_s: float = 0.05) -> T:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, run_dir, run_status, start_cli, start_tf_emulator
+from helpers import TfWorld, poll, run_dir, run_status, start_cli, tf_world
 
 from tests.controller.test_controller_e2e import _small_spec
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -27,18 +26,10 @@ ZONE = "us-central1-a"
 STEPS = 3000  # long enough that the stop lands before the end, whatever the machine's load
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    """The digits project, with ``sparse.yaml``: it checkpoints only at the end and on a notice, so any other
-    checkpoint was written on the way out."""
-    work = tmp_path_factory.mktemp("stop")
-    source = digits_project(work)
-    (work / "experiments" / "digits_cnn.yaml").write_text(source)
-    (work / "experiments" / "sparse.yaml").write_text(_small_spec(
-        source, name="sparse", steps=STEPS, steps_per_call=10, every_steps=0, every_seconds=0, eval_every=40))
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    yield work, info
-    stop(info.state_dir)
+# The digits project, with ``sparse.yaml``: it checkpoints only at the end and on a notice, so any other
+# checkpoint was written on the way out.
+world = tf_world("stop", lambda source: {"digits_cnn.yaml": source, "sparse.yaml": _small_spec(
+    source, name="sparse", steps=STEPS, steps_per_call=10, every_steps=0, every_seconds=0, eval_every=40)})
 
 
 
@@ -81,8 +72,8 @@ def _never_made_again(work: Path, info: EmulatorInfo, run: str, nodes: int) -> N
 
 
 def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_checkpoint(
-        world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+        world: TfWorld) -> None:
+    work, info = world.work, world.info
     run = "downed"
     train = _start(work, info, "train", str(work / "experiments" / "sparse.yaml"), "--name", run, "--json")
     poll(lambda: run_status(work, run).get("phase") == "training" and run_status(work, run)["step"] >= 40,
@@ -117,8 +108,8 @@ def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_ch
 
 
 def test_down_without_yes_refuses_in_one_line_and_stop_stops_a_run_nobody_follows(
-        world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+        world: TfWorld) -> None:
+    work, info = world.work, world.info
     run = "detached"
     code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "digits_cnn.yaml"), "--name", run,
                            "--detach")
@@ -148,14 +139,14 @@ def test_down_without_yes_refuses_in_one_line_and_stop_stops_a_run_nobody_follow
 
 
 def test_a_node_deleted_outside_tpuops_is_a_bounded_restart_never_a_preemption(
-        world: tuple[Path, EmulatorInfo]) -> None:
+        world: TfWorld) -> None:
     """Deleted by another client (as an agent that failed on an unwritable store has its node delete itself):
     gone without being seen PREEMPTED. Each time is a restart from the checkpoint, counted as a crash; past
     ``max_restarts`` (3) the run ends crashed, so the billing record holds 4 nodes, not an endless line of them."""
     from tpuops.providers.base import wait_for
     from tpuops.providers.cloud_tpu.adapter import TpuApi
 
-    work, info = world
+    work, info = world.work, world.info
     run = "deleted-outside"
     cloud = TpuApi("tpuops-local", endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)
     code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "digits_cnn.yaml"), "--name", run,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import settings_at
 
-from tests.sim.test_simulate import _record, _settings
+from tests.sim.test_simulate import ZONES, _record
 from tpuops import runs
 from tpuops.agent import wake as agent_wake
 from tpuops.contract.wake import marker_text
@@ -145,7 +146,7 @@ def test_the_wake_up_shortens_time_to_result_at_equal_preemptions_in_the_simulat
     cloud = CloudModel(spot_hazard_per_hour=0.0, lifetime=Latency(3600.0, 0.0))
     results = {}
     for label, wake in (("cron", None), ("wake", WakeUp())):
-        settings = _settings(tmp_path / label)
+        settings = settings_at(tmp_path / label, zones=ZONES)
         sim = Simulation(settings, tmp_path / label / "world", cloud, job, cron_s=300, seed=1, wake=wake)
         sim.declare([_record(settings, "day")])
         (results[label],) = sim.run(max_hours=24).runs

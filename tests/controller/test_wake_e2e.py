@@ -8,16 +8,11 @@ what the marker causes (the replacement, the run's end) is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from helpers import TfWorld, digits_project, poll, tf_emulator_env, watching
+from helpers import TfWorld, poll, tf_world, watching
 
 from tpuops import runs
-from tpuops.config import load_settings
-from tpuops.emulator.control import AdminClient, stop
 from tpuops.runs import layout
-from tpuops.store import open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -25,24 +20,15 @@ PROJECT = "tpuops-local"
 ZONE = "us-central1-a"
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfWorld]:
-    work = tmp_path_factory.mktemp("wake")
-    source = digits_project(work)
-    experiments = work / "experiments"
+def _wake(source: str) -> dict[str, str]:
     for old, new in (("name: digits-cnn", "name: wake"), ("steps: 600", "steps: 1000"),
                      ("every_steps: 100", "every_steps: 500")):
         assert old in source, old
         source = source.replace(old, new)
-    (experiments / "wake.yaml").write_text(source)
-    config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{ZONE}"]\n')
-    info, env = tf_emulator_env(work, config, lease_ttl_s=5.0)
-    settings = load_settings(environ=env)
-    try:
-        yield TfWorld(work, info, env, settings, open_store(settings.store_root), AdminClient(info.endpoint))
-    finally:
-        stop(info.state_dir)
+    return {"wake.yaml": source}
+
+
+world = tf_world("wake", _wake, config=f'zones = ["{ZONE}"]\n')
 
 
 def test_watch_wakes_on_the_marker_and_recovers_before_its_next_pass(world: TfWorld) -> None:

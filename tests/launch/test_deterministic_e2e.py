@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, small_digits, start_cli, start_tf_emulator
+from helpers import TfWorld, small_digits, start_cli, tf_world
 
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -52,18 +51,16 @@ def diverging(hparams):
 NAN_AFTER = 30  # the loss is NaN from step 31; checkpoints every 20 steps (small_digits)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    work = tmp_path_factory.mktemp("deterministic")
-    text = small_digits(digits_project(work), steps=60)
-    (work / "experiments" / "broken.py").write_text(BROKEN)
+def _broken(source: str) -> dict[str, str]:
+    text = small_digits(source, steps=60)
+    files = {"broken.py": BROKEN}
     for name, model in (("unknown_loss", "broken:unknown_loss"), ("diverging", "broken:diverging")):
-        spec = text.replace("model: models:digits_cnn", f"model: {model}").replace(
+        files[f"{name}.yaml"] = text.replace("model: models:digits_cnn", f"model: {model}").replace(
             "  dense: 64\n", f"  dense: 64\n  nan_after: {NAN_AFTER}\n")
-        (work / "experiments" / f"{name}.yaml").write_text(spec)
-    info = start_tf_emulator(work / "home" / "emulator")
-    yield work, info
-    stop(info.state_dir)
+    return files
+
+
+world = tf_world("deterministic", _broken, grace_s=2.0)
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
@@ -81,8 +78,8 @@ def _strict(text: str) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
-def test_an_unknown_loss_costs_one_node_and_a_nan_run_ends_diverged(world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+def test_an_unknown_loss_costs_one_node_and_a_nan_run_ends_diverged(world: TfWorld) -> None:
+    work, info = world.work, world.info
     procs = {run: _tpuops(work, info, "train", str(work / "experiments" / f"{run.replace('-', '_')}.yaml"),
                           "--name", run, "--json")
              for run in ("unknown-loss", "diverging")}

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, settings_at
 
-from tpuops.config import Settings
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.launch.experiment import load_experiment
@@ -21,12 +20,16 @@ from tpuops.runs import RunKind
 
 pytestmark = pytest.mark.unit
 
+CONFIG = """zones = ["us-central1-a", "us-central1-b"]
+accelerator = "v3-8"
+capacity = "spot"
+max_run_hours = 10
+service_account = "trainer@p.iam.gserviceaccount.com"
 
+[labels]
+team = "ml"
+"""
 
-def _settings(tmp_path: Path) -> Settings:
-    return Settings(zones=["us-central1-a", "us-central1-b"], home=tmp_path / "home", store=str(tmp_path / "store"),
-                    accelerator="v3-8", capacity=Capacity.SPOT, labels={"team": "ml"}, max_run_hours=10,
-                    service_account="trainer@p.iam.gserviceaccount.com")
 
 
 @pytest.mark.parametrize(("flags", "wanted", "expected"), [
@@ -42,7 +45,8 @@ def test_accelerator_and_capacity_are_the_flag_else_the_experiments_else_the_con
     text += "".join(f"{key}: {value}\n" for key, value in wanted.items())
     path = tmp_path / "experiment.yaml"
     path.write_text(text)
-    basis = NodeBasis.of_settings(_settings(tmp_path), experiment=load_experiment(path), **flags)  # type: ignore[arg-type]
+    settings = settings_at(tmp_path, CONFIG, store=tmp_path / "store")
+    basis = NodeBasis.of_settings(settings, experiment=load_experiment(path), **flags)  # type: ignore[arg-type]
     assert (basis.accelerator, basis.capacity) == expected
     up = basis.run_node("digits-1", RunKind.TRAIN, store_uri="/s", bundle_sha256="0" * 64)
     assert (up.request.accelerator, up.request.capacity) == expected
@@ -50,7 +54,8 @@ def test_accelerator_and_capacity_are_the_flag_else_the_experiments_else_the_con
 
 @pytest.mark.parametrize("kind", [RunKind.TRAIN, RunKind.INFER])
 def test_a_frozen_node_is_built_again_exactly_on_its_basis(tmp_path: Path, kind: RunKind) -> None:
-    settings = _settings(tmp_path).model_copy(update={"wake_job": "projects/p/locations/us-central1/jobs/wake"})
+    settings = settings_at(tmp_path, CONFIG, store=tmp_path / "store").model_copy(
+        update={"wake_job": "projects/p/locations/us-central1/jobs/wake"})
     basis = NodeBasis.of_settings(settings, sweep_id="s", extra_metadata={MetadataKey.KEEP_NODE.value: "true"})
     first = basis.run_node("s-t0000", kind, store_uri="/s", bundle_sha256="a" * 64).frozen()
     again = NodeBasis.of_frozen(first, project=settings.project, store_root=settings.store_root)
@@ -65,7 +70,7 @@ def test_a_frozen_node_is_built_again_exactly_on_its_basis(tmp_path: Path, kind:
 
 
 def test_up_builds_its_node_through_the_same_basis(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, CONFIG, store=tmp_path / "store")
     up = plan_up(settings, "n1", zone="us-central1-b")
     assert up.zones == ["us-central1-b"] and up.request.capacity is Capacity.SPOT
     assert up.request == NodeBasis.of_settings(settings, zone="us-central1-b").node("n1").request

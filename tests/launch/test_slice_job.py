@@ -20,23 +20,22 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import (
     COMPARE_CHECKPOINTS,
     TF_PYTHON,
-    digits_project,
+    TfWorld,
     poll,
     run_dir,
     run_status,
     small_digits,
     start_cli,
-    start_tf_emulator,
+    tf_world,
 )
 
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -91,31 +90,26 @@ with tf.io.gfile.GFile(os.path.join(os.environ["TPUOPS_RUN_DIR"], "bare-cluster.
 '''
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
+def _slice_experiments(source: str) -> dict[str, str]:
     """The digits project with a slice and a one-host experiment of the same global batch, evaluated every 20
     steps (the run's second distributed dataset)."""
-    work = tmp_path_factory.mktemp("slice")
-    text = small_digits(digits_project(work), steps=STEPS).replace("target:\n  metric: accuracy\n  at_least: 0.95\n",
-                                                                   "")
-    (work / "experiments" / "slice.yaml").write_text(
-        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32"))
-    (work / "experiments" / "host.yaml").write_text(text)  # a v3-8: one host (us-central1-a offers no v2-8)
-    (work / "experiments" / "compiled.py").write_text(COMPILED)
-    (work / "experiments" / "compiled.yaml").write_text(
-        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
-        .replace("model: models:digits_cnn", "model: compiled:compiled_cnn").replace(f"steps: {STEPS}", "steps: 20"))
-    (work / "experiments" / "fed.yaml").write_text(
-        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
-        .replace("model: models:digits_cnn", "model: compiled:compiled_cnn\ninput: compiled:input_fn")
-        .replace(f"steps: {STEPS}", "steps: 20"))
-    (work / "experiments" / "resolve.py").write_text(RESOLVING_SCRIPT)
-    (work / "experiments" / "script.yaml").write_text(
-        "name: resolve\nscript: resolve.py\nsteps: 1\ndataset:\n  train: data/digits/train\n  label: label\n"
-        "accelerator: v2-32\ncapacity: spot\nexpected_hours: 0.01\n")
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    yield work, info
-    stop(info.state_dir)
+    text = small_digits(source, steps=STEPS).replace("target:\n  metric: accuracy\n  at_least: 0.95\n", "")
+    sliced = text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
+    return {
+        "slice.yaml": sliced,
+        "host.yaml": text,  # a v3-8: one host (us-central1-a offers no v2-8)
+        "compiled.py": COMPILED,
+        "compiled.yaml": sliced.replace("model: models:digits_cnn", "model: compiled:compiled_cnn")
+        .replace(f"steps: {STEPS}", "steps: 20"),
+        "fed.yaml": sliced.replace("model: models:digits_cnn", "model: compiled:compiled_cnn\ninput: compiled:input_fn")
+        .replace(f"steps: {STEPS}", "steps: 20"),
+        "resolve.py": RESOLVING_SCRIPT,
+        "script.yaml": "name: resolve\nscript: resolve.py\nsteps: 1\ndataset:\n  train: data/digits/train\n"
+                       "  label: label\naccelerator: v2-32\ncapacity: spot\nexpected_hours: 0.01\n",
+    }
+
+
+world = tf_world("slice", _slice_experiments)
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str) -> subprocess.Popen[str]:
@@ -148,18 +142,18 @@ def _nodes_of(info: EmulatorInfo, run: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def reference(world: tuple[Path, EmulatorInfo]) -> str:
+def reference(world: TfWorld) -> str:
     """An uninterrupted slice run and a one-host run of the same global batch, side by side."""
-    work, info = world
+    work, info = world.work, world.info
     slice_run, host_run = _train(work, info, "slice", "slice"), _train(work, info, "host", "host")
     for proc in (slice_run, host_run):
         assert _succeeded(proc)["step"] == STEPS
     return "slice"
 
 
-def test_a_slice_trains_on_every_worker_and_follows_one_host(world: tuple[Path, EmulatorInfo], reference: str
+def test_a_slice_trains_on_every_worker_and_follows_one_host(world: TfWorld, reference: str
                                                               ) -> None:
-    work, info = world
+    work, info = world.work, world.info
     workers = _worker_dirs(work, reference)
     agent_log = (workers[0] / "tpuops" / "startup.log").read_text()
     assert "training on the CPUs of its 4 workers" in agent_log and "CPU x4 on 4 host(s)" in agent_log
@@ -188,9 +182,9 @@ def test_a_slice_trains_on_every_worker_and_follows_one_host(world: tuple[Path, 
         f"deleting node {reference}"], "only worker 0 deletes the slice, once"
 
 
-def test_a_preempted_slice_recovers_by_itself_bit_identical(world: tuple[Path, EmulatorInfo], reference: str
+def test_a_preempted_slice_recovers_by_itself_bit_identical(world: TfWorld, reference: str
                                                              ) -> None:
-    work, info = world
+    work, info = world.work, world.info
     run = "slice-cut"
     proc = _train(work, info, "slice", run)
     poll(lambda: (run_status(work, run).get("last_checkpoint_step") or 0) >= 20, "a checkpoint at step 20",
@@ -204,9 +198,9 @@ def test_a_preempted_slice_recovers_by_itself_bit_identical(world: tuple[Path, E
     assert _nodes_of(info, run) == []
 
 
-def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, EmulatorInfo]) -> None:
+def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: TfWorld) -> None:
     """``TPUClusterResolver(tpu=os.environ["TPU_NAME"])`` and ``TPUClusterResolver()`` both find the 4 workers."""
-    work, info = world
+    work, info = world.work, world.info
     result = _succeeded(_tpuops(work, info, "train", "experiments/script.yaml", "--name", "resolve", "--json"))
     assert result["exit_class"] == "succeeded"
     cluster = json.loads((run_dir(work, "resolve") / "cluster.json").read_text())
@@ -219,11 +213,11 @@ def test_an_unmodified_script_finds_the_slice_with_tpu_name(world: tuple[Path, E
 
 @pytest.mark.parametrize("spec", ["compiled", "fed"])
 def test_a_compiled_keras_model_trains_on_a_slice_fed_by_the_agent_or_an_input_fn(
-    world: tuple[Path, EmulatorInfo], spec: str,
+    world: TfWorld, spec: str,
 ) -> None:
     """Its own train_step, loss and optimizer, replicated by the slice's strategy over the 4 workers; its
     batches from the agent's pipeline or from the user's ``input_fn``."""
-    work, info = world
+    work, info = world.work, world.info
     result = _succeeded(_train(work, info, spec, spec))
     assert (result["exit_class"], result["step"]) == ("succeeded", 20)
     agent_log = (_worker_dirs(work, spec)[0] / "tpuops" / "startup.log").read_text()

@@ -11,14 +11,23 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, poll, run_dir, run_status, start_cli, start_tf_emulator
+from helpers import (
+    COMPARE_CHECKPOINTS,
+    REPO,
+    TF_PYTHON,
+    TfWorld,
+    poll,
+    run_dir,
+    run_status,
+    start_cli,
+    tf_world,
+)
 
 from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -27,14 +36,13 @@ ZONE = "us-central1-a"
 
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    """A working directory with the digits data, and an emulator whose nodes run real TF 2.9."""
-    work = tmp_path_factory.mktemp("train")
+def _digits_data(work: Path) -> str:
+    """The digits data only: the runs use the repository's own experiment (``SPEC``)."""
     digits(work / "data" / "digits")
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    yield work, info
-    stop(info.state_dir)
+    return ""
+
+
+world = tf_world("train", layout=_digits_data)
 
 
 
@@ -58,8 +66,8 @@ def _same_weights(work: Path, left: str, right: str) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def reference(world: tuple[Path, EmulatorInfo]) -> str:
-    work, info = world
+def reference(world: TfWorld) -> str:
+    work, info = world.work, world.info
     code, out, err = _finish(_tpuops(work, info, "train", str(SPEC), "--name", "ref", "--json"))
     assert code == 0, err
     result = json.loads(out)
@@ -67,9 +75,9 @@ def reference(world: tuple[Path, EmulatorInfo]) -> str:
     return "ref"
 
 
-def test_train_completes_with_target_accuracy_and_no_node_left(world: tuple[Path, EmulatorInfo],
+def test_train_completes_with_target_accuracy_and_no_node_left(world: TfWorld,
                                                                reference: str) -> None:
-    work, info = world
+    work, info = world.work, world.info
     status = run_status(work, reference)
     assert status["exit_class"] == "succeeded"
     assert status["metrics"]["eval"]["accuracy"] >= 0.95
@@ -101,10 +109,10 @@ def _assert_split(split: dict, attempts: int) -> dict:
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path, EmulatorInfo], reference: str,
+def test_preempted_run_recovers_by_itself_to_identical_weights(world: TfWorld, reference: str,
                                                                how: str) -> None:
     """The train command is the run's controller: it recreates the node and the agent resumes."""
-    work, info = world
+    work, info = world.work, world.info
     run = f"cut-{how}"
     admin = AdminClient(info.endpoint)
     proc = _tpuops(work, info, "train", str(SPEC), "--name", run, "--json")
@@ -136,8 +144,8 @@ def test_preempted_run_recovers_by_itself_to_identical_weights(world: tuple[Path
         == ["create", "preempted", "create", "finished"]
 
 
-def test_bad_experiment_spec_is_one_line_with_a_hint(world: tuple[Path, EmulatorInfo], tmp_path: Path) -> None:
-    work, info = world
+def test_bad_experiment_spec_is_one_line_with_a_hint(world: TfWorld, tmp_path: Path) -> None:
+    work, info = world.work, world.info
     bad = tmp_path / "bad.yaml"
     bad.write_text(SPEC.read_text().replace("checkpoint:", "check_point:"))
     code, _, err = _finish(_tpuops(work, info, "train", str(bad), "--name", "bad-1"))
@@ -146,9 +154,9 @@ def test_bad_experiment_spec_is_one_line_with_a_hint(world: tuple[Path, Emulator
     assert not run_dir(work, "bad-1").exists()
 
 
-def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[Path, EmulatorInfo],
+def test_failing_model_ends_user_error_with_traceback_and_no_node(world: TfWorld,
                                                                    tmp_path: Path) -> None:
-    work, info = world
+    work, info = world.work, world.info
     experiments = tmp_path / "experiments"
     experiments.mkdir()
     (experiments / "models.py").write_text(
@@ -167,8 +175,8 @@ def test_failing_model_ends_user_error_with_traceback_and_no_node(world: tuple[P
     assert [n for n in _nodes(info) if n.get("name", "").endswith("/broken-1")] == []
 
 
-def test_infer_writes_sharded_predictions_and_a_manifest(world: tuple[Path, EmulatorInfo], reference: str) -> None:
-    work, info = world
+def test_infer_writes_sharded_predictions_and_a_manifest(world: TfWorld, reference: str) -> None:
+    work, info = world.work, world.info
     code, out, err = _finish(_tpuops(work, info, "infer", str(SPEC), "--checkpoint", reference, "--input",
                                      "data/digits/test", "--shards", "2", "--name", "pred-1", "--json"))
     assert code == 0, err

@@ -17,13 +17,21 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import COMPARE_CHECKPOINTS, REPO, TF_PYTHON, example_datasets, poll, spec_variant, start_tf_emulator
+from helpers import (
+    COMPARE_CHECKPOINTS,
+    REPO,
+    TF_PYTHON,
+    TfWorld,
+    example_datasets,
+    poll,
+    spec_variant,
+    tf_world,
+)
 
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -44,16 +52,14 @@ if mode == "hang" and os.environ["TPUOPS_ATTEMPT"] == "1":
 """
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    """A working directory with a copy of experiments/, the three datasets, and a TF 2.9 emulator."""
-    work = tmp_path_factory.mktemp("usercode")
+def _examples(work: Path) -> str:
+    """A copy of experiments/ and the three datasets."""
     shutil.copytree(REPO / "experiments", work / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
     example_datasets(work / "data")
-    (work / "experiments" / "outcomes.py").write_text(OUTCOMES)
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
-    yield work, info
-    stop(info.state_dir)
+    return ""
+
+
+world = tf_world("usercode", lambda _: {"outcomes.py": OUTCOMES}, layout=_examples)
 
 
 def _tpuops(work: Path, info: EmulatorInfo, *args: str, **settings: str) -> subprocess.Popen[str]:
@@ -88,8 +94,8 @@ def _checkpointed(work: Path, run: str, attempt: int, past: int) -> bool:
     return status.get("attempt") == attempt and (status.get("last_checkpoint_step") or 0) >= past
 
 
-def test_article_cnn_script_preempted_twice_finishes_all_its_epochs(world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+def test_article_cnn_script_preempted_twice_finishes_all_its_epochs(world: TfWorld) -> None:
+    work, info = world.work, world.info
     spec = spec_variant(work, "article_cnn", "article_test", {
         "epochs: 6": f"epochs: {ARTICLE_EPOCHS}", "batch_size: 64": "batch_size: 16",
         "  pixel_max: 16": f"  pixel_max: 16\n  steps_per_epoch: {ARTICLE_STEPS_PER_EPOCH}",
@@ -122,13 +128,13 @@ def test_article_cnn_script_preempted_twice_finishes_all_its_epochs(world: tuple
 
 
 def test_preempted_examples_finish_and_the_compiled_model_resumes_bit_identically(
-        world: tuple[Path, EmulatorInfo]) -> None:
+        world: TfWorld) -> None:
     """The regression (compiled) and text (input_fn) runs preempted once, next to an uninterrupted regression run.
 
     The three runs go at once (their boot, import and polling overlap); the text example's
     bit-identity across a resume is the agent suite's input_fn test.
     """
-    work, info = world
+    work, info = world.work, world.info
     runs = {"regression-ref": "diabetes_regression", "regression-cut": "diabetes_regression",
             "text-cut": "text_classifier"}
     procs = {run: _tpuops(work, info, "train", str(work / "experiments" / f"{example}.yaml"), "--name", run, "--json")
@@ -157,9 +163,9 @@ def test_preempted_examples_finish_and_the_compiled_model_resumes_bit_identicall
     assert compared.returncode == 0, compared.stdout + compared.stderr
 
 
-def test_script_outcomes_through_the_controller(world: tuple[Path, EmulatorInfo]) -> None:
+def test_script_outcomes_through_the_controller(world: TfWorld) -> None:
     """A crash is retried per max_restarts, exit 2 is a user error (one attempt), a silent hang is restarted."""
-    work, info = world
+    work, info = world.work, world.info
     expected = {"crash": ("crashed", 2, "crash"), "usage": ("user-error", 1, None), "hang": ("succeeded", 2, "hang")}
     procs = {}
     for mode in expected:
@@ -185,9 +191,9 @@ def test_script_outcomes_through_the_controller(world: tuple[Path, EmulatorInfo]
      "input text_classifier:transformer: has the signature (hparams); expected input_fn("),
     ("script: article_cnn.py", "script: not_there.py --epochs 1", "command: not_there.py is not in"),
 ])
-def test_bad_user_code_fails_before_any_node_in_one_line(world: tuple[Path, EmulatorInfo], yaml_line: str,
+def test_bad_user_code_fails_before_any_node_in_one_line(world: TfWorld, yaml_line: str,
                                                          replacement: str, message: str) -> None:
-    work, info = world
+    work, info = world.work, world.info
     key = yaml_line.split(":")[0]
     example = {"model": "diabetes_regression", "input": "text_classifier", "script": "article_cnn"}[key]
     spec = spec_variant(work, example, f"bad_{example}", {yaml_line: replacement})
@@ -199,11 +205,11 @@ def test_bad_user_code_fails_before_any_node_in_one_line(world: tuple[Path, Emul
     assert not [n for n in AdminClient(info.endpoint).nodes() if n.get("name", "").endswith(f"/bad-{key}")]
 
 
-def test_dry_run_says_what_runs_for_each_mode(world: tuple[Path, EmulatorInfo], tmp_path: Path) -> None:
+def test_dry_run_says_what_runs_for_each_mode(world: TfWorld, tmp_path: Path) -> None:
     """On a home of its own: the module's ledger holds the other tests' preemptions seconds apart, whose learned
     hazard makes each dry run's forecast spend its whole work budget (tens of seconds) on what this test does not
     read; planning on a learned hazard is ``test_simulate``'s."""
-    work, info = world
+    work, info = world.work, world.info
     shown = {}
     for example in ("article_cnn", "diabetes_regression", "text_classifier"):
         code, plan, err = _finish(_tpuops(work, info, "train", str(work / "experiments" / f"{example}.yaml"),

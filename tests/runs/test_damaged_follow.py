@@ -12,31 +12,25 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, small_digits, start_tf_emulator
+from helpers import TfWorld, poll, small_digits, tf_world
 
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 RUN = "garbled"
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Path, EmulatorInfo]]:
-    text = digits_project(tmp_path)
-    (tmp_path / "experiments" / "small.yaml").write_text(small_digits(text, steps=200))
-    info = start_tf_emulator(tmp_path / "home" / "emulator", grace_s=5.0)
-    yield tmp_path, info
-    stop(info.state_dir)
+world = tf_world("follow", lambda text: {"small.yaml": small_digits(text, steps=200)}, grace_s=5.0,
+                 scope="function")
 
 
 def test_a_garbled_status_during_train_follow_is_read_again_and_the_run_succeeds(
-        world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+        world: TfWorld) -> None:
+    work, info = world.work, world.info
     config = work / "tpuops.toml"
     config.write_text('zones = ["us-central1-a"]\n')
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}, "TPUOPS_HOME": str(work / "home"),

@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import cli_env, digits_project, poll, run_dir, run_status, start_tf_emulator
+from helpers import TfWorld, cli_env, poll, run_dir, run_status, tf_world
 
 from tests.controller.test_controller_e2e import _small_spec
-from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -33,15 +32,9 @@ STEPS = 1200
 GRACE_S = 3.0
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, EmulatorInfo]]:
-    work = tmp_path_factory.mktemp("slice")
-    source = digits_project(work)
-    spec = _small_spec(source, name="pod", steps=STEPS, steps_per_call=10, every_steps=50, every_seconds=0)
-    (work / "experiments" / "pod.yaml").write_text(spec.replace("accelerator: v3-8", "accelerator: v2-32"))
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=5.0)
-    yield work, info
-    stop(info.state_dir)
+world = tf_world("slice", lambda source: {"pod.yaml": _small_spec(
+    source, name="pod", steps=STEPS, steps_per_call=10, every_steps=50, every_seconds=0).replace(
+        "accelerator: v3-8", "accelerator: v2-32")}, grace_s=5.0)
 
 
 def _env(work: Path, info: EmulatorInfo) -> dict[str, str]:
@@ -132,11 +125,11 @@ def _run_through(work: Path, info: EmulatorInfo, run: str, act: str) -> dict:
 
 
 def test_a_worker_whose_runtime_dies_gets_the_slice_recreated_and_the_run_finishes(
-        world: tuple[Path, EmulatorInfo]) -> None:
+        world: TfWorld) -> None:
     """The job computes on every worker, so a dead runtime ends its attempt one of two ways, both a bounded
     restart on a new slice, never a preemption: TensorFlow's client fails its next step (the agent exits
     crashed), or it waits on the dead worker and the controller sees the worker unhealthy past the grace."""
-    work, info = world
+    work, info = world.work, world.info
     memory = _run_through(work, info, "pod-sick", "kill-runtime")
     kinds = [e["kind"] for e in memory["events"]]
     assert "crash" in kinds or "unhealthy" in kinds, kinds
@@ -147,8 +140,8 @@ def test_a_worker_whose_runtime_dies_gets_the_slice_recreated_and_the_run_finish
     assert (memory["crashes"], memory["preemptions"], memory["attempts"]) == (1, 0, 2)
 
 
-def test_a_preempted_slice_is_recovered_by_watch_with_nobody_acting(world: tuple[Path, EmulatorInfo]) -> None:
-    work, info = world
+def test_a_preempted_slice_is_recovered_by_watch_with_nobody_acting(world: TfWorld) -> None:
+    work, info = world.work, world.info
     memory = _run_through(work, info, "pod-preempted", "preempt")
     assert (memory["preemptions"], memory["crashes"], memory["attempts"]) == (1, 0, 2)
     assert run_status(work, "pod-preempted")["resumed_from_step"] >= 100
@@ -156,9 +149,9 @@ def test_a_preempted_slice_is_recovered_by_watch_with_nobody_acting(world: tuple
     assert [a for a in (1, 2) if any(f", attempt {a}, pid" in line for line in agent)] == [1, 2]
 
 
-def test_a_stopped_slice_keeps_every_attempts_log_of_every_worker(world: tuple[Path, EmulatorInfo]) -> None:
+def test_a_stopped_slice_keeps_every_attempts_log_of_every_worker(world: TfWorld) -> None:
     """Preempted, recovered, then stopped while its second attempt trains: nothing of either attempt is lost."""
-    work, info = world
+    work, info = world.work, world.info
     run = "pod-stopped"
     code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "pod.yaml"), "--name", run, "--detach")
     assert code == 0, err

@@ -22,21 +22,15 @@ timed: the forecast is built from the session's own timings, so a loaded machine
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from helpers import digits_project, poll, start_tf_emulator, watching
+from helpers import TfWorld, poll, tf_world, watching
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for
-from tpuops.config import Settings
-from tpuops.emulator.control import AdminClient, stop
 from tpuops.launch.jobs import declare, plan_train
 from tpuops.sim.calibrate import Session, forecast
 from tpuops.sim.forecast import Band
-from tpuops.store import Store, open_store
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
@@ -49,38 +43,24 @@ GRACE_S = 30.0
 SIDE = 7
 """Runs on one side of a band that fail the test: 1e-5 for an exact forecast (see the module)."""
 SEED = 7
+LEASE_TTL_S = 120.0  # Settings' default, which this test's runs had before tf_world
 
 
-@dataclass
-class World:
-    work: Path
-    settings: Settings
-    store: Store
-    admin: AdminClient
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    work = tmp_path_factory.mktemp("calibration")
-    source = digits_project(work)
+def _calibration(source: str) -> dict[str, str]:
     for old, new in (("name: digits-cnn", "name: calibration"), ("steps: 600", f"steps: {STEPS}")):
         assert old in source, old
         source = source.replace(old, new)
-    (work / "experiments" / "calibration.yaml").write_text(source)
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=GRACE_S)
-    try:
-        settings = Settings(zones=[ZONE], home=work / "home", tpu_endpoint=info.endpoint, poll_interval_s=0.2)
-        Path(settings.store_root).mkdir(parents=True, exist_ok=True)
-        yield World(work, settings, open_store(settings.store_root), AdminClient(info.endpoint))
-    finally:
-        stop(info.state_dir)
+    return {"calibration.yaml": source}
+
+
+world = tf_world("calibration", _calibration, config=f'zones = ["{ZONE}"]\n', lease_ttl_s=LEASE_TTL_S, grace_s=GRACE_S)
 
 
 def _outside(values: list[float], band: Band) -> tuple[int, int]:
     return sum(value < band.p10 for value in values), sum(value > band.p90 for value in values)
 
 
-def test_the_forecast_from_a_session_s_own_timings_brackets_its_real_runs(world: World) -> None:
+def test_the_forecast_from_a_session_s_own_timings_brackets_its_real_runs(world: TfWorld) -> None:
     ids = [f"calib-{index:02d}" for index in range(RUNS)]
     world.admin.set_faults(preempt_rate_per_s=PER_MINUTE / 60, seed=SEED)
     accelerator = ""

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, settings_at
 from typer.testing import CliRunner
 
 from tpuops import runs
@@ -35,14 +35,6 @@ SHIFT_JOB = AgentModel(total_steps=8 * 3600 * 10, steps_per_s=10,
 """Eight hours of steps: long enough for several preemptions, short enough for the unit lane."""
 
 
-def _settings(tmp_path: Path) -> Settings:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "tpuops.toml"
-    config.write_text("")
-    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home"),
-                                                      "TPUOPS_ZONES": ",".join(ZONES)})
-
-
 def _record(settings: Settings, run_id: str, capacity: Capacity = Capacity.SPOT) -> tuple[RunRecord, dict]:
     up = plan_up(settings, run_id, accelerator="v3-8", capacity=capacity, zone=None, run_id=run_id)
     return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=NodeSpec.of(up.request, up.zones)), {"run_id": run_id}
@@ -50,7 +42,7 @@ def _record(settings: Settings, run_id: str, capacity: Capacity = Capacity.SPOT)
 
 def _simulate(tmp_path: Path, cloud: CloudModel, *, seed: int = 3, count: int = 2, job: AgentModel = SHIFT_JOB,
               capacity: Capacity = Capacity.SPOT) -> tuple[Simulation, SimReport]:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=ZONES)
     sim = Simulation(settings, tmp_path / f"world-{seed}", cloud, job, cron_s=300, seed=seed)
     sim.declare(_record(settings, f"job-{index}", capacity) for index in range(count))
     return sim, sim.run(max_hours=24 * 4)
@@ -193,7 +185,7 @@ def test_a_node_still_ready_is_billed_up_to_the_simulated_now_and_a_first_minute
 
 @pytest.mark.unit
 def test_a_simulation_cut_short_bills_its_runs_ready_nodes_as_the_ledger_does(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=ZONES)
     sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), SHIFT_JOB, cron_s=300)
     sim.declare([_record(settings, "job-0")])
     report = sim.run(max_hours=24, max_run_passes=12)  # an 8-h job stopped after an hour, its node READY
@@ -269,7 +261,7 @@ def test_a_seed_reproduces_a_simulation_and_another_seed_differs(tmp_path: Path)
 def _calls_of(tmp_path: Path, seed: int) -> tuple[list[tuple[str, str, str]], set[int]]:
     """A simulation of four preempted runs: the cloud's calls that change or read nodes, in order, and the
     threads that made them."""
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=ZONES)
     sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=1.0),
                      AgentModel(total_steps=2 * 3600 * 10, steps_per_s=10), cron_s=300, seed=seed)
     cloud, calls, threads = sim.world.provider, [], set()
@@ -490,7 +482,7 @@ def test_a_job_far_longer_than_the_work_share_is_forecast_to_its_end(project: Pa
 
 @pytest.mark.unit
 def test_a_simulation_stops_at_its_work_budget_and_says_so(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=ZONES)
     sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), SHIFT_JOB, cron_s=300)
     sim.declare(_record(settings, f"job-{index}") for index in range(2))
     report = sim.run(max_hours=24, max_run_passes=10)  # 2 runs going: 5 passes of an 8-h job
@@ -547,8 +539,8 @@ def test_the_agent_model_saves_at_the_measured_cost_and_every_auto_follows_it() 
 def _one(tmp_path: Path, cloud: CloudModel, policy: CapacityPolicy, due_s: float | None, *, seed: int = 4,
          quiet_skip_s: float = 0.0) -> tuple[Simulation, SimReport]:
     job = AgentModel(total_steps=3 * 3600 * 10, steps_per_s=10)
-    settings = _settings(tmp_path).model_copy(update={"spot_preemptions_per_hour": cloud.spot_hazard_per_hour,
-                                                        "recovery_s": 450.0})
+    settings = settings_at(tmp_path, zones=ZONES).model_copy(
+        update={"spot_preemptions_per_hour": cloud.spot_hazard_per_hour, "recovery_s": 450.0})
     sim = Simulation(settings, tmp_path / "world", cloud, job, cron_s=300, seed=seed)
     record, spec = _record(settings, "job-0", policy.capacity)
     sim.declare([(record.model_copy(update=policy.rule(job.length_s, due_s)), spec)])
@@ -640,7 +632,7 @@ def test_a_quiet_skip_never_leaps_past_the_horizon(tmp_path: Path) -> None:
     """A job of 10^12 steps (3,170 years at 10 steps/s) with quiet passes skipped up to 1 % of its length: the skip
     once leapt to the job's end, and writing the agent's status there failed ("year 584556079 is out of range" at
     2^63 steps). The last pass is now the horizon's, and the run is unfinished."""
-    settings = _settings(tmp_path)
+    settings = settings_at(tmp_path, zones=ZONES)
     job = AgentModel(total_steps=10**12, steps_per_s=10, segments=Segments(setup_s=120, save_s=10))
     sim = Simulation(settings, tmp_path / "world", CloudModel(spot_hazard_per_hour=0.0), job, cron_s=300)
     sim.declare([_record(settings, "endless", Capacity.ON_DEMAND)])

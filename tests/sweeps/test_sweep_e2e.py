@@ -14,24 +14,19 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import REPO, TfWorld, poll, small_digits, tf_emulator_env
+from helpers import TfWorld, digits_project, poll, small_digits, tf_world
 
 from tpuops import runs
 from tpuops.billing.cost import catalog_for, node_cost, ready_intervals, spent
 from tpuops.billing.ledger import Ledger
-from tpuops.config import load_settings
 from tpuops.controller.reconcile import Controller
 from tpuops.core.clock import UTC
 from tpuops.core.errors import InvalidRequest
-from tpuops.data.samples import digits
-from tpuops.emulator.control import AdminClient, stop
-from tpuops.store import open_store
 from tpuops.sweeps import ops as sweep_ops
 from tpuops.sweeps.status import SweepStatus, sweep_status
 
@@ -101,27 +96,18 @@ class World(TfWorld):
         return passes
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    work = tmp_path_factory.mktemp("sweeps")
-    digits(work / "data" / "digits")
-    (work / "experiments").mkdir()
+def _project(work: Path) -> str:
+    """The digits project and an empty ``sweeps/`` for the tests' sweep files."""
     (work / "sweeps").mkdir()
-    (work / "experiments" / "models.py").write_text((REPO / "experiments" / "models.py").read_text())
-    source = (REPO / "experiments" / "digits_cnn.yaml").read_text()
-    (work / "experiments" / "small.yaml").write_text(small_digits(source))
-    (work / "experiments" / "medium.yaml").write_text(small_digits(source, steps=MEDIUM)
-                                                      .replace("name: small", "name: medium"))
-    (work / "experiments" / "long.yaml").write_text(small_digits(source, steps=100000, expected_hours=0.002)
-                                                    .replace("name: small", "name: long"))
-    config = work / "tpuops.toml"
-    config.write_text(f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n')  # a v3-8 (4 chips): $1/s
-    info, env = tf_emulator_env(work, config, LEASE_TTL_S)
-    settings = load_settings(environ=env)
-    try:
-        yield World(work, info, env, settings, open_store(settings.store_root), AdminClient(info.endpoint))
-    finally:
-        stop(info.state_dir)
+    return digits_project(work)
+
+
+world = tf_world("sweeps", lambda source: {
+    "small.yaml": small_digits(source),
+    "medium.yaml": small_digits(source, steps=MEDIUM).replace("name: small", "name: medium"),
+    "long.yaml": small_digits(source, steps=100000, expected_hours=0.002).replace("name: small", "name: long"),
+}, layout=_project, config=f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n',  # a v3-8 (4 chips): $1/s
+    lease_ttl_s=LEASE_TTL_S, world=World)
 
 
 def _reported(world: World, run_id: str) -> float:

@@ -12,18 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import settings_at
 
 from tpuops.cli.main import run
-from tpuops.config import Settings, load_settings
 from tpuops.core.errors import TpuopsError, UsageError
 from tpuops.core.resources import PIN_FILE, pin_file_text
 from tpuops.tfenv import build, locate, pythons
 
 pytestmark = pytest.mark.unit
-
-
-def _settings(home: Path, **env: str) -> Settings:
-    return load_settings(environ={"TPUOPS_HOME": str(home), **env}, config_path=None)
 
 
 def _venv(folder: Path, *, stamp: bool) -> Path:
@@ -45,7 +41,7 @@ def no_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_home_runtime_is_used_only_once_its_stamp_is_written(tmp_path: Path, no_checkout: Path) -> None:
-    settings = _settings(tmp_path / "home")
+    settings = settings_at(tmp_path)
     assert locate.find(settings) is None
     half_built = _venv(locate.home_runtime(settings), stamp=False)
     assert locate.find(settings) is None
@@ -59,7 +55,7 @@ def test_the_checkout_venv_comes_after_the_home_runtime(tmp_path: Path, monkeypa
     _venv(checkout / ".venv-tf29", stamp=False)
     (checkout / "pyproject.toml").write_text("")
     monkeypatch.setattr(locate, "CHECKOUT", checkout)
-    settings = _settings(tmp_path / "home")
+    settings = settings_at(tmp_path)
     assert locate.require(settings) == checkout / ".venv-tf29" / "bin" / "python"
     _venv(locate.home_runtime(settings), stamp=True)
     assert locate.require(settings) == locate.home_runtime(settings) / "bin" / "python"
@@ -68,17 +64,17 @@ def test_the_checkout_venv_comes_after_the_home_runtime(tmp_path: Path, monkeypa
 
 def test_an_explicit_tf_python_is_the_only_place_looked_at(tmp_path: Path, no_checkout: Path) -> None:
     _venv(tmp_path / "home" / "runtime" / "tf29", stamp=True)
-    missing = _settings(tmp_path / "home", TPUOPS_TF_PYTHON=str(tmp_path / "nope" / "python"))
+    missing = settings_at(tmp_path, tf_python=str(tmp_path / "nope" / "python"))
     with pytest.raises(UsageError, match=r"tf_python = .*nope/python.*: no such interpreter"):
         locate.require(missing)
     python = tmp_path / "tf" / "python"
     python.parent.mkdir()
     python.write_text("")
-    assert locate.require(_settings(tmp_path / "home", TPUOPS_TF_PYTHON=str(python))) == python
+    assert locate.require(settings_at(tmp_path, tf_python=str(python))) == python
 
 
 def test_no_runtime_is_one_line_saying_how_to_get_one(tmp_path: Path, no_checkout: Path) -> None:
-    settings = _settings(tmp_path / "home")
+    settings = settings_at(tmp_path)
     with pytest.raises(UsageError) as raised:
         locate.require(settings)
     message = str(raised.value)
