@@ -7,6 +7,8 @@ here until the page that lists it names it, and a page that names something gone
 - docs/library.md against the functions ``tpuops.api`` exports;
 - docs/design.md's provider table against the provider registry;
 - docs/design.md's layout block against the packages and top-level modules of ``tpuops/``;
+- every repository path (``tpuops/...``, ``tests/...``, ``cloud_tpu/adapter.py``) and every dotted ``tpuops.x.y``
+  the README and docs/ name against the tree: each exists (a module, or a name its module defines);
 - docs/benchmarks.md against the result files it is generated from (``bench/report.py``);
 - every YAML and TOML example of the README and docs/ (a fenced block, or an inline ``notify: {...}``) against
   the loaders a user's file goes through: it loads as written, and means what it says.
@@ -17,6 +19,7 @@ which line to write.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import re
@@ -164,6 +167,81 @@ def test_design_md_layout_names_every_room_of_tpuops_and_only_those() -> None:
     missing, gone = sorted(rooms - named), sorted(named - rooms)
     assert not missing, f"docs/design.md's layout block does not name these rooms of tpuops/: {missing}"
     assert not gone, f"docs/design.md's layout block names rooms tpuops/ does not have: {gone}"
+
+
+# Pages a newcomer reads. docs/benchmarks.md is left out: it is generated from bench/results/ (checked above), and
+# its captions name the trees a figure was measured on, an older tree's files among them.
+PAGES = [README, *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "benchmarks.md")]
+_ROOTED = re.compile(r"(?<![\w/.~-])((?:tpuops|tests|bench|templates|experiments|infra)/[\w./*-]*[\w*])")
+_NESTED = re.compile(r"(?<![\w/.~-])((?:[a-z0-9_]+/)+[a-z0-9_]+\.py)\b")
+_DOTTED = re.compile(r"(?<![\w/.])(tpuops(?:\.\w+)+)(?![\w/])")
+NOT_MODULES = {"tpuops.toml"}  # the config file
+PLACEHOLDER = "NAME"  # the docs' word for any name (`tpuops.api.NAME`, `tpuops up NAME`)
+
+
+def named_paths(text: str) -> set[str]:
+    """The repository paths a page names: rooted ones (``tpuops/...``, ``tests/...``, a glob allowed) as they
+    are, and a module named from inside its wing (``cloud_tpu/adapter.py``) as a path under ``tpuops/``."""
+    rooted = set(_ROOTED.findall(text))
+    nested = {path for path in _NESTED.findall(text) if not _ROOTED.fullmatch(path)}
+    return rooted | {f"tpuops/**/{path}" for path in nested}
+
+
+def _exists(path: str) -> bool:
+    return any(REPO.glob(path)) if "*" in path else (REPO / path).exists()
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    gone = [f"{page.relative_to(REPO)}: {path}" for page in PAGES
+            for path in sorted(named_paths(page.read_text(encoding="utf-8"))) if not _exists(path)]
+    assert not gone, "these pages name paths the repository does not have:\n" + "\n".join(gone)
+
+
+def _top_level_names(source: Path) -> set[str]:
+    """What a module defines or imports at its top level (read, not imported: the agent's modules need TF)."""
+    names: set[str] = set()
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name))
+    return names
+
+
+def dotted_gone(name: str) -> str | None:
+    """Why ``tpuops.a.b.c`` names nothing (``None``: its longest module prefix exists and, when more follows,
+    defines the next part), read from the source tree."""
+    parts = name.split(".")
+    for depth in range(len(parts), 1, -1):
+        base = REPO.joinpath(*parts[:depth])
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if source.is_file():
+            rest = parts[depth:]
+            if rest and rest[0] != PLACEHOLDER and rest[0] not in _top_level_names(source):
+                return f"{'.'.join(parts[:depth])} has no {rest[0]}"
+            return None
+    return "no such module"
+
+
+def test_every_dotted_tpuops_name_in_the_docs_exists() -> None:
+    gone = [f"{page.relative_to(REPO)}: {name} ({why})" for page in PAGES
+            for name in sorted(set(_DOTTED.findall(page.read_text(encoding="utf-8"))) - NOT_MODULES)
+            if (why := dotted_gone(name))]
+    assert not gone, "these pages name modules or names tpuops does not have:\n" + "\n".join(gone)
+
+
+def test_the_name_checks_find_what_is_gone() -> None:
+    assert named_paths("see `tpuops/accounting.py`, tests/house/*.py and cloud_tpu/adapter.py (gs://b/x.py)") == {
+        "tpuops/accounting.py", "tests/house/*.py", "tpuops/**/cloud_tpu/adapter.py"}
+    assert not _exists("tpuops/accounting.py") and _exists("tests/house/*.py")
+    assert _exists("tpuops/**/cloud_tpu/adapter.py") and not _exists("tpuops/**/notify/models.py")
+    assert dotted_gone("tpuops.contract.exits.preemption_caused") == "tpuops.contract.exits has no preemption_caused"
+    assert dotted_gone("tpuops.notify.models") == "tpuops.notify has no models"
+    assert dotted_gone("tpuops.wings.x") == "no such module" and dotted_gone("tpuops.api.NAME") is None
+    assert dotted_gone("tpuops.agent.blame.preemption_caused") is None and dotted_gone("tpuops.api") is None
 
 
 def _report() -> ModuleType:
