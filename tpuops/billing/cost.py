@@ -33,7 +33,7 @@ from the store, is assembled in the service layer (``tpuops.api.accounting``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -241,12 +241,6 @@ def node_cost(history: NodeHistory, catalog: Catalog, now: datetime, since: date
                  for day, seconds in sorted(seconds_by_day.items()) if seconds > 0)
     return NodeCost(history=history, usd_per_hour=usd_per_hour, free=free, ready_now=is_ready_now(history),
                     days=days)
-
-
-def burn_rate(histories: Iterable[NodeHistory], catalog: Catalog) -> float:
-    """USD per hour of the nodes READY now (spot nodes in their first minute included: they may stay)."""
-    return sum(catalog.price_per_hour(h.node.accelerator, h.node.capacity, h.node.zone)
-               for h in histories if is_ready_now(h))
 
 
 def _total(key: str | None, costs: Sequence[NodeCost]) -> Total:
