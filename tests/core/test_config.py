@@ -180,8 +180,7 @@ def test_without_namespaces_a_gs_store_on_provider_local_is_one_line_then_the_lo
     import subprocess
     import sys
 
-    from test_runs import declare
-
+    from tests.runs.test_runs import declare
     from tpuops.store import LocalStore
 
     root = os.geteuid() == 0
