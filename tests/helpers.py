@@ -232,10 +232,11 @@ def open_tf_world(work: Path, config: str = TWO_ZONES, *, lease_ttl_s: float = 5
     path = work / "tpuops.toml"
     path.write_text(config)
     info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    environ.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(path), TPUOPS_TPU_ENDPOINT=info.endpoint,
-                   TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s), **(env or {}))
     try:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+        environ.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(path), TPUOPS_TPU_ENDPOINT=info.endpoint,
+                       TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
+        environ.update(env or {})
         settings = load_settings(environ=environ)
         yield world(work, info, environ, settings, open_store(settings.store_root), AdminClient(info.endpoint))
     finally:
