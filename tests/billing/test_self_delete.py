@@ -13,11 +13,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import settings_at
 
 from tpuops import runs
 from tpuops.billing.ledger import DELETED, Ledger
-from tpuops.config import Settings
+from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
 from tpuops.core.clock import UTC, VirtualClock
 from tpuops.core.kinds import Capacity
@@ -44,6 +43,13 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
+def _settings(tmp_path: Path) -> Settings:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "tpuops.toml"
+    config.write_text("")
+    return load_settings(config_path=config, environ={"TPUOPS_HOME": str(tmp_path / "home"), "TPUOPS_ZONES": ZONE})
+
+
 def _watch_until_gone(tmp_path: Path, *, evidence: bool, steps: int = 1000) -> tuple[datetime, Billed]:
     """A run's on-demand node in the simulated cloud (its job ``steps`` long), listed every pass until it deleted
     itself.
@@ -53,7 +59,7 @@ def _watch_until_gone(tmp_path: Path, *, evidence: bool, steps: int = 1000) -> t
     store = LocalStore(tmp_path / "store", durable=False)
     agents = Agents(store, AgentModel(total_steps=steps, steps_per_s=1.3, segments=Segments(setup_s=37.0)), seed=0)
     cloud = SimulatedCloud(P, CloudModel(), clock=clock, seed=3, workload=agents)
-    settings = settings_at(tmp_path, zones=ZONE)
+    settings = _settings(tmp_path)
     ledger = Ledger(tmp_path / "ledger.sqlite")
     fleet = Fleet(cloud, settings, ledger, clock=clock,
                   self_deletes=(lambda run_id: runs.self_deleted_at(store, run_id)) if evidence else None)
@@ -105,7 +111,7 @@ def _node(state: NodeState) -> NodeInfo:
     (None, 450.0),  # no evidence: the middle of the gap
 ])
 def test_the_self_delete_is_kept_within_the_sightings(tmp_path: Path, said: float | None, dated: float) -> None:
-    fleet = Fleet(TpuApi(P), settings_at(tmp_path, zones=ZONE), Ledger(tmp_path / "ledger.sqlite"),
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"),
                   self_deletes=lambda run_id: None if said is None else at(said))
     fleet.billing.observe(_node(NodeState.READY), at=at(0))
     fleet.billing.observe(_node(NodeState.READY), at=at(300))
@@ -132,7 +138,7 @@ def test_the_run_status_says_when_its_node_deleted_itself(
 
 
 def test_the_controller_dates_self_deletes_from_its_store(tmp_path: Path) -> None:
-    settings = settings_at(tmp_path, zones=ZONE)
+    settings = _settings(tmp_path)
     store = LocalStore(tmp_path / "store", durable=False)
     fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
     Controller(settings, store, fleet, billing=fleet.billing, sweeps=None, holder="test")
@@ -205,7 +211,7 @@ def test_a_delete_of_a_node_already_gone_closes_its_ledger_entry_reading_only_wh
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, evidence: bool) -> None:
     from tpuops.providers.memory import MemoryProvider
 
-    settings = settings_at(tmp_path, zones=ZONE)
+    settings = _settings(tmp_path)
     ledger = Ledger(tmp_path / "ledger.sqlite")
     for name, uid in (("n", "7"), ("m", "8")):  # both open in the zone; only "n" is deleted
         ledger.record_node(P, ZONE, name, "v2-8", "on-demand", run_id=f"run-{name}", uid=uid, at=at(0))
