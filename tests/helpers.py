@@ -223,19 +223,26 @@ class TfWorld:
 TWO_ZONES = 'zones = ["us-central1-a", "us-central1-b"]\n'
 
 
+def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: float = 20.0
+                    ) -> tuple[EmulatorInfo, dict[str, str]]:
+    """A TF emulator under ``work/home`` and the environment a ``tpuops`` process needs to drive it fast (this
+    machine's without its ``TPUOPS_`` settings); the caller stops the emulator (``open_tf_world`` does)."""
+    info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
+    return info, env
+
+
 @contextlib.contextmanager
 def open_tf_world(work: Path, config: str = TWO_ZONES, *, lease_ttl_s: float = 5.0, grace_s: float = 20.0,
                   env: Mapping[str, str] | None = None, world: type[TfWorld] = TfWorld) -> Iterator[TfWorld]:
     """``work/tpuops.toml`` holding ``config``, an emulator under ``work/home`` whose nodes run real TF 2.9, and
-    the environment a ``tpuops`` process needs to drive it fast (this machine's without its ``TPUOPS_``
-    settings, then ``env``); the emulator stops on leaving."""
+    the environment to drive it (``tf_emulator_env``'s, then ``env``); the emulator stops on leaving."""
     path = work / "tpuops.toml"
     path.write_text(config)
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
+    info, environ = tf_emulator_env(work, path, lease_ttl_s, grace_s=grace_s)
     try:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-        environ.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(path), TPUOPS_TPU_ENDPOINT=info.endpoint,
-                       TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
         environ.update(env or {})
         settings = load_settings(environ=environ)
         yield world(work, info, environ, settings, open_store(settings.store_root), AdminClient(info.endpoint))
