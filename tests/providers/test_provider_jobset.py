@@ -171,7 +171,8 @@ def slice_run(settings: Settings) -> tuple[Settings, Any, JobSetProvider, Contro
     settings = settings.model_copy(update={"unhealthy_grace_s": 1e-6})
     store, fleet = session.store(settings), session.fleet(settings)
     cluster = cast(JobSetProvider, fleet.provider)
-    controller = Controller(settings, store, fleet, sweeps=None, holder="test", status_refresh_s=0.0)
+    controller = Controller(settings, store, fleet, billing=fleet.billing, sweeps=None, holder="test",
+                            status_refresh_s=0.0)
     _declare(settings, store, SLICE)
     _until(controller, lambda: (ZONE, RUN) in cluster.jobsets, "created")
     cluster.pods_ready(ZONE, RUN)
