@@ -75,7 +75,7 @@ swarm: $(VENV)/.stamp
 
 # 2,000 random cases per property (not derandomized: each run explores new ground).
 fuzz: $(VENV)/.stamp
-	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/test_fuzz_cli.py tests/test_fuzz_parsers.py tests/test_fuzz_runtime.py
+	TPUOPS_FUZZ_PROFILE=long $(VENV)/bin/pytest -q tests/cli/test_fuzz_cli.py tests/cli/test_fuzz_parsers.py tests/cli/test_fuzz_runtime.py
 
 # .venv-py310, .venv-py313: editable installs on those interpreters (PATH, pyenv or uv); a missing one is skipped, loudly.
 compat: $(VENV)/.stamp

@@ -1,7 +1,7 @@
 """Conformance of the local emulator to clients nobody on this project wrote: ours vs the baseline.
 
-For each client — the Google Cloud CLI (``tests/test_conformance_gcloud.py``: one step per
-``gcloud compute tpus`` command) and the official Python client (``tests/test_conformance_client.py``:
+For each client — the Google Cloud CLI (``tests/emulator/test_conformance_gcloud.py``: one step per
+``gcloud compute tpus`` command) and the official Python client (``tests/emulator/test_conformance_client.py``:
 one step per RPC, v2 and v2alpha1, with the inputs of Google's samples) — it counts the steps
 that pass unmodified against this checkout's emulator (``--no-auth``, as for any third-party
 client) and against a baseline emulator started from another checkout (``--baseline DIR``,
@@ -27,8 +27,8 @@ from pathlib import Path
 import result_file
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITES = {"gcloud compute tpus": "tests/test_conformance_gcloud.py",
-          "google-cloud-tpu (Python) RPCs": "tests/test_conformance_client.py"}
+SUITES = {"gcloud compute tpus": "tests/emulator/test_conformance_gcloud.py",
+          "google-cloud-tpu (Python) RPCs": "tests/emulator/test_conformance_client.py"}
 _LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 

@@ -12,7 +12,7 @@ The count is of text, so it is exact: one run, no repetitions. Goal: 2 files for
 
 The proof (a second table): a provider whose vocabulary is not Cloud TPU's, the test-only JobSet one
 (``tests/provider_jobset.py``: TPUs on GKE kept as manifests), which passes the contract suite and runs a run
-(``tests/test_provider_jobset.py``). Counted for it: its module, its registry lines (where ``PROVIDERS`` gets
+(``tests/providers/test_provider_jobset.py``). Counted for it: its module, its registry lines (where ``PROVIDERS`` gets
 it: the tests put the one line in with ``monkeypatch.setitem``) and the package files that name it. Goal: one
 module, one registry line, no package file.
 """
@@ -63,7 +63,7 @@ def baseline_tree(baseline: Path) -> dict[str, object]:
 def proof() -> dict[str, object]:
     """What adding the test-only JobSet provider took: its module, its registry lines, the package files naming it."""
     line = re.compile(rf"[\"']{PROOF_MODULE}:{PROOF_CLASS}[\"']")
-    registry = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "tests").glob("*.py"))
+    registry = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "tests").rglob("*.py"))
                 for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.search(text)]
     package = naming_files(ROOT, [rf"\b{PROOF_MODULE}\b", rf"\b{PROOF_CLASS}\b"])
     return {"provider": "jobset (test-only, GKE JobSet manifests)", "module": f"tests/{PROOF_MODULE}.py",

@@ -4,7 +4,7 @@ Every figure in docs/benchmarks.md comes from a file in ``bench/results/``, writ
 rendered by ``bench/report.py``; no figure is typed by hand. A bench takes ``--result`` (beside
 its ``--json``): after its run it writes ``bench/results/<bench>.json`` (or
 ``<bench>.<part>.json`` when the run measured one part of it), then ``python bench/report.py``
-regenerates docs/benchmarks.md, and both are committed together (``tests/test_docs_truth.py``
+regenerates docs/benchmarks.md, and both are committed together (``tests/house/test_docs_truth.py``
 fails while the page and the result files disagree).
 
 A result file is one JSON object:

@@ -61,7 +61,7 @@ CONFINED = {("schedule", "install"): ["--dry-run"]}
 UNFUZZED = {("schedule", "uninstall"): "edits the user's crontab",
             ("runtime", "install"): "builds a virtual environment with pip",
             ("emulator", "start"): "starts a server that outlives the case",
-            ("dashboard",): "serves until interrupted (its bad input is tested in tests/test_dashboard_app.py)"}
+            ("dashboard",): "serves until interrupted (tests/dashboard/test_dashboard_app.py tests its bad input)"}
 # Commands that follow forever by design: fuzzed with a bound that ends them.
 BOUNDED = {("watch",): ["--passes", "2", "--interval", "0.1"]}
 

@@ -10,14 +10,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from tpuops.config import Settings
-from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background
-from tpuops.store import Store
+import pytest
+
+from tpuops.config import Settings, load_settings
+from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
+from tpuops.store import Store, open_store
 
 if TYPE_CHECKING:
     from tpuops.sim.engine import Simulation
@@ -192,16 +194,6 @@ def local_or_gcs_store(request: Any, tmp_path: Path) -> Store:
     return GcsStore(bucket, "root", client=gcs_client(server.endpoint), deadline_s=10)
 
 
-def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: float = 20.0
-                    ) -> tuple[EmulatorInfo, dict[str, str]]:
-    """A TF emulator under ``work/home`` and the environment a ``tpuops`` process needs to drive it fast."""
-    info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
-    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
-               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
-    return info, env
-
-
 @dataclass
 class TfWorld:
     """A working directory, an emulator running real TF 2.9 and what drives it: the base of the e2e worlds."""
@@ -228,10 +220,75 @@ class TfWorld:
         return controller_over(settings, self.store, fleet(settings), sweeps=SweepStep(), holder=holder)
 
 
+TWO_ZONES = 'zones = ["us-central1-a", "us-central1-b"]\n'
+
+
+def tf_emulator_env(work: Path, config: Path, lease_ttl_s: float, *, grace_s: float = 20.0
+                    ) -> tuple[EmulatorInfo, dict[str, str]]:
+    """A TF emulator under ``work/home`` and the environment a ``tpuops`` process needs to drive it fast (this
+    machine's without its ``TPUOPS_`` settings); the caller stops the emulator (``open_tf_world`` does)."""
+    info = start_tf_emulator(work / "home" / "emulator", grace_s=grace_s)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUOPS_")}
+    env.update(TPUOPS_HOME=str(work / "home"), TPUOPS_CONFIG=str(config), TPUOPS_TPU_ENDPOINT=info.endpoint,
+               TPUOPS_POLL_INTERVAL_S="0.2", TPUOPS_LEASE_TTL_S=str(lease_ttl_s))
+    return info, env
+
+
+@contextlib.contextmanager
+def open_tf_world(work: Path, config: str = TWO_ZONES, *, lease_ttl_s: float = 5.0, grace_s: float = 20.0,
+                  env: Mapping[str, str] | None = None, world: type[TfWorld] = TfWorld) -> Iterator[TfWorld]:
+    """``work/tpuops.toml`` holding ``config``, an emulator under ``work/home`` whose nodes run real TF 2.9, and
+    the environment to drive it (``tf_emulator_env``'s, then ``env``); the emulator stops on leaving."""
+    path = work / "tpuops.toml"
+    path.write_text(config)
+    info, environ = tf_emulator_env(work, path, lease_ttl_s, grace_s=grace_s)
+    try:
+        environ.update(env or {})
+        settings = load_settings(environ=environ)
+        yield world(work, info, environ, settings, open_store(settings.store_root), AdminClient(info.endpoint))
+    finally:
+        stop(info.state_dir)
+
+
+def tf_world(name: str, edits: Callable[[str], Mapping[str, str]] | None = None, *,
+             layout: Callable[[Path], str] = digits_project, config: str = TWO_ZONES, lease_ttl_s: float = 5.0,
+             grace_s: float = 20.0, scope: Literal["function", "module"] = "module",
+             world: type[TfWorld] = TfWorld) -> Any:
+    """A test module's ``world`` fixture (``world = tf_world("train", ...)``): a fresh folder named ``name`` laid out
+    by ``layout`` (default: the digits project, whose experiment text it returns), the experiments ``edits`` makes
+    from that text (file name in ``experiments/``: content), and ``open_tf_world`` over it.
+
+    Module-scoped by default: one emulator and one project for the file (``make test`` keeps a file on one
+    worker, ``--dist loadfile``). ``world`` is the class handed out, for a module that adds its own verbs."""
+
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TfWorld]:
+        work = tmp_path_factory.mktemp(name)
+        source = layout(work)
+        for file, text in (edits(source) if edits else {}).items():
+            (work / "experiments" / file).write_text(text)
+        with open_tf_world(work, config, lease_ttl_s=lease_ttl_s, grace_s=grace_s, world=world) as opened:
+            yield opened
+
+    fixture.__doc__ = f"The {name!r} world: {tf_world.__name__}'s project and a TF 2.9 emulator."
+    return pytest.fixture(scope=scope, name="world")(fixture)
+
+
+def settings_at(tmp: Path, config: str = "", **env: object) -> Settings:
+    """The settings a user in ``tmp`` gets: ``tmp/tpuops.toml`` holding ``config`` (empty: the defaults), the home
+    ``tmp/home`` and ``env`` as ``TPUOPS_<NAME>`` variables (``zones=("a", "b")``, ``poll_interval_s=0.05``), and
+    nothing from this machine's environment."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "tpuops.toml"
+    path.write_text(config)
+    environ = {"TPUOPS_HOME": str(tmp / "home")}
+    for key, value in env.items():
+        environ[f"TPUOPS_{key.upper()}"] = ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+    return load_settings(config_path=path, environ=environ)
+
+
 def emulator_fleet(info: EmulatorInfo, home: Path, zone: str) -> Any:
     """A ``Fleet`` over ``info``'s emulator with its own home (ledger) in ``zone``, polling operations every 50 ms."""
     from tpuops.billing.ledger import Ledger
-    from tpuops.config import load_settings
     from tpuops.fleet import Fleet
     from tpuops.providers.cloud_tpu.adapter import TpuApi
 

@@ -38,7 +38,9 @@ def test_status_is_rewritten_whole_and_finished_once(tmp_path: Path) -> None:
 
 
 def test_the_agent_writes_the_contracts_fields_with_the_contracts_types(tmp_path: Path) -> None:
-    """The writer's half of the status contract (tests/test_contract.py holds the reader to the same FIELDS)."""
+    """The writer's half of the status contract.
+
+    tests/contract/test_contract.py holds the reader to the same FIELDS."""
     path = tmp_path / "status.json"
     status = Status(str(path), "r1", "train", attempt=1)
     status.update(step=5, total_steps=10, examples_per_sec=12.5, replicas=8, device="CPU", deterministic=True)

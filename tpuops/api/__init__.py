@@ -2,7 +2,7 @@
 
 Each function takes ``Settings`` (``load_settings``) and wires what it needs through
 ``tpuops.session``; the CLI parses its flags, calls exactly one of these and renders the result
-(docs/library.md lists them; tests/test_cli_front_door.py holds the CLI to it). This module is the face
+(docs/library.md lists them; tests/cli/test_cli_front_door.py holds the CLI to it). This module is the face
 only: every call lives in a module of its subject and is re-exported here, so ``tpuops.api.NAME`` is the one
 name a caller needs. ``jobs`` launches runs (train, infer, resume), ``control`` holds the controller and its
 passes (reconcile, watch, drive, stop), ``runs`` looks at runs and mends them (status, logs, events, cost,

@@ -89,11 +89,11 @@ def refuse_over_budget(settings: Settings, plan: JobPlan) -> None:
 
     The projection is the node's hourly price times the experiment's ``expected_hours``.
     """
-    from tpuops.billing.cost import catalog_for, check_budget, spent
+    from tpuops.billing.cost import catalog_for, check_budget, projected_cost, spent
 
     catalog = catalog_for(settings)
-    hourly = catalog.price_per_hour(plan.up.request.accelerator, plan.up.request.capacity, plan.up.zones[0])
-    projected = hourly * plan.experiment.expected_hours
+    projected = projected_cost(plan.up.request.accelerator, plan.up.request.capacity, plan.up.zones[0],
+                               plan.experiment.expected_hours, catalog)
     limits = [("run", plan.record.budget_usd, 0.0),
               ("project", settings.budget_usd, spent(open_ledger(settings), catalog, project=settings.project))]
     for scope, budget, used in limits:

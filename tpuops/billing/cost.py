@@ -15,7 +15,7 @@ provider lists the operations on a node); a delete is the delete operation's sta
 anything else (a preemption, a node gone with no delete to be found) is dated within the gap between the last
 sighting as it was and the first as it is, in its middle while tpuops watches at a steady pace, so
 that an edge is as often early as late by at most half a pass instead of always a pass late
-(tests/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the
+(tests/controller/test_controller_churn.py holds a controller's runs with 0 to 10 preemptions within 2 % of the
 emulator's billing truth). A node nobody watches is billed until the next observation, on the safe
 side for budgets; and a preemption never observed (the node went from READY straight to gone)
 cannot earn the first-minute exemption, so it is billed.
@@ -34,7 +34,7 @@ from the store, is assembled in the service layer (``tpuops.api.accounting``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -242,12 +242,6 @@ def node_cost(history: NodeHistory, catalog: Catalog, now: datetime, since: date
                  for day, seconds in sorted(seconds_by_day.items()) if seconds > 0)
     return NodeCost(history=history, usd_per_hour=usd_per_hour, free=free, ready_now=is_ready_now(history),
                     days=days)
-
-
-def burn_rate(histories: Iterable[NodeHistory], catalog: Catalog) -> float:
-    """USD per hour of the nodes READY now (spot nodes in their first minute included: they may stay)."""
-    return sum(catalog.price_per_hour(h.node.accelerator, h.node.capacity, h.node.zone)
-               for h in histories if is_ready_now(h))
 
 
 def _total(key: str | None, costs: Sequence[NodeCost]) -> Total:

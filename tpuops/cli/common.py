@@ -3,7 +3,7 @@
 Heavy modules (pydantic, rich tables, Google clients) are imported inside the functions
 that need them, so that ``tpuops --help`` stays instant. Commands reach the library only
 through ``tpuops.api``; turning ``--config`` into ``Settings`` here is the one other door
-(tests/test_cli_front_door.py).
+(tests/cli/test_cli_front_door.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ What they must agree on is defined here once, and both sides import it:
 
 - ``runspec``: ``runs/<run>/spec.json``, the run spec the control plane writes and the agent obeys;
 - ``status``: ``runs/<run>/status.json``, the document the agent rewrites and the control plane reads
-  (``tpuops.runs.models.AgentStatus`` is the reader; tests/test_contract.py checks it field by field);
+  (``tpuops.runs.models.AgentStatus`` is the reader; tests/contract/test_contract.py checks it field by field);
 - ``exits``: the exit codes and exit classes an agent process ends with (and the one enum base);
 - ``timing``: where an attempt's seconds went (the ``attempts`` entries of ``status.json``);
 - ``wake``: the wake marker ``wake/<run>`` a preempted agent leaves after its save, and the node

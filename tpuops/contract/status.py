@@ -51,7 +51,7 @@ A heartbeat older than a few intervals with ``exit_class`` null means the agent 
 
 The writer is the agent's ``tpuops.agent.status.Status``, which starts from ``new_document`` and refuses
 a field not in it; the reader is the control plane's ``tpuops.runs.models.AgentStatus``. ``FIELDS`` says
-what JSON each field may hold, and tests/test_contract.py checks the reader against it field by field.
+what JSON each field may hold, and tests/contract/test_contract.py checks the reader against it field by field.
 """
 
 from datetime import datetime, timezone

@@ -9,5 +9,5 @@ routes; ``guard`` and ``auth`` the token; ``optuna_mount`` optuna-dashboard over
 May import: ``tpuops.api`` and the types its calls return (``tpuops.runs``, ``tpuops.accounting``,
 ``tpuops.sweeps``, ``tpuops.store``, ``tpuops.config``, ``tpuops.core``), the ``tpuops.session`` wiring (to
 open the store once for all its calls), and the web stack (Starlette, uvicorn, optuna-dashboard). Nothing in
-tpuops but the CLI imports it (``tests/test_wings.py``).
+tpuops but the CLI imports it (``tests/house/test_wings.py``).
 """

@@ -6,7 +6,7 @@ The manifest format is documented in ``tpuops.data.manifest``.
 
 May import: ``tpuops.core`` and ``tpuops.store`` (where datasets live), and pydantic, numpy, Pillow,
 google-crc32c and scikit-learn (the sample datasets); never TensorFlow, and nothing that knows a run,
-a node or a price, so the launch wing and the sweeps can stand on it (``tests/test_wings.py``).
+a node or a price, so the launch wing and the sweeps can stand on it (``tests/house/test_wings.py``).
 """
 
 from tpuops.core.formats import format_size, parse_size

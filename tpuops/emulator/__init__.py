@@ -20,7 +20,7 @@ imported: the emulator is a cloud, so the control plane reaches it over HTTP onl
 (``tpuops.session``), ``tpuops doctor`` and the front door start and stop it (``control``).
 
 This file is the face: the names below are all that the rest of tpuops (``session``, ``doctor``, ``api``,
-the CLI), the benchmarks and the Makefile use; ``tests/test_wings.py`` refuses an import past it. It loads
+the CLI), the benchmarks and the Makefile use; ``tests/house/test_wings.py`` refuses an import past it. It loads
 the standard library only: ``gcs`` (``cryptography``) is loaded when a ``gs://`` store is served.
 """
 

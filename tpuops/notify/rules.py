@@ -1,7 +1,7 @@
 """What is worth a message: a pure function of a run's memory, the events a pass just added, and the time.
 
 No I/O, no clock, no settings object: the caller passes what the rules read (``RunFacts``), so every rule is
-tested without a server (tests/test_notify_rules.py). A notice's key is derived from what was decided (the
+tested without a server (tests/notify/test_notify_rules.py). A notice's key is derived from what was decided (the
 subject, the kind, the deciding event's time or the progress it is about), so deciding again from the same
 memory gives the same key, and a key already in the memory is never decided twice.
 """

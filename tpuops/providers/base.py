@@ -4,7 +4,7 @@ A provider is a handful of calls on one project's nodes, in the vocabulary of
 ``tpuops.providers.nodes``. It holds no ledger and no policy: the ``Fleet`` (``tpuops.fleet``) is
 the only holder of a provider, and dates, records, retries across zones and adopts on top of it.
 
-Contract, for every implementation (``tests/test_provider_contract.py`` holds each to it):
+Contract, for every implementation (``tests/providers/test_provider_contract.py`` holds each to it):
 - errors are the taxonomy of ``tpuops.core.errors``, converted once inside the provider (never an SDK's);
 - ``create_node`` of a name taken in that zone raises ``AlreadyExists``; nothing else is created;
 - ``delete_node`` of a missing node returns None (success): deletes are idempotent;

@@ -183,7 +183,7 @@ class AttemptTime(_Doc):
 
 class AgentStatus(_Doc):
     """``status.json`` as the agent writes it: the control plane's reader of ``tpuops.contract.status`` (field
-    meanings there; tests/test_contract.py holds each field here to the contract's ``FIELDS``)."""
+    meanings there; tests/contract/test_contract.py holds each field here to the contract's ``FIELDS``)."""
 
     run_id: str = ""
     command: RunKind | None = None

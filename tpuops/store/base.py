@@ -148,10 +148,6 @@ class Store(abc.ABC):
         except NotFound:
             return 0
 
-    def crc32c_of(self, key: str) -> str:
-        """The stored object's crc32c (base64, big endian). Raises NotFound if absent."""
-        return self.stat(key).crc32c
-
 
 def uri_under(root: str, key: str) -> str:
     """The URI of ``key`` in the store at ``root``, for those who hold a store's URI but not the store."""

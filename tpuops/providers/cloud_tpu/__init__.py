@@ -8,7 +8,7 @@ emulator applies too) and ``prices.toml``. The data files are package data of th
 
 Nothing outside ``tpuops.providers`` imports this package but the local emulator (which serves Cloud TPU and
 reads its catalog and billing rule); the rest asks the registered provider (``tpuops.providers.registry.offers_of``;
-``tests/test_provider_seam.py`` holds every module to it). The in-process worlds (``memory``, ``simulated``) name
-it explicitly: Cloud TPU's offers are their model of Google's. This face imports nothing, so that asking for
-``billing_rules`` does not load the adapter.
+``tests/providers/test_provider_seam.py`` holds every module to it). The in-process worlds (``memory``,
+``simulated``) name it explicitly: Cloud TPU's offers are their model of Google's. This face imports nothing,
+so that asking for ``billing_rules`` does not load the adapter.
 """

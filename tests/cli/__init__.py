@@ -1,0 +1,1 @@
+"""Tests of tpuops/cli (the folder mirrors the wing it tests; docs/testing.md)."""

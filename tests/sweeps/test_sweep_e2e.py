@@ -1,0 +1,347 @@
+"""Sweeps end to end on the emulator with real TF 2.9 trials, advanced only by reconcile passes (as cron would).
+
+The experiment is digits_cnn made small (60 steps, an evaluation and a checkpoint every 20 steps;
+300 for the pruning and endgame tests, so that a pruned or promoted trial has something left to do).
+``tpuops sweep start`` declares the sweep and makes the first pass; then the test runs passes
+(the library's ``Controller.run_pass`` in this process, and real ``tpuops reconcile``
+processes) until the sweep ends, while it plays the cloud: preemptions with and without notice.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import TfWorld, digits_project, poll, small_digits, tf_world
+
+from tpuops import runs
+from tpuops.billing.cost import catalog_for, node_cost, ready_intervals, spent
+from tpuops.billing.ledger import Ledger
+from tpuops.controller.reconcile import Controller
+from tpuops.core.clock import UTC
+from tpuops.core.errors import InvalidRequest
+from tpuops.sweeps import ops as sweep_ops
+from tpuops.sweeps.status import SweepStatus, sweep_status
+
+pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
+
+PROJECT = "tpuops-local"
+A, B = "us-central1-a", "us-central1-b"
+STEPS = 60
+MEDIUM = 300
+LEASE_TTL_S = 2.0
+
+SWEEP = """
+name: {name}
+experiment: ../experiments/small.yaml
+space:
+  learning_rate: {{type: float, low: 0.001, high: 0.02, log: true}}
+  filters: {{type: categorical, choices: [8, 16]}}
+objective: {{metric: accuracy, direction: maximize}}
+sampler: {{type: tpe, seed: 11, startup_trials: 4}}
+trials: 3
+parallel: 2
+eval_every_steps: 20
+pruner: {{type: {pruner}, startup_trials: 2, warmup_steps: 20}}
+"""
+
+
+class World(TfWorld):
+    def sweep_file(self, name: str, text: str) -> Path:
+        path = self.work / "sweeps" / f"{name}.yaml"
+        path.write_text(text)
+        return path
+
+    def start(self, path: Path) -> dict[str, Any]:
+        done = self.tpuops("sweep", "start", str(path), "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def status(self, sweep: str) -> SweepStatus:
+        return sweep_status(self.settings, self.store, Ledger(self.settings.ledger_path),
+                            sweep_ops.read_sweep(self.store, sweep))
+
+    def phase(self, sweep: str) -> str:
+        return sweep_ops.load_state(self.store, sweep)[0].phase
+
+    def nodes(self, sweep: str) -> list[dict[str, Any]]:
+        return [n for n in self.admin.nodes() if f"/nodes/{sweep}-t" in n["name"]]
+
+    def run_ids(self, sweep: str) -> list[str]:
+        return sorted({o.key.split("/")[1] for o in self.store.list("runs/")
+                       if o.key.startswith(f"runs/{sweep}-t") and o.key.endswith("/run.json")})
+
+    def drive(self, sweep: str, controller: Controller, timeout_s: float = 240, every: int = 0) -> int:
+        """Passes until the sweep ends and its nodes are gone; every ``every``-th pass a real ``tpuops reconcile``."""
+        passes = 0
+        deadline = time.monotonic() + timeout_s
+        while not (self.phase(sweep) == "finished" and not self.nodes(sweep)):
+            assert time.monotonic() < deadline, f"sweep {sweep} did not end within {timeout_s} s"
+            passes += 1
+            if every and passes % every == 0:
+                controller.release()
+                done = self.tpuops("reconcile", "--json")
+                assert done.returncode == 0, done.stderr
+            else:
+                controller.run_pass()
+            time.sleep(0.2)  # the pass interval (cron's would be minutes)
+        controller.release()
+        return passes
+
+
+def _project(work: Path) -> str:
+    """The digits project and an empty ``sweeps/`` for the tests' sweep files."""
+    (work / "sweeps").mkdir()
+    return digits_project(work)
+
+
+world = tf_world("sweeps", lambda source: {
+    "small.yaml": small_digits(source),
+    "medium.yaml": small_digits(source, steps=MEDIUM).replace("name: small", "name: medium"),
+    "long.yaml": small_digits(source, steps=100000, expected_hours=0.002).replace("name: small", "name: long"),
+}, layout=_project, config=f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n',  # a v3-8 (4 chips): $1/s
+    lease_ttl_s=LEASE_TTL_S, world=World)
+
+
+def _reported(world: World, run_id: str) -> float:
+    status = runs.read_status(world.store, run_id)
+    assert status is not None
+    return float(status.metrics["eval"]["accuracy"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(world: World) -> SweepStatus:
+    """The digits sweep driven to its end by passes alone (a real 'tpuops reconcile' every third one)."""
+    started = world.start(world.sweep_file("quiet", SWEEP.format(name="quiet", pruner="median")))
+    assert started["launched"] == ["quiet-t0000", "quiet-t0001"]
+    assert started["advanced_by"] == "tpuops reconcile"
+    world.drive("quiet", world.controller("quiet"), every=3)
+    return world.status("quiet")
+
+
+def test_the_digits_sweep_ends_driven_only_by_reconcile_passes(world: World, uninterrupted: SweepStatus) -> None:
+    result = uninterrupted
+    assert (result.phase, result.outcome) == ("finished", "completed")
+    assert [t.number for t in result.trials] == [0, 1, 2]
+    assert {t.state for t in result.trials} <= {"COMPLETE", "PRUNED"} and result.counts["COMPLETE"] >= 2
+    assert world.run_ids("quiet") == [f"quiet-t000{n}" for n in range(3)]
+    assert world.nodes("quiet") == []
+    assert len({trial.params["learning_rate"] for trial in result.trials}) == 3  # each trial drew its own
+    for trial in result.trials:
+        assert set(trial.params) == {"learning_rate", "filters"}
+        spec = json.loads(world.store.read_bytes(f"runs/{trial.run_id}/spec.json"))
+        assert spec["hparams"]["learning_rate"] == trial.params["learning_rate"]
+        assert spec["train"]["eval_every_steps"] == 20
+        if trial.state == "COMPLETE":
+            assert trial.value == _reported(world, trial.run_id)
+            assert sorted(trial.intermediate) == [20, 40, 60]
+    best = result.best
+    assert best is not None and best.value == max(t.value for t in result.trials if t.state == "COMPLETE")
+    assert best.value == _reported(world, best.run_id) and best.value > 0.5
+    assert result.best_model == world.store.uri_of(f"runs/{best.run_id}/model")
+    ledger = Ledger(world.settings.ledger_path)
+    assert {n.sweep_id for n in ledger.nodes(PROJECT, zone=A)} >= {"quiet"}
+    done = world.tpuops("cost", "--sweep", "quiet", "--json")
+    assert done.returncode == 0, done.stderr
+    cost = json.loads(done.stdout)
+    assert [s["key"] for s in cost["sweeps"]] == ["quiet"] and cost["sweeps"][0]["usd"] > 0
+    assert abs(cost["sweeps"][0]["usd"] - sum(t.cost_usd for t in result.trials)) < 0.05 * cost["sweeps"][0]["usd"]
+
+
+def test_preempted_trials_finish_from_their_checkpoints_with_the_same_params(world: World,
+                                                                           uninterrupted: SweepStatus) -> None:
+    """SIGTERM with a notice (grace) and SIGKILL without one, each once: no trial failed, duplicated or added."""
+    sweep = "stormy"
+    world.start(world.sweep_file(sweep, SWEEP.format(name=sweep, pruner="none").replace("trials: 3", "trials: 2")))
+    graces = [5.0, 0.0]
+    preempted: list[str] = []
+    stop_event = threading.Event()
+
+    def preempt_two() -> None:
+        """Poll fast, as the test plays the cloud: preempt two trials mid-training, after a checkpoint."""
+        while graces and not stop_event.is_set():
+            for run_id in world.run_ids(sweep):
+                status = runs.read_status(world.store, run_id)
+                mid = status is not None and (status.last_checkpoint_step or 0) >= 20 and status.step < STEPS - 10
+                if run_id in preempted or not mid or status.exit_class:
+                    continue
+                node = next((n for n in world.nodes(sweep) if n["name"].endswith(run_id)), None)
+                if node is None or node["state"] != "READY" or node["preempting"]:
+                    continue
+                try:
+                    world.admin.preempt(PROJECT, node["name"].split("/")[3], run_id, grace_s=graces[0])
+                except InvalidRequest:
+                    continue
+                preempted.append(run_id)
+                graces.pop(0)
+                break
+            time.sleep(0.01)  # the polling interval of this fake cloud, not synchronisation
+
+    thread = threading.Thread(target=preempt_two, daemon=True)
+    thread.start()
+    try:
+        world.drive(sweep, world.controller(sweep))
+    finally:
+        stop_event.set()
+        thread.join(10)
+    result = world.status(sweep)
+    assert not graces, f"the trials ended before both preemptions ({preempted})"
+    assert (result.outcome, [t.state for t in result.trials]) == ("completed", ["COMPLETE"] * 2)
+    assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(2)]
+    assert [t.params for t in result.trials] == [t.params for t in uninterrupted.trials[:2]]
+    for run_id in preempted:
+        memory = runs.load_memory(world.store, run_id)[0]
+        assert memory.preemptions >= 1 and memory.outcome == "succeeded"
+        status = runs.read_status(world.store, run_id)
+        assert status is not None and status.resumed_from_step and status.attempt >= 2
+    by_run = {t.run_id: t for t in result.trials}
+    assert all(by_run[r].preemptions >= 1 and sorted(by_run[r].intermediate)[-1] == STEPS for r in preempted)
+    assert world.nodes(sweep) == []
+
+
+def test_a_clearly_bad_trial_is_pruned_and_loses_its_node(world: World) -> None:
+    sweep = "prune"
+    text = SWEEP.format(name=sweep, pruner="median").replace(
+        "space:\n  learning_rate: {type: float, low: 0.001, high: 0.02, log: true}\n"
+        "  filters: {type: categorical, choices: [8, 16]}\n",
+        "grid:\n  learning_rate: [0.003, 30.0]\n").replace("type: tpe", "type: grid").replace(
+        "small.yaml", "medium.yaml").replace("startup_trials: 2", "startup_trials: 1").replace(
+        "trials: 3\nparallel: 2", "trials: 2\nparallel: 1")
+    world.start(world.sweep_file(sweep, text))
+    world.drive(sweep, world.controller(sweep))
+    result = world.status(sweep)
+    assert [t.params["learning_rate"] for t in result.trials] == [0.003, 30.0]
+    assert [t.state for t in result.trials] == ["COMPLETE", "PRUNED"]
+    bad = result.trials[1]
+    assert max(bad.intermediate) < MEDIUM and bad.step < MEDIUM and "pruned at step" in (bad.ended or "")
+    memory = runs.load_memory(world.store, bad.run_id)[0]
+    assert memory.outcome == "pruned" and world.nodes(sweep) == []
+
+
+def test_a_budget_that_fits_three_trials_runs_three_and_ends_budget_exhausted(world: World) -> None:
+    """Trials that would train for hours at $1 a second: three fit the budget's projection, the cap stops them
+    before they overrun it."""
+    sweep = "broke"
+    text = SWEEP.format(name=sweep, pruner="none").replace("../experiments/small.yaml", "../experiments/long.yaml") \
+        .replace("parallel: 2", "parallel: 4").replace("trials: 3", "trials: 6")
+    hourly = catalog_for(world.settings).price_per_hour("v3-8", "spot", A)
+    projected = 0.002 * hourly  # expected_hours x the node's price
+    world.start(world.sweep_file(sweep, text + f"budget_usd: {3.5 * projected}\n"))
+    ledger = Ledger(world.settings.ledger_path)
+    world.drive(sweep, world.controller(sweep))
+    result = world.status(sweep)
+    assert (result.phase, result.outcome) == ("finished", "budget-exhausted")
+    assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(3)]
+    assert {t.state for t in result.trials} <= {"PRUNED", "FAIL"}  # stopped by the cap (PRUNED if it had values)
+    for trial in result.trials:
+        memory = runs.load_memory(world.store, trial.run_id)[0]
+        assert memory.outcome == "budget-exhausted"
+    budget = 3.5 * projected
+    burn = 3 * hourly / 3600  # $/s of three READY nodes
+    total = spent(ledger, catalog_for(world.settings), project=PROJECT, sweep_id=sweep)
+    # The pass stops the trials at the last pass before they would spend the rest (a running trial reserves what
+    # it bills until the next pass), so the spend ends under the budget, over it by at most a node deletion; and
+    # well past half of it, or something other than the budget stopped them.
+    assert budget / 2 <= total <= budget + burn * 2.0, total
+    assert world.nodes(sweep) == []
+
+
+def test_sweep_status_json_matches_its_table(world: World, uninterrupted: SweepStatus) -> None:
+    done = world.tpuops("sweep", "status", "quiet", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    table = world.tpuops("sweep", "status", "quiet")
+    assert table.returncode == 0, table.stderr
+    for trial in data["trials"]:
+        row = next(line for line in table.stdout.splitlines() if trial["run_id"] in line)
+        assert trial["state"] in row and str(trial["step"]) in row
+        if trial["value"] is not None:
+            assert f"{trial['value']:.4f}" in row
+    assert "trials ended" in table.stdout and "3/3" in table.stdout
+    assert poll(lambda: data["counts"]["COMPLETE"] + data["counts"]["PRUNED"] == 3, "counts")
+
+
+def test_the_report_has_valid_plots_and_an_html_page_that_chromium_opens(world: World, uninterrupted: SweepStatus,
+                                                                        tmp_path: Path) -> None:
+    from PIL import Image
+
+    out = tmp_path / "report"
+    done = world.tpuops("sweep", "report", "quiet", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert sorted(Path(f).name for f in data["files"]) == sorted(
+        ["history.png", "importances.png", "parallel.png", "intermediate.png", "cost.png", "report.html"])
+    # fANOVA needs two completed trials whose objectives differ (small eval sets tie often).
+    values = {t["value"] for t in data["trials"] if t["state"] == "COMPLETE"}
+    assert set(data["importances"]) == ({"learning_rate", "filters"} if len(values) >= 2 else set())
+    for name in ("history", "importances", "parallel", "intermediate", "cost"):
+        path = out / f"{name}.png"
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            shades = image.convert("L").getcolors(256) or []
+            assert image.size == (700, 400) and len(shades) > 20, name  # drawn on, not blank
+        assert path.stat().st_size > 10_000, name
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 5 and "src='http" not in page and "<script" not in page
+    best = uninterrupted.best
+    assert best is not None and f"{best.value:.4f}" in page and best.run_id in page
+    table = world.tpuops("sweep", "report", "quiet")
+    for trial in data["trials"]:
+        row = next(line for line in table.stdout.splitlines() if trial["run_id"] in line)
+        assert trial["state"] in row and (trial["value"] is None or f"{trial['value']:.4f}" in row)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (make test installs the Debian package 'chromium'): "
+                    "the HTML page was not opened in a browser")
+    browser = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'chrome'}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000", "--dump-dom",
+         f"file://{out / 'report.html'}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert browser.returncode == 0, browser.stderr[-2000:]
+    assert "<table id=\"trials\">" in browser.stdout and browser.stdout.count("<tr>") == len(data["trials"]) + 1
+    assert "ERROR:CONSOLE" not in browser.stderr and "Uncaught" not in browser.stderr
+
+
+def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world: World) -> None:
+    """Once 2 % of the budget is spent, the leading running trial is recreated on-demand from its checkpoint."""
+    sweep = "endgame"
+    text = SWEEP.format(name=sweep, pruner="none").replace("small.yaml", "medium.yaml").replace(
+        "trials: 3\nparallel: 2", "trials: 1\nparallel: 1")
+    world.start(world.sweep_file(sweep, text + "budget_usd: 200\nendgame: {leaders: 1, at_budget_fraction: 0.02}\n"))
+    world.drive(sweep, world.controller(sweep))
+    result = world.status(sweep)
+    assert (result.outcome, [t.state for t in result.trials]) == ("completed", ["COMPLETE"])
+    promoted = [t for t in result.trials if t.promoted]
+    assert len(promoted) == 1, result.trials
+    trial = promoted[0]
+    record, memory = runs.read_record(world.store, trial.run_id), runs.load_memory(world.store, trial.run_id)[0]
+    assert (record.node.capacity, memory.capacity) == ("spot", "on-demand")  # the record stays as declared
+    assert "promoted" in [e["kind"] for e in memory.events]
+    capacities = [h.node.capacity for h in Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)]
+    assert capacities[0] == "spot" and capacities[-1] == "on-demand"
+    status = runs.read_status(world.store, trial.run_id)
+    assert status is not None and status.resumed_from_step and status.step == MEDIUM  # on from its checkpoint
+    assert 0 < trial.on_demand_usd < trial.cost_usd
+    assert runs.load_memory(world.store, trial.run_id)[0].preemptions == 0  # a promotion is no preemption
+    # The promotion deleted the spot node through the Fleet: the ledger ends its READY time where billing does
+    # (within 2 % of its length), and the trial's READY time is within 2 % of what the emulator billed.
+    catalog, now = catalog_for(world.settings), datetime.now(UTC)
+    histories = Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)
+    billed = [i for i in world.admin.billing() if i["node"].endswith(f"/nodes/{record.node_name}")]
+    assert len(billed) == 2 and {h.node.uid for h in histories} == {i["node_uid"] for i in billed}, (histories, billed)
+    spot = next(i for i in billed if i["node_uid"] == histories[0].node.uid)
+    spot_end = datetime.fromisoformat(spot["end"].replace("Z", "+00:00"))
+    ledger_end = ready_intervals(histories[0].transitions, now)[-1].end
+    assert abs((ledger_end - spot_end).total_seconds()) <= 0.02 * spot["seconds"], (ledger_end, spot)
+    ours = sum(node_cost(h, catalog, now).ready_seconds for h in histories)
+    assert abs(ours - sum(i["seconds"] for i in billed)) <= 0.02 * sum(i["seconds"] for i in billed), (ours, billed)
