@@ -139,11 +139,6 @@ class RunRecord(_Doc):
         """The nodes the run may run on, largest first: ``node``, then the smaller sizes of an elastic run."""
         return [self.node, *self.smaller]
 
-    def size_of(self, accelerator: str | None) -> int:
-        """The index in ``sizes`` of ``accelerator`` (0, the largest, for an unknown one or None)."""
-        names = [size.accelerator for size in self.sizes]
-        return names.index(accelerator) if accelerator in names else 0
-
 
 class EvalPoint(_Doc):
     """One evaluation the agent made: at which step, with which metrics."""

@@ -3,7 +3,7 @@
 The failure that must hold is the first violated invariant's name (not its message: times and counts move as
 parts go). Greedy, one pass after another until no single part can go: at most ``parts^2`` plays, each a
 fraction of a second. What is left is the smallest scenario this search found that breaks the same invariant,
-which a regression seed keeps in the tree (``tests/swarm_seeds.toml``) beside the seed that found it.
+which a regression seed keeps in the tree (``tests/sim/swarm_seeds.toml``) beside the seed that found it.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 (the compat lane)
     import tomli as tomllib
 
-SEEDS = tomllib.loads((REPO / "tests" / "swarm_seeds.toml").read_text())
+SEEDS = tomllib.loads((REPO / "tests" / "sim" / "swarm_seeds.toml").read_text())
 FIXED = range(SEEDS["fixed"]["first"], SEEDS["fixed"]["first"] + SEEDS["fixed"]["count"])
 """The seeds ``make test`` plays (about 20 s of CPU)."""
 REGRESSIONS: list[dict[str, Any]] = SEEDS["regression"]
