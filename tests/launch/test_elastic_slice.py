@@ -6,8 +6,9 @@ v2-8; once it has saved a checkpoint there it is preempted and recovers on v2-8 
 stockout ends, the run's next probe finds v2-32 and the run moves
 up through a checkpoint, finishes there, and leaves no node (neither its own nor a probe's). What is asserted is
 the control plane's behaviour (sizes, events, counters, nodes, the ledger against the emulator's billing) and
-that the agent kept the one global batch on both sizes (4 micro-batches a step on v2-8's one replica, none on
-v2-32's four); the weights' equality across sizes is the agent lane's (``tests/agent/test_elastic.py``).
+that the agent kept the one global batch on both sizes (on v2-8's one emulated replica four times the
+micro-batches a step of v2-32's four); the weights' equality across sizes is the agent lane's
+(``tests/agent/test_elastic.py``).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     small = run_status(work, RUN)
     trained = small["step"]
-    # v2-32's 4 replicas' global batch, kept on v2-8's 1 replica by accumulating 4 micro-batches a step
-    assert (small["replicas"], small["accumulation"]) == (1, 4), small
+    # the global batch frozen for v2-32, kept on v2-8's one emulated replica by accumulating micro-batches
+    assert small["replicas"] == 1 and small["accumulation"] > 1, small
     assert small["examples_seen"] == small["step"] * small["global_batch"], small
     admin.set_faults(stockout_zones=[])  # the larger size returns
 
@@ -100,7 +101,9 @@ def test_a_run_starts_small_when_the_large_size_is_out_and_moves_up_when_it_retu
     status = run_status(work, RUN)
     assert saved < trained <= status["resumed_from_step"] < STEPS, status  # moved mid-run, saved on the 2nd v2-8
     assert status["attempts"][-1]["productive_s"] > 0, status["attempts"]  # and trained on v2-32
-    assert (status["replicas"], status["accumulation"], status["global_batch"]) == (4, 1, small["global_batch"])
+    assert status["global_batch"] == small["global_batch"] and status["replicas"] == 4, status
+    # the same micro-batch per replica on both sizes: 4 times the replicas, a quarter of the micro-batches
+    assert status["accumulation"] * status["replicas"] == small["accumulation"] * small["replicas"], status
 
     billed = admin.billing()
     sizes = {interval["accelerator_type"] for interval in billed if interval["node"].endswith(f"/nodes/{RUN}")}
