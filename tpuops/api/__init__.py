@@ -32,6 +32,9 @@ from tpuops.api.pages import (
     watch_marks,
 )
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
+from tpuops.api.profiles import list_profiles as list_profiles
+from tpuops.api.profiles import request_profile as request_profile
+from tpuops.api.profiles import tensorboard as tensorboard
 from tpuops.api.sweeps import (
     SweepStarted,
     sweep_list,
