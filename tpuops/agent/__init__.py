@@ -7,9 +7,9 @@ library, TensorFlow 2.9 and the numpy that comes with it; in particular nothing 
 
 The agent talks to the control plane only through the store (docs/design.md, "The store is the
 message bus"): it reads ``runs/<run>/spec.json`` (schema in ``runspec``) and writes
-``status.json``, ``logs/``, ``ckpt/``, ``tb/`` and ``model/`` under ``runs/<run>/`` (layout in
-``paths``), and after the save on a preemption notice the wake marker ``wake/<run>``
-(``wake``). Exit codes and exit classes are defined in ``exits``.
+``status.json``, ``logs/``, ``ckpt/``, ``tb/``, ``model/`` and, when asked through ``profile.json``,
+``profiles/`` under ``runs/<run>/`` (layout in ``paths``; profiles in ``profiles``), and after the save on a
+preemption notice the wake marker ``wake/<run>`` (``wake``). Exit codes and exit classes are defined in ``exits``.
 
 ``train`` runs the built-in loop (``train``: a plain or a compiled Keras model, fed by the
 built-in parser or the user's ``input_fn``) or, in script mode, the user's own program
