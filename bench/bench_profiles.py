@@ -31,6 +31,9 @@ import result_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GOAL = 0.01
+HEARTBEAT_S = 10.0
+"""How often a run reads the request: the run spec's default ``heartbeat_seconds``."""
+BOUNDARY_CALLS, READS = 20000, 500
 
 
 def _model_and_step(steps_per_call: int):  # type: ignore[no-untyped-def]
@@ -90,8 +93,8 @@ def measure(calls: int, repeats: int, steps_per_call: int, poll_s: float) -> dic
         profiler.start()
         try:
             for repeat in range(repeats):
-                order = ["without", "idle", "idle", "without"] if repeat % 2 == 0 else \
-                    ["idle", "without", "without", "idle"]
+                order = (["without", "idle", "idle", "without"] if repeat % 2 == 0 else
+                         ["idle", "without", "without", "idle"]) * 2
                 best = {"without": 0.0, "idle": 0.0}
                 for side in order:
                     rate = _block(call, calls, steps_per_call, profiler if side == "idle" else None)
@@ -103,9 +106,35 @@ def measure(calls: int, repeats: int, steps_per_call: int, poll_s: float) -> dic
             profiler.close()
         asked = profiler.capture is not None or any(Path(run_dir).iterdir())
     overhead = statistics.median(row["overhead"] for row in rows)
+    costs = _direct_costs(repeats)
+    call_s = steps_per_call / statistics.median(row["without_steps_per_s"] for row in rows)
+    bound = {f"poll_{poll:g}s": (costs["boundary_us"] + costs["read_us"] * call_s / poll) / (call_s * 1e6)
+             for poll in (poll_s, HEARTBEAT_S)}
     return {"repetitions": rows, "overhead_median": overhead, "goal": GOAL, "met": overhead <= GOAL,
-            "calls_per_block": calls, "steps_per_call": steps_per_call, "poll_s": poll_s,
+            "calls_per_block": calls, "steps_per_call": steps_per_call, "poll_s": poll_s, "call_ms": call_s * 1e3,
+            **costs, "direct_share": bound, "direct_met": all(share <= GOAL for share in bound.values()),
             "profiler_session_started": asked}
+
+
+def _direct_costs(repeats: int) -> dict:
+    """The idle feature's own work, timed alone (medians of ``repeats``): a call boundary's checks, and one read
+    of the absent request (what the polling thread does every heartbeat)."""
+    from tpuops.agent.profiles import Profiler
+
+    boundary, read = [], []
+    with tempfile.TemporaryDirectory() as store:
+        profiler = Profiler(str(Path(store) / "runs" / "bench"), 1, 3600.0)
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for step in range(BOUNDARY_CALLS):
+                profiler.boundary(step, 10, 0.01)
+                profiler.steps_to_edge(step)
+            boundary.append((time.perf_counter() - started) / BOUNDARY_CALLS * 1e6)
+            started = time.perf_counter()
+            for _ in range(READS):
+                profiler._read_request()
+            read.append((time.perf_counter() - started) / READS * 1e6)
+    return {"boundary_us": round(statistics.median(boundary), 2), "read_us": round(statistics.median(read), 1)}
 
 
 def main() -> None:
@@ -127,6 +156,9 @@ def main() -> None:
             print(f"repetition {number}: without {row['without_steps_per_s']} steps/s, idle profiler "
                   f"{row['idle_steps_per_s']} steps/s, overhead {100 * row['overhead']:.2f} %")
         print(f"median overhead {100 * figures['overhead_median']:.2f} % (goal <= {100 * GOAL:g} %)")
+        print(f"direct: {figures['boundary_us']} us per call boundary, {figures['read_us']} us per request read, "
+              f"a call {figures['call_ms']:.1f} ms: " + ", ".join(
+                  f"{100 * share:.4f} % at {name}" for name, share in figures["direct_share"].items()))
     if args.result:
         table = result_file.Table(
             "Steps/s of the same training calls without the feature and with it present but idle (each side's "
@@ -135,10 +167,18 @@ def main() -> None:
             [[str(n), f"{r['without_steps_per_s']:.1f}", f"{r['idle_steps_per_s']:.1f}",
               f"{100 * r['overhead']:.2f} %"] for n, r in enumerate(figures["repetitions"], 1)]
             + [["median", "", "", f"{100 * figures['overhead_median']:.2f} % (goal <= {100 * GOAL:g} %)"]])
-        run.write(figures, [table], notes=[
+        direct = result_file.Table(
+            "The idle feature's own work timed alone, as a share of one training call "
+            f"({figures['call_ms']:.1f} ms, {args.steps_per_call} steps)",
+            ["request read every", "per call boundary", "per request read", "share of step time"],
+            [[name.replace("poll_", ""), f"{figures['boundary_us']} us", f"{figures['read_us']} us",
+              f"{100 * share:.4f} %"] for name, share in figures["direct_share"].items()])
+        run.write(figures, [table, direct], notes=[
             f"The request was read every {args.poll:g} s (a run reads it every heartbeat, 10 s by default); no "
             "profiler session or server was started. An overhead below zero is the machine's noise: the idle "
-            "side was the faster one in that repetition."])
+            "side was the faster one in that repetition: on a shared machine under load the paired steps/s move by "
+            "more than the feature costs, which the second table times directly (each call boundary's checks and "
+            "one read of the absent request, against the call they ride on)."])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
   ``xspace_to_tool_data``: the trace viewer per host, the overview page over all), in the TF 2.9 runtime.
 - A profiled run's final weights are bit-identical to an unprofiled run's (the window cuts the calls at its
   edges, which changes no step's result); the experiment's own ``profile:`` window too.
+- A window cut short by a preemption is recorded discarded, its trace removed, and the resumed attempt captures the
+  request again; the run still ends bit-identical to an unprofiled one.
 - A profile of a run that is not running is one line, exit 2; ``tpuops tensorboard --no-serve`` copies the
   complete captures and says how to serve them.
 """
@@ -25,16 +27,17 @@ from helpers import (
     digits_project,
     poll,
     run_dir,
+    run_status,
     small_digits,
     start_cli,
     start_tf_emulator,
 )
 
-from tpuops.emulator.control import EmulatorInfo, stop
+from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-HOST_STEPS, SLICE_STEPS = 60, 20
+HOST_STEPS, SLICE_STEPS, LONG_STEPS = 60, 20, 300
 
 # Run by TF_PYTHON with xplane paths: every host's trace through the plugin's trace viewer, all through the
 # overview page; prints what each held.
@@ -57,6 +60,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
         "target:\n  metric: accuracy\n  at_least: 0.95\n", "")
     (work / "experiments" / "host.yaml").write_text(text)
     (work / "experiments" / "planned.yaml").write_text(text + "profile:\n  at_step: 20\n  steps: 10\n")
+    (work / "experiments" / "long.yaml").write_text(text.replace(f"steps: {HOST_STEPS}", f"steps: {LONG_STEPS}"))
     (work / "experiments" / "slice.yaml").write_text(
         text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
         .replace(f"steps: {HOST_STEPS}", f"steps: {SLICE_STEPS}"))
@@ -158,3 +162,28 @@ def test_a_slice_profile_has_a_trace_per_worker_and_changes_nothing(world: tuple
     read = _read_back(work, capture)
     assert len(read["events"]) == 4 and all(events > 0 for events in read["events"].values()), read
     _same_weights(work, "slice-plain", "slice", SLICE_STEPS)
+
+
+def test_a_window_cut_by_a_preemption_is_discarded_then_captured_again(world: tuple[Path, EmulatorInfo]) -> None:
+    work, info = world
+    plain = _train(work, info, "long", "long-plain")
+    assert _succeeded(plain)["step"] == LONG_STEPS
+    train = _train(work, info, "long", "cut")
+    poll((run_dir(work, "cut") / "run.json").exists, "run cut declared", timeout_s=300)
+    asked = _cli(work, info, "profile", "cut", "--seconds", "3600", "--no-wait", "--json")
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    poll(lambda: (run_status(work, "cut").get("last_checkpoint_step") or 0) >= 20, "a checkpoint at step 20",
+         timeout_s=400)
+    node = next(n for n in AdminClient(info.endpoint).nodes() if n["name"].endswith("/nodes/cut"))
+    AdminClient(info.endpoint).preempt("tpuops-local", node["name"].split("/")[3], "cut", grace_s=20.0)
+    result = _succeeded(train)
+    assert (result["step"], result["preemptions"], result["attempts"]) == (LONG_STEPS, 1, 2)
+    listed = _cli(work, info, "profile", "cut", "--list", "--json")
+    captures = json.loads(listed.stdout)
+    assert [(c["attempt"], c["state"], c["request"]) for c in captures] == [
+        (1, "discarded", json.loads(asked.stdout)["request"]), (2, "complete", json.loads(asked.stdout)["request"])]
+    cut, whole = captures
+    assert cut["reason"].startswith("preempted at step") and cut["hosts"] == []
+    assert not (work / "home" / "store" / cut["folder"] / "plugins").exists(), "the cut window's trace is removed"
+    assert whole["last_step"] == LONG_STEPS and len(whole["hosts"]) == 1
+    _same_weights(work, "long-plain", "cut", LONG_STEPS)
