@@ -237,11 +237,13 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
     """
     from tpuops.core.errors import PreconditionFailed
     from tpuops.core.kinds import Cloud
+    from tpuops.core.naming import check_node_name
     from tpuops.providers.nodes import NodeState
     from tpuops.session import fleet
 
     if not command:
         raise UsageError("give the command to run after '--', e.g. tpuops exec NODE --worker all -- uptime")
+    check_node_name(node)  # the client library refuses a name that is not one with a ValueError
     found = fleet(settings).locate(node)
     if not found:
         raise UsageError(f"no node {node!r} in {', '.join(settings.zones)} ('tpuops status' lists them)")
