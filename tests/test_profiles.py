@@ -84,3 +84,26 @@ def test_a_request_is_written_for_the_agent_and_only_recorded_captures_are_read(
     found = captures(store, "going")
     assert [(c.name, c.state, c.hosts) for c in found] == [("2-step40", "complete", ["h0"])]
     assert api.list_profiles(settings, "going") == found
+
+
+def test_an_experiment_asks_for_one_window_of_a_model_run_only() -> None:
+    from pydantic import ValidationError
+
+    from tpuops.agent.runspec import SpecError, TrainSpec
+    from tpuops.launch.experiment import Experiment
+
+    base = {"name": "x", "dataset": {"train": "data/x"}}
+    model = Experiment.model_validate({**base, "model": "m:f", "batch": {"per_replica": 8}, "steps": 100,
+                                       "profile": {"at_step": 40}})
+    assert model.profile is not None and (model.profile.at_step, model.profile.steps) == (40, 10)
+    for bad in ({**base, "script": "train.py", "profile": {"at_step": 4}},
+                {**base, "model": "m:f", "batch": {"per_replica": 8}, "steps": 9, "profile": {"at_step": -1}},
+                {**base, "model": "m:f", "batch": {"per_replica": 8}, "steps": 9, "profile": {"at_step": 1,
+                                                                                             "steps": 0}}):
+        with pytest.raises(ValidationError):
+            Experiment.model_validate(bad)
+    window = TrainSpec.from_json({"per_replica_batch_size": 8, "steps": 9, "profile_at_step": 3,
+                                  "profile_steps": 2}, "train")
+    assert (window.profile_at_step, window.profile_steps) == (3, 2)
+    with pytest.raises(SpecError, match="profile_at_step"):
+        TrainSpec.from_json({"per_replica_batch_size": 8, "steps": 9, "profile_at_step": -3}, "train")

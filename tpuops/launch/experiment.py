@@ -107,7 +107,7 @@ class Eval(StrictModel):
     steps: StrictInt | None = Field(default=None, gt=0)
 
 
-class Profile(StrictModel):
+class ProfileWindow(StrictModel):
     """One TensorFlow profile window the run captures by itself (``tpuops/agent/profiles.py``)."""
 
     at_step: StrictInt = Field(ge=0)
@@ -150,7 +150,7 @@ class Experiment(StrictModel):
     steps_per_call: StrictInt = Field(default=50, gt=0)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     eval: Eval = Field(default_factory=Eval)
-    profile: Profile | None = None
+    profile: ProfileWindow | None = None
     """A profile window of ``steps`` from ``at_step`` (a model run's; ``tpuops profile`` asks for one later)."""
     mixed_precision: bool = False
     deterministic: Literal[True, False, "auto"] = "auto"
