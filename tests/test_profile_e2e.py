@@ -37,7 +37,7 @@ from tpuops.emulator.control import AdminClient, EmulatorInfo, stop
 
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
-HOST_STEPS, SLICE_STEPS, LONG_STEPS = 60, 20, 300
+HOST_STEPS, SLICE_STEPS, LONG_STEPS = 60, 40, 300
 
 # Run by TF_PYTHON with xplane paths: every host's trace through the plugin's trace viewer, all through the
 # overview page; prints what each held.
@@ -159,6 +159,7 @@ def test_a_slice_profile_has_a_trace_per_worker_and_changes_nothing(world: tuple
     capture, result = _profiled(work, info, "slice", "slice")
     assert _succeeded(plain)["step"] == result["step"] == SLICE_STEPS
     assert capture["state"] == "complete" and len(capture["hosts"]) == 4, capture
+    assert capture["first_step"] == 10, "a slice's window starts once a call of the attempt was timed"
     read = _read_back(work, capture)
     assert len(read["events"]) == 4 and all(events > 0 for events in read["events"].values()), read
     _same_weights(work, "slice-plain", "slice", SLICE_STEPS)

@@ -23,7 +23,8 @@ the workers, so the window is traced on every worker by their own profiler servi
 (``tf.profiler.experimental.client.trace`` to each worker's runtime, on a thread while the loop goes on; each
 worker writes its own ``<host>.xplane.pb`` into the store). A TPU worker's runtime serves profiles on port 8466
 (what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the emulator's runtime stand-in) serves
-them on its 8470. A window in steps is traced for that many steps at the last call's speed.
+them on its 8470. A window in steps is traced for that many steps at the last call's speed (``MIN_TRACE_MS`` at
+least), so it starts once a call of the attempt has been timed.
 
 Nothing here can change what the run computes, and nothing here may fail the run: every error is a record.
 Standard library and TensorFlow only (``tpuops.agent``'s rule).
@@ -52,8 +53,9 @@ ANSWERED = (COMPLETE, FAILED)
 """Record states after which a request is not served again."""
 TPU_PROFILER_PORT = 8466
 """Where a TPU worker's runtime serves profiles (its TensorFlow server is on 8470)."""
-_FALLBACK_STEP_S = 0.5
-"""A window in steps on a slice, before any call was timed: this long a step."""
+MIN_TRACE_MS = 2000
+"""The shortest trace of a slice's workers: a window of a few fast steps is traced this long (the trace starts
+by an RPC to every worker, and a shorter one can fall between two calls)."""
 
 
 class Window:
@@ -186,6 +188,14 @@ class Profiler:
                 return None
             return window
 
+    def _defer(self, window: Window) -> None:
+        if window.request == EXPERIMENT_REQUEST:
+            self.planned = window
+            return
+        with self._lock:
+            if self._asked is None:
+                self._asked = window
+
     def steps_to_edge(self, step: int) -> Optional[int]:
         """How many steps the next call may run so that it ends on a window's edge; None when nothing cuts it."""
         capture = self.capture
@@ -206,7 +216,9 @@ class Profiler:
                     self._finish(step)
                 return
             window = self._next(step)
-            if window is not None:
+            if window is not None and self.workers and self.step_s is None:
+                self._defer(window)  # a slice's window is timed from a call of this attempt: it waits for one
+            elif window is not None:
                 self._begin(window, step)
         except Exception as err:  # a profile must never fail the run
             log.warning("profile: %s", err, exc_info=True)
@@ -233,7 +245,7 @@ class Profiler:
         if window.seconds is not None:
             duration_ms = int(window.seconds * 1000)
         else:
-            duration_ms = max(100, int(1000 * (self.step_s or _FALLBACK_STEP_S) * (window.steps or 1)))
+            duration_ms = max(MIN_TRACE_MS, int(1000 * (self.step_s or 0.0) * (window.steps or 1)))
         service = profiler_addresses(self.workers, self.on_tpu)
         log.info("profile %s: tracing %d workers for %d ms from step %d", window.request, len(self.workers),
                  duration_ms, step)
