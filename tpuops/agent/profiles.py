@@ -258,7 +258,8 @@ class Profiler:
         import tensorflow as tf
 
         try:
-            tf.profiler.experimental.client.trace(service, capture.folder, duration_ms, num_tracing_attempts=1)
+            tf.profiler.experimental.client.trace(service, capture.folder, duration_ms, num_tracing_attempts=1,
+                                                  options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
         except Exception as err:
             capture.error = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
 
