@@ -119,6 +119,10 @@ SECTIONS = (
             "The digits CNN on an emulated v2-32 (4 workers, worker 0's agent the single TensorFlow client of all "
             "of them) against a v3-8 at the same global batch: create to first step and where the time goes, "
             "recovery of a preemption, memory per worker and for the slice, steps/s (2 shared cores: no goal)."),
+    Section("bench_profiles", "Profiles while nobody asks",
+            "What the profile feature costs every run while no profile is asked for: the training loop's steps/s "
+            "with the idle profiler (the request read in the background, the boundary checks) against without it, "
+            "taking turns on the CPU under TF 2.9. Goal <= 1 %."),
 )
 
 HEADER = """# Benchmarks

@@ -57,7 +57,7 @@ HANG_SECONDS = 120.0
 
 # Commands whose real run changes the machine outside the sandbox (the user's crontab or systemd
 # units, a pip install, a server process left running): fuzzed only where a flag keeps them in it.
-CONFINED = {("schedule", "install"): ["--dry-run"]}
+CONFINED = {("schedule", "install"): ["--dry-run"], ("tensorboard",): ["--no-serve"]}
 UNFUZZED = {("schedule", "uninstall"): "edits the user's crontab",
             ("runtime", "install"): "builds a virtual environment with pip",
             ("emulator", "start"): "starts a server that outlives the case",

@@ -50,7 +50,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "api": ("tpuops.api", "tpuops.core", "tpuops.config", "tpuops.store", "tpuops.runs", "tpuops.billing",
             "tpuops.accounting", "tpuops.providers", "tpuops.data", "tpuops.launch", "tpuops.notify", "tpuops.fleet",
             "tpuops.controller", "tpuops.sweeps", "tpuops.sim", "tpuops.session", "tpuops.doctor",
-            "tpuops.schedule", "tpuops.tfenv", "tpuops.emulator"),
+            "tpuops.schedule", "tpuops.tfenv", "tpuops.emulator", "tpuops.contract"),
     "dashboard": ("tpuops.dashboard", "tpuops.api", "tpuops.runs", "tpuops.accounting", "tpuops.sweeps",
                   "tpuops.store", "tpuops.config", "tpuops.core", "tpuops.session"),
     "cli": ("tpuops.cli", "tpuops.api", "tpuops.config", "tpuops.core"),

@@ -8,8 +8,9 @@ bundle), never the control plane itself (it needs Python >= 3.10 and a protobuf 
 
 The agent talks to the control plane only through the store (docs/design.md, "The store is the
 message bus"): it reads ``runs/<run>/spec.json`` (schema in ``tpuops.contract.runspec``) and writes
-``status.json`` (``status``; schema in ``tpuops.contract.status``), ``logs/``, ``ckpt/``, ``tb/`` and
-``model/`` under ``runs/<run>/`` (layout in ``paths``), and after the save on a preemption notice the
+``status.json`` (``status``; schema in ``tpuops.contract.status``), ``logs/``, ``ckpt/``, ``tb/``, ``model/``
+and, when asked through ``profile.json``, ``profiles/`` under ``runs/<run>/`` (layout in ``paths``; profiles in
+``profiles``), and after the save on a preemption notice the
 wake marker ``wake/<run>`` (``wake``). Exit codes and exit classes are ``tpuops.contract.exits``.
 
 May import: the standard library, TensorFlow 2.9, numpy, orjson, ``tpuops.agent`` and ``tpuops.contract``.

@@ -9,6 +9,8 @@ Layout under ``<store_root>/runs/<run_id>/`` (docs/design.md, "The store is the 
     tb/            TensorBoard event files
     model/         the final Keras SavedModel, complete once status says succeeded
     predictions/   default output prefix of ``infer`` (``infer``)
+    profile.json   a profile request (written by the control plane; the agent only reads it)
+    profiles/      TensorFlow profiles, one folder per capture with its record (``profiles``)
 
 Paths are joined with "/" so that they work for ``gs://`` URIs and local paths alike. This
 module imports TensorFlow only when it writes: ``prefetch`` uses the paths before the import.

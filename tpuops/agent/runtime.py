@@ -38,11 +38,13 @@ _TPU_DEVICE_GLOBS = ("/dev/accel*", "/dev/vfio/[0-9]*")
 class Runtime:
     """The strategy the run uses and the facts about it that the loops need."""
 
-    def __init__(self, strategy: Any, device: str, deterministic: bool, hosts: int = 1) -> None:
+    def __init__(self, strategy: Any, device: str, deterministic: bool, hosts: int = 1,
+                 workers: Tuple[str, ...] = ()) -> None:
         self.strategy = strategy
         self.device = device
         self.deterministic = deterministic
         self.hosts = hosts  # the workers this process drives: more than 1 on a pod slice
+        self.workers = workers  # their runtimes' host:port on a pod slice (what ``profiles`` traces); else empty
 
     @property
     def on_tpu(self) -> bool:
@@ -131,22 +133,23 @@ def slice_name() -> Optional[str]:
     return None if name in ("", "local") else name
 
 
-def _slice_strategy(name: str, allow_cpu: bool) -> Tuple[Any, str, int]:
+def _slice_strategy(name: str, allow_cpu: bool) -> Tuple[Any, str, Tuple[str, ...]]:
     """The strategy over every worker of slice ``name``, found through TensorFlow's own resolver; its device
-    kind and the number of workers."""
+    kind and the workers' runtime addresses."""
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
     tf.config.experimental_connect_to_cluster(resolver)
     job = resolver.get_job_name() or "worker"
-    hosts = resolver.cluster_spec().num_tasks(job)
+    workers = tuple(resolver.cluster_spec().job_tasks(job))
+    hosts = len(workers)
     if tpu_hardware_present():
         tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver), "TPU", hosts
+        return tf.distribute.TPUStrategy(resolver), "TPU", workers
     if not allow_cpu:
         raise UserError(f"slice {name} has no TPU chips on worker 0 (no /dev/accel* or /dev/vfio devices): refusing "
                         "to run on its CPUs; set allow_cpu_fallback: true in the run spec to run without a TPU")
     devices = [f"/job:{job}/replica:0/task:{task}/device:CPU:0" for task in range(hosts)]
     log.warning("no TPU on slice %s: training on the CPUs of its %d workers (allow_cpu_fallback)", name, hosts)
-    return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=devices[0]), "CPU", hosts
+    return tf.distribute.experimental.CentralStorageStrategy(devices, parameter_device=devices[0]), "CPU", workers
 
 
 CPU_REPLICAS_ENV = "TPUOPS_CPU_REPLICAS"
@@ -181,10 +184,10 @@ def connect(spec: RunSpec) -> Runtime:
     """
     check_tensorflow()
     check_seed(spec.seed)
-    name, hosts = slice_name(), 1
+    name, workers = slice_name(), ()
     if name is not None:
         try:
-            strategy, device, hosts = _slice_strategy(name, spec.allow_cpu_fallback)
+            strategy, device, workers = _slice_strategy(name, spec.allow_cpu_fallback)
         except (tf.errors.OpError, ValueError, RuntimeError) as err:
             raise RuntimeError(f"TensorFlow cannot reach the workers of slice {name}: {err}") from err
     elif tpu_hardware_present():
@@ -210,7 +213,8 @@ def connect(spec: RunSpec) -> Runtime:
         tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     elif spec.mixed_precision:
         log.warning("mixed_precision ignored on the CPU: TF 2.9's CPU kernels have no bfloat16 convolutions")
-    runtime = Runtime(strategy, device, deterministic, hosts)
+    hosts = max(1, len(workers))
+    runtime = Runtime(strategy, device, deterministic, hosts, workers)
     log.info(
         "runtime: TensorFlow %s, %s x%d on %d host(s), deterministic=%s, precision policy %s",
         tf.__version__,

@@ -71,6 +71,7 @@ class Status:
         timed: bool = True,
     ) -> None:
         self._path = path
+        self.attempt = attempt
         self._previous_step = reach[0]
         self._earlier_attempts = [a for a in attempts or [] if a.get("attempt") != attempt]
         self.clock = AttemptClock(attempt)

@@ -55,6 +55,7 @@ from tpuops.agent.checkpoints import Checkpointer, TrainState
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
 from tpuops.agent.prefetch import Prefetch
+from tpuops.agent.profiles import Profiler
 from tpuops.agent.runtime import Runtime
 from tpuops.agent.status import Status
 from tpuops.agent.steps import CompiledSteps, Steps, make_optimizer
@@ -100,6 +101,9 @@ class _Run:
                                                               self.tspec.global_batch)
         self.eval_data: Any = None  # the distributed eval dataset, when there is one
         self.stream: Any = None  # the training stream's iterator, once training began
+        self.profiler = Profiler(paths.run_dir, status.attempt, spec.heartbeat_seconds, workers=runtime.workers,
+                                 on_tpu=runtime.on_tpu, at_step=self.tspec.profile_at_step,
+                                 steps=self.tspec.profile_steps)
 
     # Long: the loading phase as the status reports it, one step after another (check the data, build the model
     # in the strategy's scope, restore the newest whole checkpoint); each step sets attributes the next reads.
@@ -227,6 +231,9 @@ class _Run:
             limits.append(to_checkpoint)
         if self.tspec.eval_every_steps and self.eval_data is not None:
             limits.append(self.tspec.eval_every_steps - step % self.tspec.eval_every_steps)
+        to_profile_edge = self.profiler.steps_to_edge(step)
+        if to_profile_edge:
+            limits.append(to_profile_edge)
         return min(limits)
 
     def train(self) -> None:
@@ -242,10 +249,13 @@ class _Run:
             self.steps.prepare(dataset.element_spec)
             self.steps.trace(iterator)
         self.status.set_phase("training")
+        self.profiler.start()
         last_report = time.monotonic()
+        size, elapsed = 0, 0.0
         while step < self.tspec.steps:
             if self.notice.requested():
                 self._stop_for_preemption(step)
+            self.profiler.boundary(step, size, elapsed)
             size = self._call_size(step)
             started = time.monotonic()
             with inputs.dataset_records("dataset.train"):
@@ -273,6 +283,7 @@ class _Run:
                 self.checkpoint(step, background=True)
             if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
                 self.evaluate(step)
+        self.profiler.end(step)
 
     def _report(self, step: int) -> None:
         """The training metrics since the last report, to status, TensorBoard and the log; then reset them.
@@ -311,6 +322,7 @@ class _Run:
 
     def _stop_for_preemption(self, step: int) -> None:
         log.warning("preemption notice (%s) at step %d", self.notice.reason, step)
+        self.profiler.abandon(step, f"preempted at step {step}")
         if step > 0:
             # A background save that failed is logged, not fatal here: this blocking save, even of
             # the same step, replaces it, and the attempt ends "preempted" as the notice says.
@@ -374,7 +386,8 @@ def run(spec: RunSpec, runtime: Runtime, status: Status, notice: PreemptionNotic
     try:
         attempt.train()
         attempt.finish()
-    except BaseException:
+    except BaseException as exc:
+        attempt.profiler.abandon(int(attempt.state.step.numpy()), f"the attempt ended: {type(exc).__name__}")
         attempt.abandon()
         raise
     return attempt

@@ -18,7 +18,8 @@ May import: every wing below it (``tpuops.core``, ``tpuops.config``, ``tpuops.st
 ``tpuops.billing``, ``tpuops.accounting``, ``tpuops.providers``, ``tpuops.data``, ``tpuops.launch``,
 ``tpuops.notify``, ``tpuops.fleet``, ``tpuops.controller``, ``tpuops.sweeps``, ``tpuops.sim``), the
 ``tpuops.session`` wiring, ``tpuops.doctor``, ``tpuops.schedule``, the local runtime (``tpuops.tfenv``) and
-the emulator's controls (``tpuops.emulator``). Never a UI: the CLI and the dashboard stand on it.
+the emulator's controls (``tpuops.emulator``) and the agent's contract (``tpuops.contract``: a profile
+request's names). Never a UI: the CLI and the dashboard stand on it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tpuops.api.pages import (
     watch_marks,
 )
 from tpuops.api.plan import Forecasted, forecast_sweep, forecast_train, risk, simulate
+from tpuops.api.profiles import list_profiles, request_profile, tensorboard
 from tpuops.api.provisioning import create_body, down, plan_up, plan_up_queued, up
 from tpuops.api.runs import Forgotten, Overview, Repaired, cost, events, forget, list_runs, logs, repair, status
 from tpuops.api.sweeps import (
@@ -78,19 +80,17 @@ from tpuops.api.tools import (
 from tpuops.core.naming import MetadataKey
 
 __all__ = [
-    "Executed", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail",
-    "Started", "SweepStarted", "WorkerRan", "controller", "cost", "create_body", "data_convert", "data_ls",
-    "data_sample", "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing",
-    "emulator_fault", "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "exec_on",
-    "forecast_sweep", "forecast_train", "forget", "infer", "init", "launch", "list_runs", "load_settings", "log_tail",
-    "logs", "nodes", "notify_test",
-    "plan_infer", "plan_resume", "plan_stop", "plan_train", "plan_up", "plan_up_queued", "reachable_store",
-    "reap_orphans", "reconcile", "repair", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install",
-    "runtime_status",
-    "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "slice_workers", "status", "stop",
-    "sweep_list",
-    "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "train",
-    "up", "watch", "watch_marks",
+    "Executed", "Forecasted", "Forgotten", "MetadataKey", "NodeRow", "Overview", "Repaired", "RunDetail", "Started",
+    "SweepStarted", "WorkerRan", "controller", "cost", "create_body", "data_convert", "data_ls", "data_sample",
+    "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
+    "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "exec_on", "forecast_sweep",
+    "forecast_train", "forget", "infer", "init", "launch", "list_profiles", "list_runs", "load_settings", "log_tail",
+    "logs", "nodes", "notify_test", "plan_infer", "plan_resume", "plan_stop", "plan_train", "plan_up",
+    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "repair", "request_profile", "resume", "risk",
+    "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
+    "schedule_uninstall", "simulate", "slice_workers", "status", "stop", "sweep_list", "sweep_plan", "sweep_repair",
+    "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "tensorboard", "train", "up",
+    "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:

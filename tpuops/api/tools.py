@@ -241,12 +241,14 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
         PreconditionFailed: the node is not READY (nothing runs on it).
     """
     from tpuops.core.errors import PreconditionFailed
+    from tpuops.core.naming import check_node_name
     from tpuops.providers.nodes import NodeState
     from tpuops.session import fleet, worker_commands
 
     if not command or not command[0].strip():
         raise UsageError("give the program to run after '--', e.g. tpuops exec NODE --worker all -- uptime "
                          "(a shell line: -- sh -c 'cd /tmp && ls')")
+    check_node_name(node)  # the client library refuses a name that is not one with a ValueError
     nodes = fleet(settings)
     reach = worker_commands(settings, nodes.provider)  # a provider without the capability: refused before asking
     found = nodes.locate(node)

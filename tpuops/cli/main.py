@@ -25,6 +25,7 @@ from tpuops.cli import (
     jobs,
     nodes,
     notify,
+    profiles,
     risk,
     runtime,
     samples,
@@ -68,7 +69,7 @@ def command_line() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     app.callback()(_root)
-    for module in (init, nodes, jobs, cost, risk, simulate, control, doctor, sweep, schedule):
+    for module in (init, nodes, jobs, cost, risk, simulate, control, doctor, sweep, schedule, profiles):
         module.register(app)
     app.add_typer(emulator.app, name="emulator")
     app.add_typer(runtime.app, name="runtime")

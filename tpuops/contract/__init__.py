@@ -11,7 +11,8 @@ What they must agree on is defined here once, and both sides import it:
 - ``timing``: where an attempt's seconds went (the ``attempts`` entries of ``status.json``);
 - ``wake``: the wake marker ``wake/<run>`` a preempted agent leaves after its save, and the node
   metadata attribute naming the job to start;
-- ``interval``: the checkpoint interval rule (Young/Daly) the agent applies and a plan forecasts.
+- ``interval``: the checkpoint interval rule (Young/Daly) the agent applies and a plan forecasts;
+- ``profiles``: a profile request (``runs/<run>/profile.json``) and the captures' folder, record and states.
 
 Everything here runs on both sides, so it is Python 3.8 syntax (``ruff.toml`` lints it as 3.8), and it
 touches no store: the agent reads and writes the documents with TensorFlow, the control plane through

@@ -78,9 +78,11 @@ Schema (version 1; "=" gives the default of an optional key)::
         "eval_steps": null,              = null; null: the whole eval set, else at most N batches
         "metrics": ["accuracy", "loss"], = ["accuracy", "loss"]; subset of accuracy, loss,
                                          top5_accuracy (ignored for a compiled model)
-        "loss": "sparse_categorical_crossentropy"  = that; or
+        "loss": "sparse_categorical_crossentropy",  = that; or
                                          "sparse_categorical_crossentropy_from_logits" (ignored
                                          for a compiled model)
+        "profile_at_step": null,         = null; a TensorFlow profile window from this step
+        "profile_steps": 0               = 0; ... this many steps long (``profiles``)
       },
       "infer": {                         required by `infer`
         "input": ["gs://b/data/x/test-*.tfrecord"],   TFRecord patterns, same features
@@ -316,6 +318,9 @@ class TrainSpec:
     eval_steps: Optional[int] = None
     metrics: Tuple[str, ...] = ("accuracy", "loss")
     loss: str = LOSSES[0]
+    profile_at_step: Optional[int] = None
+    """The experiment's profile window: from this step (``profiles``), ``profile_steps`` long; None: none."""
+    profile_steps: int = 0
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "TrainSpec":
@@ -335,7 +340,12 @@ class TrainSpec:
         rate = _get(obj, "checkpoint_loss_rate_per_hour", (int, float), where, None)
         if rate is not None and not 0 < rate < float("inf"):
             raise SpecError(f"{where}.checkpoint_loss_rate_per_hour: must be a number > 0")
+        profile_at = _get(obj, "profile_at_step", (int,), where, None)
+        if profile_at is not None and profile_at < 0:
+            raise SpecError(f"{where}.profile_at_step: must be >= 0")
         return cls(
+            profile_at_step=profile_at,
+            profile_steps=count("profile_steps", cls.profile_steps, zero_ok=True),
             per_replica_batch_size=count("per_replica_batch_size"),
             global_batch=None if global_batch is None else _positive(global_batch, where + ".global_batch"),
             checkpoint_loss_rate_per_hour=None if rate is None else float(rate),

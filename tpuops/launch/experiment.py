@@ -134,6 +134,13 @@ class Eval(StrictModel):
     steps: StrictInt | None = Field(default=None, gt=0)
 
 
+class ProfileWindow(StrictModel):
+    """One TensorFlow profile window the run captures by itself (``tpuops/agent/profiles.py``)."""
+
+    at_step: StrictInt = Field(ge=0)
+    steps: StrictInt = Field(default=10, gt=0)
+
+
 class Target(StrictModel):
     """A result the experiment promises; ``tpuops train`` reports whether it was met.
 
@@ -170,6 +177,8 @@ class Experiment(StrictModel):
     steps_per_call: StrictInt = Field(default=50, gt=0)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     eval: Eval = Field(default_factory=Eval)
+    profile: ProfileWindow | None = None
+    """A profile window of ``steps`` from ``at_step`` (a model run's; ``tpuops profile`` asks for one later)."""
     mixed_precision: bool = False
     deterministic: Literal[True, False, "auto"] = "auto"
     """TF op determinism: true keeps a resumed run bit-identical to an uninterrupted one (at a cost in
@@ -235,6 +244,8 @@ class Experiment(StrictModel):
         if self.program is not None:
             if self.model is not None or self.input is not None:
                 raise ValueError("a script runs on its own: drop model and input, or drop command/script")
+            if self.profile is not None:
+                raise ValueError("profile: is for a model run (the agent's loop); a script profiles itself")
             return self
         if self.model is None:
             raise ValueError("give model (module:function), or command/script to run your own program")

@@ -279,6 +279,8 @@ def plan_train(
             eval_every_steps=experiment.eval.every_steps,
             eval_steps=experiment.eval.steps,
             metrics=tuple(experiment.eval.metrics),
+            profile_at_step=experiment.profile.at_step if experiment.profile else None,
+            profile_steps=experiment.profile.steps if experiment.profile else 0,
         ))
     datasets = tuple(d for d in (train, evaluation) if d is not None)
     return _checked(JobPlan(run_id=run_id, experiment=experiment, spec=spec, record=record, bundle=bundle,

@@ -34,6 +34,14 @@ Every key below is relative to the store root (docs/design.md, "The store is the
                               ``tpuops logs RUN --worker N`` reads it.
     runs/<run>/ckpt/ tb/ model/ predictions/   the agent's checkpoints, TensorBoard events,
                               final SavedModel and default inference output.
+    runs/<run>/profile.json   a request for a TensorFlow profile (``{id, steps | seconds, requested_at}``):
+                              written by ``tpuops profile`` (``tpuops.api.profiles``), rewritten by the next
+                              request, read by the agent every heartbeat (``tpuops.agent.profiles``, which
+                              defines the names).
+    runs/<run>/profiles/<attempt>-step<N>/   one capture: TensorBoard's ``plugins/profile/<session>/
+                              <host>.xplane.pb`` (a slice's from each worker) and ``record.json``, written last
+                              by the agent: complete, failed or discarded (the attempt ended inside the window).
+                              A folder without a complete record is not a profile.
     index/runs/<run>          empty marker of every run: written by ``declare`` after run.json, so
                               listing runs costs one object per run, not every file of its history.
     index/active/<run>        empty marker of an unfinished run: written by ``declare``,
