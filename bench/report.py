@@ -97,6 +97,10 @@ SECTIONS = (
             "per CPU second of the simulation loop, with Optuna's random sampler (goal >= 1,000x) and with TPE; the "
             "CPU time inside Optuna's ask is reported apart, per trial and as a share, since a real sweep pays it too. "
             "Each sampler 3 times with seeds 0-2, each in a fresh process."),
+    Section("bench_swarm", "Fault swarm",
+            "The fault swarm's reach (`make swarm`, `tpuops.sim.swarm`): seeds a minute on every core of this "
+            "machine (goal: the default 2,000 seeds in under 30 minutes), CPU seconds a seed, the faults injected by "
+            "kind, the invariant checks made and the violations found, over seeds played in three parts."),
     Section("bench_detection", "Detection latency",
             "How soon a preemption is noticed: cron, `watch` and the agent's wake-up marker, on the simulator at "
             "equal preemption counts and in real runs on the emulator.",
