@@ -328,6 +328,22 @@ def test_budget_spent_finishes_budget_exhausted_and_deletes_the_node() -> None:
     assert step(memory, missing(spent_usd=1.0, budget_usd=1.0), 220.0) == []
 
 
+@pytest.mark.parametrize("exit_class", ["succeeded", "user-error", "diverged"])
+def test_an_agent_that_ended_the_run_in_the_pass_that_finds_the_budget_spent_keeps_its_own_ending(
+        exit_class: str) -> None:
+    memory = training()
+    spent = {"spent_usd": 1.2, "budget_usd": 1.0}
+    assert step(memory, seen(READY, agent=status(1, 1000, exit_class), **spent), 200.0) == [("delete", A)]
+    assert memory.outcome == exit_class
+
+
+def test_an_agent_that_crashed_when_the_budget_is_spent_is_not_restarted() -> None:
+    memory = training()
+    spent = {"spent_usd": 1.2, "budget_usd": 1.0}
+    assert step(memory, seen(READY, agent=status(1, 500, "crashed"), **spent), 200.0) == [("delete", A)]
+    assert memory.outcome == "budget-exhausted" and memory.crashes == 0
+
+
 def test_a_tiny_budget_is_reported_in_digits_that_show_it() -> None:
     memory = training()
     assert step(memory, seen(READY, spent_usd=0.0042, budget_usd=0.001), 200.0) == [("delete", A)]

@@ -55,10 +55,17 @@ def race(contenders: list[Leases], now: float) -> list[bool]:
     return [bool(r) for r in results]
 
 
-@pytest.mark.parametrize("before", ["absent", "expired"])
+DAMAGED = {"truncated": b'{"holder": "old", "expi', "not-utf8": b"\xff\xfe\x00garbage", "not-a-lease": b"[1, 2]",
+           "no-holder": b'{"expires": 9999999999}', "bad-expiry": b'{"holder": "old", "expires": "soon"}'}
+"""Lease documents that cannot be read (a torn write, a hand edit): each holds nobody."""
+
+
+@pytest.mark.parametrize("before", ["absent", "expired", *(f"damaged-{kind}" for kind in DAMAGED)])
 def test_of_holders_racing_for_one_lease_exactly_one_wins(store: Store, before: str) -> None:
     if before == "expired":
         assert holder(store, "old").acquire("run-1", now=T0 - 2 * TTL)
+    if before.startswith("damaged-"):
+        store.write_bytes("leases/run-1", DAMAGED[before.removeprefix("damaged-")])
     contenders = [holder(store, f"controller-{i}") for i in range(4)]
     won = race(contenders, now=T0)
     assert won.count(True) == 1
@@ -94,6 +101,15 @@ def test_release_by_another_holder_or_of_an_absent_lease_changes_nothing(store: 
     b.release("run-1")
     assert not b.acquire("run-1", now=T0 + 1)
     assert owner(store) == "a"
+
+
+@pytest.mark.parametrize("kind", DAMAGED)
+def test_a_damaged_lease_is_left_by_release_and_replaced_by_the_next_acquire(store: Store, kind: str) -> None:
+    store.write_bytes("leases/run-1", DAMAGED[kind])
+    holder(store, "a").release("run-1")
+    assert store.read_bytes("leases/run-1") == DAMAGED[kind]
+    assert holder(store, "b").acquire("run-1", now=T0)
+    assert owner(store) == "b"
 
 
 def test_the_holder_renews_its_own_lease(store: Store) -> None:

@@ -230,7 +230,20 @@ def test_the_verdict_on_a_damaged_runs_node_leaves_a_working_agent_and_ends_a_si
     assert damaged_verdict(NodeState.READY, None, 149.0, now, policy) is None
     assert damaged_verdict(NodeState.READY, None, 151.0, now, policy) == \
         "no readable agent status on a node READY for 151 s"
-    assert damaged_verdict(NodeState.PREEMPTED, ended, 500.0, now, policy) is None
+
+
+
+def test_the_verdict_on_a_damaged_runs_dead_node_deletes_it_at_once_and_waits_on_one_in_transition() -> None:
+    policy, kept = Policy(zones=(ZONE,)), Policy(zones=(ZONE,), keep_node=True)
+    now = 10_000.0
+    for state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+        for agent in (None, AgentStatus(attempt=1, heartbeat="1970-01-01T02:46:00+00:00")):
+            assert damaged_verdict(state, agent, 1.0, now, policy) == f"its node is {state.value}"
+            assert damaged_verdict(state, agent, 1.0, now, kept) == f"its node is {state.value}"
+    assert damaged_verdict(NodeState.STOPPED, None, 1.0, now, policy) == "its node is STOPPED"
+    assert damaged_verdict(NodeState.STOPPED, None, 1.0, now, kept) is None
+    for state in (NodeState.CREATING, NodeState.STARTING, NodeState.DELETING, NodeState.REPAIRING):
+        assert damaged_verdict(state, None, 10_000.0, now, policy) is None
 
 
 def test_logs_follow_goes_on_past_a_garbled_status_and_ends_when_the_run_ends(settings: Settings) -> None:

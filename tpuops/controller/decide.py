@@ -27,7 +27,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
 - a create request refused for quota, permission or validity finishes the run as failed (no
   retry); one that failed transiently is tried again on the next pass;
 - spending at or over the run's budget -> finish as budget-exhausted and delete the node
-  (deletion sends the preemption notice, so the agent checkpoints);
+  (deletion sends the preemption notice, so the agent checkpoints); an agent that ended the run for
+  good first (its final exit read in the pass that finds the budget spent) keeps its own ending, as
+  with a stop: the budget stops work still going, never relabels work done;
 - a stop request (``tpuops stop``, ``down`` of the run's node, the dashboard) -> finish as stopped
   and delete the node, the same way, kept node or not; never a preemption (the memory is finished
   before the node goes). An agent that ended the run for good first keeps its own ending;
@@ -70,6 +72,9 @@ from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.DELETING, NodeState.STOPPING}
 
+
+_DEAD_NODE = {NodeState.PREEMPTED, NodeState.TERMINATED}
+"""States of a node no agent runs on and that only a delete ends."""
 
 _NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
                   "moved-up": "the notice of a planned move to a larger size"}
@@ -351,7 +356,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
             decision.actions.append(Action(ActionKind.DELETE, observed.node_zone))
         return decision
     if observed.budget_usd is not None and observed.spent_usd is not None and \
-            observed.spent_usd >= observed.budget_usd and BUDGET_STOP.on:
+            observed.spent_usd >= observed.budget_usd and not _ended_on_its_own(memory, observed) and BUDGET_STOP.on:
         memory.finish(now, Outcome.BUDGET_EXHAUSTED,
                 f"spent {format_usd(observed.spent_usd)} of a {format_usd(observed.budget_usd)} budget")
         if observed.node_state is not None and observed.node_zone:
@@ -379,7 +384,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
-    if state in (NodeState.PREEMPTED, NodeState.TERMINATED):
+    if state in _DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
     elif state is NodeState.READY:
@@ -458,7 +463,8 @@ def _probe(memory: Memory, observed: Observed, now: float, policy: Policy, decis
 
 
 def _ended_on_its_own(memory: Memory, observed: Observed) -> bool:
-    """The agent ended the run for good (succeeded, user-error) before a stop was honoured: that is its ending."""
+    """The agent ended the run for good (succeeded, user-error, diverged) before a stop or the budget was honoured:
+    that is its ending."""
     status = observed.status
     return status is not None and status.final and status.attempt > memory.handled_agent_attempt
 
@@ -590,10 +596,15 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
 
     Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
-    READY node must not bill forever. It is left to its agent while the agent works (its own end deletes
-    the node, ``templates/startup.sh.j2``) and deleted once the agent has exited, or has shown no sign of
-    life (a heartbeat; without a readable status, the node's age) for as long as a hang takes.
+    READY node must not bill forever, and a PREEMPTED, TERMINATED or STOPPED one (no agent runs on it, and
+    nothing replaces it without the memory) must not hold the name and the quota forever: it goes at once
+    (a STOPPED one is left when the run keeps its node: it may be the user's to start). A READY node is left
+    to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
+    deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
+    the node's age) for as long as a hang takes.
     """
+    if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
+        return f"its node is {node_state.value}"
     if node_state is not NodeState.READY:
         return None
     if status is not None and status.exit_class is not None:

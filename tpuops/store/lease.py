@@ -9,6 +9,14 @@ is renewed with one compare-and-swap on the generation we wrote. So a controller
 runs pays a store round trip per run once per half TTL, not on every pass. A ``tenure`` counts
 the times a lease had to be taken rather than renewed: what a holder cached about the run while
 it held the lease is only good for the same tenure.
+
+A lease document that cannot be read (not JSON, not UTF-8, not a holder and an expiry: a torn write, a
+hand edit) holds nobody: ``acquire`` takes it as it takes an expired one, with a compare-and-swap on the
+damaged document's generation, so of two controllers that find it damaged only one wins; ``release``
+leaves it (not known to be ours) for the next ``acquire`` to replace. A lease is a coordination hint, not
+the guard of correctness: a run's memory is written with its own compare-and-swap, so a holder that still
+believes it holds a lease another took over (for at most half a TTL, ``known``) loses its next memory
+write instead of corrupting the run. So no lease, however damaged, stops a pass or another run's recovery.
 """
 
 from __future__ import annotations
@@ -23,6 +31,15 @@ from dataclasses import dataclass
 
 from tpuops.core.errors import NotFound, PreconditionFailed
 from tpuops.store import Store
+
+
+def _lease_of(data: bytes) -> tuple[str, float] | None:
+    """The holder and expiry a lease document names; None when it is damaged (it then holds nobody)."""
+    try:
+        body = json.loads(data)
+        return str(body["holder"]), float(body.get("expires", 0))
+    except (ValueError, TypeError, KeyError, AttributeError):  # JSON/UTF-8 damage, or not a lease's shape
+        return None
 
 
 def new_holder_id() -> str:
@@ -62,14 +79,14 @@ class Leases:
         key = f"leases/{name}"
         try:
             data, generation = self.store.read_versioned(key)
-            current = json.loads(data)
+            current = _lease_of(data)
         except NotFound:
             generation, current = 0, None
-        expires = float(current.get("expires", 0)) if current else 0.0
-        if current and current.get("holder") != self.holder and expires > now:
+        holder, expires = current if current is not None else (None, 0.0)
+        if holder is not None and holder != self.holder and expires > now:
             self._held.pop(name, None)
             return False
-        ours = bool(current and current.get("holder") == self.holder and expires > now and held is not None)
+        ours = holder == self.holder and expires > now and held is not None
         return self._write(name, generation, now, held.tenure if ours and held else next(self._tenures))
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
@@ -95,7 +112,8 @@ class Leases:
             data, generation = self.store.read_versioned(key)
         except NotFound:
             return
-        if json.loads(data).get("holder") == self.holder:
+        current = _lease_of(data)
+        if current is not None and current[0] == self.holder:
             expired = json.dumps({"holder": self.holder, "expires": 0}).encode()
             try:
                 self.store.write_if_generation_match(key, expired, generation)
