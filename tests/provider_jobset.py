@@ -17,7 +17,9 @@ shapes of TPU hardware, which it takes from Cloud TPU's catalog by naming it (th
 The cluster is a dict in this process: what a test does to it is said in its words (``pods_ready``,
 ``pod_fails``, ``evict``), and the adapter maps the JobSet and its pods onto the neutral words once: the
 JobSet's status onto ``NodeState`` (``_state``), a failed pod of a running JobSet onto an unhealthy worker (its
-completion index), a spot reclaim onto a preemption of the whole slice. Kubernetes has no long-running
+completion index), a spot reclaim onto a preemption of the whole slice. ``exec`` is ``kubectl exec`` into the
+worker's pod (``RunsCommands``: the arguments reach the container's process as given, no shell between); a pod
+here is a folder of this machine with the completion index in its environment. Kubernetes has no long-running
 operations: a create or a delete is done when answered, and the provider keeps a record of each so that
 ``operation`` can report it again.
 
@@ -28,8 +30,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, ClassVar
 
@@ -39,6 +42,7 @@ from tpuops.core.kinds import Capacity
 from tpuops.core.naming import MetadataKey
 from tpuops.providers.base import Connection
 from tpuops.providers.cloud_tpu import catalog as tpu_hardware
+from tpuops.providers.commands import WorkerRan, run_here
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation
 from tpuops.providers.offers import AcceleratorShape, Offers
 
@@ -191,6 +195,7 @@ class JobSetProvider:
         self.pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(namespace, JobSet name) -> its pods, by completion index (worker 0 first)."""
         self._operations: dict[str, Operation] = {}
+        self._homes: dict[tuple[str, str, int], str] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -243,6 +248,24 @@ class JobSetProvider:
             job = self.jobsets[(zone, name)]
             job["status"]["replicatedJobsStatus"][0]["ready"] = 0
             job["status"]["conditions"].append({"type": "Failed", "reason": PREEMPTED_REASON})
+
+    # -- RunsCommands --------------------------------------------------------------------------
+
+    def run_on_worker(self, zone: str, node: str, worker: int, argv: Sequence[str], *,
+                      timeout_s: float) -> WorkerRan:
+        """``kubectl exec`` into pod ``worker`` of the JobSet: ``argv`` as given, in the pod's folder, with the
+        environment a JobSet gives its pods; a pod that is not running answers as kubectl does (exit 1)."""
+        with self._lock:
+            pods = self.pods.get((zone, node))
+            phase = None if pods is None or worker >= len(pods) else pods[worker]["status"]["phase"]
+        if phase is None:
+            raise UsageError(f"no pod {worker} of JobSet {node} in namespace {zone}")
+        if phase != "Running":
+            return WorkerRan(worker, 1, "", f"error: cannot exec into a container in a completed pod; current "
+                                            f"phase is {phase}\n")
+        home = self._homes.setdefault((zone, node, worker), tempfile.mkdtemp(prefix=f"{node}-{worker}-"))
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "JOB_COMPLETION_INDEX": str(worker)}
+        return run_here(worker, argv, cwd=home, env=env, timeout_s=timeout_s)
 
     # -- NodeProvider --------------------------------------------------------------------------
 

@@ -248,3 +248,23 @@ def test_a_slice_costs_its_chips_at_the_providers_price_under_its_billing_rule(
     assert cost.usd == pytest.approx(cost.ready_seconds / 3600 * cost.usd_per_hour)
     assert CLOUD_TPU.preemption_is_free("spot", 0.0, 30.0)  # the same eviction Cloud TPU would not bill
     controller.release()
+
+
+def test_exec_reaches_every_pod_of_the_slice_with_its_arguments_as_given(
+        slice_run: tuple[Settings, Any, JobSetProvider, Controller]) -> None:
+    """``exec --worker all`` on the second vocabulary: the session finds the provider's own ``RunsCommands``
+    (``kubectl exec`` into each pod), each argument reaches the pod as given, and each pod's exit code comes back;
+    a pod that died answers as kubectl does."""
+    from tpuops import session
+
+    settings, _, cluster, controller = slice_run
+    reach = session.worker_commands(settings, cluster)
+    argv = ["sh", "-c", 'echo "$JOB_COMPLETION_INDEX $1"; exit 3', "sh", "a; touch INJECTED"]
+    ran = [reach.run_on_worker(ZONE, RUN, worker, argv, timeout_s=30) for worker in (0, 1)]
+    assert [(r.code, r.stdout) for r in ran] == [(3, "0 a; touch INJECTED\n"), (3, "1 a; touch INJECTED\n")]
+    cluster.pod_fails(ZONE, RUN, 1)
+    dead = reach.run_on_worker(ZONE, RUN, 1, ["true"], timeout_s=30)
+    assert dead.code == 1 and "phase is Failed" in dead.stderr, dead
+    with pytest.raises(UsageError):
+        reach.run_on_worker(ZONE, RUN, 2, ["true"], timeout_s=30)
+    controller.release()
