@@ -24,7 +24,9 @@ A step whose global batch is more than the slice takes at once accumulates gradi
 replica's share of the global batch is cut into ``accumulation`` micro-batches that run forward
 and backward one after another inside the step (a ``tf.while_loop`` in the graph, not the host),
 and their summed gradients make one optimizer update, the update the same global batch makes on
-a larger slice (``Steps._accumulated``). Layers that compute batch statistics (batch
+a larger slice (``Steps._accumulated``); the metrics are updated once per step, after the loop, from
+every micro-batch's outputs (a metric's update may not sit inside the loop under
+``CentralStorageStrategy``). Layers that compute batch statistics (batch
 normalization) see micro-batches, as they would see a larger slice's per-replica batches. A
 compiled model's own ``train_step`` applies its gradients per batch, so it cannot accumulate:
 ``CompiledSteps`` refuses an accumulation (``train``).
@@ -223,8 +225,9 @@ class Steps(MultiStep):
         super().__init__(strategy)
         self._eval_call = tf.function(self._eval_replicas)
 
-    def _gradients(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> Tuple[List[Any], tf.Tensor]:
-        """This replica's gradients of one (micro-)batch's share of the step's loss, and that share.
+    def _gradients(self, inputs: Any, labels: tf.Tensor, weights: Any = None) -> Tuple[List[Any], tf.Tensor, Any]:
+        """This replica's gradients of one (micro-)batch's share of the step's loss, that share, and the
+        ``(outputs, per-example losses)`` the metrics are updated from (``_train_step``).
 
         Per-example losses are divided by the global batch, so the shares of every micro-batch on
         every replica sum to the step's mean loss; the regularization loss, added once per step,
@@ -238,11 +241,11 @@ class Steps(MultiStep):
             if self._model.losses:
                 regularization = tf.nn.scale_regularization_loss(tf.cast(tf.add_n(self._model.losses), tf.float32))
                 loss += regularization if self._accumulation == 1 else regularization / self._accumulation
-        self.train_metrics.update(labels, outputs, per_example, weights)
-        return tape.gradient(loss, self._model.trainable_variables), loss
+        return tape.gradient(loss, self._model.trainable_variables), loss, (outputs, per_example)
 
-    def _accumulated(self, *batch: Any) -> Tuple[List[Any], tf.Tensor]:
-        """The gradients of ``accumulation`` micro-batches summed in a loop of the graph, and their loss.
+    def _accumulated(self, *batch: Any) -> Tuple[List[Any], tf.Tensor, Any]:
+        """The gradients of ``accumulation`` micro-batches summed in a loop of the graph, their loss, and the
+        ``(outputs, per-example losses)`` of all their rows in the batch's order.
 
         The replica's share of the step (``accumulation`` x ``per_replica_batch_size`` rows) is cut
         into micro-batches of consecutive rows; each runs forward and backward on its own, so a
@@ -250,24 +253,36 @@ class Steps(MultiStep):
         one ``tf.while_loop`` (the model is traced once, whatever the accumulation). The step's
         examples are the ones the same step takes on a slice that needs no accumulation; only the
         order of the float sums differs (module docstring of ``train``).
+
+        Nothing in the loop updates a metric: the outputs and losses are gathered in tensor arrays and
+        the step updates the metrics once after it. A metric's update is a synchronization point under
+        ``CentralStorageStrategy`` (the emulator's multi-host slices; its variables live on one device),
+        and TensorFlow refuses one inside a ``tf.while_loop`` body.
         """
         count = self._accumulation
         micro = tf.nest.map_structure(lambda part: _micro_batches(part, count), batch)
         variables = self._model.trainable_variables
         sums = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
         total = tf.constant(0.0)
+        outputs = tf.TensorArray(tf.float32, size=count)
+        per_example = tf.TensorArray(tf.float32, size=count)
         for index in tf.range(count):
-            gradients, loss = self._gradients(*tf.nest.map_structure(functools.partial(_take, index=index), micro))
+            gradients, loss, (micro_outputs, micro_losses) = self._gradients(
+                *tf.nest.map_structure(functools.partial(_take, index=index), micro))
             sums = [
                 total_gradient if gradient is None else total_gradient + tf.convert_to_tensor(gradient)
                 for total_gradient, gradient in zip(sums, gradients)
             ]
             total += loss
-        return sums, total
+            outputs = outputs.write(index, micro_outputs)
+            per_example = per_example.write(index, micro_losses)
+        return sums, total, (outputs.concat(), per_example.concat())
 
     def _train_step(self, *batch: Any) -> tf.Tensor:
         """One optimizer step of the replica's share ``(inputs, labels[, weights])``; 1.0 if its loss is not finite."""
-        gradients, loss = self._gradients(*batch) if self._accumulation == 1 else self._accumulated(*batch)
+        gradients, loss, (outputs, per_example) = (
+            self._gradients(*batch) if self._accumulation == 1 else self._accumulated(*batch))
+        self.train_metrics.update(batch[1], outputs, per_example, batch[2] if len(batch) > 2 else None)
         variables = self._model.trainable_variables
         self._optimizer.apply_gradients(zip(gradients, variables))
         return nonfinite(loss)
