@@ -134,6 +134,22 @@ def test_the_self_delete_is_kept_within_the_sightings(tmp_path: Path, said: floa
         ("READY", at(0)), ("DELETING", at(dated))]
 
 
+def test_the_delete_of_the_node_before_is_no_end_of_its_replacement(tmp_path: Path) -> None:
+    """A replacement created as its forerunner's delete returned (both at 0 s, the name free at once): that delete
+    started at the replacement's create but was over by then, so it is the forerunner's end, not this node's.
+    Taken for this one's, it dated the end at the last READY sighting, a pass early (the swarm's seeds 10, 26,
+    107: 210 s of 4236 s billed missing)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    ops = [Operation("d0", ZONE, True, target="n", started=at(0), ended=at(0), verb="delete"),
+           Operation("c", ZONE, True, target="n", started=at(0), ended=at(50), verb="create")]
+    fleet.billing.node_operations = lambda zone, name: ops
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    fleet.billing.observe(_node(NodeState.DELETING), at=at(600))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(0)), ("DELETING", at(450))]
+
+
 def test_a_run_that_ended_while_the_api_failed_is_billed_until_its_delete_got_through(tmp_path: Path) -> None:
     """Issue 38, defect 1: the agent ended at 320 s, the API refused every call until 900 s, and the self-delete
     went through at 910 s. The node was billed until then, so the ledger ends it there, not at the run's end; with

@@ -142,7 +142,11 @@ class BillingObserver:
 
     def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
         """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
-        as the provider's operations say; None when none is found or the provider cannot be asked."""
+        as the provider's operations say; None when none is found or the provider cannot be asked.
+
+        A delete that was over when this incarnation was created acted on the one before (the name is free only once
+        its delete is over), even when it started at that very moment (a replacement created as its forerunner's
+        delete returned): taken for this one's, it dated the end at the last sighting, up to a pass early."""
         if self.node_operations is None:
             return None
         try:
@@ -151,7 +155,8 @@ class BillingObserver:
             return None
         after = created or since
         starts = [op.started for op in operations
-                  if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after]
+                  if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after
+                  and not (created is not None and op.ended is not None and op.ended <= created)]
         return min(starts, default=None)
 
     def _last_change(self, zone: str, name: str, uid: str | None) -> datetime | None:
