@@ -150,6 +150,18 @@ def test_the_delete_of_the_node_before_is_no_end_of_its_replacement(tmp_path: Pa
         ("READY", at(0)), ("DELETING", at(450))]
 
 
+def test_a_node_seen_creating_then_gone_is_billed_from_its_listed_create_to_its_self_delete(tmp_path: Path) -> None:
+    """A create whose answer was lost (the observer was never told of it): the node is seen CREATING, becomes READY,
+    trains a short job and deletes itself before the next look. The create and the delete the provider lists date
+    what Cloud TPU billed; without them the ledger held no READY time at all (the swarm's seed 84: 80 s)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    fleet.billing.node_operations = _deleted_at(200)  # created 0-50 s, deleted itself at 200 s
+    fleet.billing.observe(_node(NodeState.CREATING), at=at(30))
+    fleet.billing.listed(ZONE, {}, asked=at(330))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("CREATING", at(30)), ("READY", at(50)), (DELETED, at(200))]
+
+
 def test_a_run_that_ended_while_the_api_failed_is_billed_until_its_delete_got_through(tmp_path: Path) -> None:
     """Issue 38, defect 1: the agent ended at 320 s, the API refused every call until 900 s, and the self-delete
     went through at 910 s. The node was billed until then, so the ledger ends it there, not at the run's end; with

@@ -58,6 +58,9 @@ _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 _ENDED = (NodeState.DELETING.value, DELETED)
 """The ledger's states after which an incarnation's end is dated already."""
 
+_SHORT_OF_READY = (None, NodeState.CREATING.value, NodeState.UNSPECIFIED.value)
+"""The ledger's states (None: no transition yet) of an incarnation that has not been READY."""
+
 _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
@@ -112,7 +115,7 @@ class BillingObserver:
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
-            self._ready_unseen(node.zone, node.name, seen)
+            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
         return self._changed_at(node.zone, node.name, seen, first=first)
@@ -209,11 +212,17 @@ class BillingObserver:
             return None
         if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
             return None
+        return self._listed_create_end(node.zone, node.name, node.create_time, seen)
+
+    def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
+        """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
+        ``floor`` and at or before ``seen``; None when the provider cannot say or no such create is found."""
+        if self.node_operations is None:
+            return None
         try:
-            operations = self.node_operations(node.zone, node.name)
+            operations = self.node_operations(zone, name)
         except TpuopsError:
             return None
-        floor = node.create_time
         ends = [op.ended for op in operations
                 if op.verb == "create" and op.error is None and op.ended is not None and op.started is not None
                 and (floor is None or op.started >= floor - _CLOCKS_APART)]
@@ -247,12 +256,22 @@ class BillingObserver:
             return None
         return min(max(done.ended, since), seen)
 
-    def _ready_unseen(self, zone: str, name: str, seen: datetime) -> None:
+    def _ready_unseen(self, zone: str, name: str, seen: datetime, *, uid: str | None = None,
+                      created: datetime | None = None) -> None:
         """A node found gone or deleted at ``seen`` that we created but this observer never saw READY lived between two
         looks (created, trained and deleted itself between two passes): its create operation dates its READY,
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
-        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when."""
+        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when.
+
+        A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, created at
+        ``created``) short of READY, the create the provider lists for it dates its READY instead (a node seen
+        CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's seed 84)."""
         ready = self._created_ready(zone, name, seen)
+        if ready is None and uid is not None and self._last_state(zone, name, uid) in _SHORT_OF_READY:
+            ready = self._listed_create_end(zone, name, created, seen)
+            last = self._last_seen.get((zone, name))
+            if ready is not None and last is not None:
+                ready = max(ready, min(last.at, seen))
         if ready is None:
             return
         with contextlib.suppress(NotFound):
@@ -274,9 +293,10 @@ class BillingObserver:
         read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
         create this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``),
         so that what it billed is known."""
-        self._ready_unseen(zone, name, at or utc_now(self.clock))
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
+        self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
+                           created=record.created_at if record else None)
         stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
                                      uid=record.uid if record else None)
         self._last_seen.pop((zone, name), None)
