@@ -162,6 +162,34 @@ def test_a_node_seen_creating_then_gone_is_billed_from_its_listed_create_to_its_
         ("CREATING", at(30)), ("READY", at(50)), (DELETED, at(200))]
 
 
+def test_a_listing_older_than_a_nodes_end_never_reopens_it(tmp_path: Path) -> None:
+    """A listing that lags shows a node READY after the ledger dated its end from a listing without it and its delete
+    operation: that incarnation is gone for good, so the stale sighting changes nothing (it re-opened the node READY
+    in the ledger, which then billed hours the cloud never did: the swarm's seeds 6, 103, 118)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    fleet.billing.node_operations = _deleted_at(420)
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    fleet.billing.listed(ZONE, {}, asked=at(600))
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, asked=at(900))  # what the listing said at 300 s
+    fleet.billing.listed(ZONE, {}, asked=at(1200))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(0)), (DELETED, at(420))]
+
+
+def test_a_create_operation_over_before_the_node_was_created_does_not_date_its_ready(tmp_path: Path) -> None:
+    """The create operation a run's memory still names (the write of the new one's was lost) made the node's
+    forerunner: it ended before this incarnation was created, so the create the provider lists for this one dates
+    its READY (the old one dated a replacement READY hours early: the swarm's seed 44)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    fleet.billing.node_operations = _deleted_at(None)  # this incarnation's create: 0-50 s
+    fleet.billing.operations = lambda zone, name: Operation(name, ZONE, True, target="n", started=at(-2000),
+                                                             ended=at(-1900), verb="create")
+    fleet.billing.expect(ZONE, "n", "old")
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [("READY", at(50))]
+
+
 def test_a_run_that_ended_while_the_api_failed_is_billed_until_its_delete_got_through(tmp_path: Path) -> None:
     """Issue 38, defect 1: the agent ended at 320 s, the API refused every call until 900 s, and the self-delete
     went through at 910 s. The node was billed until then, so the ledger ends it there, not at the run's end; with

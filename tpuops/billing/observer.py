@@ -97,6 +97,10 @@ class BillingObserver:
         stamp = min(asked, now) if asked is not None else now
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
+        stale = {(n.zone, n.name) for n in fresh if self._ended_before(n)}
+        if stale:
+            nodes = tuple(n for n in nodes if (n.zone, n.name) not in stale)
+            fresh = [n for n in fresh if (n.zone, n.name) not in stale]
         if fresh:
             sightings = [
                 Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
@@ -109,6 +113,16 @@ class BillingObserver:
             if n.managed:
                 before = last.get((n.zone, n.name))
                 last[(n.zone, n.name)] = _Sighted(n.uid, n.state, stamp, None if before is None else stamp - before.at)
+
+    def _ended_before(self, node: NodeInfo) -> bool:
+        """Whether the ledger holds the end of the node's incarnation already, so that this sighting is older than
+        that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
+        a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
+        swarm's seeds 6, 103, 118). Asked only of a node this observer does not hold as seen (after its end, or in
+        a new process): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
+        if not node.uid or (node.zone, node.name) in self._last_seen:
+            return False
+        return self._last_state(node.zone, node.name, node.uid) in _ENDED
 
     def _at(self, node: NodeInfo, seen: datetime, first: datetime) -> datetime:
         """When the state a node is first seen in at ``seen`` began (``first``: when the call that saw it went out)."""
@@ -201,7 +215,7 @@ class BillingObserver:
         dated by the create the provider lists for it (``_listed_ready``), not at its first sighting here (2-6 s
         late per node).
         """
-        return (self._created_ready(node.zone, node.name, seen) or self._listed_ready(node, seen)
+        return (self._created_ready(node.zone, node.name, seen, node.create_time) or self._listed_ready(node, seen)
                 or self._changed_at(node.zone, node.name, seen))
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
@@ -235,13 +249,16 @@ class BillingObserver:
         changes = self.ledger.transitions(self.project, zone, name, uid=uid) if uid else []
         return changes[-1].state if changes else None
 
-    def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
+    def _created_ready(self, zone: str, name: str, seen: datetime, created: datetime | None = None) -> datetime | None:
         """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
         READY, as its create operation's end says (one GetOperation, once); None: nothing to ask, or the create did
         not succeed.
 
         It is kept within the gap since the last sighting (for a node this observer never saw, since the operation
-        started) and ``seen``, as a clock that is off cannot move it out.
+        started) and ``seen``, as a clock that is off cannot move it out. An operation that was over before the
+        incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
+        it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
+        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44).
         """
         operation = self._creating.pop((zone, name), None)
         if operation is None:
@@ -253,6 +270,8 @@ class BillingObserver:
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else done.started
         if done.ended is None or done.error is not None or since is None:
+            return None
+        if created is not None and done.ended < created - _CLOCKS_APART:
             return None
         return min(max(done.ended, since), seen)
 
@@ -266,7 +285,7 @@ class BillingObserver:
         A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, created at
         ``created``) short of READY, the create the provider lists for it dates its READY instead (a node seen
         CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's seed 84)."""
-        ready = self._created_ready(zone, name, seen)
+        ready = self._created_ready(zone, name, seen, created)
         if ready is None and uid is not None and self._last_state(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
             last = self._last_seen.get((zone, name))
