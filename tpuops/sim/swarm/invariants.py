@@ -178,7 +178,8 @@ def self_delete_dated(trace: Trace) -> list[str]:
     whenever the ledger ends it at all: its delete operation is the evidence (``ledger.evidence_end``), never the
     middle of the gap between sightings nor its run's end, so a run that ended while the API failed is billed until
     its delete got through (issue 38's first defect). Later is allowed by the time faults kept the controller from
-    seeing it (a listing that lags shows the node READY after its delete; the ledger keeps it on the safe side).
+    seeing it, and a pass more (a listing that lags answers what a pass before its window saw: the node READY after
+    its delete; the ledger keeps it on the safe side).
     An end some other fact dated first (our own delete, a preemption seen) is not this checker's."""
     ends: dict[tuple[str, str], list[float]] = {}
     for history in trace.sim.ledger.histories(trace.sim.settings.project):
@@ -192,8 +193,8 @@ def self_delete_dated(trace: Trace) -> list[str]:
         nearest = min(held, key=lambda at: abs(at - interval.end), default=None)  # type: ignore[operator]
         if nearest is None:
             continue
-        late = nearest - interval.end
-        if late < -LEDGER_SLACK_S or late > LEDGER_SLACK_S + trace.busy_s(interval.end, nearest):
+        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest)
+        if late < -LEDGER_SLACK_S or late > LEDGER_SLACK_S + (busy + trace.scenario.cron_s if busy else 0.0):
             bad.append(f"{interval.name} in {interval.zone}: deleted itself at +{interval.end - START:.1f} s, "
                        f"the ledger ends it at +{nearest - START:.1f} s")
     return bad
