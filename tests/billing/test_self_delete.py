@@ -190,6 +190,21 @@ def test_a_create_operation_over_before_the_node_was_created_does_not_date_its_r
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [("READY", at(50))]
 
 
+@pytest.mark.parametrize("asked", [0.0, -40.0])  # asked for as the node was created; while its name was still deleting
+def test_a_node_seen_creating_whose_create_answer_was_lost_is_ready_where_its_listed_create_ended(
+        tmp_path: Path, asked: float) -> None:
+    """Never told of the create (its answer was lost), the observer sees the node CREATING, then READY: the create the
+    provider lists dates READY (it was dated within the gap, 115 s late here; the swarm's seed 58), also when it was
+    asked for before the node's createTime (the name was free only once its forerunner's delete was over)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    ops = [Operation("c", ZONE, True, target="n", started=at(asked), ended=at(50), verb="create")]
+    fleet.billing.node_operations = lambda zone, name: ops
+    fleet.billing.observe(_node(NodeState.CREATING), at=at(30))
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("CREATING", at(30)), ("READY", at(50))]
+
+
 def test_a_run_that_ended_while_the_api_failed_is_billed_until_its_delete_got_through(tmp_path: Path) -> None:
     """Issue 38, defect 1: the agent ended at 320 s, the API refused every call until 900 s, and the self-delete
     went through at 910 s. The node was billed until then, so the ledger ends it there, not at the run's end; with

@@ -58,6 +58,9 @@ _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 _ENDED = (NodeState.DELETING.value, DELETED)
 """The ledger's states after which an incarnation's end is dated already."""
 
+_BOOTING = (NodeState.CREATING, NodeState.UNSPECIFIED)
+"""The states a node is seen in before its first READY."""
+
 _SHORT_OF_READY = (None, NodeState.CREATING.value, NodeState.UNSPECIFIED.value)
 """The ledger's states (None: no transition yet) of an incarnation that has not been READY."""
 
@@ -219,18 +222,25 @@ class BillingObserver:
                 or self._changed_at(node.zone, node.name, seen))
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
-        """When the node this observer never saw became READY, as the end of its incarnation's create operation
+        """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
         says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
-        or no such create is found. Kept after the node's create and at or before ``seen``."""
-        if self.node_operations is None or (node.zone, node.name) in self._last_seen:
+        or no such create is found. Kept after the node's create, after a sighting of it short of READY (a create
+        whose answer was lost: seen CREATING, never told of its operation; the swarm's seed 58) and at or before
+        ``seen``."""
+        last = self._last_seen.get((node.zone, node.name))
+        if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
+                                                                  or last.state not in _BOOTING)):
             return None
         if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
             return None
-        return self._listed_create_end(node.zone, node.name, node.create_time, seen)
+        ready = self._listed_create_end(node.zone, node.name, node.create_time, seen)
+        return ready if ready is None or last is None else max(ready, min(last.at, seen))
 
     def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
         """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
-        ``floor`` and at or before ``seen``; None when the provider cannot say or no such create is found."""
+        ``floor`` and at or before ``seen``; None when the provider cannot say or no such create is found. A create
+        that ended before the incarnation was created made the one before; one asked for while the name was still
+        being deleted started before this createTime, and is this one's (the swarm's seed 58)."""
         if self.node_operations is None:
             return None
         try:
@@ -238,8 +248,8 @@ class BillingObserver:
         except TpuopsError:
             return None
         ends = [op.ended for op in operations
-                if op.verb == "create" and op.error is None and op.ended is not None and op.started is not None
-                and (floor is None or op.started >= floor - _CLOCKS_APART)]
+                if op.verb == "create" and op.error is None and op.ended is not None
+                and (floor is None or op.ended >= floor - _CLOCKS_APART)]
         if not ends:
             return None
         ready = min(max(ends), seen)
