@@ -255,9 +255,14 @@ class BillingObserver:
         ready = min(max(ends), seen)
         return ready if floor is None else max(ready, floor)
 
-    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
-        changes = self.ledger.transitions(self.project, zone, name, uid=uid) if uid else []
+    def _state_of(self, zone: str, name: str, uid: str | None) -> str | None:
+        """The ledger's last state of the incarnation (``uid``, else the name's latest); None when it holds none."""
+        changes = self.ledger.transitions(self.project, zone, name, uid=uid)
         return changes[-1].state if changes else None
+
+    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
+        """The ledger's last state of the incarnation ``uid``; None without a uid or when it holds none."""
+        return self._state_of(zone, name, uid) if uid else None
 
     def _created_ready(self, zone: str, name: str, seen: datetime, created: datetime | None = None) -> datetime | None:
         """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
@@ -292,11 +297,12 @@ class BillingObserver:
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
         and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when.
 
-        A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, created at
-        ``created``) short of READY, the create the provider lists for it dates its READY instead (a node seen
-        CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's seed 84)."""
+        A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, None when
+        never sighted; created at ``created``) short of READY, the create the provider lists for it dates its READY
+        instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
+        seeds 84 and 178)."""
         ready = self._created_ready(zone, name, seen, created)
-        if ready is None and uid is not None and self._last_state(zone, name, uid) in _SHORT_OF_READY:
+        if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
             last = self._last_seen.get((zone, name))
             if ready is not None and last is not None:
