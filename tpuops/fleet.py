@@ -36,7 +36,16 @@ from tpuops.billing.ledger import Ledger
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.core.clock import Clock, system_clock, utc_now
-from tpuops.core.errors import AlreadyExists, CapacityError, Interrupted, NotFound, Timeout, TpuopsError, UsageError
+from tpuops.core.errors import (
+    AlreadyExists,
+    CapacityError,
+    Interrupted,
+    NotFound,
+    Timeout,
+    TpuopsError,
+    TransientError,
+    UsageError,
+)
 from tpuops.core.guards import Guard
 from tpuops.core.kinds import ValueEnum
 from tpuops.core.retry import call_with_retry
@@ -321,10 +330,18 @@ class Fleet:
 
         The ledger has the node before anyone waits on it, so a process killed now leaves a
         record. ``AlreadyExists`` when the name is taken there. The time of the request bounds
-        when the new node can have become READY (``_changed_at``).
+        when the new node can have become READY (``_changed_at``). A create whose answer was lost (a
+        transient error) may have gone through: the node is recorded all the same, so that the zone is
+        listed and what it bills is seen (a listing without it closes the record with nothing billed);
+        unrecorded, a node in a zone the ledger held nothing in billed unseen (the swarm's seed 178).
         """
         asked = utc_now(self.clock)
-        operation = self.provider.create_node(zone, request)
+        try:
+            operation = self.provider.create_node(zone, request)
+        except TransientError:
+            if WRITE_AHEAD.on:
+                self.billing.recorded(zone, request)
+            raise
         if WRITE_AHEAD.on:
             self.billing.created(zone, request, operation.name, asked)
         return operation

@@ -58,6 +58,12 @@ _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 _ENDED = (NodeState.DELETING.value, DELETED)
 """The ledger's states after which an incarnation's end is dated already."""
 
+_BOOTING = (NodeState.CREATING, NodeState.UNSPECIFIED)
+"""The states a node is seen in before its first READY."""
+
+_SHORT_OF_READY = (None, NodeState.CREATING.value, NodeState.UNSPECIFIED.value)
+"""The ledger's states (None: no transition yet) of an incarnation that has not been READY."""
+
 _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
@@ -94,6 +100,10 @@ class BillingObserver:
         stamp = min(asked, now) if asked is not None else now
         last = self._last_seen
         fresh = [n for n in nodes if n.managed and last.get((n.zone, n.name), _NEVER)[:2] != (n.uid, n.state)]
+        stale = {(n.zone, n.name) for n in fresh if self._ended_before(n)}
+        if stale:
+            nodes = tuple(n for n in nodes if (n.zone, n.name) not in stale)
+            fresh = [n for n in fresh if (n.zone, n.name) not in stale]
         if fresh:
             sightings = [
                 Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
@@ -107,12 +117,22 @@ class BillingObserver:
                 before = last.get((n.zone, n.name))
                 last[(n.zone, n.name)] = _Sighted(n.uid, n.state, stamp, None if before is None else stamp - before.at)
 
+    def _ended_before(self, node: NodeInfo) -> bool:
+        """Whether the ledger holds the end of the node's incarnation already, so that this sighting is older than
+        that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
+        a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
+        swarm's seeds 6, 103, 118). Asked only of a node this observer does not hold as seen (after its end, or in
+        a new process): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
+        if not node.uid or (node.zone, node.name) in self._last_seen:
+            return False
+        return self._last_state(node.zone, node.name, node.uid) in _ENDED
+
     def _at(self, node: NodeInfo, seen: datetime, first: datetime) -> datetime:
         """When the state a node is first seen in at ``seen`` began (``first``: when the call that saw it went out)."""
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
-            self._ready_unseen(node.zone, node.name, seen)
+            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
         return self._changed_at(node.zone, node.name, seen, first=first)
@@ -142,7 +162,11 @@ class BillingObserver:
 
     def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
         """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
-        as the provider's operations say; None when none is found or the provider cannot be asked."""
+        as the provider's operations say; None when none is found or the provider cannot be asked.
+
+        A delete that was over when this incarnation was created acted on the one before (the name is free only once
+        its delete is over), even when it started at that very moment (a replacement created as its forerunner's
+        delete returned): taken for this one's, it dated the end at the last sighting, up to a pass early."""
         if self.node_operations is None:
             return None
         try:
@@ -151,7 +175,8 @@ class BillingObserver:
             return None
         after = created or since
         starts = [op.started for op in operations
-                  if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after]
+                  if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after
+                  and not (created is not None and op.ended is not None and op.ended <= created)]
         return min(starts, default=None)
 
     def _last_change(self, zone: str, name: str, uid: str | None) -> datetime | None:
@@ -193,41 +218,62 @@ class BillingObserver:
         dated by the create the provider lists for it (``_listed_ready``), not at its first sighting here (2-6 s
         late per node).
         """
-        return (self._created_ready(node.zone, node.name, seen) or self._listed_ready(node, seen)
+        return (self._created_ready(node.zone, node.name, seen, node.create_time) or self._listed_ready(node, seen)
                 or self._changed_at(node.zone, node.name, seen))
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
-        """When the node this observer never saw became READY, as the end of its incarnation's create operation
+        """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
         says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
-        or no such create is found. Kept after the node's create and at or before ``seen``."""
-        if self.node_operations is None or (node.zone, node.name) in self._last_seen:
+        or no such create is found. Kept after the node's create, after a sighting of it short of READY (a create
+        whose answer was lost: seen CREATING, never told of its operation; the swarm's seed 58) and at or before
+        ``seen``."""
+        last = self._last_seen.get((node.zone, node.name))
+        if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
+                                                                  or last.state not in _BOOTING)):
             return None
         if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
             return None
+        ready = self._listed_create_end(node.zone, node.name, node.create_time, seen)
+        return ready if ready is None or last is None else max(ready, min(last.at, seen))
+
+    def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
+        """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
+        ``floor`` and at or before ``seen``; None when the provider cannot say or no such create is found. A create
+        that ended before the incarnation was created made the one before; one asked for while the name was still
+        being deleted started before this createTime, and is this one's (the swarm's seed 58)."""
+        if self.node_operations is None:
+            return None
         try:
-            operations = self.node_operations(node.zone, node.name)
+            operations = self.node_operations(zone, name)
         except TpuopsError:
             return None
-        floor = node.create_time
         ends = [op.ended for op in operations
-                if op.verb == "create" and op.error is None and op.ended is not None and op.started is not None
-                and (floor is None or op.started >= floor - _CLOCKS_APART)]
+                if op.verb == "create" and op.error is None and op.ended is not None
+                and (floor is None or op.ended >= floor - _CLOCKS_APART)]
         if not ends:
             return None
         ready = min(max(ends), seen)
         return ready if floor is None else max(ready, floor)
 
-    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
-        changes = self.ledger.transitions(self.project, zone, name, uid=uid) if uid else []
+    def _state_of(self, zone: str, name: str, uid: str | None) -> str | None:
+        """The ledger's last state of the incarnation (``uid``, else the name's latest); None when it holds none."""
+        changes = self.ledger.transitions(self.project, zone, name, uid=uid)
         return changes[-1].state if changes else None
 
-    def _created_ready(self, zone: str, name: str, seen: datetime) -> datetime | None:
+    def _last_state(self, zone: str, name: str, uid: str | None) -> str | None:
+        """The ledger's last state of the incarnation ``uid``; None without a uid or when it holds none."""
+        return self._state_of(zone, name, uid) if uid else None
+
+    def _created_ready(self, zone: str, name: str, seen: datetime, created: datetime | None = None) -> datetime | None:
         """When the node whose create this observer was told of (``created``, ``expect``) and never saw READY became
         READY, as its create operation's end says (one GetOperation, once); None: nothing to ask, or the create did
         not succeed.
 
         It is kept within the gap since the last sighting (for a node this observer never saw, since the operation
-        started) and ``seen``, as a clock that is off cannot move it out.
+        started) and ``seen``, as a clock that is off cannot move it out. An operation that was over before the
+        incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
+        it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
+        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44).
         """
         operation = self._creating.pop((zone, name), None)
         if operation is None:
@@ -240,14 +286,27 @@ class BillingObserver:
         since = last.at if last is not None else done.started
         if done.ended is None or done.error is not None or since is None:
             return None
+        if created is not None and done.ended < created - _CLOCKS_APART:
+            return None
         return min(max(done.ended, since), seen)
 
-    def _ready_unseen(self, zone: str, name: str, seen: datetime) -> None:
+    def _ready_unseen(self, zone: str, name: str, seen: datetime, *, uid: str | None = None,
+                      created: datetime | None = None) -> None:
         """A node found gone or deleted at ``seen`` that we created but this observer never saw READY lived between two
         looks (created, trained and deleted itself between two passes): its create operation dates its READY,
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
-        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when."""
-        ready = self._created_ready(zone, name, seen)
+        and it is billed in between. Nothing when it was never READY (the create failed) or nothing says when.
+
+        A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, None when
+        never sighted; created at ``created``) short of READY, the create the provider lists for it dates its READY
+        instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
+        seeds 84 and 178)."""
+        ready = self._created_ready(zone, name, seen, created)
+        if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
+            ready = self._listed_create_end(zone, name, created, seen)
+            last = self._last_seen.get((zone, name))
+            if ready is not None and last is not None:
+                ready = max(ready, min(last.at, seen))
         if ready is None:
             return
         with contextlib.suppress(NotFound):
@@ -269,9 +328,10 @@ class BillingObserver:
         read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
         create this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``),
         so that what it billed is known."""
-        self._ready_unseen(zone, name, at or utc_now(self.clock))
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
+        self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
+                           created=record.created_at if record else None)
         stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
                                      uid=record.uid if record else None)
         self._last_seen.pop((zone, name), None)

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from tpuops import runs
 from tpuops.billing.cost import ready_intervals
+from tpuops.billing.ledger import DELETED
 from tpuops.core.clock import UTC
 from tpuops.core.errors import TpuopsError
 from tpuops.providers.simulated import Billed
@@ -172,6 +173,33 @@ def billing_never_missed(trace: Trace) -> list[str]:
     return bad
 
 
+def self_delete_dated(trace: Trace) -> list[str]:
+    """money: a node that deleted itself ends in the ledger where its self-delete did (within ``LEDGER_SLACK_S``),
+    whenever the ledger ends it at all: its delete operation is the evidence (``ledger.evidence_end``), never the
+    middle of the gap between sightings nor its run's end, so a run that ended while the API failed is billed until
+    its delete got through (issue 38's first defect). Later is allowed by the time faults kept the controller from
+    seeing it, and a pass more (a listing that lags answers what a pass before its window saw: the node READY after
+    its delete; the ledger keeps it on the safe side).
+    An end some other fact dated first (our own delete, a preemption seen) is not this checker's."""
+    ends: dict[tuple[str, str], list[float]] = {}
+    for history in trace.sim.ledger.histories(trace.sim.settings.project):
+        ended = [t.at.timestamp() for t in history.transitions if t.state in (DELETED, "DELETING")]
+        ends.setdefault((history.node.zone, history.node.name), []).extend(ended[:1])
+    bad = []
+    for interval in trace.intervals():
+        if interval.reason != "job-ended" or interval.end is None:
+            continue
+        held = [at for at in ends.get((interval.zone, interval.name), []) if interval.start <= at]
+        nearest = min(held, key=lambda at: abs(at - interval.end), default=None)  # type: ignore[operator]
+        if nearest is None:
+            continue
+        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest)
+        if late < -LEDGER_SLACK_S or late > LEDGER_SLACK_S + (busy + trace.scenario.cron_s if busy else 0.0):
+            bad.append(f"{interval.name} in {interval.zone}: deleted itself at +{interval.end - START:.1f} s, "
+                       f"the ledger ends it at +{nearest - START:.1f} s")
+    return bad
+
+
 def ledger_matches_billing(trace: Trace) -> list[str]:
     """money: the ledger bills no node for more than the cloud did, beyond the same tolerance plus the time faults
     kept the controller from looking (a failing listing is no evidence either way: the ledger keeps a node
@@ -310,6 +338,7 @@ AFTER_PASS: dict[str, Checker] = {
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,
     "money.ledger_matches_billing": ledger_matches_billing,
+    "money.self_delete_dated": self_delete_dated,
     "money.no_overrun": no_overrun,
     "money.within_budget": within_budget,
     "nodes.none_left": none_left,
