@@ -29,28 +29,19 @@ GOAL_MINUTES = 30.0
 
 def measure(seeds: int, first: int, workers: int) -> dict[str, Any]:
     """Play ``seeds`` seeds from ``first`` in three parts; the figures of each part and their sums."""
-    from tpuops.sim.swarm.runner import sweep
+    from tpuops.sim.swarm.runner import Summary, sweep
 
     size = max(seeds // 3, 1)
     starts = [first + index * size for index in range(3)]
-    parts, total = [], None
+    total = Summary()  # every seed's result, summed by Summary.add as each part plays it
+    parts = []
     for start in starts:
-        summary = sweep(range(start, start + size), workers=workers)
+        summary = sweep(range(start, start + size), workers=workers, on_result=total.add)
+        total.wall_s += summary.wall_s
         figures = summary.to_json()
         parts.append({"first": start, "seeds": size, "seeds_per_minute": figures["seeds_per_minute"],
                       "cpu_s_per_seed": figures["cpu_s_per_seed"], "wall_s": figures["wall_s"],
                       "failed_seeds": figures["failed_seeds"]})
-        if total is None:
-            total = summary
-        else:
-            total.seeds += summary.seeds
-            total.failed += summary.failed
-            total.injected.update(summary.injected)
-            total.checks.update(summary.checks)
-            total.violations.update(summary.violations)
-            total.cpu_s += summary.cpu_s
-            total.wall_s += summary.wall_s
-    assert total is not None
     summed = total.to_json()
     per_minute = statistics.median(part["seeds_per_minute"] for part in parts)
     return {"parts": parts, "seeds": summed["seeds"], "workers": workers,
