@@ -147,11 +147,12 @@ class _Play:
                 runs.reopen(store, command.run, "train --resume")
                 self.trace.resumed[command.run] = now
                 self.trace.stops.pop(command.run, None)
-                return
-            runs.request_stop(store, command.run, f"{command.what} by the user", now)
+            else:
+                runs.request_stop(store, command.run, f"{command.what} by the user", now)
+                self.trace.stops[command.run] = now
         except TpuopsError:
             return  # the command failed (a garbled memory): the user saw its error, nothing changed
-        self.trace.stops[command.run] = now
+        self.trace.orders.append((START + command.at, command.run, command.what))
 
     def _garble(self, fault: f.Fault) -> None:
         doc, how = fault.arg.split(":")
@@ -164,6 +165,7 @@ class _Play:
             return  # nothing there to garble (no stop request, no lease yet): the fault injects nothing
         store.write_bytes(key, f.garbled(data, how))
         self.injected.count(f.STORE_GARBLE)
+        self.trace.garbled.setdefault(fault.run, set()).add(doc)
         if doc in ("memory", "run"):
             self.trace.poisoned.add(fault.run)
 
@@ -175,7 +177,7 @@ class _Play:
             if now is None:
                 controller.release()
             else:
-                controller.run_pass(now=now)
+                self.trace.errors.update(controller.run_pass(now=now).errors)
         except f.Killed:
             return False
         except TpuopsError as err:
@@ -202,6 +204,7 @@ class _Play:
             kill, rivals = self._apply(offset)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
+            self.trace.errors = {}
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
