@@ -127,3 +127,21 @@ def test_the_swarm_docs_name_every_fault_kind_and_invariant() -> None:
     missing = [name for name in (*f.KINDS, *AFTER_PASS, *AT_END) if f"`{name}`" not in text]
     assert missing == []
     assert Path(REPO / "Makefile").read_text().count("tpuops.sim.swarm") >= 1
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("seed", [27, 1])  # 27: a run's memory garbled beside two others; 1: a run's run.json garbled
+def test_the_front_doors_runs_json_agrees_with_the_rows_the_swarm_checks(seed: int, tmp_path: Path) -> None:
+    from tpuops import api
+    from tpuops.sim.swarm.promises import runs_json_rows
+    from tpuops.sim.swarm.runner import _Play
+
+    play = _Play(draw(seed), tmp_path)
+    result = play.play()
+    checked = runs_json_rows(play.trace)
+    assert isinstance(checked, dict)
+    shown = {run.run_id: run.to_json() for run in api.list_runs(play.sim.settings)}
+    fields = ("finished", "outcome", "exit_class", "step", "preemptions", "damaged", "phase")
+    assert {r: [row[k] for k in fields] for r, row in shown.items()} == \
+        {r: [row[k] for k in fields] for r, row in checked.items()}
+    assert any(row["damaged"] for row in shown.values()) and not result.violations

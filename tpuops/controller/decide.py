@@ -84,6 +84,10 @@ ENDED_NODE_GOES = Guard("decide.ended_node_goes", "an ended run's node is delete
 BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its budget")
 STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured at the next pass that reads it")
 USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
+AGENT_ENDING_WINS = Guard("decide.agent_ending_wins", "an agent that ended the run for good before a stop or the "
+                          "budget was honoured gives the run its ending")
+OWN_DELETE_NO_PREEMPTION = Guard("decide.own_delete_no_preemption", "a node we deleted ourselves is never counted a "
+                                 "preemption")
 
 _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
@@ -466,7 +470,8 @@ def _ended_on_its_own(memory: Memory, observed: Observed) -> bool:
     """The agent ended the run for good (succeeded, user-error, diverged) before a stop or the budget was honoured:
     that is its ending."""
     status = observed.status
-    return status is not None and status.final and status.attempt > memory.handled_agent_attempt
+    return status is not None and status.final and status.attempt > memory.handled_agent_attempt and \
+        AGENT_ENDING_WINS.on
 
 
 def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
@@ -477,7 +482,7 @@ def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decisi
         # A listing from before the delete completed: the create went out (its failure, if any,
         # is judged once the old node is no longer listed).
         return
-    if memory.deleting or ours:  # ours: the delete's wait failed (RETRY), so the replacement is done again
+    if (memory.deleting or ours) and OWN_DELETE_NO_PREEMPTION.on:  # ours: the delete's wait failed (RETRY): again
         _replace(memory, observed, policy, now, "replacing the deleted node", decision)
         return
     memory.preemptions += 1

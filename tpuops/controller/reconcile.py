@@ -145,7 +145,7 @@ class Controller:
         """What dates the nodes' costs in the ledger: the observer the ``fleet`` reports to, handed in by whoever
         built both (``tpuops.api.controller``, the simulator), so that the controller never reaches into its fleet."""
         self.ledger = self.billing.ledger
-        self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
+        self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s, clock=clock)
         self.progress = _one_at_a_time(progress or (lambda _text: None))
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import check_node_name
 from tpuops.runs import layout
@@ -272,11 +273,17 @@ def _stand_in(run_id: str) -> RunRecord:
         name=run_id, accelerator="unknown", runtime="unknown", capacity=Capacity.ON_DEMAND, zones=["unknown"]))
 
 
+DAMAGE_TOLERATED = Guard("runs.damage_tolerated", "a listing of runs (runs --json, a pass's reads) shows a run with a "
+                         "damaged document as damaged, whole beside it, instead of failing for every run")
+
+
 def _tolerant(read: Callable[[], T], stand_in: T, damage: list[str]) -> T:
     """``read()``, or ``stand_in`` when the document it reads is damaged (the damage goes to ``damage``)."""
     try:
         return read()
     except DamagedDocument as err:
+        if not DAMAGE_TOLERATED.on:
+            raise
         damage.append(str(err))
         return stand_in
 

@@ -24,6 +24,8 @@ from tpuops.sim.swarm import faults as f
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
 """Faults fall inside the first six virtual hours; the drain after them has none."""
+RIVAL_S = 3600.0
+"""How long a rival controller (``controller.rival``) passes beside the watch: an hour of cron beside it."""
 
 _FATES = {f.AGENT_CRASH: FateKind.CRASH, f.AGENT_USER_ERROR: FateKind.USER_ERROR, f.AGENT_NAN: FateKind.NAN,
           f.AGENT_HANG: FateKind.HANG, f.AGENT_SAVE_FAILS: FateKind.SAVE_FAILS}
@@ -143,7 +145,10 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
     if kind == f.CONTROLLER_KILL:
         at = rng.uniform(0, FAULT_HOURS * 3600)
         return f.Fault(kind, at, at, run=run, count=rng.randint(1, 4))
-    if kind in (f.CONTROLLER_RIVAL, f.CLOCK_SKIPPED):
+    if kind == f.CONTROLLER_RIVAL:  # its window's length is no draw: the seeds' other draws stay as they were
+        at = rng.uniform(0, FAULT_HOURS * 3600)
+        return f.Fault(kind, at, at + RIVAL_S)
+    if kind == f.CLOCK_SKIPPED:
         at = rng.uniform(0, FAULT_HOURS * 3600)
         return f.Fault(kind, at, at)
     if kind in (f.CLOCK_LATE, f.CLOCK_EARLY):

@@ -57,6 +57,8 @@ class Trace:
     """(virtual time, run, what) of every user command the store took: stop, down, resume."""
     errors: dict[str, str] = field(default_factory=dict)
     """By run: why this pass (every controller's in it) could not finish it, as its ``PassReport`` says."""
+    acted: dict[str, set[str]] = field(default_factory=dict)
+    """By controller (its lease holder): the runs it acted on in this pass (created, deleted, probed)."""
     pass_errors: list[str] = field(default_factory=list)
     """Every exception other than an injected death that escaped a pass (liveness)."""
     clean_pass: bool = False
@@ -327,6 +329,7 @@ AFTER_PASS: dict[str, Checker] = {
     "liveness.stop_takes_effect": p.stop_takes_effect,
     "nodes.stop_never_undone": p.stop_never_undone,
     "liveness.poison_isolated": p.poison_isolated,
+    "nodes.one_controller_acts": p.one_controller_acts,
 }
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,

@@ -43,7 +43,7 @@ def checkpoint_kept(trace: Trace) -> list[str]:
     return bad
 
 
-def _listed(trace: Trace) -> dict[str, dict[str, Any]] | str:
+def runs_json_rows(trace: Trace) -> dict[str, dict[str, Any]] | str:
     """``runs --json``'s rows by run, or why the listing failed."""
     try:
         return {row["run_id"]: row for row in (run.to_json() for run in runs.list_runs(trace.sim.store))}
@@ -88,7 +88,7 @@ def runs_json(trace: Trace) -> list[str]:
     ``succeeded`` exactly when its agent did every step and saved, with the exit class and the step its agent last
     reported, and counting no more preemptions than the cloud made of its nodes and no fewer than the preemptions it
     recovered from (a node preempted and another after it; less those a stop or down of ours may have met first)."""
-    rows = _listed(trace)
+    rows = runs_json_rows(trace)
     if isinstance(rows, str):
         return [rows]
     bad = []
@@ -115,7 +115,7 @@ def poison_isolated(trace: Trace) -> list[str]:
         bad += [f"{run_id}: the pass at {at(trace.now)} failed it ({error}) beside the poison of "
                 f"{', '.join(sorted(trace.garbled))}" for run_id, error in sorted(trace.errors.items())
                 if run_id not in trace.garbled]
-    rows = _listed(trace)
+    rows = runs_json_rows(trace)
     if isinstance(rows, str):
         return [*bad, f"{rows} (poison of {', '.join(sorted(trace.garbled))})"]
     bad += [f"{plan.run_id}: runs --json shows it damaged ({rows[plan.run_id]['damaged']}) beside the poison of "
@@ -167,3 +167,14 @@ def stop_never_undone(trace: Trace) -> list[str]:
             when, what = max(before)
             bad.append(f"{name}: node created at {at(created)} after its {what} at {at(when)}")
     return bad
+
+
+def one_controller_acts(trace: Trace) -> list[str]:
+    """nodes: two controllers at once (a cron ``reconcile`` passing in the middle of the ``watch``'s pass) never both
+    act on a run: in one pass at most one of them creates, deletes or probes its nodes (the run's lease)."""
+    actors: dict[str, list[str]] = {}
+    for holder, acted in sorted(trace.acted.items()):
+        for run_id in acted:
+            actors.setdefault(run_id, []).append(holder)
+    return [f"{run_id}: both {' and '.join(holders)} acted on it in the pass at {at(trace.now)}"
+            for run_id, holders in sorted(actors.items()) if len(holders) > 1]

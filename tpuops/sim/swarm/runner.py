@@ -101,6 +101,7 @@ class _Play:
         self.death = f.Death()
         self.store = f.FaultyStore(self.sim.store, self.injected, self.death)
         self.cloud = f.FaultyCloud(self.sim.world.provider, self.injected, self.death, clock)
+        self.cloud.before_acting = self.store.run_meanwhile
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.trace = Trace(scenario, self.sim, self.cloud.creates)
         self.result = SeedResult(scenario.seed)
@@ -108,6 +109,7 @@ class _Play:
                            [(x.start, x.kind, x) for x in scenario.faults
                             if x.kind in (f.STORE_GARBLE, f.CONTROLLER_KILL, f.CONTROLLER_RIVAL)],
                            key=lambda item: item[0])
+        self._rivalling: list[f.Fault] = []
         self._slips = sorted((x for x in scenario.faults if x.kind in (f.CLOCK_LATE, f.CLOCK_EARLY, f.CLOCK_SKIPPED)),
                              key=lambda x: x.start)
         self.faults_end = max([x.end for x in scenario.faults] + [c.at for c in scenario.commands] + [0.0])
@@ -126,8 +128,9 @@ class _Play:
     # -- what happens between passes --------------------------------------------------------------
 
     def _apply(self, offset: float) -> tuple[f.Fault | None, list[f.Fault]]:
-        """Apply the commands and garbles due by ``offset``; the kill to arm and the rival passes due."""
-        kill, rivals = None, []
+        """Apply the commands and garbles due by ``offset``; the kill to arm and the rival passes due (one for each
+        rival whose window began by ``offset`` and has not ended, or began since the pass before)."""
+        kill, rivals = None, [x for x in self._rivalling if offset < x.end]
         while self._due and self._due[0][0] <= offset:
             _, kind, item = self._due.pop(0)
             if kind == "command":
@@ -138,6 +141,7 @@ class _Play:
                 kill = kill or item
             else:
                 rivals.append(item)
+                self._rivalling.append(item)
         return kill, rivals
 
     def _command(self, command: Any) -> None:
@@ -177,7 +181,9 @@ class _Play:
             if now is None:
                 controller.release()
             else:
-                self.trace.errors.update(controller.run_pass(now=now).errors)
+                report = controller.run_pass(now=now)
+                self.trace.errors.update(report.errors)
+                self.trace.acted.setdefault(controller.leases.holder, set()).update(run for run, _, _ in report.acted)
         except f.Killed:
             return False
         except TpuopsError as err:
@@ -189,6 +195,13 @@ class _Play:
             at = f"{Path(where.filename).name}:{where.lineno}"
             self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
         return True
+
+    def _rival(self, now: float) -> None:
+        """A cron ``reconcile`` beside the watch: one pass at ``now``, then its process ends (dropping its leases)."""
+        rival = self.sim.controller_over(self.store, self.cloud, "cron")
+        self._pass(rival, now)
+        self._pass(rival, None)
+        self.injected.count(f.CONTROLLER_RIVAL)
 
     def _check(self, checkers: dict[str, Checker]) -> None:
         for name, checker in checkers.items():
@@ -204,18 +217,19 @@ class _Play:
             kill, rivals = self._apply(offset)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
-            self.trace.errors = {}
+            self.trace.errors, self.trace.acted = {}, {}
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
+            if rivals:  # the first passes in the middle of the watch's pass, the others after it
+                self.store.meanwhile = lambda: self._rival(now)
             if not self._pass(self.controller, now):
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
-            for _ in rivals:
-                rival = self.sim.controller_over(self.store, self.cloud, "cron")
-                self._pass(rival, now)
-                self._pass(rival, None)  # its process ends: a cron reconcile drops its leases
-                self.injected.count(f.CONTROLLER_RIVAL)
+            later = rivals[1:] if self.store.meanwhile is None else rivals
+            self.store.meanwhile = None
+            for _ in later:
+                self._rival(now)
             self.trace.now = clock()
             self.trace.clean_pass = sum(self.injected.counts.values()) == before and not rivals
             self._check(AFTER_PASS)
