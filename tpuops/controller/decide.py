@@ -86,6 +86,7 @@ STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured a
 USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
 AGENT_ENDING_WINS = Guard("decide.agent_ending_wins", "an agent that ended the run for good before a stop or the "
                           "budget was honoured gives the run its ending")
+PREEMPTION_COUNTED = Guard("decide.preemption_counted", "every preemption of a run's node is counted")
 OWN_DELETE_NO_PREEMPTION = Guard("decide.own_delete_no_preemption", "a node we deleted ourselves is never counted a "
                                  "preemption")
 
@@ -485,7 +486,8 @@ def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decisi
     if (memory.deleting or ours) and OWN_DELETE_NO_PREEMPTION.on:  # ours: the delete's wait failed (RETRY): again
         _replace(memory, observed, policy, now, "replacing the deleted node", decision)
         return
-    memory.preemptions += 1
+    if PREEMPTION_COUNTED.on:
+        memory.preemptions += 1
     state = observed.node_state.value if observed.node_state else ""
     memory.event(now, "preempted", f"node {state} in {observed.node_zone} (preemption {memory.preemptions}); "
                                    "replacing it")

@@ -344,6 +344,7 @@ AT_END: dict[str, Checker] = {
     "truth.preemptions_are_real": preemptions_are_real,
     "truth.checkpoint_kept": p.checkpoint_kept,
     "truth.runs_json": p.runs_json,
+    "truth.preemptions_counted": p.preemptions_counted,
     "liveness.poison_isolated": p.poison_isolated_at_end,
 }
 

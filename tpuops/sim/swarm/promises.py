@@ -63,6 +63,7 @@ def _row_faults(trace: Trace, run_id: str, row: dict[str, Any]) -> list[str]:
     step, exit_class = agent.reported if agent else (0, None)
     succeeded = agent is not None and agent.finished_at is not None
     real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
+    memory = trace.memory(run_id)
     bad = []
     if not row["finished"] or (row["outcome"] == "succeeded") != succeeded:
         bad.append(f"finished {row['finished']}, outcome {row['outcome']}; its agent "
@@ -70,9 +71,9 @@ def _row_faults(trace: Trace, run_id: str, row: dict[str, Any]) -> list[str]:
     if row["exit_class"] != (exit_class.value if exit_class else None) or row["step"] != step:
         bad.append(f"exit {row['exit_class']} at step {row['step']}; its agent last reported "
                    f"{exit_class.value if exit_class else None} at step {step}")
-    if not _recovered(trace, run_id) - _stopped_or_moved(trace, run_id) <= row["preemptions"] <= real:
-        bad.append(f"{row['preemptions']} preemptions; the cloud preempted {real} of its nodes, "
-                   f"{_recovered(trace, run_id)} followed by another")
+    if row["preemptions"] > real or memory is None or row["preemptions"] != memory.preemptions:
+        bad.append(f"{row['preemptions']} preemptions; the cloud preempted {real} of its nodes, its memory counts "
+                   f"{memory.preemptions if memory else None}")
     return bad
 
 
@@ -82,12 +83,25 @@ def _stopped_or_moved(trace: Trace, run_id: str) -> int:
     return sum(1 for _, run, what in trace.orders if run == run_id and what in ("stop", "down"))
 
 
+def preemptions_counted(trace: Trace) -> list[str]:
+    """truth: no recovered preemption goes uncounted: a run no fault poisoned counts at least as many preemptions as
+    the cloud preempted its nodes while another node of the run followed (less one for each stop or down of the
+    user's, which may have met a preempted node first: that is no preemption to the run)."""
+    bad = []
+    for run_id in trace.judged():
+        memory = trace.memory(run_id)
+        wanted = _recovered(trace, run_id) - _stopped_or_moved(trace, run_id)
+        if memory is not None and memory.preemptions < wanted:
+            bad.append(f"{run_id}: counts {memory.preemptions} preemptions; it recovered from "
+                       f"{_recovered(trace, run_id)}")
+    return bad
+
+
 def runs_json(trace: Trace) -> list[str]:
     """truth: the outcome ``tpuops runs --json`` shows matches what the world did, for every run: each is listed once;
     one whose memory, status and record no fault garbled is not shown damaged; one no fault poisoned is finished,
     ``succeeded`` exactly when its agent did every step and saved, with the exit class and the step its agent last
-    reported, and counting no more preemptions than the cloud made of its nodes and no fewer than the preemptions it
-    recovered from (a node preempted and another after it; less those a stop or down of ours may have met first)."""
+    reported, and the preemptions its memory counts, no more than the cloud made of its nodes."""
     rows = runs_json_rows(trace)
     if isinstance(rows, str):
         return [rows]
