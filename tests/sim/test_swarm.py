@@ -139,6 +139,21 @@ def test_the_command_replays_a_seed_sums_a_range_and_refuses_bad_input_in_one_li
 
 
 @pytest.mark.unit
+def test_the_summary_table_shows_seeds_faults_by_kind_checks_and_violations_per_invariant(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
+
+    assert main(["--seeds", "2", "--first", "9", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "seeds: 2 " in out and "failing seeds: 0 " in out and "violations: 0" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert [kind for kind in f.KINDS if kind not in rows] == []
+    checked = dict.fromkeys((*AFTER_PASS, *AT_END))
+    assert {name: rows[name][1] for name in checked} == dict.fromkeys(checked, "0")
+    assert min(int(rows[name][0]) for name in checked) >= 2
+
+
+@pytest.mark.unit
 def test_the_swarm_docs_name_every_fault_kind_and_invariant() -> None:
     from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
 
