@@ -34,7 +34,6 @@ from tpuops.core.errors import NotFound, PreconditionFailed
 from tpuops.core.guards import Guard
 from tpuops.store import Store
 
-
 EXCLUSIVE = Guard("lease.exclusive", "two controllers at once never both act on a run: a live lease another holds "
                   "is not taken")
 DAMAGE_HOLDS_NOBODY = Guard("lease.damage_holds_nobody", "a damaged lease document holds nobody: it stops no pass "

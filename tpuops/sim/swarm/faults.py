@@ -62,8 +62,8 @@ CONTROLLER_KILL = "controller.kill"
 of its writes); a fresh process (same holder, as a restarted ``watch``) takes over at the next pass."""
 CONTROLLER_RIVAL = "controller.rival"
 """A second controller (a cron ``reconcile`` beside the ``watch``) runs a whole pass at every pass from ``start`` to
-``end`` (one at least) in the middle of the watch's pass (just before the watch's first create or delete in it: after it decided, while it holds its leases; after
-its pass when it makes none), then exits."""
+``end`` (one at least) in the middle of the watch's pass (just before the watch's first create or delete in it:
+after it decided, while it holds its leases; after its pass when it makes none), then exits."""
 CLOCK_LATE = "clock.late"
 """The pass due at ``start`` comes ``rate`` x the pass interval late."""
 CLOCK_EARLY = "clock.early"

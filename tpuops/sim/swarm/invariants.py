@@ -24,8 +24,8 @@ from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import promises as p
-from tpuops.sim.swarm.promises import at as _at
 from tpuops.sim.swarm.draw import ZONES, Scenario
+from tpuops.sim.swarm.promises import at as _at
 
 LEDGER_SHARE = 0.01
 """The ledger's READY seconds of a node are within 1 % of the cloud's billing..."""

@@ -11,6 +11,7 @@ are checked. Once the faults are over and nothing is left to do (or ``MAX_HOURS`
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import tempfile
 import time
@@ -222,7 +223,7 @@ class _Play:
                 self.store.arm(kill)
             self.result.passes += 1
             if rivals:  # the first passes in the middle of the watch's pass, the others after it
-                self.store.meanwhile = lambda: self._rival(now)
+                self.store.meanwhile = functools.partial(self._rival, now)
             if not self._pass(self.controller, now):
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
