@@ -3,6 +3,10 @@
 Every function takes the ``Store`` it works on and keys come from ``layout`` only. Reads of
 several runs go through a thread pool (``MAX_READERS``) on a remote store (``Store.concurrent_reads``),
 so listing N runs costs N/k round trips of wall time rather than N.
+
+A listing reads a run with a damaged document as damaged (``Run.damage``) beside the others whole: the guard
+``runs.damage_tolerated`` (``tpuops.core.guards``) at that line is what the fault swarm's tests turn off to show that
+its poison checks can fail.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ leaves it (not known to be ours) for the next ``acquire`` to replace. A lease is
 the guard of correctness: a run's memory is written with its own compare-and-swap, so a holder that still
 believes it holds a lease another took over (for at most half a TTL, ``known``) loses its next memory
 write instead of corrupting the run. So no lease, however damaged, stops a pass or another run's recovery.
+
+Time is the holder's clock (``clock``; a controller hands it its pass clock), so that in a simulation leases
+expire in virtual time as they would in real time. Guards (``tpuops.core.guards``, turned off only by the fault
+swarm's tests): ``lease.exclusive`` at the line that refuses a live lease another holds (two controllers at once
+never both act on a run), ``lease.damage_holds_nobody`` at the line that reads a damaged lease as nobody's.
 """
 
 from __future__ import annotations
