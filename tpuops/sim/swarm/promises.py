@@ -61,13 +61,16 @@ def _row_faults(trace: Trace, run_id: str, row: dict[str, Any]) -> list[str]:
     """Where the row of a run no fault garbled differs from what its agent and the cloud did."""
     agent = trace.sim.world.agents.by_run.get(run_id)
     step, exit_class = agent.reported if agent else (0, None)
-    succeeded = agent is not None and agent.finished_at is not None
     real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
     memory = trace.memory(run_id)
+    ended = trace.finished_at(memory) if memory is not None else None
+    done = agent.finished_at if agent is not None else None
+    first = done is not None and ended is not None and done <= ended and run_id not in trace.resumed
     bad = []
-    if not row["finished"] or (row["outcome"] == "succeeded") != succeeded:
+    if not row["finished"] or (row["outcome"] == "succeeded" and done is None) or \
+            (first and row["outcome"] != "succeeded"):
         bad.append(f"finished {row['finished']}, outcome {row['outcome']}; its agent "
-                   f"{'succeeded' if succeeded else 'never succeeded'}")
+                   f"{'never succeeded' if done is None else 'succeeded at ' + at(done)}")
     if row["exit_class"] != (exit_class.value if exit_class else None) or row["step"] != step:
         bad.append(f"exit {row['exit_class']} at step {row['step']}; its agent last reported "
                    f"{exit_class.value if exit_class else None} at step {step}")
@@ -100,8 +103,10 @@ def preemptions_counted(trace: Trace) -> list[str]:
 def runs_json(trace: Trace) -> list[str]:
     """truth: the outcome ``tpuops runs --json`` shows matches what the world did, for every run: each is listed once;
     one whose memory, status and record no fault garbled is not shown damaged; one no fault poisoned is finished,
-    ``succeeded`` exactly when its agent did every step and saved, with the exit class and the step its agent last
-    reported, and the preemptions its memory counts, no more than the cloud made of its nodes."""
+    ``succeeded`` only when its agent did every step and saved, and so whenever its agent did that before the run
+    ended otherwise (an agent may succeed after a budget stop whose delete the API refused), with the exit class and
+    the step its agent last reported, and the preemptions its memory counts, no more than the cloud made of its
+    nodes."""
     rows = runs_json_rows(trace)
     if isinstance(rows, str):
         return [rows]
