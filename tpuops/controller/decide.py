@@ -196,6 +196,8 @@ class Observed:
     probe_message: str = ""
     probe_ready: bool = False
     """The probe's node is listed READY: the larger size has capacity."""
+    node_preemptions: int = 0
+    """The preemptions count the run's node was created with (``tpuops.core.naming.PREEMPTIONS_KEY``)."""
 
 
 class ActionKind(ValueEnum):
@@ -389,6 +391,10 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
+    if observed.node_preemptions > memory.preemptions:  # a pass replaced a preempted node, then lost its memory write
+        memory.event(now, "preempted", f"{observed.node_preemptions - memory.preemptions} preemption(s) recovered "
+                                       "by a pass whose memory write was lost, counted from the node's label")
+        memory.preemptions = observed.node_preemptions
     if state in _DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)

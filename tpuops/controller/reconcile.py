@@ -99,7 +99,7 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import PREEMPTIONS_KEY, RUN_KEY
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
@@ -120,6 +120,12 @@ minutes), so runs are acted on concurrently: one slow delete holds up no other r
 a pass with hundreds of actions (a zone-wide preemption) from sending them all at once into the
 project's API rate quota; past it, runs wait for a free worker, not for the next pass.
 """
+
+
+def _preemptions_of(node: NodeInfo | None) -> int:
+    """The preemptions count the run's node was created with (``PREEMPTIONS_KEY``); 0 when it carries none."""
+    value = node.labels.get(PREEMPTIONS_KEY, "") if node is not None else ""
+    return int(value) if value.isdigit() else 0
 
 
 class Controller:
@@ -504,7 +510,8 @@ class Controller:
                         node_capacity=node.capacity if node else None,
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
-                        status_damaged=damaged, node_accelerator=node.accelerator if node else None, **probe)
+                        status_damaged=damaged, node_accelerator=node.accelerator if node else None,
+                        node_preemptions=_preemptions_of(node), **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:
@@ -645,6 +652,9 @@ class Controller:
         request = record.sizes[min(memory.size, len(record.sizes) - 1)]  # an elastic run's size (decide)
         if memory.capacity is not None:  # moved by a capacity rule or a sweep's endgame (the record stays as declared)
             request = request.model_copy(update={"capacity": memory.capacity})
+        if memory.preemptions:  # the count goes with the node, ahead of the memory write (PREEMPTIONS_KEY)
+            request = request.model_copy(update={"labels": {**request.labels,
+                                                            PREEMPTIONS_KEY: str(memory.preemptions)}})
         try:
             operation = self.nodes.create(action.zone, request)
         except AlreadyExists:
