@@ -20,11 +20,13 @@ for good once a complete or failed record names it.
 One host: ``tf.profiler.experimental.start`` / ``stop`` around whole calls (the call sizes are cut at the window's
 edges, which changes no step's result: ``train``). A pod slice: this process is TensorFlow's single client of
 the workers, so the window is traced on every worker by their own profiler services
-(``tf.profiler.experimental.client.trace`` to each worker's runtime, on a thread while the loop goes on; each
-worker writes its own ``<host>.xplane.pb`` into the store). A TPU worker's runtime serves profiles on port 8466
-(what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the emulator's runtime stand-in) serves
-them on its 8470. A window in steps is traced for that many steps at the last call's speed (``MIN_TRACE_MS`` at
-least), so it starts once a call of the attempt has been timed.
+(``tf.profiler.experimental.client.trace`` to each worker's runtime, one call per worker, all at once on threads
+while the loop goes on: ``Profiler._trace`` says why; each worker writes its own ``<host>.xplane.pb`` into the
+store, then the files are gathered into one session folder). A capture is complete when one worker's trace came
+back; its record's ``reason`` names the workers whose trace did not (none traced: failed). A TPU worker's
+runtime serves profiles on port 8466 (what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the
+emulator's runtime stand-in) serves them on its 8470. A window in steps is traced for that many steps at the last
+call's speed (``MIN_TRACE_MS`` at least), so it starts once a call of the attempt has been timed.
 
 Nothing here can change what the run computes, and nothing here may fail the run: every error is a record.
 Standard library and TensorFlow only (``tpuops.agent``'s rule).
@@ -83,11 +85,39 @@ class Window:
         return cls(request, steps=steps, seconds=None if seconds is None else float(seconds))
 
 
-def profiler_addresses(workers: Tuple[str, ...], on_tpu: bool) -> str:
-    """``client.trace``'s service address for every worker of a slice (``host:port`` each, comma separated)."""
+def profiler_addresses(workers: Tuple[str, ...], on_tpu: bool) -> Tuple[str, ...]:
+    """``client.trace``'s service address of every worker of a slice, in worker order."""
     if on_tpu:
         workers = tuple(f"{address.rsplit(':', 1)[0]}:{TPU_PROFILER_PORT}" for address in workers)
-    return ",".join(f"grpc://{address}" for address in workers)
+    return tuple(f"grpc://{address}" for address in workers)
+
+
+def _trace_one(service: str, folder: str, duration_ms: int, failures: Dict[str, str]) -> None:
+    """One worker's trace into ``folder`` (its profiler service writes its ``<host>.xplane.pb`` there itself); what
+    went wrong goes to ``failures`` under ``service`` (a worker that ran nothing in the window has no events:
+    TensorFlow raises, the worker's empty file is written all the same)."""
+    import tensorflow as tf
+
+    try:
+        tf.profiler.experimental.client.trace(service, folder, duration_ms, num_tracing_attempts=1,
+                                              options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+    except Exception as err:
+        text = str(err).strip()
+        failures[service] = text.splitlines()[-1] if text else type(err).__name__
+
+
+def _one_session(folder: str) -> None:
+    """Move every worker's files into the first session folder under ``plugins/profile/`` (each trace call names
+    its session by its start's second, and calls started a few milliseconds apart can straddle one): TensorBoard's
+    Profile tab shows a session's hosts together (the overview page over all of them)."""
+    import tensorflow as tf
+
+    root = join(folder, "plugins", "profile")
+    sessions = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(root)) if tf.io.gfile.isdir(root) else []
+    for session in sessions[1:]:
+        for name in tf.io.gfile.listdir(join(root, session)):
+            tf.io.gfile.rename(join(root, session, name), join(root, sessions[0], name), overwrite=True)
+        tf.io.gfile.rmtree(join(root, session))
 
 
 class _Capture:
@@ -99,7 +129,8 @@ class _Capture:
         self.first_step = first_step
         self.started = time.monotonic()
         self.thread: Optional[threading.Thread] = None
-        self.error: Optional[str] = None
+        self.error: Optional[str] = None  # why the capture failed (every worker's trace)
+        self.note: Optional[str] = None  # why some workers of a complete capture have no trace
 
 
 class Profiler:
@@ -245,22 +276,42 @@ class Profiler:
             duration_ms = int(window.seconds * 1000)
         else:
             duration_ms = max(MIN_TRACE_MS, int(1000 * (self.step_s or 0.0) * (window.steps or 1)))
-        service = profiler_addresses(self.workers, self.on_tpu)
+        services = profiler_addresses(self.workers, self.on_tpu)
         log.info("profile %s: tracing %d workers for %d ms from step %d", window.request, len(self.workers),
                  duration_ms, step)
-        capture.thread = threading.Thread(target=self._trace, args=(capture, service, duration_ms),
+        capture.thread = threading.Thread(target=self._trace, args=(capture, services, duration_ms),
                                           name="tpuops-profile-trace", daemon=True)
         capture.thread.start()
 
     @staticmethod
-    def _trace(capture: _Capture, service: str, duration_ms: int) -> None:
-        import tensorflow as tf
+    def _trace(capture: _Capture, services: Tuple[str, ...], duration_ms: int) -> None:
+        """Trace every worker at once, one ``client.trace`` each, then gather their files into one session.
 
+        One ``client.trace`` naming every worker sends a worker its request only when TensorFlow's client polls
+        that worker's call, and it waits on the workers one after the other: while it waits out worker 0's trace,
+        the others' requests stay unsent until gRPC's backup poller (every 5 s) or their turn moves them, and
+        they traced a stretch after the window (in the emulator's first runs a moment of eval tracing where the
+        workers idled: an empty trace, in 4 runs of 10). One call per worker, each on its own thread, is sent at
+        once (the workers' sessions begin within milliseconds of each other).
+        """
+        failures: Dict[str, str] = {}
+        threads = [threading.Thread(target=_trace_one, args=(service, capture.folder, duration_ms, failures),
+                                    name=f"tpuops-profile-trace-{number}", daemon=True)
+                   for number, service in enumerate(services)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         try:
-            tf.profiler.experimental.client.trace(service, capture.folder, duration_ms, num_tracing_attempts=1,
-                                                  options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
-        except Exception as err:
-            capture.error = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            _one_session(capture.folder)
+        except Exception as err:  # the files are there, under two session names: TensorBoard shows both
+            log.warning("profile: could not gather the workers' traces into one session: %s", err)
+        if failures:
+            said = "; ".join(f"{service}: {reason}" for service, reason in sorted(failures.items()))
+            if len(failures) == len(services):
+                capture.error = said
+            else:
+                capture.note = f"no trace from {len(failures)} of {len(services)} workers: {said}"
 
     def _finish(self, step: int) -> None:
         import tensorflow as tf
@@ -272,7 +323,7 @@ class Profiler:
         if capture.error is not None:
             self._record(capture, FAILED, step, reason=capture.error)
             return
-        self._record(capture, COMPLETE, step)
+        self._record(capture, COMPLETE, step, reason=capture.note)
 
     def end(self, step: int) -> None:
         """The last step is done: a window still open ends here, whole (a slice's trace is waited for); never
