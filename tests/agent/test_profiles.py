@@ -56,18 +56,21 @@ def workers() -> Iterator[Tuple[str, ...]]:
 def test_idle_workers_are_each_asked_and_their_empty_traces_recorded_as_a_failure(
         tmp_path: Path, workers: Tuple[str, ...]) -> None:
     """Nothing computes on the workers, so neither trace has an event: the capture is a failed record naming each
-    worker's answer (the run would go on), and both workers' files are in one session folder."""
+    worker's answer (the run would go on), and both workers' files are in one session folder. An hour asked for
+    10 steps before the end of a run at 10 ms a step is traced the shortest time, not an hour the run's end would
+    wait for."""
     run_dir = tmp_path / "runs" / "r"
     run_dir.mkdir(parents=True)
-    (run_dir / REQUEST).write_text(json.dumps({"id": "p1", "seconds": 0.5}))
-    profiler = profiles.Profiler(str(run_dir), 1, 3600.0, workers=workers)
+    (run_dir / REQUEST).write_text(json.dumps({"id": "p1", "seconds": 3600}))
+    profiler = profiles.Profiler(str(run_dir), 1, 3600.0, workers=workers, total_steps=20)
     profiler.start()
-    profiler.boundary(10, 10, 1.0)
+    profiler.boundary(10, 10, 0.1)
     capture = profiler.capture
     assert capture is not None and capture.thread is not None, "the request was taken at the boundary"
+    assert capture.duration_ms == profiles.MIN_TRACE_MS
     capture.thread.join(timeout=300)
     assert not capture.thread.is_alive()
-    profiler.boundary(20, 10, 1.0)
+    profiler.boundary(20, 10, 0.1)
     record = json.loads((run_dir / PROFILES / "1-step10" / RECORD).read_text())
     assert (record["request"], record["state"], record["first_step"]) == ("p1", FAILED, 10)
     assert all(f"grpc://{address}:" in record["reason"] for address in workers), record["reason"]

@@ -26,7 +26,8 @@ store, then the files are gathered into one session folder). A capture is comple
 back; its record's ``reason`` names the workers whose trace did not (none traced: failed). A TPU worker's
 runtime serves profiles on port 8466 (what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the
 emulator's runtime stand-in) serves them on its 8470. A window in steps is traced for that many steps at the last
-call's speed (``MIN_TRACE_MS`` at least), so it starts once a call of the attempt has been timed.
+call's speed (``MIN_TRACE_MS`` at least), so it starts once a call of the attempt has been timed; no window is traced
+much past the run's estimated end, which waits for it.
 
 Nothing here can change what the run computes, and nothing here may fail the run: every error is a record.
 Standard library and TensorFlow only (``tpuops.agent``'s rule).
@@ -131,14 +132,17 @@ class _Capture:
         self.thread: Optional[threading.Thread] = None
         self.error: Optional[str] = None  # why the capture failed (every worker's trace)
         self.note: Optional[str] = None  # why some workers of a complete capture have no trace
+        self.duration_ms = 0  # how long a slice's workers are traced
 
 
 class Profiler:
     """Serves profile requests for one training attempt (module docstring)."""
 
     def __init__(self, run_dir: str, attempt: int, poll_seconds: float, *, workers: Tuple[str, ...] = (),
-                 on_tpu: bool = False, at_step: Optional[int] = None, steps: int = 0) -> None:
+                 on_tpu: bool = False, at_step: Optional[int] = None, steps: int = 0,
+                 total_steps: Optional[int] = None) -> None:
         self.run_dir = run_dir
+        self.total_steps = total_steps  # the run's last step: a slice's trace ends by its estimated end
         self.attempt = attempt
         self.poll_seconds = poll_seconds
         self.workers = workers  # a slice's runtimes; empty on one host
@@ -272,19 +276,28 @@ class Profiler:
             tf.profiler.experimental.start(folder)
             log.info("profile %s: tracing this host from step %d", window.request, step)
             return
-        if window.seconds is not None:
-            duration_ms = int(window.seconds * 1000)
-        else:
-            duration_ms = max(MIN_TRACE_MS, int(1000 * (self.step_s or 0.0) * (window.steps or 1)))
+        capture.duration_ms = self._trace_ms(window, step)
         services = profiler_addresses(self.workers, self.on_tpu)
         log.info("profile %s: tracing %d workers for %d ms from step %d", window.request, len(self.workers),
-                 duration_ms, step)
-        capture.thread = threading.Thread(target=self._trace, args=(capture, services, duration_ms),
+                 capture.duration_ms, step)
+        capture.thread = threading.Thread(target=self._trace, args=(capture, services),
                                           name="tpuops-profile-trace", daemon=True)
         capture.thread.start()
 
+    def _trace_ms(self, window: Window, step: int) -> int:
+        """How long a slice's workers are traced: the window's seconds, or its steps at the last call's speed
+        (``MIN_TRACE_MS`` at least); never much past the run's estimated end, which waits for the trace (``end``):
+        ``--seconds 3600`` near the end of a run is not an hour's wait."""
+        if window.seconds is not None:
+            duration_ms = int(window.seconds * 1000)
+        else:
+            duration_ms = int(1000 * (self.step_s or 0.0) * (window.steps or 1))
+        if self.total_steps is not None and self.step_s is not None:
+            duration_ms = min(duration_ms, int(1000 * self.step_s * max(0, self.total_steps - step)))
+        return max(MIN_TRACE_MS, duration_ms)
+
     @staticmethod
-    def _trace(capture: _Capture, services: Tuple[str, ...], duration_ms: int) -> None:
+    def _trace(capture: _Capture, services: Tuple[str, ...]) -> None:
         """Trace every worker at once, one ``client.trace`` each, then gather their files into one session.
 
         One ``client.trace`` naming every worker sends a worker its request only when TensorFlow's client polls
@@ -295,7 +308,7 @@ class Profiler:
         once (the workers' sessions begin within milliseconds of each other).
         """
         failures: Dict[str, str] = {}
-        threads = [threading.Thread(target=_trace_one, args=(service, capture.folder, duration_ms, failures),
+        threads = [threading.Thread(target=_trace_one, args=(service, capture.folder, capture.duration_ms, failures),
                                     name=f"tpuops-profile-trace-{number}", daemon=True)
                    for number, service in enumerate(services)]
         for thread in threads:
