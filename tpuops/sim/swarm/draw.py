@@ -7,7 +7,8 @@ What a seed draws: one job (its steps, speed and checkpoint interval, shared by 
 interval (cron every 60 or 300 s), one to four runs (single hosts and four-host v2-32 slices, spot and on-demand, some
 with a budget), the user's ``stop``, ``down`` and ``train --resume`` at drawn moments, and a fault schedule of a
 few to a dozen faults (``tpuops.sim.swarm.faults``) inside the first ``FAULT_HOURS`` hours; after those the
-faults end and the runner drains the world to the end.
+faults end and the runner drains the world to the end. Some seeds also draw a sweep (``tpuops.sim.swarm.sweeps``),
+from a stream of its own: a seed draws the same runs, commands and faults with or without one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepPlan, draw_sweep
 
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
@@ -60,12 +62,24 @@ class Scenario:
     runs: tuple[RunPlan, ...]
     commands: tuple[Command, ...]
     faults: tuple[f.Fault, ...]
+    sweep: SweepPlan | None = None
+    """The seed's sweep, drawn apart (``tpuops.sim.swarm.sweeps``); None: the seed has none."""
 
     @property
     def job(self) -> AgentModel:
+        """The seed's job; with a sweep, its trials (and runs) evaluate eight times along it."""
         return AgentModel(total_steps=self.total_steps, steps_per_s=self.steps_per_s,
                           segments=Segments(setup_s=60.0, checkpoint_every_s=self.checkpoint_every_s, save_s=10.0,
-                                            restore_s=10.0))
+                                            restore_s=10.0),
+                          eval_every_steps=max(1, self.total_steps // 8) if self.sweep else 0)
+
+    def played(self) -> Scenario:
+        """What the runner plays: the seed's faults and commands with its sweep's faults and ``stop --sweep`` after
+        them (the scenario itself keeps them apart, so that its own stay what the seed drew)."""
+        if self.sweep is None:
+            return self
+        stop = (Command(STOP_SWEEP, "", self.sweep.stop_at),) if self.sweep.stop_at is not None else ()
+        return dataclasses.replace(self, commands=self.commands + stop, faults=self.faults + self.sweep.faults)
 
     def fates(self) -> dict[str, dict[int, Fate]]:
         """The agent faults by run and attempt."""
@@ -76,12 +90,12 @@ class Scenario:
         return out
 
     def parts(self) -> int:
-        """How many droppable parts it has (runs, commands, faults): what the shrinker works through."""
-        return len(self.runs) + len(self.commands) + len(self.faults)
+        """How many droppable parts it has (runs, commands, faults, the sweep's): what the shrinker works through."""
+        return len(self.runs) + len(self.commands) + len(self.faults) + (self.sweep.parts() if self.sweep else 0)
 
     def without(self, index: int) -> Scenario:
-        """The scenario without its ``index``-th part (runs first, then commands, then faults); a dropped run
-        takes its commands and faults with it."""
+        """The scenario without its ``index``-th part (runs first, then commands, faults, the sweep's parts); a
+        dropped run takes its commands and faults with it."""
         if index < len(self.runs):
             gone = self.runs[index].run_id
             return dataclasses.replace(
@@ -92,14 +106,17 @@ class Scenario:
         if index < len(self.commands):
             return dataclasses.replace(self, commands=self.commands[:index] + self.commands[index + 1:])
         index -= len(self.commands)
-        return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        if index < len(self.faults) or self.sweep is None:
+            return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        return dataclasses.replace(self, sweep=self.sweep.without(index - len(self.faults)))
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "cron_s": self.cron_s, "total_steps": self.total_steps,
                 "steps_per_s": self.steps_per_s, "checkpoint_every_s": self.checkpoint_every_s,
                 "runs": [dataclasses.asdict(r) for r in self.runs],
                 "commands": [dataclasses.asdict(c) for c in self.commands],
-                "faults": [x.to_json() for x in self.faults]}
+                "faults": [x.to_json() for x in self.faults],
+                **({"sweep": self.sweep.to_json()} if self.sweep else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scenario:
@@ -108,7 +125,8 @@ class Scenario:
                    steps_per_s=data["steps_per_s"], checkpoint_every_s=data["checkpoint_every_s"],
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
-                   faults=tuple(f.Fault(**x) for x in data["faults"]))
+                   faults=tuple(f.Fault(**x) for x in data["faults"]),
+                   sweep=SweepPlan.from_json(data["sweep"]) if data.get("sweep") else None)
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:
@@ -176,4 +194,5 @@ def draw(seed: int) -> Scenario:
     return Scenario(seed=seed, cron_s=rng.choice([60.0, 300.0, 300.0]),
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
-                    commands=tuple(commands), faults=tuple(faults))
+                    commands=tuple(commands), faults=tuple(faults),
+                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS))
