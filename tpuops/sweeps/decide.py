@@ -9,6 +9,9 @@ told as ``TRIAL_STATE`` says.
   declared under its deterministic name; it is never asked again. A stopped sweep (or one out of
   budget) adopts none: such a trial is told FAIL without a run, so that nothing is created for a
   sweep that has ended (its node would be created by the run pass, then stopped by the next).
+  A trial whose run is declared but was never driven (no attempt, no event: a pass may have died
+  between its record and its index markers, which the controller lists) is adopted too, every
+  pass until a controller has acted on it: declaring is idempotent and writes the markers again.
 - A trial's evaluations are reported in step order above its high-water mark (the highest step
   it has reported), so a step recomputed after a restart is reported once.
 - A finished run is told: succeeded -> COMPLETE with the objective (at ``objective_step`` or the
@@ -107,6 +110,8 @@ class RunView:
     """The endgame promoted it."""
     usd_per_hour: float = 0.0
     """What its node bills an hour (at its current capacity)."""
+    driven: bool = True
+    """A controller has acted on it (an attempt or an event in its memory): its index markers were there."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,8 @@ def decide(view: SweepView) -> Plan:
             plan.tells.append(tell_for(trial.number, run, view.objective_step, trial.reported >= 0 or bool(values)))
             continue
         running.append(trial)
+        if not (run.driven or view.stopping or over_budget):
+            plan.adopt.append(trial.number)  # its index markers again: a pass may have died before them
         if run.preemptions > view.max_preemptions:
             plan.stops.append(Stop(trial.number, Outcome.PREEMPTED_OUT,
                                    f"preempted {run.preemptions} times (max_preemptions {view.max_preemptions})"))
