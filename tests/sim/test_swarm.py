@@ -79,6 +79,11 @@ GUARDS_OFF = [
     # Off, a self-delete's end is guessed between sightings (within billing_never_missed's half-pass slack): the
     # checker that holds it to its delete operation breaks.
     ("ledger.evidence_end", "money.self_delete_dated", 3),
+    # A sweep's (a seed in about four draws one): the sampler seeded by the trial's number, a stopped sweep asking no
+    # trial, a trial asked by a pass that died before declaring its run adopted.
+    ("sweeps.seed_per_trial", "sweeps.no_duplicate", 10),
+    ("sweeps.stop_launches_nothing", "sweeps.nothing_after_stop", 10),
+    ("sweeps.adopt_orphan", "sweeps.exact_trials", 20),
 ]
 
 

@@ -172,8 +172,9 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
     return f.Fault(kind, 0.0, 0.0, rate=rng.uniform(0, 1800), run=run, count=attempt)
 
 
-def draw(seed: int) -> Scenario:
-    """The scenario of ``seed`` (module docstring)."""
+def draw(seed: int, *, sweeps: bool = True) -> Scenario:
+    """The scenario of ``seed`` (module docstring); ``sweeps=False``: without its sweep (what it draws besides is the
+    same either way: the sweep has a stream of its own)."""
     rng = random.Random(f"swarm/{seed}")
     steps_per_s = 10.0
     hours = rng.choice([0.25, 0.5, 1.0, 2.0, 4.0])
@@ -195,4 +196,4 @@ def draw(seed: int) -> Scenario:
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
                     commands=tuple(commands), faults=tuple(faults),
-                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS))
+                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS) if sweeps else None)
