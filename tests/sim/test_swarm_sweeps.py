@@ -13,7 +13,7 @@ import pytest
 
 from tpuops.sim.model import AgentModel
 from tpuops.sim.swarm.draw import Scenario, draw
-from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepPlan
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep
 from tpuops.sim.world import Agents
 from tpuops.store import LocalStore
 
@@ -51,7 +51,7 @@ def test_a_sweep_plays_its_faults_and_stop_after_the_seeds_own_and_round_trips()
     assert played.commands[:len(scenario.commands)] == scenario.commands
     assert played.commands[-1].what == STOP_SWEEP and played.commands[-1].at == sweep.stop_at
     assert Scenario.from_json(json.loads(json.dumps(scenario.to_json()))) == scenario
-    assert SweepPlan.from_json(json.loads(json.dumps(sweep.to_json()))) == sweep
+    assert SwarmSweep.from_json(json.loads(json.dumps(sweep.to_json()))) == sweep
 
 
 def test_a_sweep_shrinks_part_by_part_and_whole() -> None:

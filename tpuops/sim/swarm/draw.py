@@ -21,7 +21,7 @@ from typing import Any
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import faults as f
-from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepPlan, draw_sweep
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep, draw_sweep
 
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
@@ -62,7 +62,7 @@ class Scenario:
     runs: tuple[RunPlan, ...]
     commands: tuple[Command, ...]
     faults: tuple[f.Fault, ...]
-    sweep: SweepPlan | None = None
+    sweep: SwarmSweep | None = None
     """The seed's sweep, drawn apart (``tpuops.sim.swarm.sweeps``); None: the seed has none."""
 
     @property
@@ -126,7 +126,7 @@ class Scenario:
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
                    faults=tuple(f.Fault(**x) for x in data["faults"]),
-                   sweep=SweepPlan.from_json(data["sweep"]) if data.get("sweep") else None)
+                   sweep=SwarmSweep.from_json(data["sweep"]) if data.get("sweep") else None)
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """The swarm's sweeps: a seed's sweep, drawn from a stream of its own, declared as ``sweep start`` declares one,
 played beside the seed's runs under the same faults, and the user's ``stop --sweep`` at a drawn moment.
 
-Some seeds (``SHARE``) draw one sweep (``SweepPlan``): a few to 20 trials, 1 to 5 at a time, the random or the
+Some seeds (``SHARE``) draw one sweep (``SwarmSweep``): a few to 20 trials, 1 to 5 at a time, the random or the
 TPE sampler, the median pruner or none, spot or on-demand, single hosts, slices, or elastic trials
 (``accelerator: [v2-32, v2-8]``: the trial runs on v2-8 while v2-32 is stocked out in every zone, and moves up
 when a probe finds it again, ``tpuops.controller.decide``), sometimes a budget, sometimes the user's
@@ -76,7 +76,7 @@ PER_REPLICA = 8
 
 
 @dataclass(frozen=True)
-class SweepPlan:
+class SwarmSweep:
     """One seed's sweep (module docstring): its spec's choices, the user's stop, and its own faults."""
 
     trials: int
@@ -102,7 +102,7 @@ class SweepPlan:
         """Its droppable parts (the shrinker's): the sweep itself, its stop, each stockout, each fault."""
         return 1 + (self.stop_at is not None) + len(self.stockouts) + len(self.faults)
 
-    def without(self, index: int) -> SweepPlan | None:
+    def without(self, index: int) -> SwarmSweep | None:
         """The plan without its ``index``-th part (0: the whole sweep, None)."""
         if index == 0:
             return None
@@ -126,7 +126,7 @@ class SweepPlan:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SweepPlan:
+    def from_json(cls, data: dict[str, Any]) -> SwarmSweep:
         return cls(**{**data, "stockouts": tuple(tuple(s) for s in data.get("stockouts", ())),
                       "faults": tuple(f.Fault(**x) for x in data.get("faults", ()))})
 
@@ -134,7 +134,7 @@ class SweepPlan:
 # -- drawing ------------------------------------------------------------------------------------------
 
 
-def _fault(rng: random.Random, plan: SweepPlan, fault_hours: float) -> f.Fault:
+def _fault(rng: random.Random, plan: SwarmSweep, fault_hours: float) -> f.Fault:
     """One fault aimed at the sweep: at a trial's attempt, its run's writes or documents, or the sweep's own."""
     at = rng.uniform(0, fault_hours * 3600)
     run = trial_run_id(NAME, rng.randrange(plan.trials))
@@ -150,7 +150,7 @@ def _fault(rng: random.Random, plan: SweepPlan, fault_hours: float) -> f.Fault:
     return f.Fault(kind, 0.0, 0.0, rate=rng.uniform(0, 1800), run=run, count=attempt)
 
 
-def draw_sweep(seed: int, job_hours: float, zones: tuple[str, ...], fault_hours: float) -> SweepPlan | None:
+def draw_sweep(seed: int, job_hours: float, zones: tuple[str, ...], fault_hours: float) -> SwarmSweep | None:
     """The seed's sweep, or None (most seeds): from the seed's sweep stream alone (module docstring)."""
     rng = random.Random(f"swarm/{seed}/sweeps")
     if rng.random() >= SHARE:
@@ -161,7 +161,7 @@ def draw_sweep(seed: int, job_hours: float, zones: tuple[str, ...], fault_hours:
     parallel = max(parallel, -(-trials // waves))  # so many trials at a time that the waves fit
     elastic = rng.random() < 0.35
     accelerator = LARGEST if elastic else rng.choice(("v3-8", "v3-8", LARGEST))
-    plan = SweepPlan(trials=trials, parallel=min(parallel, trials), sampler=rng.choice(("random", "tpe")),
+    plan = SwarmSweep(trials=trials, parallel=min(parallel, trials), sampler=rng.choice(("random", "tpe")),
                      pruner=rng.choice(("none", "median")), accelerator=accelerator, elastic=elastic,
                      spot=rng.random() < 0.7, budget_usd=rng.choice((None, None, None, None, 5.0, 20.0)),
                      elastic_wait_s=rng.choice((0.0, 600.0)), probe_every_s=rng.choice((600.0, 1800.0)))
@@ -179,7 +179,7 @@ def draw_sweep(seed: int, job_hours: float, zones: tuple[str, ...], fault_hours:
 # -- declaring and the user's stop ---------------------------------------------------------------------
 
 
-def _spec(plan: SweepPlan, eval_every_steps: int) -> SweepSpec:
+def _spec(plan: SwarmSweep, eval_every_steps: int) -> SweepSpec:
     space = {"learning_rate": {"type": "float", "low": 0.0001, "high": 0.3, "log": True},
              "filters": {"type": "int", "low": 4, "high": 64, "step": 4}}
     return SweepSpec.model_validate({
@@ -191,7 +191,7 @@ def _spec(plan: SweepPlan, eval_every_steps: int) -> SweepSpec:
         "capacity": (Capacity.SPOT if plan.spot else Capacity.ON_DEMAND).value, "accelerator": plan.accelerator})
 
 
-def _template(sim: Simulation, plan: SweepPlan, eval_every_steps: int) -> TrialTemplate:
+def _template(sim: Simulation, plan: SwarmSweep, eval_every_steps: int) -> TrialTemplate:
     """Trial 0's run as ``sweep start`` freezes it: its node per size, and a run spec keeping one global batch."""
     settings, run_id = sim.settings, trial_run_id(NAME, 0)
     basis = NodeBasis.of_settings(settings, accelerator=plan.accelerator,
@@ -215,7 +215,7 @@ def _template(sim: Simulation, plan: SweepPlan, eval_every_steps: int) -> TrialT
     return TrialTemplate(record=record, spec=spec, project=settings.project, store_root=settings.store_root)
 
 
-def declare(sim: Simulation, plan: SweepPlan) -> SweepRecord:
+def declare(sim: Simulation, plan: SwarmSweep) -> SweepRecord:
     """Declare the sweep in the simulation's store as ``sweep start`` does (its study created, on the active list)."""
     job = sim.world.agents.model
     spec = _spec(plan, job.eval_every_steps)
@@ -238,7 +238,7 @@ def declare(sim: Simulation, plan: SweepPlan) -> SweepRecord:
 class SweepWatch:
     """The seed's sweep as its invariants see it beside the store: its plan, the user's stop, the study's trials."""
 
-    def __init__(self, sim: Simulation, plan: SweepPlan, record: SweepRecord) -> None:
+    def __init__(self, sim: Simulation, plan: SwarmSweep, record: SweepRecord) -> None:
         self.sim = sim
         self.plan = plan
         self.record = record
