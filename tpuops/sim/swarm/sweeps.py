@@ -165,11 +165,12 @@ def draw_sweep(seed: int, job_hours: float, zones: tuple[str, ...], fault_hours:
                      pruner=rng.choice(("none", "median")), accelerator=accelerator, elastic=elastic,
                      spot=rng.random() < 0.7, budget_usd=rng.choice((None, None, None, None, 5.0, 20.0)),
                      elastic_wait_s=rng.choice((0.0, 600.0)), probe_every_s=rng.choice((600.0, 1800.0)))
-    stop_at = rng.uniform(0, trials / plan.parallel * job_hours * 3600) if rng.random() < 0.3 else None
+    length_s = -(-trials // plan.parallel) * job_hours * 3600  # its waves, when nothing goes wrong
+    stop_at = rng.uniform(0, length_s) if rng.random() < 0.3 else None
     stockouts: list[tuple[str, float, float]] = []
     if elastic and rng.random() < 0.8:
-        for _ in range(rng.randint(1, 2)):
-            start = rng.uniform(0, fault_hours * 3600)
+        for _ in range(rng.randint(1, 2)):  # while its trials run: a creates meets it, then a probe
+            start = rng.uniform(0, min(fault_hours * 3600, 0.6 * length_s))
             end = start + rng.uniform(1800, 4 * 3600)
             stockouts.extend((zone, start, end) for zone in zones)  # stocked out everywhere: the run goes down
     plan = dataclasses.replace(plan, stop_at=stop_at, stockouts=tuple(stockouts))
