@@ -13,6 +13,7 @@ import pytest
 
 from tpuops.sim.model import AgentModel
 from tpuops.sim.swarm.draw import Scenario, draw
+from tpuops.sim.swarm.runner import run_seed
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep
 from tpuops.sim.world import Agents
 from tpuops.store import LocalStore
@@ -74,3 +75,12 @@ def test_a_node_labelled_as_a_run_the_store_does_not_know_evaluates_nothing(tmp_
     agents = Agents(LocalStore(tmp_path, durable=False),
                     AgentModel(total_steps=100, steps_per_s=1.0, eval_every_steps=10), seed=3)
     assert agents.agent("sw-t0001-up").metrics is None
+
+
+def test_a_seed_with_an_elastic_sweep_replays_exactly() -> None:
+    """Optuna's samplers are seeded by the trial's number, and the controller passes on one thread: the same seed
+    plays the same passes and injects the same faults."""
+    seed = next(s for s in FIXED if (p := draw(s).sweep) is not None and p.elastic and p.stockouts)
+    first, again = run_seed(seed).to_json(), run_seed(seed).to_json()
+    assert first.pop("cpu_s") >= 0 and again.pop("cpu_s") >= 0
+    assert first == again and first["ok"] and first["injected"].get("api.stockout", 0) > 0
