@@ -93,6 +93,11 @@ GUARDS_OFF = [
     ("agent.restore_newest", "truth.checkpoint_kept", 0),
     ("decide.own_delete_no_preemption", "truth.runs_json", 2),
     ("runs.damage_tolerated", "truth.runs_json", 1),
+    # A sweep's (about three seeds in ten draw one): the sampler seeded by the trial's number, a stopped sweep asking
+    # no trial, a trial asked by a pass that died before declaring its run adopted.
+    ("sweeps.seed_per_trial", "sweeps.no_duplicate", 6),
+    ("sweeps.stop_launches_nothing", "sweeps.nothing_after_stop", 8),
+    ("sweeps.adopt_orphan", "sweeps.exact_trials", 16),
 ]
 """No guard-off test: ``notify.isolated_delivery`` (the swarm sends no notifications yet)."""
 

@@ -7,7 +7,8 @@ What a seed draws: one job (its steps, speed and checkpoint interval, shared by 
 interval (cron every 60 or 300 s), one to four runs (single hosts and four-host v2-32 slices, spot and on-demand, some
 with a budget), the user's ``stop``, ``down`` and ``train --resume`` at drawn moments, and a fault schedule of a
 few to a dozen faults (``tpuops.sim.swarm.faults``) inside the first ``FAULT_HOURS`` hours; after those the
-faults end and the runner drains the world to the end.
+faults end and the runner drains the world to the end. Some seeds also draw a sweep (``tpuops.sim.swarm.sweeps``),
+from a stream of its own: a seed draws the same runs, commands and faults with or without one.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep, draw_sweep
 
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
@@ -62,12 +64,24 @@ class Scenario:
     runs: tuple[RunPlan, ...]
     commands: tuple[Command, ...]
     faults: tuple[f.Fault, ...]
+    sweep: SwarmSweep | None = None
+    """The seed's sweep, drawn apart (``tpuops.sim.swarm.sweeps``); None: the seed has none."""
 
     @property
     def job(self) -> AgentModel:
+        """The seed's job; with a sweep, its trials (and runs) evaluate eight times along it."""
         return AgentModel(total_steps=self.total_steps, steps_per_s=self.steps_per_s,
                           segments=Segments(setup_s=60.0, checkpoint_every_s=self.checkpoint_every_s, save_s=10.0,
-                                            restore_s=10.0))
+                                            restore_s=10.0),
+                          eval_every_steps=max(1, self.total_steps // 8) if self.sweep else 0)
+
+    def played(self) -> Scenario:
+        """What the runner plays: the seed's faults and commands with its sweep's faults and ``stop --sweep`` after
+        them (the scenario itself keeps them apart, so that its own stay what the seed drew)."""
+        if self.sweep is None:
+            return self
+        stop = (Command(STOP_SWEEP, "", self.sweep.stop_at),) if self.sweep.stop_at is not None else ()
+        return dataclasses.replace(self, commands=self.commands + stop, faults=self.faults + self.sweep.faults)
 
     def fates(self) -> dict[str, dict[int, Fate]]:
         """The agent faults by run and attempt."""
@@ -78,12 +92,12 @@ class Scenario:
         return out
 
     def parts(self) -> int:
-        """How many droppable parts it has (runs, commands, faults): what the shrinker works through."""
-        return len(self.runs) + len(self.commands) + len(self.faults)
+        """How many droppable parts it has (runs, commands, faults, the sweep's): what the shrinker works through."""
+        return len(self.runs) + len(self.commands) + len(self.faults) + (self.sweep.parts() if self.sweep else 0)
 
     def without(self, index: int) -> Scenario:
-        """The scenario without its ``index``-th part (runs first, then commands, then faults); a dropped run
-        takes its commands and faults with it."""
+        """The scenario without its ``index``-th part (runs first, then commands, faults, the sweep's parts); a
+        dropped run takes its commands and faults with it."""
         if index < len(self.runs):
             gone = self.runs[index].run_id
             return dataclasses.replace(
@@ -94,14 +108,17 @@ class Scenario:
         if index < len(self.commands):
             return dataclasses.replace(self, commands=self.commands[:index] + self.commands[index + 1:])
         index -= len(self.commands)
-        return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        if index < len(self.faults) or self.sweep is None:
+            return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        return dataclasses.replace(self, sweep=self.sweep.without(index - len(self.faults)))
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "cron_s": self.cron_s, "total_steps": self.total_steps,
                 "steps_per_s": self.steps_per_s, "checkpoint_every_s": self.checkpoint_every_s,
                 "runs": [dataclasses.asdict(r) for r in self.runs],
                 "commands": [dataclasses.asdict(c) for c in self.commands],
-                "faults": [x.to_json() for x in self.faults]}
+                "faults": [x.to_json() for x in self.faults],
+                **({"sweep": self.sweep.to_json()} if self.sweep else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scenario:
@@ -110,7 +127,8 @@ class Scenario:
                    steps_per_s=data["steps_per_s"], checkpoint_every_s=data["checkpoint_every_s"],
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
-                   faults=tuple(f.Fault(**x) for x in data["faults"]))
+                   faults=tuple(f.Fault(**x) for x in data["faults"]),
+                   sweep=SwarmSweep.from_json(data["sweep"]) if data.get("sweep") else None)
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:
@@ -159,8 +177,9 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
     return f.Fault(kind, 0.0, 0.0, rate=rng.uniform(0, 1800), run=run, count=attempt)
 
 
-def draw(seed: int) -> Scenario:
-    """The scenario of ``seed`` (module docstring)."""
+def draw(seed: int, *, sweeps: bool = True) -> Scenario:
+    """The scenario of ``seed`` (module docstring); ``sweeps=False``: without its sweep (what it draws besides is the
+    same either way: the sweep has a stream of its own)."""
     rng = random.Random(f"swarm/{seed}")
     steps_per_s = 10.0
     hours = rng.choice([0.25, 0.5, 1.0, 2.0, 4.0])
@@ -181,4 +200,5 @@ def draw(seed: int) -> Scenario:
     return Scenario(seed=seed, cron_s=rng.choice([60.0, 300.0, 300.0]),
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
-                    commands=tuple(commands), faults=tuple(faults))
+                    commands=tuple(commands), faults=tuple(faults),
+                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS) if sweeps else None)

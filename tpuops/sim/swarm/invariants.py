@@ -24,8 +24,10 @@ from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import promises as p
+from tpuops.sim.swarm import sweep_invariants as sweeps
 from tpuops.sim.swarm.draw import ZONES, Scenario
 from tpuops.sim.swarm.promises import at as _at
+from tpuops.sim.swarm.sweeps import SweepWatch
 
 LEDGER_SHARE = 0.01
 """The ledger's READY seconds of a node are within 1 % of the cloud's billing..."""
@@ -64,6 +66,8 @@ class Trace:
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
     now: float = START
+    sweep: SweepWatch | None = None
+    """The seed's sweep, when it has one (``tpuops.sim.swarm.sweep_invariants`` checks it)."""
 
     def memory(self, run_id: str) -> Memory | None:
         """The run's memory as the store holds it; None when it cannot be read."""
@@ -330,6 +334,8 @@ AFTER_PASS: dict[str, Checker] = {
     "nodes.stop_never_undone": p.stop_never_undone,
     "liveness.poison_isolated": p.poison_isolated,
     "nodes.one_controller_acts": p.one_controller_acts,
+    "sweeps.no_duplicate": sweeps.no_duplicate,
+    "sweeps.nothing_after_stop": sweeps.nothing_after_stop,
 }
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,
@@ -346,10 +352,11 @@ AT_END: dict[str, Checker] = {
     "truth.runs_json": p.runs_json,
     "truth.preemptions_counted": p.preemptions_counted,
     "liveness.poison_isolated": p.poison_isolated_at_end,
+    "sweeps.exact_trials": sweeps.exact_trials,
+    "sweeps.study_matches_store": sweeps.study_matches_store,
 }
 
 NOT_YET = {
-    "sweeps.*": "the swarm draws no sweeps yet (trials, params draws and the Optuna study against the store)",
     "notifications.*": "no receiver stand-in yet (see faults.NOT_YET)",
 }
 """Invariants the issue names that the swarm does not check yet, and why (docs/testing.md lists them)."""

@@ -6,7 +6,9 @@ store (``tpuops.sim.swarm.faults``). Then pass after pass on the virtual clock: 
 garbles due are applied to the clean store, the world moves to the pass's time, the controller passes (a
 killed one is replaced by a fresh process, a rival one passes beside it), and the ``AFTER_PASS`` invariants
 are checked. Once the faults are over and nothing is left to do (or ``MAX_HOURS`` of virtual time) the
-``AT_END`` invariants are checked. ``run_many`` spreads seeds over processes and sums what they found.
+``AT_END`` invariants are checked. A seed with a sweep (``tpuops.sim.swarm.sweeps``) declares it beside its runs
+and plays ``Scenario.played()``: its faults and its ``stop --sweep`` among the others. ``run_many`` spreads seeds
+over processes and sums what they found.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
 from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
+from tpuops.sim.swarm.sweeps import declare as declare_sweep
 
 MAX_HOURS = 48.0
 """Virtual hours after which a seed is cut off (its unfinished runs are a liveness violation)."""
@@ -90,7 +94,7 @@ class _Play:
                                                               "TPUOPS_ZONES": ",".join(ZONES)})
         hazard = max((x.rate for x in scenario.faults if x.kind == f.API_PREEMPTION), default=0.0)
         stockouts = tuple(ScriptedStockout(x.arg, x.start, x.end - x.start) for x in scenario.faults
-                          if x.kind == f.API_STOCKOUT)
+                          if x.kind == f.API_STOCKOUT) + (scenario.sweep.cloud_stockouts() if scenario.sweep else ())
         cloud = CloudModel(spot_hazard_per_hour=hazard, stockouts=stockouts)
         self.sim = Simulation(settings, workdir / "world", cloud, scenario.job, cron_s=scenario.cron_s,
                               seed=scenario.seed)
@@ -105,6 +109,8 @@ class _Play:
         self.cloud.before_acting = self.store.run_meanwhile
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.trace = Trace(scenario, self.sim, self.cloud.creates)
+        if scenario.sweep is not None:
+            self.trace.sweep = SweepWatch(self.sim, scenario.sweep, declare_sweep(self.sim, scenario.sweep))
         self.result = SeedResult(scenario.seed)
         self._due = sorted([(c.at, "command", c) for c in scenario.commands] +
                            [(x.start, x.kind, x) for x in scenario.faults
@@ -147,6 +153,9 @@ class _Play:
 
     def _command(self, command: Any) -> None:
         store, now = self.sim.store, self.sim.world.clock()
+        if command.what == STOP_SWEEP and self.trace.sweep is not None:
+            self.trace.stops.update(dict.fromkeys(self.trace.sweep.stop(now), now))
+            return
         try:
             if command.what == "resume":  # drops the stop request whether or not the run had finished yet
                 runs.reopen(store, command.run, "train --resume")
@@ -251,9 +260,10 @@ class _Play:
         return self.result
 
     def _settled(self) -> bool:
-        """Nothing is left to happen: no run active (but the poisoned), no node in the cloud."""
+        """Nothing is left to happen: no run or sweep active (but the poisoned), no node in the cloud."""
         active = set(runs.active_run_ids(self.sim.store)) - self.trace.poisoned
-        return not active and not self.sim.world.ready_nodes() and self.sim.world.next_event() is None
+        sweeping = self.trace.sweep is not None and self.trace.sweep.active()
+        return not active and not sweeping and not self.sim.world.ready_nodes() and self.sim.world.next_event() is None
 
     def _next(self, now: float) -> float:
         """The next pass's time: one pass interval on, as the clock faults due move it."""
@@ -277,7 +287,7 @@ def run_seed(seed: int, *, scenario: Scenario | None = None, guards_off: Iterabl
     cpu = time.process_time()
     with guards.off(*off), tempfile.TemporaryDirectory(prefix="tpuops-swarm-", dir=scratch_parent()) as scratch:
         try:
-            result = _Play(scenario or draw(seed), Path(scratch)).play()
+            result = _Play((scenario or draw(seed)).played(), Path(scratch)).play()
         except Exception as err:  # the swarm's own failure is a finding too, never a lost seed
             where = traceback.extract_tb(err.__traceback__)[-1]
             result = SeedResult(seed, violations=[("swarm.harness", f"{type(err).__name__}: {err} (at "
