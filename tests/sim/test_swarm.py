@@ -98,6 +98,7 @@ GUARDS_OFF = [
     ("sweeps.seed_per_trial", "sweeps.no_duplicate", 6),
     ("sweeps.stop_launches_nothing", "sweeps.nothing_after_stop", 8),
     ("sweeps.adopt_orphan", "sweeps.exact_trials", 16),
+    ("sweeps.only_success_completes", "sweeps.study_matches_store", 212),
 ]
 """No guard-off test: ``notify.isolated_delivery`` (the swarm sends no notifications yet)."""
 
