@@ -55,6 +55,10 @@ _PACES = 1
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
+EVIDENCE_WAIT_S = 3600.0
+"""How long after its last sighting a node absent from listings, whose delete the provider's operations do not show
+(yet), stays open in the ledger before it is dated at the sighting that missed it (``_ended_at``)."""
+
 _ENDED = (NodeState.DELETING.value, DELETED)
 """The ledger's states after which an incarnation's end is dated already."""
 
@@ -121,9 +125,12 @@ class BillingObserver:
         """Whether the ledger holds the end of the node's incarnation already, so that this sighting is older than
         that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
         a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
-        swarm's seeds 6, 103, 118). Asked only of a node this observer does not hold as seen (after its end, or in
-        a new process): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
-        if not node.uid or (node.zone, node.name) in self._last_seen:
+        swarm's seeds 6, 103, 118). Asked only of an incarnation this observer does not hold as seen (after its end,
+        in a new process, or after our own create of its replacement under the same name: a listing that lags then
+        shows the one we deleted, which took the replacement's READY and billed hours the cloud never did, the swarm's
+        seed 42): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
+        last = self._last_seen.get((node.zone, node.name))
+        if not node.uid or (last is not None and last.uid == node.uid):
             return False
         return self._last_state(node.zone, node.name, node.uid) in _ENDED
 
@@ -134,11 +141,11 @@ class BillingObserver:
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
             self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
         if node.state is NodeState.DELETING:
-            return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
+            return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None) or seen
         return self._changed_at(node.zone, node.name, seen, first=first)
 
     def _ended_at(self, zone: str, name: str, created: datetime | None, seen: datetime,
-                  first: datetime | None = None, *, uid: str | None = None) -> datetime:
+                  first: datetime | None = None, *, uid: str | None = None, wait: bool = False) -> datetime | None:
         """When a node first seen DELETING or gone at ``seen`` stopped costing: its delete's start, else within the gap.
 
         A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
@@ -150,29 +157,41 @@ class BillingObserver:
         that is off cannot move it out); a process that never saw the node before (``status``,
         ``down``, the dashboard) keeps it after the last transition the ledger holds of the incarnation
         (``uid``) instead: the node was in that state from then on. With no delete to be found (a
-        provider that cannot list operations, a node preempted away) it is dated within the gap.
+        provider that cannot list operations) it is dated within the gap. With ``wait`` (the node is only absent from
+        a listing, which can lag), an end whose delete is not found yet is not dated yet (None: the node stays open,
+        and the next listing asks again), for up to ``EVIDENCE_WAIT_S`` since its last sighting: the swarm's seed 152
+        closed a live node on a listing behind and never billed the 900 s until it was seen READY again, and seeds 4,
+        13 and 30 dated self-deletes up to half a pass early when the operations could not be listed. When they
+        could not (the API failed) and nothing waits, it is dated at ``seen``, where it had surely stopped, never
+        within the gap, where it may still have been billing.
         """
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else self._last_change(zone, name, uid)
         if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
-        started = self._delete_started(zone, name, created, since) if EVIDENCE_END.on else None
-        return guess if started is None else min(max(started, since), seen)
+        if not EVIDENCE_END.on or self.node_operations is None:
+            return guess
+        waits = wait and (seen - since).total_seconds() <= EVIDENCE_WAIT_S
+        try:
+            started = self._delete_started(zone, name, created, since)
+        except TpuopsError:
+            return None if waits else seen
+        if started is not None:
+            return min(max(started, since), seen)
+        return None if waits else guess
 
     def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
         """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
-        as the provider's operations say; None when none is found or the provider cannot be asked.
+        as the provider's operations say; None when none is found or the provider cannot be asked (``TpuopsError``
+        when it fails to answer).
 
         A delete that was over when this incarnation was created acted on the one before (the name is free only once
         its delete is over), even when it started at that very moment (a replacement created as its forerunner's
         delete returned): taken for this one's, it dated the end at the last sighting, up to a pass early."""
         if self.node_operations is None:
             return None
-        try:
-            operations = self.node_operations(zone, name)
-        except TpuopsError:
-            return None
+        operations = self.node_operations(zone, name)  # its failure is the caller's (``_ended_at``)
         after = created or since
         starts = [op.started for op in operations
                   if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after
@@ -322,7 +341,8 @@ class BillingObserver:
         if (zone, name) not in self._last_seen:
             self._creating.setdefault((zone, name), operation)
 
-    def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
+    def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None, *,
+             absent: bool = False) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
         went (``_ended_at``: a node that deleted itself, where its delete operation says). Its open incarnation is
         read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
@@ -333,7 +353,9 @@ class BillingObserver:
         self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
                            created=record.created_at if record else None)
         stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
-                                     uid=record.uid if record else None)
+                                     uid=record.uid if record else None, wait=absent)
+        if stamp is None:
+            return  # only absent from a listing, with no evidence of its end yet: the next listing asks again
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.project, zone, name, at=stamp)
@@ -368,7 +390,7 @@ class BillingObserver:
         self.observe(*nodes.values(), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes:
-                self.gone(zone, record.name, record=record)
+                self.gone(zone, record.name, record=record, absent=True)
 
     def zones_of_open_nodes(self) -> Iterable[str]:
         """The zones where the ledger says one of our nodes may live (an interval still open)."""

@@ -17,6 +17,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   restarts, or a health probe that missed once, is no reason to pay a recreate) a restart from the
   checkpoint naming the worker, counted like a crash (bounded by ``max_crashes``), never a preemption:
   a slice whose worker cannot compute is not left billing while worker 0 waits on it;
+- a node still CREATING ``create_timeout_s`` (the settings' ``operation_timeout_s``) after its create was asked never
+  booted (a VM that never comes up leaves its node CREATING and its create operation running for ever) -> a restart
+  naming it, counted like a crash (bounded by ``max_crashes``), never a preemption; nothing was billed for it;
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang; a status that
   cannot be read (damaged) is no news: no progress, and no "no agent" either, so a status garbled
@@ -85,7 +88,7 @@ BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its bud
 STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured at the next pass that reads it")
 USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
 
-_CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
+_CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker", "unbooted": "a node that never booted"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
 
 
@@ -119,6 +122,8 @@ class Policy:
     stockout_backoff_s: float = _setting("stockout_backoff_s")
     unhealthy_grace_s: float = _setting("unhealthy_grace_s")
     """How long a READY slice may keep an unhealthy worker before it is recreated (docs/design.md)."""
+    create_timeout_s: float = _setting("operation_timeout_s")
+    """How long a node may stay CREATING after its create was asked before it counts as never booted."""
     keep_node: bool = False
     capacity: Rule | None = None
     """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
@@ -142,7 +147,8 @@ class Policy:
             zones=zones if zones is not None else tuple(record.zones),  # type: ignore[union-attr]  # checked above
             max_crashes=settings.max_restarts, hang_after_s=settings.hang_after_s,
             boot_timeout_s=settings.boot_timeout_s, stockout_backoff_s=settings.stockout_backoff_s,
-            unhealthy_grace_s=settings.unhealthy_grace_s, keep_node=record.keep if record is not None else False,
+            unhealthy_grace_s=settings.unhealthy_grace_s, create_timeout_s=settings.operation_timeout_s,
+            keep_node=record.keep if record is not None else False,
             capacity=(capacity_rule(record, settings.spot_preemptions_per_hour, settings.recovery_s)
                       if record is not None else None),
             sizes=(tuple(Size(node.accelerator, tuple(node.zones)) for node in record.sizes)
@@ -397,6 +403,10 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         if policy.sizes and not memory.deleting and _elastic(memory, observed, now, policy, decision):
             return decision
         _ready(memory, observed, now, policy, decision)
+    elif state is NodeState.CREATING and memory.pending_create is not None and \
+            now - memory.pending_create.at > policy.create_timeout_s:
+        _restart(memory, observed, now, "unbooted", f"node still CREATING {now - memory.pending_create.at:.0f} s after "
+                 "its create: it never booted", decision, policy)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
         _replace(memory, observed, policy, now, "replacing the stopped node", decision)

@@ -31,7 +31,7 @@ LEDGER_SLACK_S = 2.0
 """...or within this many seconds (a node READY for a minute is dated to the second, not to 0.6 s)."""
 
 _BUSY = (f.API_ERRORS, f.API_OUTAGE, f.API_LAGGING_LIST, f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS,
-         f.STORE_CAS_CONFLICT)
+         f.STORE_CAS_CONFLICT, f.API_SLOW, f.STORE_SLOW, f.API_OPERATIONS)
 """Fault kinds during whose windows a controller may be unable to act (its overrun allowance grows by them)."""
 
 
@@ -73,7 +73,8 @@ class Trace:
         for fault in self.scenario.faults:
             if fault.kind in _BUSY:
                 total += max(0.0, min(hi, fault.end) - max(lo, fault.start))
-            elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE) and lo <= fault.start <= hi:
+            elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE, f.CONTROLLER_OVERRUN) and \
+                    lo <= fault.start <= hi:
                 total += self.scenario.cron_s * (1 + fault.rate)
         return total
 
@@ -139,15 +140,20 @@ def _ledger_seconds(trace: Trace) -> dict[tuple[str, str], float]:
     return seen
 
 
+_UNDATED = {"preempted": 1, "job-ended": 1, "terminated": 1, "maintenance": 2}
+"""By the reason a READY interval ended: how many moments of it no call dates (a preemption, a self-delete, a host
+maintenance: the ledger dates them between two sightings; a maintenance restart's return to READY too)."""
+
+
 def _billed_seconds(trace: Trace) -> dict[tuple[str, str], tuple[float, int, float]]:
-    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates (a
-    preemption, a self-delete: the ledger dates them between two sightings), and when it was first READY."""
+    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates
+    (``_UNDATED``), and when it was first READY."""
     billed: dict[tuple[str, str], tuple[float, int, float]] = {}
     for interval in trace.intervals():
         key = (interval.zone, interval.name)
         seconds, undated, first = billed.get(key, (0.0, 0, interval.start))
         billed[key] = (seconds + (interval.end or trace.now) - interval.start,
-                       undated + (interval.reason in ("preempted", "job-ended")), min(first, interval.start))
+                       undated + _UNDATED.get(interval.reason, 0), min(first, interval.start))
     return billed
 
 
@@ -317,12 +323,13 @@ def user_error_costs_one_node(trace: Trace) -> list[str]:
 
 
 def preemptions_are_real(trace: Trace) -> list[str]:
-    """truth: a run counts no more preemptions than the cloud preempted its nodes (a user's stop, a budget stop,
-    a replacement or a crash is never a preemption)."""
+    """truth: a run counts no more preemptions than the cloud preempted or terminated its nodes (a user's stop, a
+    budget stop, a replacement, a crash or a maintenance restart is never a preemption; a spot node a maintenance
+    event TERMINATED is one, as Compute Engine counts it)."""
     bad = []
     for run_id in trace.judged():
         memory = trace.memory(run_id)
-        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
+        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason in ("preempted", "terminated"))
         if memory is not None and memory.preemptions > real:
             bad.append(f"{run_id}: counts {memory.preemptions} preemptions, the cloud preempted {real}")
     return bad

@@ -30,6 +30,7 @@ from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
 from tpuops.runs import NodeSpec, RunKind, RunRecord, layout
 from tpuops.sim.engine import START, Simulation, scratch_parent
+from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
@@ -99,8 +100,9 @@ class _Play:
         clock = self.sim.world.clock
         self.injected = f.Injected(scenario.seed, scenario.faults, lambda: clock() - START)
         self.death = f.Death()
-        self.store = f.FaultyStore(self.sim.store, self.injected, self.death)
-        self.cloud = f.FaultyCloud(self.sim.world.provider, self.injected, self.death, clock)
+        self.more = extra.More(self.sim, scenario.faults, self.injected, scenario.cron_s, self._beside)
+        self.store = extra.SlowStore(self.sim.store, self.injected, self.death, self.more)
+        self.cloud = extra.SlowCloud(self.sim.world.provider, self.injected, self.death, clock, self.more)
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.trace = Trace(scenario, self.sim, self.cloud.creates)
         self.result = SeedResult(scenario.seed)
@@ -188,6 +190,15 @@ class _Play:
             self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
         return True
 
+    def _beside(self, now: float) -> None:
+        """One pass of a second controller process at ``now`` (a cron ``reconcile`` beside the ``watch``), then its
+        exit, dropping its leases; its death is its own (the watch's process lives on)."""
+        dead = self.death.dead
+        rival = self.sim.controller_over(self.store, self.cloud, "cron")
+        self._pass(rival, now)
+        self._pass(rival, None)
+        self.death.dead = dead
+
     def _check(self, checkers: dict[str, Checker]) -> None:
         for name, checker in checkers.items():
             self.result.checks[name] += 1
@@ -200,18 +211,18 @@ class _Play:
         while True:
             offset = now - START
             kill, rivals = self._apply(offset)
+            self.more.until(now)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
+            self.more.passing(now)
             if not self._pass(self.controller, now):
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
             for _ in rivals:
-                rival = self.sim.controller_over(self.store, self.cloud, "cron")
-                self._pass(rival, now)
-                self._pass(rival, None)  # its process ends: a cron reconcile drops its leases
+                self._beside(clock())
                 self.injected.count(f.CONTROLLER_RIVAL)
             self.trace.now = clock()
             self.trace.clean_pass = sum(self.injected.counts.values()) == before and not rivals
@@ -220,7 +231,7 @@ class _Play:
                 break
             if offset >= MAX_HOURS * 3600:
                 break
-            now = self._next(now)
+            now = max(self._next(now), clock())  # a pass that took virtual time (slow calls) delays the next
         self._pass(self.controller, None)
         self._check(AT_END)
         self.result.injected.update(self.injected.counts)
