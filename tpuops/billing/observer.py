@@ -172,7 +172,8 @@ class BillingObserver:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
         if not EVIDENCE_END.on or self.node_operations is None:
             return guess
-        waits = wait and (seen - since).total_seconds() <= EVIDENCE_WAIT_S
+        waits = wait and (seen - since).total_seconds() <= EVIDENCE_WAIT_S and \
+            self._state_of(zone, name, uid) == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
         try:
             started = self._delete_started(zone, name, created, since)
         except TpuopsError:
@@ -391,6 +392,12 @@ class BillingObserver:
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes:
                 self.gone(zone, record.name, record=record, absent=True)
+
+    def may_bill(self, zone: str, name: str) -> bool:
+        """Whether the ledger holds the node READY, its end not dated: a node absent from a listing (which can lag)
+        whose delete is not found yet is still billing as far as the evidence goes (``_ended_at``)."""
+        return any(self._state_of(zone, name, record.uid) == NodeState.READY.value
+                   for record in self.ledger.nodes(self.project, zone, name=name, open_only=True))
 
     def zones_of_open_nodes(self) -> Iterable[str]:
         """The zones where the ledger says one of our nodes may live (an interval still open)."""
