@@ -31,8 +31,10 @@ LEDGER_SLACK_S = 2.0
 """...or within this many seconds (a node READY for a minute is dated to the second, not to 0.6 s)."""
 
 _BUSY = (f.API_ERRORS, f.API_OUTAGE, f.API_LAGGING_LIST, f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS,
-         f.STORE_CAS_CONFLICT, f.API_SLOW, f.STORE_SLOW, f.API_OPERATIONS)
+         f.STORE_CAS_CONFLICT)
 """Fault kinds during whose windows a controller may be unable to act (its overrun allowance grows by them)."""
+_LEDGER_BUSY = (*_BUSY, f.API_OPERATIONS)
+"""...and the ledger unable to date what it saw (the operations listings date READY and self-deletes)."""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Trace:
     """Every exception other than an injected death that escaped a pass (liveness)."""
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
+    stalls: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) of every pass of the watch that took virtual time (slow calls, an overrun): it acted late."""
     now: float = START
 
     def memory(self, run_id: str) -> Memory | None:
@@ -66,15 +70,16 @@ class Trace:
         ends = [event["at"] for event in memory.events if event["kind"] == "finished"]
         return ends[-1] if memory.finished and ends else None
 
-    def busy_s(self, start: float, end: float) -> float:
-        """How long, within [start, end], a fault may have kept the controller from acting."""
+    def busy_s(self, start: float, end: float, *, ledger: bool = False) -> float:
+        """How long, within [start, end], a fault may have kept the controller from acting (``ledger``: or the ledger
+        from dating what it saw): the windows of the failing kinds, a pass or more per kill or slipped pass, and the
+        passes that took virtual time (``stalls``: how long they took)."""
+        total = sum(max(0.0, min(end, hi) - max(start, lo)) for lo, hi in self.stalls)
         lo, hi = start - START, end - START
-        total = 0.0
         for fault in self.scenario.faults:
-            if fault.kind in _BUSY:
+            if fault.kind in (_LEDGER_BUSY if ledger else _BUSY):
                 total += max(0.0, min(hi, fault.end) - max(lo, fault.start))
-            elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE, f.CONTROLLER_OVERRUN) and \
-                    lo <= fault.start <= hi:
+            elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE) and lo <= fault.start <= hi:
                 total += self.scenario.cron_s * (1 + fault.rate)
         return total
 
@@ -199,7 +204,7 @@ def self_delete_dated(trace: Trace) -> list[str]:
         nearest = min(held, key=lambda at: abs(at - interval.end), default=None)  # type: ignore[operator]
         if nearest is None:
             continue
-        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest)
+        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest, ledger=True)
         if late < -LEDGER_SLACK_S or late > LEDGER_SLACK_S + (busy + trace.scenario.cron_s if busy else 0.0):
             bad.append(f"{interval.name} in {interval.zone}: deleted itself at +{interval.end - START:.1f} s, "
                        f"the ledger ends it at +{nearest - START:.1f} s")
@@ -214,7 +219,7 @@ def ledger_matches_billing(trace: Trace) -> list[str]:
     bad = []
     for key, (seconds, undated, first) in sorted(_billed_seconds(trace).items()):
         held = ledger.get(key, 0.0)
-        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now):
+        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now, ledger=True):
             bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
     return bad
 

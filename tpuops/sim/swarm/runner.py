@@ -218,7 +218,10 @@ class _Play:
                 self.store.arm(kill)
             self.result.passes += 1
             self.more.passing(now)
-            if not self._pass(self.controller, now):
+            passed = self._pass(self.controller, now)
+            if clock() > now:  # slow calls, an overrun: the pass acted late
+                self.trace.stalls.append((now, clock()))
+            if not passed:
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
             for _ in rivals:
