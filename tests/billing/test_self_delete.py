@@ -353,7 +353,7 @@ def test_a_node_only_absent_from_a_listing_stays_open_until_its_delete_is_found(
     """A listing behind (a cache) that leaves out a live node, or a node whose operations cannot be listed, is no
     evidence of its end: the ledger keeps it open and asks again at the next listing (the swarm's seeds 152, closed on
     a stale listing and 900 s short, and 30, a self-delete dated early when the operations failed); up to
-    ``EVIDENCE_WAIT_S`` after its last sighting, then within the gap."""
+    ``EVIDENCE_WAIT_S`` after the first listing that missed it, then dated at that listing."""
     from tpuops.billing.observer import EVIDENCE_WAIT_S
 
     clock = VirtualClock(at(0).timestamp())
@@ -380,10 +380,13 @@ def test_a_node_only_absent_from_a_listing_stays_open_until_its_delete_is_found(
     stale = Fleet(TpuApi(P), _settings(tmp_path / "stale"), Ledger(tmp_path / "stale.sqlite"), clock=clock)
     stale.billing.node_operations = _deleted_at(None)
     stale.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(1200))
-    clock.advance_to(at(1200 + EVIDENCE_WAIT_S + 1).timestamp())
-    stale.billing.listed(ZONE, {}, at(1200 + EVIDENCE_WAIT_S + 1))  # waited long enough: within the gap it is
-    last = stale.billing.ledger.transitions(P, ZONE, "n")[-1]
-    assert last.state == DELETED and at(1200) < last.at < at(1200 + EVIDENCE_WAIT_S + 1)
+    for when in (1500, 1500 + EVIDENCE_WAIT_S):  # the first listing that misses it, and an hour of them
+        clock.advance_to(at(when).timestamp())
+        stale.billing.listed(ZONE, {}, at(when))
+        assert stale.billing.ledger.transitions(P, ZONE, "n")[-1].state == "READY"
+    clock.advance_to(at(1501 + EVIDENCE_WAIT_S).timestamp())
+    stale.billing.listed(ZONE, {}, at(1501 + EVIDENCE_WAIT_S))  # waited long enough: dated at the first that missed it
+    assert [(t.state, t.at) for t in stale.billing.ledger.transitions(P, ZONE, "n")][-1] == (DELETED, at(1500))
 
 
 def test_a_listing_behind_our_replacement_does_not_reopen_the_node_we_deleted(tmp_path: Path) -> None:

@@ -436,6 +436,10 @@ def test_a_node_that_stays_creating_past_the_create_timeout_never_booted_and_is_
     assert step(memory, seen(CREATING), 1000.0, policy) == []  # the replacement's clock starts at its create
     assert step(memory, seen(CREATING), 1202.0, policy) == [("delete", A)]  # past max_crashes: crashed
     assert (memory.phase, memory.outcome) == ("finished", "crashed")
+    lost = training(policy)  # a create whose memory write was lost: the node's own create time dates it
+    assert lost.pending_create is None
+    assert step(lost, seen(CREATING, node_created=2000.0), 2600.0, policy) == []
+    assert step(lost, seen(CREATING, node_created=2000.0), 2601.0, policy) == [("delete", A), ("create", A)]
 
 
 def test_a_worker_that_recovers_within_the_grace_changes_nothing() -> None:

@@ -192,6 +192,8 @@ class Observed:
     """The agent's status.json could not be read this pass (``status`` is the last one read, or None)."""
     node_accelerator: str | None = None
     """The accelerator type of the run's node as listed (an elastic run's size)."""
+    node_created: float | None = None
+    """When the run's node was created, as the provider says (epoch seconds; None: not listed, or not said)."""
     probe_result: CreateResult | None = None
     """Where the run's probe create stands (None: no probe in flight, or not asked this pass)."""
     probe_message: str = ""
@@ -403,16 +405,22 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         if policy.sizes and not memory.deleting and _elastic(memory, observed, now, policy, decision):
             return decision
         _ready(memory, observed, now, policy, decision)
-    elif state is NodeState.CREATING and memory.pending_create is not None and \
-            now - memory.pending_create.at > policy.create_timeout_s:
-        _restart(memory, observed, now, "unbooted", f"node still CREATING {now - memory.pending_create.at:.0f} s after "
-                 "its create: it never booted", decision, policy)
+    elif state is NodeState.CREATING and _creating_s(memory, observed, now) > policy.create_timeout_s:
+        _restart(memory, observed, now, "unbooted", f"node still CREATING {_creating_s(memory, observed, now):.0f} s "
+                 "after its create: it never booted", decision, policy)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
         _replace(memory, observed, policy, now, "replacing the stopped node", decision)
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision
+
+
+def _creating_s(memory: Memory, observed: Observed, now: float) -> float:
+    """How long the run's node has been CREATING: since our create (the memory's), else its create time as listed (a
+    create whose memory write was lost: the swarm's seed 866); 0 when nothing says."""
+    since = memory.pending_create.at if memory.pending_create is not None else observed.node_created
+    return 0.0 if since is None else now - since
 
 
 def _drop_probe(memory: Memory, decision: Decision) -> None:
@@ -608,13 +616,16 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
     READY node must not bill forever, and a PREEMPTED, TERMINATED or STOPPED one (no agent runs on it, and
     nothing replaces it without the memory) must not hold the name and the quota forever: it goes at once
-    (a STOPPED one is left when the run keeps its node: it may be the user's to start). A READY node is left
+    (a STOPPED one is left when the run keeps its node: it may be the user's to start), and so does one still
+    CREATING ``create_timeout_s`` after its create (it never booted: the swarm's seed 866). A READY node is left
     to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
     deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
     the node's age) for as long as a hang takes.
     """
     if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
         return f"its node is {node_state.value}"
+    if node_state is NodeState.CREATING and node_age_s is not None and node_age_s > policy.create_timeout_s:
+        return f"its node is still CREATING after {node_age_s:.0f} s: it never booted"
     if node_state is not NodeState.READY:
         return None
     if status is not None and status.exit_class is not None:

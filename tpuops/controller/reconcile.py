@@ -513,7 +513,8 @@ class Controller:
                         node_capacity=node.capacity if node else None,
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
-                        status_damaged=damaged, node_accelerator=node.accelerator if node else None, **probe)
+                        status_damaged=damaged, node_accelerator=node.accelerator if node else None,
+                        node_created=node.create_time.timestamp() if node and node.create_time else None, **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:
