@@ -1,8 +1,9 @@
 """The fault kinds added after the swarm's first 22: drawn from a stream of their own, played through the same views.
 
-``draw`` adds zero to four of them to a seed's scenario from ``random.Random(f"{seed}:faults2")``, after every draw
-of the seed's first stream, so a seed draws exactly the scenario it drew before they existed, plus these. ``More``
-plays them beside the runner (``tpuops.sim.swarm.runner``):
+``draw`` adds zero to four of them (and, with a chance of its own, an ``api.stuck_create`` near the creates) to a
+seed's scenario from ``random.Random(f"{seed}:faults2")``, after every draw of the seed's first stream, so a seed
+draws exactly the scenario it drew before they existed, plus these. ``More`` plays them beside the runner
+(``tpuops.sim.swarm.runner``):
 
 - time that calls take (``api.slow``, ``store.slow``, ``controller.overrun``): ``SlowCloud`` and ``SlowStore`` (the
   faulty views with a delay before each call) move the world's clock while the pass waits, so the agents step,
@@ -39,6 +40,11 @@ MORE_HOURS = 6.0
 """The new faults fall inside the first six virtual hours too (``draw.FAULT_HOURS``)."""
 
 
+EXTRA_CHANCES = (f.API_WORKER_DIES, f.API_STUCK_CREATE)
+"""Kinds drawn from this stream once more besides the later ones: a dying worker needs a slice run, and a stuck
+create a create in its window, which the first stream's windows (anywhere in six hours) seldom meet."""
+
+
 def _window(rng: random.Random, hours: float, shortest_s: float, longest_s: float) -> tuple[float, float]:
     """A window starting within the job's first life (one and a half times its length, at most ``MORE_HOURS``),
     when its nodes are up: a fault on a node needs one."""
@@ -63,10 +69,11 @@ def _one(rng: random.Random, kind: str, runs: tuple[Any, ...], hours: float) -> 
         return f.Fault(kind, *_window(rng, hours, 600, 3 * 3600), run=run, count=rng.randint(120, 1800))
     if kind == f.API_WORKER_DIES:
         return f.Fault(kind, *_window(rng, hours, 600, 3 * 3600), run=run, count=rng.randint(1, 3))
-    if kind == f.API_NEVER_BOOTS:  # most creates come first: half of these windows open at the start
-        start, end = _window(rng, hours, 60, 2 * 3600)
+    if kind in (f.API_NEVER_BOOTS, f.API_STUCK_CREATE):  # most creates come first: half these windows open at 0
+        start, end = _window(rng, hours, 60, 2 * 3600 if kind == f.API_NEVER_BOOTS else 1800)
         start = start if rng.random() < 0.5 else 0.0
-        return f.Fault(kind, start, max(end, start + 60), run=run, count=rng.randint(1, 2))
+        return f.Fault(kind, start, max(end, start + 60), run=run if kind == f.API_NEVER_BOOTS else "",
+                       count=rng.randint(1, 2) if kind == f.API_NEVER_BOOTS else 0)
     if kind == f.AGENT_LATE_NOTICE:
         start, end = _window(rng, hours, 3600, MORE_HOURS * 3600)
         return f.Fault(kind, start / 4, end, rate=rng.uniform(5, 120), run=run)
@@ -77,7 +84,7 @@ def _one(rng: random.Random, kind: str, runs: tuple[Any, ...], hours: float) -> 
 def draw(seed: int, runs: tuple[Any, ...], hours: float) -> list[f.Fault]:
     """The new faults of ``seed`` (module docstring): ``runs`` are its run plans, ``hours`` its job's length."""
     rng = random.Random(f"{seed}:faults2")
-    kinds = f.KINDS[len(f.FIRST_KINDS):]
+    kinds = (*f.KINDS[len(f.FIRST_KINDS):], *EXTRA_CHANCES)
     return [_one(rng, rng.choice(kinds), runs, hours) for _ in range(rng.randint(0, 4))]
 
 
