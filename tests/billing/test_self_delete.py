@@ -347,3 +347,59 @@ def test_a_create_whose_answer_was_lost_is_in_the_ledger_all_the_same(tmp_path: 
             with pytest.raises(TransientError):
                 fleet.create(ZONE, plan.request)
         assert [r.name for r in fleet.billing.ledger.nodes(P, ZONE, open_only=True)] == (["n"] if guard_on else [])
+
+
+def test_a_node_only_absent_from_a_listing_stays_open_until_its_delete_is_found(tmp_path: Path) -> None:
+    """A listing behind (a cache) that leaves out a live node, or a node whose operations cannot be listed, is no
+    evidence of its end: the ledger keeps it open and asks again at the next listing (the swarm's seeds 152, closed on
+    a stale listing and 900 s short, and 30, a self-delete dated early when the operations failed); up to
+    ``EVIDENCE_WAIT_S`` after the first listing that missed it, then dated at that listing."""
+    from tpuops.billing.observer import EVIDENCE_WAIT_S
+
+    clock = VirtualClock(at(0).timestamp())
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"), clock=clock)
+    answers: list[Callable[[str, str], list[Operation]]] = [_deleted_at(None)]
+
+    def operations(zone: str, name: str) -> list[Operation]:
+        if not answers:
+            raise TransientError("503")
+        return answers[0](zone, name)
+
+    fleet.billing.node_operations = operations
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(0))
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(300))
+    for when, answer in ((600, _deleted_at(None)), (900, None)):  # no delete listed yet; the operations fail
+        answers[:] = [answer] if answer else []
+        clock.advance_to(at(when).timestamp())
+        fleet.billing.listed(ZONE, {}, at(when))
+        assert [t.state for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == ["READY"]
+    answers[:] = [_deleted_at(420)]
+    clock.advance_to(at(1200).timestamp())
+    fleet.billing.listed(ZONE, {}, at(1200))
+    assert fleet.billing.ledger.transitions(P, ZONE, "n")[-1].at == at(420)
+    stale = Fleet(TpuApi(P), _settings(tmp_path / "stale"), Ledger(tmp_path / "stale.sqlite"), clock=clock)
+    stale.billing.node_operations = _deleted_at(None)
+    stale.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(1200))
+    for when in (1500, 1500 + EVIDENCE_WAIT_S):  # the first listing that misses it, and an hour of them
+        clock.advance_to(at(when).timestamp())
+        stale.billing.listed(ZONE, {}, at(when))
+        assert stale.billing.ledger.transitions(P, ZONE, "n")[-1].state == "READY"
+    clock.advance_to(at(1501 + EVIDENCE_WAIT_S).timestamp())
+    stale.billing.listed(ZONE, {}, at(1501 + EVIDENCE_WAIT_S))  # waited long enough: dated at the first that missed it
+    assert [(t.state, t.at) for t in stale.billing.ledger.transitions(P, ZONE, "n")][-1] == (DELETED, at(1500))
+
+
+def test_a_listing_behind_our_replacement_does_not_reopen_the_node_we_deleted(tmp_path: Path) -> None:
+    """We deleted the node and created its replacement under the same name; a listing that lags still shows the one
+    we deleted READY. That incarnation's end is in the ledger: the stale sighting changes nothing (it re-opened it,
+    which then took the replacement's READY and billed 3.4 times what the cloud did: the swarm's seed 42)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"),
+                  clock=VirtualClock(at(400).timestamp()))
+    fleet.billing.node_operations = _deleted_at(None)
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(0))
+    fleet.billing.gone(ZONE, "n", at(300))
+    request = NodeRequest(name="n", accelerator="v2-8", runtime="tpu-vm-tf-2.9.3", capacity=Capacity.ON_DEMAND,
+                          labels={MANAGED_BY_KEY: MANAGED_BY_VALUE, RUN_KEY: RUN})
+    fleet.billing.created(ZONE, request, "op-new", at(310))
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(400))  # the deleted incarnation, uid 7
+    assert [t.state for t in fleet.billing.ledger.transitions(P, ZONE, "n", uid="7")] == ["READY", DELETED]

@@ -435,6 +435,25 @@ def test_a_slice_with_an_unhealthy_worker_is_recreated_after_the_grace_as_a_boun
     assert (memory.phase, memory.outcome, memory.preemptions) == ("finished", "crashed", 0)
 
 
+def test_a_node_that_stays_creating_past_the_create_timeout_never_booted_and_is_replaced_as_a_bounded_restart(
+        ) -> None:
+    policy = Policy(zones=(A, B), max_crashes=1, create_timeout_s=600.0)
+    memory = Memory()
+    assert step(memory, missing(), 0.0, policy) == [("create", A)]
+    assert step(memory, seen(CREATING), 300.0, policy) == []
+    assert step(memory, seen(CREATING), 600.0, policy) == []  # at the timeout: a slow boot still
+    assert step(memory, seen(CREATING), 601.0, policy) == [("delete", A), ("create", A)]
+    assert kinds(memory)[-2:] == ["unbooted", "create"] and "never booted" in memory.events[-1]["message"]
+    assert (memory.crashes, memory.preemptions, memory.attempts) == (1, 0, 2)
+    assert step(memory, seen(CREATING), 1000.0, policy) == []  # the replacement's clock starts at its create
+    assert step(memory, seen(CREATING), 1202.0, policy) == [("delete", A)]  # past max_crashes: crashed
+    assert (memory.phase, memory.outcome) == ("finished", "crashed")
+    lost = training(policy)  # a create whose memory write was lost: the node's own create time dates it
+    assert lost.pending_create is None
+    assert step(lost, seen(CREATING, node_created=2000.0), 2600.0, policy) == []
+    assert step(lost, seen(CREATING, node_created=2000.0), 2601.0, policy) == [("delete", A), ("create", A)]
+
+
 def test_a_worker_that_recovers_within_the_grace_changes_nothing() -> None:
     policy = Policy(zones=(A, B), unhealthy_grace_s=60.0)
     memory = training(policy)

@@ -221,3 +221,41 @@ def test_a_finished_runs_node_is_deleted_while_another_zones_listing_still_fails
     [report] = passed
     assert report.acted == [("r-1", "delete", ZONE)] and report.finished == {"r-1": "succeeded"}
     assert [call[:2] for call in cloud.calls].count(("DeleteNode", "r-1")) == 1
+
+
+class _Lagging(MemoryProvider):
+    """The in-memory cloud, whose listings can lag behind (``behind``: they leave out every node), and which lists the
+    operations on a node (none deletes it: it lives)."""
+
+    behind = False
+
+    def list_nodes(self, zone: str) -> list[Any]:
+        return [] if self.behind else super().list_nodes(zone)
+
+    def node_operations(self, zone: str, name: str) -> list[Any]:
+        return []
+
+
+def test_a_finished_run_whose_live_node_a_lagging_listing_leaves_out_stays_indexed_until_its_node_goes(
+        tmp_path: Path) -> None:
+    """A run stopped while the listing lags: its node, READY in the ledger with no evidence of an end, may still bill,
+    so the run stays in the index and the first pass that lists the node deletes it. Before, the next pass dropped the
+    finished run on the listing that left its node out, and nothing deleted the node (the swarm's seed 150: a $1 budget
+    run billed $16.40, to its job's own end)."""
+    settings = Settings(zones=[ZONE], home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=3600.0,
+                        operation_timeout_s=WAIT_S, max_run_hours=0)
+    store, cloud = open_store(settings.store_root), _Lagging(poll_interval_s=0.01)
+    world = World(settings, store, cloud, controller_over(settings, store, Fleet(cloud, settings,
+                                                                            Ledger(settings.ledger_path)),
+                                                          sweeps=None, holder="test", status_refresh_s=0.0))
+    world.running("r-1")
+    runs.request_stop(store, "r-1", "stop by the user", datetime.now(timezone.utc).timestamp())
+    cloud.behind = True
+    for _ in range(2):
+        report = world.controller.run_pass()
+        assert report.acted == [] and "r-1" in runs.active_run_ids(store) and (ZONE, "r-1") in cloud.nodes
+    assert runs.load_memory(store, "r-1")[0].outcome == "stopped"
+    cloud.behind = False
+    assert world.controller.run_pass().acted == [("r-1", "delete", ZONE)] and (ZONE, "r-1") not in cloud.nodes
+    world.controller.run_pass()
+    assert "r-1" not in runs.active_run_ids(store)

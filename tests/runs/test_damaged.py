@@ -242,8 +242,11 @@ def test_the_verdict_on_a_damaged_runs_dead_node_deletes_it_at_once_and_waits_on
             assert damaged_verdict(state, agent, 1.0, now, kept) == f"its node is {state.value}"
     assert damaged_verdict(NodeState.STOPPED, None, 1.0, now, policy) == "its node is STOPPED"
     assert damaged_verdict(NodeState.STOPPED, None, 1.0, now, kept) is None
-    for state in (NodeState.CREATING, NodeState.STARTING, NodeState.DELETING, NodeState.REPAIRING):
+    for state in (NodeState.STARTING, NodeState.DELETING, NodeState.REPAIRING):
         assert damaged_verdict(state, None, 10_000.0, now, policy) is None
+    assert damaged_verdict(NodeState.CREATING, None, policy.create_timeout_s, now, policy) is None  # booting still
+    never = damaged_verdict(NodeState.CREATING, None, policy.create_timeout_s + 1, now, policy)
+    assert never is not None and "never booted" in never  # it holds the name and the quota for ever (seed 866)
 
 
 def test_logs_follow_goes_on_past_a_garbled_status_and_ends_when_the_run_ends(settings: Settings) -> None:

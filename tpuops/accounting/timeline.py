@@ -49,6 +49,7 @@ EVENT_MARKS: dict[str, MarkKind] = {
     "crash": MarkKind.RESTART,
     "hang": MarkKind.RESTART,
     "unhealthy": MarkKind.RESTART,
+    "unbooted": MarkKind.RESTART,
     "create": MarkKind.CREATE,
     "notice": MarkKind.CHECKPOINT,
     "moved-up": MarkKind.MOVE,

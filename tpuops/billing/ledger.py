@@ -330,7 +330,7 @@ class Ledger:
             if latest["uid"] is None:
                 conn.execute("UPDATE nodes SET uid = ? WHERE id = ?", (uid, latest["id"]))
                 return _node(self._incarnation(conn, project, zone, name, uid))
-            self._close(conn, latest["id"], stamp)
+            self._close(conn, latest["id"], created or stamp)  # its name was free again by the new one's create
         values = (project, zone, name, uid, accelerator, _text(capacity), run_id, sweep_id, created or stamp)
         conn.execute(_INSERT_NODE, values)
         return _node(self._incarnation(conn, project, zone, name, None))

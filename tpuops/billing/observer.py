@@ -55,6 +55,10 @@ _PACES = 1
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
 
+EVIDENCE_WAIT_S = 3600.0
+"""How long after its last sighting a node absent from listings, whose delete the provider's operations do not show
+(yet), stays open in the ledger before it is dated at the sighting that missed it (``_ended_at``)."""
+
 _ENDED = (NodeState.DELETING.value, DELETED)
 """The ledger's states after which an incarnation's end is dated already."""
 
@@ -83,6 +87,7 @@ class BillingObserver:
         cannot say, and such an end is dated within the gap between sightings."""
         self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
         self._creating: dict[tuple[str, str], str] = {}  # by (zone, name): our create operation's name, until READY
+        self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
@@ -111,9 +116,10 @@ class BillingObserver:
                          run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
                          created_at=n.create_time, at=self._at(n, now, stamp))
                 for n in fresh]
-            self.ledger.observe_nodes(sightings)
+            self.ledger.observe_nodes(sightings, now)  # an incarnation a new one replaced unseen ends by then
         for n in nodes:
             if n.managed:
+                self._missed.pop((n.zone, n.name), None)
                 before = last.get((n.zone, n.name))
                 last[(n.zone, n.name)] = _Sighted(n.uid, n.state, stamp, None if before is None else stamp - before.at)
 
@@ -121,9 +127,12 @@ class BillingObserver:
         """Whether the ledger holds the end of the node's incarnation already, so that this sighting is older than
         that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
         a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
-        swarm's seeds 6, 103, 118). Asked only of a node this observer does not hold as seen (after its end, or in
-        a new process): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
-        if not node.uid or (node.zone, node.name) in self._last_seen:
+        swarm's seeds 6, 103, 118). Asked only of an incarnation this observer does not hold as seen (after its end,
+        in a new process, or after our own create of its replacement under the same name: a listing that lags then
+        shows the one we deleted, which took the replacement's READY and billed hours the cloud never did, the swarm's
+        seed 42): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
+        last = self._last_seen.get((node.zone, node.name))
+        if not node.uid or (last is not None and last.uid == node.uid):
             return False
         return self._last_state(node.zone, node.name, node.uid) in _ENDED
 
@@ -134,11 +143,12 @@ class BillingObserver:
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
             self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
         if node.state is NodeState.DELETING:
-            return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
+            return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None) or seen
         return self._changed_at(node.zone, node.name, seen, first=first)
 
     def _ended_at(self, zone: str, name: str, created: datetime | None, seen: datetime,
-                  first: datetime | None = None, *, uid: str | None = None) -> datetime:
+                  first: datetime | None = None, *, uid: str | None = None, wait: bool = False,
+                  sure: bool = False) -> datetime | None:
         """When a node first seen DELETING or gone at ``seen`` stopped costing: its delete's start, else within the gap.
 
         A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
@@ -150,29 +160,47 @@ class BillingObserver:
         that is off cannot move it out); a process that never saw the node before (``status``,
         ``down``, the dashboard) keeps it after the last transition the ledger holds of the incarnation
         (``uid``) instead: the node was in that state from then on. With no delete to be found (a
-        provider that cannot list operations, a node preempted away) it is dated within the gap.
+        provider that cannot list operations) it is dated within the gap. With ``wait`` (the node is only absent from
+        a listing, which can lag), an end whose delete is not found yet is not dated yet (None: the node stays open,
+        and the next listing asks again), for up to ``EVIDENCE_WAIT_S`` after the first listing that missed it, and
+        then (or once it is ``sure`` to be gone) dated at that listing: the swarm's seed 152 closed a live node on a
+        listing behind and never billed the 900 s until it was seen READY again, seeds 4, 13 and 30 dated
+        self-deletes up to half a pass early when the operations could not be listed, and seed 727 a self-delete
+        made at the end of a two-hour outage within that gap. When they could not (the API failed) and nothing
+        waits, it is dated at ``seen``, where it had surely stopped, never within the gap, where it may still have
+        been billing.
         """
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else self._last_change(zone, name, uid)
         if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
-        started = self._delete_started(zone, name, created, since) if EVIDENCE_END.on else None
-        return guess if started is None else min(max(started, since), seen)
+        if not EVIDENCE_END.on or self.node_operations is None:
+            return guess
+        missed = self._missed.setdefault((zone, name), seen) if wait else seen
+        waits = wait and not sure and (seen - missed).total_seconds() <= EVIDENCE_WAIT_S and \
+            self._state_of(zone, name, uid) == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
+        try:
+            started = self._delete_started(zone, name, created, since)
+        except TpuopsError:
+            started = None
+            if not wait:
+                return seen
+        if started is not None:
+            return min(max(started, since), seen)
+        return None if waits else missed if wait else guess
 
     def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
         """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
-        as the provider's operations say; None when none is found or the provider cannot be asked.
+        as the provider's operations say; None when none is found or the provider cannot be asked (``TpuopsError``
+        when it fails to answer).
 
         A delete that was over when this incarnation was created acted on the one before (the name is free only once
         its delete is over), even when it started at that very moment (a replacement created as its forerunner's
         delete returned): taken for this one's, it dated the end at the last sighting, up to a pass early."""
         if self.node_operations is None:
             return None
-        try:
-            operations = self.node_operations(zone, name)
-        except TpuopsError:
-            return None
+        operations = self.node_operations(zone, name)  # its failure is the caller's (``_ended_at``)
         after = created or since
         starts = [op.started for op in operations
                   if op.verb == "delete" and op.error is None and op.started is not None and op.started >= after
@@ -273,7 +301,9 @@ class BillingObserver:
         started) and ``seen``, as a clock that is off cannot move it out. An operation that was over before the
         incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
         it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
-        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44).
+        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44). A last sighting of it
+        booting that the operation's end precedes by more than clocks can be apart came from a listing behind (a
+        cache): the operation's end stands (it dated READY at that stale sighting, 228 s late: the swarm's seed 747).
         """
         operation = self._creating.pop((zone, name), None)
         if operation is None:
@@ -288,6 +318,8 @@ class BillingObserver:
             return None
         if created is not None and done.ended < created - _CLOCKS_APART:
             return None
+        if last is not None and last.state in _BOOTING and done.ended < since - _CLOCKS_APART:
+            since = done.started or since
         return min(max(done.ended, since), seen)
 
     def _ready_unseen(self, zone: str, name: str, seen: datetime, *, uid: str | None = None,
@@ -322,24 +354,33 @@ class BillingObserver:
         if (zone, name) not in self._last_seen:
             self._creating.setdefault((zone, name), operation)
 
-    def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
+    def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None, *,
+             absent: bool = False, sure: bool = False) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
         went (``_ended_at``: a node that deleted itself, where its delete operation says). Its open incarnation is
         read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
         create this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``),
-        so that what it billed is known."""
+        so that what it billed is known. ``absent``: it is only absent from a listing (``_ended_at`` may wait for
+        evidence); ``sure``: gone for certain all the same (its name was free for a create of ours)."""
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
         self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
                            created=record.created_at if record else None)
         stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
-                                     uid=record.uid if record else None)
+                                     uid=record.uid if record else None, wait=absent, sure=sure)
+        if stamp is None:
+            return  # only absent from a listing, with no evidence of its end yet: the next listing asks again
+        self._missed.pop((zone, name), None)
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.project, zone, name, at=stamp)
 
     def recorded(self, zone: str, request: NodeRequest) -> None:
-        """A node we asked for, recorded in the ledger now, before anyone waits on it (a killed process leaves it)."""
+        """A node we asked for, recorded in the ledger now, before anyone waits on it (a killed process leaves it).
+        An incarnation of the name whose end is still awaited (``_missed``) is gone for sure (the name was free for
+        this create): it is closed first, or the new node would be taken for it (the swarm's seed 610)."""
+        if (zone, request.name) in self._missed:
+            self.gone(zone, request.name, absent=True, sure=True)
         labels = request.labels
         self.ledger.record_node(self.project, zone, request.name, request.accelerator, request.capacity.value,
                                 run_id=labels.get(naming.RUN_KEY), sweep_id=labels.get(naming.SWEEP_KEY),
@@ -368,7 +409,13 @@ class BillingObserver:
         self.observe(*nodes.values(), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes:
-                self.gone(zone, record.name, record=record)
+                self.gone(zone, record.name, record=record, absent=True)
+
+    def may_bill(self, zone: str, name: str) -> bool:
+        """Whether the ledger holds the node READY, its end not dated: a node absent from a listing (which can lag)
+        whose delete is not found yet is still billing as far as the evidence goes (``_ended_at``)."""
+        return any(self._state_of(zone, name, record.uid) == NodeState.READY.value
+                   for record in self.ledger.nodes(self.project, zone, name=name, open_only=True))
 
     def zones_of_open_nodes(self) -> Iterable[str]:
         """The zones where the ledger says one of our nodes may live (an interval still open)."""

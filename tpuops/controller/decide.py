@@ -17,6 +17,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   restarts, or a health probe that missed once, is no reason to pay a recreate) a restart from the
   checkpoint naming the worker, counted like a crash (bounded by ``max_crashes``), never a preemption:
   a slice whose worker cannot compute is not left billing while worker 0 waits on it;
+- a node still CREATING ``create_timeout_s`` (the settings' ``operation_timeout_s``) after its create was asked never
+  booted (a VM that never comes up leaves its node CREATING and its create operation running for ever) -> a restart
+  naming it, counted like a crash (bounded by ``max_crashes``), never a preemption; nothing was billed for it;
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang; a status that
   cannot be read (damaged) is no news: no progress, and no "no agent" either, so a status garbled
@@ -90,7 +93,7 @@ PREEMPTION_COUNTED = Guard("decide.preemption_counted", "every preemption of a r
 OWN_DELETE_NO_PREEMPTION = Guard("decide.own_delete_no_preemption", "a node we deleted ourselves is never counted a "
                                  "preemption")
 
-_CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
+_CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker", "unbooted": "a node that never booted"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
 
 
@@ -124,6 +127,8 @@ class Policy:
     stockout_backoff_s: float = _setting("stockout_backoff_s")
     unhealthy_grace_s: float = _setting("unhealthy_grace_s")
     """How long a READY slice may keep an unhealthy worker before it is recreated (docs/design.md)."""
+    create_timeout_s: float = _setting("operation_timeout_s")
+    """How long a node may stay CREATING after its create was asked before it counts as never booted."""
     keep_node: bool = False
     capacity: Rule | None = None
     """The run's capacity rule (a deadline, or the fallback); None: its nodes keep the declared capacity."""
@@ -147,7 +152,8 @@ class Policy:
             zones=zones if zones is not None else tuple(record.zones),  # type: ignore[union-attr]  # checked above
             max_crashes=settings.max_restarts, hang_after_s=settings.hang_after_s,
             boot_timeout_s=settings.boot_timeout_s, stockout_backoff_s=settings.stockout_backoff_s,
-            unhealthy_grace_s=settings.unhealthy_grace_s, keep_node=record.keep if record is not None else False,
+            unhealthy_grace_s=settings.unhealthy_grace_s, create_timeout_s=settings.operation_timeout_s,
+            keep_node=record.keep if record is not None else False,
             capacity=(capacity_rule(record, settings.spot_preemptions_per_hour, settings.recovery_s)
                       if record is not None else None),
             sizes=(tuple(Size(node.accelerator, tuple(node.zones)) for node in record.sizes)
@@ -191,6 +197,8 @@ class Observed:
     """The agent's status.json could not be read this pass (``status`` is the last one read, or None)."""
     node_accelerator: str | None = None
     """The accelerator type of the run's node as listed (an elastic run's size)."""
+    node_created: float | None = None
+    """When the run's node was created, as the provider says (epoch seconds; None: not listed, or not said)."""
     probe_result: CreateResult | None = None
     """Where the run's probe create stands (None: no probe in flight, or not asked this pass)."""
     probe_message: str = ""
@@ -417,12 +425,22 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         if policy.sizes and not memory.deleting and _elastic(memory, observed, now, policy, decision):
             return decision
         _ready(memory, observed, now, policy, decision)
+    elif state is NodeState.CREATING and _creating_s(memory, observed, now) > policy.create_timeout_s:
+        _restart(memory, observed, now, "unbooted", f"node still CREATING {_creating_s(memory, observed, now):.0f} s "
+                 "after its create: it never booted", decision, policy)
     elif state is NodeState.STOPPED:
         memory.event(now, "stopped", "node STOPPED outside tpuops: recreating it")
         _replace(memory, observed, policy, now, "replacing the stopped node", decision)
     elif state not in _WAITING:
         memory.event(now, "unknown-state", f"node in state {state.value}: waiting")
     return decision
+
+
+def _creating_s(memory: Memory, observed: Observed, now: float) -> float:
+    """How long the run's node has been CREATING: since our create (the memory's), else its create time as listed (a
+    create whose memory write was lost: the swarm's seed 866); 0 when nothing says."""
+    since = memory.pending_create.at if memory.pending_create is not None else observed.node_created
+    return 0.0 if since is None else now - since
 
 
 def _drop_probe(memory: Memory, decision: Decision) -> None:
@@ -620,13 +638,16 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
     READY node must not bill forever, and a PREEMPTED, TERMINATED or STOPPED one (no agent runs on it, and
     nothing replaces it without the memory) must not hold the name and the quota forever: it goes at once
-    (a STOPPED one is left when the run keeps its node: it may be the user's to start). A READY node is left
+    (a STOPPED one is left when the run keeps its node: it may be the user's to start), and so does one still
+    CREATING ``create_timeout_s`` after its create (it never booted: the swarm's seed 866). A READY node is left
     to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
     deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
     the node's age) for as long as a hang takes.
     """
     if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
         return f"its node is {node_state.value}"
+    if node_state is NodeState.CREATING and node_age_s is not None and node_age_s > policy.create_timeout_s:
+        return f"its node is still CREATING after {node_age_s:.0f} s: it never booted"
     if node_state is not NodeState.READY:
         return None
     if status is not None and status.exit_class is not None:

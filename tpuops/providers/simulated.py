@@ -18,7 +18,14 @@ nodes live on virtual time (``CloudModel``):
   it would and the node turns PREEMPTED then, with no self-delete (the startup script sees the notice);
 - a delete stops billing at once and frees the name after a drawn delete latency: a create of that
   name before then starts only when the delete is over (the controller's replacement waits for
-  the delete; here the wait is folded into the create, so nothing blocks on virtual time).
+  the delete; here the wait is folded into the create, so nothing blocks on virtual time);
+- what a simulation may do to a node besides (the fault swarm's): a create whose worker never boots
+  (``never_boots``: a single host stays CREATING, its create never ends; a slice turns READY with that
+  worker listed unhealthy and its job never steps), a slice worker's runtime that dies (``worker_dies``:
+  listed unhealthy until the node goes, the job hangs), and a host maintenance event (``maintenance``:
+  TPU VMs do not live-migrate; the VM goes down at once, its job killed without time to save; an
+  on-demand node is REPAIRING with health UNHEALTHY_MAINTENANCE and READY again later, its startup
+  script running a new attempt; a spot or preemptible node is TERMINATED for good).
 
 Events are applied lazily, in time order, whenever the provider is called or ``catch_up`` is: so with
 ``system_clock`` it is a real-time cloud, with a ``VirtualClock`` a simulation. What runs on a node
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import threading
 from collections import Counter
@@ -78,6 +86,10 @@ class Workload(Protocol):
 
     def finished(self, run_id: str, at: float) -> None: ...
 
+    def hung(self, run_id: str, at: float) -> None:
+        """The job stops stepping at ``at`` and never ends by itself (a worker of its slice is down)."""
+        ...
+
 
 class Idle:
     """A workload of nodes that run nothing (a provider opened from the registry)."""
@@ -98,6 +110,9 @@ class Idle:
         return None
 
     def finished(self, run_id: str, at: float) -> None:
+        return None
+
+    def hung(self, run_id: str, at: float) -> None:
         return None
 
 
@@ -180,6 +195,9 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         """When the API first answers a call made at ``at`` (a VM's own DELETE included): ``at`` unless a simulation
         says the API is down then (the fault swarm's outages), so that a node whose job ended stays READY, and
         billed, until its self-delete gets through or the controller's delete does."""
+        self.never_boots: Callable[[str, str], bool] = lambda zone, name: False
+        """Whether a create of ``name`` in ``zone`` now gets a worker that never boots (module docstring)."""
+        self._absent: set[str] = set()  # uids of slices with a worker that never booted
 
     @classmethod
     def connect(cls, connection: Connection) -> SimulatedCloud:
@@ -227,7 +245,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
 
     def _ready(self, node: NodeInfo, at: float) -> None:
         key = (node.zone, node.name)
-        self._nodes[key] = replace(node, state=NodeState.READY)
+        self._nodes[key] = replace(node, state=NodeState.READY, health="")  # READY again after a maintenance too
         run_id = node.labels.get(RUN_KEY)
         created = node.create_time.timestamp() if node.create_time else at
         self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
@@ -236,9 +254,14 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         drawn = at + rng.expovariate(hazard / 3600.0) if hazard > 0 else None
         if self.model.lifetime is not None and node.capacity.value in PREEMPTIBLE_CAPACITIES:
             drawn = at + self.model.lifetime.draw(rng)
-        finish = self.workload.finish_time(run_id, at) if run_id else None
+        absent = node.uid in self._absent
+        if absent:  # the worker that never booted is listed unhealthy; the job waits on it for ever
+            self._nodes[key] = replace(self._nodes[key], unhealthy_workers=(node.hosts - 1,))
+        finish = self.workload.finish_time(run_id, at) if run_id and not absent else None
         if run_id:
             self.workload.started(run_id, at)
+            if absent:
+                self.workload.hung(run_id, at)
         final = self.workload.final_s(run_id) if run_id and finish is not None else 0.0
         if drawn is None:
             if finish is not None:
@@ -350,6 +373,10 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
                 labels=dict(request.labels), create_time=_at(begins), uid=uid,
                 hosts=hosts_of(self.offers, request.accelerator))
             self._by_uid[uid] = key
+            if self.never_boots(zone, request.name):
+                if self._nodes[key].hosts == 1:  # the VM never comes up: CREATING, its create never ends
+                    return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, math.inf)))
+                self._absent.add(uid)
             self._schedule(ready_at, "ready", uid)
             return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, ready_at)))
 
@@ -369,6 +396,64 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
                     self.workload.interrupted(node.labels[RUN_KEY], now, now + self.model.notice_s)
             self._free_at[(zone, name)] = now + self.model.delete_latency.draw(self._rngs.pop(node.uid))
             return self._snapshot(self._record_op(zone, _Op(zone, name, now, now, verb="delete")))
+
+    # -- what a simulation does to a node (the fault swarm's) -----------------------------------------
+
+    def _running(self, zone: str, name: str) -> NodeInfo | None:
+        """The node if it is READY with its job still going (what a maintenance or a dying worker can strike)."""
+        self.catch_up()
+        node = self._nodes.get((zone, name))
+        if node is None or node.state is not NodeState.READY or node.uid in self._ended:
+            return None
+        return node
+
+    def _forget_events(self, uid: str) -> None:
+        """Drop the node's scheduled READY, preemption and job end (its timeline is redrawn or over)."""
+        self._events = [event for event in self._events if event[3] != uid]
+        heapq.heapify(self._events)
+        self._preempt_at.pop(uid, None)
+        self._notice_at.pop(uid, None)
+
+    def worker_dies(self, zone: str, name: str, worker: int) -> bool:
+        """The TPU runtime of ``worker`` of a READY slice dies: the node stays READY (one state for the whole
+        slice) with the worker listed unhealthy until it goes, and the job stops stepping (its mesh is broken).
+        False: no slice of that name is READY with its job going."""
+        with self._lock:
+            node = self._running(zone, name)
+            if node is None or node.hosts < 2:
+                return False
+            now = self.clock()
+            self._nodes[(zone, name)] = replace(node, unhealthy_workers=(min(max(worker, 1), node.hosts - 1),))
+            drawn = self._preempt_at.pop(node.uid, None)
+            self._events = [event for event in self._events if not (event[3] == node.uid and event[2] == "finish")]
+            heapq.heapify(self._events)
+            if drawn is not None and drawn > now:  # the preemption its job's end came before still comes
+                self._schedule(drawn, "preempt", node.uid)
+            run_id = node.labels.get(RUN_KEY)
+            if run_id:
+                self.workload.hung(run_id, now)
+            return True
+
+    def maintenance(self, zone: str, name: str, down_s: float) -> bool:
+        """A host maintenance event on a READY node now (module docstring): billing stops, its job is killed;
+        on-demand, the node is REPAIRING for ``down_s`` and READY again (a new attempt starts); spot or
+        preemptible, it is TERMINATED. False: no node of that name is READY with its job going."""
+        with self._lock:
+            node = self._running(zone, name)
+            if node is None:
+                return False
+            now = self.clock()
+            self._forget_events(node.uid)
+            spot = node.capacity.value in PREEMPTIBLE_CAPACITIES
+            self._close(node.uid, now, "terminated" if spot else "maintenance")
+            state = NodeState.TERMINATED if spot else NodeState.REPAIRING
+            self._nodes[(zone, name)] = replace(node, state=state, health="UNHEALTHY_MAINTENANCE")
+            run_id = node.labels.get(RUN_KEY)
+            if run_id:
+                self.workload.interrupted(run_id, now, now)
+            if not spot:
+                self._schedule(now + down_s, "ready", node.uid)
+            return True
 
     def _record_op(self, zone: str, op: _Op) -> str:
         operation = f"projects/{self.project}/locations/{zone}/operations/operation-{next(self._ids)}"

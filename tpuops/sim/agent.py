@@ -16,11 +16,14 @@ real Optuna sampler has something to learn and the real pruner something to prun
 
 An attempt may have a ``Fate`` (the fault swarm's agent faults, ``tpuops.sim.swarm``): it crashes, meets a
 deterministic user error, sees its loss turn NaN, hangs (steps stop, heartbeats go on), or its save on a notice
-fails, ``after_s`` of stepping into the attempt. An attempt without one runs as the model says.
+fails, ``after_s`` of stepping into the attempt. An attempt without one runs as the model says. The cloud may hang
+an attempt later (``hung``: a worker of its slice died, or never booted), and a notice may reach the agent late
+(``late``: the seconds after the notice it hears it, by when it came; past the node's end it never saves).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -129,6 +132,8 @@ class SimulatedAgent:
         self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
         self._first_ready: float | None = None  # the first attempt's READY: a replacement's pace depends on its offset
         self._evals: list[EvalPoint] = []  # every evaluation up to the highest step written: a pure function of step
+        self.late: Callable[[float], float] = lambda notice_at: 0.0
+        """How many seconds after a notice at ``notice_at`` the agent hears it (the fault swarm's late notices)."""
 
     # -- the timeline (pure) -------------------------------------------------------------------
 
@@ -185,10 +190,10 @@ class SimulatedAgent:
         attempt = self._attempt
         if attempt is None:
             return None
-        heard = notice_at
-        if attempt.pace.listen_s is not None and notice_at < attempt.stepping_at:
+        heard = notice_at + self.late(notice_at)
+        if attempt.pace.listen_s is not None and heard < attempt.stepping_at:
             listen_at = attempt.ready_at + attempt.pace.listen_s
-            heard = listen_at if notice_at <= listen_at else attempt.stepping_at
+            heard = listen_at if heard <= listen_at else attempt.stepping_at
         return heard, heard + self.model.segments.save_s + self.model.segments.exit_s
 
     # -- what the node's life does to it -----------------------------------------------------------
@@ -215,6 +220,7 @@ class SimulatedAgent:
         attempt = self._attempt
         if attempt is None:
             return
+        notice_at = min(end_at, notice_at + self.late(notice_at))  # when it hears it: past the end, never
         step, saved = self._progress(attempt, max(attempt.ready_at, notice_at))
         fits = self.model.segments.save_s <= end_at - notice_at and notice_at >= attempt.stepping_at
         fate = attempt.fate
@@ -225,6 +231,17 @@ class SimulatedAgent:
         self._high = max(self._high, step)
         self._attempt = None
         self._write(end_at, Phase.DONE, step, exit_class=ExitClass.PREEMPTED, attempt=attempt.number)
+
+    def hung(self, at: float) -> None:
+        """The running attempt stops stepping at ``at`` and never ends by itself (heartbeats go on): a worker of its
+        slice died or never booted, so its mesh cannot compute."""
+        attempt = self._attempt
+        if attempt is None:
+            return
+        after_s = max(0.0, at - attempt.stepping_at)
+        if attempt.fate is not None and attempt.fate.kind is not FateKind.SAVE_FAILS:
+            after_s = min(after_s, attempt.fate.after_s)
+        self._attempt = dataclasses.replace(attempt, fate=Fate(FateKind.HANG, after_s))
 
     def finished(self, at: float) -> None:
         """The last step and the final save are done: the job succeeded; or the attempt's fate ended it."""

@@ -38,6 +38,8 @@ class Agents:
         self.seed = seed
         self.by_run: dict[str, SimulatedAgent] = {}
         self.fates: dict[str, dict[int, Fate]] = {}
+        self.late: Callable[[str, float], float] = lambda run_id, notice_at: 0.0
+        """How late each run's agent hears a notice (``SimulatedAgent.late``; the fault swarm's late notices)."""
 
     def agent(self, run_id: str) -> SimulatedAgent:
         if run_id not in self.by_run:
@@ -45,8 +47,9 @@ class Agents:
             if self.model.eval_every_steps and runs.run_exists(self.store, run_id):  # not an elastic run's probe node
                 spec = runs.read_run_spec(self.store, run_id)
                 metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
-            self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed,
-                                                 self.fates.get(run_id))
+            agent = self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed,
+                                                         self.fates.get(run_id))
+            agent.late = lambda notice_at: self.late(run_id, notice_at)
         return self.by_run[run_id]
 
     def finish_time(self, run_id: str, ready_at: float) -> float | None:
@@ -67,6 +70,9 @@ class Agents:
     def finished(self, run_id: str, at: float) -> None:
         self.agent(run_id).finished(at)
 
+    def hung(self, run_id: str, at: float) -> None:
+        self.agent(run_id).hung(at)
+
     def publish(self, at: float) -> None:
         for agent in self.by_run.values():
             if agent.running:
@@ -86,6 +92,18 @@ class SimWorld:
         """Let a node's self-delete (its VM's own DELETE call) go through only when the API answers: ``answers_at(t)``
         is when a call made at ``t`` first does (the fault swarm's outages)."""
         self._cloud.api_answers_at = answers_at
+
+    def never_boots(self, decides: Callable[[str, str], bool]) -> None:
+        """Let ``decides(zone, name)`` say whether a create now gets a worker that never boots (the fault swarm's)."""
+        self._cloud.never_boots = decides
+
+    def worker_dies(self, zone: str, name: str, worker: int) -> bool:
+        """A worker's TPU runtime in the READY slice ``name`` dies now (``SimulatedCloud.worker_dies``)."""
+        return self._cloud.worker_dies(zone, name, worker)
+
+    def maintenance(self, zone: str, name: str, down_s: float) -> bool:
+        """A host maintenance event on the READY node ``name`` now (``SimulatedCloud.maintenance``)."""
+        return self._cloud.maintenance(zone, name, down_s)
 
     @property
     def provider(self) -> NodeProvider:

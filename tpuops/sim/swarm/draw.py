@@ -20,6 +20,7 @@ from typing import Any
 
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
+from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep, draw_sweep
 
@@ -196,7 +197,8 @@ def draw(seed: int, *, sweeps: bool = True) -> Scenario:
             commands.append(Command(rng.choice(("stop", "down")), run.run_id, stop_at))
             if rng.random() < 0.4:
                 commands.append(Command("resume", run.run_id, stop_at + rng.uniform(300, 3 * 3600)))
-    faults = [_fault(rng, rng.choice(f.KINDS), runs) for _ in range(rng.randint(2, 12))]
+    faults = [_fault(rng, rng.choice(f.FIRST_KINDS), runs) for _ in range(rng.randint(2, 12))]
+    faults += extra.draw(seed, runs, hours)  # from a stream of their own: the draws above stay the seed's
     return Scenario(seed=seed, cron_s=rng.choice([60.0, 300.0, 300.0]),
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,

@@ -76,18 +76,42 @@ AGENT_NAN = "agent.nan"
 AGENT_HANG = "agent.hang"
 AGENT_SAVE_FAILS = "agent.save_fails"
 
+# The kinds below are drawn from a stream of their own and played by ``tpuops.sim.swarm.extra``.
+API_SLOW = "api.slow"
+"""A share (``rate``) of API calls answer up to ``count`` virtual seconds late; past the client's call timeout
+(30 s) the call fails there (a 503 to the caller). The pass takes that long: it may overrun the next."""
+API_MAINTENANCE = "api.maintenance"
+"""A host maintenance event on the run's READY node in the window: on-demand, REPAIRING for ``count`` s then READY
+again (its job killed, a new attempt); spot, TERMINATED (``SimulatedCloud.maintenance``)."""
+API_NEVER_BOOTS = "api.never_boots"
+"""The run's creates in the window (up to ``count`` of them) get a worker that never boots: a single host stays
+CREATING for ever, a slice turns READY with that worker unhealthy and its job never steps."""
+API_WORKER_DIES = "api.worker_dies"
+"""The TPU runtime of one worker (``count``) of the run's READY slice dies in the window: one host of the slice,
+not the whole slice; the node stays READY with the worker listed unhealthy, and its job hangs."""
+API_OPERATIONS = "api.operations"
+"""The node_operations listings fail (``arg`` = ``errors``, a share ``rate`` of them) or answer what they
+answered before the window (``lag``) over the window."""
+STORE_SLOW = "store.slow"
+"""A share (``rate``) of the controller's store reads and writes take up to ``count`` virtual seconds."""
+AGENT_LATE_NOTICE = "agent.late_notice"
+"""A notice (preemption, or the delete of a READY node) in the window reaches the run's agent ``rate`` s late:
+later than its save fits, or after its node is gone, so that save is missed."""
+CONTROLLER_OVERRUN = "controller.overrun"
+"""The pass at ``start`` stalls ``rate`` pass intervals in its ``count``-th API call, and the next passes (a cron
+``reconcile`` beside the ``watch``) run meanwhile: two passes at once, the stalled one acting on what it read."""
+
 KINDS = (API_ERRORS, API_OUTAGE, API_LOST_ANSWER, API_LAGGING_LIST, API_STUCK_CREATE, API_UNHEALTHY_WORKER,
          API_STOCKOUT, API_PREEMPTION, STORE_WRITE_ERRORS, STORE_READ_ERRORS, STORE_CAS_CONFLICT, STORE_GARBLE,
          CONTROLLER_KILL, CONTROLLER_RIVAL, CLOCK_LATE, CLOCK_EARLY, CLOCK_SKIPPED, AGENT_CRASH, AGENT_USER_ERROR,
-         AGENT_NAN, AGENT_HANG, AGENT_SAVE_FAILS)
+         AGENT_NAN, AGENT_HANG, AGENT_SAVE_FAILS,
+         API_SLOW, API_MAINTENANCE, API_NEVER_BOOTS, API_WORKER_DIES, API_OPERATIONS, STORE_SLOW, AGENT_LATE_NOTICE,
+         CONTROLLER_OVERRUN)
 """Every fault kind the swarm draws, in the order its summary lists them."""
+FIRST_KINDS = KINDS[:22]
+"""The kinds ``draw`` picks from the seed's first stream (a seed draws the same scenario as before the others)."""
 
 NOT_YET = {
-    "api.slow": "a slow answer costs no virtual time: a pass has no duration on the virtual clock",
-    "api.maintenance": "the simulated cloud has no maintenance events (a preemption stands in)",
-    "api.never_boots": "the simulated cloud boots every node; an unhealthy worker from READY stands in",
-    "store.slow": "a slow store call costs no virtual time",
-    "agent.late_notice": "the simulated agent hears a notice when the model says (listen_s), never later",
     "notify.*": "receivers are real HTTP: a stand-in in virtual time needs a delivery seam in tpuops.notify",
 }
 """Fault kinds the issue names that the swarm does not inject yet, and why (docs/testing.md lists them)."""

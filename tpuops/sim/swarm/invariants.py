@@ -37,6 +37,8 @@ LEDGER_SLACK_S = 2.0
 _BUSY = (f.API_ERRORS, f.API_OUTAGE, f.API_LAGGING_LIST, f.STORE_WRITE_ERRORS, f.STORE_READ_ERRORS,
          f.STORE_CAS_CONFLICT)
 """Fault kinds during whose windows a controller may be unable to act (its overrun allowance grows by them)."""
+_LEDGER_BUSY = (*_BUSY, f.API_OPERATIONS)
+"""...and the ledger unable to date what it saw (the operations listings date READY and self-deletes)."""
 
 
 @dataclass
@@ -65,6 +67,8 @@ class Trace:
     """Every exception other than an injected death that escaped a pass (liveness)."""
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
+    stalls: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) of every pass of the watch that took virtual time (slow calls, an overrun): it acted late."""
     now: float = START
     sweep: SweepWatch | None = None
     """The seed's sweep, when it has one (``tpuops.sim.swarm.sweep_invariants`` checks it)."""
@@ -81,12 +85,14 @@ class Trace:
         ends = [event["at"] for event in memory.events if event["kind"] == "finished"]
         return ends[-1] if memory.finished and ends else None
 
-    def busy_s(self, start: float, end: float) -> float:
-        """How long, within [start, end], a fault may have kept the controller from acting."""
+    def busy_s(self, start: float, end: float, *, ledger: bool = False) -> float:
+        """How long, within [start, end], a fault may have kept the controller from acting (``ledger``: or the ledger
+        from dating what it saw): the windows of the failing kinds, a pass or more per kill or slipped pass, and the
+        passes that took virtual time (``stalls``: how long they took)."""
+        total = sum(max(0.0, min(end, hi) - max(start, lo)) for lo, hi in self.stalls)
         lo, hi = start - START, end - START
-        total = 0.0
         for fault in self.scenario.faults:
-            if fault.kind in _BUSY:
+            if fault.kind in (_LEDGER_BUSY if ledger else _BUSY):
                 total += max(0.0, min(hi, fault.end) - max(lo, fault.start))
             elif fault.kind in (f.CONTROLLER_KILL, f.CLOCK_SKIPPED, f.CLOCK_LATE) and lo <= fault.start <= hi:
                 total += self.scenario.cron_s * (1 + fault.rate)
@@ -136,15 +142,20 @@ def _ledger_seconds(trace: Trace) -> dict[tuple[str, str], float]:
     return seen
 
 
+_UNDATED = {"preempted": 1, "job-ended": 1, "terminated": 1, "maintenance": 2}
+"""By the reason a READY interval ended: how many moments of it no call dates (a preemption, a self-delete, a host
+maintenance: the ledger dates them between two sightings; a maintenance restart's return to READY too)."""
+
+
 def _billed_seconds(trace: Trace) -> dict[tuple[str, str], tuple[float, int, float]]:
-    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates (a
-    preemption, a self-delete: the ledger dates them between two sightings), and when it was first READY."""
+    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates
+    (``_UNDATED``), and when it was first READY."""
     billed: dict[tuple[str, str], tuple[float, int, float]] = {}
     for interval in trace.intervals():
         key = (interval.zone, interval.name)
         seconds, undated, first = billed.get(key, (0.0, 0, interval.start))
         billed[key] = (seconds + (interval.end or trace.now) - interval.start,
-                       undated + (interval.reason in ("preempted", "job-ended")), min(first, interval.start))
+                       undated + _UNDATED.get(interval.reason, 0), min(first, interval.start))
     return billed
 
 
@@ -190,7 +201,7 @@ def self_delete_dated(trace: Trace) -> list[str]:
         nearest = min(held, key=lambda at: abs(at - interval.end), default=None)  # type: ignore[operator]
         if nearest is None:
             continue
-        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest)
+        late, busy = nearest - interval.end, trace.busy_s(interval.end, nearest, ledger=True)
         if late < -LEDGER_SLACK_S or late > LEDGER_SLACK_S + (busy + trace.scenario.cron_s if busy else 0.0):
             bad.append(f"{interval.name} in {interval.zone}: deleted itself at +{interval.end - START:.1f} s, "
                        f"the ledger ends it at +{nearest - START:.1f} s")
@@ -205,7 +216,7 @@ def ledger_matches_billing(trace: Trace) -> list[str]:
     bad = []
     for key, (seconds, undated, first) in sorted(_billed_seconds(trace).items()):
         held = ledger.get(key, 0.0)
-        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now):
+        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now, ledger=True):
             bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
     return bad
 
@@ -314,12 +325,13 @@ def user_error_costs_one_node(trace: Trace) -> list[str]:
 
 
 def preemptions_are_real(trace: Trace) -> list[str]:
-    """truth: a run counts no more preemptions than the cloud preempted its nodes (a user's stop, a budget stop,
-    a replacement or a crash is never a preemption)."""
+    """truth: a run counts no more preemptions than the cloud preempted or terminated its nodes (a user's stop, a
+    budget stop, a replacement, a crash or a maintenance restart is never a preemption; a spot node a maintenance
+    event TERMINATED is one, as Compute Engine counts it)."""
     bad = []
     for run_id in trace.judged():
         memory = trace.memory(run_id)
-        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
+        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason in ("preempted", "terminated"))
         if memory is not None and memory.preemptions > real:
             bad.append(f"{run_id}: counts {memory.preemptions} preemptions, the cloud preempted {real}")
     return bad

@@ -13,7 +13,6 @@ over processes and sums what they found.
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import tempfile
 import time
@@ -33,6 +32,7 @@ from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
 from tpuops.runs import NodeSpec, RunKind, RunRecord, layout
 from tpuops.sim.engine import START, Simulation, scratch_parent
+from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
@@ -104,8 +104,9 @@ class _Play:
         clock = self.sim.world.clock
         self.injected = f.Injected(scenario.seed, scenario.faults, lambda: clock() - START)
         self.death = f.Death()
-        self.store = f.FaultyStore(self.sim.store, self.injected, self.death)
-        self.cloud = f.FaultyCloud(self.sim.world.provider, self.injected, self.death, clock)
+        self.more = extra.More(self.sim, scenario.faults, self.injected, scenario.cron_s, self._beside)
+        self.store = extra.SlowStore(self.sim.store, self.injected, self.death, self.more)
+        self.cloud = extra.SlowCloud(self.sim.world.provider, self.injected, self.death, clock, self.more)
         self.cloud.before_acting = self.store.run_meanwhile
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.trace = Trace(scenario, self.sim, self.cloud.creates)
@@ -206,11 +207,18 @@ class _Play:
             self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
         return True
 
-    def _rival(self, now: float) -> None:
-        """A cron ``reconcile`` beside the watch: one pass at ``now``, then its process ends (dropping its leases)."""
+    def _beside(self, now: float) -> None:
+        """One pass of a second controller process at ``now`` (a cron ``reconcile`` beside the ``watch``), then its
+        exit, dropping its leases; its death is its own (the watch's process lives on)."""
+        dead = self.death.dead
         rival = self.sim.controller_over(self.store, self.cloud, "cron")
         self._pass(rival, now)
         self._pass(rival, None)
+        self.death.dead = dead
+
+    def _rival(self) -> None:
+        """The drawn rival (``controller.rival``): a cron pass beside the watch, now on the world's clock."""
+        self._beside(self.sim.world.clock())
         self.injected.count(f.CONTROLLER_RIVAL)
 
     def _check(self, checkers: dict[str, Checker]) -> None:
@@ -225,21 +233,26 @@ class _Play:
         while True:
             offset = now - START
             kill, rivals = self._apply(offset)
+            self.more.until(now)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
             self.trace.errors, self.trace.acted = {}, {}
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
+            self.more.passing(now)
             if rivals:  # the first passes in the middle of the watch's pass, the others after it
-                self.store.meanwhile = functools.partial(self._rival, now)
-            if not self._pass(self.controller, now):
+                self.store.meanwhile = self._rival
+            passed = self._pass(self.controller, now)
+            if clock() > now:  # slow calls, an overrun: the pass acted late
+                self.trace.stalls.append((now, clock()))
+            if not passed:
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
             later = rivals[1:] if self.store.meanwhile is None else rivals
             self.store.meanwhile = None
             for _ in later:
-                self._rival(now)
+                self._rival()
             self.trace.now = clock()
             self.trace.clean_pass = sum(self.injected.counts.values()) == before and not rivals
             self._check(AFTER_PASS)
@@ -247,7 +260,7 @@ class _Play:
                 break
             if offset >= MAX_HOURS * 3600:
                 break
-            now = self._next(now)
+            now = max(self._next(now), clock())  # a pass that took virtual time (slow calls) delays the next
         self._pass(self.controller, None)
         self._check(AT_END)
         self.result.injected.update(self.injected.counts)
