@@ -408,10 +408,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
-    if observed.node_preemptions > memory.preemptions:  # a pass replaced a preempted node, then lost its memory write
-        memory.event(now, "preempted", f"{observed.node_preemptions - memory.preemptions} preemption(s) recovered "
-                                       "by a pass whose memory write was lost, counted from the node's label")
-        memory.preemptions = observed.node_preemptions
+    _recount(memory, observed, now)
     if state in _DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
@@ -441,6 +438,15 @@ def _creating_s(memory: Memory, observed: Observed, now: float) -> float:
     create whose memory write was lost: the swarm's seed 866); 0 when nothing says."""
     since = memory.pending_create.at if memory.pending_create is not None else observed.node_created
     return 0.0 if since is None else now - since
+
+
+def _recount(memory: Memory, observed: Observed, now: float) -> None:
+    """Take back the preemptions a pass counted, replaced and then lost with its memory write: the node it created
+    carries the count (``tpuops.core.naming.PREEMPTIONS_KEY``)."""
+    if observed.node_preemptions > memory.preemptions:
+        memory.event(now, "preempted", f"{observed.node_preemptions - memory.preemptions} preemption(s) recovered "
+                                       "by a pass whose memory write was lost, counted from the node's label")
+        memory.preemptions = observed.node_preemptions
 
 
 def _drop_probe(memory: Memory, decision: Decision) -> None:

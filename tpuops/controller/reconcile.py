@@ -99,7 +99,7 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.core.naming import PREEMPTIONS_KEY, RUN_KEY
+from tpuops.core.naming import PREEMPTIONS_KEY, RUN_KEY, preemptions_of
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
@@ -120,12 +120,6 @@ minutes), so runs are acted on concurrently: one slow delete holds up no other r
 a pass with hundreds of actions (a zone-wide preemption) from sending them all at once into the
 project's API rate quota; past it, runs wait for a free worker, not for the next pass.
 """
-
-
-def _preemptions_of(node: NodeInfo | None) -> int:
-    """The preemptions count the run's node was created with (``PREEMPTIONS_KEY``); 0 when it carries none."""
-    value = node.labels.get(PREEMPTIONS_KEY, "") if node is not None else ""
-    return int(value) if value.isdigit() else 0
 
 
 class Controller:
@@ -520,7 +514,7 @@ class Controller:
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
                         status_damaged=damaged, node_accelerator=node.accelerator if node else None,
-                        node_preemptions=_preemptions_of(node),
+                        node_preemptions=preemptions_of(node.labels) if node else 0,
                         node_created=node.create_time.timestamp() if node and node.create_time else None, **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,

@@ -66,6 +66,12 @@ write loses no preemption (the next pass takes the count back from the node, ``t
 MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PREEMPTIONS_KEY})
 
 
+def preemptions_of(labels: Mapping[str, str]) -> int:
+    """The preemptions count a run's node was created with (``PREEMPTIONS_KEY``); 0 when it carries none."""
+    value = labels.get(PREEMPTIONS_KEY, "")
+    return int(value) if value.isdigit() else 0
+
+
 class MetadataKey(ValueEnum):
     """Node metadata keys that tpuops writes at create time and the VM's startup script reads.
 

@@ -331,7 +331,7 @@ def preemptions_are_real(trace: Trace) -> list[str]:
     bad = []
     for run_id in trace.judged():
         memory = trace.memory(run_id)
-        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason in ("preempted", "terminated"))
+        real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason in p.PREEMPTING)
         if memory is not None and memory.preemptions > real:
             bad.append(f"{run_id}: counts {memory.preemptions} preemptions, the cloud preempted {real}")
     return bad

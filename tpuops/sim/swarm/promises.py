@@ -51,17 +51,22 @@ def runs_json_rows(trace: Trace) -> dict[str, dict[str, Any]] | str:
         return f"runs --json fails: {type(err).__name__}: {err}"
 
 
+PREEMPTING = ("preempted", "terminated")
+"""How a billed node ends when the cloud took it: preempted, or TERMINATED by a maintenance event (a spot node's,
+which Compute Engine counts as a preemption)."""
+
+
 def _recovered(trace: Trace, run_id: str) -> int:
     """How many of the run's nodes the cloud preempted while a later node of the run followed (the run recovered)."""
     lives = sorted((b.start, b.reason) for b in trace.intervals() if b.run_id == run_id)
-    return sum(1 for _, reason in lives[:-1] if reason == "preempted")
+    return sum(1 for _, reason in lives[:-1] if reason in PREEMPTING)
 
 
 def _row_faults(trace: Trace, run_id: str, row: dict[str, Any]) -> list[str]:
     """Where the row of a run no fault garbled differs from what its agent and the cloud did."""
     agent = trace.sim.world.agents.by_run.get(run_id)
     step, exit_class = agent.reported if agent else (0, None)
-    real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason == "preempted")
+    real = sum(1 for b in trace.intervals() if b.run_id == run_id and b.reason in PREEMPTING)
     memory = trace.memory(run_id)
     ended = trace.finished_at(memory) if memory is not None else None
     done = agent.finished_at if agent is not None else None
@@ -178,12 +183,16 @@ def stop_takes_effect(trace: Trace) -> list[str]:
 
 def stop_never_undone(trace: Trace) -> list[str]:
     """nodes: a stop or down is never undone: no node is created for a run once the store took its user's stop or
-    down, unless a ``train --resume`` of the run came after that (whether or not the controller had read it yet)."""
+    down, unless a ``train --resume`` of the run came after that (whether or not the controller had read it yet), or
+    the create was in flight: a pass slowed by the API or the store (``Trace.stalls``) read the run before the stop
+    came and sent the create after it; the next pass honours the stop (``liveness.stop_takes_effect``)."""
     bad = []
     for created, _zone, name in trace.creates:
         before = [(when, what) for when, run, what in trace.orders if run == name and when <= created]
         if before and max(before)[1] in ("stop", "down"):
             when, what = max(before)
+            if any(start < when and created <= end for start, end in trace.stalls):
+                continue
             bad.append(f"{name}: node created at {at(created)} after its {what} at {at(when)}")
     return bad
 
