@@ -76,7 +76,7 @@ GUARDS_OFF = [
     ("decide.stop_request", "liveness.stop_takes_effect", 0),
     ("decide.stop_request", "nodes.stop_never_undone", 16),
     ("runs.damage_tolerated", "liveness.poison_isolated", 1),
-    ("lease.exclusive", "nodes.one_controller_acts", 44),
+    ("lease.exclusive", "nodes.one_controller_acts", 37),
     ("fleet.write_ahead", "money.billing_never_missed", 54),
     ("fleet.write_ahead", "money.ledger_matches_billing", 2),
     # Off, a self-delete's end is guessed between sightings (within billing_never_missed's half-pass slack): the
