@@ -12,10 +12,9 @@ import pytest
 from helpers import REPO
 
 from tpuops.core import guards
-from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.__main__ import main
 from tpuops.sim.swarm.draw import Scenario, draw
-from tpuops.sim.swarm.runner import run_seed, sweep
+from tpuops.sim.swarm.runner import KINDS, run_seed, sweep
 from tpuops.sim.swarm.shrink import shrink
 
 if sys.version_info >= (3, 11):
@@ -39,7 +38,7 @@ def test_the_fixed_seeds_break_no_invariant_and_inject_every_fault_kind() -> Non
     left_out = {entry["seed"] for entry in REGRESSIONS if entry.get("open")} | set(SEEDS["fixed"]["unsteady"])
     summary = sweep(seed for seed in FIXED if seed not in left_out)
     assert not summary.failed, "\n".join(f"{r.replay()}: {r.violations[0]}" for r in summary.failed)
-    assert [kind for kind in f.KINDS if not summary.injected[kind]] == []
+    assert [kind for kind in KINDS if not summary.injected[kind]] == []
     assert min(summary.checks.values()) >= summary.seeds
 
 
@@ -113,7 +112,7 @@ def test_the_command_replays_a_seed_sums_a_range_and_refuses_bad_input_in_one_li
     assert "seed 5:" in capsys.readouterr().out
     assert main(["--seeds", "2", "--first", "9", "--workers", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["seeds"] == 2 and summary["failed_seeds"] == [] and set(summary["injected"]) == set(f.KINDS)
+    assert summary["seeds"] == 2 and summary["failed_seeds"] == [] and set(summary["injected"]) == set(KINDS)
     assert main(["--seed", "1", "--guard-off", "no.such"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no guard named no.such") and "\n" not in err
@@ -124,6 +123,6 @@ def test_the_swarm_docs_name_every_fault_kind_and_invariant() -> None:
     from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
 
     text = (REPO / "docs" / "testing.md").read_text()
-    missing = [name for name in (*f.KINDS, *AFTER_PASS, *AT_END) if f"`{name}`" not in text]
+    missing = [name for name in (*KINDS, *AFTER_PASS, *AT_END) if f"`{name}`" not in text]
     assert missing == []
     assert Path(REPO / "Makefile").read_text().count("tpuops.sim.swarm") >= 1

@@ -20,7 +20,7 @@ from tpuops.core import guards
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
 from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
-from tpuops.sim.swarm.runner import SeedResult, Summary, run_seed, sweep
+from tpuops.sim.swarm.runner import KINDS, SeedResult, Summary, run_seed, sweep
 from tpuops.sim.swarm.shrink import shrink
 
 BAR = 40
@@ -36,7 +36,7 @@ def _table(summary: Summary) -> str:
     data = summary.to_json()
     lines = [f"seeds: {summary.seeds}   wall: {data['wall_s']:.1f} s   seeds/minute: {data['seeds_per_minute']}   "
              f"CPU per seed: {data['cpu_s_per_seed']:.3f} s", "", f"{'fault kind':<28}{'injected':>10}"]
-    lines += [f"{kind:<28}{summary.injected[kind]:>10}" for kind in f.KINDS]
+    lines += [f"{kind:<28}{summary.injected[kind]:>10}" for kind in KINDS]
     lines += ["", f"{'invariant':<36}{'checks':>10}{'violations':>12}"]
     lines += [f"{name:<36}{summary.checks[name]:>10}{summary.violations[name]:>12}" for name in (*AFTER_PASS, *AT_END)]
     lines += ["", "not injected yet: " + ", ".join(f.NOT_YET), "not checked yet: " + ", ".join(NOT_CHECKED)]

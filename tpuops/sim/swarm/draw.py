@@ -7,19 +7,21 @@ What a seed draws: one job (its steps, speed and checkpoint interval, shared by 
 interval (cron every 60 or 300 s), one to four runs (single hosts and four-host v2-32 slices, spot and on-demand, some
 with a budget), the user's ``stop``, ``down`` and ``train --resume`` at drawn moments, and a fault schedule of a
 few to a dozen faults (``tpuops.sim.swarm.faults``) inside the first ``FAULT_HOURS`` hours; after those the
-faults end and the runner drains the world to the end.
+faults end and the runner drains the world to the end. Notification targets and their receivers' faults come
+from a stream of the seed's own (``tpuops.sim.swarm.receivers``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm.receivers import NotifyPlan, draw_notify
 
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
@@ -60,6 +62,9 @@ class Scenario:
     runs: tuple[RunPlan, ...]
     commands: tuple[Command, ...]
     faults: tuple[f.Fault, ...]
+    notify: NotifyPlan = field(default_factory=NotifyPlan)
+    """The notification targets and the receivers' faults, drawn from a stream of their own
+    (``tpuops.sim.swarm.receivers``): adding them changed nothing else any seed draws."""
 
     @property
     def job(self) -> AgentModel:
@@ -77,7 +82,7 @@ class Scenario:
 
     def parts(self) -> int:
         """How many droppable parts it has (runs, commands, faults): what the shrinker works through."""
-        return len(self.runs) + len(self.commands) + len(self.faults)
+        return len(self.runs) + len(self.commands) + len(self.faults) + self.notify.parts()
 
     def without(self, index: int) -> Scenario:
         """The scenario without its ``index``-th part (runs first, then commands, then faults); a dropped run
@@ -92,6 +97,8 @@ class Scenario:
         if index < len(self.commands):
             return dataclasses.replace(self, commands=self.commands[:index] + self.commands[index + 1:])
         index -= len(self.commands)
+        if index >= len(self.faults):  # then the receivers' faults and targets
+            return dataclasses.replace(self, notify=self.notify.without(index - len(self.faults)))
         return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
 
     def to_json(self) -> dict[str, Any]:
@@ -99,7 +106,7 @@ class Scenario:
                 "steps_per_s": self.steps_per_s, "checkpoint_every_s": self.checkpoint_every_s,
                 "runs": [dataclasses.asdict(r) for r in self.runs],
                 "commands": [dataclasses.asdict(c) for c in self.commands],
-                "faults": [x.to_json() for x in self.faults]}
+                "faults": [x.to_json() for x in self.faults], "notify": self.notify.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scenario:
@@ -108,7 +115,7 @@ class Scenario:
                    steps_per_s=data["steps_per_s"], checkpoint_every_s=data["checkpoint_every_s"],
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
-                   faults=tuple(f.Fault(**x) for x in data["faults"]))
+                   faults=tuple(f.Fault(**x) for x in data["faults"]), notify=NotifyPlan.from_json(data.get("notify")))
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:
@@ -176,4 +183,4 @@ def draw(seed: int) -> Scenario:
     return Scenario(seed=seed, cron_s=rng.choice([60.0, 300.0, 300.0]),
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
-                    commands=tuple(commands), faults=tuple(faults))
+                    commands=tuple(commands), faults=tuple(faults), notify=draw_notify(seed, FAULT_HOURS))

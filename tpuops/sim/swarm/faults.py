@@ -86,7 +86,6 @@ NOT_YET = {
     "api.never_boots": "the simulated cloud boots every node; an unhealthy worker from READY stands in",
     "store.slow": "a slow store call costs no virtual time",
     "agent.late_notice": "the simulated agent hears a notice when the model says (listen_s), never later",
-    "notify.*": "receivers are real HTTP: a stand-in in virtual time needs a delivery seam in tpuops.notify",
 }
 """Fault kinds the issue names that the swarm does not inject yet, and why (docs/testing.md lists them)."""
 

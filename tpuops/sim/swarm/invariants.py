@@ -23,7 +23,9 @@ from tpuops.providers.simulated import Billed
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm import notices
 from tpuops.sim.swarm.draw import ZONES, Scenario
+from tpuops.sim.swarm.receivers import Receivers
 
 LEDGER_SHARE = 0.01
 """The ledger's READY seconds of a node are within 1 % of the cloud's billing..."""
@@ -53,6 +55,8 @@ class Trace:
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
     now: float = START
+    receivers: Receivers | None = None
+    """The seed's simulated notification receivers and what they took (``tpuops.sim.swarm.notices`` reads it)."""
 
     def memory(self, run_id: str) -> Memory | None:
         """The run's memory as the store holds it; None when it cannot be read."""
@@ -334,6 +338,10 @@ AFTER_PASS: dict[str, Checker] = {
     "liveness.pass_completes": pass_completes,
     "nodes.nothing_for_ended_run": nothing_for_ended_run,
     "liveness.stop_takes_effect": stop_takes_effect,
+    "liveness.delivery_bounded": notices.delivery_bounded,
+    "notifications.exactly_once": notices.exactly_once,
+    "notifications.none_for_recovered": notices.none_for_recovered,
+    "notifications.bad_url_refused": notices.bad_url_refused,
 }
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,
@@ -346,11 +354,11 @@ AT_END: dict[str, Checker] = {
     "truth.outcome_is_true": outcome_is_true,
     "truth.user_error_costs_one_node": user_error_costs_one_node,
     "truth.preemptions_are_real": preemptions_are_real,
+    "notifications.none_lost": notices.none_lost,
 }
 
 NOT_YET = {
     "sweeps.*": "the swarm draws no sweeps yet (trials, params draws and the Optuna study against the store)",
-    "notifications.*": "no receiver stand-in yet (see faults.NOT_YET)",
     "truth.checkpoint_kept": "the simulated agent keeps its own checkpoint; it needs the real agent's restore",
     "truth.runs_json": "the outcome is read from the memory, which `runs --json` prints; the CLI is not run",
 }
