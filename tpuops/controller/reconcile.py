@@ -99,6 +99,7 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
+from tpuops.core.guards import Guard
 from tpuops.core.naming import RUN_KEY
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
@@ -120,6 +121,9 @@ minutes), so runs are acted on concurrently: one slow delete holds up no other r
 a pass with hundreds of actions (a zone-wide preemption) from sending them all at once into the
 project's API rate quota; past it, runs wait for a free worker, not for the next pass.
 """
+
+NOTICE_WRITE_AHEAD = Guard("notify.write_ahead", "a run's notice is sent only after the memory that decided it was "
+                           "written, by compare-and-swap under its lease: one decision, one idempotency key")
 
 
 class Controller:
@@ -601,14 +605,16 @@ class Controller:
         just saved): a pass whose save lost the compare-and-swap sends nothing.
         """
         seen = self._seen.get(run_id)
-        if seen is None or seen.memory is not memory or not outbox.due(memory.notices, now):
+        written = seen is not None and seen.memory is memory
+        if (not written and NOTICE_WRITE_AHEAD.on) or not outbox.due(memory.notices, now):
             return
         first = len(memory.events)
         if outbox.deliver(memory.notices, self.settings.notify, now,
                           lambda kind, message: memory.event(now, kind, message), self._round):
             for event in memory.events[first:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
-            self._save(run_id, memory, seen.generation, seen.saved)
+            if written and seen is not None:  # (with the guard off, nothing was written to mark)
+                self._save(run_id, memory, seen.generation, seen.saved)
 
     def _failed(self, run_id: str, err: TpuopsError) -> str:
         """Forget what this controller knew of a run a pass could not finish; why, for the report."""
