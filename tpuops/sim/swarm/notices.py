@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from tpuops import runs
+from tpuops.core.errors import TpuopsError
 from tpuops.core.notices import Kind, Notice, State
 from tpuops.notify.outbox import LATE_S
 from tpuops.notify.rules import KIND_OF_OUTCOME
+from tpuops.runs import Memory, layout
 from tpuops.sim.engine import START
 
 if TYPE_CHECKING:
@@ -23,14 +26,28 @@ ENDINGS = frozenset({Kind.SUCCEEDED, Kind.FAILED, Kind.RESTARTS_EXHAUSTED, Kind.
 """The kinds a run's ending is told by (one per ending)."""
 
 
-def _decided(trace: Trace) -> dict[str, list[Notice]]:
-    """By run (every run no fault garbled, whose memory reads): the notices its memory holds."""
-    out = {}
+def _memories(trace: Trace) -> dict[str, Memory]:
+    """By run (every run no fault garbled, whose memory reads): its memory as the store holds it now.
+
+    Read again only when its generation moved (a stat, not a parse: these checkers run after every pass, and
+    most passes write no memory); the copies are read, never changed, here."""
+    assert trace.receivers is not None
+    held, store, out = trace.receivers.memories, trace.sim.store, {}
     for run_id in trace.judged():
-        memory = trace.memory(run_id)
-        if memory is not None:
-            out[run_id] = memory.notices
+        try:
+            generation = store.stat(layout.memory_key(run_id)).generation
+            if run_id not in held or held[run_id][0] != generation:
+                memory, generation = runs.load_memory(store, run_id)
+                held[run_id] = (generation, memory)
+        except TpuopsError:
+            continue
+        out[run_id] = held[run_id][1]
     return out
+
+
+def _decided(trace: Trace) -> dict[str, list[Notice]]:
+    """By run: the notices its memory holds (``_memories``)."""
+    return {run_id: memory.notices for run_id, memory in _memories(trace).items()}
 
 
 def _resumes(trace: Trace, run_id: str, after: float) -> int:
@@ -103,10 +120,9 @@ def none_for_recovered(trace: Trace) -> list[str]:
     if _receivers(trace) is None:
         return []
     bad = []
-    for run_id, notices in _decided(trace).items():
-        memory = trace.memory(run_id)
-        for notice in notices:
-            if notice.kind not in ENDINGS or memory is None or _resumes(trace, run_id, notice.at):
+    for run_id, memory in _memories(trace).items():
+        for notice in memory.notices:
+            if notice.kind not in ENDINGS or _resumes(trace, run_id, notice.at):
                 continue
             if not memory.finished:
                 bad.append(f"{run_id}: told {notice.kind} ({notice.key}) while it goes on ({memory.phase})")

@@ -204,6 +204,8 @@ class Receivers(Wire):
     """The virtual seconds each pass's deliveries took, from the first send to the last wait (since last read)."""
     escaped: list[str] = field(default_factory=list)
     """What a receiver answered that reached a pass (since last read)."""
+    memories: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    """The runs' memories the notifications checkers last read, by run: (generation, memory)."""
     t: float = 0.0
     _delay: float = 0.0
     _first: float | None = None
