@@ -100,6 +100,20 @@ def test_a_malformed_url_env_is_refused_in_one_line_by_each_process_that_starts_
     assert later.starts() and later.loads == []
 
 
+def test_a_watch_restarted_while_a_url_env_is_malformed_refuses_each_pass_until_it_is_fixed_and_the_runs_end() -> None:
+    drawn = draw(107)
+    target = next(t for t in drawn.notify.targets if t.env).name
+    kill = f.Fault(f.CONTROLLER_KILL, 600.0, 600.0, run=drawn.runs[0].run_id, count=1)
+    bad = f.Fault(r.NOTIFY_MALFORMED_URL, 500.0, 2400.0, arg=target, count=1)
+    scenario = dataclasses.replace(drawn, faults=(kill, f.Fault(f.CONTROLLER_RIVAL, 900.0, 900.0)),
+                                   notify=dataclasses.replace(drawn.notify, faults=(bad,)))
+    result = run_seed(107, scenario=scenario)
+    assert result.ok, result.violations
+    # the one-shot command at its start, the restarted watch at every pass of the window, the rival cron pass
+    assert result.injected[r.NOTIFY_MALFORMED_URL] >= 1 + 1900 // drawn.cron_s + 1
+    assert result.injected[f.CONTROLLER_KILL] == 1
+
+
 def test_the_notification_checkers_fail_on_a_lost_a_phantom_and_a_false_sent_delivery(tmp_path: Path) -> None:
     seed = next(s for s in range(50)
                 if draw(s).notify.targets and all(x.kind != f.STORE_GARBLE for x in draw(s).faults))
