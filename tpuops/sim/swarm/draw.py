@@ -81,12 +81,13 @@ class Scenario:
         return out
 
     def parts(self) -> int:
-        """How many droppable parts it has (runs, commands, faults): what the shrinker works through."""
+        """How many droppable parts it has (runs, commands, faults, the receivers' faults and targets): what the
+        shrinker works through."""
         return len(self.runs) + len(self.commands) + len(self.faults) + self.notify.parts()
 
     def without(self, index: int) -> Scenario:
-        """The scenario without its ``index``-th part (runs first, then commands, then faults); a dropped run
-        takes its commands and faults with it."""
+        """The scenario without its ``index``-th part (runs first, then commands, faults, the receivers' faults and
+        targets); a dropped run takes its commands and faults with it, a dropped target its receiver's faults."""
         if index < len(self.runs):
             gone = self.runs[index].run_id
             return dataclasses.replace(
