@@ -154,6 +154,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
+        self._stuck: dict[str, tuple[tuple[int, int], float]] = {}  # a damaged run's agent: (attempt, step), since
         self._round = outbox.Round(settings.notify.deliver_budget_s)
         self.sweeps = sweeps
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
@@ -216,8 +217,9 @@ class Controller:
             read = _status_or_damage(self.store, run_id)
             record = self._records.get(run_id)  # honoured when only the memory is damaged
             policy = Policy.of(self.settings, record, zones=(node.zone,))
-            why = damaged_verdict(node.state, None if isinstance(read, DamagedDocument) else read,
-                                  node.age_s(datetime.fromtimestamp(now, UTC)), now, policy)
+            status = None if isinstance(read, DamagedDocument) else read
+            why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
+                                  stuck_s=self._stuck_s(run_id, status, now))
             if why is None:
                 continue
             try:
@@ -231,6 +233,15 @@ class Controller:
                 continue
             report.acted.append((run_id, ActionKind.DELETE.value, node.zone))
             self.progress(f"{run_id}: damaged, and {why}: deleted its node {node.name} in {node.zone}")
+
+    def _stuck_s(self, run_id: str, status: AgentStatus | None, now: float) -> float | None:
+        """How long this controller has seen a damaged run's agent at one step of one attempt (None: no status)."""
+        if status is None:
+            return None
+        at = (status.attempt, status.step)
+        if self._stuck.get(run_id, (None, now))[0] != at:
+            self._stuck[run_id] = (at, now)
+        return now - self._stuck[run_id][1]
 
     def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
                   tenure: int | None, stop: str | None) -> None:
