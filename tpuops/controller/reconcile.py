@@ -236,12 +236,10 @@ class Controller:
 
     def _stuck_s(self, run_id: str, status: AgentStatus | None, now: float) -> float | None:
         """How long this controller has seen a damaged run's agent at one step of one attempt (None: no status)."""
-        if status is None:
-            return None
-        at = (status.attempt, status.step)
-        if self._stuck.get(run_id, (None, now))[0] != at:
+        at = None if status is None else (status.attempt, status.step)
+        if at is not None and self._stuck.get(run_id, (None, now))[0] != at:
             self._stuck[run_id] = (at, now)
-        return now - self._stuck[run_id][1]
+        return None if at is None else now - self._stuck[run_id][1]
 
     def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
                   tenure: int | None, stop: str | None) -> None:
