@@ -124,9 +124,10 @@ SECTIONS = (
             "of them) against a v3-8 at the same global batch: create to first step and where the time goes, "
             "recovery of a preemption, memory per worker and for the slice, steps/s (2 shared cores: no goal)."),
     Section("bench_profiles", "Profiles while nobody asks",
-            "What the profile feature costs every run while no profile is asked for: the training loop's steps/s "
-            "with the idle profiler (the request read in the background, the boundary checks) against without it, "
-            "taking turns on the CPU under TF 2.9. Goal <= 1 %."),
+            "What the profile feature costs every run while no profile is asked for, against a run without the "
+            "profiler server: the training loop's steps/s with the idle profiler (the request read in the "
+            "background, the boundary checks), and with that plus a listening profiler server, against neither, "
+            "three processes taking turns on the CPU under TF 2.9. Goal <= 1 % of step time."),
 )
 
 HEADER = """# Benchmarks

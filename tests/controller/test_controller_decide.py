@@ -153,6 +153,18 @@ def test_a_crash_seen_while_the_listing_failed_is_recreated_by_the_next_pass() -
     assert (memory.attempts, memory.preemptions) == (2, 0)
 
 
+def test_a_replacement_whose_memory_write_was_lost_gives_its_preemption_back_from_the_node_label() -> None:
+    memory = training()  # the pass that replaced the preempted node lost its write: this memory never saw it
+    assert step(memory, seen(READY, agent=status(2, 80), node_uid="u2", node_preemptions=1), 400.0) == []
+    assert memory.preemptions == 1 and kinds(memory)[-1] == "preempted"
+    assert step(memory, seen(READY, agent=status(2, 90), node_uid="u2", node_preemptions=1), 410.0) == []
+    assert memory.preemptions == 1 and kinds(memory).count("preempted") == 1  # counted once
+    notice = status(2, 90, "preempted", last_checkpoint_step=90)  # the label counts what came before this node
+    assert step(memory, seen(PREEMPTED, agent=notice, node_uid="u2", node_preemptions=1), 420.0) == \
+        [("delete", A), ("create", A)]
+    assert memory.preemptions == 2
+
+
 def test_preempted_node_counts_once_and_is_replaced_in_the_same_pass_and_zone() -> None:
     memory = training()
     notice = status(1, 60, "preempted", last_checkpoint_step=60)

@@ -3,12 +3,15 @@
 - The profile is asked for through the store as soon as the run is declared (before its agent trains), so the
   agent serves it from its first call; the run goes on. A one-host capture has one trace, a slice's one per
   worker, each written by that worker's own profiler service.
-- Every trace is read back by TensorBoard's Profile tab's own converter (``tensorboard_plugin_profile``'s
-  ``xspace_to_tool_data``: the trace viewer per host, the overview page over all), in the TF 2.9 runtime.
+- Every worker's trace holds events, read back by TensorBoard's Profile tab's own converter
+  (``tensorboard_plugin_profile``'s ``xspace_to_tool_data``: the trace viewer per host, the overview page over all),
+  in the TF 2.9 runtime.
 - A profiled run's final weights are bit-identical to an unprofiled run's (the window cuts the calls at its
   edges, which changes no step's result); the experiment's own ``profile:`` window too.
 - A window cut short by a preemption is recorded discarded, its trace removed, and the resumed attempt captures the
-  request again; the run still ends bit-identical to an unprofiled one.
+  request again; the run still ends bit-identical to an unprofiled one. On a slice too, where the agent is killed
+  inside its call (the other workers stop at once) and leaves the window's folder without a record, which no reader
+  takes for a profile.
 - A profile of a run that is not running is one line, exit 2; ``tpuops tensorboard --no-serve`` copies the
   complete captures and says how to serve them.
 """
@@ -61,9 +64,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Emul
     (work / "experiments" / "host.yaml").write_text(text)
     (work / "experiments" / "planned.yaml").write_text(text + "profile:\n  at_step: 20\n  steps: 10\n")
     (work / "experiments" / "long.yaml").write_text(text.replace(f"steps: {HOST_STEPS}", f"steps: {LONG_STEPS}"))
-    (work / "experiments" / "slice.yaml").write_text(
-        text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
-        .replace(f"steps: {HOST_STEPS}", f"steps: {SLICE_STEPS}"))
+    sliced = text.replace("per_replica: 32", "per_replica: 8").replace("accelerator: v3-8", "accelerator: v2-32")
+    (work / "experiments" / "slice.yaml").write_text(sliced.replace(f"steps: {HOST_STEPS}", f"steps: {SLICE_STEPS}"))
+    (work / "experiments" / "slice-long.yaml").write_text(sliced.replace(f"steps: {HOST_STEPS}",
+                                                                         f"steps: {LONG_STEPS}"))
     info = start_tf_emulator(work / "home" / "emulator", grace_s=20.0)
     yield work, info
     stop(info.state_dir)
@@ -104,7 +108,15 @@ def _read_back(work: Path, capture: dict) -> dict:
     return json.loads(read.stdout.strip().splitlines()[-1])
 
 
-def _same_weights(work: Path, left: str, right: str, step: int) -> None:
+def _same_result(work: Path, left: str, right: str, step: int) -> None:
+    """The two runs' final weights and optimizer slots are bit-identical, and so is their eval loss trajectory at every
+    step both evaluated (an attempt killed inside a call never evaluated the step it had just saved, which its
+    resumed attempt does not redo; the train metrics are not a result: they are averaged over each heartbeat's
+    calls, which timing decides)."""
+    evals = [{point["step"]: point["metrics"] for point in run_status(work, run)["evals"]} for run in (left, right)]
+    both = sorted(set(evals[0]) & set(evals[1]))
+    assert len(both) >= len(evals[0]) - 1 and step in both, evals
+    assert [evals[0][at] for at in both] == [evals[1][at] for at in both], evals
     compared = subprocess.run([str(TF_PYTHON), "-c", COMPARE_CHECKPOINTS, str(run_dir(work, left) / "ckpt" /
                                f"ckpt-{step}"), str(run_dir(work, right) / "ckpt" / f"ckpt-{step}")],
                               capture_output=True, text=True, timeout=300, check=False)
@@ -129,7 +141,7 @@ def test_a_one_host_profile_loads_in_tensorboard_and_changes_nothing(world: tupl
     read = _read_back(work, capture)
     assert all(events > 0 for events in read["events"].values()), read
     assert read["overview"] > 0
-    _same_weights(work, plain_host, "host", HOST_STEPS)
+    _same_result(work, plain_host, "host", HOST_STEPS)
 
     again = _cli(work, info, "profile", "host", "--steps", "5")
     assert again.returncode == 2 and again.stderr.strip().count("\n") == 0, again.stderr
@@ -150,7 +162,7 @@ def test_the_experiments_own_window_is_captured_once(world: tuple[Path, Emulator
     captures = json.loads(listed.stdout)
     assert [(c["request"], c["state"], c["first_step"], c["last_step"]) for c in captures] == [
         ("experiment", "complete", 20, 30)]
-    _same_weights(work, plain_host, "planned", HOST_STEPS)
+    _same_result(work, plain_host, "planned", HOST_STEPS)
 
 
 def test_a_slice_profile_has_a_trace_per_worker_and_changes_nothing(world: tuple[Path, EmulatorInfo]) -> None:
@@ -160,34 +172,68 @@ def test_a_slice_profile_has_a_trace_per_worker_and_changes_nothing(world: tuple
     assert _succeeded(plain)["step"] == result["step"] == SLICE_STEPS
     assert capture["state"] == "complete" and len(capture["hosts"]) == 4, capture
     assert capture["first_step"] == 10, "a slice's window starts once a call of the attempt was timed"
+    assert capture["reason"] is None, "every worker's trace came back"
     read = _read_back(work, capture)
-    # Every worker's trace loads in the trace viewer. A worker of the emulator's CPU stand-in slice whose runtime
-    # ran none of the client's ops inside the window has an empty one (4 runs of 10): the slice's events
-    # are asserted together.
-    assert len(read["events"]) == 4 and sum(read["events"].values()) > 0 and read["overview"] > 0, read
-    _same_weights(work, "slice-plain", "slice", SLICE_STEPS)
+    # Every worker's own trace holds the events of the steps it computed in the window: each worker is asked at
+    # once (one request naming all four reached workers 1-3 only after worker 0's trace, or gRPC's next backup
+    # poll, when they had nothing left to do: an empty trace in 4 runs of 10).
+    assert len(read["events"]) == 4 and all(events > 0 for events in read["events"].values()), read
+    assert read["overview"] > 0
+    _same_result(work, "slice-plain", "slice", SLICE_STEPS)
+
+
+def _cut_then_resumed(work: Path, info: EmulatorInfo, spec: str, run: str, steps: int) -> tuple[list[dict], dict]:
+    """Train ``run`` asking for an hour's profile once it is declared, preempt its node once attempt 1's window is open
+    and step 20 saved, and let it finish: (attempt 1's captures, attempt 2's complete one)."""
+    train = _train(work, info, spec, run)
+    poll((run_dir(work, run) / "run.json").exists, f"run {run} declared", timeout_s=300)
+    asked = _cli(work, info, "profile", run, "--seconds", "3600", "--no-wait", "--json")
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    poll(lambda: any((run_dir(work, run) / "profiles").glob("1-step*"))
+         and (run_status(work, run).get("last_checkpoint_step") or 0) >= 20,
+         "attempt 1's window open and a checkpoint at step 20", timeout_s=600)
+    node = next(n for n in AdminClient(info.endpoint).nodes() if n["name"].endswith(f"/nodes/{run}"))
+    AdminClient(info.endpoint).preempt("tpuops-local", node["name"].split("/")[3], run, grace_s=20.0)
+    result = _succeeded(train)
+    assert (result["step"], result["preemptions"], result["attempts"]) == (steps, 1, 2)
+    listed = _cli(work, info, "profile", run, "--list", "--json")
+    captures = json.loads(listed.stdout)
+    request = json.loads(asked.stdout)["request"]
+    assert all(c["request"] == request for c in captures)
+    cut = [c for c in captures if c["attempt"] == 1]
+    assert [(c["attempt"], c["state"]) for c in captures] == [(1, "discarded")] * len(cut) + [(2, "complete")]
+    assert all(c["reason"].startswith("preempted at step") and c["hosts"] == [] for c in cut), cut
+    return cut, captures[-1]
 
 
 def test_a_window_cut_by_a_preemption_is_discarded_then_captured_again(world: tuple[Path, EmulatorInfo]) -> None:
     work, info = world
     plain = _train(work, info, "long", "long-plain")
     assert _succeeded(plain)["step"] == LONG_STEPS
-    train = _train(work, info, "long", "cut")
-    poll((run_dir(work, "cut") / "run.json").exists, "run cut declared", timeout_s=300)
-    asked = _cli(work, info, "profile", "cut", "--seconds", "3600", "--no-wait", "--json")
-    assert asked.returncode == 0, asked.stderr[-3000:]
-    poll(lambda: (run_status(work, "cut").get("last_checkpoint_step") or 0) >= 20, "a checkpoint at step 20",
-         timeout_s=400)
-    node = next(n for n in AdminClient(info.endpoint).nodes() if n["name"].endswith("/nodes/cut"))
-    AdminClient(info.endpoint).preempt("tpuops-local", node["name"].split("/")[3], "cut", grace_s=20.0)
-    result = _succeeded(train)
-    assert (result["step"], result["preemptions"], result["attempts"]) == (LONG_STEPS, 1, 2)
-    listed = _cli(work, info, "profile", "cut", "--list", "--json")
-    captures = json.loads(listed.stdout)
-    assert [(c["attempt"], c["state"], c["request"]) for c in captures] == [
-        (1, "discarded", json.loads(asked.stdout)["request"]), (2, "complete", json.loads(asked.stdout)["request"])]
-    cut, whole = captures
-    assert cut["reason"].startswith("preempted at step") and cut["hosts"] == []
+    [cut], whole = _cut_then_resumed(work, info, "long", "cut", LONG_STEPS)
     assert not (work / "home" / "store" / cut["folder"] / "plugins").exists(), "the cut window's trace is removed"
     assert whole["last_step"] == LONG_STEPS and len(whole["hosts"]) == 1
-    _same_weights(work, "long-plain", "cut", LONG_STEPS)
+    _same_result(work, "long-plain", "cut", LONG_STEPS)
+
+
+def test_a_slice_window_cut_by_a_preemption_is_discarded_then_captured_again(
+        world: tuple[Path, EmulatorInfo]) -> None:
+    """The slice's workers are traced by their own services while the loop goes on: the preemption ends attempt 1
+    inside the window (the hour asked is traced at most until the run's estimated end). The emulated slice's other
+    workers stop at once, so the agent is killed inside its call, before a boundary could record the window
+    discarded: the folder stays without a record, which no reader takes for a profile. Attempt 2 traces all four
+    workers again, and the run ends bit-identical to an unprofiled one."""
+    work, info = world
+    plain = _train(work, info, "slice-long", "slice-long-plain")
+    _, whole = _cut_then_resumed(work, info, "slice-long", "slice-cut", LONG_STEPS)
+    assert _succeeded(plain)["step"] == LONG_STEPS
+    opened = [p.name for p in (run_dir(work, "slice-cut") / "profiles").glob("1-step*")]
+    assert len(opened) == 1 and whole["first_step"] > int(opened[0].split("step")[1]) > 0, (opened, whole)
+    assert len(whole["hosts"]) == 4 and whole["reason"] is None, whole
+    read = _read_back(work, whole)
+    assert len(read["events"]) == 4 and all(events > 0 for events in read["events"].values()), read
+    board = _cli(work, info, "tensorboard", "slice-cut", "--no-serve", "--json")
+    assert board.returncode == 0, board.stderr[-3000:]
+    shown = json.loads(board.stdout)
+    assert [c["folder"] for c in shown["profiles"]] == [whole["folder"]], "a discarded window is never shown"
+    _same_result(work, "slice-long-plain", "slice-cut", LONG_STEPS)

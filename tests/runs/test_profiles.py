@@ -38,8 +38,8 @@ def test_the_agent_takes_a_request_with_one_positive_window() -> None:
 
 def test_a_slice_is_traced_at_each_workers_profiler_service() -> None:
     workers = ("10.0.0.2:8470", "10.0.0.3:8470")
-    assert profiler_addresses(workers, on_tpu=True) == "grpc://10.0.0.2:8466,grpc://10.0.0.3:8466"
-    assert profiler_addresses(workers, on_tpu=False) == "grpc://10.0.0.2:8470,grpc://10.0.0.3:8470"
+    assert profiler_addresses(workers, on_tpu=True) == ("grpc://10.0.0.2:8466", "grpc://10.0.0.3:8466")
+    assert profiler_addresses(workers, on_tpu=False) == ("grpc://10.0.0.2:8470", "grpc://10.0.0.3:8470")
 
 
 def _declare(settings: Settings, run_id: str, *, spec: dict | None = None, status: dict | None = None) -> None:

@@ -280,3 +280,28 @@ def test_each_worker_of_a_slice_has_its_own_log_and_all_reads_them_prefixed(stor
     assert list(runs.follow_logs(store, "r1", follow=False, poll_s=0.0, workers=[2])) == ["w2 booted"]
     assert list(runs.follow_logs(store, "r1", follow=False, poll_s=0.0, workers=[0, 1, 2])) == [
         "[w0] w0 first", "[w0] w0 second", "[w2] w2 booted"]
+
+
+@pytest.mark.unit
+def test_an_elastic_runs_workers_are_those_of_its_size_with_the_most_hosts(tmp_path: Path) -> None:
+    """``logs --worker N`` checks N against every size the run may run on, not only the size its record names
+    first: a worker any of its slices had is accepted, one none had is refused in one line naming the sizes."""
+    from tpuops import api
+    from tpuops.config import Settings
+
+    settings = Settings(zones=["us-central1-a"], home=tmp_path / "home", store=str(tmp_path / "store"))
+    store = open_store(settings.store_root)
+    base = record("el")
+    small = base.node.model_copy(update={"accelerator": "v2-8"})
+    for run_id, node, smaller in (("big-first", base.node.model_copy(update={"accelerator": "v2-32"}), [small]),
+                                  ("small-first", small, [base.node.model_copy(update={"accelerator": "v2-32"})])):
+        made = base.model_copy(update={"run_id": run_id, "node": node, "smaller": smaller})
+        runs.declare(store, made, {"version": 1, "run_id": run_id})
+        store.write_bytes(f"{runs.logs_prefix(run_id, 3)}000000.log", b"w3 booted on the v2-32\n")
+        assert list(api.logs(settings, run_id, worker="3")) == ["w3 booted on the v2-32"]
+        assert len(list(api.logs(settings, run_id, worker="all"))) == 1
+        with pytest.raises(UsageError) as refused:
+            api.logs(settings, run_id, worker="4")
+        sizes = {"big-first": "v2-32 with 4 hosts or v2-8 with 1 host",
+                 "small-first": "v2-8 with 1 host or v2-32 with 4 hosts"}[run_id]
+        assert str(refused.value) == f"--worker 4: run {run_id} runs on a {sizes}; give 0-3 or all"

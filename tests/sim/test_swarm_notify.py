@@ -1,6 +1,7 @@
 """The fault swarm's notification receivers (``tpuops.sim.swarm.receivers``, ``notices``): drawn from a stream of
 their own, answered in virtual time through the real outbox, a malformed URL refused at load, and checkers that
-fail: with ``notify.isolated_delivery`` off the swarm finds a receiver stopping a pass."""
+fail on a lost, a phantom and a falsely marked delivery (their guard-off tests are with the others, in
+tests/sim/test_swarm.py)."""
 
 from __future__ import annotations
 
@@ -135,26 +136,3 @@ def test_the_notification_checkers_fail_on_a_lost_a_phantom_and_a_false_sent_del
     lost, once = notices.none_lost(trace), notices.exactly_once(trace)
     assert any("still pending" in line for line in lost)
     assert any("which no memory" in line for line in once) and any("never took it" in line for line in once)
-
-
-GUARDS_OFF = [
-    # (guard, the invariant that breaks without it, what it says, the first seeds among which the swarm finds it)
-    # Off, a receiver's non-HTTP answer escapes its delivery and stops the pass (seed 12).
-    ("notify.isolated_delivery", "liveness.delivery_bounded", "stopped a pass", 13),
-    # Off, a pass whose write-ahead lost its compare-and-swap sends anyway; the next pass decides the ending again,
-    # under a new key (seed 24).
-    ("notify.write_ahead", "notifications.exactly_once", "sent before its write-ahead", 25),
-]
-
-
-@pytest.mark.slow  # up to 25 seeds twice: make test's
-@pytest.mark.parametrize(("guard", "invariant", "says", "within"), GUARDS_OFF)
-def test_with_a_notify_guard_off_the_swarm_finds_its_violation(guard: str, invariant: str, says: str,
-                                                                within: int) -> None:
-    for seed in range(within):
-        found = [line for name, line in run_seed(seed, guards_off=[guard]).violations if name == invariant]
-        if found and invariant not in {name for name, _ in run_seed(seed).violations}:
-            assert says in found[0]
-            break
-    else:
-        pytest.fail(f"with {guard} off, no seed of the first {within} broke {invariant} (and kept it with it on)")

@@ -57,6 +57,25 @@ def test_a_running_trial_without_a_run_is_adopted_and_takes_its_slot() -> None:
     assert plan.adopt == [0] and plan.launch == 1
 
 
+@pytest.mark.parametrize("limits", [{"stopping": True}, {"budget_usd": 1.0, "spent_usd": 1.0}])
+def test_a_stopped_or_spent_sweep_tells_a_trial_without_a_run_failed_and_adopts_nothing(
+        limits: dict[str, object]) -> None:
+    """Adopted, its run would get a node from the run pass that follows, for a sweep that has ended (the swarm's
+    seed 21: a node created 90 minutes after ``stop --sweep``)."""
+    plan = decide(view(TrialView(0, TrialState.RUNNING, run=None), **limits))
+    assert plan.adopt == [] and plan.launch == 0
+    assert [(t.number, t.state, t.value, t.failure) for t in plan.tells] == [(0, TrialState.FAIL, None, False)]
+    assert "before its run was declared" in plan.tells[0].why and plan.ended is not None
+
+
+def test_a_trial_whose_run_no_controller_drove_yet_is_adopted_again_every_pass_until_one_does() -> None:
+    """Its index markers may be missing (a pass died after the record): adopting rewrites them (the swarm's seed
+    138 waited 48 hours for a run the controller never listed)."""
+    assert decide(view(running(0, driven=False))).adopt == [0]
+    assert decide(view(running(0, driven=True))).adopt == []
+    assert decide(view(running(0, driven=False), stopping=True)).adopt == []
+
+
 def test_values_are_reported_in_step_order_above_the_high_water_mark_once() -> None:
     trial = running(0, evals=((20, 0.5), (40, 0.6), (20, 0.55), (60, float("nan")), (40, 0.61)), reported=20)
     plan = decide(view(trial))

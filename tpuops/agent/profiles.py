@@ -20,11 +20,14 @@ for good once a complete or failed record names it.
 One host: ``tf.profiler.experimental.start`` / ``stop`` around whole calls (the call sizes are cut at the window's
 edges, which changes no step's result: ``train``). A pod slice: this process is TensorFlow's single client of
 the workers, so the window is traced on every worker by their own profiler services
-(``tf.profiler.experimental.client.trace`` to each worker's runtime, on a thread while the loop goes on; each
-worker writes its own ``<host>.xplane.pb`` into the store). A TPU worker's runtime serves profiles on port 8466
-(what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the emulator's runtime stand-in) serves
-them on its 8470. A window in steps is traced for that many steps at the last call's speed (``MIN_TRACE_MS`` at
-least), so it starts once a call of the attempt has been timed.
+(``tf.profiler.experimental.client.trace`` to each worker's runtime, one call per worker, all at once on threads
+while the loop goes on: ``Profiler._trace`` says why; each worker writes its own ``<host>.xplane.pb`` into the
+store, then the files are gathered into one session folder). A capture is complete when one worker's trace came
+back; its record's ``reason`` names the workers whose trace did not (none traced: failed). A TPU worker's
+runtime serves profiles on port 8466 (what ``capture_tpu_profile`` asks); TensorFlow's own gRPC server (the
+emulator's runtime stand-in) serves them on its 8470. A window in steps is traced for that many steps at the last
+call's speed (``MIN_TRACE_MS`` at least), so it starts once a call of the attempt has been timed; no window is traced
+much past the run's estimated end, which waits for it.
 
 Nothing here can change what the run computes, and nothing here may fail the run: every error is a record.
 Standard library and TensorFlow only (``tpuops.agent``'s rule).
@@ -83,11 +86,39 @@ class Window:
         return cls(request, steps=steps, seconds=None if seconds is None else float(seconds))
 
 
-def profiler_addresses(workers: Tuple[str, ...], on_tpu: bool) -> str:
-    """``client.trace``'s service address for every worker of a slice (``host:port`` each, comma separated)."""
+def profiler_addresses(workers: Tuple[str, ...], on_tpu: bool) -> Tuple[str, ...]:
+    """``client.trace``'s service address of every worker of a slice, in worker order."""
     if on_tpu:
         workers = tuple(f"{address.rsplit(':', 1)[0]}:{TPU_PROFILER_PORT}" for address in workers)
-    return ",".join(f"grpc://{address}" for address in workers)
+    return tuple(f"grpc://{address}" for address in workers)
+
+
+def _trace_one(service: str, folder: str, duration_ms: int, failures: Dict[str, str]) -> None:
+    """One worker's trace into ``folder`` (its profiler service writes its ``<host>.xplane.pb`` there itself); what
+    went wrong goes to ``failures`` under ``service`` (a worker that ran nothing in the window has no events:
+    TensorFlow raises, the worker's empty file is written all the same)."""
+    import tensorflow as tf
+
+    try:
+        tf.profiler.experimental.client.trace(service, folder, duration_ms, num_tracing_attempts=1,
+                                              options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+    except Exception as err:
+        text = str(err).strip()
+        failures[service] = text.splitlines()[-1] if text else type(err).__name__
+
+
+def _one_session(folder: str) -> None:
+    """Move every worker's files into the first session folder under ``plugins/profile/`` (each trace call names
+    its session by its start's second, and calls started a few milliseconds apart can straddle one): TensorBoard's
+    Profile tab shows a session's hosts together (the overview page over all of them)."""
+    import tensorflow as tf
+
+    root = join(folder, "plugins", "profile")
+    sessions = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(root)) if tf.io.gfile.isdir(root) else []
+    for session in sessions[1:]:
+        for name in tf.io.gfile.listdir(join(root, session)):
+            tf.io.gfile.rename(join(root, session, name), join(root, sessions[0], name), overwrite=True)
+        tf.io.gfile.rmtree(join(root, session))
 
 
 class _Capture:
@@ -99,15 +130,19 @@ class _Capture:
         self.first_step = first_step
         self.started = time.monotonic()
         self.thread: Optional[threading.Thread] = None
-        self.error: Optional[str] = None
+        self.error: Optional[str] = None  # why the capture failed (every worker's trace)
+        self.note: Optional[str] = None  # why some workers of a complete capture have no trace
+        self.duration_ms = 0  # how long a slice's workers are traced
 
 
 class Profiler:
     """Serves profile requests for one training attempt (module docstring)."""
 
     def __init__(self, run_dir: str, attempt: int, poll_seconds: float, *, workers: Tuple[str, ...] = (),
-                 on_tpu: bool = False, at_step: Optional[int] = None, steps: int = 0) -> None:
+                 on_tpu: bool = False, at_step: Optional[int] = None, steps: int = 0,
+                 total_steps: Optional[int] = None) -> None:
         self.run_dir = run_dir
+        self.total_steps = total_steps  # the run's last step: a slice's trace ends by its estimated end
         self.attempt = attempt
         self.poll_seconds = poll_seconds
         self.workers = workers  # a slice's runtimes; empty on one host
@@ -241,26 +276,55 @@ class Profiler:
             tf.profiler.experimental.start(folder)
             log.info("profile %s: tracing this host from step %d", window.request, step)
             return
-        if window.seconds is not None:
-            duration_ms = int(window.seconds * 1000)
-        else:
-            duration_ms = max(MIN_TRACE_MS, int(1000 * (self.step_s or 0.0) * (window.steps or 1)))
-        service = profiler_addresses(self.workers, self.on_tpu)
+        capture.duration_ms = self._trace_ms(window, step)
+        services = profiler_addresses(self.workers, self.on_tpu)
         log.info("profile %s: tracing %d workers for %d ms from step %d", window.request, len(self.workers),
-                 duration_ms, step)
-        capture.thread = threading.Thread(target=self._trace, args=(capture, service, duration_ms),
+                 capture.duration_ms, step)
+        capture.thread = threading.Thread(target=self._trace, args=(capture, services),
                                           name="tpuops-profile-trace", daemon=True)
         capture.thread.start()
 
-    @staticmethod
-    def _trace(capture: _Capture, service: str, duration_ms: int) -> None:
-        import tensorflow as tf
+    def _trace_ms(self, window: Window, step: int) -> int:
+        """How long a slice's workers are traced: the window's seconds, or its steps at the last call's speed
+        (``MIN_TRACE_MS`` at least); never much past the run's estimated end, which waits for the trace (``end``):
+        ``--seconds 3600`` near the end of a run is not an hour's wait."""
+        if window.seconds is not None:
+            duration_ms = int(window.seconds * 1000)
+        else:
+            duration_ms = int(1000 * (self.step_s or 0.0) * (window.steps or 1))
+        if self.total_steps is not None and self.step_s is not None:
+            duration_ms = min(duration_ms, int(1000 * self.step_s * max(0, self.total_steps - step)))
+        return max(MIN_TRACE_MS, duration_ms)
 
+    @staticmethod
+    def _trace(capture: _Capture, services: Tuple[str, ...]) -> None:
+        """Trace every worker at once, one ``client.trace`` each, then gather their files into one session.
+
+        One ``client.trace`` naming every worker sends a worker its request only when TensorFlow's client polls
+        that worker's call, and it waits on the workers one after the other: while it waits out worker 0's trace,
+        the others' requests stay unsent until gRPC's backup poller (every 5 s) or their turn moves them, and
+        they traced a stretch after the window (in the emulator's first runs a moment of eval tracing where the
+        workers idled: an empty trace, in 4 runs of 10). One call per worker, each on its own thread, is sent at
+        once (the workers' sessions begin within milliseconds of each other).
+        """
+        failures: Dict[str, str] = {}
+        threads = [threading.Thread(target=_trace_one, args=(service, capture.folder, capture.duration_ms, failures),
+                                    name=f"tpuops-profile-trace-{number}", daemon=True)
+                   for number, service in enumerate(services)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         try:
-            tf.profiler.experimental.client.trace(service, capture.folder, duration_ms, num_tracing_attempts=1,
-                                                  options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
-        except Exception as err:
-            capture.error = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            _one_session(capture.folder)
+        except Exception as err:  # the files are there, under two session names: TensorBoard shows both
+            log.warning("profile: could not gather the workers' traces into one session: %s", err)
+        if failures:
+            said = "; ".join(f"{service}: {reason}" for service, reason in sorted(failures.items()))
+            if len(failures) == len(services):
+                capture.error = said
+            else:
+                capture.note = f"no trace from {len(failures)} of {len(services)} workers: {said}"
 
     def _finish(self, step: int) -> None:
         import tensorflow as tf
@@ -272,7 +336,7 @@ class Profiler:
         if capture.error is not None:
             self._record(capture, FAILED, step, reason=capture.error)
             return
-        self._record(capture, COMPLETE, step)
+        self._record(capture, COMPLETE, step, reason=capture.note)
 
     def end(self, step: int) -> None:
         """The last step is done: a window still open ends here, whole (a slice's trace is waited for); never

@@ -103,7 +103,7 @@ class _Run:
         self.stream: Any = None  # the training stream's iterator, once training began
         self.profiler = Profiler(paths.run_dir, status.attempt, spec.heartbeat_seconds, workers=runtime.workers,
                                  on_tpu=runtime.on_tpu, at_step=self.tspec.profile_at_step,
-                                 steps=self.tspec.profile_steps)
+                                 steps=self.tspec.profile_steps, total_steps=self.tspec.steps)
 
     # Long: the loading phase as the status reports it, one step after another (check the data, build the model
     # in the strategy's scope, restore the newest whole checkpoint); each step sets attributes the next reads.

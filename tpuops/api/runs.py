@@ -54,13 +54,15 @@ def logs(settings: Settings, run_id: str, *, follow: bool = False, worker: str =
     each line prefixed with its worker); following goes on across preemptions until the run ends.
 
     Raises:
-        UsageError: ``worker`` is not a worker of the run's accelerator (before anything is read).
+        UsageError: ``worker`` is not a worker of the run's accelerator, or of any size of an elastic run (before
+            anything is read).
     """
     from tpuops import runs
     from tpuops.session import store
 
     root = store(settings)
-    workers = slice_workers(settings, runs.read_record(root, run_id).node.accelerator, worker, f"run {run_id}")
+    sizes = [node.accelerator for node in runs.read_record(root, run_id).sizes]
+    workers = slice_workers(settings, sizes, worker, f"run {run_id}")
     return runs.follow_logs(root, run_id, follow=follow, poll_s=max(settings.poll_interval_s, 0.5), workers=workers)
 
 

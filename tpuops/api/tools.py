@@ -7,7 +7,7 @@ runtime. Each call takes ``Settings`` (``init`` writes them) and imports what it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,9 +262,11 @@ def exec_on(settings: Settings, node: str, command: list[str], *, worker: str = 
                            for number in workers])
 
 
-def slice_workers(settings: Settings, accelerator: str, worker: str, what: str) -> list[int]:
+def slice_workers(settings: Settings, accelerator: str | Sequence[str], worker: str, what: str) -> list[int]:
     """The workers ``--worker`` names on a node of ``accelerator``: ``all``, or one number below its host count,
     as the configured provider's offers shape it (also for a node not READY yet, whose workers are not listed).
+    An elastic run's sizes (a sequence) are checked against the size with the most hosts, whichever attempt ran
+    on it: its log holds every worker any of its slices had.
 
     Raises:
         UsageError: one line naming the hosts ``what`` has and the values that would be right.
@@ -272,11 +274,16 @@ def slice_workers(settings: Settings, accelerator: str, worker: str, what: str) 
     from tpuops.providers.offers import hosts_of
     from tpuops.providers.registry import offers_of
 
-    hosts = hosts_of(offers_of(settings.node_provider), accelerator)
+    offers = offers_of(settings.node_provider)
+    sizes = [accelerator] if isinstance(accelerator, str) else list(dict.fromkeys(accelerator))
+    hosts_by_size = {size: hosts_of(offers, size) for size in sizes}
+    hosts = max(hosts_by_size.values())
     if worker == "all":
         return list(range(hosts))
     if not (worker.isascii() and worker.isdigit()) or int(worker) >= hosts:
         choices = "0 or all" if hosts == 1 else f"0-{hosts - 1} or all"
-        raise UsageError(f"--worker {worker}: {what} is a {accelerator} with {hosts} host{'s' if hosts > 1 else ''}; "
-                         f"give {choices}")
+        shapes = " or ".join(f"{size} with {count} host{'s' if count > 1 else ''}"
+                             for size, count in hosts_by_size.items())
+        runs_on = f"is a {shapes}" if len(sizes) == 1 else f"runs on a {shapes}"
+        raise UsageError(f"--worker {worker}: {what} {runs_on}; give {choices}")
     return [int(worker)]

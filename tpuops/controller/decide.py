@@ -84,6 +84,11 @@ ENDED_NODE_GOES = Guard("decide.ended_node_goes", "an ended run's node is delete
 BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its budget")
 STOP_REQUEST = Guard("decide.stop_request", "a user's stop or down is honoured at the next pass that reads it")
 USER_ERROR_FINAL = Guard("decide.user_error_final", "a user error or a divergence is never retried")
+AGENT_ENDING_WINS = Guard("decide.agent_ending_wins", "an agent that ended the run for good before a stop or the "
+                          "budget was honoured gives the run its ending")
+PREEMPTION_COUNTED = Guard("decide.preemption_counted", "every preemption of a run's node is counted")
+OWN_DELETE_NO_PREEMPTION = Guard("decide.own_delete_no_preemption", "a node we deleted ourselves is never counted a "
+                                 "preemption")
 
 _CAUSES = {"vanished": "a vanished node", "unhealthy": "an unhealthy worker"}
 """How a restart's create event names its cause, where ``a KIND`` does not read."""
@@ -191,6 +196,8 @@ class Observed:
     probe_message: str = ""
     probe_ready: bool = False
     """The probe's node is listed READY: the larger size has capacity."""
+    node_preemptions: int = 0
+    """The preemptions count the run's node was created with (``tpuops.core.naming.PREEMPTIONS_KEY``)."""
 
 
 class ActionKind(ValueEnum):
@@ -384,6 +391,10 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
+    if observed.node_preemptions > memory.preemptions:  # a pass replaced a preempted node, then lost its memory write
+        memory.event(now, "preempted", f"{observed.node_preemptions - memory.preemptions} preemption(s) recovered "
+                                       "by a pass whose memory write was lost, counted from the node's label")
+        memory.preemptions = observed.node_preemptions
     if state in _DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
@@ -466,7 +477,8 @@ def _ended_on_its_own(memory: Memory, observed: Observed) -> bool:
     """The agent ended the run for good (succeeded, user-error, diverged) before a stop or the budget was honoured:
     that is its ending."""
     status = observed.status
-    return status is not None and status.final and status.attempt > memory.handled_agent_attempt
+    return status is not None and status.final and status.attempt > memory.handled_agent_attempt and \
+        AGENT_ENDING_WINS.on
 
 
 def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision) -> None:
@@ -477,10 +489,11 @@ def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decisi
         # A listing from before the delete completed: the create went out (its failure, if any,
         # is judged once the old node is no longer listed).
         return
-    if memory.deleting or ours:  # ours: the delete's wait failed (RETRY), so the replacement is done again
+    if (memory.deleting or ours) and OWN_DELETE_NO_PREEMPTION.on:  # ours: the delete's wait failed (RETRY): again
         _replace(memory, observed, policy, now, "replacing the deleted node", decision)
         return
-    memory.preemptions += 1
+    if PREEMPTION_COUNTED.on:
+        memory.preemptions += 1
     state = observed.node_state.value if observed.node_state else ""
     memory.event(now, "preempted", f"node {state} in {observed.node_zone} (preemption {memory.preemptions}); "
                                    "replacing it")
@@ -621,6 +634,16 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     if node_age_s is not None and node_age_s > policy.boot_timeout_s + policy.hang_after_s:
         return f"no readable agent status on a node READY for {node_age_s:.0f} s"
     return None
+
+
+def stuck_for(held: dict[str, tuple[tuple[int, int], float]], run_id: str, status: AgentStatus | None,
+              now: float) -> float | None:
+    """How long ``held`` (a controller's own, across its passes) has seen a damaged run's agent at one step of one
+    attempt; None without a readable status (``damaged_verdict``'s ``stuck_s``)."""
+    at = None if status is None else (status.attempt, status.step)
+    if at is not None and held.get(run_id, (None, now))[0] != at:
+        held[run_id] = (at, now)
+    return None if at is None else now - held[run_id][1]
 
 
 def _epoch(text: str | None) -> float | None:

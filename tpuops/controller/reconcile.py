@@ -68,7 +68,7 @@ from datetime import datetime
 from tpuops import runs
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide
+from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide, stuck_for
 from tpuops.controller.passes import (
     _DEFERRED,
     _LEASED,
@@ -99,8 +99,7 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.core.guards import Guard
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import PREEMPTIONS_KEY, RUN_KEY
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
@@ -122,8 +121,11 @@ a pass with hundreds of actions (a zone-wide preemption) from sending them all a
 project's API rate quota; past it, runs wait for a free worker, not for the next pass.
 """
 
-NOTICE_WRITE_AHEAD = Guard("notify.write_ahead", "a run's notice is sent only after the memory that decided it was "
-                           "written, by compare-and-swap under its lease: one decision, one idempotency key")
+
+def _preemptions_of(node: NodeInfo | None) -> int:
+    """The preemptions count the run's node was created with (``PREEMPTIONS_KEY``); 0 when it carries none."""
+    value = node.labels.get(PREEMPTIONS_KEY, "") if node is not None else ""
+    return int(value) if value.isdigit() else 0
 
 
 class Controller:
@@ -149,7 +151,7 @@ class Controller:
         """What dates the nodes' costs in the ledger: the observer the ``fleet`` reports to, handed in by whoever
         built both (``tpuops.api.controller``, the simulator), so that the controller never reaches into its fleet."""
         self.ledger = self.billing.ledger
-        self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s)
+        self.leases = Leases(store, holder or new_holder_id(), ttl_s=settings.lease_ttl_s, clock=clock)
         self.progress = _one_at_a_time(progress or (lambda _text: None))
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
@@ -219,7 +221,7 @@ class Controller:
             policy = Policy.of(self.settings, record, zones=(node.zone,))
             status = None if isinstance(read, DamagedDocument) else read
             why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
-                                  stuck_s=self._stuck_s(run_id, status, now))
+                                  stuck_s=stuck_for(self._stuck, run_id, status, now))
             if why is None:
                 continue
             try:
@@ -233,13 +235,6 @@ class Controller:
                 continue
             report.acted.append((run_id, ActionKind.DELETE.value, node.zone))
             self.progress(f"{run_id}: damaged, and {why}: deleted its node {node.name} in {node.zone}")
-
-    def _stuck_s(self, run_id: str, status: AgentStatus | None, now: float) -> float | None:
-        """How long this controller has seen a damaged run's agent at one step of one attempt (None: no status)."""
-        at = None if status is None else (status.attempt, status.step)
-        if at is not None and self._stuck.get(run_id, (None, now))[0] != at:
-            self._stuck[run_id] = (at, now)
-        return None if at is None else now - self._stuck[run_id][1]
 
     def _remember(self, run_id: str, memory: Memory, generation: int, marker: int | None,
                   tenure: int | None, stop: str | None) -> None:
@@ -318,7 +313,8 @@ class Controller:
         for every run held whose observation needs no I/O (the others are decided as they are acted on)."""
         states, report = passing.states, passing.report
         for run_id, state in states.items():
-            if not (state.memory.finished and passing.nodes[run_id] is None) or outbox.waiting(state.memory.notices):
+            told = not outbox.waiting(state.memory.notices) or not outbox.KEPT_UNTIL_TOLD.on
+            if not (state.memory.finished and passing.nodes[run_id] is None) or not told:
                 passing.live.append(run_id)
             elif passing.only is None and not passing.failed:
                 runs.drop_active(self.store, run_id)
@@ -517,7 +513,8 @@ class Controller:
                         node_capacity=node.capacity if node else None,
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
-                        status_damaged=damaged, node_accelerator=node.accelerator if node else None, **probe)
+                        status_damaged=damaged, node_accelerator=node.accelerator if node else None,
+                        node_preemptions=_preemptions_of(node), **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
                 now: float) -> _Decided:
@@ -615,7 +612,7 @@ class Controller:
         """
         seen = self._seen.get(run_id)
         written = seen is not None and seen.memory is memory
-        if (not written and NOTICE_WRITE_AHEAD.on) or not outbox.due(memory.notices, now):
+        if (not written and outbox.WRITE_AHEAD.on) or not outbox.due(memory.notices, now):
             return
         first = len(memory.events)
         if outbox.deliver(memory.notices, self.settings.notify, now,
@@ -660,6 +657,9 @@ class Controller:
         request = record.sizes[min(memory.size, len(record.sizes) - 1)]  # an elastic run's size (decide)
         if memory.capacity is not None:  # moved by a capacity rule or a sweep's endgame (the record stays as declared)
             request = request.model_copy(update={"capacity": memory.capacity})
+        if memory.preemptions:  # the count goes with the node, ahead of the memory write (PREEMPTIONS_KEY)
+            request = request.model_copy(update={"labels": {**request.labels,
+                                                            PREEMPTIONS_KEY: str(memory.preemptions)}})
         try:
             operation = self.nodes.create(action.zone, request)
         except AlreadyExists:

@@ -59,7 +59,11 @@ MANAGED_BY_KEY = "managed-by"
 MANAGED_BY_VALUE = "tpuops"
 RUN_KEY = "tpuops-run"
 SWEEP_KEY = "tpuops-sweep"
-MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY})
+PREEMPTIONS_KEY = "tpuops-preemptions"
+"""A run's node carries how many preemptions the run had recovered from when the node was created: the count
+is then in the cloud before the pass's memory write, and a pass that dies or fails between its create and that
+write loses no preemption (the next pass takes the count back from the node, ``tpuops.controller.decide``)."""
+MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PREEMPTIONS_KEY})
 
 
 class MetadataKey(ValueEnum):

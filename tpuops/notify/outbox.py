@@ -42,6 +42,11 @@ usually answers first."""
 ISOLATED_DELIVERY = Guard("notify.isolated_delivery", "a delivery that fails in any way (any exception) fails "
                           "that delivery alone, never the controller pass or another run")
 
+WRITE_AHEAD = Guard("notify.write_ahead", "a run's notice is sent only after the memory that decided it was written, "
+                    "by compare-and-swap under its lease: one decision, one idempotency key (tpuops.controller)")
+KEPT_UNTIL_TOLD = Guard("notify.kept_until_told", "a finished run stays in the passes' care until its notices are sent "
+                        "or given up (tpuops.controller): none is left pending for good")
+
 Note = Callable[[str, str], None]
 """Records one event about a notice: (event kind, message)."""
 

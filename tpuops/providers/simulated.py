@@ -336,7 +336,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             key = (zone, request.name)
             if key in self._nodes:
                 raise AlreadyExists(f"node {request.name!r} already exists in {zone}")
-            if self.model.out_of_capacity(zone, now - self.start):
+            if self.model.out_of_capacity(zone, now - self.start, request.accelerator):
                 return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, now, CapacityError(
                     f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))))
             begins = max(now, self._free_at.pop(key, now))  # the name is free once its delete is over

@@ -3,6 +3,10 @@
 Every function takes the ``Store`` it works on and keys come from ``layout`` only. Reads of
 several runs go through a thread pool (``MAX_READERS``) on a remote store (``Store.concurrent_reads``),
 so listing N runs costs N/k round trips of wall time rather than N.
+
+A listing reads a run with a damaged document as damaged (``Run.damage``) beside the others whole: the guard
+``runs.damage_tolerated`` (``tpuops.core.guards``) at that line is what the fault swarm's tests turn off to show that
+its poison checks can fail.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuops.core.errors import DamagedDocument, NotFound, PreconditionFailed, TpuopsError, UsageError
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity
 from tpuops.core.naming import check_node_name
 from tpuops.runs import layout
@@ -272,11 +277,17 @@ def _stand_in(run_id: str) -> RunRecord:
         name=run_id, accelerator="unknown", runtime="unknown", capacity=Capacity.ON_DEMAND, zones=["unknown"]))
 
 
+DAMAGE_TOLERATED = Guard("runs.damage_tolerated", "a listing of runs (runs --json, a pass's reads) shows a run with a "
+                         "damaged document as damaged, whole beside it, instead of failing for every run")
+
+
 def _tolerant(read: Callable[[], T], stand_in: T, damage: list[str]) -> T:
     """``read()``, or ``stand_in`` when the document it reads is damaged (the damage goes to ``damage``)."""
     try:
         return read()
     except DamagedDocument as err:
+        if not DAMAGE_TOLERATED.on:
+            raise
         damage.append(str(err))
         return stand_in
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from tpuops import runs
 from tpuops.core.clock import UTC
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import ValueEnum
 from tpuops.runs import AgentStatus, EvalPoint, ExitClass, Phase
 from tpuops.sim.model import AgentModel, Pace
@@ -37,6 +38,9 @@ from tpuops.store import Store
 
 Metrics = Callable[[int], dict[str, float]]
 """The evaluation metrics at a step."""
+
+RESTORE_NEWEST = Guard("agent.restore_newest", "an attempt resumes from the newest checkpoint any attempt before it "
+                       "saved (the stand-in's, for the real agent's Checkpoints.restore_newest)")
 
 
 def surface(hparams: Mapping[str, Any], total_steps: int, seed: int) -> Metrics:
@@ -117,6 +121,10 @@ class SimulatedAgent:
         self.finished_at: float | None = None
         self.exits: list[tuple[float, ExitClass]] = []
         """Every attempt's exit as the agent reported it: (when, how)."""
+        self.starts: list[tuple[int, float, int, int]] = []
+        """Every attempt's start: (attempt, when, the step it resumed from, the newest step saved before it)."""
+        self.reported: tuple[int, ExitClass | None] = (0, None)
+        """The step and the exit class its status last reported."""
         self._attempt: _Attempt | None = None
         self._high = 0  # the highest step any attempt reached: what lies above the checkpoint is redone
         self._first_ready: float | None = None  # the first attempt's READY: a replacement's pace depends on its offset
@@ -125,11 +133,12 @@ class SimulatedAgent:
     # -- the timeline (pure) -------------------------------------------------------------------
 
     def _plan(self, ready_at: float) -> _Attempt:
-        restore = self.model.segments.restore_s if self.checkpoint > 0 else 0.0
+        base = self.checkpoint if RESTORE_NEWEST.on else 0
+        restore = self.model.segments.restore_s if base > 0 else 0.0
         first_ready = ready_at if self._first_ready is None else self._first_ready
         pace = self.model.pace(self.attempts + 1, ready_at - first_ready,
                                random.Random(f"{self.seed}/{self.run_id}/{self.attempts + 1}").random())
-        return _Attempt(self.attempts + 1, ready_at, self.checkpoint, ready_at + pace.setup_s + restore, pace,
+        return _Attempt(self.attempts + 1, ready_at, base, ready_at + pace.setup_s + restore, pace,
                         self.fates.get(self.attempts + 1))
 
     def _progress(self, attempt: _Attempt, at: float) -> tuple[int, int]:
@@ -188,9 +197,10 @@ class SimulatedAgent:
         """The node is READY: a new attempt starts (its startup script runs the agent)."""
         self._attempt = self._plan(at)
         self.attempts = self._attempt.number
+        self.starts.append((self.attempts, at, self._attempt.base_step, self.checkpoint))
         if self._first_ready is None:
             self._first_ready = at
-        self._write(at, Phase.STARTING, self.checkpoint)
+        self._write(at, Phase.STARTING, self._attempt.base_step)
 
     def publish(self, at: float) -> None:
         """A heartbeat at ``at``: the status as the agent would have last written it."""
@@ -254,6 +264,7 @@ class SimulatedAgent:
             evals = self._evals_to(step, self.metrics)
             final = {"eval": self.metrics(step)}
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        self.reported = (step, exit_class)
         if exit_class is not None:
             self.exits.append((at, exit_class))
         runs.write_status(self.store, self.run_id, AgentStatus(

@@ -27,7 +27,8 @@ from tpuops.store import Store
 class Agents:
     """The workload of the simulated cloud: one ``SimulatedAgent`` per run, made when its first node boots.
 
-    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``). ``fates``
+    A trial's agent evaluates on the synthetic surface of its own hparams (from its ``spec.json``); a node labelled
+    as a run the store does not know (an elastic run's probe, deleted once READY) evaluates nothing. ``fates``
     holds, by run id, what goes wrong in which attempt (the fault swarm's agent faults; empty: nothing).
     """
 
@@ -41,7 +42,7 @@ class Agents:
     def agent(self, run_id: str) -> SimulatedAgent:
         if run_id not in self.by_run:
             metrics = None
-            if self.model.eval_every_steps:
+            if self.model.eval_every_steps and runs.run_exists(self.store, run_id):  # not an elastic run's probe node
                 spec = runs.read_run_spec(self.store, run_id)
                 metrics = surface(spec.get("hparams") or {}, self.model.total_steps, self.seed)
             self.by_run[run_id] = SimulatedAgent(self.store, run_id, self.model, metrics, self.seed,

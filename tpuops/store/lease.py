@@ -17,6 +17,11 @@ leaves it (not known to be ours) for the next ``acquire`` to replace. A lease is
 the guard of correctness: a run's memory is written with its own compare-and-swap, so a holder that still
 believes it holds a lease another took over (for at most half a TTL, ``known``) loses its next memory
 write instead of corrupting the run. So no lease, however damaged, stops a pass or another run's recovery.
+
+Time is the holder's clock (``clock``; a controller hands it its pass clock), so that in a simulation leases
+expire in virtual time as they would in real time. Guards (``tpuops.core.guards``, turned off only by the fault
+swarm's tests): ``lease.exclusive`` at the line that refuses a live lease another holds (two controllers at once
+never both act on a run), ``lease.damage_holds_nobody`` at the line that reads a damaged lease as nobody's.
 """
 
 from __future__ import annotations
@@ -27,10 +32,17 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpuops.core.errors import NotFound, PreconditionFailed
+from tpuops.core.guards import Guard
 from tpuops.store import Store
+
+EXCLUSIVE = Guard("lease.exclusive", "two controllers at once never both act on a run: a live lease another holds "
+                  "is not taken")
+DAMAGE_HOLDS_NOBODY = Guard("lease.damage_holds_nobody", "a damaged lease document holds nobody: it stops no pass "
+                            "and no other run's recovery")
 
 
 def _lease_of(data: bytes) -> tuple[str, float] | None:
@@ -39,6 +51,8 @@ def _lease_of(data: bytes) -> tuple[str, float] | None:
         body = json.loads(data)
         return str(body["holder"]), float(body.get("expires", 0))
     except (ValueError, TypeError, KeyError, AttributeError):  # JSON/UTF-8 damage, or not a lease's shape
+        if not DAMAGE_HOLDS_NOBODY.on:
+            raise
         return None
 
 
@@ -56,21 +70,24 @@ class _Held:
 class Leases:
     """Take, renew and drop leases for one holder."""
 
-    def __init__(self, store: Store, holder: str, ttl_s: float) -> None:
+    def __init__(self, store: Store, holder: str, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.holder = holder
         self.ttl_s = ttl_s
+        self.clock = clock
+        """What ``now`` is when a call gives none: the holder's own clock (a controller's pass clock, virtual in a
+        simulation, so that its leases expire in the time its passes keep)."""
         self._held: dict[str, _Held] = {}
         self._tenures = itertools.count(1)  # next() is atomic: a pass takes leases from a thread pool
 
     def known(self, name: str, now: float | None = None) -> bool:
         """Whether ``name`` is ours for a while yet (more than half its TTL left): no round trip needed."""
         held = self._held.get(name)
-        return held is not None and held.expires - (time.time() if now is None else now) > self.ttl_s / 2
+        return held is not None and held.expires - (self.clock() if now is None else now) > self.ttl_s / 2
 
     def acquire(self, name: str, now: float | None = None) -> bool:
         """Take or renew the lease on ``name``; False when another live holder has it."""
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         held = self._held.get(name)
         if self.known(name, now):
             return True  # a round trip per pass per run would be the pass's main cost
@@ -83,7 +100,7 @@ class Leases:
         except NotFound:
             generation, current = 0, None
         holder, expires = current if current is not None else (None, 0.0)
-        if holder is not None and holder != self.holder and expires > now:
+        if holder is not None and holder != self.holder and expires > now and EXCLUSIVE.on:
             self._held.pop(name, None)
             return False
         ours = holder == self.holder and expires > now and held is not None

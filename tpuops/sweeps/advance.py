@@ -9,7 +9,8 @@ study exclusively, read the runs of its RUNNING trials only (finished trials cos
 3. ask the pruner about running trials with new values; stop the pruned ones, then tell them PRUNED;
 4. stop what the plan stops (sweep stopped, budget reached, too many preemptions), then tell;
 5. endgame: move the leading trials to on-demand (record first, then the node goes at a checkpoint);
-6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them);
+6. adopt RUNNING trials without a run (declare it; params drawn now if the ask died before them), and those
+   whose run no controller has driven yet (its index markers written again: ``decide``);
 7. launch: ask -> (the journal has it) -> set the trial's run id -> declare the run if absent.
 
 A trial's run comes from the sweep's frozen template (``SweepRecord.template.for_trial``), never
@@ -111,7 +112,8 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: C
     return RunView(finished=memory.finished, outcome=memory.outcome,
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
-                   promoted=memory.capacity is not None, usd_per_hour=hourly)
+                   promoted=memory.capacity is not None, usd_per_hour=hourly,
+                   driven=memory.attempts > 0 or bool(memory.events))
 
 
 def _rewrite(store: Store, leases: Leases, run_id: str, change: Callable[[Memory], bool]) -> bool:

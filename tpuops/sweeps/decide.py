@@ -6,7 +6,12 @@ the other, and its test fails if Optuna renames one); a run's ending is ``tpuops
 told as ``TRIAL_STATE`` says.
 
 - A RUNNING trial without a run (a pass died between ask and declare) is adopted: its run is
-  declared under its deterministic name; it is never asked again.
+  declared under its deterministic name; it is never asked again. A stopped sweep (or one out of
+  budget) adopts none: such a trial is told FAIL without a run, so that nothing is created for a
+  sweep that has ended (its node would be created by the run pass, then stopped by the next).
+  A trial whose run is declared but was never driven (no attempt, no event: a pass may have died
+  between its record and its index markers, which the controller lists) is adopted too, every
+  pass until a controller has acted on it: declaring is idempotent and writes the markers again.
 - A trial's evaluations are reported in step order above its high-water mark (the highest step
   it has reported), so a step recomputed after a restart is reported once.
 - A finished run is told: succeeded -> COMPLETE with the objective (at ``objective_step`` or the
@@ -45,6 +50,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tpuops.core.formats import format_usd
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import ValueEnum
 from tpuops.runs.outcome import COUNTS_AS_FAILURE, Outcome
 from tpuops.sweeps.models import SweepOutcome
@@ -64,6 +70,10 @@ class TrialState(ValueEnum):
 
 
 ENDED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL})
+
+ADOPT_ORPHAN = Guard("sweeps.adopt_orphan", "a trial asked by a pass that died before declaring its run is adopted "
+                                            "(its run declared), never left running without one")
+STOP_LAUNCHES_NOTHING = Guard("sweeps.stop_launches_nothing", "a stopped sweep asks no new trial")
 
 TRIAL_STATE = MappingProxyType({
     Outcome.SUCCEEDED: TrialState.COMPLETE,
@@ -100,6 +110,8 @@ class RunView:
     """The endgame promoted it."""
     usd_per_hour: float = 0.0
     """What its node bills an hour (at its current capacity)."""
+    driven: bool = True
+    """A controller has acted on it (an attempt or an event in its memory): its index markers were there."""
 
 
 @dataclass(frozen=True)
@@ -205,9 +217,14 @@ def decide(view: SweepView) -> Plan:
         if trial.state != TrialState.RUNNING:
             continue
         run = trial.run
+        if run is None and (view.stopping or over_budget):
+            plan.tells.append(Tell(trial.number, TrialState.FAIL, None, "the sweep ended before its run was declared "
+                                   f"({'stopped' if view.stopping else 'out of budget'})", False))
+            continue
         if run is None:
-            plan.adopt.append(trial.number)
-            running.append(trial)
+            if ADOPT_ORPHAN.on:
+                plan.adopt.append(trial.number)
+                running.append(trial)
             continue
         values = _new_values(trial, run)
         plan.reports.extend((trial.number, step, value) for step, value in values)
@@ -215,6 +232,8 @@ def decide(view: SweepView) -> Plan:
             plan.tells.append(tell_for(trial.number, run, view.objective_step, trial.reported >= 0 or bool(values)))
             continue
         running.append(trial)
+        if not (run.driven or view.stopping or over_budget):
+            plan.adopt.append(trial.number)  # its index markers again: a pass may have died before them
         if run.preemptions > view.max_preemptions:
             plan.stops.append(Stop(trial.number, Outcome.PREEMPTED_OUT,
                                    f"preempted {run.preemptions} times (max_preemptions {view.max_preemptions})"))
@@ -241,7 +260,7 @@ def decide(view: SweepView) -> Plan:
 def _launch(view: SweepView, plan: Plan, running: list[TrialView], failures: int, created: int,
             over_budget: bool) -> bool:
     """Set ``plan.launch``; True when the budget refused a launch."""
-    if view.stopping or over_budget or failures >= view.max_failures:
+    if (view.stopping and STOP_LAUNCHES_NOTHING.on) or over_budget or failures >= view.max_failures:
         return over_budget
     if any(s.outcome is Outcome.BUDGET_EXHAUSTED for s in plan.stops):
         return True  # trials were just stopped for the budget: no new one takes their money

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuops.core.errors import TpuopsError, TransientError, UsageError
+from tpuops.core.guards import Guard
 from tpuops.store import Store
 from tpuops.sweeps.spec import CategoricalParam, DatabaseStorage, FloatParam, SweepSpec
 
@@ -151,9 +152,13 @@ def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
     return out
 
 
+SEED_PER_TRIAL = Guard("sweeps.seed_per_trial", "each trial's sampler is seeded by its number: two trials never draw "
+                                                "the same params, a trial asked again draws its own")
+
+
 def trial_seed(seed: int, number: int) -> int:
     """The sampler seed for trial ``number``: a function of the spec's seed and the number only."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{number}".encode()).digest()[:4], "big")
+    return int.from_bytes(hashlib.sha256(f"{seed}:{number if SEED_PER_TRIAL.on else 0}".encode()).digest()[:4], "big")
 
 
 def sampler_for(spec: SweepSpec, number: int,

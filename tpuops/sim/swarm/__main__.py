@@ -35,10 +35,14 @@ def _bar(done: int, total: int, failed: int) -> None:
 def _table(summary: Summary) -> str:
     data = summary.to_json()
     lines = [f"seeds: {summary.seeds}   wall: {data['wall_s']:.1f} s   seeds/minute: {data['seeds_per_minute']}   "
-             f"CPU per seed: {data['cpu_s_per_seed']:.3f} s", "", f"{'fault kind':<28}{'injected':>10}"]
+             f"CPU per seed: {data['cpu_s_per_seed']:.3f} s",
+             f"failing seeds: {len(summary.failed)}   faults injected: {sum(summary.injected.values())}   "
+             f"invariant checks: {sum(summary.checks.values())}   violations: {sum(summary.violations.values())}",
+             "", f"{'fault kind':<28}{'injected':>10}"]
     lines += [f"{kind:<28}{summary.injected[kind]:>10}" for kind in KINDS]
     lines += ["", f"{'invariant':<36}{'checks':>10}{'violations':>12}"]
-    lines += [f"{name:<36}{summary.checks[name]:>10}{summary.violations[name]:>12}" for name in (*AFTER_PASS, *AT_END)]
+    lines += [f"{name:<36}{summary.checks[name]:>10}{summary.violations[name]:>12}"
+              for name in dict.fromkeys((*AFTER_PASS, *AT_END))]  # one row for a checker at both moments
     lines += ["", "not injected yet: " + ", ".join(f.NOT_YET), "not checked yet: " + ", ".join(NOT_CHECKED)]
     for result in sorted(summary.failed, key=lambda r: r.seed)[:20]:
         lines.append(f"\nseed {result.seed}: {result.violations[0][0]}: {result.violations[0][1]}")

@@ -7,8 +7,9 @@ What a seed draws: one job (its steps, speed and checkpoint interval, shared by 
 interval (cron every 60 or 300 s), one to four runs (single hosts and four-host v2-32 slices, spot and on-demand, some
 with a budget), the user's ``stop``, ``down`` and ``train --resume`` at drawn moments, and a fault schedule of a
 few to a dozen faults (``tpuops.sim.swarm.faults``) inside the first ``FAULT_HOURS`` hours; after those the
-faults end and the runner drains the world to the end. Notification targets and their receivers' faults come
-from a stream of the seed's own (``tpuops.sim.swarm.receivers``).
+faults end and the runner drains the world to the end. Some seeds also draw a sweep (``tpuops.sim.swarm.sweeps``),
+from a stream of its own: a seed draws the same runs, commands and faults with or without one. Notification targets
+and their receivers' faults come from another stream of the seed's own (``tpuops.sim.swarm.receivers``).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.receivers import NotifyPlan, draw_notify
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep, draw_sweep
 
 ZONES = ("us-central1-a", "europe-west4-a")
 FAULT_HOURS = 6.0
 """Faults fall inside the first six virtual hours; the drain after them has none."""
+RIVAL_S = 3600.0
+"""How long a rival controller (``controller.rival``) passes beside the watch: an hour of cron beside it."""
 
 _FATES = {f.AGENT_CRASH: FateKind.CRASH, f.AGENT_USER_ERROR: FateKind.USER_ERROR, f.AGENT_NAN: FateKind.NAN,
           f.AGENT_HANG: FateKind.HANG, f.AGENT_SAVE_FAILS: FateKind.SAVE_FAILS}
@@ -62,15 +66,27 @@ class Scenario:
     runs: tuple[RunPlan, ...]
     commands: tuple[Command, ...]
     faults: tuple[f.Fault, ...]
+    sweep: SwarmSweep | None = None
+    """The seed's sweep, drawn apart (``tpuops.sim.swarm.sweeps``); None: the seed has none."""
     notify: NotifyPlan = field(default_factory=NotifyPlan)
     """The notification targets and the receivers' faults, drawn from a stream of their own
     (``tpuops.sim.swarm.receivers``): adding them changed nothing else any seed draws."""
 
     @property
     def job(self) -> AgentModel:
+        """The seed's job; with a sweep, its trials (and runs) evaluate eight times along it."""
         return AgentModel(total_steps=self.total_steps, steps_per_s=self.steps_per_s,
                           segments=Segments(setup_s=60.0, checkpoint_every_s=self.checkpoint_every_s, save_s=10.0,
-                                            restore_s=10.0))
+                                            restore_s=10.0),
+                          eval_every_steps=max(1, self.total_steps // 8) if self.sweep else 0)
+
+    def played(self) -> Scenario:
+        """What the runner plays: the seed's faults and commands with its sweep's faults and ``stop --sweep`` after
+        them (the scenario itself keeps them apart, so that its own stay what the seed drew)."""
+        if self.sweep is None:
+            return self
+        stop = (Command(STOP_SWEEP, "", self.sweep.stop_at),) if self.sweep.stop_at is not None else ()
+        return dataclasses.replace(self, commands=self.commands + stop, faults=self.faults + self.sweep.faults)
 
     def fates(self) -> dict[str, dict[int, Fate]]:
         """The agent faults by run and attempt."""
@@ -81,13 +97,15 @@ class Scenario:
         return out
 
     def parts(self) -> int:
-        """How many droppable parts it has (runs, commands, faults, the receivers' faults and targets): what the
-        shrinker works through."""
-        return len(self.runs) + len(self.commands) + len(self.faults) + self.notify.parts()
+        """How many droppable parts it has (runs, commands, faults, the sweep's, the receivers' faults and targets):
+        what the shrinker works through."""
+        return (len(self.runs) + len(self.commands) + len(self.faults) + (self.sweep.parts() if self.sweep else 0)
+                + self.notify.parts())
 
     def without(self, index: int) -> Scenario:
-        """The scenario without its ``index``-th part (runs first, then commands, faults, the receivers' faults and
-        targets); a dropped run takes its commands and faults with it, a dropped target its receiver's faults."""
+        """The scenario without its ``index``-th part (runs first, then commands, faults, the sweep's parts, the
+        receivers' faults and targets); a dropped run takes its commands and faults with it, a dropped target its
+        receiver's faults."""
         if index < len(self.runs):
             gone = self.runs[index].run_id
             return dataclasses.replace(
@@ -98,16 +116,20 @@ class Scenario:
         if index < len(self.commands):
             return dataclasses.replace(self, commands=self.commands[:index] + self.commands[index + 1:])
         index -= len(self.commands)
-        if index >= len(self.faults):  # then the receivers' faults and targets
-            return dataclasses.replace(self, notify=self.notify.without(index - len(self.faults)))
-        return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        if index < len(self.faults):
+            return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+        index -= len(self.faults)
+        if self.sweep is not None and index < self.sweep.parts():
+            return dataclasses.replace(self, sweep=self.sweep.without(index))
+        return dataclasses.replace(self, notify=self.notify.without(index - (self.sweep.parts() if self.sweep else 0)))
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "cron_s": self.cron_s, "total_steps": self.total_steps,
                 "steps_per_s": self.steps_per_s, "checkpoint_every_s": self.checkpoint_every_s,
                 "runs": [dataclasses.asdict(r) for r in self.runs],
                 "commands": [dataclasses.asdict(c) for c in self.commands],
-                "faults": [x.to_json() for x in self.faults], "notify": self.notify.to_json()}
+                "faults": [x.to_json() for x in self.faults], "notify": self.notify.to_json(),
+                **({"sweep": self.sweep.to_json()} if self.sweep else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scenario:
@@ -116,7 +138,9 @@ class Scenario:
                    steps_per_s=data["steps_per_s"], checkpoint_every_s=data["checkpoint_every_s"],
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
-                   faults=tuple(f.Fault(**x) for x in data["faults"]), notify=NotifyPlan.from_json(data.get("notify")))
+                   faults=tuple(f.Fault(**x) for x in data["faults"]),
+                   sweep=SwarmSweep.from_json(data["sweep"]) if data.get("sweep") else None,
+                   notify=NotifyPlan.from_json(data.get("notify")))
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:
@@ -151,7 +175,10 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
     if kind == f.CONTROLLER_KILL:
         at = rng.uniform(0, FAULT_HOURS * 3600)
         return f.Fault(kind, at, at, run=run, count=rng.randint(1, 4))
-    if kind in (f.CONTROLLER_RIVAL, f.CLOCK_SKIPPED):
+    if kind == f.CONTROLLER_RIVAL:  # its window's length is no draw: the seeds' other draws stay as they were
+        at = rng.uniform(0, FAULT_HOURS * 3600)
+        return f.Fault(kind, at, at + RIVAL_S)
+    if kind == f.CLOCK_SKIPPED:
         at = rng.uniform(0, FAULT_HOURS * 3600)
         return f.Fault(kind, at, at)
     if kind in (f.CLOCK_LATE, f.CLOCK_EARLY):
@@ -162,8 +189,9 @@ def _fault(rng: random.Random, kind: str, runs: tuple[RunPlan, ...]) -> f.Fault:
     return f.Fault(kind, 0.0, 0.0, rate=rng.uniform(0, 1800), run=run, count=attempt)
 
 
-def draw(seed: int) -> Scenario:
-    """The scenario of ``seed`` (module docstring)."""
+def draw(seed: int, *, sweeps: bool = True) -> Scenario:
+    """The scenario of ``seed`` (module docstring); ``sweeps=False``: without its sweep (what it draws besides is the
+    same either way: the sweep has a stream of its own)."""
     rng = random.Random(f"swarm/{seed}")
     steps_per_s = 10.0
     hours = rng.choice([0.25, 0.5, 1.0, 2.0, 4.0])
@@ -184,4 +212,6 @@ def draw(seed: int) -> Scenario:
     return Scenario(seed=seed, cron_s=rng.choice([60.0, 300.0, 300.0]),
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
-                    commands=tuple(commands), faults=tuple(faults), notify=draw_notify(seed, FAULT_HOURS))
+                    commands=tuple(commands), faults=tuple(faults),
+                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS) if sweeps else None,
+                    notify=draw_notify(seed, FAULT_HOURS))

@@ -61,7 +61,9 @@ CONTROLLER_KILL = "controller.kill"
 """The controller process dies at the ``count``-th store write for the target run from ``start`` on (between two
 of its writes); a fresh process (same holder, as a restarted ``watch``) takes over at the next pass."""
 CONTROLLER_RIVAL = "controller.rival"
-"""A second controller (a cron ``reconcile`` beside the ``watch``) runs a pass at ``start``, then exits."""
+"""A second controller (a cron ``reconcile`` beside the ``watch``) runs a whole pass at every pass from ``start`` to
+``end`` (one at least) in the middle of the watch's pass (just before the watch's first create or delete in it:
+after it decided, while it holds its leases; after its pass when it makes none), then exits."""
 CLOCK_LATE = "clock.late"
 """The pass due at ``start`` comes ``rate`` x the pass interval late."""
 CLOCK_EARLY = "clock.early"
@@ -182,6 +184,8 @@ class FaultyCloud:
         """(virtual time, zone, node name) of every create the cloud took."""
         self._listed: dict[str, list[NodeInfo]] = {}
         self._stuck: set[str] = set()
+        self.before_acting: Callable[[], None] = lambda: None
+        """Called before every create and delete (the runner hands it ``FaultyStore.run_meanwhile``)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # poll_interval_s: the cloud's own
@@ -221,6 +225,7 @@ class FaultyCloud:
         return self._sick(self.inner.find_node(zone, name))
 
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
+        self.before_acting()
         self._fail("create", zone, request.name)
         operation = self.inner.create_node(zone, request)
         if operation.error is not None:  # refused: the zone is out of capacity
@@ -235,6 +240,7 @@ class FaultyCloud:
         return operation
 
     def delete_node(self, zone: str, name: str) -> Operation | None:
+        self.before_acting()
         self._fail("delete", zone, name)
         return self.inner.delete_node(zone, name)
 
@@ -263,8 +269,18 @@ class FaultyStore(Store):
         self.death = death
         self.kill: Fault | None = None
         """The kill armed (the runner arms each at its moment): death at the ``count``-th write for its run."""
+        self.meanwhile: Callable[[], None] | None = None
+        """A rival's pass armed (the runner arms it): it runs just before the next create or delete
+        (``FaultyCloud.before_acting``)."""
         self._writes = 0
         self._lock = threading.Lock()
+
+    def run_meanwhile(self) -> None:
+        """Run the rival's pass armed, if any (once), then go on as this controller unless it died meanwhile."""
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+            self.death.check()
 
     def arm(self, kill: Fault) -> None:
         self.kill = kill

@@ -24,8 +24,12 @@ from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import notices
+from tpuops.sim.swarm import promises as p
+from tpuops.sim.swarm import sweep_invariants as sweeps
 from tpuops.sim.swarm.draw import ZONES, Scenario
+from tpuops.sim.swarm.promises import at as _at
 from tpuops.sim.swarm.receivers import Receivers
+from tpuops.sim.swarm.sweeps import SweepWatch
 
 LEDGER_SHARE = 0.01
 """The ledger's READY seconds of a node are within 1 % of the cloud's billing..."""
@@ -50,11 +54,22 @@ class Trace:
     resumed: dict[str, float] = field(default_factory=dict)
     """By run: when the user's last ``train --resume`` was."""
     poisoned: set[str] = field(default_factory=set)
+    """The runs whose memory or record a fault garbled."""
+    garbled: dict[str, set[str]] = field(default_factory=dict)
+    """By run: which of its documents a fault garbled (memory, status, stop, run, lease)."""
+    orders: list[tuple[float, str, str]] = field(default_factory=list)
+    """(virtual time, run, what) of every user command the store took: stop, down, resume."""
+    errors: dict[str, str] = field(default_factory=dict)
+    """By run: why this pass (every controller's in it) could not finish it, as its ``PassReport`` says."""
+    acted: dict[str, set[str]] = field(default_factory=dict)
+    """By controller (its lease holder): the runs it acted on in this pass (created, deleted, probed)."""
     pass_errors: list[str] = field(default_factory=list)
     """Every exception other than an injected death that escaped a pass (liveness)."""
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
     now: float = START
+    sweep: SweepWatch | None = None
+    """The seed's sweep, when it has one (``tpuops.sim.swarm.sweep_invariants`` checks it)."""
     receivers: Receivers | None = None
     """The seed's simulated notification receivers and what they took (``tpuops.sim.swarm.notices`` reads it)."""
 
@@ -90,10 +105,6 @@ class Trace:
         return [plan.run_id for plan in self.scenario.runs if plan.run_id not in self.poisoned]
 
 
-def _at(seconds: float) -> str:
-    return f"+{(seconds - START) / 60:.1f} min"
-
-
 # -- after every pass -------------------------------------------------------------------------------
 
 
@@ -106,27 +117,13 @@ def pass_completes(trace: Trace) -> list[str]:
 
 def nothing_for_ended_run(trace: Trace) -> list[str]:
     """nodes: nothing is created for a run that has ended (its memory finished before the create, and no
-    ``train --resume`` came between); a stop or down is never undone."""
+    ``train --resume`` came between)."""
     bad = []
     for at, _zone, name in trace.creates:
         memory = trace.memory(name)
         ended = trace.finished_at(memory) if memory is not None else None
         if ended is not None and ended < at and trace.resumed.get(name, 0.0) < ended:
             bad.append(f"{name}: node created at {_at(at)} after the run ended {memory.outcome} at {_at(ended)}")
-    return bad
-
-
-def stop_takes_effect(trace: Trace) -> list[str]:
-    """liveness: a stop takes effect within one pass once the API answers: after a pass that met no fault at all,
-    every run whose stop was recorded before it is finished."""
-    if not trace.clean_pass:
-        return []
-    bad = []
-    for run_id, at in trace.stops.items():
-        memory = trace.memory(run_id)
-        if run_id not in trace.poisoned and at <= trace.now and memory is not None and not memory.finished:
-            bad.append(f"{run_id}: stop recorded at {_at(at)}, still {memory.phase} after a fault-free pass at "
-                       f"{_at(trace.now)}")
     return bad
 
 
@@ -337,7 +334,12 @@ Checker = Callable[[Trace], list[str]]
 AFTER_PASS: dict[str, Checker] = {
     "liveness.pass_completes": pass_completes,
     "nodes.nothing_for_ended_run": nothing_for_ended_run,
-    "liveness.stop_takes_effect": stop_takes_effect,
+    "liveness.stop_takes_effect": p.stop_takes_effect,
+    "nodes.stop_never_undone": p.stop_never_undone,
+    "liveness.poison_isolated": p.poison_isolated,
+    "nodes.one_controller_acts": p.one_controller_acts,
+    "sweeps.no_duplicate": sweeps.no_duplicate,
+    "sweeps.nothing_after_stop": sweeps.nothing_after_stop,
     "liveness.delivery_bounded": notices.delivery_bounded,
     "notifications.exactly_once": notices.exactly_once,
     "notifications.none_for_recovered": notices.none_for_recovered,
@@ -354,12 +356,15 @@ AT_END: dict[str, Checker] = {
     "truth.outcome_is_true": outcome_is_true,
     "truth.user_error_costs_one_node": user_error_costs_one_node,
     "truth.preemptions_are_real": preemptions_are_real,
+    "truth.checkpoint_kept": p.checkpoint_kept,
+    "truth.runs_json": p.runs_json,
+    "truth.preemptions_counted": p.preemptions_counted,
+    "liveness.poison_isolated": p.poison_isolated_at_end,
+    "sweeps.exact_trials": sweeps.exact_trials,
+    "sweeps.study_matches_store": sweeps.study_matches_store,
     "notifications.none_lost": notices.none_lost,
 }
 
-NOT_YET = {
-    "sweeps.*": "the swarm draws no sweeps yet (trials, params draws and the Optuna study against the store)",
-    "truth.checkpoint_kept": "the simulated agent keeps its own checkpoint; it needs the real agent's restore",
-    "truth.runs_json": "the outcome is read from the memory, which `runs --json` prints; the CLI is not run",
+NOT_YET: dict[str, str] = {
 }
 """Invariants the issue names that the swarm does not check yet, and why (docs/testing.md lists them)."""

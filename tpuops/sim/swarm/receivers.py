@@ -208,7 +208,9 @@ class Receivers(Wire):
     """The runs' memories the notifications checkers last read, by run: (generation, memory)."""
     t: float = 0.0
     _delay: float = 0.0
-    _first: float | None = None
+    _passes: list[tuple[float | None, float]] = field(default_factory=list)
+    """The passes under way, innermost last: (its first send's time, the clock at its start). A rival's pass runs
+    inside the watch's (``FaultyStore.meanwhile``) yet beside it in truth: its time is its own, not the watch's."""
     _tries: Counter[tuple[str, str]] = field(default_factory=Counter)
     _raised: list[BaseException] = field(default_factory=list)
     _opened: set[int] = field(default_factory=set)
@@ -223,7 +225,8 @@ class Receivers(Wire):
 
     def start(self, work: Callable[[], None], name: str) -> Waiter:
         started = self.t
-        self._first = started if self._first is None else self._first
+        if self._passes and self._passes[-1][0] is None:
+            self._passes[-1] = (started, self._passes[-1][1])
         self._delay = 0.0
         work()  # the real send, through post() below
         answered = started + self._delay
@@ -275,7 +278,7 @@ class Receivers(Wire):
 
     def begin_pass(self) -> None:
         """A pass begins: its deliveries' time starts; a malformed value's one-shot command runs at its start."""
-        self._first = None
+        self._passes.append((None, self.t))
         offset = self.clock() - self.start_at
         for index, fault in enumerate(self.plan.faults):
             if fault.kind == NOTIFY_MALFORMED_URL and fault.start <= offset and index not in self._opened:
@@ -283,8 +286,11 @@ class Receivers(Wire):
                 self._load(fault)  # the user's `tpuops reconcile` (or `notify test`) while it is there
 
     def end_pass(self) -> None:
-        if self._first is not None:
-            self.spans.append(self.t - self._first)
+        first, began = self._passes.pop()
+        if first is not None:
+            self.spans.append(self.t - first)
+        if self._passes:  # a pass inside another (a rival's): the outer one's clock goes on from where it was
+            self.t = began
 
     def reached_pass(self, err: BaseException) -> None:
         """``err`` escaped a pass: if a receiver raised it, a target's answer stopped that pass."""

@@ -6,11 +6,14 @@ store (``tpuops.sim.swarm.faults``). Then pass after pass on the virtual clock: 
 garbles due are applied to the clean store, the world moves to the pass's time, the controller passes (a
 killed one is replaced by a fresh process, a rival one passes beside it), and the ``AFTER_PASS`` invariants
 are checked. Once the faults are over and nothing is left to do (or ``MAX_HOURS`` of virtual time) the
-``AT_END`` invariants are checked. ``run_many`` spreads seeds over processes and sums what they found.
+``AT_END`` invariants are checked. A seed with a sweep (``tpuops.sim.swarm.sweeps``) declares it beside its runs
+and plays ``Scenario.played()``: its faults and its ``stop --sweep`` among the others. ``run_many`` spreads seeds
+over processes and sums what they found.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import tempfile
 import time
@@ -36,6 +39,8 @@ from tpuops.sim.swarm import receivers as r
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
 from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
+from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
+from tpuops.sim.swarm.sweeps import declare as declare_sweep
 
 KINDS = f.KINDS + r.KINDS
 """Every fault kind the swarm injects: the ones a seed's main stream draws, then the receivers' (their own stream)."""
@@ -95,7 +100,7 @@ class _Play:
         settings = load_settings(config_path=config, environ=environ)
         hazard = max((x.rate for x in scenario.faults if x.kind == f.API_PREEMPTION), default=0.0)
         stockouts = tuple(ScriptedStockout(x.arg, x.start, x.end - x.start) for x in scenario.faults
-                          if x.kind == f.API_STOCKOUT)
+                          if x.kind == f.API_STOCKOUT) + (scenario.sweep.cloud_stockouts() if scenario.sweep else ())
         cloud = CloudModel(spot_hazard_per_hour=hazard, stockouts=stockouts)
         self.sim = Simulation(settings, workdir / "world", cloud, scenario.job, cron_s=scenario.cron_s,
                               seed=scenario.seed, notify=bool(scenario.notify.targets))
@@ -107,14 +112,18 @@ class _Play:
         self.death = f.Death()
         self.store = f.FaultyStore(self.sim.store, self.injected, self.death)
         self.cloud = f.FaultyCloud(self.sim.world.provider, self.injected, self.death, clock)
+        self.cloud.before_acting = self.store.run_meanwhile
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.receivers = r.Receivers(scenario.seed, scenario.notify, config, environ, self.injected, clock, START)
         self.trace = Trace(scenario, self.sim, self.cloud.creates, receivers=self.receivers)
+        if scenario.sweep is not None:
+            self.trace.sweep = SweepWatch(self.sim, scenario.sweep, declare_sweep(self.sim, scenario.sweep))
         self.result = SeedResult(scenario.seed)
         self._due = sorted([(c.at, "command", c) for c in scenario.commands] +
                            [(x.start, x.kind, x) for x in scenario.faults
                             if x.kind in (f.STORE_GARBLE, f.CONTROLLER_KILL, f.CONTROLLER_RIVAL)],
                            key=lambda item: item[0])
+        self._rivalling: list[f.Fault] = []
         self._slips = sorted((x for x in scenario.faults if x.kind in (f.CLOCK_LATE, f.CLOCK_EARLY, f.CLOCK_SKIPPED)),
                              key=lambda x: x.start)
         self.faults_end = max([x.end for x in scenario.faults] + [c.at for c in scenario.commands] + [0.0])
@@ -133,8 +142,9 @@ class _Play:
     # -- what happens between passes --------------------------------------------------------------
 
     def _apply(self, offset: float) -> tuple[f.Fault | None, list[f.Fault]]:
-        """Apply the commands and garbles due by ``offset``; the kill to arm and the rival passes due."""
-        kill, rivals = None, []
+        """Apply the commands and garbles due by ``offset``; the kill to arm and the rival passes due (one for each
+        rival whose window began by ``offset`` and has not ended, or began since the pass before)."""
+        kill, rivals = None, [x for x in self._rivalling if offset < x.end]
         while self._due and self._due[0][0] <= offset:
             _, kind, item = self._due.pop(0)
             if kind == "command":
@@ -145,20 +155,25 @@ class _Play:
                 kill = kill or item
             else:
                 rivals.append(item)
+                self._rivalling.append(item)
         return kill, rivals
 
     def _command(self, command: Any) -> None:
         store, now = self.sim.store, self.sim.world.clock()
+        if command.what == STOP_SWEEP and self.trace.sweep is not None:
+            self.trace.stops.update(dict.fromkeys(self.trace.sweep.stop(now), now))
+            return
         try:
             if command.what == "resume":  # drops the stop request whether or not the run had finished yet
                 runs.reopen(store, command.run, "train --resume")
                 self.trace.resumed[command.run] = now
                 self.trace.stops.pop(command.run, None)
-                return
-            runs.request_stop(store, command.run, f"{command.what} by the user", now)
+            else:
+                runs.request_stop(store, command.run, f"{command.what} by the user", now)
+                self.trace.stops[command.run] = now
         except TpuopsError:
             return  # the command failed (a garbled memory): the user saw its error, nothing changed
-        self.trace.stops[command.run] = now
+        self.trace.orders.append((START + command.at, command.run, command.what))
 
     def _garble(self, fault: f.Fault) -> None:
         doc, how = fault.arg.split(":")
@@ -171,6 +186,7 @@ class _Play:
             return  # nothing there to garble (no stop request, no lease yet): the fault injects nothing
         store.write_bytes(key, f.garbled(data, how))
         self.injected.count(f.STORE_GARBLE)
+        self.trace.garbled.setdefault(fault.run, set()).add(doc)
         if doc in ("memory", "run"):
             self.trace.poisoned.add(fault.run)
 
@@ -189,7 +205,9 @@ class _Play:
             if now is None:
                 controller.release()
             else:
-                controller.run_pass(now=now)
+                report = controller.run_pass(now=now)
+                self.trace.errors.update(report.errors)
+                self.trace.acted.setdefault(controller.leases.holder, set()).update(run for run, _, _ in report.acted)
         except f.Killed:
             return False
         except TpuopsError as err:
@@ -204,6 +222,13 @@ class _Play:
         finally:
             self.receivers.end_pass()
         return True
+
+    def _rival(self, now: float) -> None:
+        """A cron ``reconcile`` beside the watch: one pass at ``now``, then its process ends (dropping its leases)."""
+        rival = self._start("cron")  # None: it refused its config (a malformed url_env) and exited 2
+        self._pass(rival, now)
+        self._pass(rival, None)
+        self.injected.count(f.CONTROLLER_RIVAL)
 
     def _check(self, checkers: dict[str, Checker]) -> None:
         for name, checker in checkers.items():
@@ -223,19 +248,21 @@ class _Play:
             kill, rivals = self._apply(offset)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
+            self.trace.errors, self.trace.acted = {}, {}
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
             if self.controller is None:  # a restarted watch refused its config: its supervisor starts it again
                 self.controller = self._start("watch")
+            if rivals:  # the first passes in the middle of the watch's pass, the others after it
+                self.store.meanwhile = functools.partial(self._rival, now)
             if not self._pass(self.controller, now):
                 self.death.dead = False
                 self.controller = self._start("watch")  # a fresh process
-            for _ in rivals:
-                rival = self._start("cron")
-                self._pass(rival, now)
-                self._pass(rival, None)  # its process ends: a cron reconcile drops its leases
-                self.injected.count(f.CONTROLLER_RIVAL)
+            later = rivals[1:] if self.store.meanwhile is None else rivals
+            self.store.meanwhile = None
+            for _ in later:
+                self._rival(now)
             self.trace.now = clock()
             self.trace.clean_pass = sum(self.injected.counts.values()) == before and not rivals
             self._check(AFTER_PASS)
@@ -256,9 +283,10 @@ class _Play:
         return self.result
 
     def _settled(self) -> bool:
-        """Nothing is left to happen: no run active (but the poisoned), no node in the cloud."""
+        """Nothing is left to happen: no run or sweep active (but the poisoned), no node in the cloud."""
         active = set(runs.active_run_ids(self.sim.store)) - self.trace.poisoned
-        return not active and not self.sim.world.ready_nodes() and self.sim.world.next_event() is None
+        sweeping = self.trace.sweep is not None and self.trace.sweep.active()
+        return not active and not sweeping and not self.sim.world.ready_nodes() and self.sim.world.next_event() is None
 
     def _next(self, now: float) -> float:
         """The next pass's time: one pass interval on, as the clock faults due move it."""
@@ -282,7 +310,7 @@ def run_seed(seed: int, *, scenario: Scenario | None = None, guards_off: Iterabl
     cpu = time.process_time()
     with guards.off(*off), tempfile.TemporaryDirectory(prefix="tpuops-swarm-", dir=scratch_parent()) as scratch:
         try:
-            result = _Play(scenario or draw(seed), Path(scratch)).play()
+            result = _Play((scenario or draw(seed)).played(), Path(scratch)).play()
         except Exception as err:  # the swarm's own failure is a finding too, never a lost seed
             where = traceback.extract_tb(err.__traceback__)[-1]
             result = SeedResult(seed, violations=[("swarm.harness", f"{type(err).__name__}: {err} (at "
