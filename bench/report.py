@@ -128,6 +128,12 @@ SECTIONS = (
             "profiler server: the training loop's steps/s with the idle profiler (the request read in the "
             "background, the boundary checks), and with that plus a listening profiler server, against neither, "
             "three processes taking turns on the CPU under TF 2.9. Goal <= 1 % of step time."),
+    Section("bench_accumulation", "Gradient accumulation",
+            "What keeping an elastic run's global batch on a smaller slice costs: the digits CNN's steps/s on an "
+            "emulated v2-8 (one replica accumulating 4 times the micro-batches) against an emulated v2-32 (4 "
+            "workers), each run end to end with `tpuops train`, taking turns; and the agent's training step alone "
+            "on one CPU replica, one global batch at once against in micro-batches (2 shared cores: no goal).",
+            (("emulator", "v2-8 against v2-32 on the emulator"), ("step", "The agent's step on one CPU replica"))),
 )
 
 HEADER = """# Benchmarks

@@ -330,7 +330,9 @@ def stand_in_image(folder: Path) -> Path:
     return path
 
 
-# Run by TF_PYTHON with two checkpoint prefixes: exit 0 when every tensor is bit-identical.
+# Run by TF_PYTHON with two checkpoint prefixes: exit 0 when every tensor is bit-identical, or, given a relative
+# and an absolute tolerance after them, when every tensor agrees within them (numpy.allclose: |a - b| <= atol +
+# rtol |b|); either way it prints how far apart they are (the largest |a - b|, and |a - b| / |b| where |b| >= 1e-3).
 # How many saves a run made is bookkeeping, not state: a preempted run saves once more.
 COMPARE_CHECKPOINTS = """
 import sys
@@ -343,11 +345,23 @@ def tensors(prefix):
     reader = tf.train.load_checkpoint(prefix)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if name not in BOOKKEEPING}
 
+def numbers(value):
+    return np.asarray(value, np.float64) if np.issubdtype(np.asarray(value).dtype, np.number) else None
+
+def same(a, b):
+    if len(sys.argv) < 5 or numbers(a) is None:
+        return np.array_equal(a, b)
+    return np.allclose(a, b, float(sys.argv[3]), float(sys.argv[4]))
+
 left, right = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert set(left) == set(right), sorted(set(left) ^ set(right))
 assert any("optimizer" in name for name in left), "optimizer slots must be compared"
-different = [name for name in left if not np.array_equal(left[name], right[name])]
-print(len(left), "tensors;", len(different), "different:", different[:5])
+different = [name for name in left if not same(left[name], right[name])]
+pairs = [(numbers(left[name]), numbers(right[name])) for name in left if numbers(left[name]) is not None]
+gaps = [(np.abs(a - b), (np.abs(a - b) / np.abs(b))[np.abs(b) >= 1e-3]) for a, b in pairs]
+print(len(left), "tensors;", len(different), "different:", different[:5], "largest |a - b|:",
+      max(float(gap.max(initial=0)) for gap, _ in gaps), "largest |a - b| / |b| where |b| >= 1e-3:",
+      max(float(scaled.max(initial=0)) for _, scaled in gaps))
 sys.exit(1 if different else 0)
 """
 

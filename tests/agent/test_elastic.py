@@ -138,3 +138,14 @@ def test_a_compiled_model_that_would_need_accumulation_is_refused_in_one_line(ma
     assert status["message"].startswith("the model from testmodels:compiled_mlp is compiled: its own train_step")
     assert "cannot accumulate 4 micro-batches into train.global_batch 64 on 2 replicas" in status["message"]
     assert "\n" not in status["message"]
+
+
+def test_batch_renormalization_that_would_need_accumulation_is_refused_in_one_line(
+        make_spec: Callable[..., Path]) -> None:
+    refused = _run(_spec(make_spec, "elastic-renorm", entry_point="testmodels:renormalized_mlp"), 2)
+    status = refused.status()
+    assert (refused.process.returncode, status["exit_class"]) == (3, "user-error"), refused.output
+    assert status["message"] == (
+        "the model from testmodels:renormalized_mlp uses batch renormalization (renorm=True in renormalized), "
+        "which corrects every batch by the statistics it moves, so it cannot accumulate 4 micro-batches into one "
+        "step; use renorm=False, or run on a slice that takes the global batch at once")

@@ -109,13 +109,19 @@ def test_the_larger_size_returning_moves_the_run_up_through_a_checkpoint_never_a
                      node_uid=f"uid-{SMALL}")
     assert actions(memory, stale, 270.0) == []
     saved = AgentStatus.model_validate({"attempt": 1, "step": 80, "last_checkpoint_step": 80, "phase": "done",
-                                        "exit_class": "preempted"})
+                                        "exit_class": "preempted", "attempts": [{"attempt": 1, "started_at": 10.0}]})
     assert actions(memory, Observed(listed=True, status=saved), 280.0) == []
     assert memory.events[-1]["message"] == "agent checkpointed at step 80 on the notice of a planned move to a " \
                                            "larger size"
     assert actions(memory, ready(BIG, A, 80, attempt=2), 300.0) == []
     assert memory.preemptions == memory.crashes == 0 and memory.size_wait_since is None
     assert actions(memory, ready(BIG, A, 90, attempt=2), 300.0 + 2 * PROBE_EVERY) == []  # largest: no probe
+    # Preempted later on the larger size, the agent's report read before the PREEMPTED node: the move came before
+    # that attempt started, so what it saved on was a preemption's notice, not the move's.
+    later = AgentStatus.model_validate({"attempt": 2, "step": 95, "last_checkpoint_step": 95, "phase": "done",
+                                        "exit_class": "preempted", "attempts": [{"attempt": 2, "started_at": 290.0}]})
+    actions(memory, Observed(listed=True, status=later), 310.0 + 2 * PROBE_EVERY)
+    assert memory.events[-1]["message"] == "agent checkpointed at step 95 on a preemption notice"
 
 
 def test_a_stop_is_never_undone_by_a_move() -> None:

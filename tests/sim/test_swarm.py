@@ -97,6 +97,7 @@ GUARDS_OFF = [
     ("sweeps.seed_per_trial", "sweeps.no_duplicate", 6),
     ("sweeps.stop_launches_nothing", "sweeps.nothing_after_stop", 8),
     ("sweeps.adopt_orphan", "sweeps.exact_trials", 16),
+    ("sweeps.only_success_completes", "sweeps.study_matches_store", 212),
     # Notifications (about two seeds in three draw targets): a receiver's non-HTTP answer held to its delivery; a
     # notice sent only after its write-ahead (off: a lost compare-and-swap sends anyway, and the next pass decides the
     # ending again under a new key); a malformed url_env refused at load; a finished run kept until told; a stop told

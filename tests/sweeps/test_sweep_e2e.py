@@ -9,7 +9,9 @@ processes) until the sweep ends, while it plays the cloud: preemptions with and 
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import shutil
 import subprocess
 import threading
@@ -36,6 +38,7 @@ PROJECT = "tpuops-local"
 A, B = "us-central1-a", "us-central1-b"
 STEPS = 60
 MEDIUM = 300
+ELASTIC = 120  # steps of an elastic trial: a few seconds on either size
 LEASE_TTL_S = 2.0
 
 SWEEP = """
@@ -106,7 +109,10 @@ world = tf_world("sweeps", lambda source: {
     "small.yaml": small_digits(source),
     "medium.yaml": small_digits(source, steps=MEDIUM).replace("name: small", "name: medium"),
     "long.yaml": small_digits(source, steps=100000, expected_hours=0.002).replace("name: small", "name: long"),
-}, layout=_project, config=f'zones = ["{A}", "{B}"]\n[prices.v3]\nspot = 900.0\n',  # a v3-8 (4 chips): $1/s
+    "elastic.yaml": small_digits(source, steps=ELASTIC).replace("name: small", "name: elastic").replace(
+        "per_replica: 32", "per_replica: 8").replace("accelerator: v3-8",
+                                                    "accelerator: [v2-32, v2-8]\nelastic:\n  probe_every: 1s"),
+}, layout=_project, config=f'zones = ["{A}", "{B}"]\nstockout_backoff_s = 1\n[prices.v3]\nspot = 900.0\n',  # v3-8: $1/s
     lease_ttl_s=LEASE_TTL_S, world=World)
 
 
@@ -345,3 +351,80 @@ def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world:
     assert abs((ledger_end - spot_end).total_seconds()) <= 0.02 * spot["seconds"], (ledger_end, spot)
     ours = sum(node_cost(h, catalog, now).ready_seconds for h in histories)
     assert abs(ours - sum(i["seconds"] for i in billed)) <= 0.02 * sum(i["seconds"] for i in billed), (ours, billed)
+
+
+class Storm:
+    """The cloud of the elastic sweep, drawn from a seeded RNG every half second until it is stopped: the stockout of
+    v2-32's only zone switched on or off (p = 0.3), and a trial's node preempted mid-training, after a checkpoint,
+    with or without a notice (p = 0.25, at most ``most`` times). It starts with v2-32 stocked out."""
+
+    def __init__(self, world: World, sweep: str, seed: int, most: int = 3) -> None:
+        self.world, self.sweep, self.rng, self.most = world, sweep, random.Random(seed), most
+        self.out = True
+        self.preempted: list[tuple[str, str]] = []  # (run, zone)
+        self.halt = threading.Event()
+        world.admin.set_faults(stockout_zones=[A])
+        self.thread = threading.Thread(target=self._blow, daemon=True)
+
+    def _blow(self) -> None:
+        while not self.halt.wait(0.5):
+            if self.rng.random() < 0.3:
+                self.out = not self.out
+                self.world.admin.set_faults(stockout_zones=[A] if self.out else [])
+            if len(self.preempted) < self.most and self.rng.random() < 0.25:
+                self._preempt(self.rng.choice([0.0, 5.0]))
+
+    def _preempt(self, grace_s: float) -> None:
+        for node in self.world.nodes(self.sweep):
+            run_id, zone = node["name"].rsplit("/", 1)[1], node["name"].split("/")[3]
+            status = runs.read_status(self.world.store, run_id)
+            mid = status is not None and (status.last_checkpoint_step or 0) >= 20 and status.step < ELASTIC - 10
+            if run_id.endswith("-up") or node["state"] != "READY" or node["preempting"] or not mid:
+                continue
+            try:
+                self.world.admin.preempt(PROJECT, zone, run_id, grace_s=grace_s)
+            except InvalidRequest:  # it changed state meanwhile: the next draw picks again
+                return
+            self.preempted.append((run_id, zone))
+            return
+
+    def __enter__(self) -> Storm:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.halt.set()
+        self.thread.join(10)
+        self.world.admin.set_faults(stockout_zones=[])
+
+
+def test_elastic_trials_under_random_stockouts_and_preemptions_each_end_once(world: World) -> None:
+    """Three trials of ``accelerator: [v2-32, v2-8]``, two at a time, while a seeded storm (``Storm``) stocks out
+    v2-32 on and off and preempts trials: every trial ends (COMPLETE, its steps trained once over on its one global
+    batch), no trial is duplicated (no second run, no two nodes of one trial billed at once), no node is left."""
+    sweep = "elastic"
+    text = SWEEP.format(name=sweep, pruner="none").replace("small.yaml", "elastic.yaml").replace(
+        "{type: tpe, seed: 11, startup_trials: 4}", "{type: random, seed: 3}")
+    with Storm(world, sweep, seed=40) as storm:
+        world.start(world.sweep_file(sweep, text))
+        world.drive(sweep, world.controller(sweep), timeout_s=900)
+    result = world.status(sweep)
+    assert (result.phase, result.outcome) == ("finished", "completed")
+    assert [(t.number, t.state) for t in result.trials] == [(n, "COMPLETE") for n in range(3)], result.trials
+    assert world.run_ids(sweep) == [f"{sweep}-t000{n}" for n in range(3)]
+    assert world.nodes(sweep) == []
+    assert storm.preempted, "the storm preempted no trial: nothing was tested"
+    kinds = {t.run_id: [e["kind"] for e in runs.load_memory(world.store, t.run_id)[0].events] for t in result.trials}
+    assert any("size-down" in found for found in kinds.values()), kinds
+    for trial in result.trials:
+        memory = runs.load_memory(world.store, trial.run_id)[0]
+        status = runs.read_status(world.store, trial.run_id)
+        assert memory.outcome == "succeeded" and status is not None and status.step == ELASTIC
+        # each preemption the storm made is counted (one racing a move's delete may count as the move)
+        assert memory.preemptions <= sum(run == trial.run_id for run, _ in storm.preempted), storm.preempted
+        assert memory.preemptions >= 1 or trial.run_id not in dict(storm.preempted), storm.preempted
+        assert status.examples_seen == ELASTIC * status.global_batch, status  # one global batch, each step once
+        billed = sorted((i for i in world.admin.billing() if i["node"].endswith(f"/nodes/{trial.run_id}")),
+                        key=lambda interval: interval["start_epoch"])
+        assert all(a["end_epoch"] is not None and a["end_epoch"] <= b["start_epoch"]
+                   for a, b in itertools.pairwise(billed)), billed  # one node of a trial at a time

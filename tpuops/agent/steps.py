@@ -27,7 +27,10 @@ and their summed gradients make one optimizer update, the update the same global
 a larger slice (``Steps._accumulated``); the metrics are updated once per step, after the loop, from
 every micro-batch's outputs (a metric's update may not sit inside the loop under
 ``CentralStorageStrategy``). Layers that compute batch statistics (batch
-normalization) see micro-batches, as they would see a larger slice's per-replica batches. A
+normalization) normalize each micro-batch by its own statistics, as a larger slice's replicas normalize
+theirs, and move their moving statistics once per step, by the mean of the micro-batches' (``batchnorm``).
+Layers that draw random numbers (dropout) draw per micro-batch: the same in distribution as a larger
+slice, not in value. A
 compiled model's own ``train_step`` applies its gradients per batch, so it cannot accumulate:
 ``CompiledSteps`` refuses an accumulation (``train``).
 
@@ -46,6 +49,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from tpuops.agent.batchnorm import MovingStatistics
 from tpuops.contract.runspec import TrainSpec
 
 log = logging.getLogger(__name__)
@@ -215,6 +219,7 @@ class Steps(MultiStep):
         self._optimizer = optimizer
         self._global_batch = global_batch
         self._accumulation = accumulation
+        self._statistics = MovingStatistics(model)  # batch normalization's, moved once per accumulated step
         from_logits = spec.loss.endswith("_from_logits")
         self._loss = lambda labels, outputs: tf.keras.losses.sparse_categorical_crossentropy(
             labels, outputs, from_logits=from_logits
@@ -257,18 +262,23 @@ class Steps(MultiStep):
         Nothing in the loop updates a metric: the outputs and losses are gathered in tensor arrays and
         the step updates the metrics once after it. A metric's update is a synchronization point under
         ``CentralStorageStrategy`` (the emulator's multi-host slices; its variables live on one device),
-        and TensorFlow refuses one inside a ``tf.while_loop`` body.
+        and TensorFlow refuses one inside a ``tf.while_loop`` body. Nor does it move a batch normalization's
+        statistics: the loop sums what each micro-batch would move them by, and the step moves them once
+        (``batchnorm.MovingStatistics``).
         """
         count = self._accumulation
         micro = tf.nest.map_structure(lambda part: _micro_batches(part, count), batch)
         variables = self._model.trainable_variables
         sums = [tf.zeros(variable.shape, variable.dtype) for variable in variables]
+        statistics = self._statistics.zeros()
         total = tf.constant(0.0)
         outputs = tf.TensorArray(tf.float32, size=count)
         per_example = tf.TensorArray(tf.float32, size=count)
         for index in tf.range(count):
-            gradients, loss, (micro_outputs, micro_losses) = self._gradients(
-                *tf.nest.map_structure(functools.partial(_take, index=index), micro))
+            with self._statistics.deferred():
+                gradients, loss, (micro_outputs, micro_losses) = self._gradients(
+                    *tf.nest.map_structure(functools.partial(_take, index=index), micro))
+            statistics = self._statistics.add(statistics)
             sums = [
                 total_gradient if gradient is None else total_gradient + tf.convert_to_tensor(gradient)
                 for total_gradient, gradient in zip(sums, gradients)
@@ -276,6 +286,7 @@ class Steps(MultiStep):
             total += loss
             outputs = outputs.write(index, micro_outputs)
             per_example = per_example.write(index, micro_losses)
+        self._statistics.update(statistics, count)
         return sums, total, (outputs.concat(), per_example.concat())
 
     def _train_step(self, *batch: Any) -> tf.Tensor:

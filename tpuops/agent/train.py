@@ -50,7 +50,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpuops.agent import entry, inputs, userinput
+from tpuops.agent import batchnorm, entry, inputs, userinput
 from tpuops.agent.checkpoints import Checkpointer, TrainState
 from tpuops.agent.paths import RunPaths
 from tpuops.agent.preemption import PreemptionNotice
@@ -151,6 +151,9 @@ class _Run:
                 f"{self.global_batch} on {self.runtime.replicas} replicas; return an uncompiled model, or run on a "
                 "slice that takes the global batch at once"
             )
+        refused = None if compiled else batchnorm.refusal(self.model, spec.entry_point, self.accumulation)
+        if refused:
+            raise UserError(refused)
         if compiled:
             log.info(
                 "compiled model: training with its own train_step, loss, metrics and %s optimizer",

@@ -346,10 +346,19 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
         _restart(memory, observed, now, "crash", f"agent crashed at step {status.step}: {message}",
                  decision, policy)
         return True
-    last = next((e["kind"] for e in reversed(memory.events) if e["kind"] in _NOTICE_CAUSES), "preempted")
     memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on "
-                                f"{_NOTICE_CAUSES[last]}")
+                                f"{_NOTICE_CAUSES[_notice_cause(memory, status)]}")
     return False
+
+
+def _notice_cause(memory: Memory, status: AgentStatus) -> str:
+    """Why the attempt that reported a notice save got its notice: the last move or capacity change that deleted a
+    READY node through its notice, if it came after the attempt started (on the node it deleted), else a preemption
+    (the controller may see the agent's exit before the PREEMPTED node; a move before the attempt started moved an
+    earlier node, as when a run that moved up is preempted on the larger size)."""
+    started = next((a.started_at for a in status.attempts if a.attempt == status.attempt), None)
+    last = next((e for e in reversed(memory.events) if e["kind"] in _NOTICE_CAUSES), None)
+    return last["kind"] if last is not None and (started is None or last["at"] >= started) else "preempted"
 
 
 def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:

@@ -74,6 +74,7 @@ ENDED = frozenset({TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL})
 ADOPT_ORPHAN = Guard("sweeps.adopt_orphan", "a trial asked by a pass that died before declaring its run is adopted "
                                             "(its run declared), never left running without one")
 STOP_LAUNCHES_NOTHING = Guard("sweeps.stop_launches_nothing", "a stopped sweep asks no new trial")
+ONLY_SUCCESS_COMPLETES = Guard("sweeps.only_success_completes", "a trial is told COMPLETE only when its run succeeded")
 
 TRIAL_STATE = MappingProxyType({
     Outcome.SUCCEEDED: TrialState.COMPLETE,
@@ -195,7 +196,7 @@ def objective_of(run: RunView, objective_step: int | None) -> float | None:
 def tell_for(number: int, run: RunView, objective_step: int | None, has_values: bool) -> Tell:
     """How a finished run is told to Optuna (see the module docstring)."""
     outcome = run.outcome or Outcome.FAILED
-    state = TRIAL_STATE[outcome]
+    state = TRIAL_STATE[outcome] if ONLY_SUCCESS_COMPLETES.on else TrialState.COMPLETE
     why = f"{outcome}: {run.reason}" if run.reason else outcome.value
     if state is TrialState.COMPLETE:
         value = objective_of(run, objective_step)

@@ -101,6 +101,18 @@ def mlp(hparams: dict) -> tf.keras.Model:
     return _plain_mlp(hparams)
 
 
+def renormalized_mlp(hparams: dict) -> tf.keras.Model:
+    """An MLP with batch renormalization, which cannot accumulate micro-batches."""
+    return tf.keras.Sequential(
+        [
+            tf.keras.layers.InputLayer(input_shape=(hparams["features"],)),
+            tf.keras.layers.Dense(hparams.get("hidden", 16), activation="relu"),
+            tf.keras.layers.BatchNormalization(renorm=True, name="renormalized"),
+            tf.keras.layers.Dense(hparams["classes"], activation="softmax"),
+        ]
+    )
+
+
 def unknown_loss(hparams: dict) -> tf.keras.Model:
     """Compiled with a loss Keras does not know: Keras resolves it only when the training step is traced."""
     model = _plain_mlp(hparams)
