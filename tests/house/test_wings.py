@@ -46,7 +46,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                "tpuops.contract"),
     "sim": ("tpuops.sim", "tpuops.core", "tpuops.config", "tpuops.store", "tpuops.runs", "tpuops.billing",
             "tpuops.providers", "tpuops.launch", "tpuops.sweeps", "tpuops.controller", "tpuops.fleet",
-            "tpuops.session", "tpuops.contract"),
+            "tpuops.session", "tpuops.contract", "tpuops.notify"),
     "api": ("tpuops.api", "tpuops.core", "tpuops.config", "tpuops.store", "tpuops.runs", "tpuops.billing",
             "tpuops.accounting", "tpuops.providers", "tpuops.data", "tpuops.launch", "tpuops.notify", "tpuops.fleet",
             "tpuops.controller", "tpuops.sweeps", "tpuops.sim", "tpuops.session", "tpuops.doctor",

@@ -222,6 +222,9 @@ def test_the_verdict_on_a_damaged_runs_node_leaves_a_working_agent_and_ends_a_si
     beat = "1970-01-01T02:45:00+00:00"  # 9900: 100 s before now
     working = AgentStatus(attempt=1, heartbeat="1970-01-01T02:46:00+00:00")
     assert damaged_verdict(NodeState.READY, working, 500.0, now, policy) is None
+    # a hung step beats on: its node goes once the caller has seen the step stand still as long as a hang takes
+    assert damaged_verdict(NodeState.READY, working, 500.0, now, policy, stuck_s=100.0) is None
+    assert damaged_verdict(NodeState.READY, working, 500.0, now, policy, stuck_s=101.0) == "no step progress for 101 s"
     assert damaged_verdict(NodeState.READY, AgentStatus(attempt=1, heartbeat=beat), 500.0, now + 1, policy) == \
         "no heartbeat for 101 s"
     ended = AgentStatus(attempt=1, exit_class=ExitClass.SUCCEEDED)

@@ -12,10 +12,9 @@ import pytest
 from helpers import REPO
 
 from tpuops.core import guards
-from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.__main__ import main
 from tpuops.sim.swarm.draw import Scenario, draw
-from tpuops.sim.swarm.runner import run_seed, sweep
+from tpuops.sim.swarm.runner import KINDS, run_seed, sweep
 from tpuops.sim.swarm.shrink import shrink
 
 if sys.version_info >= (3, 11):
@@ -39,7 +38,7 @@ def test_the_fixed_seeds_break_no_invariant_and_inject_every_fault_kind() -> Non
     left_out = {entry["seed"] for entry in REGRESSIONS if entry.get("open")} | set(SEEDS["fixed"]["unsteady"])
     summary = sweep(seed for seed in FIXED if seed not in left_out)
     assert not summary.failed, "\n".join(f"{r.replay()}: {r.violations[0]}" for r in summary.failed)
-    assert [kind for kind in f.KINDS if not summary.injected[kind]] == []
+    assert [kind for kind in KINDS if not summary.injected[kind]] == []
     assert min(summary.checks.values()) >= summary.seeds
 
 
@@ -99,8 +98,16 @@ GUARDS_OFF = [
     ("sweeps.stop_launches_nothing", "sweeps.nothing_after_stop", 8),
     ("sweeps.adopt_orphan", "sweeps.exact_trials", 16),
     ("sweeps.only_success_completes", "sweeps.study_matches_store", 212),
+    # Notifications (about two seeds in three draw targets): a receiver's non-HTTP answer held to its delivery; a
+    # notice sent only after its write-ahead (off: a lost compare-and-swap sends anyway, and the next pass decides the
+    # ending again under a new key); a malformed url_env refused at load; a finished run kept until told; a stop told
+    # nothing.
+    ("notify.isolated_delivery", "liveness.delivery_bounded", 12),
+    ("notify.write_ahead", "notifications.exactly_once", 66),
+    ("notify.url_checked_at_load", "notifications.bad_url_refused", 0),
+    ("notify.kept_until_told", "notifications.none_lost", 1),
+    ("notify.none_for_stop", "notifications.none_for_recovered", 0),
 ]
-"""No guard-off test: ``notify.isolated_delivery`` (the swarm sends no notifications yet)."""
 
 
 @pytest.mark.unit
@@ -138,7 +145,7 @@ def test_the_command_replays_a_seed_sums_a_range_and_refuses_bad_input_in_one_li
     assert "seed 5:" in capsys.readouterr().out
     assert main(["--seeds", "2", "--first", "9", "--workers", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["seeds"] == 2 and summary["failed_seeds"] == [] and set(summary["injected"]) == set(f.KINDS)
+    assert summary["seeds"] == 2 and summary["failed_seeds"] == [] and set(summary["injected"]) == set(KINDS)
     assert main(["--seed", "1", "--guard-off", "no.such"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no guard named no.such") and "\n" not in err
@@ -153,7 +160,7 @@ def test_the_summary_table_shows_seeds_faults_by_kind_checks_and_violations_per_
     out = capsys.readouterr().out
     assert "seeds: 2 " in out and "failing seeds: 0 " in out and "violations: 0" in out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    assert [kind for kind in f.KINDS if kind not in rows] == []
+    assert [kind for kind in KINDS if kind not in rows] == []
     checked = dict.fromkeys((*AFTER_PASS, *AT_END))
     assert {name: rows[name][1] for name in checked} == dict.fromkeys(checked, "0")
     assert min(int(rows[name][0]) for name in checked) >= 2
@@ -164,7 +171,7 @@ def test_the_swarm_docs_name_every_fault_kind_and_invariant() -> None:
     from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
 
     text = (REPO / "docs" / "testing.md").read_text()
-    missing = [name for name in (*f.KINDS, *AFTER_PASS, *AT_END) if f"`{name}`" not in text]
+    missing = [name for name in (*KINDS, *AFTER_PASS, *AT_END) if f"`{name}`" not in text]
     assert missing == []
     assert Path(REPO / "Makefile").read_text().count("tpuops.sim.swarm") >= 1
 

@@ -638,7 +638,7 @@ def _unhealthy(memory: Memory, observed: Observed, now: float, policy: Policy, d
 
 
 def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,
-                    now: float, policy: Policy) -> str | None:
+                    now: float, policy: Policy, stuck_s: float | None = None) -> str | None:
     """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
 
     Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
@@ -648,7 +648,8 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     CREATING ``create_timeout_s`` after its create (it never booted: the swarm's seed 866). A READY node is left
     to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
     deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
-    the node's age) for as long as a hang takes.
+    the node's age) for as long as a hang takes, or no progress for that long while it beats: ``stuck_s``, how
+    long the caller has seen its step stand still (a hung step beats on, and would bill for ever).
     """
     if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
         return f"its node is {node_state.value}"
@@ -662,10 +663,23 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     beat = _epoch(status.heartbeat) if status is not None else None
     if beat is not None:
         silent = now - beat
-        return f"no heartbeat for {silent:.0f} s" if silent > policy.hang_after_s else None
+        if silent > policy.hang_after_s:
+            return f"no heartbeat for {silent:.0f} s"
+        stuck = stuck_s is not None and stuck_s > policy.hang_after_s
+        return f"no step progress for {stuck_s:.0f} s" if stuck else None
     if node_age_s is not None and node_age_s > policy.boot_timeout_s + policy.hang_after_s:
         return f"no readable agent status on a node READY for {node_age_s:.0f} s"
     return None
+
+
+def stuck_for(held: dict[str, tuple[tuple[int, int], float]], run_id: str, status: AgentStatus | None,
+              now: float) -> float | None:
+    """How long ``held`` (a controller's own, across its passes) has seen a damaged run's agent at one step of one
+    attempt; None without a readable status (``damaged_verdict``'s ``stuck_s``)."""
+    at = None if status is None else (status.attempt, status.step)
+    if at is not None and held.get(run_id, (None, now))[0] != at:
+        held[run_id] = (at, now)
+    return None if at is None else now - held[run_id][1]
 
 
 def _epoch(text: str | None) -> float | None:

@@ -68,7 +68,7 @@ from datetime import datetime
 from tpuops import runs
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
-from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide
+from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide, stuck_for
 from tpuops.controller.passes import (
     _DEFERRED,
     _LEASED,
@@ -150,6 +150,7 @@ class Controller:
         self._held: set[str] = set()
         self._records: dict[str, RunRecord] = {}  # run.json is written once: read once per controller
         self._seen: dict[str, _Seen] = {}
+        self._stuck: dict[str, tuple[tuple[int, int], float]] = {}  # a damaged run's agent: (attempt, step), since
         self._round = outbox.Round(settings.notify.deliver_budget_s)
         self.sweeps = sweeps
         self.status_refresh_s = (min(settings.hang_after_s, settings.boot_timeout_s) / 12
@@ -212,8 +213,9 @@ class Controller:
             read = _status_or_damage(self.store, run_id)
             record = self._records.get(run_id)  # honoured when only the memory is damaged
             policy = Policy.of(self.settings, record, zones=(node.zone,))
-            why = damaged_verdict(node.state, None if isinstance(read, DamagedDocument) else read,
-                                  node.age_s(datetime.fromtimestamp(now, UTC)), now, policy)
+            status = None if isinstance(read, DamagedDocument) else read
+            why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
+                                  stuck_s=stuck_for(self._stuck, run_id, status, now))
             if why is None:
                 continue
             try:
@@ -305,8 +307,8 @@ class Controller:
         for every run held whose observation needs no I/O (the others are decided as they are acted on)."""
         states, report = passing.states, passing.report
         for run_id, state in states.items():
-            if not (state.memory.finished and passing.nodes[run_id] is None) or outbox.waiting(state.memory.notices) \
-                    or self._may_bill(state):
+            told = not outbox.waiting(state.memory.notices) or not outbox.KEPT_UNTIL_TOLD.on
+            if not (state.memory.finished and passing.nodes[run_id] is None) or not told or self._may_bill(state):
                 passing.live.append(run_id)
             elif passing.only is None and not passing.failed:
                 runs.drop_active(self.store, run_id)
@@ -612,14 +614,16 @@ class Controller:
         just saved): a pass whose save lost the compare-and-swap sends nothing.
         """
         seen = self._seen.get(run_id)
-        if seen is None or seen.memory is not memory or not outbox.due(memory.notices, now):
+        written = seen is not None and seen.memory is memory
+        if (not written and outbox.WRITE_AHEAD.on) or not outbox.due(memory.notices, now):
             return
         first = len(memory.events)
         if outbox.deliver(memory.notices, self.settings.notify, now,
                           lambda kind, message: memory.event(now, kind, message), self._round):
             for event in memory.events[first:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
-            self._save(run_id, memory, seen.generation, seen.saved)
+            if written and seen is not None:  # (with the guard off, nothing was written to mark)
+                self._save(run_id, memory, seen.generation, seen.saved)
 
     def _failed(self, run_id: str, err: TpuopsError) -> str:
         """Forget what this controller knew of a run a pass could not finish; why, for the report."""

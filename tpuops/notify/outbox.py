@@ -21,12 +21,12 @@ alone; nothing a notice, a record or a target holds reaches the pass.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 
 from tpuops.core.errors import TpuopsError, TransientError
 from tpuops.core.guards import Guard
 from tpuops.core.notices import Delivery, Notice, NotifySettings, NotifyTarget, State, keep_last
+from tpuops.notify import wire
 from tpuops.notify.send import NoAnswer, send
 
 BACKOFF_S = (30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -42,6 +42,11 @@ usually answers first."""
 ISOLATED_DELIVERY = Guard("notify.isolated_delivery", "a delivery that fails in any way (any exception) fails "
                           "that delivery alone, never the controller pass or another run")
 
+WRITE_AHEAD = Guard("notify.write_ahead", "a run's notice is sent only after the memory that decided it was written, "
+                    "by compare-and-swap under its lease: one decision, one idempotency key (tpuops.controller)")
+KEPT_UNTIL_TOLD = Guard("notify.kept_until_told", "a finished run stays in the passes' care until its notices are sent "
+                        "or given up (tpuops.controller): none is left pending for good")
+
 Note = Callable[[str, str], None]
 """Records one event about a notice: (event kind, message)."""
 
@@ -53,9 +58,9 @@ class Round:
     Thread-safe: a pass's runs deliver from the workers of its pool.
     """
 
-    def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, budget_s: float, clock: Callable[[], float] | None = None) -> None:
         self.budget_s = budget_s
-        self._clock = clock
+        self._clock = clock or (lambda: wire.current().now())  # the wire's: monotonic, or the swarm's virtual time
         self._ends: float | None = None
         self._silent: set[str] = set()
         self._lock = threading.Lock()
@@ -114,7 +119,7 @@ def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Not
     targets: Mapping[str, NotifyTarget] = config.targets
     sends = [_Send(delivery.target, targets.get(delivery.target), notice, config.timeout_s)
              for notice, delivery in chosen]
-    ends = time.monotonic() + wait_s + LATE_S
+    ends = wire.current().now() + wait_s + LATE_S
     for (notice, delivery), sending in zip(chosen, sends, strict=True):
         failure = sending.outcome(ends, wait_s)
         delivery.attempts += 1
@@ -141,14 +146,14 @@ def _failed(notice: Notice, delivery: Delivery, err: TpuopsError, config: Notify
 
 
 class _Send:
-    """One send in a thread of its own (a daemon: a receiver that never answers cannot hold the process)."""
+    """One send started at once beside the pass (``wire.Wire.start``: a daemon thread of its own, so that a
+    receiver that never answers cannot hold the process)."""
 
     def __init__(self, name: str, target: NotifyTarget | None, notice: Notice, timeout_s: float) -> None:
         self.name, self.target, self.notice, self.timeout_s = name, target, notice, timeout_s
         self.failure: BaseException | None = None
         self.late = False
-        self._done = threading.Event()
-        threading.Thread(target=self._send, daemon=True, name=f"tpuops-notify-{name}").start()
+        self._ended = wire.current().start(self._send, f"tpuops-notify-{name}")
 
     def _send(self) -> None:
         try:
@@ -157,13 +162,11 @@ class _Send:
             send(self.target, self.notice, self.timeout_s)
         except BaseException as err:  # handed to the pass's thread, which decides (outcome)
             self.failure = err
-        finally:
-            self._done.set()
 
     def outcome(self, ends: float, waited_s: float) -> TpuopsError | None:
-        """None when sent by the monotonic time ``ends`` (``waited_s`` after the send, give or take ``LATE_S``);
+        """None when sent by the wire's time ``ends`` (``waited_s`` after the send, give or take ``LATE_S``);
         else why not, in the taxonomy (``late``: no answer)."""
-        if not self._done.wait(max(0.0, ends - time.monotonic())):
+        if not self._ended(ends):
             self.late = True
             return NoAnswer(f"no answer within {waited_s:.3g} s")
         err = self.failure
@@ -203,7 +206,7 @@ def test_all(config: NotifySettings, project: str, now: float) -> list[tuple[str
                     title=f"tpuops test message from project {project}",
                     details=["if you read this, tpuops can reach you here"])
     sends = [(name, target, _Send(name, target, notice, config.timeout_s)) for name, target in config.targets.items()]
-    ends = time.monotonic() + config.timeout_s + LATE_S  # at once, as a pass sends them: one bound for all
+    ends = wire.current().now() + config.timeout_s + LATE_S  # at once, as a pass sends them: one bound for all
     results = []
     for name, target, sending in sends:
         failure = sending.outcome(ends, config.timeout_s)

@@ -14,11 +14,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from tpuops.billing.deadline import LATE_EVEN_ON_DEMAND
+from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity
 from tpuops.core.notices import Delivery, Kind, Notice
 from tpuops.runs.memory import Event, Memory
 from tpuops.runs.models import AgentStatus
 from tpuops.runs.outcome import Outcome
+
+NONE_FOR_STOP = Guard("notify.none_for_stop", "a run the user stopped (or a pruned trial) is told nothing: its ending "
+                      "is worth no notice")
 
 LOG_LINES = 10
 """The last lines of a failed run's error that its message carries."""
@@ -84,6 +88,8 @@ def _from_events(facts: RunFacts, memory: Memory, new: Sequence[Event]) -> list[
     for event in new:
         if event["kind"] == "finished" and memory.outcome is not None:
             kind = KIND_OF_OUTCOME[memory.outcome]
+            if kind is None and not NONE_FOR_STOP.on:
+                kind = Kind.FAILED
             if kind is None:
                 continue
             failed = kind is not Kind.SUCCEEDED

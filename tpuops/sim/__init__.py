@@ -11,6 +11,7 @@ May import: what it drives and what it models, below it: ``tpuops.core``, ``tpuo
 ``tpuops.store``, ``tpuops.runs``, ``tpuops.billing``, ``tpuops.providers`` (the simulated cloud and its
 model), ``tpuops.launch`` and ``tpuops.sweeps`` (scenarios from experiment and sweep files), the
 ``tpuops.controller`` and the ``tpuops.fleet`` (the real passes), the ``tpuops.session`` wiring (a scenario's
-settings) and the agent's contract (``tpuops.contract``: its checkpoint interval rule). Never the front door,
+settings), the agent's contract (``tpuops.contract``: its checkpoint interval rule) and ``tpuops.notify`` (the
+swarm's receivers stand in at its wire, ``tpuops.notify.wire``, and read what it decided). Never the front door,
 which stands on it (``simulate``, ``forecast``), the emulator or a UI.
 """

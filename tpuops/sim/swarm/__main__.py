@@ -17,10 +17,8 @@ import sys
 from collections.abc import Sequence
 
 from tpuops.core import guards
-from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END
-from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
-from tpuops.sim.swarm.runner import SeedResult, Summary, run_seed, sweep
+from tpuops.sim.swarm.runner import KINDS, SeedResult, Summary, run_seed, sweep
 from tpuops.sim.swarm.shrink import shrink
 
 BAR = 40
@@ -39,11 +37,10 @@ def _table(summary: Summary) -> str:
              f"failing seeds: {len(summary.failed)}   faults injected: {sum(summary.injected.values())}   "
              f"invariant checks: {sum(summary.checks.values())}   violations: {sum(summary.violations.values())}",
              "", f"{'fault kind':<28}{'injected':>10}"]
-    lines += [f"{kind:<28}{summary.injected[kind]:>10}" for kind in f.KINDS]
+    lines += [f"{kind:<28}{summary.injected[kind]:>10}" for kind in KINDS]
     lines += ["", f"{'invariant':<36}{'checks':>10}{'violations':>12}"]
     lines += [f"{name:<36}{summary.checks[name]:>10}{summary.violations[name]:>12}"
               for name in dict.fromkeys((*AFTER_PASS, *AT_END))]  # one row for a checker at both moments
-    lines += ["", "not injected yet: " + ", ".join(f.NOT_YET), "not checked yet: " + ", ".join(NOT_CHECKED)]
     for result in sorted(summary.failed, key=lambda r: r.seed)[:20]:
         lines.append(f"\nseed {result.seed}: {result.violations[0][0]}: {result.violations[0][1]}")
         lines.append(f"  replay: {result.replay()}")

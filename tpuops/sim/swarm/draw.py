@@ -8,20 +8,22 @@ interval (cron every 60 or 300 s), one to four runs (single hosts and four-host 
 with a budget), the user's ``stop``, ``down`` and ``train --resume`` at drawn moments, and a fault schedule of a
 few to a dozen faults (``tpuops.sim.swarm.faults``) inside the first ``FAULT_HOURS`` hours; after those the
 faults end and the runner drains the world to the end. Some seeds also draw a sweep (``tpuops.sim.swarm.sweeps``),
-from a stream of its own: a seed draws the same runs, commands and faults with or without one.
+from a stream of its own: a seed draws the same runs, commands and faults with or without one. Notification targets
+and their receivers' faults come from another stream of the seed's own (``tpuops.sim.swarm.receivers``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpuops.sim.agent import Fate, FateKind
 from tpuops.sim.model import AgentModel, Segments
 from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm.receivers import NotifyPlan, draw_notify
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SwarmSweep, draw_sweep
 
 ZONES = ("us-central1-a", "europe-west4-a")
@@ -67,6 +69,9 @@ class Scenario:
     faults: tuple[f.Fault, ...]
     sweep: SwarmSweep | None = None
     """The seed's sweep, drawn apart (``tpuops.sim.swarm.sweeps``); None: the seed has none."""
+    notify: NotifyPlan = field(default_factory=NotifyPlan)
+    """The notification targets and the receivers' faults, drawn from a stream of their own
+    (``tpuops.sim.swarm.receivers``): adding them changed nothing else any seed draws."""
 
     @property
     def job(self) -> AgentModel:
@@ -93,12 +98,15 @@ class Scenario:
         return out
 
     def parts(self) -> int:
-        """How many droppable parts it has (runs, commands, faults, the sweep's): what the shrinker works through."""
-        return len(self.runs) + len(self.commands) + len(self.faults) + (self.sweep.parts() if self.sweep else 0)
+        """How many droppable parts it has (runs, commands, faults, the sweep's, the receivers' faults and targets):
+        what the shrinker works through."""
+        return (len(self.runs) + len(self.commands) + len(self.faults) + (self.sweep.parts() if self.sweep else 0)
+                + self.notify.parts())
 
     def without(self, index: int) -> Scenario:
-        """The scenario without its ``index``-th part (runs first, then commands, faults, the sweep's parts); a
-        dropped run takes its commands and faults with it."""
+        """The scenario without its ``index``-th part (runs first, then commands, faults, the sweep's parts, the
+        receivers' faults and targets); a dropped run takes its commands and faults with it, a dropped target its
+        receiver's faults."""
         if index < len(self.runs):
             gone = self.runs[index].run_id
             return dataclasses.replace(
@@ -109,16 +117,19 @@ class Scenario:
         if index < len(self.commands):
             return dataclasses.replace(self, commands=self.commands[:index] + self.commands[index + 1:])
         index -= len(self.commands)
-        if index < len(self.faults) or self.sweep is None:
+        if index < len(self.faults):
             return dataclasses.replace(self, faults=self.faults[:index] + self.faults[index + 1:])
-        return dataclasses.replace(self, sweep=self.sweep.without(index - len(self.faults)))
+        index -= len(self.faults)
+        if self.sweep is not None and index < self.sweep.parts():
+            return dataclasses.replace(self, sweep=self.sweep.without(index))
+        return dataclasses.replace(self, notify=self.notify.without(index - (self.sweep.parts() if self.sweep else 0)))
 
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "cron_s": self.cron_s, "total_steps": self.total_steps,
                 "steps_per_s": self.steps_per_s, "checkpoint_every_s": self.checkpoint_every_s,
                 "runs": [dataclasses.asdict(r) for r in self.runs],
                 "commands": [dataclasses.asdict(c) for c in self.commands],
-                "faults": [x.to_json() for x in self.faults],
+                "faults": [x.to_json() for x in self.faults], "notify": self.notify.to_json(),
                 **({"sweep": self.sweep.to_json()} if self.sweep else {})}
 
     @classmethod
@@ -129,7 +140,8 @@ class Scenario:
                    runs=tuple(RunPlan(**r) for r in data["runs"]),
                    commands=tuple(Command(**c) for c in data["commands"]),
                    faults=tuple(f.Fault(**x) for x in data["faults"]),
-                   sweep=SwarmSweep.from_json(data["sweep"]) if data.get("sweep") else None)
+                   sweep=SwarmSweep.from_json(data["sweep"]) if data.get("sweep") else None,
+                   notify=NotifyPlan.from_json(data.get("notify")))
 
 
 def _window(rng: random.Random, shortest_s: float, longest_s: float) -> tuple[float, float]:
@@ -203,4 +215,5 @@ def draw(seed: int, *, sweeps: bool = True) -> Scenario:
                     total_steps=int(hours * 3600 * steps_per_s), steps_per_s=steps_per_s,
                     checkpoint_every_s=rng.choice([120.0, 600.0, 1800.0]), runs=runs,
                     commands=tuple(commands), faults=tuple(faults),
-                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS) if sweeps else None)
+                    sweep=draw_sweep(seed, hours, ZONES, FAULT_HOURS) if sweeps else None,
+                    notify=draw_notify(seed, FAULT_HOURS))

@@ -111,10 +111,6 @@ KINDS = (API_ERRORS, API_OUTAGE, API_LOST_ANSWER, API_LAGGING_LIST, API_STUCK_CR
 FIRST_KINDS = KINDS[:22]
 """The kinds ``draw`` picks from the seed's first stream (a seed draws the same scenario as before the others)."""
 
-NOT_YET = {
-    "notify.*": "receivers are real HTTP: a stand-in in virtual time needs a delivery seam in tpuops.notify",
-}
-"""Fault kinds the issue names that the swarm does not inject yet, and why (docs/testing.md lists them)."""
 
 
 class Killed(BaseException):

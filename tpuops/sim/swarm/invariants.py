@@ -23,10 +23,12 @@ from tpuops.providers.simulated import Billed
 from tpuops.runs import ExitClass, Memory, Outcome
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm import notices
 from tpuops.sim.swarm import promises as p
 from tpuops.sim.swarm import sweep_invariants as sweeps
 from tpuops.sim.swarm.draw import ZONES, Scenario
 from tpuops.sim.swarm.promises import at as _at
+from tpuops.sim.swarm.receivers import Receivers
 from tpuops.sim.swarm.sweeps import SweepWatch
 
 LEDGER_SHARE = 0.01
@@ -72,6 +74,8 @@ class Trace:
     now: float = START
     sweep: SweepWatch | None = None
     """The seed's sweep, when it has one (``tpuops.sim.swarm.sweep_invariants`` checks it)."""
+    receivers: Receivers | None = None
+    """The seed's simulated notification receivers and what they took (``tpuops.sim.swarm.notices`` reads it)."""
 
     def memory(self, run_id: str) -> Memory | None:
         """The run's memory as the store holds it; None when it cannot be read."""
@@ -348,6 +352,10 @@ AFTER_PASS: dict[str, Checker] = {
     "nodes.one_controller_acts": p.one_controller_acts,
     "sweeps.no_duplicate": sweeps.no_duplicate,
     "sweeps.nothing_after_stop": sweeps.nothing_after_stop,
+    "liveness.delivery_bounded": notices.delivery_bounded,
+    "notifications.exactly_once": notices.exactly_once,
+    "notifications.none_for_recovered": notices.none_for_recovered,
+    "notifications.bad_url_refused": notices.bad_url_refused,
 }
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,
@@ -366,9 +374,6 @@ AT_END: dict[str, Checker] = {
     "liveness.poison_isolated": p.poison_isolated_at_end,
     "sweeps.exact_trials": sweeps.exact_trials,
     "sweeps.study_matches_store": sweeps.study_matches_store,
+    "notifications.none_lost": notices.none_lost,
 }
 
-NOT_YET = {
-    "notifications.*": "no receiver stand-in yet (see faults.NOT_YET)",
-}
-"""Invariants the issue names that the swarm does not check yet, and why (docs/testing.md lists them)."""

@@ -29,16 +29,20 @@ from tpuops.core import guards
 from tpuops.core.errors import NotFound, TpuopsError
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
+from tpuops.notify.wire import wired
 from tpuops.providers.cloud_model import CloudModel, ScriptedStockout
 from tpuops.runs import NodeSpec, RunKind, RunRecord, layout
 from tpuops.sim.engine import START, Simulation, scratch_parent
 from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
+from tpuops.sim.swarm import receivers as r
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
-from tpuops.sim.swarm.invariants import NOT_YET as NOT_CHECKED
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
 from tpuops.sim.swarm.sweeps import declare as declare_sweep
+
+KINDS = f.KINDS + r.KINDS
+"""Every fault kind the swarm injects: the ones a seed's main stream draws, then the receivers' (their own stream)."""
 
 MAX_HOURS = 48.0
 """Virtual hours after which a seed is cut off (its unfinished runs are a liveness violation)."""
@@ -89,15 +93,16 @@ class _Play:
     def __init__(self, scenario: Scenario, workdir: Path) -> None:
         self.scenario = scenario
         config = workdir / "tpuops.toml"
-        config.write_text("")
-        settings = load_settings(config_path=config, environ={"TPUOPS_HOME": str(workdir / "home"),
-                                                              "TPUOPS_ZONES": ",".join(ZONES)})
+        config.write_text(r.config_text(scenario.seed, scenario.notify))  # the receivers' targets, if any
+        environ = {"TPUOPS_HOME": str(workdir / "home"), "TPUOPS_ZONES": ",".join(ZONES),
+                   **r.environ(scenario.seed, scenario.notify)}
+        settings = load_settings(config_path=config, environ=environ)
         hazard = max((x.rate for x in scenario.faults if x.kind == f.API_PREEMPTION), default=0.0)
         stockouts = tuple(ScriptedStockout(x.arg, x.start, x.end - x.start) for x in scenario.faults
                           if x.kind == f.API_STOCKOUT) + (scenario.sweep.cloud_stockouts() if scenario.sweep else ())
         cloud = CloudModel(spot_hazard_per_hour=hazard, stockouts=stockouts)
         self.sim = Simulation(settings, workdir / "world", cloud, scenario.job, cron_s=scenario.cron_s,
-                              seed=scenario.seed)
+                              seed=scenario.seed, notify=bool(scenario.notify.targets))
         self.sim.world.agents.fates = scenario.fates()
         self.sim.world.hold_self_deletes(self._answers_at)
         self.sim.declare(_record(self.sim.settings, plan) for plan in scenario.runs)
@@ -109,7 +114,8 @@ class _Play:
         self.cloud = extra.SlowCloud(self.sim.world.provider, self.injected, self.death, clock, self.more)
         self.cloud.before_acting = self.store.run_meanwhile
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
-        self.trace = Trace(scenario, self.sim, self.cloud.creates)
+        self.receivers = r.Receivers(scenario.seed, scenario.notify, config, environ, self.injected, clock, START)
+        self.trace = Trace(scenario, self.sim, self.cloud.creates, receivers=self.receivers)
         if scenario.sweep is not None:
             self.trace.sweep = SweepWatch(self.sim, scenario.sweep, declare_sweep(self.sim, scenario.sweep))
         self.result = SeedResult(scenario.seed)
@@ -186,8 +192,15 @@ class _Play:
 
     # -- a pass -------------------------------------------------------------------------------------
 
+    def _start(self, holder: str) -> Any:
+        """A fresh controller process (it reads the config: None when it refuses a malformed URL, and exits 2)."""
+        return self.sim.controller_over(self.store, self.cloud, holder) if self.receivers.starts() else None
+
     def _pass(self, controller: Any, now: float | None) -> bool:
         """One pass of ``controller`` at ``now`` (None: its exit, dropping its leases); False when it died in it."""
+        if controller is None:  # a process that refused its config: no pass
+            return True
+        self.receivers.begin_pass()
         try:
             if now is None:
                 controller.release()
@@ -202,16 +215,19 @@ class _Play:
                 self.trace.pass_errors.append(f"{type(err).__name__}: {err}")
             # a retryable failure of the store or the API ended the pass early: as safe as a kill (the next redoes it)
         except Exception as err:  # anything else that escapes a pass is what liveness.pass_completes reports
+            self.receivers.reached_pass(err)
             where = traceback.extract_tb(err.__traceback__)[-1]
             at = f"{Path(where.filename).name}:{where.lineno}"
             self.trace.pass_errors.append(f"{type(err).__name__}: {err} (at {at})")
+        finally:
+            self.receivers.end_pass()
         return True
 
     def _beside(self, now: float) -> None:
         """One pass of a second controller process at ``now`` (a cron ``reconcile`` beside the ``watch``), then its
         exit, dropping its leases; its death is its own (the watch's process lives on)."""
         dead = self.death.dead
-        rival = self.sim.controller_over(self.store, self.cloud, "cron")
+        rival = self._start("cron")  # None: it refused its config (a malformed url_env) and exited 2
         self._pass(rival, now)
         self._pass(rival, None)
         self.death.dead = dead
@@ -228,6 +244,10 @@ class _Play:
                 self.result.violations.append((name, line))
 
     def play(self) -> SeedResult:
+        with wired(self.receivers):  # deliveries reach the simulated receivers, in virtual time
+            return self._play()
+
+    def _play(self) -> SeedResult:
         world, clock = self.sim.world, self.sim.world.clock
         now = START
         while True:
@@ -241,6 +261,8 @@ class _Play:
                 self.store.arm(kill)
             self.result.passes += 1
             self.more.passing(now)
+            if self.controller is None:  # a restarted watch refused its config: its supervisor starts it again
+                self.controller = self._start("watch")
             if rivals:  # the first passes in the middle of the watch's pass, the others after it
                 self.store.meanwhile = self._rival
             passed = self._pass(self.controller, now)
@@ -248,7 +270,7 @@ class _Play:
                 self.trace.stalls.append((now, clock()))
             if not passed:
                 self.death.dead = False
-                self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
+                self.controller = self._start("watch")  # a fresh process
             later = rivals[1:] if self.store.meanwhile is None else rivals
             self.store.meanwhile = None
             for _ in later:
@@ -349,12 +371,11 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         per_min = self.seeds / (self.wall_s / 60) if self.wall_s > 0 else 0.0
         return {"seeds": self.seeds, "failed_seeds": sorted(r.seed for r in self.failed),
-                "injected": {k: self.injected[k] for k in f.KINDS},
+                "injected": {k: self.injected[k] for k in KINDS},
                 "checks": dict(self.checks), "violations": dict(self.violations),
                 "wall_s": round(self.wall_s, 2), "cpu_s": round(self.cpu_s, 2),
                 "seeds_per_minute": round(per_min, 1),
                 "cpu_s_per_seed": round(self.cpu_s / self.seeds, 4) if self.seeds else 0.0,
-                "not_injected_yet": f.NOT_YET, "not_checked_yet": NOT_CHECKED,
                 "failures": [r.to_json() for r in sorted(self.failed, key=lambda r: r.seed)]}
 
 
