@@ -68,6 +68,7 @@ from datetime import datetime
 from tpuops import runs
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
+from tpuops.controller import orphans
 from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide, stuck_for
 from tpuops.controller.passes import (
     _DEFERRED,
@@ -367,7 +368,8 @@ class Controller:
     def _phase_reap(self, passing: _Pass) -> None:
         """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
         if passing.only is None:
-            self._reap_orphans(set(passing.states), passing.listed, passing.report)
+            passing.report.reaped.extend(orphans.reap(self.nodes, self.store, passing.listed, set(passing.states),
+                                                      self.settings.orphan_grace_s, self.progress))
 
     def _phase_notify(self, passing: _Pass) -> None:
         """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
@@ -678,25 +680,7 @@ class Controller:
             memory.pending_create.operation = operation.name
         return True
 
-    def _reap_orphans(self, active: set[str], listed: Listing, report: PassReport,
-                      grace_s: float | None = None) -> None:
-        """Delete nodes labelled as a run's whose run the store does not know, once past the grace period."""
-        grace = self.settings.orphan_grace_s if grace_s is None else grace_s
-        for nodes in listed.values():
-            for node in nodes.values():
-                run = node.labels.get(RUN_KEY)
-                if not node.managed or run is None or run in active:
-                    continue
-                age = node.age_s()
-                if (age is not None and age < grace) or runs.run_exists(self.store, run):
-                    continue
-                self.progress(f"reaping orphan {node.name} in {node.zone} (run {run} is not in the store)")
-                self.nodes.delete(node.zone, node.name)
-                report.reaped.append(node.name)
-
     def reap_orphans_now(self) -> list[str]:
         """``tpuops down --orphans``: reap without waiting for the grace period."""
-        report = PassReport()
         listed, _ = self.nodes.list_zones(self.settings.zones)
-        self._reap_orphans(set(runs.active_run_ids(self.store)), listed, report, grace_s=0.0)
-        return report.reaped
+        return orphans.reap(self.nodes, self.store, listed, set(runs.active_run_ids(self.store)), 0.0, self.progress)
