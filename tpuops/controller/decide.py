@@ -44,6 +44,10 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   the run then moves up through a checkpoint as a capacity move does (its delete makes the agent save
   on the notice), counted in ``Memory.moves``, never a preemption or a restart. A finished run (a stop,
   ``down``) never moves: the checks above end the pass first, and a probe still in flight is deleted;
+- an elastic run with a deadline whose largest size is stocked out everywhere (for spot) follows its deadline
+  policy's choice instead of ``elastic_wait_s`` (``tpuops.billing.elastic``: wait for it, take the smaller size now,
+  or take the largest on on-demand, an event when the choice changes); on-demand, once taken, stays to the end, and
+  a stockout blocks a size in a zone for spot or for on-demand, never both;
 - a run with a capacity rule (a deadline, or the fallback: ``tpuops.billing.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
@@ -63,12 +67,13 @@ from datetime import datetime
 from typing import Any
 
 from tpuops.billing.deadline import Rule
+from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
 from tpuops.core.clock import UTC
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
-from tpuops.core.kinds import Capacity, ValueEnum
+from tpuops.core.kinds import Capacity, Choice, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunRecord
 
@@ -169,10 +174,14 @@ def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) 
     on-demand (nothing cheaper to move to)."""
     if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
         return None
+    sizes: tuple[SizeTerms, ...] = ()
     if record.inputs is not None:
         hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
+        sizes = tuple(SizeTerms(s.accelerator, s.slowdown, s.spot_usd_per_hour, s.on_demand_usd_per_hour,
+                                s.hazard_per_hour.value, s.stockouts_per_hour.value, s.spell_s.value)
+                      for s in record.inputs.sizes) if record.smaller else ()
     return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
-                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
+                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s, sizes=sizes)
 
 
 @dataclass(frozen=True)
@@ -234,14 +243,19 @@ def _zones_of(policy: Policy, size: int) -> tuple[str, ...]:
     return policy.sizes[size].zones if policy.sizes else policy.zones
 
 
-def _key(policy: Policy, size: int, zone: str) -> str:
+def _key(policy: Policy, size: int, zone: str, capacity: Capacity | None = None) -> str:
     """The ``Memory.blocked_zones`` key of a stockout: the zone, or for an elastic run the size in the zone
-    (a stockout of v3-32 in a zone says nothing about v3-8 there)."""
-    return f"{policy.sizes[size].accelerator}@{zone}" if policy.sizes else zone
+    (a stockout of v3-32 in a zone says nothing about v3-8 there), on-demand apart from spot."""
+    if not policy.sizes:
+        return zone
+    return f"{policy.sizes[size].accelerator}{'/on-demand' if capacity is Capacity.ON_DEMAND else ''}@{zone}"
 
 
-def _open_zone(memory: Memory, policy: Policy, size: int, now: float) -> str | None:
-    open_zones = [z for z in _zones_of(policy, size) if memory.blocked_zones.get(_key(policy, size, z), 0.0) <= now]
+def _open_zone(memory: Memory, policy: Policy, size: int, now: float, spot: bool = False) -> str | None:
+    """The zone of a create of ``size`` on the run's capacity now (``spot``: on its declared capacity)."""
+    capacity = None if spot else memory.capacity
+    open_zones = [z for z in _zones_of(policy, size)
+                  if memory.blocked_zones.get(_key(policy, size, z, capacity), 0.0) <= now]
     if memory.zone in open_zones:
         return memory.zone
     return open_zones[0] if open_zones else None
@@ -258,7 +272,8 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
             return zone
         if size == 0:
             memory.size_wait_since = now if memory.size_wait_since is None else memory.size_wait_since
-            if now - memory.size_wait_since < policy.elastic_wait_s:
+            if memory.size_move == Move.WAIT.value or (
+                    memory.size_move is None and now - memory.size_wait_since < policy.elastic_wait_s):
                 return None
     return None
 
@@ -485,7 +500,8 @@ def _probe(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         memory.probe = None
         wanted = policy.sizes[memory.probe_size].accelerator
         if result == CreateResult.CAPACITY and not observed.probe_ready:
-            memory.blocked_zones[_key(policy, memory.probe_size, probe.zone)] = now + policy.stockout_backoff_s
+            memory.blocked_zones[_key(policy, memory.probe_size, probe.zone, memory.capacity)] = \
+                now + policy.stockout_backoff_s
             memory.event(now, "probe", f"{wanted} is still out of capacity in {probe.zone}")
             return
         decision.actions.append(Action(ActionKind.UNPROBE, probe.zone))
@@ -538,9 +554,11 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
     if pending is not None:
         result = observed.create_result
         if result == CreateResult.CAPACITY:
-            memory.blocked_zones[_key(policy, memory.size, pending.zone)] = now + policy.stockout_backoff_s
+            memory.blocked_zones[_key(policy, memory.size, pending.zone, memory.capacity)] = \
+                now + policy.stockout_backoff_s
             memory.pending_create = None
             memory.event(now, "stockout", f"no capacity in {pending.zone}: {observed.create_message}")
+            _steer(memory, observed, now, policy)
             _create(memory, policy, now, "failover after a stockout", decision)
         elif result == CreateResult.FAILED:
             memory.finish(now, Outcome.FAILED, f"the create request failed: {observed.create_message}")
@@ -573,10 +591,31 @@ def _steer(memory: Memory, observed: Observed, now: float, policy: Policy) -> No
     if rule is None:
         return
     status = observed.status
+    step, total = (status.step, status.total_steps) if status else (0, None)
+    if policy.sizes and _size_steer(memory, now, policy, rule, step, total):
+        return
     on = memory.capacity or rule.declared
-    choice = rule.choice(now, on, memory.preemptions, status.step if status else 0,
-                         status.total_steps if status else None, memory.speed)
+    choice = rule.choice(now, on, memory.preemptions, step, total, memory.speed)
     memory.switch(now, choice, rule.declared)
+
+
+def _size_steer(memory: Memory, now: float, policy: Policy, rule: Rule, step: int, total: int | None) -> bool:
+    """An elastic run's deadline choice while its largest size is stocked out for spot in every zone (the module
+    docstring); False when it is not (or the run has no such choice), so that uniform progress steers it."""
+    if memory.size_move == Move.ON_DEMAND.value:
+        return True
+    plan = None
+    if _open_zone(memory, policy, 0, now, spot=True) is None:
+        plan = rule.size_plan(now, step, total, memory.speed, memory.size)
+    if plan is None:
+        memory.size_move = None
+        return False
+    if plan.move.value != memory.size_move:
+        memory.size_move = plan.move.value
+        memory.event(now, "size-plan", plan.reason)
+    if plan.move is Move.ON_DEMAND:
+        memory.switch(now, Choice(Capacity.ON_DEMAND, f"{policy.sizes[0].accelerator} stocked out"), rule.declared)
+    return True
 
 
 def _measure(memory: Memory, attempt: int, step: int, now: float) -> None:
