@@ -48,7 +48,7 @@ class SizeTerms:
 
     accelerator: str
     slowdown: float
-    """Wall seconds per second of the largest size's work (1 for the largest, its replicas / this size's for another)."""
+    """Wall seconds per second of the largest size's work (1 for it; for another, its replicas over this size's)."""
     spot_usd_per_hour: float
     on_demand_usd_per_hour: float
     hazard_per_hour: float

@@ -150,7 +150,7 @@ class Prior:
         return self.spot_preemptions_per_hour * (hosts_of(self.offers, accelerator) if accelerator else 1)
 
     def stockouts_per_hour(self, accelerator: str) -> float:
-        """ASSUMED stockout spells per hour of ``accelerator`` in a zone: ``STOCKOUTS_PER_HOST_HOUR`` times its hosts."""
+        """ASSUMED stockout spells per hour of ``accelerator`` in a zone: ``STOCKOUTS_PER_HOST_HOUR`` x its hosts."""
         return STOCKOUTS_PER_HOST_HOUR * hosts_of(self.offers, accelerator)
 
     def ready_s(self, accelerator: str) -> float:

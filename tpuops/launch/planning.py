@@ -38,8 +38,7 @@ from dataclasses import dataclass
 
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
-from tpuops.billing.pricing import parse_capacity
-from tpuops.billing.pricing import Catalog
+from tpuops.billing.pricing import Catalog, parse_capacity
 from tpuops.billing.risk import CONFIDENCE, STOCKOUT_SPELL_S, Prior, Risk, RiskKey, rate_for, ready_at
 from tpuops.providers.nodes import NodeState
 from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord, SizeInputs
