@@ -76,6 +76,7 @@ from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity, Choice, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunRecord
+from tpuops.runs.models import PlanInputs
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.DELETING, NodeState.STOPPING}
@@ -177,11 +178,15 @@ def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) 
     sizes: tuple[SizeTerms, ...] = ()
     if record.inputs is not None:
         hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
-        sizes = tuple(SizeTerms(s.accelerator, s.slowdown, s.spot_usd_per_hour, s.on_demand_usd_per_hour,
-                                s.hazard_per_hour.value, s.stockouts_per_hour.value, s.spell_s.value)
-                      for s in record.inputs.sizes) if record.smaller else ()
+        sizes = size_terms(record.inputs) if record.smaller else ()
     return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
                 fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s, sizes=sizes)
+
+
+def size_terms(inputs: PlanInputs) -> tuple[SizeTerms, ...]:
+    """An elastic run's sizes as its deadline policy weighs them, from what its launch learned (largest first)."""
+    return tuple(SizeTerms(s.accelerator, s.slowdown, s.spot_usd_per_hour, s.on_demand_usd_per_hour,
+                           s.hazard_per_hour.value, s.stockouts_per_hour.value, s.spell_s.value) for s in inputs.sizes)
 
 
 @dataclass(frozen=True)

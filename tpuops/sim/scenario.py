@@ -185,7 +185,7 @@ def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capa
     return record.model_copy(update={"run_id": run_id, "node": node, **rule}), {**spec, "run_id": run_id}
 
 
-def _due_s(experiment: Experiment) -> float | None:
+def due_s(experiment: Experiment) -> float | None:
     """The experiment's deadline as seconds from its launch (an absolute one, from now)."""
     now = time.time()
     due = experiment.deadline_at(now)
@@ -240,7 +240,7 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
                                                 eval_every_steps=(train.eval_every_steps if train else 0) or 100),
                                     slowdown=slowdowns(settings, plan.job.record))
         length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
-        plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment), inputs=inputs))
+        plan = _on(plan, policy.capacity, policy.rule(length_s, due_s(plan.job.experiment), inputs=inputs))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
                          seed=seed, progress=say)
@@ -255,7 +255,7 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
         length_s = model.length_s
-        rule = policy.rule(length_s, _due_s(job.experiment), inputs=inputs)
+        rule = policy.rule(length_s, due_s(job.experiment), inputs=inputs)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
     return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.max_run_passes,
                    wall_budget_s=limits.wall_budget_s, quiet_skip_s=limits.quiet_share * length_s)
