@@ -17,6 +17,10 @@ is left fits the time left with a margin, and moves to on-demand the pass it no 
   fits again near the end; the run moves back once spot fits with ``RETURN_RESERVES`` more ``R`` to spare
   (the move back is itself a recovery), which keeps it from switching back and forth on every pass.
 
+An elastic run's rule also carries its sizes (``Rule.sizes``): while its largest is stocked out everywhere,
+``Rule.size_plan`` asks ``tpuops.billing.elastic`` whether to wait for it, take the smaller size or take it on
+on-demand.
+
 Invariants: the functions read nothing and write nothing; ``choose`` never returns spot when the
 work cannot even be done on on-demand (then on-demand is the best there is, and it says so).
 """
