@@ -11,7 +11,13 @@ under three policies on the same drawn scenario (run ``i`` of a repetition has s
   micro-batches a step, so 4x the step time: the emulator's replicas are the TPU's here, one v2-8 against four),
   a probe of the v2-32 every 10 minutes, a move up through a checkpoint when a probe gets one;
 - wait: the v2-32 on spot only: the controller retries its zone after every stockout backoff (5 minutes);
-- on-demand: the v2-32 on on-demand (the stockout is of spot capacity only).
+- on-demand: the v2-32 on on-demand (the stockout is of spot capacity only);
+- deadline: elastic, due ``DEADLINE_H`` hours after its launch: its deadline policy (``tpuops.billing.elastic``)
+  chooses among waiting, the v2-8 and on-demand of the v2-32 whenever the v2-32 is stocked out, on terms as the
+  ledger would have learned them here (preemptions 0.1 / h a host, a recovery of 600 s, the spells' mean length);
+  the policy models spells as exponential, the scenario draws them log-normal with that mean.
+
+A probe's node is billed to the run it probes for (the simulated cloud labels it ``<run>-up``; its cost is added).
 
 The scenario, drawn per seed (``draw_spells``): the v2-32's spot capacity in us-central1-a (the only zone that
 offers it; the v2-8 is in us-central1-b and never stocked out) is out from the launch for a spell, then back for a
@@ -36,6 +42,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,12 +50,16 @@ from typing import Any, NamedTuple
 import result_file
 
 from tpuops import runs
+from tpuops.billing.pricing import Catalog
 from tpuops.config import Settings, load_settings
+from tpuops.controller.probes import probe_node_name
 from tpuops.core.kinds import Capacity
 from tpuops.launch.provision import plan_up
 from tpuops.providers.cloud_model import CloudModel, Latency, ScriptedStockout
+from tpuops.providers.simulated import Billed
 from tpuops.runs import NodeSpec, RunKind, RunRecord
-from tpuops.sim.engine import Simulation
+from tpuops.runs.models import Learned, PlanInputs, SizeInputs
+from tpuops.sim.engine import START, Simulation
 from tpuops.sim.model import AgentModel, Segments
 
 BIG, SMALL = "v2-32", "v2-8"
@@ -62,7 +73,8 @@ SPELL_MEDIAN_H = 4.0
 SPELL_SIGMA = 1.0
 GAP_MEAN_H = 24.0
 HORIZON_H = 4 * 24.0
-POLICIES = ("elastic", "wait", "on-demand")
+DEADLINE_H = 2.5 * JOB_H
+POLICIES = ("elastic", "wait", "on-demand", "deadline")
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
@@ -93,9 +105,26 @@ def _record(settings: Settings, policy: str) -> RunRecord:
         up = plan_up(settings, run_id, accelerator=accelerator, capacity=capacity, zone=zone, run_id=run_id)
         return NodeSpec.of(up.request, [zone])
 
-    smaller = [size(SMALL, SMALL_ZONE)] if policy == "elastic" else []
+    smaller = [size(SMALL, SMALL_ZONE)] if policy in ("elastic", "deadline") else []
+    rule = {"deadline_at": START + DEADLINE_H * 3600, "expected_s": JOB.length_s, "inputs": _inputs()} \
+        if policy == "deadline" else {}
     return RunRecord(run_id=run_id, kind=RunKind.TRAIN, node=size(BIG, BIG_ZONE), smaller=smaller,
-                     elastic_wait_s=0.0, probe_every_s=600.0)
+                     elastic_wait_s=0.0, probe_every_s=600.0, **rule)
+
+
+def _inputs() -> PlanInputs:
+    """The deadline run's terms, as the ledger would have learned them in this scenario (module docstring)."""
+    def known(value: float) -> Learned:
+        return Learned.of(value, True, "the scenario's")
+
+    spell_s = SPELL_MEDIAN_H * 3600 * math.exp(SPELL_SIGMA ** 2 / 2)  # the log-normal's mean
+    sizes = [SizeInputs(accelerator=accelerator, slowdown=JOB.slowdown[accelerator], spot_usd_per_hour=chips * 0.3375,
+                        on_demand_usd_per_hour=chips * 1.125, hazard_per_hour=known(hosts * PER_HOST_HAZARD),
+                        stockouts_per_hour=known(1 / GAP_MEAN_H if accelerator == BIG else 0.0),
+                        spell_s=known(spell_s if accelerator == BIG else 0.0))
+             for accelerator, chips, hosts in ((BIG, 16, 4), (SMALL, 4, 1))]
+    return PlanInputs(hazard_per_hour=known(4 * PER_HOST_HAZARD), recovery_s=known(600.0),
+                      lost_work_per_hour=known(0.0), sizes=sizes)
 
 
 class Outcome(NamedTuple):
@@ -107,6 +136,16 @@ class Outcome(NamedTuple):
     preemptions: int
     moves: int
     wall_s: float
+    on_demand: bool
+    """The run took on-demand (the deadline policy's choice)."""
+
+
+def _pricer(catalog: Catalog) -> Callable[[Billed], float]:
+    """USD per hour of a billed interval's node, at ``catalog``'s prices."""
+    def price(interval: Billed) -> float:
+        return catalog.price_per_hour(interval.accelerator, interval.capacity, interval.zone)
+
+    return price
 
 
 def run_seeds(job: tuple[str, tuple[int, ...]]) -> list[Outcome]:
@@ -127,9 +166,11 @@ def run_seeds(job: tuple[str, tuple[int, ...]]) -> list[Outcome]:
             sim.declare([(record, {"run_id": record.run_id})])
             report = sim.run(max_hours=HORIZON_H)
             memory, _ = runs.load_memory(sim.store, record.run_id)
+            billed = sim.world.billed(_pricer(sim.catalog))
         run = report.runs[0]
-        out.append(Outcome(seed, policy, run.hours_to_result, run.usd, spells[0].duration_s / 3600,
-                           run.preemptions, memory.moves, report.wall_s))
+        usd = run.usd + billed.get(probe_node_name(record.node_name), 0.0)
+        out.append(Outcome(seed, policy, run.hours_to_result, usd, spells[0].duration_s / 3600, run.preemptions,
+                           memory.moves, report.wall_s, memory.capacity is Capacity.ON_DEMAND))
     return out
 
 
@@ -174,6 +215,8 @@ def summarise(found: dict[str, list[Outcome]]) -> list[dict[str, Any]]:
             "cost_vs_wait": statistics.fmean(o.usd for o in mine) / wait_usd,
             "usd_per_finished_run_vs_wait": (statistics.fmean(o.usd for o in mine) / max(1, len(done)) * len(mine))
             / (wait_usd / max(1, sum(1 for o in wait if o.hours is not None)) * len(wait)),
+            "met_deadline": sum(1 for o in mine if o.hours is not None and o.hours <= DEADLINE_H) / len(mine),
+            "took_on_demand": sum(1 for o in mine if o.on_demand) / len(mine),
             "preemptions_mean": statistics.fmean(o.preemptions for o in mine),
             "moves_mean": statistics.fmean(o.moves for o in mine),
             "first_spells_under_1h": sum(1 for o in mine if o.first_spell_h < 1.0),
@@ -193,7 +236,8 @@ def _spread(values: list[float | None], fmt: str) -> str:
 def tables(repetitions: list[list[dict[str, Any]]], runs_per: int) -> list[result_file.Table]:
     """One row a policy, the repetitions side by side in each cell (rep 1 / rep 2 / rep 3)."""
     columns = ["policy", "sooner than wait", "first spell < 1 h: sooner", "first spell >= 1 h: sooner",
-               "hours to result p50", "hours p90", "$ p50", "cost vs wait", "preemptions", "moves up", "finished"]
+               "hours to result p50", "hours p90", "$ p50", "cost vs wait", f"done within {DEADLINE_H:g} h",
+               "took on-demand", "preemptions", "moves up", "finished"]
     rows = []
     for index, policy in enumerate(POLICIES):
         cells = [rep[index] for rep in repetitions]
@@ -204,6 +248,8 @@ def tables(repetitions: list[list[dict[str, Any]]], runs_per: int) -> list[resul
                                                                                  "{:.1f}"),
                      _spread([c["usd_p50"] for c in cells], "{:.0f}"), _spread([c["cost_vs_wait"] for c in cells],
                                                                                "{:.3f}"),
+                     _spread([c["met_deadline"] for c in cells], "{:.0%}"),
+                     _spread([c["took_on_demand"] for c in cells], "{:.0%}"),
                      _spread([c["preemptions_mean"] for c in cells], "{:.1f}"),
                      _spread([c["moves_mean"] for c in cells], "{:.2f}"),
                      _spread([float(c["finished"]) for c in cells], "{:.0f}")])
@@ -229,7 +275,8 @@ def main() -> None:
     reps = [summarise(repetition(args.runs, index, args.workers)) for index in range(args.repetitions)]
     out = {"runs": args.runs, "repetitions": reps, "scenario": {
         "job_hours_on_v2_32": JOB_H, "spell_median_h": SPELL_MEDIAN_H, "spell_log_sigma": SPELL_SIGMA,
-        "gap_mean_h": GAP_MEAN_H, "per_host_spot_preemptions_per_hour": PER_HOST_HAZARD, "v2_8_slowdown": 4.0},
+        "gap_mean_h": GAP_MEAN_H, "per_host_spot_preemptions_per_hour": PER_HOST_HAZARD, "v2_8_slowdown": 4.0,
+        "deadline_h": DEADLINE_H},
         "bench_wall_s": round(time.perf_counter() - started, 1)}
     shown = tables(reps, args.runs)
     if args.result:

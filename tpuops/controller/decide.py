@@ -292,7 +292,7 @@ def _resize(memory: Memory, policy: Policy, size: int, now: float) -> None:
         memory.event(now, "size-down", f"{was} is out of capacity in every zone: creating {to} until it returns")
     else:
         memory.event(now, "size-up", f"{to}'s stockout backoff is over: creating it instead of {was}")
-    memory.size = size
+    memory.size, memory.speed = size, None  # a speed measured on the other size is not this one's
 
 
 def _waiting(memory: Memory, policy: Policy, now: float) -> str:
@@ -512,7 +512,7 @@ def _probe(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         decision.actions.append(Action(ActionKind.UNPROBE, probe.zone))
         if result == CreateResult.OK or observed.probe_ready:
             memory.event(now, "size-up", f"{wanted} has capacity again in {probe.zone}: moving up to it")
-            memory.size, memory.zone = memory.probe_size, probe.zone
+            memory.size, memory.zone, memory.speed = memory.probe_size, probe.zone, None
         else:
             memory.event(now, "probe", f"the probe of {wanted} in {probe.zone} failed: {observed.probe_message}")
         return
@@ -599,8 +599,10 @@ def _steer(memory: Memory, observed: Observed, now: float, policy: Policy) -> No
     step, total = (status.step, status.total_steps) if status else (0, None)
     if policy.sizes and _size_steer(memory, now, policy, rule, step, total):
         return
-    on = memory.capacity or rule.declared
-    choice = rule.choice(now, on, memory.preemptions, step, total, memory.speed)
+    on, speed = memory.capacity or rule.declared, memory.speed
+    if rule.sizes and speed:  # measured on the size the run is on: the work left is weighed at the largest's pace
+        speed *= rule.sizes[min(memory.size, len(rule.sizes) - 1)].slowdown
+    choice = rule.choice(now, on, memory.preemptions, step, total, speed)
     memory.switch(now, choice, rule.declared)
 
 
@@ -609,9 +611,12 @@ def _size_steer(memory: Memory, now: float, policy: Policy, rule: Rule, step: in
     docstring); False when it is not (or the run has no such choice), so that uniform progress steers it."""
     if memory.size_move == Move.ON_DEMAND.value:
         return True
-    plan = None
-    if _open_zone(memory, policy, 0, now, spot=True) is None:
-        plan = rule.size_plan(now, step, total, memory.speed, memory.size)
+    if _open_zone(memory, policy, 0, now, spot=True) is not None:
+        memory.size_move = None
+        return False
+    if memory.capacity is Capacity.ON_DEMAND:  # on on-demand already: its spot is out, nothing to move back to
+        return True
+    plan = rule.size_plan(now, step, total, memory.speed, memory.size)
     if plan is None:
         memory.size_move = None
         return False
