@@ -148,3 +148,31 @@ def test_the_controller_takes_the_largest_on_demand_when_the_policy_says_so_and_
     memory.blocked_zones.clear()  # spot back: on-demand stays to the end
     assert not any(a.kind == "delete" for a in decide(memory, Observed(listed=True), 400.0, _policy(12.0)).actions)
     assert memory.capacity is Capacity.ON_DEMAND
+
+
+def _training_on_small(step: int, total: int) -> Observed:
+    from tpuops.providers.nodes import NodeState
+    from tpuops.runs import AgentStatus
+
+    status = AgentStatus.model_validate({"attempt": 2, "step": step, "total_steps": total, "phase": "training"})
+    return Observed(listed=True, node_state=NodeState.READY, node_zone=B, node_accelerator="v2-8", node_uid="u2",
+                    node_capacity=Capacity.SPOT, status=status)
+
+
+def test_uniform_progress_weighs_a_speed_measured_on_the_smaller_size_at_the_largests_pace() -> None:
+    """On the v2-8 at 1 step/s, 36,000 steps left are 10 h there but 2.5 h of v2-32 work: with 5 h left and the
+    v2-32's spot open again, spot still fits (read as 10 h it would have moved the run to on-demand)."""
+    memory = Memory(size=1, speed=1.0, attempts=2, ready_since=0.0, progress_at=0.0)
+    decide(memory, _training_on_small(0, 36_000), 0.0, _policy(5.0))
+    assert memory.capacity is None and not any(e["kind"] == "capacity" for e in memory.events)
+
+
+def test_a_run_on_on_demand_stays_there_while_its_largests_spot_is_stocked_out_and_a_size_change_drops_the_speed(
+        ) -> None:
+    memory = Memory(capacity=Capacity.ON_DEMAND, speed=4.0, blocked_zones={f"v2-32@{A}": 10_000.0})
+    decide(memory, Observed(listed=True), 100.0, _policy(40.0))  # loose: uniform progress alone would go back to spot
+    assert memory.capacity is Capacity.ON_DEMAND and memory.size_move is None
+    moving = Memory(speed=4.0)  # measured on the v2-32 before it was preempted, say
+    decide(moving, Observed(listed=True), 0.0, _policy(15.5))
+    decide(moving, Observed(listed=True, create_result=CreateResult.CAPACITY), 10.0, _policy(15.5))
+    assert moving.size == 1 and moving.speed is None  # the v2-32's speed is not the v2-8's
