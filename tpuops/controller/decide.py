@@ -44,10 +44,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   the run then moves up through a checkpoint as a capacity move does (its delete makes the agent save
   on the notice), counted in ``Memory.moves``, never a preemption or a restart. A finished run (a stop,
   ``down``) never moves: the checks above end the pass first, and a probe still in flight is deleted;
-- an elastic run with a deadline whose largest size is stocked out everywhere (for spot) follows its deadline
-  policy's choice instead of ``elastic_wait_s`` (``tpuops.billing.elastic``: wait for it, take the smaller size now,
-  or take the largest on on-demand, an event when the choice changes); on-demand, once taken, stays to the end, and
-  a stockout blocks a size in a zone for spot or for on-demand, never both;
+- an elastic run with a deadline whose largest size is stocked out (spot) everywhere follows its deadline policy
+  instead of ``elastic_wait_s`` (``tpuops.billing.elastic``: wait, the smaller size now, or the largest on on-demand,
+  which then stays to the end); a stockout blocks a size in a zone for spot or for on-demand, never both;
 - a run with a capacity rule (a deadline, or the fallback: ``tpuops.billing.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
@@ -251,9 +250,8 @@ def _zones_of(policy: Policy, size: int) -> tuple[str, ...]:
 def _key(policy: Policy, size: int, zone: str, capacity: Capacity | None = None) -> str:
     """The ``Memory.blocked_zones`` key of a stockout: the zone, or for an elastic run the size in the zone
     (a stockout of v3-32 in a zone says nothing about v3-8 there), on-demand apart from spot."""
-    if not policy.sizes:
-        return zone
-    return f"{policy.sizes[size].accelerator}{'/on-demand' if capacity is Capacity.ON_DEMAND else ''}@{zone}"
+    demand = "/on-demand" if capacity is Capacity.ON_DEMAND else ""
+    return f"{policy.sizes[size].accelerator}{demand}@{zone}" if policy.sizes else zone
 
 
 def _open_zone(memory: Memory, policy: Policy, size: int, now: float, spot: bool = False) -> str | None:
