@@ -62,13 +62,13 @@ told apart from a preemption of the replacement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from tpuops.billing.deadline import Rule
 from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
-from tpuops.core.clock import UTC
+from tpuops.controller.damaged import DEAD_NODE
+from tpuops.controller.damaged import damaged_verdict as damaged_verdict  # re-exported: its callers import it here
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
@@ -81,8 +81,7 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
             NodeState.DELETING, NodeState.STOPPING}
 
 
-_DEAD_NODE = {NodeState.PREEMPTED, NodeState.TERMINATED}
-"""States of a node no agent runs on and that only a delete ends."""
+_DEAD_NODE = DEAD_NODE
 
 _NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
                   "moved-up": "the notice of a planned move to a larger size"}
@@ -682,45 +681,3 @@ def _unhealthy(memory: Memory, observed: Observed, now: float, policy: Policy, d
     _restart(memory, observed, now, "unhealthy", f"worker {named} of the slice unhealthy for "
              f"{policy.unhealthy_grace_s:.0f} s", decision, policy)
     return True
-
-
-def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,
-                    now: float, policy: Policy) -> str | None:
-    """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
-
-    Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
-    READY node must not bill forever, and a PREEMPTED, TERMINATED or STOPPED one (no agent runs on it, and
-    nothing replaces it without the memory) must not hold the name and the quota forever: it goes at once
-    (a STOPPED one is left when the run keeps its node: it may be the user's to start), and so does one still
-    CREATING ``create_timeout_s`` after its create (it never booted: the swarm's seed 866). A READY node is left
-    to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
-    deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
-    the node's age) for as long as a hang takes.
-    """
-    if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
-        return f"its node is {node_state.value}"
-    if node_state is NodeState.CREATING and node_age_s is not None and node_age_s > policy.create_timeout_s:
-        return f"its node is still CREATING after {node_age_s:.0f} s: it never booted"
-    if node_state is not NodeState.READY:
-        return None
-    if status is not None and status.exit_class is not None:
-        kept = policy.keep_node and status.exit_class.complete  # a stop deletes the node, kept or not
-        return None if kept else f"its agent exited ({status.exit_class})"
-    beat = _epoch(status.heartbeat) if status is not None else None
-    if beat is not None:
-        silent = now - beat
-        return f"no heartbeat for {silent:.0f} s" if silent > policy.hang_after_s else None
-    if node_age_s is not None and node_age_s > policy.boot_timeout_s + policy.hang_after_s:
-        return f"no readable agent status on a node READY for {node_age_s:.0f} s"
-    return None
-
-
-def _epoch(text: str | None) -> float | None:
-    """An ISO-8601 time (UTC when naive) as epoch seconds; None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
