@@ -134,6 +134,13 @@ SECTIONS = (
             "workers), each run end to end with `tpuops train`, taking turns; and the agent's training step alone "
             "on one CPU replica, one global batch at once against in micro-batches (2 shared cores: no goal).",
             (("emulator", "v2-8 against v2-32 on the emulator"), ("step", "The agent's step on one CPU replica"))),
+    Section("bench_elastic", "Elastic slices under a stockout",
+            "A 10-hour v2-32 job launched while the v2-32's spot capacity is stocked out, on the simulator (the real "
+            "controller, its probes and moves over the virtual-time Cloud TPU, a pass every 5 minutes): elastic "
+            "(`accelerator: [v2-32, v2-8]`, 4x the step time on the v2-8), waiting for the v2-32, its on-demand, and "
+            "the elastic run's deadline policy, 100 runs each per repetition on the same drawn stockout spells "
+            "(log-normal lengths, stated in `bench/bench_elastic.py`). Goal: elastic sooner than waiting in >= 90 % "
+            "of runs at <= 1.1x its cost."),
 )
 
 HEADER = """# Benchmarks

@@ -365,6 +365,35 @@ def test_cost_tables_show_runs_days_and_totals(cost_cli: Callable[..., Any]) -> 
 
 
 @pytest.mark.unit
+def test_an_elastic_runs_cost_shows_each_size_priced_by_its_chips(tmp_path: Path, cost_cli: Callable[..., Any]
+                                                                  ) -> None:
+    """An elastic run: 2 h on a v2-8 (4 chips), then 1 h on a v2-32 (16 chips, 4 hosts) after its move up, on spot:
+    each size its own line, each node priced by its own chips (a v2-32 hour is 4 v2-8 hours); a run of one size
+    has no such lines."""
+    ledger = Ledger(tmp_path / "home" / "ledger.sqlite")
+    day = 86400 * 5
+    ledger.record_node(P, US, "el", "v2-8", "spot", run_id="el", uid="e1", at=at(day))
+    ledger.observe(P, US, "el", "READY", at(day))
+    ledger.observe(P, US, "el", "DELETING", at(day + 7200))
+    ledger.mark_deleted(P, US, "el", at(day + 7210))
+    ledger.record_node(P, "us-central1-a", "el", "v2-32", "spot", run_id="el", uid="e2", at=at(day + 7300))
+    ledger.observe(P, "us-central1-a", "el", "READY", at(day + 7400))
+    ledger.observe(P, "us-central1-a", "el", "DELETING", at(day + 7400 + 3600))
+    ledger.mark_deleted(P, "us-central1-a", "el", at(day + 11010))
+    report = json.loads(cost_cli("--json").stdout)
+    assert [(s["run_id"], s["accelerator"], s["chips"], s["nodes"], s["ready_seconds"]) for s in report["sizes"]] == [
+        ("el", "v2-32", 16, 1, 3600), ("el", "v2-8", 4, 1, 7200)]
+    by_size = {s["accelerator"]: s["usd"] for s in report["sizes"]}
+    assert by_size == {"v2-32": pytest.approx(16 * 0.3375), "v2-8": pytest.approx(2 * 4 * 0.3375)}
+    assert next(r["usd"] for r in report["runs"] if r["key"] == "el") == pytest.approx(sum(by_size.values()))
+    lines = cost_cli().stdout.splitlines()
+    assert any("cost by run and size" in line for line in lines)
+    [big] = [line for line in lines if "el" in line and "v2-32" in line]
+    assert [cell.strip() for cell in big.split("│")][1:7] == ["el", "v2-32", "16", "1", "1.00", "5.40"]
+    assert not any("r1" in line and "v2-8" in line for line in lines)  # one size: no size lines
+
+
+@pytest.mark.unit
 def test_a_short_billed_run_never_shows_as_zero(tmp_path: Path, cost_cli: Callable[..., Any]) -> None:
     """The demo's 7-s spot run: its hours and dollars print with enough digits, not ``0.00``."""
     ledger = Ledger(tmp_path / "home" / "ledger.sqlite")

@@ -29,7 +29,8 @@ from tests.sweeps.test_sweep_template import BEFORE, Work, work  # noqa: F401  (
 from tpuops import api, runs
 from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
-from tpuops.controller.decide import Observed, Policy, damaged_verdict, decide
+from tpuops.controller.damaged import damaged_verdict
+from tpuops.controller.decide import Observed, Policy, decide
 from tpuops.controller.drive import drive
 from tpuops.controller.reconcile import Controller
 from tpuops.core.errors import DamagedDocument, UsageError

@@ -117,13 +117,13 @@ class _TwentySecondJob:
     def __init__(self) -> None:
         self.told: list[str] = []
 
-    def finish_time(self, run_id: str, ready_at: float) -> float:
+    def finish_time(self, run_id: str, ready_at: float, accelerator: str = "") -> float:
         return ready_at + 20.0
 
     def final_s(self, run_id: str) -> float:
         return 4.0  # its last 4 s: its final save
 
-    def started(self, run_id: str, at: float) -> None:
+    def started(self, run_id: str, at: float, accelerator: str = "") -> None:
         self.told.append("started")
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:

@@ -54,6 +54,7 @@ def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
     from functools import cache
 
     from tpuops import runs as run_store
+    from tpuops.billing.cost import catalog_for
     from tpuops.billing.risk import Prior, learn
     from tpuops.core.errors import TpuopsError
     from tpuops.launch import planning
@@ -77,7 +78,8 @@ def learner(settings: Settings, *, now: datetime | None = None) -> Learner:
         risks = learn(every, now or datetime.now(UTC), Prior.of(settings))
         return every, risks, dict(zip(ids, run_store.parallel_map(attempts, ids), strict=True))
 
-    defaults = planning.Defaults(Prior.of(settings), settings.recovery_s, settings.lost_work_per_hour)
+    defaults = planning.Defaults(Prior.of(settings), settings.recovery_s, settings.lost_work_per_hour,
+                                 catalog_for(settings))
 
     def learn_inputs(keys: Sequence[RiskKey]) -> PlanInputs:
         every, risks, found = history()

@@ -122,6 +122,23 @@ class Total:
 
 
 @dataclass(frozen=True)
+class SizeTotal:
+    """What one size of an elastic run cost: its nodes (every attempt on it and its probes), chips, READY time, USD,
+    each node priced by its own chips."""
+
+    run_id: str
+    accelerator: str
+    chips: int
+    nodes: int
+    ready_seconds: float
+    usd: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "accelerator": self.accelerator, "chips": self.chips, "nodes": self.nodes,
+                "ready_seconds": round(self.ready_seconds, 3), "usd": round(self.usd, 6)}
+
+
+@dataclass(frozen=True)
 class CostReport:
     now: datetime
     since: datetime | None
@@ -131,6 +148,8 @@ class CostReport:
     days: tuple[Total, ...]
     total: Total
     catalog: Catalog
+    sizes: tuple[SizeTotal, ...] = ()
+    """Per run that ran on more than one accelerator (an elastic run), per size, largest first."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +159,7 @@ class CostReport:
             "total": self.total.to_json(),
             "runs": [t.to_json() for t in self.runs], "sweeps": [t.to_json() for t in self.sweeps],
             "days": [t.to_json() for t in self.days], "nodes": [n.to_json() for n in self.nodes],
+            "sizes": [s.to_json() for s in self.sizes],
         }
 
     def rows(self) -> list[dict[str, Any]]:
@@ -269,6 +289,26 @@ def _day_totals(costs: Sequence[NodeCost]) -> tuple[Total, ...]:
     return tuple(Total(day.isoformat(), nodes[day], seconds[day], usd[day]) for day in sorted(seconds))
 
 
+def size_totals(costs: Sequence[NodeCost], catalog: Catalog) -> tuple[SizeTotal, ...]:
+    """Per run whose nodes were of more than one accelerator (an elastic run's sizes; a probe is labelled as a run
+    of its own name, ``<run>-up``, and counted there), per accelerator, the largest first."""
+    by_run: dict[str, dict[str, list[NodeCost]]] = defaultdict(lambda: defaultdict(list))
+    for cost in costs:
+        node = cost.history.node
+        if node.run_id:
+            by_run[node.run_id][node.accelerator].append(cost)
+    totals = []
+    for run_id, sizes in sorted(by_run.items()):
+        if len(sizes) < 2:
+            continue
+        chips = {accelerator: catalog.offers.shape(accelerator).chips for accelerator in sizes}
+        for accelerator in sorted(sizes, key=lambda a: -chips[a]):
+            members = sizes[accelerator]
+            totals.append(SizeTotal(run_id, accelerator, chips[accelerator], len(members),
+                                    sum(c.ready_seconds for c in members), sum(c.usd for c in members)))
+    return tuple(totals)
+
+
 def build_report(
     histories: Sequence[NodeHistory], catalog: Catalog, now: datetime, since: datetime | None = None
 ) -> CostReport:
@@ -281,7 +321,7 @@ def build_report(
         now=now, since=since, nodes=costs,
         runs=_totals(costs, lambda c: c.history.node.run_id),
         sweeps=_totals([c for c in costs if c.history.node.sweep_id], lambda c: c.history.node.sweep_id),
-        days=_day_totals(costs), total=_total(None, costs), catalog=catalog,
+        days=_day_totals(costs), total=_total(None, costs), catalog=catalog, sizes=size_totals(costs, catalog),
     )
 
 

@@ -17,6 +17,10 @@ is left fits the time left with a margin, and moves to on-demand the pass it no 
   fits again near the end; the run moves back once spot fits with ``RETURN_RESERVES`` more ``R`` to spare
   (the move back is itself a recovery), which keeps it from switching back and forth on every pass.
 
+An elastic run's rule also carries its sizes (``Rule.sizes``): while its largest is stocked out everywhere,
+``Rule.size_plan`` asks ``tpuops.billing.elastic`` whether to wait for it, take the smaller size or take it on
+on-demand.
+
 Invariants: the functions read nothing and write nothing; ``choose`` never returns spot when the
 work cannot even be done on on-demand (then on-demand is the best there is, and it says so).
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tpuops.billing.elastic import SizePlan, SizeTerms, choose_size
 from tpuops.config import RECOVERY_S
 from tpuops.core.kinds import Capacity, Choice
 
@@ -110,6 +115,9 @@ class Rule:
     fallback: bool = False
     hazard_per_hour: float = 0.1
     recovery_s: float = RECOVERY_S
+    sizes: tuple[SizeTerms, ...] = ()
+    """An elastic run's sizes, largest first (``tpuops.billing.elastic``): with a deadline, what it does when its
+    largest is stocked out."""
 
     def remaining_s(self, step: int, total_steps: int | None, speed: float | None) -> float:
         """Work left: the steps left at the measured speed, else the expected length's share still to do."""
@@ -117,6 +125,19 @@ class Rule:
             return max(0.0, total_steps - step) / speed
         done = min(1.0, step / total_steps) if total_steps else 0.0
         return (self.expected_s or 0.0) * (1.0 - done)
+
+    def size_plan(self, now: float, step: int, total_steps: int | None, speed: float | None, size: int
+                  ) -> SizePlan | None:
+        """Wait, the smaller size or on-demand of the largest, for a run at ``step`` whose largest size is stocked out
+        everywhere, on ``size`` (an index into ``sizes``) at ``speed`` steps/s (measured there); None without a
+        deadline or sizes."""
+        if self.deadline_at is None or len(self.sizes) < 2:
+            return None
+        work_s = self.remaining_s(step, total_steps, speed)
+        if total_steps and speed:  # measured on ``size``: its slowdown is not the largest's work
+            work_s /= self.sizes[min(size, len(self.sizes) - 1)].slowdown
+        return choose_size(work_s, self.deadline_at - now, self.sizes[0], self.sizes[1], self.recovery_s,
+                           running_smaller=size > 0)
 
     def choice(self, now: float, on: Capacity, preemptions: int, step: int, total_steps: int | None,
                speed: float | None) -> Choice:

@@ -21,7 +21,9 @@ on-demand (which Cloud TPU does not preempt). ``Risk.assumed`` says so wherever 
 A pod slice is preempted whole when any of its hosts is, so the assumption for a slice of H hosts is
 H times that setting (hosts preempted independently at the one-host rate), and its create -> READY
 is assumed ``Prior.ready_s`` (the slice is READY when its last host is): both only until the
-ledger has READY time (create latencies) of that slice size; what it learned then wins.
+ledger has READY time (create latencies) of that slice size; what it learned then wins. Stockouts are assumed
+the same way until the ledger has episodes of a size (``Prior.stockouts_per_hour``, ``STOCKOUT_SPELL_S``; an elastic
+run's deadline policy weighs them, ``tpuops.launch.planning.size_inputs``).
 
 How many hosts a slice has, and which capacities may be preempted, the configured provider's offers say
 (``Prior.offers``), never a cloud's catalog.
@@ -115,6 +117,13 @@ class Risk:
         }
 
 
+STOCKOUTS_PER_HOST_HOUR = 0.01
+"""ASSUMED stockout spells per hour of one host's spot capacity in a zone (Google publishes no stockout rates: about
+one spell every four days), times the hosts of a slice, which needs all of them free at once."""
+
+STOCKOUT_SPELL_S = 7200.0
+"""ASSUMED mean length of a stockout spell (2 h), until the ledger has spells of that size that ended."""
+
 ONE_HOST_READY_S = 90.0
 """ASSUMED create -> READY of a one-host TPU VM (docs/cloud-tpu.md: a v3-8 takes about 60-120 s)."""
 
@@ -139,6 +148,10 @@ class Prior:
         if parse_capacity(capacity).value not in self.offers.spot_priced():
             return 0.0
         return self.spot_preemptions_per_hour * (hosts_of(self.offers, accelerator) if accelerator else 1)
+
+    def stockouts_per_hour(self, accelerator: str) -> float:
+        """ASSUMED stockout spells per hour of ``accelerator`` in a zone: ``STOCKOUTS_PER_HOST_HOUR`` x its hosts."""
+        return STOCKOUTS_PER_HOST_HOUR * hosts_of(self.offers, accelerator)
 
     def ready_s(self, accelerator: str) -> float:
         """ASSUMED create -> READY of ``accelerator``: the one-host figure times the square root of its hosts (a

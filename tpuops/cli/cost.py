@@ -75,6 +75,10 @@ def _print_tables(project: str, found: CostAndGoodput) -> None:
                                                      "billed after its end, s"),
                 [*(_cells(t, t.key or "-") + _goodput_cells(found.goodput.get(t.key or "")) for t in report.runs),
                  _cells(report.total, "total")])
+    if report.sizes:  # elastic runs: what each size cost, each priced by its chips
+        print_table("cost by run and size", ("run", "size", "chips", "nodes", "READY hours", currency),
+                    [[s.run_id, s.accelerator, str(s.chips), str(s.nodes), format_amount(s.ready_seconds / 3600),
+                      format_amount(s.usd)] for s in report.sizes])
     if report.sweeps:
         print_table("cost by sweep", ("sweep", *columns, now), [_cells(t, t.key or "-") for t in report.sweeps])
     grand = _cells(report.total, "total")[:len(columns) + 1]

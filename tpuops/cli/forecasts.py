@@ -31,6 +31,45 @@ def print_forecast(forecast: dict[str, Any], what: str) -> None:
                           "fewer may show finished)", markup=False, soft_wrap=True)
     for key, value in forecast["assumptions"].items():
         console.print(f"  {key}: {_assumption(value)}", markup=False, soft_wrap=True)
+    if forecast.get("sizes"):
+        _print_sizes(forecast["sizes"])
+
+
+def _print_sizes(sizes: dict[str, Any]) -> None:
+    """An elastic run's sizes (``tpuops.sim.forecast.size_forecast``): each one's time and cost for the whole job and
+    its hazards, then the deadline policy's choice if the largest is stocked out at launch, with every move."""
+    from rich.table import Table
+
+    table = Table(title=f"sizes: {sizes['work_hours']:,.2f} h of work on the largest (expected, closed form)",
+                  title_justify="left")
+    for column in ("size", "slowdown", "spot h", "spot cost", "on-demand h", "on-demand cost",
+                   "preemptions / h", "stockouts / h", "mean stockout h"):
+        table.add_column(column)
+    for row in sizes["sizes"]:
+        table.add_row(row["accelerator"], f"{row['slowdown']:g}x", f"{row['spot']['hours']:,.2f}",
+                      format_usd(row["spot"]["usd"]), f"{row['on_demand']['hours']:,.2f}",
+                      format_usd(row["on_demand"]["usd"]), _learned(row["hazard_per_hour"], 1.0),
+                      _learned(row["stockouts_per_hour"], 1.0), _learned(row["spell_s"], 1 / 3600))
+    plan = sizes["if_stocked_out_at_launch"]
+    moves = Table(title=f"if {sizes['sizes'][0]['accelerator']} is stocked out at launch, due in "
+                        f"{sizes['deadline_hours']:,.1f} h ({sizes['deadline']}): {plan['choice']}",
+                  title_justify="left")
+    for column in ("move", "expected hours", "expected cost", "on time"):
+        moves.add_column(column)
+    for option in plan["options"]:
+        moves.add_row(option["move"], f"{option['hours']:,.2f}", format_usd(option["usd"]),
+                      f"{option['on_time']:.0%}")
+    console = err_console()
+    console.print(table)
+    console.print(moves)
+    for row in sizes["sizes"]:
+        for name in ("hazard_per_hour", "stockouts_per_hour", "spell_s"):
+            console.print(f"  {row['accelerator']} {name}: {_assumption(row[name])}", markup=False, soft_wrap=True)
+
+
+def _learned(value: dict[str, Any], scale: float) -> str:
+    """A learned or assumed figure in a cell, an assumption marked with a star."""
+    return f"{value['value'] * scale:.3g}{'' if value['learned'] else '*'}"
 
 
 def _assumption(value: Any) -> str:

@@ -136,8 +136,13 @@ def _hosts_cell(hosts: int, unhealthy: tuple[int, ...]) -> str:
 def _input_lines(run: dict) -> list[str]:
     """What a run's deadline rule and ``every: auto`` rest on, each with where it came from
     (``tpuops.launch.planning``)."""
-    inputs = run.get("inputs") or {}
-    return [f"  {run['run_id']}: {name} {found['value']:.4g} ({found['source']})" for name, found in inputs.items()]
+    inputs = dict(run.get("inputs") or {})
+    sizes = inputs.pop("sizes", None) or []
+    lines = [f"  {run['run_id']}: {name} {found['value']:.4g} ({found['source']})" for name, found in inputs.items()]
+    for size in sizes:  # an elastic run's sizes: each one's hazards, learned or assumed
+        lines += [f"  {run['run_id']}: {size['accelerator']} {name} {size[name]['value']:.4g} ({size[name]['source']})"
+                  for name in ("hazard_per_hour", "stockouts_per_hour", "spell_s")]
+    return lines
 
 
 def _checkpoint_cell(run: dict) -> str:

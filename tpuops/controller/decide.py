@@ -44,6 +44,9 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   the run then moves up through a checkpoint as a capacity move does (its delete makes the agent save
   on the notice), counted in ``Memory.moves``, never a preemption or a restart. A finished run (a stop,
   ``down``) never moves: the checks above end the pass first, and a probe still in flight is deleted;
+- an elastic run with a deadline whose largest size is stocked out (spot) everywhere follows its deadline policy
+  instead of ``elastic_wait_s`` (``tpuops.billing.elastic``: wait, the smaller size now, or the largest on on-demand,
+  which then stays to the end); a stockout blocks a size in a zone for spot or for on-demand, never both;
 - a run with a capacity rule (a deadline, or the fallback: ``tpuops.billing.deadline``) is steered every
   pass it is listed: a change of the wanted capacity is an event with its reason
   (``Memory.switch``), a READY node of the other capacity is replaced through a checkpoint (its
@@ -59,25 +62,25 @@ told apart from a preemption of the replacement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from tpuops.billing.deadline import Rule
+from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
-from tpuops.core.clock import UTC
+from tpuops.controller.damaged import DEAD_NODE
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
-from tpuops.core.kinds import Capacity, ValueEnum
+from tpuops.core.kinds import Capacity, Choice, ValueEnum
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, ExitClass, Memory, Outcome, PendingCreate, RunRecord
+from tpuops.runs.models import PlanInputs
 
 _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeState.REPAIRING,
             NodeState.DELETING, NodeState.STOPPING}
 
 
-_DEAD_NODE = {NodeState.PREEMPTED, NodeState.TERMINATED}
-"""States of a node no agent runs on and that only a delete ends."""
+_DEAD_NODE = DEAD_NODE
 
 _NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
                   "moved-up": "the notice of a planned move to a larger size"}
@@ -169,10 +172,18 @@ def capacity_rule(record: RunRecord, hazard_per_hour: float, recovery_s: float) 
     on-demand (nothing cheaper to move to)."""
     if record.node.capacity is Capacity.ON_DEMAND or (record.deadline_at is None and not record.fallback):
         return None
+    sizes: tuple[SizeTerms, ...] = ()
     if record.inputs is not None:
         hazard_per_hour, recovery_s = record.inputs.hazard_per_hour.value, record.inputs.recovery_s.value
+        sizes = size_terms(record.inputs) if record.smaller else ()
     return Rule(record.node.capacity, deadline_at=record.deadline_at, expected_s=record.expected_s,
-                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s)
+                fallback=record.fallback, hazard_per_hour=hazard_per_hour, recovery_s=recovery_s, sizes=sizes)
+
+
+def size_terms(inputs: PlanInputs) -> tuple[SizeTerms, ...]:
+    """An elastic run's sizes as its deadline policy weighs them, from what its launch learned (largest first)."""
+    return tuple(SizeTerms(s.accelerator, s.slowdown, s.spot_usd_per_hour, s.on_demand_usd_per_hour,
+                           s.hazard_per_hour.value, s.stockouts_per_hour.value, s.spell_s.value) for s in inputs.sizes)
 
 
 @dataclass(frozen=True)
@@ -234,14 +245,18 @@ def _zones_of(policy: Policy, size: int) -> tuple[str, ...]:
     return policy.sizes[size].zones if policy.sizes else policy.zones
 
 
-def _key(policy: Policy, size: int, zone: str) -> str:
+def _key(policy: Policy, size: int, zone: str, capacity: Capacity | None = None) -> str:
     """The ``Memory.blocked_zones`` key of a stockout: the zone, or for an elastic run the size in the zone
-    (a stockout of v3-32 in a zone says nothing about v3-8 there)."""
-    return f"{policy.sizes[size].accelerator}@{zone}" if policy.sizes else zone
+    (a stockout of v3-32 in a zone says nothing about v3-8 there), on-demand apart from spot."""
+    demand = "/on-demand" if capacity is Capacity.ON_DEMAND else ""
+    return f"{policy.sizes[size].accelerator}{demand}@{zone}" if policy.sizes else zone
 
 
-def _open_zone(memory: Memory, policy: Policy, size: int, now: float) -> str | None:
-    open_zones = [z for z in _zones_of(policy, size) if memory.blocked_zones.get(_key(policy, size, z), 0.0) <= now]
+def _open_zone(memory: Memory, policy: Policy, size: int, now: float, spot: bool = False) -> str | None:
+    """The zone of a create of ``size`` on the run's capacity now (``spot``: on its declared capacity)."""
+    capacity = None if spot else memory.capacity
+    open_zones = [z for z in _zones_of(policy, size)
+                  if memory.blocked_zones.get(_key(policy, size, z, capacity), 0.0) <= now]
     if memory.zone in open_zones:
         return memory.zone
     return open_zones[0] if open_zones else None
@@ -258,7 +273,8 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
             return zone
         if size == 0:
             memory.size_wait_since = now if memory.size_wait_since is None else memory.size_wait_since
-            if now - memory.size_wait_since < policy.elastic_wait_s:
+            if memory.size_move == Move.WAIT.value or (
+                    memory.size_move is None and now - memory.size_wait_since < policy.elastic_wait_s):
                 return None
     return None
 
@@ -272,7 +288,7 @@ def _resize(memory: Memory, policy: Policy, size: int, now: float) -> None:
         memory.event(now, "size-down", f"{was} is out of capacity in every zone: creating {to} until it returns")
     else:
         memory.event(now, "size-up", f"{to}'s stockout backoff is over: creating it instead of {was}")
-    memory.size = size
+    memory.size, memory.speed = size, None  # a speed measured on the other size is not this one's
 
 
 def _waiting(memory: Memory, policy: Policy, now: float) -> str:
@@ -485,13 +501,14 @@ def _probe(memory: Memory, observed: Observed, now: float, policy: Policy, decis
         memory.probe = None
         wanted = policy.sizes[memory.probe_size].accelerator
         if result == CreateResult.CAPACITY and not observed.probe_ready:
-            memory.blocked_zones[_key(policy, memory.probe_size, probe.zone)] = now + policy.stockout_backoff_s
+            memory.blocked_zones[_key(policy, memory.probe_size, probe.zone, memory.capacity)] = \
+                now + policy.stockout_backoff_s
             memory.event(now, "probe", f"{wanted} is still out of capacity in {probe.zone}")
             return
         decision.actions.append(Action(ActionKind.UNPROBE, probe.zone))
         if result == CreateResult.OK or observed.probe_ready:
             memory.event(now, "size-up", f"{wanted} has capacity again in {probe.zone}: moving up to it")
-            memory.size, memory.zone = memory.probe_size, probe.zone
+            memory.size, memory.zone, memory.speed = memory.probe_size, probe.zone, None
         else:
             memory.event(now, "probe", f"the probe of {wanted} in {probe.zone} failed: {observed.probe_message}")
         return
@@ -538,9 +555,11 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
     if pending is not None:
         result = observed.create_result
         if result == CreateResult.CAPACITY:
-            memory.blocked_zones[_key(policy, memory.size, pending.zone)] = now + policy.stockout_backoff_s
+            memory.blocked_zones[_key(policy, memory.size, pending.zone, memory.capacity)] = \
+                now + policy.stockout_backoff_s
             memory.pending_create = None
             memory.event(now, "stockout", f"no capacity in {pending.zone}: {observed.create_message}")
+            _steer(memory, observed, now, policy)
             _create(memory, policy, now, "failover after a stockout", decision)
         elif result == CreateResult.FAILED:
             memory.finish(now, Outcome.FAILED, f"the create request failed: {observed.create_message}")
@@ -573,10 +592,36 @@ def _steer(memory: Memory, observed: Observed, now: float, policy: Policy) -> No
     if rule is None:
         return
     status = observed.status
-    on = memory.capacity or rule.declared
-    choice = rule.choice(now, on, memory.preemptions, status.step if status else 0,
-                         status.total_steps if status else None, memory.speed)
+    step, total = (status.step, status.total_steps) if status else (0, None)
+    if policy.sizes and _size_steer(memory, now, policy, rule, step, total):
+        return
+    on, speed = memory.capacity or rule.declared, memory.speed
+    if rule.sizes and speed:  # measured on the size the run is on: the work left is weighed at the largest's pace
+        speed *= rule.sizes[min(memory.size, len(rule.sizes) - 1)].slowdown
+    choice = rule.choice(now, on, memory.preemptions, step, total, speed)
     memory.switch(now, choice, rule.declared)
+
+
+def _size_steer(memory: Memory, now: float, policy: Policy, rule: Rule, step: int, total: int | None) -> bool:
+    """An elastic run's deadline choice while its largest size is stocked out for spot in every zone (the module
+    docstring); False when it is not (or the run has no such choice), so that uniform progress steers it."""
+    if memory.size_move == Move.ON_DEMAND.value:
+        return True
+    if _open_zone(memory, policy, 0, now, spot=True) is not None:
+        memory.size_move = None
+        return False
+    if memory.capacity is Capacity.ON_DEMAND:  # on on-demand already: its spot is out, nothing to move back to
+        return True
+    plan = rule.size_plan(now, step, total, memory.speed, memory.size)
+    if plan is None:
+        memory.size_move = None
+        return False
+    if plan.move.value != memory.size_move:
+        memory.size_move = plan.move.value
+        memory.event(now, "size-plan", plan.reason)
+    if plan.move is Move.ON_DEMAND:
+        memory.switch(now, Choice(Capacity.ON_DEMAND, f"{policy.sizes[0].accelerator} stocked out"), rule.declared)
+    return True
 
 
 def _measure(memory: Memory, attempt: int, step: int, now: float) -> None:
@@ -635,59 +680,3 @@ def _unhealthy(memory: Memory, observed: Observed, now: float, policy: Policy, d
     _restart(memory, observed, now, "unhealthy", f"worker {named} of the slice unhealthy for "
              f"{policy.unhealthy_grace_s:.0f} s", decision, policy)
     return True
-
-
-def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,
-                    now: float, policy: Policy, stuck_s: float | None = None) -> str | None:
-    """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
-
-    Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
-    READY node must not bill forever, and a PREEMPTED, TERMINATED or STOPPED one (no agent runs on it, and
-    nothing replaces it without the memory) must not hold the name and the quota forever: it goes at once
-    (a STOPPED one is left when the run keeps its node: it may be the user's to start), and so does one still
-    CREATING ``create_timeout_s`` after its create (it never booted: the swarm's seed 866). A READY node is left
-    to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
-    deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
-    the node's age) for as long as a hang takes, or no progress for that long while it beats: ``stuck_s``, how
-    long the caller has seen its step stand still (a hung step beats on, and would bill for ever).
-    """
-    if node_state in _DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
-        return f"its node is {node_state.value}"
-    if node_state is NodeState.CREATING and node_age_s is not None and node_age_s > policy.create_timeout_s:
-        return f"its node is still CREATING after {node_age_s:.0f} s: it never booted"
-    if node_state is not NodeState.READY:
-        return None
-    if status is not None and status.exit_class is not None:
-        kept = policy.keep_node and status.exit_class.complete  # a stop deletes the node, kept or not
-        return None if kept else f"its agent exited ({status.exit_class})"
-    beat = _epoch(status.heartbeat) if status is not None else None
-    if beat is not None:
-        silent = now - beat
-        if silent > policy.hang_after_s:
-            return f"no heartbeat for {silent:.0f} s"
-        stuck = stuck_s is not None and stuck_s > policy.hang_after_s
-        return f"no step progress for {stuck_s:.0f} s" if stuck else None
-    if node_age_s is not None and node_age_s > policy.boot_timeout_s + policy.hang_after_s:
-        return f"no readable agent status on a node READY for {node_age_s:.0f} s"
-    return None
-
-
-def stuck_for(held: dict[str, tuple[tuple[int, int], float]], run_id: str, status: AgentStatus | None,
-              now: float) -> float | None:
-    """How long ``held`` (a controller's own, across its passes) has seen a damaged run's agent at one step of one
-    attempt; None without a readable status (``damaged_verdict``'s ``stuck_s``)."""
-    at = None if status is None else (status.attempt, status.step)
-    if at is not None and held.get(run_id, (None, now))[0] != at:
-        held[run_id] = (at, now)
-    return None if at is None else now - held[run_id][1]
-
-
-def _epoch(text: str | None) -> float | None:
-    """An ISO-8601 time (UTC when naive) as epoch seconds; None when absent or unreadable."""
-    if not text:
-        return None
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

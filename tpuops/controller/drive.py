@@ -60,7 +60,7 @@ def drive(
 
     A damaged document does not end the drive: a status that cannot be read is read again at the next pass
     (the agent rewrites it whole), and so is a damaged memory while the run's node lives (the pass leaves
-    that node to its agent, ``decide.damaged_verdict``, and ``tpuops runs repair`` may fix the memory
+    that node to its agent, ``damaged.damaged_verdict``, and ``tpuops runs repair`` may fix the memory
     meanwhile). A memory still damaged once the node is gone ends the drive with the ``DamagedDocument``.
     """
     started = time.monotonic()

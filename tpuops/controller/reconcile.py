@@ -69,7 +69,8 @@ from tpuops import runs
 from tpuops.billing.observer import BillingObserver
 from tpuops.config import Settings
 from tpuops.controller import orphans
-from tpuops.controller.decide import Action, ActionKind, Observed, Policy, damaged_verdict, decide, stuck_for
+from tpuops.controller.damaged import damaged_verdict, stuck_for
+from tpuops.controller.decide import Action, ActionKind, Observed, Policy, decide
 from tpuops.controller.passes import (
     _DEFERRED,
     _LEASED,
@@ -205,7 +206,7 @@ class Controller:
 
     def _damaged(self, damaged: list[str], listed: Listing, now: float, report: PassReport) -> None:
         """Runs whose memory or record cannot be read: nothing is created for them, and a READY node of theirs is
-        deleted, under the run's lease, once its agent has exited or gone silent (``decide.damaged_verdict``)."""
+        deleted, under the run's lease, once its agent has exited or gone silent (``damaged.damaged_verdict``)."""
         for run_id in damaged:
             node = next((n for zone in listed.values() for n in zone.values()
                          if n.managed and n.labels.get(RUN_KEY) == run_id), None)

@@ -18,6 +18,13 @@ history when it has any, else taken from a documented, labelled default (``tpuop
   is the ``lost_work_per_hour`` setting, capped at the most H hours without a loss allow (the upper end of
   the exact 95 % interval): history can rule a pessimistic assumption out before it measures a rate.
 
+An elastic run (``accelerator: [v2-32, v2-8]``) gets the same for each of its sizes (``size_inputs``): its
+pace (the accumulation its smaller slice needs), its prices, its preemption hazard and its stockouts, each
+learned from the ledger's episodes of that size (``tpuops.billing.risk``: consecutive refused creates, a run's
+and its probes', until a create of it reached READY) or the stated assumption (``Prior.stockouts_per_hour``,
+``STOCKOUT_SPELL_S``): the spells per hour of READY and stocked-out time, and the mean length of the spells
+that ended.
+
 Invariants: every ``Learned`` says whether it was learned and from what (``source``, shown by the dry runs
 and ``tpuops status``); the functions read nothing and write nothing (ledger rows and agent statuses in).
 """
@@ -31,10 +38,10 @@ from dataclasses import dataclass
 
 from tpuops.billing.ledger import NodeHistory
 from tpuops.billing.poisson import rate_interval
-from tpuops.billing.pricing import parse_capacity
-from tpuops.billing.risk import CONFIDENCE, Prior, Risk, RiskKey, rate_for, ready_at
+from tpuops.billing.pricing import Catalog, parse_capacity
+from tpuops.billing.risk import CONFIDENCE, STOCKOUT_SPELL_S, Prior, Risk, RiskKey, rate_for, ready_at
 from tpuops.providers.nodes import NodeState
-from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord
+from tpuops.runs.models import AttemptTime, Learned, PlanInputs, RunRecord, SizeInputs
 
 LOSS_MIN_S = 60.0
 """An attempt that trained again more than a minute lost work; less is the step call in flight at a notice
@@ -49,6 +56,8 @@ class Defaults:
     """``spot_preemptions_per_hour``, and the provider's offers that say a slice's hosts."""
     recovery_s: float
     lost_work_per_hour: float
+    catalog: Catalog | None = None
+    """The prices an elastic run's sizes are weighed at (None: no size terms are learned)."""
 
 
 Learner = Callable[[Sequence[RiskKey]], PlanInputs]
@@ -56,9 +65,10 @@ Learner = Callable[[Sequence[RiskKey]], PlanInputs]
 
 
 def keys_of(record: RunRecord) -> list[RiskKey]:
-    """The (zone, accelerator, capacity) keys a run may be placed on: one per zone it may use."""
-    node = record.node
-    return [RiskKey(zone, node.accelerator, parse_capacity(node.capacity).value) for zone in node.zones]
+    """The (zone, accelerator, capacity) keys a run may be placed on: one per zone it may use, of each of its sizes
+    (largest first: the run's own hazard and recovery are its largest size's)."""
+    return [RiskKey(zone, node.accelerator, parse_capacity(node.capacity).value)
+            for node in record.sizes for zone in node.zones]
 
 
 def _plural(count: int, word: str) -> str:
@@ -150,11 +160,57 @@ def lost_work(attempts: Iterable[AttemptTime], default: float) -> Learned:
                                    "hours yet, too few to rule it out)")
 
 
+def stockouts(risks: Sequence[Risk], keys: Sequence[RiskKey], default: Prior) -> tuple[Learned, Learned]:
+    """Stockout spells per hour and their mean length, over ``keys`` (one size's zones; module docstring)."""
+    found = [rate_for(risks, key, default) for key in keys]
+    episodes = [episode for risk in found for episode in risk.stockouts]
+    ended = [(e.end - e.start).total_seconds() for e in episodes if e.end is not None]
+    hours = sum(r.ready_hours for r in found) + sum(ended) / 3600
+    accelerator = keys[0].accelerator if keys else ""
+    where = _where(keys)
+    if episodes and hours > 0:
+        rate = Learned.of(len(episodes) / hours, True, f"learned from {_plural(len(episodes), 'stockout')} over "
+                                                       f"{hours:.1f} READY and stocked-out hours in {where}")
+    else:
+        rate = Learned.of(default.stockouts_per_hour(accelerator), False,
+                          f"assumed: {default.stockouts_per_hour(accelerator):.3g} per hour for its hosts (no stockout "
+                          f"with READY time around it in the ledger for {where})")
+    if ended:
+        spell = Learned.of(statistics.fmean(ended), True, f"learned from {_plural(len(ended), 'stockout')} that "
+                                                          f"ended in {where}")
+    else:
+        spell = Learned.of(STOCKOUT_SPELL_S, False, f"assumed: {STOCKOUT_SPELL_S / 3600:g} h (no stockout of "
+                                                    f"{where} ended in the ledger)")
+    return rate, spell
+
+
+def size_inputs(risks: Sequence[Risk], keys: Sequence[RiskKey], defaults: Defaults) -> list[SizeInputs]:
+    """Each size's terms, largest first, for the sizes ``keys`` span (empty for one size, or without a catalog)."""
+    accelerators = list(dict.fromkeys(key.accelerator for key in keys))
+    if len(accelerators) < 2 or defaults.catalog is None:
+        return []
+    offers, catalog = defaults.prior.offers, defaults.catalog
+    largest = offers.shape(accelerators[0]).replicas
+    terms = []
+    for accelerator in accelerators:
+        mine = [key for key in keys if key.accelerator == accelerator]
+        rate, spell = stockouts(risks, mine, defaults.prior)
+        zone = mine[0].zone
+        terms.append(SizeInputs(
+            accelerator=accelerator, slowdown=largest / offers.shape(accelerator).replicas,
+            spot_usd_per_hour=catalog.price_per_hour(accelerator, mine[0].capacity, zone),
+            on_demand_usd_per_hour=catalog.price_per_hour(accelerator, "on-demand", zone),
+            hazard_per_hour=hazard(risks, mine, defaults.prior), stockouts_per_hour=rate, spell_s=spell))
+    return terms
+
+
 def learn(risks: Sequence[Risk], histories: Iterable[NodeHistory], attempts: Mapping[str, Sequence[AttemptTime]],
           keys: Sequence[RiskKey], defaults: Defaults) -> PlanInputs:
-    """The inputs of a run on ``keys`` (its zones, accelerator and capacity) from the ledger's ``risks`` and
-    ``histories`` and the agents' ``attempts`` by run id."""
+    """The inputs of a run on ``keys`` (its zones, accelerator and capacity; an elastic run's for each size, largest
+    first) from the ledger's ``risks`` and ``histories`` and the agents' ``attempts`` by run id."""
+    largest = [key for key in keys if key.accelerator == keys[0].accelerator] if keys else []
     return PlanInputs(
-        hazard_per_hour=hazard(risks, keys, defaults.prior),
-        recovery_s=recovery(recovery_samples(histories, attempts), keys, defaults.recovery_s),
-        lost_work_per_hour=lost_work((a for found in attempts.values() for a in found), defaults.lost_work_per_hour))
+        hazard_per_hour=hazard(risks, largest, defaults.prior),
+        recovery_s=recovery(recovery_samples(histories, attempts), largest, defaults.recovery_s),
+        lost_work_per_hour=lost_work((a for found in attempts.values() for a in found), defaults.lost_work_per_hour),
+        sizes=size_inputs(risks, keys, defaults))

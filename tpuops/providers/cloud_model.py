@@ -35,16 +35,18 @@ class Latency:
 @dataclass(frozen=True)
 class ScriptedStockout:
     """No capacity in ``zone`` from ``start_s`` after the simulation's start, for ``duration_s``: for every size, or
-    for ``accelerator`` alone (a big slice stocked out while a smaller size is there: what an elastic run meets)."""
+    for ``accelerator`` alone (a big slice stocked out while a smaller size is there: what an elastic run meets), and
+    for every capacity, or for ``capacity`` alone (a spot stockout while on-demand is there)."""
 
     zone: str
     start_s: float
     duration_s: float
     accelerator: str | None = None
+    capacity: str | None = None
 
-    def covers(self, zone: str, offset_s: float, accelerator: str | None = None) -> bool:
+    def covers(self, zone: str, offset_s: float, accelerator: str | None = None, capacity: str | None = None) -> bool:
         return (zone == self.zone and self.start_s <= offset_s < self.start_s + self.duration_s
-                and self.accelerator in (None, accelerator))
+                and self.accelerator in (None, accelerator) and self.capacity in (None, capacity))
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,10 @@ class CloudModel:
             return self.replacement_ready
         return self.ready_latency.get(accelerator, self.default_ready)
 
-    def out_of_capacity(self, zone: str, offset_s: float, accelerator: str | None = None) -> bool:
-        """Whether a create of ``accelerator`` in ``zone`` at ``offset_s`` is refused for capacity."""
-        return any(episode.covers(zone, offset_s, accelerator) for episode in self.stockouts)
+    def out_of_capacity(self, zone: str, offset_s: float, accelerator: str | None = None,
+                        capacity: str | None = None) -> bool:
+        """Whether a create of ``accelerator`` on ``capacity`` in ``zone`` at ``offset_s`` is refused for capacity."""
+        return any(episode.covers(zone, offset_s, accelerator, capacity) for episode in self.stockouts)
 
 
 EMULATOR_SPEED = CloudModel(default_ready=Latency(0.2, 0.0), delete_latency=Latency(0.0, 0.0), spot_hazard_per_hour=0.0)

@@ -67,8 +67,9 @@ from tpuops.providers.offers import hosts_of
 class Workload(Protocol):
     """What runs on the simulated nodes, by run id (the node's run label)."""
 
-    def finish_time(self, run_id: str, ready_at: float) -> float | None:
-        """When the run's job would end on a node READY at ``ready_at`` (None: it never ends by itself)."""
+    def finish_time(self, run_id: str, ready_at: float, accelerator: str = "") -> float | None:
+        """When the run's job would end on a node (of ``accelerator``: an elastic run's size sets its pace) READY at
+        ``ready_at`` (None: it never ends by itself)."""
         ...
 
     def final_s(self, run_id: str) -> float:
@@ -80,7 +81,7 @@ class Workload(Protocol):
         None: it does not stop by itself."""
         ...
 
-    def started(self, run_id: str, at: float) -> None: ...
+    def started(self, run_id: str, at: float, accelerator: str = "") -> None: ...
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None: ...
 
@@ -94,7 +95,7 @@ class Workload(Protocol):
 class Idle:
     """A workload of nodes that run nothing (a provider opened from the registry)."""
 
-    def finish_time(self, run_id: str, ready_at: float) -> float | None:
+    def finish_time(self, run_id: str, ready_at: float, accelerator: str = "") -> float | None:
         return None
 
     def final_s(self, run_id: str) -> float:
@@ -103,7 +104,7 @@ class Idle:
     def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
         return None
 
-    def started(self, run_id: str, at: float) -> None:
+    def started(self, run_id: str, at: float, accelerator: str = "") -> None:
         return None
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
@@ -257,9 +258,9 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
         absent = node.uid in self._absent
         if absent:  # the worker that never booted is listed unhealthy; the job waits on it for ever
             self._nodes[key] = replace(self._nodes[key], unhealthy_workers=(node.hosts - 1,))
-        finish = self.workload.finish_time(run_id, at) if run_id and not absent else None
+        finish = self.workload.finish_time(run_id, at, node.accelerator) if run_id and not absent else None
         if run_id:
-            self.workload.started(run_id, at)
+            self.workload.started(run_id, at, node.accelerator)
             if absent:
                 self.workload.hung(run_id, at)
         final = self.workload.final_s(run_id) if run_id and finish is not None else 0.0
@@ -359,7 +360,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             key = (zone, request.name)
             if key in self._nodes:
                 raise AlreadyExists(f"node {request.name!r} already exists in {zone}")
-            if self.model.out_of_capacity(zone, now - self.start, request.accelerator):
+            if self.model.out_of_capacity(zone, now - self.start, request.accelerator, request.capacity.value):
                 return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, now, CapacityError(
                     f"There is no more capacity in the zone \"{zone}\"; you can try in another zone"))))
             begins = max(now, self._free_at.pop(key, now))  # the name is free once its delete is over

@@ -90,6 +90,9 @@ class Memory(BaseModel):
     """The size ``probe`` asks for."""
     probed_at: float | None = None
     """When the last probe was asked for."""
+    size_move: str | None = None
+    """What an elastic run with a deadline does while its largest size is stocked out (``tpuops.billing.elastic.Move``:
+    wait, smaller, on-demand); None while it is not, or without a deadline. On-demand, once chosen, stays."""
     moves: int = 0
     """Moves to a larger size through a checkpoint: counted apart from preemptions and restarts."""
     events: list[Event] = Field(default_factory=list)

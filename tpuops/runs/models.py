@@ -82,13 +82,29 @@ class Learned(_Doc):
         return cls(value=value, learned=learned, source=source)
 
 
+class SizeInputs(_Doc):
+    """One size of an elastic run as its deadline policy weighs it (``tpuops.billing.elastic.SizeTerms``): its pace
+    and prices, and its preemption and stockout hazards, each learned from the ledger or assumed."""
+
+    accelerator: str
+    slowdown: float
+    """Wall seconds per second of the largest size's work: the largest's replicas over this size's (accumulation)."""
+    spot_usd_per_hour: float
+    on_demand_usd_per_hour: float
+    hazard_per_hour: Learned
+    stockouts_per_hour: Learned
+    spell_s: Learned
+
+
 class PlanInputs(_Doc):
     """What a run's plan rests on, frozen into its record at launch (``tpuops.launch.planning``): the spot hazard and
-    the cost of one recovery the deadline policy weighs, and the rate of lost work ``every: auto`` saves against."""
+    the cost of one recovery the deadline policy weighs, the rate of lost work ``every: auto`` saves against, and
+    for an elastic run each size's terms, largest first (empty for a run of one size)."""
 
     hazard_per_hour: Learned
     recovery_s: Learned
     lost_work_per_hour: Learned
+    sizes: list[SizeInputs] = Field(default_factory=list)
 
 
 class RunRecord(_Doc):

@@ -137,12 +137,12 @@ class SimulatedAgent:
 
     # -- the timeline (pure) -------------------------------------------------------------------
 
-    def _plan(self, ready_at: float) -> _Attempt:
+    def _plan(self, ready_at: float, accelerator: str = "") -> _Attempt:
         base = self.checkpoint if RESTORE_NEWEST.on else 0
         restore = self.model.segments.restore_s if base > 0 else 0.0
         first_ready = ready_at if self._first_ready is None else self._first_ready
-        pace = self.model.pace(self.attempts + 1, ready_at - first_ready,
-                               random.Random(f"{self.seed}/{self.run_id}/{self.attempts + 1}").random())
+        pace = self.model.sized(self.model.pace(self.attempts + 1, ready_at - first_ready, random.Random(
+            f"{self.seed}/{self.run_id}/{self.attempts + 1}").random()), accelerator)
         return _Attempt(self.attempts + 1, ready_at, base, ready_at + pace.setup_s + restore, pace,
                         self.fates.get(self.attempts + 1))
 
@@ -161,10 +161,11 @@ class SimulatedAgent:
         saved = min(m.total_steps, attempt.base_step + int(speed * segments.checkpoint_every_s * cycles))
         return step, saved
 
-    def finish_time(self, ready_at: float) -> float | None:
-        """When the job would end on a node READY at ``ready_at`` that nothing interrupts (None: it hangs)."""
+    def finish_time(self, ready_at: float, accelerator: str = "") -> float | None:
+        """When the job would end on a node (of ``accelerator``) READY at ``ready_at`` that nothing interrupts (None:
+        it hangs)."""
         m, segments = self.model, self.model.segments
-        attempt = self._plan(ready_at)
+        attempt = self._plan(ready_at, accelerator)
         remaining_s = (m.total_steps - attempt.base_step) / attempt.pace.steps_per_s
         periodic = max(0, math.ceil(remaining_s / segments.checkpoint_every_s) - 1)
         ends = attempt.stepping_at + remaining_s + periodic * segments.save_s + self._final(attempt)
@@ -198,9 +199,9 @@ class SimulatedAgent:
 
     # -- what the node's life does to it -----------------------------------------------------------
 
-    def started(self, at: float) -> None:
-        """The node is READY: a new attempt starts (its startup script runs the agent)."""
-        self._attempt = self._plan(at)
+    def started(self, at: float, accelerator: str = "") -> None:
+        """The node (of ``accelerator``) is READY: a new attempt starts (its startup script runs the agent)."""
+        self._attempt = self._plan(at, accelerator)
         self.attempts = self._attempt.number
         self.starts.append((self.attempts, at, self._attempt.base_step, self.checkpoint))
         if self._first_ready is None:

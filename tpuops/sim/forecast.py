@@ -8,6 +8,11 @@ trial's). Quantiles are empirical over those runs. What was assumed rather than 
 
 Every policy of ``tpuops.sim.scenario.CapacityPolicy`` is forecast: spot, on-demand, the fallback (on-demand from the
 first preemption) and the deadline policy (against the experiment's deadline, or an assumed one).
+
+An elastic experiment (``accelerator: [v2-32, v2-8]``) also gets its sizes forecast in closed form (``size_forecast``,
+``tpuops.billing.elastic``): each size's time and cost for the whole job on spot and on-demand, its preemption and
+stockout hazards (learned or assumed, saying which), and what the deadline policy would choose if the largest were
+stocked out at launch, with each move's expected hours, cost and chance to be on time.
 """
 
 from __future__ import annotations
@@ -19,13 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tpuops.billing.elastic import choose_size
 from tpuops.billing.risk import Risk
 from tpuops.config import Settings
 from tpuops.contract.interval import FIRST_SAVE_S
+from tpuops.controller.decide import size_terms
+from tpuops.launch.experiment import load_experiment
 from tpuops.runs.models import PlanInputs
 from tpuops.sim.engine import SimReport
 from tpuops.sim.history import History
-from tpuops.sim.scenario import DEADLINE_SLACK, DEFAULT_STEPS_PER_S, CapacityPolicy, Limits, is_sweep, simulate
+from tpuops.sim.scenario import (
+    DEADLINE_SLACK,
+    DEFAULT_STEPS_PER_S,
+    CapacityPolicy,
+    Limits,
+    agent_model,
+    due_s,
+    is_sweep,
+    simulate,
+)
 
 FORECAST_HORIZON = 20.0
 """A forecast's simulations stop at 20x the job's length on-demand (a sweep's: its waves of trials), at
@@ -106,9 +123,33 @@ class PolicyForecast(NamedTuple):
 class Forecast:
     policies: tuple[PolicyForecast, ...]
     assumptions: dict[str, Any] = field(default_factory=dict)
+    sizes: dict[str, Any] | None = None
+    """An elastic experiment's sizes (``size_forecast``); None for one size, or a sweep."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions}
+        shown = {"policies": [p.to_json() for p in self.policies], "assumptions": self.assumptions}
+        return shown if self.sizes is None else {**shown, "sizes": self.sizes}
+
+
+def size_forecast(inputs: PlanInputs, length_s: float, due: float | None) -> dict[str, Any]:
+    """Each size of an elastic run for a job ``length_s`` long on its largest (module docstring), due ``due``
+    seconds after its launch (None: ``DEADLINE_SLACK`` times its length, an assumption it names)."""
+    terms, recovery_s = size_terms(inputs), inputs.recovery_s.value
+    left = due if due is not None else DEADLINE_SLACK * length_s
+    sizes = [{"accelerator": term.accelerator, "slowdown": term.slowdown,
+              "spot": {"hours": round(term.hours(length_s, recovery_s), 4),
+                       "usd": round(term.usd(length_s, recovery_s), 4)},
+              "on_demand": {"hours": round(term.hours(length_s, recovery_s, on_demand=True), 4),
+                            "usd": round(term.usd(length_s, recovery_s, on_demand=True), 4)},
+              "stocked_out_share": round(term.stocked_out_share(), 4),
+              **{name: getattr(learned, name).model_dump() for name in ("hazard_per_hour", "stockouts_per_hour",
+                                                                          "spell_s")}}
+             for term, learned in zip(terms, inputs.sizes, strict=True)]
+    plan = choose_size(length_s, left, terms[0], terms[1], recovery_s)
+    return {"work_hours": round(length_s / 3600, 4), "deadline_hours": round(left / 3600, 4),
+            "deadline": "the experiment's" if due is not None else
+                        f"assumed: {DEADLINE_SLACK:g}x the job's length on its largest size",
+            "recovery_s": inputs.recovery_s.model_dump(), "sizes": sizes, "if_stocked_out_at_launch": plan.to_json()}
 
 
 def _names_deadline(path: Path) -> bool:
@@ -191,4 +232,9 @@ def forecast(settings: Settings, path: Path, risks: Sequence[Risk], history: His
                    f"{run_passes:,} run-passes in all, shared by the {simulations} simulations: what has not ended by "
                    "then is not finished",
     }
-    return Forecast(tuple(policies), assumptions)
+    sizes = None
+    if inputs is not None and len(inputs.sizes) > 1 and not sweep:
+        experiment = load_experiment(path)
+        length_s = agent_model(experiment, history, lost_work_per_hour=inputs.lost_work_per_hour.value).length_s
+        sizes = size_forecast(inputs, length_s, due_s(experiment))
+    return Forecast(tuple(policies), assumptions, sizes)

@@ -6,7 +6,8 @@ Durations are seconds of virtual time. A caller with an experiment's history pas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from tpuops.contract.interval import FIRST_SAVE_S
 from tpuops.core.errors import UsageError
@@ -83,6 +84,15 @@ class AgentModel:
     of those whose offset is within ``REPLACEMENT_WINDOW_S`` of the nearest to its own (empty: the first's).
     They differ when runs share a machine: the first attempts of a wave share it, and a replacement shares
     it with what is still running when it starts (a calibration measures them, ``tpuops.sim.calibrate``)."""
+
+    slowdown: Mapping[str, float] = field(default_factory=dict)
+    """An elastic run's sizes by accelerator: how many times longer a step takes there (the accumulation a smaller
+    slice needs to keep the global batch); others step at ``steps_per_s``."""
+
+    def sized(self, pace: Pace, accelerator: str) -> Pace:
+        """``pace`` on a node of ``accelerator``: its steps ``slowdown`` times slower there."""
+        factor = self.slowdown.get(accelerator, 1.0)
+        return pace if factor == 1.0 else replace(pace, steps_per_s=pace.steps_per_s / factor)
 
     def pace(self, attempt: int, offset_s: float = 0.0, draw: float = 0.0) -> Pace:
         """Attempt ``attempt``'s (1 = the first) setup, speed, final stretch and first look at a notice, for

@@ -101,6 +101,18 @@ def agent_model(experiment: Experiment, history: History | None, *, lost_work_pe
                       eval_every_steps=eval_every_steps)
 
 
+def slowdowns(settings: Settings, record: RunRecord) -> dict[str, float]:
+    """An elastic run's sizes and how many times longer a step takes on each (its largest's replicas over the size's:
+    the micro-batches it accumulates to keep the global batch); empty for a run of one size."""
+    from tpuops.providers.registry import offers_of
+
+    if not record.smaller:
+        return {}
+    offers = offers_of(settings.node_provider)
+    largest = offers.shape(record.node.accelerator).replicas
+    return {node.accelerator: largest / offers.shape(node.accelerator).replicas for node in record.sizes}
+
+
 def cloud_model(settings: Settings, risks: Sequence[Risk], accelerator: str) -> CloudModel:
     """The ledger's learned hazards per (zone, capacity) of ``accelerator``, and its median create -> READY; without
     history, the assumptions of ``tpuops.billing.risk`` (a slice: its hosts' hazard, a longer boot)."""
@@ -173,7 +185,7 @@ def _replica(record: RunRecord, spec: dict[str, Any], index: int, capacity: Capa
     return record.model_copy(update={"run_id": run_id, "node": node, **rule}), {**spec, "run_id": run_id}
 
 
-def _due_s(experiment: Experiment) -> float | None:
+def due_s(experiment: Experiment) -> float | None:
     """The experiment's deadline as seconds from its launch (an absolute one, from now)."""
     now = time.time()
     due = experiment.deadline_at(now)
@@ -224,11 +236,11 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
     if is_sweep(path):
         plan = plan_sweep(settings, path, user_store)
         train = plan.job.spec.train
-        model = agent_model(plan.job.experiment, history,
-                            lost_work_per_hour=lost_rate,
-                            eval_every_steps=(train.eval_every_steps if train else 0) or 100)
+        model = dataclasses.replace(agent_model(plan.job.experiment, history, lost_work_per_hour=lost_rate,
+                                                eval_every_steps=(train.eval_every_steps if train else 0) or 100),
+                                    slowdown=slowdowns(settings, plan.job.record))
         length_s = -(-plan.spec.trials // plan.spec.parallel) * model.length_s  # its waves of trials
-        plan = _on(plan, policy.capacity, policy.rule(length_s, _due_s(plan.job.experiment), inputs=inputs))
+        plan = _on(plan, policy.capacity, policy.rule(length_s, due_s(plan.job.experiment), inputs=inputs))
         accelerator = plan.job.record.node.accelerator
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, accelerator), model, cron_s=cron_s,
                          seed=seed, progress=say)
@@ -238,12 +250,12 @@ def _run(settings: Settings, path: Path, risks: Sequence[Risk], user_store: Stor
         # on every call.
         launched = jobs.new_run_id(load_experiment(path).name, datetime.fromtimestamp(START, UTC))
         job = jobs.plan_train(settings, path, user_store, run_id=launched, capacity=policy.capacity)
-        model = agent_model(job.experiment, history,
-                            lost_work_per_hour=lost_rate)
+        model = dataclasses.replace(agent_model(job.experiment, history, lost_work_per_hour=lost_rate),
+                                    slowdown=slowdowns(settings, job.record))
         sim = Simulation(settings, scratch, cloud or cloud_model(settings, risks, job.record.node.accelerator),
                          model, cron_s=cron_s, seed=seed, progress=say)
         length_s = model.length_s
-        rule = policy.rule(length_s, _due_s(job.experiment), inputs=inputs)
+        rule = policy.rule(length_s, due_s(job.experiment), inputs=inputs)
         sim.declare(_replica(job.record, job.spec_json(), index, policy.capacity, rule) for index in range(count))
     return sim.run(max_hours=limits.hours(length_s), max_run_passes=limits.max_run_passes,
                    wall_budget_s=limits.wall_budget_s, quiet_skip_s=limits.quiet_share * length_s)

@@ -52,8 +52,8 @@ class Agents:
             agent.late = lambda notice_at: self.late(run_id, notice_at)
         return self.by_run[run_id]
 
-    def finish_time(self, run_id: str, ready_at: float) -> float | None:
-        return self.agent(run_id).finish_time(ready_at)
+    def finish_time(self, run_id: str, ready_at: float, accelerator: str = "") -> float | None:
+        return self.agent(run_id).finish_time(ready_at, accelerator)
 
     def final_s(self, run_id: str) -> float:
         return self.agent(run_id).final_s
@@ -61,8 +61,8 @@ class Agents:
     def stops_at(self, run_id: str, notice_at: float) -> tuple[float, float] | None:
         return self.agent(run_id).stops_at(notice_at)
 
-    def started(self, run_id: str, at: float) -> None:
-        self.agent(run_id).started(at)
+    def started(self, run_id: str, at: float, accelerator: str = "") -> None:
+        self.agent(run_id).started(at, accelerator)
 
     def interrupted(self, run_id: str, notice_at: float, end_at: float) -> None:
         self.agent(run_id).interrupted(notice_at, end_at)
