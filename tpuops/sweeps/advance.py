@@ -102,7 +102,7 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: C
         if runs.run_exists(store, run_id):
             raise
         return None
-    status, memory, _ = runs.read_state(store, run_id)  # damaged: not finished, as far as the sweep can tell
+    status, memory, damage = runs.read_state(store, run_id)  # damaged: not finished, as far as the sweep can tell
     evals = tuple((point.step, point.metrics[metric]) for point in (status.evals if status else [])
                   if metric in point.metrics)
     final = status.eval_metric(metric) if status and status.exit_class == ExitClass.SUCCEEDED else None
@@ -113,7 +113,7 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: C
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
                    promoted=memory.capacity is not None, usd_per_hour=hourly,
-                   driven=memory.attempts > 0 or bool(memory.events))
+                   driven=memory.attempts > 0 or bool(memory.events) or bool(damage))  # damaged: holds its slot
 
 
 def _rewrite(store: Store, leases: Leases, run_id: str, change: Callable[[Memory], bool]) -> bool:
