@@ -61,10 +61,10 @@ def test_a_sweep_shrinks_part_by_part_and_whole() -> None:
     sweep = scenario.sweep
     assert sweep is not None
     first = len(scenario.runs) + len(scenario.commands) + len(scenario.faults)
-    assert scenario.parts() == first + 1 + 1 + len(sweep.stockouts) + len(sweep.faults)
+    assert scenario.parts() == first + 1 + 1 + len(sweep.stockouts) + len(sweep.faults) + scenario.notify.parts()
     assert scenario.without(first).sweep is None
     assert scenario.without(first + 1).sweep == dataclasses.replace(sweep, stop_at=None)
-    last = scenario.without(scenario.parts() - 1).sweep
+    last = scenario.without(scenario.parts() - scenario.notify.parts() - 1).sweep  # the receivers' parts come last
     assert last is not None and last.faults == sweep.faults[:-1]
     assert scenario.without(0).sweep == sweep  # a run dropped keeps the sweep
 
