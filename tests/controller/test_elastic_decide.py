@@ -66,6 +66,22 @@ def test_the_largest_size_stocked_out_everywhere_creates_the_next_size() -> None
     assert memory.preemptions == memory.crashes == memory.moves == 0
 
 
+def test_the_largest_size_refused_in_each_zone_one_pass_apart_is_out_everywhere() -> None:
+    """Passes as far apart as the backoff (300 s both, the defaults): each zone's block ends as the next begins, yet
+    the size was refused everywhere, so the run goes down (the swarm's sweeps: a trial asked v2-32 twenty times)."""
+    policy = Policy(zones=(A, B), stockout_backoff_s=300.0, sizes=(Size(BIG, (A, B)), Size(SMALL, (A, B))),
+                    probe_every_s=PROBE_EVERY)
+    memory = Memory()
+    assert actions(memory, Observed(listed=True), 0.0, policy) == [("create", A)]
+    stocked = Observed(listed=True, create_result=CreateResult.CAPACITY)
+    assert actions(memory, stocked, 300.0, policy) == [("create", B)]  # v2-32 failed over to b
+    assert memory.size == 0
+    # a's block ended at 600 as b's began: v2-32 was refused in every zone, one pass apart
+    assert actions(memory, stocked, 600.0, policy) == [("create", B)]  # v2-8, in the zone it was last in
+    assert memory.size == 1 and kinds(memory).count("size-down") == 1, kinds(memory)
+    assert memory.events[-1]["message"].startswith(f"attempt 3 of {SMALL} in {B}")
+
+
 def test_the_elastic_wait_holds_the_largest_size_before_going_down() -> None:
     policy = Policy(zones=(A, B), stockout_backoff_s=BACKOFF, sizes=POLICY.sizes, elastic_wait_s=300.0)
     memory = Memory()

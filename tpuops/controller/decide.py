@@ -267,7 +267,8 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
     if not policy.sizes:
         return _open_zone(memory, policy, 0, now)
     for size in range(len(policy.sizes)):
-        zone = _open_zone(memory, policy, size, now)
+        smaller = size < len(policy.sizes) - 1
+        zone = None if smaller and _out_everywhere(memory, policy, size, now) else _open_zone(memory, policy, size, now)
         if zone is not None:
             _resize(memory, policy, size, now)
             return zone
@@ -277,6 +278,19 @@ def _next_zone(memory: Memory, policy: Policy, now: float) -> str | None:
                     memory.size_move is None and now - memory.size_wait_since < policy.elastic_wait_s):
                 return None
     return None
+
+
+def _out_everywhere(memory: Memory, policy: Policy, size: int, now: float) -> bool:
+    """Every zone of the size refused it in one round of refusals: one zone is still blocked, and each other's
+    block ended no earlier than one backoff ago. The size is out, and an elastic run takes the next one.
+
+    A run tries the zones one a pass, so with passes as far apart as ``stockout_backoff_s`` (both 300 s by default)
+    each zone's block would end as the next one's begins, no moment would find them all blocked, and the run would
+    ask its largest size for ever. Its return is the probes' to find (``probe_every_s``). Once no zone is blocked
+    any more the size is asked again, as before (a size offered in one zone is out exactly while it is blocked)."""
+    ends = [memory.blocked_zones.get(_key(policy, size, zone, memory.capacity), float("-inf"))
+            for zone in _zones_of(policy, size)]
+    return max(ends) > now and min(ends) > now - policy.stockout_backoff_s
 
 
 def _resize(memory: Memory, policy: Policy, size: int, now: float) -> None:
