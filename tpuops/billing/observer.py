@@ -82,7 +82,9 @@ class BillingObserver:
         """Where the delete of a node we did not delete ourselves is found (``_ended_at``); None: the provider
         cannot say, and such an end is dated within the gap between sightings."""
         self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
-        self._creating: dict[tuple[str, str], str] = {}  # by (zone, name): our create operation's name, until READY
+        self._creating: dict[tuple[str, str], tuple[str, datetime | None]] = {}
+        """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
+        elsewhere, ``expect``)."""
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
@@ -121,9 +123,16 @@ class BillingObserver:
         """Whether the ledger holds the end of the node's incarnation already, so that this sighting is older than
         that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
         a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
-        swarm's seeds 6, 103, 118). Asked only of a node this observer does not hold as seen (after its end, or in
-        a new process): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
-        if not node.uid or (node.zone, node.name) in self._last_seen:
+        swarm's seeds 6, 103, 118). Asked only of an incarnation this observer does not hold as seen (after its end,
+        in a new process, or once its replacement was asked for): one it holds was not ended since without its
+        knowing (``gone`` forgets a node). What it holds of the name after our own create of a replacement is that
+        create (no uid yet), not the incarnation deleted before it: a lagging listing that still showed the deleted
+        one READY re-opened it, and its READY was dated by the replacement's create, whose end it took from it (the
+        swarm's seeds 615 and 762: a node held READY for hours after its delete, its replacement's READY lost)."""
+        if not node.uid:
+            return False
+        last = self._last_seen.get((node.zone, node.name))
+        if last is not None and last.uid == node.uid:
             return False
         return self._last_state(node.zone, node.name, node.uid) in _ENDED
 
@@ -224,17 +233,16 @@ class BillingObserver:
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
         says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
-        or no such create is found. Kept after the node's create, after a sighting of it short of READY (a create
-        whose answer was lost: seen CREATING, never told of its operation; the swarm's seed 58) and at or before
-        ``seen``."""
+        or no such create is found, also after a sighting of it short of READY (a create whose answer was lost: seen
+        CREATING, never told of its operation; the swarm's seed 58). Kept after the node's createTime and at or before
+        ``seen``, not after that sighting (``_created_ready`` says why)."""
         last = self._last_seen.get((node.zone, node.name))
         if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
                                                                   or last.state not in _BOOTING)):
             return None
         if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
             return None
-        ready = self._listed_create_end(node.zone, node.name, node.create_time, seen)
-        return ready if ready is None or last is None else max(ready, min(last.at, seen))
+        return self._listed_create_end(node.zone, node.name, node.create_time, seen)
 
     def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
         """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
@@ -269,21 +277,22 @@ class BillingObserver:
         READY, as its create operation's end says (one GetOperation, once); None: nothing to ask, or the create did
         not succeed.
 
-        It is kept within the gap since the last sighting (for a node this observer never saw, since the operation
-        started) and ``seen``, as a clock that is off cannot move it out. An operation that was over before the
+        It is kept between our ask for the create (for one asked elsewhere, the operation's start) and ``seen``, as a
+        clock that is off cannot move it out; not after a sighting of the node short of READY: a listing that lags
+        shows a node CREATING after its READY, and kept after such sightings READY started when the lag ended,
+        missing what was billed meanwhile (the swarm's seed 747: 228 s of 2200 s). An operation that was over before the
         incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
         it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
         READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44).
         """
-        operation = self._creating.pop((zone, name), None)
+        operation, asked = self._creating.pop((zone, name), (None, None))
         if operation is None:
             return None
         try:
             done = self.operations(zone, operation)
         except TpuopsError:
             return None
-        last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else done.started
+        since = asked or done.started
         if done.ended is None or done.error is not None or since is None:
             return None
         if created is not None and done.ended < created - _CLOCKS_APART:
@@ -304,9 +313,6 @@ class BillingObserver:
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
-            last = self._last_seen.get((zone, name))
-            if ready is not None and last is not None:
-                ready = max(ready, min(last.at, seen))
         if ready is None:
             return
         with contextlib.suppress(NotFound):
@@ -320,7 +326,7 @@ class BillingObserver:
         pass late. A node whose create it was told of, or that it has seen already, is left as it is.
         """
         if (zone, name) not in self._last_seen:
-            self._creating.setdefault((zone, name), operation)
+            self._creating.setdefault((zone, name), (operation, None))
 
     def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
@@ -350,7 +356,7 @@ class BillingObserver:
         ``_changed_at``) by ``operation`` (whose end dates its READY, ``_ready_at``): recorded now."""
         self.recorded(zone, request)
         self._last_seen[(zone, request.name)] = _Sighted("", None, asked)
-        self._creating[(zone, request.name)] = operation
+        self._creating[(zone, request.name)] = (operation, asked)
 
     def deleting(self, zone: str, name: str, operation: Operation, asked: datetime, answered: datetime) -> None:
         """Our delete of the node, asked at ``asked`` and answered at ``answered``: billing stops where the delete

@@ -205,6 +205,7 @@ class _Play:
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
+            self.trace.passes.append(now)
             if not self._pass(self.controller, now):
                 self.death.dead = False
                 self.controller = self.sim.controller_over(self.store, self.cloud, "watch")  # a fresh process
