@@ -283,15 +283,18 @@ class BillingObserver:
         missing what was billed meanwhile (the swarm's seed 747: 228 s of 2200 s). An operation that was over before the
         incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
         it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
-        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44).
+        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44). When the GetOperation fails,
+        the create the provider lists for the node dates it instead: guessed within the gap, READY was up to half a
+        pass late (the swarm's seed 34, on a branch whose passes' creates went out in a varying order).
         """
         operation, asked = self._creating.pop((zone, name), (None, None))
         if operation is None:
             return None
         try:
             done = self.operations(zone, operation)
-        except TpuopsError:
-            return None
+        except TpuopsError:  # asked once only: the create the provider lists says the same (ListOperations)
+            listed = self._listed_create_end(zone, name, created, seen)
+            return listed if listed is None or asked is None else min(max(listed, asked), seen)
         since = asked or done.started
         if done.ended is None or done.error is not None or since is None:
             return None
