@@ -13,6 +13,7 @@ import pytest
 
 from tpuops.billing.ledger import DELETED, SCHEMA_VERSION, Ledger, Sighting
 from tpuops.config import Capacity
+from tpuops.core import guards
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 
@@ -131,6 +132,8 @@ def test_a_closed_incarnation_takes_no_further_transition(ledger: Ledger) -> Non
                      at=at(11))
     assert ledger.observe_nodes([stale]) == 0
     assert [(t.state, t.at) for t in ledger.transitions(P, Z, "n1")] == [("READY", at(1)), (DELETED, at(9))]
+    with guards.off("ledger.closed_stays_closed"):  # what the guard keeps out
+        assert ledger.observe_nodes([stale]) == 1
 
 
 def test_two_incarnations_of_one_name_are_kept_apart(ledger: Ledger) -> None:

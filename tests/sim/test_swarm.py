@@ -74,7 +74,11 @@ GUARDS_OFF = [
     ("decide.budget_stop", "money.within_budget", 5),
     ("decide.ended_stays_ended", "nodes.nothing_for_ended_run", 10),
     ("decide.user_error_final", "truth.user_error_costs_one_node", 10),
-    ("fleet.write_ahead", "money.ledger_matches_billing", 15),
+    # Off, a node whose create's answer was lost, or that lived between two passes, bills unseen. (It broke
+    # money.ledger_matches_billing first while the ledger took a READY for the name's closed incarnation.)
+    ("fleet.write_ahead", "money.billing_never_missed", 55),
+    # Off, a listing that lags re-opens a deleted node READY (the swarm's seed 6).
+    ("ledger.closed_stays_closed", "money.ledger_matches_billing", 10),
     ("decide.ended_node_goes", "nodes.none_left", 35),
     # Off, a self-delete's end is guessed between sightings (within billing_never_missed's half-pass slack): the
     # checker that holds it to its delete operation breaks.
@@ -83,7 +87,7 @@ GUARDS_OFF = [
 
 
 @pytest.mark.unit
-@pytest.mark.slow  # up to 35 seeds each: make test's
+@pytest.mark.slow  # up to 55 seeds each: make test's
 @pytest.mark.parametrize(("guard", "invariant", "within"), GUARDS_OFF)
 def test_with_a_guard_off_the_swarm_finds_its_violation(guard: str, invariant: str, within: int) -> None:
     if guard not in guards.declared():

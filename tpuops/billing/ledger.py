@@ -53,9 +53,15 @@ from pathlib import Path
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
+from tpuops.core.guards import Guard
 
 DELETED = "DELETED"
 """The state ``mark_deleted`` appends: the end of an incarnation's last interval."""
+
+CLOSED_STAYS_CLOSED = Guard("ledger.closed_stays_closed", "an incarnation whose end the ledger holds takes no further "
+                            "transition: a sighting older than that end (a listing that lags) changes nothing")
+"""Asked here (a closed row takes no transition) and by ``BillingObserver._ended_before`` (nor is such a sighting
+dated, which would take the evidence meant for the name's next incarnation)."""
 
 _MIGRATIONS: tuple[str, ...] = (
     """
@@ -352,7 +358,7 @@ class Ledger:
                 created = None if s.created_at is None else _stamp(s.created_at)
                 record = self._record(conn, s.project, s.zone, s.name, s.accelerator, s.capacity, s.run_id,
                                       s.sweep_id, s.uid, stamp, created)
-                if record.deleted_at is not None:
+                if record.deleted_at is not None and CLOSED_STAYS_CLOSED.on:
                     continue  # closed: the sighting is older than the incarnation's end (module docstring)
                 changed += self._append(conn, record.id, _text(s.state), stamp if s.at is None else _stamp(s.at))
         return changed
@@ -370,7 +376,8 @@ class Ledger:
         stamp = _stamp(at)
         with self._write() as conn:
             node = self._require(conn, project, zone, name, uid)
-            return node["deleted_at"] is None and self._append(conn, node["id"], _text(state), stamp)
+            closed = node["deleted_at"] is not None and CLOSED_STAYS_CLOSED.on
+            return not closed and self._append(conn, node["id"], _text(state), stamp)
 
     def mark_deleted(
         self, project: str, zone: str, name: str, at: datetime | None = None, *, uid: str | None = None

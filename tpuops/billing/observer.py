@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from tpuops.billing.ledger import DELETED, Ledger, NodeRecord, Sighting
+from tpuops.billing.ledger import CLOSED_STAYS_CLOSED, DELETED, Ledger, NodeRecord, Sighting
 from tpuops.core import naming
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.errors import NotFound, TpuopsError
@@ -129,7 +129,7 @@ class BillingObserver:
         create (no uid yet), not the incarnation deleted before it: a lagging listing that still showed the deleted
         one READY re-opened it, and its READY was dated by the replacement's create, whose end it took from it (the
         swarm's seeds 615 and 762: a node held READY for hours after its delete, its replacement's READY lost)."""
-        if not node.uid:
+        if not node.uid or not CLOSED_STAYS_CLOSED.on:
             return False
         last = self._last_seen.get((node.zone, node.name))
         if last is not None and last.uid == node.uid:
