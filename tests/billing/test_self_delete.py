@@ -254,6 +254,24 @@ def test_a_create_whose_get_operation_fails_is_ready_where_its_listed_create_end
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [("READY", at(50))]
 
 
+def test_a_node_a_lagging_listing_hid_until_it_was_preempted_is_billed_from_its_create(tmp_path: Path) -> None:
+    """Our create at 0 s (READY at 50 s), then a listing that lags shows the zone without the node (what it said
+    before the create), which closes the record; the next listing finds the node preempted. Its READY, dated by the
+    create the provider lists, belongs to its own incarnation, not to the closed record the lag left."""
+    settings = _settings(tmp_path)
+    clock = VirtualClock(at(30).timestamp())
+    fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"), clock=clock)
+    fleet.billing.node_operations = _deleted_at(None)  # our create: 0-50 s
+    fleet.billing.operations = lambda zone, name: _deleted_at(None)(zone, name)[0]
+    request = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE, run_id=RUN).request
+    fleet.billing.created(ZONE, request, "c", at(0))
+    fleet.billing.listed(ZONE, {}, asked=at(30))  # the lag: the zone as it was before the create
+    clock.advance_to(at(300).timestamp())
+    fleet.billing.listed(ZONE, {"n": _node(NodeState.PREEMPTED)}, asked=at(300))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n", uid="7")] == [
+        ("READY", at(50)), ("PREEMPTED", at(175))]
+
+
 def test_a_create_operation_over_before_the_node_was_created_does_not_date_its_ready(tmp_path: Path) -> None:
     """The create operation a run's memory still names (the write of the new one's was lost) made the node's
     forerunner: it ended before this incarnation was created, so the create the provider lists for this one dates

@@ -68,6 +68,14 @@ _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
 
+def _sighting(node: NodeInfo, state: NodeState, at: datetime) -> Sighting:
+    """The ledger's record of ``node`` seen in ``state``, which began ``at``."""
+    return Sighting(project=node.project, zone=node.zone, name=node.name, accelerator=node.accelerator,
+                    capacity=node.capacity.value, state=state.value, uid=node.uid or None,
+                    run_id=node.labels.get(naming.RUN_KEY), sweep_id=node.labels.get(naming.SWEEP_KEY),
+                    created_at=node.create_time, at=at)
+
+
 class BillingObserver:
     """Dates in one project's ledger when its nodes started and stopped costing, from what the engine reports."""
 
@@ -107,13 +115,7 @@ class BillingObserver:
             nodes = tuple(n for n in nodes if (n.zone, n.name) not in stale)
             fresh = [n for n in fresh if (n.zone, n.name) not in stale]
         if fresh:
-            sightings = [
-                Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
-                         capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
-                         run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         created_at=n.create_time, at=self._at(n, now, stamp))
-                for n in fresh]
-            self.ledger.observe_nodes(sightings)
+            self.ledger.observe_nodes([_sighting(n, n.state, self._at(n, now, stamp)) for n in fresh])
         for n in nodes:
             if n.managed:
                 before = last.get((n.zone, n.name))
@@ -141,7 +143,7 @@ class BillingObserver:
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
-            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
+            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time, node=node)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None)
         return self._changed_at(node.zone, node.name, seen, first=first)
@@ -303,7 +305,7 @@ class BillingObserver:
         return min(max(done.ended, since), seen)
 
     def _ready_unseen(self, zone: str, name: str, seen: datetime, *, uid: str | None = None,
-                      created: datetime | None = None) -> None:
+                      created: datetime | None = None, node: NodeInfo | None = None) -> None:
         """A node found gone or deleted at ``seen`` that we created but this observer never saw READY lived between two
         looks (created, trained and deleted itself between two passes): its create operation dates its READY,
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
@@ -312,14 +314,19 @@ class BillingObserver:
         A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, None when
         never sighted; created at ``created``) short of READY, the create the provider lists for it dates its READY
         instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
-        seeds 84 and 178)."""
+        seeds 84 and 178). A node sighted past READY (``node``) gets its READY in its own incarnation, recorded first
+        when the ledger has none yet: the name's latest may be a record a listing that lags closed, which took no
+        READY, so what the node billed went unseen."""
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
         if ready is None:
             return
-        with contextlib.suppress(NotFound):
-            self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
+        if node is not None and node.uid:  # sighted: its own incarnation, recorded if need be (not the name's latest)
+            self.ledger.observe_nodes([_sighting(node, NodeState.READY, ready)])
+        else:
+            with contextlib.suppress(NotFound):
+                self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
         self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
 
     def expect(self, zone: str, name: str, operation: str) -> None:
