@@ -119,6 +119,11 @@ def _deleted_at(seconds: float | None) -> Callable[[str, str], list[Operation]]:
     return lambda zone, name: ops
 
 
+def _nowhere(zone: str, name: str) -> NodeInfo | None:
+    """The provider's lookup of a node a listing no longer shows: it has none (it deleted itself)."""
+    return None
+
+
 @pytest.mark.parametrize(("said", "dated"), [
     (420.0, 420.0),  # inside the gap between the last READY sighting (300 s) and DELETING (600 s)
     (700.0, 600.0),  # after the sighting that saw it: kept to it
@@ -159,6 +164,7 @@ def test_a_node_seen_creating_then_gone_is_billed_from_its_listed_create_to_its_
     fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
     fleet.billing.node_operations = _deleted_at(200)  # created 0-50 s, deleted itself at 200 s
     fleet.billing.observe(_node(NodeState.CREATING), at=at(30))
+    fleet.billing.find_node = _nowhere
     fleet.billing.listed(ZONE, {}, asked=at(330))
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
         ("CREATING", at(30)), ("READY", at(50)), (DELETED, at(200))]
@@ -172,6 +178,7 @@ def test_a_listing_older_than_a_nodes_end_never_reopens_it(tmp_path: Path) -> No
     fleet.billing.node_operations = _deleted_at(420)
     fleet.billing.observe(_node(NodeState.READY), at=at(0))
     fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    fleet.billing.find_node = _nowhere
     fleet.billing.listed(ZONE, {}, asked=at(600))
     fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, asked=at(900))  # what the listing said at 300 s
     fleet.billing.listed(ZONE, {}, asked=at(1200))
@@ -265,11 +272,39 @@ def test_a_node_a_lagging_listing_hid_until_it_was_preempted_is_billed_from_its_
     fleet.billing.operations = lambda zone, name: _deleted_at(None)(zone, name)[0]
     request = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE, run_id=RUN).request
     fleet.billing.created(ZONE, request, "c", at(0))
+    fleet.billing.find_node = None  # the listing's word taken: its lag closes the record (BillingObserver.gone)
     fleet.billing.listed(ZONE, {}, asked=at(30))  # the lag: the zone as it was before the create
     clock.advance_to(at(300).timestamp())
     fleet.billing.listed(ZONE, {"n": _node(NodeState.PREEMPTED)}, asked=at(300))
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n", uid="7")] == [
         ("READY", at(50)), ("PREEMPTED", at(175))]
+
+
+def test_a_node_a_lagging_listing_no_longer_shows_is_looked_up_before_it_is_dated_gone(tmp_path: Path) -> None:
+    """A listing that lags shows the zone as it was before our create: the node is looked up (GetNode) and found
+    READY, so its record stays open, and it ends where it deleted itself (1000 s). Taken for gone on the listing's
+    word, it ended at the first look and the 870 s it billed after were missing (the swarm's seeds 956, 1445,
+    2204); a lookup that fails is no evidence either way."""
+    settings = _settings(tmp_path)
+    clock = VirtualClock(at(300).timestamp())
+    fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"), clock=clock)
+    fleet.billing.node_operations = _deleted_at(1000)  # created 0-50 s, deleted itself at 1000 s
+    fleet.billing.operations = lambda zone, name: _deleted_at(None)(zone, name)[0]
+    request = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE, run_id=RUN).request
+    fleet.billing.created(ZONE, request, "c", at(0))
+    for lookup in (lambda zone, name: _node(NodeState.READY), _unanswered):
+        fleet.billing.find_node = lookup
+        fleet.billing.listed(ZONE, {}, asked=datetime.fromtimestamp(clock(), UTC))  # the lag: as before the create
+        clock.advance_to(clock() + 300)
+    clock.advance_to(at(1200).timestamp())
+    fleet.billing.find_node = _nowhere
+    fleet.billing.listed(ZONE, {}, asked=at(1200))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(50)), (DELETED, at(1000))]
+
+
+def _unanswered(zone: str, name: str) -> NodeInfo | None:
+    raise TransientError("503: the API failed this call")
 
 
 def test_a_create_operation_over_before_the_node_was_created_does_not_date_its_ready(tmp_path: Path) -> None:
@@ -315,6 +350,7 @@ def test_a_run_that_ended_while_the_api_failed_is_billed_until_its_delete_got_th
                 stack.enter_context(guards.off("ledger.evidence_end"))
             fleet.billing.observe(_node(NodeState.READY), at=at(0))
             fleet.billing.observe(_node(NodeState.READY), at=at(300))  # the last look before the outage
+            fleet.billing.find_node = _nowhere
             fleet.billing.listed(ZONE, {}, asked=at(930))  # the first look after it: gone
         [*_, last] = fleet.billing.ledger.transitions(P, ZONE, "n")
         assert last.state == DELETED
