@@ -8,14 +8,16 @@ self-deletes of nodes whose job ended (the delete operation their VM asked for, 
 
 Invariants: the ledger keeps transitions only (a node seen again unchanged costs no ledger work);
 every node we create is recorded before anyone waits on it; a change is dated within the gap in
-which it happened, never outside it, whatever a clock that is off says; a node's end is dated only
-from evidence that it is gone (a delete operation, a sighting without it), never from its run's end
-(guard ``ledger.evidence_end``): a run that ends while the API fails leaves its node READY, and billed,
-until a delete gets through.
+which it happened, never outside it, whatever a clock that is off says (READY: between the ask for the
+create and the first sighting READY; a sighting short of READY may come from a listing that lags); a
+node's end is dated only from evidence that it is gone (a delete operation, a listing without it that a
+lookup of the node confirms), never from its run's end (guard ``ledger.evidence_end``): a run that ends
+while the API fails leaves its node READY, and billed, until a delete gets through; a sighting older than
+an end the ledger holds changes nothing (guard ``ledger.closed_stays_closed``).
 
 May import what the billing wing may: the ledger, ``tpuops.core`` and the provider-neutral node
 vocabulary. It calls no provider: an operation's times are asked through ``operations``, the
-engine's own lookup, handed in.
+engine's own lookup, handed in, and so are ``node_operations`` and ``find_node``.
 """
 
 from __future__ import annotations
