@@ -122,7 +122,9 @@ class BillingObserver:
             nodes = tuple(n for n in nodes if (n.zone, n.name) not in stale)
             fresh = [n for n in fresh if (n.zone, n.name) not in stale]
         if fresh:
-            self.ledger.observe_nodes([_sighting(n, n.state, self._at(n, now, stamp)) for n in fresh])
+            # at: this observer's clock, not the ledger's default (the wall's), dates what the ledger does itself
+            # (the name's former incarnation closed by a new uid: in a simulation, years off; the swarm's seed 3320)
+            self.ledger.observe_nodes([_sighting(n, n.state, self._at(n, now, stamp)) for n in fresh], at=now)
         for n in nodes:
             if n.managed:
                 before = last.get((n.zone, n.name))
@@ -330,7 +332,7 @@ class BillingObserver:
         if ready is None:
             return
         if node is not None and node.uid:  # sighted: its own incarnation, recorded if need be (not the name's latest)
-            self.ledger.observe_nodes([_sighting(node, NodeState.READY, ready)])
+            self.ledger.observe_nodes([_sighting(node, NodeState.READY, ready)], at=seen)
         else:
             with contextlib.suppress(NotFound):
                 self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
