@@ -111,7 +111,8 @@ class Fleet:
         self.progress = progress
         self.billing = BillingObserver(ledger, settings.project, self.operation, clock=clock,
                                        node_operations=provider.node_operations
-                                       if isinstance(provider, ListsOperations) else None)
+                                       if isinstance(provider, ListsOperations) else None,
+                                       find_node=provider.find_node)
         """What this engine sees and does, dated into the ledger (``tpuops.billing.observer``): READY, ends,
         self-deletes (dated by the delete operation the node's VM asked for, where the provider lists them)."""
 

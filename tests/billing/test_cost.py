@@ -460,6 +460,9 @@ class _SlowListing:
     def operation(self, zone: str, name: str) -> Operation:
         return Operation(name=name, zone=zone, done=True, started=at(0), ended=at(self.create_ended))
 
+    def find_node(self, zone: str, name: str) -> NodeInfo | None:
+        return dataclasses.replace(_sighted(self.state), zone=zone)
+
 
 @pytest.mark.unit
 def test_a_slow_answer_does_not_make_ready_start_late(tmp_path: Path) -> None:

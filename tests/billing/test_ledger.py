@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tpuops.billing.ledger import DELETED, SCHEMA_VERSION, Ledger
+from tpuops.billing.ledger import DELETED, SCHEMA_VERSION, Ledger, Sighting
 from tpuops.config import Capacity
+from tpuops.core import guards
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
 
@@ -118,6 +119,21 @@ def test_mark_deleted_closes_once(ledger: Ledger) -> None:
     assert node.deleted_at == at(9)
     assert [(t.state, t.at) for t in ledger.transitions(P, Z, "n1")] == [("READY", at(1)), (DELETED, at(9))]
     assert ledger.nodes(open_only=True) == []
+
+
+def test_a_closed_incarnation_takes_no_further_transition(ledger: Ledger) -> None:
+    """A sighting older than the node's end (a listing that lags) re-opened it READY, and nothing closed it again:
+    the ledger billed hours the cloud never did (the swarm's seeds 615 and 762). A deleted node never comes back."""
+    ledger.record_node(P, Z, "n1", "v2-8", "spot", uid="1", at=at(0))
+    ledger.observe(P, Z, "n1", "READY", at(1))
+    ledger.mark_deleted(P, Z, "n1", at(9))
+    assert ledger.observe(P, Z, "n1", "READY", at(10)) is False
+    stale = Sighting(project=P, zone=Z, name="n1", accelerator="v2-8", capacity="spot", state="READY", uid="1",
+                     at=at(11))
+    assert ledger.observe_nodes([stale]) == 0
+    assert [(t.state, t.at) for t in ledger.transitions(P, Z, "n1")] == [("READY", at(1)), (DELETED, at(9))]
+    with guards.off("ledger.closed_stays_closed"):  # what the guard keeps out
+        assert ledger.observe_nodes([stale]) == 1
 
 
 def test_two_incarnations_of_one_name_are_kept_apart(ledger: Ledger) -> None:

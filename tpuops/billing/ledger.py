@@ -18,6 +18,10 @@ Invariants:
   one write transaction, so repeated or concurrent observations of the same state add one row.
   Transitions are kept in the order they were observed. ``mark_deleted`` also appends a final
   ``DELETED`` transition, so every interval has an end.
+- A closed incarnation (``deleted_at`` set) takes no further transition: a node the API deleted never comes back
+  (the name's next node is another incarnation), so a sighting older than its end (a listing that lags) changes
+  nothing. Appended, a READY after the end opened an interval nothing closed again, and the ledger billed hours
+  the cloud never did (the swarm's seeds 615 and 762).
 - Times are stored as UTC ISO-8601 with microseconds (they sort as text); callers pass
   timezone-aware datetimes or ``None`` for now. A transition's time is when the state began as
   well as the observer can tell (``Fleet`` dates it between two sightings, or from the
@@ -49,9 +53,15 @@ from pathlib import Path
 
 from tpuops.core.clock import UTC
 from tpuops.core.errors import NotFound, UsageError
+from tpuops.core.guards import Guard
 
 DELETED = "DELETED"
 """The state ``mark_deleted`` appends: the end of an incarnation's last interval."""
+
+CLOSED_STAYS_CLOSED = Guard("ledger.closed_stays_closed", "an incarnation whose end the ledger holds takes no further "
+                            "transition: a sighting older than that end (a listing that lags) changes nothing")
+"""Asked here (a closed row takes no transition) and by ``BillingObserver._ended_before`` (nor is such a sighting
+dated, which would take the evidence meant for the name's next incarnation)."""
 
 _MIGRATIONS: tuple[str, ...] = (
     """
@@ -348,6 +358,8 @@ class Ledger:
                 created = None if s.created_at is None else _stamp(s.created_at)
                 record = self._record(conn, s.project, s.zone, s.name, s.accelerator, s.capacity, s.run_id,
                                       s.sweep_id, s.uid, stamp, created)
+                if record.deleted_at is not None and CLOSED_STAYS_CLOSED.on:
+                    continue  # closed: the sighting is older than the incarnation's end (module docstring)
                 changed += self._append(conn, record.id, _text(s.state), stamp if s.at is None else _stamp(s.at))
         return changed
 
@@ -355,7 +367,8 @@ class Ledger:
         self, project: str, zone: str, name: str, state: str | Enum, at: datetime | None = None, *,
         uid: str | None = None,
     ) -> bool:
-        """Note that the node was seen in ``state``; return whether that was a transition.
+        """Note that the node was seen in ``state``; return whether that was a transition (never one of a closed
+        incarnation: module docstring).
 
         Raises:
             NotFound: the ledger has no such node (``record_node`` it first).
@@ -363,7 +376,8 @@ class Ledger:
         stamp = _stamp(at)
         with self._write() as conn:
             node = self._require(conn, project, zone, name, uid)
-            return self._append(conn, node["id"], _text(state), stamp)
+            closed = node["deleted_at"] is not None and CLOSED_STAYS_CLOSED.on
+            return not closed and self._append(conn, node["id"], _text(state), stamp)
 
     def mark_deleted(
         self, project: str, zone: str, name: str, at: datetime | None = None, *, uid: str | None = None

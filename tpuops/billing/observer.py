@@ -8,14 +8,16 @@ self-deletes of nodes whose job ended (the delete operation their VM asked for, 
 
 Invariants: the ledger keeps transitions only (a node seen again unchanged costs no ledger work);
 every node we create is recorded before anyone waits on it; a change is dated within the gap in
-which it happened, never outside it, whatever a clock that is off says; a node's end is dated only
-from evidence that it is gone (a delete operation, a sighting without it), never from its run's end
-(guard ``ledger.evidence_end``): a run that ends while the API fails leaves its node READY, and billed,
-until a delete gets through.
+which it happened, never outside it, whatever a clock that is off says (READY: between the ask for the
+create and the first sighting READY; a sighting short of READY may come from a listing that lags); a
+node's end is dated only from evidence that it is gone (a delete operation, a listing without it that a
+lookup of the node confirms), never from its run's end (guard ``ledger.evidence_end``): a run that ends
+while the API fails leaves its node READY, and billed, until a delete gets through; a sighting older than
+an end the ledger holds changes nothing (guard ``ledger.closed_stays_closed``).
 
 May import what the billing wing may: the ledger, ``tpuops.core`` and the provider-neutral node
 vocabulary. It calls no provider: an operation's times are asked through ``operations``, the
-engine's own lookup, handed in.
+engine's own lookup, handed in, and so are ``node_operations`` and ``find_node``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from tpuops.billing.ledger import DELETED, Ledger, NodeRecord, Sighting
+from tpuops.billing.ledger import CLOSED_STAYS_CLOSED, DELETED, Ledger, NodeRecord, Sighting
 from tpuops.core import naming
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
 from tpuops.core.errors import NotFound, TpuopsError
@@ -37,6 +39,8 @@ EVIDENCE_END = Guard("ledger.evidence_end", "a node's end is dated only from evi
 
 NodeOperations = Callable[[str, str], list[Operation]]
 """The operations on one node, by zone and name, whoever asked for them (the provider's ``ListsOperations``)."""
+FindsNode = Callable[[str, str], NodeInfo | None]
+"""One node as the provider holds it now, by zone and name; None when it has none (the provider's ``find_node``)."""
 Operations = Callable[[str, str], Operation]
 """Where one of our operations stands, by zone and operation name (the engine's ``Fleet.operation``)."""
 
@@ -72,11 +76,19 @@ _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
 
+def _sighting(node: NodeInfo, state: NodeState, at: datetime) -> Sighting:
+    """The ledger's record of ``node`` seen in ``state``, which began ``at``."""
+    return Sighting(project=node.project, zone=node.zone, name=node.name, accelerator=node.accelerator,
+                    capacity=node.capacity.value, state=state.value, uid=node.uid or None,
+                    run_id=node.labels.get(naming.RUN_KEY), sweep_id=node.labels.get(naming.SWEEP_KEY),
+                    created_at=node.create_time, at=at)
+
+
 class BillingObserver:
     """Dates in one project's ledger when its nodes started and stopped costing, from what the engine reports."""
 
     def __init__(self, ledger: Ledger, project: str, operations: Operations, *, clock: Clock = system_clock,
-                 node_operations: NodeOperations | None = None) -> None:
+                 node_operations: NodeOperations | None = None, find_node: FindsNode | None = None) -> None:
         self.ledger = ledger
         self.project = project
         self.operations = operations
@@ -85,8 +97,13 @@ class BillingObserver:
         self.node_operations = node_operations
         """Where the delete of a node we did not delete ourselves is found (``_ended_at``); None: the provider
         cannot say, and such an end is dated within the gap between sightings."""
+        self.find_node = find_node
+        """Where a node a listing no longer shows is looked up before its end is dated (``listed``); None: the
+        listing's word is taken."""
         self._last_seen: dict[tuple[str, str], _Sighted] = {}  # by (zone, name): the last sighting
-        self._creating: dict[tuple[str, str], str] = {}  # by (zone, name): our create operation's name, until READY
+        self._creating: dict[tuple[str, str], tuple[str, datetime | None]] = {}
+        """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
+        elsewhere, ``expect``)."""
         self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
@@ -110,13 +127,9 @@ class BillingObserver:
             nodes = tuple(n for n in nodes if (n.zone, n.name) not in stale)
             fresh = [n for n in fresh if (n.zone, n.name) not in stale]
         if fresh:
-            sightings = [
-                Sighting(project=n.project, zone=n.zone, name=n.name, accelerator=n.accelerator,
-                         capacity=n.capacity.value, state=n.state.value, uid=n.uid or None,
-                         run_id=n.labels.get(naming.RUN_KEY), sweep_id=n.labels.get(naming.SWEEP_KEY),
-                         created_at=n.create_time, at=self._at(n, now, stamp))
-                for n in fresh]
-            self.ledger.observe_nodes(sightings, now)  # an incarnation a new one replaced unseen ends by then
+            # at: this observer's clock, not the ledger's default (the wall's), dates what the ledger does itself
+            # (the name's former incarnation closed by a new uid: in a simulation, years off; the swarm's seed 3320)
+            self.ledger.observe_nodes([_sighting(n, n.state, self._at(n, now, stamp)) for n in fresh], at=now)
         for n in nodes:
             if n.managed:
                 self._missed.pop((n.zone, n.name), None)
@@ -128,11 +141,16 @@ class BillingObserver:
         that evidence (a listing that lags, a cache): an incarnation that is deleting or gone never comes back, and
         a sighting of it READY again re-opened it in the ledger, which then billed hours the cloud never did (the
         swarm's seeds 6, 103, 118). Asked only of an incarnation this observer does not hold as seen (after its end,
-        in a new process, or after our own create of its replacement under the same name: a listing that lags then
-        shows the one we deleted, which took the replacement's READY and billed hours the cloud never did, the swarm's
-        seed 42): one it holds was not ended since without its knowing (``gone`` forgets a node)."""
+        in a new process, or after our own create of its replacement under the same name): one it holds was not ended
+        since without its knowing (``gone`` forgets a node). What it holds of the name after our own create of a
+        replacement is that create (no uid yet), not the incarnation deleted before it: a lagging listing that still
+        showed the deleted one READY re-opened it, and its READY was dated by the replacement's create, whose end it
+        took from it (the swarm's seeds 42, 615 and 762: a node held READY for hours after its delete, its
+        replacement's READY lost)."""
+        if not node.uid or not CLOSED_STAYS_CLOSED.on:
+            return False
         last = self._last_seen.get((node.zone, node.name))
-        if not node.uid or (last is not None and last.uid == node.uid):
+        if last is not None and last.uid == node.uid:
             return False
         return self._last_state(node.zone, node.name, node.uid) in _ENDED
 
@@ -141,7 +159,7 @@ class BillingObserver:
         if node.state is NodeState.READY:
             return self._ready_at(node, seen)
         if node.state not in (NodeState.CREATING, NodeState.UNSPECIFIED):  # past READY: was it READY unseen?
-            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time)
+            self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time, node=node)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None) or seen
         return self._changed_at(node.zone, node.name, seen, first=first)
@@ -252,17 +270,16 @@ class BillingObserver:
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
         says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
-        or no such create is found. Kept after the node's create, after a sighting of it short of READY (a create
-        whose answer was lost: seen CREATING, never told of its operation; the swarm's seed 58) and at or before
-        ``seen``."""
+        or no such create is found, also after a sighting of it short of READY (a create whose answer was lost: seen
+        CREATING, never told of its operation; the swarm's seed 58). Kept after the node's createTime and at or before
+        ``seen``, not after that sighting (``_created_ready`` says why)."""
         last = self._last_seen.get((node.zone, node.name))
         if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
                                                                   or last.state not in _BOOTING)):
             return None
         if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
             return None
-        ready = self._listed_create_end(node.zone, node.name, node.create_time, seen)
-        return ready if ready is None or last is None else max(ready, min(last.at, seen))
+        return self._listed_create_end(node.zone, node.name, node.create_time, seen)
 
     def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
         """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
@@ -297,33 +314,33 @@ class BillingObserver:
         READY, as its create operation's end says (one GetOperation, once); None: nothing to ask, or the create did
         not succeed.
 
-        It is kept within the gap since the last sighting (for a node this observer never saw, since the operation
-        started) and ``seen``, as a clock that is off cannot move it out. An operation that was over before the
+        It is kept between our ask for the create (for one asked elsewhere, the operation's start) and ``seen``, as a
+        clock that is off cannot move it out; not after a sighting of the node short of READY: a listing that lags
+        shows a node CREATING after its READY, and kept after such sightings READY started when the lag ended,
+        missing what was billed meanwhile (the swarm's seed 747: 228 s of 2200 s). An operation that was over before the
         incarnation seen was created (``created``: its createTime) made the one before: a run's memory can still name
         it when the write of the new create's was lost (compare-and-swap conflicts), and it dated a replacement's
-        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44). A last sighting of it
-        booting that the operation's end precedes by more than clocks can be apart came from a listing behind (a
-        cache): the operation's end stands (it dated READY at that stale sighting, 228 s late: the swarm's seed 747).
+        READY at its forerunner's, billing hours the cloud never did (the swarm's seed 44). When the GetOperation fails,
+        the create the provider lists for the node dates it instead: guessed within the gap, READY was up to half a
+        pass late (the swarm's seed 34, on a branch whose passes' creates went out in a varying order).
         """
-        operation = self._creating.pop((zone, name), None)
+        operation, asked = self._creating.pop((zone, name), (None, None))
         if operation is None:
             return None
         try:
             done = self.operations(zone, operation)
-        except TpuopsError:
-            return None
-        last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else done.started
+        except TpuopsError:  # asked once only: the create the provider lists says the same (ListOperations)
+            listed = self._listed_create_end(zone, name, created, seen)
+            return listed if listed is None or asked is None else min(max(listed, asked), seen)
+        since = asked or done.started
         if done.ended is None or done.error is not None or since is None:
             return None
         if created is not None and done.ended < created - _CLOCKS_APART:
             return None
-        if last is not None and last.state in _BOOTING and done.ended < since - _CLOCKS_APART:
-            since = done.started or since
         return min(max(done.ended, since), seen)
 
     def _ready_unseen(self, zone: str, name: str, seen: datetime, *, uid: str | None = None,
-                      created: datetime | None = None) -> None:
+                      created: datetime | None = None, node: NodeInfo | None = None) -> None:
         """A node found gone or deleted at ``seen`` that we created but this observer never saw READY lived between two
         looks (created, trained and deleted itself between two passes): its create operation dates its READY,
         which goes to the ledger and stands as its last sighting, so that its end is dated after it (``_ended_at``)
@@ -332,17 +349,19 @@ class BillingObserver:
         A create whose answer was lost was never told of: when the ledger holds the incarnation (``uid``, None when
         never sighted; created at ``created``) short of READY, the create the provider lists for it dates its READY
         instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
-        seeds 84 and 178)."""
+        seeds 84 and 178). A node sighted past READY (``node``) gets its READY in its own incarnation, recorded first
+        when the ledger has none yet: the name's latest may be a record a listing that lags closed, which took no
+        READY, so what the node billed went unseen."""
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
-            last = self._last_seen.get((zone, name))
-            if ready is not None and last is not None:
-                ready = max(ready, min(last.at, seen))
         if ready is None:
             return
-        with contextlib.suppress(NotFound):
-            self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
+        if node is not None and node.uid:  # sighted: its own incarnation, recorded if need be (not the name's latest)
+            self.ledger.observe_nodes([_sighting(node, NodeState.READY, ready)], at=seen)
+        else:
+            with contextlib.suppress(NotFound):
+                self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
         self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
 
     def expect(self, zone: str, name: str, operation: str) -> None:
@@ -352,7 +371,7 @@ class BillingObserver:
         pass late. A node whose create it was told of, or that it has seen already, is left as it is.
         """
         if (zone, name) not in self._last_seen:
-            self._creating.setdefault((zone, name), operation)
+            self._creating.setdefault((zone, name), (operation, None))
 
     def gone(self, zone: str, name: str, at: datetime | None = None, record: NodeRecord | None = None, *,
              absent: bool = False, sure: bool = False) -> None:
@@ -391,7 +410,7 @@ class BillingObserver:
         ``_changed_at``) by ``operation`` (whose end dates its READY, ``_ready_at``): recorded now."""
         self.recorded(zone, request)
         self._last_seen[(zone, request.name)] = _Sighted("", None, asked)
-        self._creating[(zone, request.name)] = operation
+        self._creating[(zone, request.name)] = (operation, asked)
 
     def deleting(self, zone: str, name: str, operation: Operation, asked: datetime, answered: datetime) -> None:
         """Our delete of the node, asked at ``asked`` and answered at ``answered``: billing stops where the delete
@@ -405,10 +424,12 @@ class BillingObserver:
     def listed(self, zone: str, nodes: dict[str, NodeInfo], asked: datetime) -> None:
         """A whole listing of ``zone`` (the call went out at ``asked``): what it shows is observed, and the open
         ledger intervals of nodes it no longer shows are closed: they stopped costing (their dead-man's switch, a
-        preemption that made them vanish)."""
+        preemption that made them vanish). A node the listing no longer shows is looked up first (``find_node``):
+        a listing that lags shows the zone as it was, before our create, and a node taken for gone on its word was
+        dated gone at once, the hours it then billed missing from the ledger (the swarm's seeds 956, 1445, 2204)."""
         self.observe(*nodes.values(), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
-            if record.name not in nodes:
+            if record.name not in nodes and not self._still_there(zone, record):
                 self.gone(zone, record.name, record=record, absent=True)
 
     def may_bill(self, zone: str, name: str) -> bool:
@@ -416,6 +437,22 @@ class BillingObserver:
         whose delete is not found yet is still billing as far as the evidence goes (``_ended_at``)."""
         return any(self._state_of(zone, name, record.uid) == NodeState.READY.value
                    for record in self.ledger.nodes(self.project, zone, name=name, open_only=True))
+
+    def _still_there(self, zone: str, record: NodeRecord) -> bool:
+        """Whether the incarnation of ``record``, which a listing no longer showed, is still there (then it is
+        observed as found) or may be (the lookup failed: no evidence either way, so it stays open, on the safe side);
+        False when it is gone (found missing, or another incarnation under its name) or nothing can be asked."""
+        if self.find_node is None:
+            return False
+        asked = utc_now(self.clock)
+        try:
+            node = self.find_node(zone, record.name)
+        except TpuopsError:
+            return True
+        if node is None or (record.uid is not None and node.uid and node.uid != record.uid):
+            return False
+        self.observe(node, asked=asked)
+        return True
 
     def zones_of_open_nodes(self) -> Iterable[str]:
         """The zones where the ledger says one of our nodes may live (an interval still open)."""

@@ -313,6 +313,14 @@ class Controller:
             if not (state.memory.finished and passing.nodes[run_id] is None) or not told or self._may_bill(state):
                 passing.live.append(run_id)
             elif passing.only is None and not passing.failed:
+                try:
+                    node = self._unlisted_node(run_id, state.record)
+                except TpuopsError:
+                    continue  # no evidence either way: it stays indexed, and the next pass asks again
+                if node is not None:  # a listing that lags did not show it: it is deleted as any ended run's
+                    passing.nodes[run_id] = node
+                    passing.live.append(run_id)
+                    continue
                 runs.drop_active(self.store, run_id)
                 self._seen.pop(run_id, None)
         taken = _inline_or_pooled(passing.live, lambda run_id: self._kept(run_id, states[run_id]),
@@ -332,6 +340,13 @@ class Controller:
         passing.decided = {run_id: self._decide(run_id, states[run_id].record, memory, nodes[run_id], listed, now)
                            for run_id, (memory, _) in passing.held.items()
                            if self._offline(run_id, states[run_id].record, memory, nodes[run_id], now)}
+
+    def _unlisted_node(self, run_id: str, record: RunRecord) -> NodeInfo | None:
+        """The ended run's node the listing did not show (it may lag), looked up before the run leaves the index: a
+        run ended meanwhile was dropped with its node READY, billed for hours (the swarm's seed 150). None: gone."""
+        found = (self.nodes.find(zone, record.node_name) for zone in record.zones)
+        return next((node for node in found if node is not None and node.labels.get(RUN_KEY) == run_id
+                     and node.state is not NodeState.DELETING), None)
 
     def _phase_act(self, passing: _Pass) -> None:
         """Act: runs decided with nothing to do are passing inline, the others acted on concurrently, ``MAX_ACTING``

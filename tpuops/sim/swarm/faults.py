@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tpuops.core.errors import PreconditionFailed, TransientError
 from tpuops.providers.base import NodeProvider
@@ -283,6 +283,10 @@ def _run_of(key: str) -> str:
 
 class FaultyStore(Store):
     """The store as the controller sees it, with the schedule's store faults and its death (module docstring)."""
+
+    concurrent_reads: ClassVar[bool] = False
+    """One thread, as the simulation's own store (``LocalStore``): the reads of several runs (``runs.rebuild_index``)
+    went through a thread pool, the one place left where a play's calls could go out in a varying order."""
 
     def __init__(self, inner: Store, injected: Injected, death: Death) -> None:
         self.inner = inner

@@ -10,6 +10,7 @@ node checks: a poison record may cost its own run, never bill unseen.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,6 +68,8 @@ class Trace:
     """By controller (its lease holder): the runs it acted on in this pass (created, deleted, probed)."""
     pass_errors: list[str] = field(default_factory=list)
     """Every exception other than an injected death that escaped a pass (liveness)."""
+    passes: list[float] = field(default_factory=list)
+    """When each of the controller's passes was (virtual time, in order): the looks that frame an undated end."""
     clean_pass: bool = False
     """This pass saw no fault at all (no injection, no death): a stop must have taken effect in it."""
     stalls: list[tuple[float, float]] = field(default_factory=list)
@@ -151,36 +154,56 @@ _UNDATED = {"preempted": 1, "job-ended": 1, "terminated": 1, "maintenance": 2}
 maintenance: the ledger dates them between two sightings; a maintenance restart's return to READY too)."""
 
 
-def _billed_seconds(trace: Trace) -> dict[tuple[str, str], tuple[float, int, float]]:
-    """By node (zone, name): its READY seconds in the cloud's billing, how many of its ends no call dates
-    (``_UNDATED``), and when it was first READY."""
-    billed: dict[tuple[str, str], tuple[float, int, float]] = {}
+def _undated_slack(trace: Trace, end: float) -> float:
+    """How far the ledger may date an end no call dates (a preemption, a self-delete) from where it was: half a
+    pass interval, or more where the passes that framed it were further apart. The observer dates such an end in
+    the middle of the gap between the sightings before and after it, but no further back than the gap before
+    (``BillingObserver._changed_at``): off by at most half a pass while passes come at their pace, by up to half
+    of a longer gap (a pass skipped or late: the swarm's seed 462, a preemption dated 193 s early in a 600-s gap),
+    and by the gap less the one before it when that one was shorter than half (a pass come early)."""
+    half = trace.scenario.cron_s / 2
+    after = bisect.bisect_right(trace.passes, end)
+    if after == 0 or after >= len(trace.passes):
+        return half
+    gap = trace.passes[after] - trace.passes[after - 1]
+    before = trace.passes[after - 1] - trace.passes[after - 2] if after >= 2 else gap
+    return max(half, gap / 2, gap - before)
+
+
+def _billed_seconds(trace: Trace) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """By node (zone, name): its READY seconds in the cloud's billing, how far the ledger may date its ends that no
+    call dates (``_UNDATED``: the ledger dates them between two sightings, ``_undated_slack``), and
+    when it was first READY."""
+    billed: dict[tuple[str, str], tuple[float, float, float]] = {}
     for interval in trace.intervals():
         key = (interval.zone, interval.name)
-        seconds, undated, first = billed.get(key, (0.0, 0, interval.start))
-        billed[key] = (seconds + (interval.end or trace.now) - interval.start,
-                       undated + _UNDATED.get(interval.reason, 0), min(first, interval.start))
+        seconds, slack, first = billed.get(key, (0.0, 0.0, interval.start))
+        end = interval.end
+        if end is not None:
+            slack += _UNDATED.get(interval.reason, 0) * _undated_slack(trace, end)
+        billed[key] = (seconds + (end or trace.now) - interval.start, slack, min(first, interval.start))
     return billed
 
 
-def _tolerance(trace: Trace, seconds: float, undated: int) -> float:
-    """How far a node's READY seconds in the ledger may be from the cloud's: 1 % (or ``LEDGER_SLACK_S``), and half
-    a pass interval for each end no call dates (``tpuops.billing.observer``: dated in the middle of the gap
-    between the sightings before and after, off by at most half a pass)."""
-    return max(LEDGER_SHARE * seconds, LEDGER_SLACK_S) + undated * trace.scenario.cron_s / 2
+def _tolerance(seconds: float, slack_s: float) -> float:
+    """How far a node's READY seconds in the ledger may be from the cloud's: 1 % (or ``LEDGER_SLACK_S``), and how
+    far its undated ends may be dated (``_undated_slack``; ``tpuops.billing.observer``: within the gap between the
+    sightings before and after)."""
+    return max(LEDGER_SHARE * seconds, LEDGER_SLACK_S) + slack_s
 
 
 def billing_never_missed(trace: Trace) -> list[str]:
     """money: every node the cloud billed is in the ledger, with no fewer READY seconds than the cloud billed
-    (within 1 %, and half a pass per end that no call dates): no cost goes unseen by ``tpuops cost`` or a budget,
-    whatever the API or the store did meanwhile (issue 38's first defect)."""
+    (within 1 %, and half a pass, or half the gap between the passes around it, per end that no call dates): no
+    cost goes unseen by ``tpuops cost`` or a budget, whatever the API or the store did meanwhile (issue 38's first
+    defect)."""
     ledger = _ledger_seconds(trace)
     bad = []
-    for key, (seconds, undated, _) in sorted(_billed_seconds(trace).items()):
+    for key, (seconds, slack_s, _) in sorted(_billed_seconds(trace).items()):
         held = ledger.get(key)
         if held is None:
             bad.append(f"{key[1]} in {key[0]}: billed {seconds:.1f} s READY, missing from the ledger")
-        elif seconds - held > _tolerance(trace, seconds, undated):
+        elif seconds - held > _tolerance(seconds, slack_s):
             bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
     return bad
 
@@ -218,9 +241,9 @@ def ledger_matches_billing(trace: Trace) -> list[str]:
     READY, on the safe side, until a listing without it)."""
     ledger = _ledger_seconds(trace)
     bad = []
-    for key, (seconds, undated, first) in sorted(_billed_seconds(trace).items()):
+    for key, (seconds, slack_s, first) in sorted(_billed_seconds(trace).items()):
         held = ledger.get(key, 0.0)
-        if held - seconds > _tolerance(trace, seconds, undated) + trace.busy_s(first, trace.now, ledger=True):
+        if held - seconds > _tolerance(seconds, slack_s) + trace.busy_s(first, trace.now, ledger=True):
             bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
     return bad
 

@@ -265,6 +265,7 @@ class _Play:
                 self.controller = self._start("watch")
             if rivals:  # the first passes in the middle of the watch's pass, the others after it
                 self.store.meanwhile = self._rival
+            self.trace.passes.append(now)
             passed = self._pass(self.controller, now)
             if clock() > now:  # slow calls, an overrun: the pass acted late
                 self.trace.stalls.append((now, clock()))
