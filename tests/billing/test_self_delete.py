@@ -288,7 +288,10 @@ def test_a_node_a_lagging_listing_no_longer_shows_is_looked_up_before_it_is_date
     settings = _settings(tmp_path)
     clock = VirtualClock(at(300).timestamp())
     fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"), clock=clock)
-    fleet.billing.node_operations = _deleted_at(1000)  # created 0-50 s, deleted itself at 1000 s
+    def operations(zone: str, name: str) -> list[Operation]:  # created 0-50 s, deleted itself at 1000 s
+        return _deleted_at(1000 if clock() >= at(1000).timestamp() else None)(zone, name)
+
+    fleet.billing.node_operations = operations
     fleet.billing.operations = lambda zone, name: _deleted_at(None)(zone, name)[0]
     request = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE, run_id=RUN).request
     fleet.billing.created(ZONE, request, "c", at(0))

@@ -238,10 +238,10 @@ class _Lagging(MemoryProvider):
 
 def test_a_finished_run_whose_live_node_a_lagging_listing_leaves_out_stays_indexed_until_its_node_goes(
         tmp_path: Path) -> None:
-    """A run stopped while the listing lags: its node, READY in the ledger with no evidence of an end, may still bill,
-    so the run stays in the index and the first pass that lists the node deletes it. Before, the next pass dropped the
-    finished run on the listing that left its node out, and nothing deleted the node (the swarm's seed 150: a $1 budget
-    run billed $16.40, to its job's own end)."""
+    """A run stopped while the listing lags: its node, which the listing leaves out, is looked up (GetNode) before the
+    finished run leaves the index, found, and deleted as any ended run's. Before, the next pass dropped the finished run
+    on the listing that left its node out, and nothing deleted the node (the swarm's seed 150: a $1 budget run billed
+    $16.40, to its job's own end)."""
     settings = Settings(zones=[ZONE], home=tmp_path / "home", store=str(tmp_path / "store"), lease_ttl_s=3600.0,
                         operation_timeout_s=WAIT_S, max_run_hours=0)
     store, cloud = open_store(settings.store_root), _Lagging(poll_interval_s=0.01)
@@ -251,11 +251,10 @@ def test_a_finished_run_whose_live_node_a_lagging_listing_leaves_out_stays_index
     world.running("r-1")
     runs.request_stop(store, "r-1", "stop by the user", datetime.now(timezone.utc).timestamp())
     cloud.behind = True
-    for _ in range(2):
-        report = world.controller.run_pass()
-        assert report.acted == [] and "r-1" in runs.active_run_ids(store) and (ZONE, "r-1") in cloud.nodes
+    assert world.controller.run_pass().acted == [] and "r-1" in runs.active_run_ids(store)  # the stop, its node unseen
     assert runs.load_memory(store, "r-1")[0].outcome == "stopped"
+    assert world.controller.run_pass().acted == [("r-1", "delete", ZONE)]  # looked up before the run leaves the index
+    poll(lambda: (ZONE, "r-1") not in cloud.nodes, "the stopped run's node deleted", timeout_s=WAIT_S)
     cloud.behind = False
-    assert world.controller.run_pass().acted == [("r-1", "delete", ZONE)] and (ZONE, "r-1") not in cloud.nodes
     world.controller.run_pass()
     assert "r-1" not in runs.active_run_ids(store)

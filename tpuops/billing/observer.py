@@ -432,23 +432,18 @@ class BillingObserver:
             if record.name not in nodes and not self._still_there(zone, record):
                 self.gone(zone, record.name, record=record, absent=True)
 
-    def may_bill(self, zone: str, name: str) -> bool:
-        """Whether the ledger holds the node READY, its end not dated: a node absent from a listing (which can lag)
-        whose delete is not found yet is still billing as far as the evidence goes (``_ended_at``)."""
-        return any(self._state_of(zone, name, record.uid) == NodeState.READY.value
-                   for record in self.ledger.nodes(self.project, zone, name=name, open_only=True))
-
     def _still_there(self, zone: str, record: NodeRecord) -> bool:
         """Whether the incarnation of ``record``, which a listing no longer showed, is still there (then it is
-        observed as found) or may be (the lookup failed: no evidence either way, so it stays open, on the safe side);
-        False when it is gone (found missing, or another incarnation under its name) or nothing can be asked."""
+        observed as found); False when it is gone (found missing, or another incarnation under its name), nothing
+        can be asked, or the lookup failed: then ``gone(absent=True)`` dates its end only from evidence (its delete
+        operation), keeping it open meanwhile, up to ``EVIDENCE_WAIT_S``."""
         if self.find_node is None:
             return False
         asked = utc_now(self.clock)
         try:
             node = self.find_node(zone, record.name)
         except TpuopsError:
-            return True
+            return False
         if node is None or (record.uid is not None and node.uid and node.uid != record.uid):
             return False
         self.observe(node, asked=asked)

@@ -305,12 +305,12 @@ class Controller:
                                passing.nodes, fresh=fresh)
 
     def _phase_decide(self, passing: _Pass) -> None:
-        """Decide: drop the runs that are over from the index (``_may_bill``), take the others' leases, and decide
+        """Decide: drop the runs that are over from the index (``_unlisted_node``), take the others' leases, and decide
         for every run held whose observation needs no I/O (the others are decided as they are acted on)."""
         states, report = passing.states, passing.report
         for run_id, state in states.items():
             told = not outbox.waiting(state.memory.notices) or not outbox.KEPT_UNTIL_TOLD.on
-            if not (state.memory.finished and passing.nodes[run_id] is None) or not told or self._may_bill(state):
+            if not (state.memory.finished and passing.nodes[run_id] is None) or not told:
                 passing.live.append(run_id)
             elif passing.only is None and not passing.failed:
                 try:
@@ -372,14 +372,6 @@ class Controller:
                 passing.report.finished[run_id] = outcome.finished
             if outcome.error is not None:
                 passing.report.errors[run_id] = outcome.error
-
-    def _may_bill(self, state: _Run) -> bool:
-        """Whether a finished run's node, which this pass's listing did not show, may still be billing: the ledger
-        holds it READY with no evidence of its end (a listing that lags leaves out a live node). Such a run stays
-        indexed, so that a later pass that lists the node deletes it (the swarm's seed 150: dropped on a lagging
-        listing in the pass after its budget stop, its node billed 6,876 s more, to its job's own end)."""
-        zone = state.memory.zone
-        return bool(zone) and self.billing.may_bill(zone, state.record.node_name)
 
     def _phase_reap(self, passing: _Pass) -> None:
         """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
