@@ -77,7 +77,6 @@ GUARDS_OFF = [
     ("runs.damage_tolerated", "liveness.poison_isolated", 1),
     ("lease.exclusive", "nodes.one_controller_acts", 37),
     ("fleet.write_ahead", "money.billing_never_missed", 54),
-    ("fleet.write_ahead", "money.ledger_matches_billing", 2),
     # Off, a listing that lags re-opens a deleted node READY.
     ("ledger.closed_stays_closed", "money.ledger_matches_billing", 6),
     # Off, a self-delete's end is guessed between sightings (within billing_never_missed's half-pass slack): the
