@@ -1,23 +1,18 @@
 """What a pass does with the node of a run whose memory (or record) is damaged (``damaged_verdict``), apart from
 ``decide`` so that each module stays within its size: pure, no I/O.
 
-Imports: ``tpuops.core``, ``tpuops.providers`` (node states), ``tpuops.runs`` (the agent's status).
+Imports: ``tpuops.core``, ``tpuops.providers`` (node states), ``tpuops.runs`` (the agent's status) and
+``tpuops.controller.decide`` (its policy and the dead node states).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from tpuops.controller.decide import DEAD_NODE, Policy
 from tpuops.core.clock import UTC
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus
-
-if TYPE_CHECKING:
-    from tpuops.controller.decide import Policy
-
-DEAD_NODE = {NodeState.PREEMPTED, NodeState.TERMINATED}
-"""States of a node no agent runs on and that only a delete ends."""
 
 
 def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,

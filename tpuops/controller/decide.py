@@ -67,7 +67,6 @@ from typing import Any
 from tpuops.billing.deadline import Rule
 from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
-from tpuops.controller.damaged import DEAD_NODE
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
@@ -80,7 +79,8 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
             NodeState.DELETING, NodeState.STOPPING}
 
 
-_DEAD_NODE = DEAD_NODE
+DEAD_NODE = frozenset({NodeState.PREEMPTED, NodeState.TERMINATED})
+"""States of a node no agent runs on and that only a delete ends."""
 
 _NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
                   "moved-up": "the notice of a planned move to a larger size"}
@@ -439,7 +439,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
     _recount(memory, observed, now)
-    if state in _DEAD_NODE:
+    if state in DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
     elif state is NodeState.READY:

@@ -19,8 +19,8 @@ from tpuops.runs import Memory, layout
 from tpuops.sim.engine import START
 
 if TYPE_CHECKING:
-    from tpuops.sim.swarm.invariants import Trace
     from tpuops.sim.swarm.receivers import Receivers
+    from tpuops.sim.swarm.trace import Trace
 
 ENDINGS = frozenset({Kind.SUCCEEDED, Kind.FAILED, Kind.RESTARTS_EXHAUSTED, Kind.BUDGET})
 """The kinds a run's ending is told by (one per ending)."""

@@ -19,7 +19,7 @@ from tpuops.sim.engine import START
 from tpuops.sim.swarm.draw import ZONES
 
 if TYPE_CHECKING:
-    from tpuops.sim.swarm.invariants import Trace
+    from tpuops.sim.swarm.trace import Trace
 
 _READS_ROW = ("memory", "status", "run")
 """The documents a row of ``runs --json`` is made of: a run with one of them garbled may be shown damaged."""

@@ -37,9 +37,10 @@ from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import receivers as r
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
-from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, Trace
+from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
 from tpuops.sim.swarm.sweeps import declare as declare_sweep
+from tpuops.sim.swarm.trace import Trace
 
 KINDS = f.KINDS + r.KINDS
 """Every fault kind the swarm injects: the ones a seed's main stream draws, then the receivers' (their own stream)."""

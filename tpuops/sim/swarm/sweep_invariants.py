@@ -26,7 +26,7 @@ from tpuops.sweeps.template import trial_run_id
 from tpuops.sweeps.trials import RUN_ID_ATTR, state_of
 
 if TYPE_CHECKING:
-    from tpuops.sim.swarm.invariants import Trace
+    from tpuops.sim.swarm.trace import Trace
 
 _ENDED_EARLY = (SweepOutcome.STOPPED, SweepOutcome.BUDGET_EXHAUSTED)
 """How a sweep that may tell a trial without a run ended."""
