@@ -58,6 +58,7 @@ from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.core.naming import RUN_KEY
 from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
+from tpuops.providers.cloud_tpu.adapter import CALL_TIMEOUT_S as CALL_TIMEOUT_S  # the client's, a slow answer meets
 from tpuops.providers.cloud_tpu.billing_rules import PREEMPTIBLE_CAPACITIES, billed_seconds, preemption_is_free
 from tpuops.providers.cloud_tpu.offers import CloudTpuRules
 from tpuops.providers.nodes import NodeInfo, NodeRequest, NodeState, Operation

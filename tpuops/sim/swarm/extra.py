@@ -30,8 +30,8 @@ from typing import Any
 
 from tpuops.core.errors import TransientError
 from tpuops.providers.base import NodeProvider
-from tpuops.providers.cloud_tpu.adapter import CALL_TIMEOUT_S
 from tpuops.providers.nodes import Operation
+from tpuops.providers.simulated import CALL_TIMEOUT_S
 from tpuops.sim.engine import START, Simulation
 from tpuops.sim.swarm import faults as f
 from tpuops.store import Store
