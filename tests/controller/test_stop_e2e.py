@@ -110,8 +110,8 @@ def test_down_of_a_followed_run_stops_it_for_good_and_resume_goes_on_from_its_ch
 def test_down_without_yes_refuses_in_one_line_and_stop_stops_a_run_nobody_follows(
         world: TfWorld) -> None:
     work, info = world.work, world.info
-    run = "detached"
-    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "digits_cnn.yaml"), "--name", run,
+    run = "detached"  # the long job: the short one could finish, under load, before the commands below reach it
+    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "sparse.yaml"), "--name", run,
                            "--detach")
     assert code == 0, err
     poll(lambda: any(n["state"] == "READY" for n in _listed(info, run)), "the run's node READY", timeout_s=120)
