@@ -285,16 +285,20 @@ class BillingObserver:
         """The end of the create the provider lists for the node's incarnation (created at ``floor``), kept after
         ``floor`` and at or before ``seen``; None when the provider cannot say or no such create is found. A create
         that ended before the incarnation was created made the one before; one asked for while the name was still
-        being deleted started before this createTime, and is this one's (the swarm's seed 58)."""
+        being deleted started before this createTime, and is this one's (the swarm's seed 58). A create that ended
+        before a delete that freed the name for this incarnation made an earlier one, however close the clocks: it
+        dated a failed create's node READY (a stockout's, moments after its forerunner's delete)."""
         if self.node_operations is None:
             return None
         try:
             operations = self.node_operations(zone, name)
         except TpuopsError:
             return None
+        freed = max((op.ended for op in operations if op.verb == "delete" and op.ended is not None
+                     and floor is not None and op.ended <= floor), default=None)  # the name free for this one
         ends = [op.ended for op in operations
                 if op.verb == "create" and op.error is None and op.ended is not None
-                and (floor is None or op.ended >= floor - _CLOCKS_APART)]
+                and (floor is None or op.ended >= floor - _CLOCKS_APART) and (freed is None or op.ended > freed)]
         if not ends:
             return None
         ready = min(max(ends), seen)
