@@ -202,7 +202,10 @@ def _cut_then_resumed(work: Path, info: EmulatorInfo, spec: str, run: str, steps
     assert all(c["request"] == request for c in captures)
     cut = [c for c in captures if c["attempt"] == 1]
     assert [(c["attempt"], c["state"]) for c in captures] == [(1, "discarded")] * len(cut) + [(2, "complete")]
-    assert all(c["reason"].startswith("preempted at step") and c["hosts"] == [] for c in cut), cut
+    # cut by the notice (the agent saved and discarded it), or by the other workers' end, which a slice's agent may
+    # meet in its call before it reads the notice (UnavailableError): discarded either way, no host's trace kept
+    assert all(c["reason"].startswith(("preempted at step", "the attempt ended: ")) and c["hosts"] == []
+               for c in cut), cut
     return cut, captures[-1]
 
 

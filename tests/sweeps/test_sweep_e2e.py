@@ -333,7 +333,10 @@ def test_the_endgame_moves_the_leading_trial_to_on_demand_at_a_checkpoint(world:
     record, memory = runs.read_record(world.store, trial.run_id), runs.load_memory(world.store, trial.run_id)[0]
     assert (record.node.capacity, memory.capacity) == ("spot", "on-demand")  # the record stays as declared
     assert "promoted" in [e["kind"] for e in memory.events]
-    capacities = [h.node.capacity for h in Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id)]
+    # in the order the incarnations began (the ledger may record one it first saw past READY after its successor)
+    histories = sorted(Ledger(world.settings.ledger_path).histories(PROJECT, run_id=trial.run_id),
+                       key=lambda h: min((t.at for t in h.transitions), default=datetime.max.replace(tzinfo=UTC)))
+    capacities = [h.node.capacity for h in histories]
     assert capacities[0] == "spot" and capacities[-1] == "on-demand"
     status = runs.read_status(world.store, trial.run_id)
     assert status is not None and status.resumed_from_step and status.step == MEDIUM  # on from its checkpoint

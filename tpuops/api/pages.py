@@ -75,18 +75,23 @@ def run_rows(settings: Settings, ids: list[str], *, root: Store | None = None) -
 
 
 def watch_marks(settings: Settings, *, root: Store | None = None) -> dict[str, int]:
-    """What the live pages poll: each active run's status generation (0: none yet), from one listing and
-    one stat per active run. A change means the agent or the controller wrote something new."""
+    """What the live pages poll: each active run's status and memory generations as one number (0: neither yet),
+    from one listing and two stats per active run. A change means the agent or the controller wrote something new:
+    the controller's memory too, since a run's end (its ``finished`` event) is written a pass after the agent's last
+    status, and a page that waited for the status alone showed the end only once the run left the index."""
     from tpuops import runs
     from tpuops.session import store
 
     root = root or store(settings)
 
-    def generation(run_id: str) -> int:
+    def stat(key: str) -> int:
         try:
-            return root.stat(runs.status_key(run_id)).generation
+            return root.stat(key).generation
         except NotFound:
             return 0
+
+    def generation(run_id: str) -> int:
+        return (stat(runs.status_key(run_id)) << 64) + stat(runs.memory_key(run_id))
 
     active = runs.active_index(root)
     return dict(zip(active, runs.parallel_map(generation, list(active)), strict=True))
