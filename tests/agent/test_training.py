@@ -5,6 +5,7 @@ final checkpoint (weights, optimizer slots, step, data position) must be equal b
 """
 
 import json
+import re
 import shutil
 import signal
 import time
@@ -97,6 +98,9 @@ def _resume(spec: Path, killed: AgentRun, reference: AgentRun, expected_step: in
     if status["recomputed_steps"] == 0:  # redone steps in the first call count as its setup (it compiles)
         assert second["recomputed_s"] == 0
     assert_identical(final_tensors(killed.run_dir), final_tensors(reference.run_dir))
+    # The last window of steps_per_call 7 is the last step alone (119 = 17 x 7), whatever step the run resumed at.
+    assert status["metrics"]["train"] == reference.status()["metrics"]["train"]
+    assert (status["metrics"]["train"]["first_step"], status["metrics"]["train"]["step"]) == (TOTAL_STEPS, TOTAL_STEPS)
 
 
 def test_sigterm_checkpoints_at_the_call_boundary_and_resumes_exactly(
@@ -185,3 +189,22 @@ def test_corrupt_newest_checkpoint_is_skipped(make_spec: Callable[..., Path], re
     assert run.status()["resumed_from_step"] == previous
     assert f"skipping corrupt checkpoint {ckpt / f'ckpt-{TOTAL_STEPS}'}" in run.logs()
     assert_identical(final_tensors(run.run_dir), final_tensors(reference_run.run_dir))
+
+
+def test_the_training_metrics_average_the_same_steps_whatever_the_heartbeat(make_spec: Callable[..., Path]) -> None:
+    """Status ``metrics.train`` is the mean over a window of steps fixed by ``steps_per_call`` (here 31-40), not over
+    the steps since the last report: an agent that reports at every window's end (a heartbeat shorter than a call, as
+    a slow slice's is) and one that reports only at the end (a fast host's) report the same values, bit for bit.
+    The last CI rehearsal saw a slice's 0.604 against one host's 1.319: the means of steps 31-40 and of 1-40."""
+    train = {"steps": 40, "steps_per_call": 10, "checkpoint_every_steps": 40}
+    often, never = (run_agent(make_spec(f"window-{name}", heartbeat_seconds=seconds, train=train))
+                    for name, seconds in (("often", 0.05), ("never", 1000)))
+    assert often.process.returncode == 0, often.output
+    assert never.process.returncode == 0, never.output
+    reports = [re.findall(r"step (\d+)/40 train \(steps (\d+)-(\d+)\)", run.logs()) for run in (often, never)]
+    assert reports == [[("10", "1", "10"), ("20", "11", "20"), ("30", "21", "30"), ("40", "31", "40")],
+                       [("40", "31", "40")]], "each call of 10 steps (0.3 s of pauses) outlasts the short heartbeat"
+    metrics = [run.status()["metrics"]["train"] for run in (often, never)]
+    assert metrics[0] == metrics[1]
+    assert (metrics[0]["first_step"], metrics[0]["step"]) == (31, 40) and set(metrics[0]) == {
+        "first_step", "step", "loss", "accuracy"}

@@ -38,8 +38,10 @@ def references(make_spec: Callable[..., Path]) -> Dict[str, AgentRun]:
 def test_compiled_model_trains_with_its_own_loss_metrics_and_train_step(references: Dict[str, AgentRun]) -> None:
     status = references["compiled"].status()
     assert status["exit_class"] == "succeeded" and status["step"] == TOTAL_STEPS
-    # the model's own metric names: compile()'s loss and "acc", and the train_step's "grad_norm"
-    assert set(status["metrics"]["train"]) == {"loss", "acc", "grad_norm"}
+    # the model's own metric names: compile()'s loss and "acc", and the train_step's "grad_norm", over the last
+    # window of steps_per_call 7: the last step alone (119 = 17 x 7)
+    assert set(status["metrics"]["train"]) == {"loss", "acc", "grad_norm", "first_step", "step"}
+    assert (status["metrics"]["train"]["first_step"], status["metrics"]["train"]["step"]) == (TOTAL_STEPS,) * 2
     assert status["metrics"]["eval"]["acc"] >= 0.95
     assert [e["step"] for e in status["evals"]] == [60, TOTAL_STEPS]
     assert set(status["evals"][-1]["metrics"]) >= {"loss", "acc"}

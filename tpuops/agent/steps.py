@@ -20,6 +20,12 @@ Every step also says whether its loss (or, for a compiled model, any loss or met
 the loop stops a diverged run at the call that diverged, before it checkpoints the weights, and
 names the step. It costs a cross-replica sum of one scalar per step, read with the input wait.
 
+The training metrics are means over a window of steps the loop opens (``start_window``, at every
+multiple of ``steps_per_call``): the call resets them before its first step, so a value read after
+any call covers the steps since the window opened, whether the host read it after one call or after
+several, on one host or on a slice: the mean of every example's loss in those steps, counted the
+same whatever the replicas and micro-batches the steps ran on.
+
 A step whose global batch is more than the slice takes at once accumulates gradients: each
 replica's share of the global batch is cut into ``accumulation`` micro-batches that run forward
 and backward one after another inside the step (a ``tf.while_loop`` in the graph, not the host),
@@ -165,10 +171,13 @@ class MultiStep:
         self._waited = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="input_wait")
         # A host variable too: the index in the call of the first step whose loss was not finite (-1: none).
         self._first_nonfinite = tf.Variable(-1, dtype=tf.int64, trainable=False, name="first_nonfinite")
+        # And one more: the next call resets the training metrics before its first step (``start_window``).
+        self._fresh_window = tf.Variable(False, trainable=False, name="fresh_window")
         self._clock = _clock()
         self.train_call = tf.function(self._train_call)
 
-    # Set by the subclasses: the replica step, the evaluation call and its metrics.
+    # Set by the subclasses: the replica step, the training metrics, the evaluation call and its metrics.
+    train_metrics: Any
     eval_metrics: Any
     _eval_call: Any
 
@@ -180,11 +189,23 @@ class MultiStep:
         """Create the variables the first call would create, for batches of ``element_spec`` (module docstring)."""
         raise NotImplementedError
 
+    def start_window(self) -> None:
+        """The training metrics count afresh from the next call's first step.
+
+        The reset runs inside that call, before its first step: no host round trip (on a slice the
+        metrics live on a worker), and the values read after any call are those of the steps since the
+        last window started, whenever they are read (the loop's reports follow the clock).
+        """
+        self._fresh_window.assign(True)
+
     def _train_call(self, iterator: Any, steps: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """Train ``steps`` steps; returns the seconds they waited for input and the index of the first
         step whose loss was not finite, -1 when none was (reading either waits for the call)."""
         self._waited.assign(0.0)
         self._first_nonfinite.assign(-1)
+        if self._fresh_window.read_value():
+            self.train_metrics.reset()
+        self._fresh_window.assign(False)
         for index in tf.range(steps, dtype=tf.int64):
             before = self._clock()
             with tf.control_dependencies([before]):

@@ -101,6 +101,7 @@ class _Run:
                                                               self.tspec.global_batch)
         self.eval_data: Any = None  # the distributed eval dataset, when there is one
         self.stream: Any = None  # the training stream's iterator, once training began
+        self.window_from = 0  # the training metrics count the steps after this one (``_report``)
         self.profiler = Profiler(paths.run_dir, status.attempt, spec.heartbeat_seconds, workers=runtime.workers,
                                  on_tpu=runtime.on_tpu, at_step=self.tspec.profile_at_step,
                                  steps=self.tspec.profile_steps, total_steps=self.tspec.steps)
@@ -228,7 +229,10 @@ class _Run:
         )
 
     def _call_size(self, step: int) -> int:
-        limits = [self.tspec.steps_per_call, self.tspec.steps - step]
+        """Steps of the next call: up to the next multiple of ``steps_per_call`` (a training-metrics window's end,
+        ``_report``), of the checkpoint and eval intervals and of a profile window's edge, and the last step."""
+        every = self.tspec.steps_per_call
+        limits = [every - step % every, self.tspec.steps - step]
         to_checkpoint = self.ckpt.steps_to_boundary(step)
         if to_checkpoint:
             limits.append(to_checkpoint)
@@ -255,11 +259,15 @@ class _Run:
         self.profiler.start()
         last_report = time.monotonic()
         size, elapsed = 0, 0.0
+        self.window_from = step  # a new process's metrics hold nothing yet
         while step < self.tspec.steps:
             if self.notice.requested():
                 self._stop_for_preemption(step)
             self.profiler.boundary(step, size, elapsed)
             size = self._call_size(step)
+            if step % self.tspec.steps_per_call == 0:
+                self.steps.start_window()
+                self.window_from = step
             started = time.monotonic()
             with inputs.dataset_records("dataset.train"):
                 waited, bad = self.steps.train_call(iterator, tf.constant(size, tf.int64))
@@ -275,7 +283,8 @@ class _Run:
             if bad >= 0:
                 self._report(step)
                 self._diverged(first_step + bad + 1, "the training loss")
-            if time.monotonic() - last_report >= self.spec.heartbeat_seconds or step == self.tspec.steps:
+            heartbeat = time.monotonic() - last_report >= self.spec.heartbeat_seconds
+            if step == self.tspec.steps or (heartbeat and step % self.tspec.steps_per_call == 0):
                 self._report(step)
                 last_report = time.monotonic()
             self.status.trained(first_step, size, time.monotonic() - started, waited)
@@ -289,15 +298,20 @@ class _Run:
         self.profiler.end(step)
 
     def _report(self, step: int) -> None:
-        """The training metrics since the last report, to status, TensorBoard and the log; then reset them.
+        """The training metrics over the window's steps, ``window_from`` + 1 to ``step``, to status (with those two
+        steps), TensorBoard and the log.
 
-        Once per heartbeat, not per call: every read is a host round trip the steps wait behind.
+        A window is the ``steps_per_call`` steps up to a multiple of it (``Steps.start_window``): which steps a
+        value averages never depends on the clock, so a slice and one host report the same quantity at the same
+        step, and so do a fast attempt and a slow one. It starts later only in an attempt that resumed off that
+        grid, and, for a compiled model, after an evaluation, which resets the model's one set of metrics. The
+        loop reports a whole window, at its end, once per heartbeat (every read is a host round trip the steps
+        wait behind), and the last step's, whatever the heartbeat.
         """
         metrics = self.steps.train_metrics.results()
-        self.status.set_metrics("train", metrics)
+        self.status.set_metrics("train", dict(metrics, first_step=self.window_from + 1, step=step))
         _scalars(self.writer, step, "train", metrics)
-        log.info("step %d/%d train %s", step, self.tspec.steps, metrics)
-        self.steps.train_metrics.reset()
+        log.info("step %d/%d train (steps %d-%d) %s", step, self.tspec.steps, self.window_from + 1, step, metrics)
 
     def checkpoint(self, step: int, background: bool = False) -> None:
         """Save at ``step``; blocking, it returns once the checkpoint is whole in the store.
@@ -352,6 +366,8 @@ class _Run:
             with entry.blame_user(f"the model from {self.spec.entry_point} cannot be evaluated on dataset.eval"), \
                     inputs.dataset_records("dataset.eval"):
                 results = self.steps.evaluate(self.eval_data, self.tspec.eval_steps)
+            if self.steps.train_metrics is self.steps.eval_metrics:  # a compiled model's: evaluate reset them
+                self.window_from = step
             log.info("eval at step %d: %s", step, results)
             self.status.set_metrics("eval", dict(results, step=step))
             self.status.add_eval(step, results)

@@ -211,7 +211,7 @@ def _report(finished: Finished | Started, as_json: bool) -> None:
     else:
         console = err_console()
         shown = ", ".join(f"{split} {name} {value:.4f}" for split in ("eval", "train")
-                          for name, value in metrics.get(split, {}).items() if name != "step")
+                          for name, value in metrics.get(split, {}).items() if name not in ("step", "first_step"))
         if "predicted" in metrics:
             shown = f"{metrics['predicted']} records predicted (manifest.json written last)"
         console.print(f"{finished.run_id}: {finished.outcome} at step {status.step} after "

@@ -25,7 +25,12 @@ away; it never talks to the agent otherwise. Fields (times are UTC ISO 8601)::
     checkpoint_every_s  the periodic checkpoint interval in use (``every: auto``: re-chosen after each save)
     last_save_s  the last checkpoint's cost in seconds, from its snapshot to whole in the store (what
                  ``every: auto`` weighs; a forecast learns an experiment's save cost from it), null before the first
-    metrics      {"train": {...}, "eval": {...}, "predicted": n}
+    metrics      {"train": {...}, "eval": {...}, "predicted": n}; "train": the training metrics' means over
+                 the steps "first_step" to "step" (both in it): the window of ``steps_per_call`` steps
+                 ending at a multiple of it (or at the last step), whenever the agent read it, so a slice
+                 and one host report the same quantity at a step; shorter only when an attempt resumed
+                 inside a window or a compiled model's evaluation reset its metrics (in script mode: the
+                 program's Keras logs as it last reported them); "eval": the last evaluation's, at "step"
     input_wait_ms  mean time a training step waited for its batch over the last call (the
                  starvation measure: near 0 when the input pipeline keeps up), null before
     evals        [{"step": int, "metrics": {name: float}}, ...] every evaluation of the run in
