@@ -38,6 +38,9 @@ from typing import Any
 import result_file
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import digits_project  # noqa: E402 - test-only helper, found through the line above
+
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
 PROJECT, BIG_ZONE, SMALL_ZONE = "tpuops-local", "us-central1-a", "us-central1-b"
 SIZES = ("v2-32", "v2-8")
@@ -54,20 +57,14 @@ def median(values: list[float | None]) -> float | None:
 
 def project(work: Path, steps: int) -> None:
     """The digits project with the elastic experiment: ``steps`` steps, one evaluation at the end, no target."""
-    from tpuops.data.samples import digits
-
-    digits(work / "data" / "digits")
-    experiments = work / "experiments"
-    experiments.mkdir()
-    (experiments / "models.py").write_text((ROOT / "experiments" / "models.py").read_text())
-    text = (ROOT / "experiments" / "digits_cnn.yaml").read_text()
+    text = digits_project(work)
     for old, new in (("steps: 600", f"steps: {steps}"), ("steps_per_call: 20", f"steps_per_call: {STEPS_PER_CALL}"),
                      ("\neval:\n", f"\neval:\n  every_steps: {steps}\n"), ("per_replica: 64", "per_replica: 8"),
                      ("target:\n  metric: accuracy\n  at_least: 0.95\n", ""),
                      ("accelerator: v3-8", "accelerator: [v2-32, v2-8]\nelastic:\n  probe_every: 24h")):
         assert old in text, old
         text = text.replace(old, new)
-    (experiments / "elastic.yaml").write_text(text + "expected_hours: 0.01\n")
+    (work / "experiments" / "elastic.yaml").write_text(text + "expected_hours: 0.01\n")
 
 
 def one_run(work: Path, env: dict[str, str], admin: Any, size: str, run: str) -> dict[str, Any]:

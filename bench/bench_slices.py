@@ -43,10 +43,12 @@ from typing import Any
 
 import result_file
 
-from tpuops.data.samples import digits
 from tpuops.emulator import AdminClient, EmulatorInfo, start_background, stop
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers import digits_project  # noqa: E402 - test-only helper, found through the line above
+
 TF_PYTHON = ROOT / ".venv-tf29" / "bin" / "python"
 PROJECT, ZONE = "tpuops-local", "us-central1-a"
 SHAPES = {"slice": ("v2-32", 8), "host": ("v3-8", 32)}  # accelerator, records per replica: global batch 32
@@ -60,11 +62,8 @@ def progress(text: str) -> None:
 
 def project(work: Path, steps: int) -> None:
     """The digits project with one experiment per shape, evaluated every 20 steps, no target."""
-    digits(work / "data" / "digits")
+    text = digits_project(work)
     experiments = work / "experiments"
-    experiments.mkdir()
-    (experiments / "models.py").write_text((ROOT / "experiments" / "models.py").read_text())
-    text = (ROOT / "experiments" / "digits_cnn.yaml").read_text()
     for old, new in (("steps: 600", f"steps: {steps}"), ("steps_per_call: 20", "steps_per_call: 10"),
                      ("every_steps: 100", "every_steps: 20"), ("\neval:\n", "\neval:\n  every_steps: 20\n"),
                      ("target:\n  metric: accuracy\n  at_least: 0.95\n", "")):

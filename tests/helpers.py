@@ -286,6 +286,18 @@ def settings_at(tmp: Path, config: str = "", **env: object) -> Settings:
     return load_settings(config_path=path, environ=environ)
 
 
+def use_home(tmp: Path, monkeypatch: pytest.MonkeyPatch, config: str) -> Path:
+    """Make ``tmp`` the user's folder for the test's length: ``tmp/tpuops.toml`` holds ``config`` and is the one
+    the CLI and api read, the home is ``tmp/home``, and no project comes from this machine's environment."""
+    (tmp / "tpuops.toml").write_text(config)
+    monkeypatch.chdir(tmp)
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp / "home"))
+    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp / "tpuops.toml"))
+    for name in ("GOOGLE_CLOUD_PROJECT", "TPUOPS_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp / "home"
+
+
 def emulator_fleet(info: EmulatorInfo, home: Path, zone: str) -> Any:
     """A ``Fleet`` over ``info``'s emulator with its own home (ledger) in ``zone``, polling operations every 50 ms."""
     from tpuops.billing.ledger import Ledger

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import poll, settings_at
+from helpers import poll, settings_at, use_home
 from typer.testing import CliRunner
 
 from tpuops.billing.ledger import Ledger, NodeHistory, NodeRecord, Transition
@@ -124,13 +124,7 @@ def test_a_key_without_history_gets_the_stated_assumption() -> None:
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "tpuops.toml"
-    config.write_text("spot_preemptions_per_hour = 0.2\n")
-    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TPUOPS_CONFIG", str(config))
-    for name in ("GOOGLE_CLOUD_PROJECT", "TPUOPS_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path / "home"
+    return use_home(tmp_path, monkeypatch, "spot_preemptions_per_hour = 0.2\n")
 
 
 @pytest.mark.unit

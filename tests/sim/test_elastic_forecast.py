@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, use_home
 from typer.testing import CliRunner
 
 from tpuops.cli.main import app
@@ -39,12 +39,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         .replace("every_steps: 100", "every_steps: 6000").replace("every_seconds: 60", "every_seconds: 600")
         .replace("accelerator: v3-8", "accelerator: [v2-32, v2-8]\nfinish_within: 5h"))
     data_sample("digits", tmp_path / "data" / "digits")
-    (tmp_path / "tpuops.toml").write_text(f"zones = {list(ZONES)!r}\n".replace("'", '"'))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
-    for name in ("GOOGLE_CLOUD_PROJECT", "TPUOPS_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
+    use_home(tmp_path, monkeypatch, f"zones = {list(ZONES)!r}\n".replace("'", '"'))
     return tmp_path
 
 

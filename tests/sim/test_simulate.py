@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import REPO, settings_at
+from helpers import REPO, settings_at, use_home
 from typer.testing import CliRunner
 
 from tpuops import runs
@@ -333,12 +333,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         shutil.copy(REPO / "experiments" / name, tmp_path / "experiments" / name)
     shutil.copy(REPO / "sweeps" / "digits_lr.yaml", tmp_path / "sweeps" / "digits_lr.yaml")
     data_sample("digits", tmp_path / "data" / "digits")
-    (tmp_path / "tpuops.toml").write_text(f"zones = {list(ZONES)!r}\n".replace("'", '"'))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TPUOPS_CONFIG", str(tmp_path / "tpuops.toml"))
-    for name in ("GOOGLE_CLOUD_PROJECT", "TPUOPS_PROJECT"):
-        monkeypatch.delenv(name, raising=False)
+    use_home(tmp_path, monkeypatch, f"zones = {list(ZONES)!r}\n".replace("'", '"'))
     return tmp_path
 
 
