@@ -149,6 +149,17 @@ def test_two_incarnations_of_one_name_are_kept_apart(ledger: Ledger) -> None:
     assert [(n.uid, n.deleted_at) for n in ledger.nodes(run_id="r1")] == [("1", at(3)), ("2", None)]
 
 
+def test_a_uid_less_record_takes_the_capacity_of_the_node_that_adopts_it(ledger: Ledger) -> None:
+    """A spot create whose answer was lost (recorded, no node made), then the run moved to on-demand: the on-demand
+    create finds the spot record still open and is merged into it. The node, once seen, is what its record prices."""
+    ledger.record_node(P, Z, "n1", "v2-32", "spot", run_id="r1", at=at(0))
+    ledger.record_node(P, Z, "n1", "v2-8", "on-demand", run_id="r1", at=at(3))
+    ledger.observe_nodes([Sighting(P, Z, "n1", "v2-8", "on-demand", "READY", uid="42", run_id="r1", at=at(4))])
+
+    (node,) = ledger.nodes()
+    assert (node.uid, node.accelerator, node.capacity) == ("42", "v2-8", "on-demand")
+
+
 def test_uid_less_incarnations_are_kept_apart_too(ledger: Ledger) -> None:
     first = ledger.record_node(P, Z, "n1", "v3-8", "spot")
     ledger.observe(P, Z, "n1", "READY")

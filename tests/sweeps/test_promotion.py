@@ -104,3 +104,18 @@ def test_a_promoted_runs_ledger_interval_ends_where_billing_does(controller: Con
     memory = runs.load_memory(controller.store, RUN)[0]
     assert memory.capacity is Capacity.ON_DEMAND and "promoted" in [e["kind"] for e in memory.events]
     controller.release()
+
+
+def test_a_run_whose_agent_trained_every_step_is_not_promoted(controller: Controller) -> None:
+    """The agent trained its last step after the sweep pass read its status: ``promote_run`` reads it again and
+    leaves the run be (its node, the memory), so that the run pass reads the agent's end instead."""
+    poll(lambda: _ready(controller, Capacity.SPOT), "the spot node READY, seen by a pass", timeout_s=30)
+    done = runs.AgentStatus.model_validate({**LIVE, "run_id": RUN, "step": LIVE["total_steps"]})
+    controller.store.write_bytes(runs.status_key(RUN), done.model_dump_json().encode())
+
+    assert not promote_run(controller.store, controller.nodes, controller.leases, RUN, time.time())
+    node = controller.nodes.provider.find_node(ZONE, NODE)
+    assert node is not None and node.state is NodeState.READY and node.capacity is Capacity.SPOT
+    memory = runs.load_memory(controller.store, RUN)[0]
+    assert memory.capacity is None and "promoted" not in [e["kind"] for e in memory.events]
+    controller.release()

@@ -190,6 +190,17 @@ def test_the_endgame_promotes_the_leaders_once_the_sweep_nears_its_end() -> None
     assert decide(view(*ended, trials[0], promoted, endgame=two)).promote == [2]
 
 
+def test_the_endgame_passes_over_a_leader_whose_agent_has_ended() -> None:
+    """Its agent ended (or trained every step) and the controller has not read its exit yet: its memory is not
+    finished, but a move has nothing left to speed up. The next trial leads."""
+    rule = Endgame(leaders=1, at_budget_fraction=0.5)
+    done = running(3, evals=((20, 0.9),), reported=20, work_done=True)
+    plan = decide(view(running(2, evals=((20, 0.6),), reported=20), done, endgame=rule, budget_usd=10.0,
+                       spent_usd=6.0, projected_usd=0.1))
+    assert plan.promote == [2]
+    assert decide(view(done, endgame=rule, budget_usd=10.0, spent_usd=6.0, projected_usd=0.1)).promote == []
+
+
 # -- the spec -------------------------------------------------------------------------------------
 
 

@@ -320,7 +320,8 @@ class Ledger:
         """Record that tpuops created (or is creating) a node; idempotent per incarnation.
 
         Returns the existing record when this incarnation is known already: the row of ``uid``,
-        or, without a uid, the name's open incarnation. A uid-less open incarnation adopts ``uid``;
+        or, without a uid, the name's open incarnation. A uid-less open incarnation adopts ``uid``, with the
+        accelerator and capacity given with it (the node's own, as a sighting shows them);
         an open incarnation with another uid is closed first (that node is gone: a name holds one node).
         """
         with self._write() as conn:
@@ -337,8 +338,10 @@ class Ledger:
         if latest is not None and latest["deleted_at"] is None:
             if uid is None:
                 return _node(latest)
-            if latest["uid"] is None:
-                conn.execute("UPDATE nodes SET uid = ? WHERE id = ?", (uid, latest["id"]))
+            if latest["uid"] is None:  # its shape and capacity as the node shows them: the record may be of a create
+                # that never made a node (its answer lost), taken by a later create of the name on other capacity
+                conn.execute("UPDATE nodes SET uid = ?, accelerator = ?, capacity = ? WHERE id = ?",
+                             (uid, accelerator, _text(capacity), latest["id"]))
                 return _node(self._incarnation(conn, project, zone, name, uid))
             self._close(conn, latest["id"], created or stamp)  # its name was free again by the new one's create
         values = (project, zone, name, uid, accelerator, _text(capacity), run_id, sweep_id, created or stamp)

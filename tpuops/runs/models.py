@@ -252,6 +252,12 @@ class AgentStatus(_Doc):
         """The agent ended the run for good (succeeded, user-error or diverged): nothing will restart it."""
         return self.exit_class is not None and self.exit_class.final
 
+    @property
+    def work_done(self) -> bool:
+        """Nothing is left for the run's nodes to do: the agent ended the run for good, or trained every step and is
+        only writing its last save. Moving such a run (a sweep's endgame) costs a node's boot and speeds up nothing."""
+        return self.final or (self.total_steps is not None and self.step >= self.total_steps)
+
     def eval_metric(self, name: str) -> float | None:
         value = self.metrics.get("eval", {}).get(name)
         return float(value) if isinstance(value, int | float) else None

@@ -111,6 +111,7 @@ def run_view(store: Store, run_id: str, metric: str, cost_usd: float, catalog: C
     hourly = catalog.price_per_hour(record.node.accelerator, capacity, zone) if zone else 0.0
     return RunView(finished=memory.finished, outcome=memory.outcome,
                    reason=memory.reason or "", step=status.step if status else 0, evals=evals, final=final,
+                   work_done=status is not None and status.work_done,
                    preemptions=memory.preemptions, cost_usd=cost_usd, on_demand=capacity is Capacity.ON_DEMAND,
                    promoted=memory.capacity is not None, usd_per_hour=hourly,
                    driven=memory.attempts > 0 or bool(memory.events) or bool(damage))  # damaged: holds its slot
@@ -150,9 +151,13 @@ def promote_run(store: Store, fleet: Fleet, leases: Leases, run_id: str, now: fl
     """Endgame: recreate the run's node on-demand. The memory says so first (what the next create asks
     for, and that the node goes on purpose), then the node the run recorded is deleted through the
     fleet, which dates the end of its billing in the ledger: the agent checkpoints on the notice and
-    the run pass recreates it from its checkpoint. False if this pass cannot."""
+    the run pass recreates it from its checkpoint. False if this pass cannot, or if the agent has ended or trained
+    every step since the pass read its status (``AgentStatus.work_done``): the run pass reads its exit next."""
     record = runs.read_record(store, run_id)
     if record.node.capacity is Capacity.ON_DEMAND:
+        return False
+    status = runs.read_state(store, run_id)[0]  # a damaged status reads as none: no word that the work is done
+    if status is not None and status.work_done:
         return False
     if not _rewrite(store, leases, run_id,
                     lambda memory: memory.promote(now, deadline.endgame(), record.node.capacity)):

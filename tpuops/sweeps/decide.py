@@ -39,7 +39,8 @@ told as ``TRIAL_STATE`` says.
 - Endgame (optional): once a set fraction of the budget is spent or of the trials has ended, the
   leading running trials (by their latest value) still on spot or preemptible capacity are
   promoted to on-demand, ``leaders`` trials in all over the sweep, so that its last results do not
-  wait on spot capacity.
+  wait on spot capacity. A trial whose agent has ended or trained every step is not one of them, though its
+  memory is not finished yet: promoted, it spent the promotion on a node that had nothing left to do.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class RunView:
     """(step, objective metric) of every evaluation the status holds."""
     final: float | None = None
     """The objective from the run's final evaluation (None until it succeeded)."""
+    work_done: bool = False
+    """Its agent has ended the run or trained every step (``AgentStatus.work_done``), which its memory may not say yet
+    (the controller reads the agent's exit in the run pass, after the sweep's): the endgame leaves it be."""
     preemptions: int = 0
     cost_usd: float = 0.0
     on_demand: bool = False
@@ -326,7 +330,7 @@ def _endgame(view: SweepView, plan: Plan, running: list[TrialView]) -> list[int]
     stopped = {s.number for s in plan.stops}
     scored = []
     for trial in running:
-        if trial.run is None or trial.number in stopped or not trial.run.evals:
+        if trial.run is None or trial.number in stopped or not trial.run.evals or trial.run.work_done:
             continue
         latest = max(trial.run.evals)[1]  # the value at its highest step
         scored.append((latest if view.maximize else -latest, trial))
