@@ -216,8 +216,10 @@ class Controller:
             record = self._records.get(run_id)  # honoured when only the memory is damaged
             policy = Policy.of(self.settings, record, zones=(node.zone,))
             status = None if isinstance(read, DamagedDocument) else read
+            budget = record.budget_usd if record is not None else None
             why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
-                                  stuck_s=stuck_for(self._stuck, run_id, status, now))
+                                  stuck_s=stuck_for(self._stuck, run_id, status, now),
+                                  budget=None if budget is None else (self._spent(run_id), budget))
             if why is None:
                 continue
             try:
@@ -512,13 +514,8 @@ class Controller:
                 result = CreateResult.OK
             except TpuopsError:
                 result = CreateResult.RUNNING
-        spent = None
-        if record.budget_usd is not None:  # a project budget is enforced at launch; a run's, also while it runs
-            from tpuops.billing.cost import catalog_for
-            from tpuops.billing.cost import spent as spent_usd
-
-            spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
-                              now=utc_now(self.clock))  # the pass's clock: a simulation's is virtual
+        # a project budget is enforced at launch; a run's, also while it runs
+        spent = self._spent(run_id) if record.budget_usd is not None else None
         probe = probe_observed(self.nodes, record, memory, listed)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
@@ -608,10 +605,7 @@ class Controller:
         """The cost so far and the dashboard link of notices just decided, before they are written."""
         if not notices:
             return
-        from tpuops.billing.cost import catalog_for, spent
-
-        cost = spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
-                     now=utc_now(self.clock))
+        cost = self._spent(run_id)
         link = self.settings.notify.dashboard_url
         for notice in notices:
             notice.cost_usd = round(cost, 2)
@@ -634,6 +628,13 @@ class Controller:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if written and seen is not None:  # (with the guard off, nothing was written to mark)
                 self._save(run_id, memory, seen.generation, seen.saved)
+
+    def _spent(self, run_id: str) -> float:
+        """What the run's nodes cost so far, from the ledger, at the pass's clock (a simulation's is virtual)."""
+        from tpuops.billing.cost import catalog_for, spent
+
+        return spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
+                     now=utc_now(self.clock))
 
     def _failed(self, run_id: str, err: TpuopsError) -> str:
         """Forget what this controller knew of a run a pass could not finish; why, for the report."""
