@@ -376,10 +376,11 @@ class Controller:
                 passing.report.errors[run_id] = outcome.error
 
     def _phase_reap(self, passing: _Pass) -> None:
-        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
+        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace, on the
+        pass's clock)."""
         if passing.only is None:
             passing.report.reaped.extend(orphans.reap(self.nodes, self.store, passing.listed, set(passing.states),
-                                                      self.settings.orphan_grace_s, self.progress))
+                                                      self.settings.orphan_grace_s, self.progress, passing.now))
 
     def _phase_notify(self, passing: _Pass) -> None:
         """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
