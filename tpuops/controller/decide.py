@@ -584,9 +584,8 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
         elif result in (None, CreateResult.OK):
             memory.pending_create = None
             memory.missing_passes += 1
-        elif now - pending.at > policy.create_timeout_s:  # running, no node: never ends (its unbooted node deleted)
-            _restart(memory, observed, now, "unbooted", f"its create still running {now - pending.at:.0f} s after it "
-                     "was asked, and no node listed", decision, policy)
+        elif now - pending.at > policy.create_timeout_s:  # running with no node: it never ends (seed 1129)
+            _restart(memory, observed, now, "unbooted", "its create still running, no node listed", decision, policy)
         return
     _steer(memory, observed, now, policy)
     if memory.attempts == 0:
