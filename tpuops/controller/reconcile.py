@@ -87,11 +87,12 @@ from tpuops.controller.passes import (
     _Run,
     _Seen,
     _Skip,
+    _spent,
     _status_or_damage,
     _unless,
 )
 from tpuops.controller.probes import apply_probe, probe_observed
-from tpuops.core.clock import UTC, Clock, system_clock, utc_now
+from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
@@ -216,10 +217,10 @@ class Controller:
             record = self._records.get(run_id)  # honoured when only the memory is damaged
             policy = Policy.of(self.settings, record, zones=(node.zone,))
             status = None if isinstance(read, DamagedDocument) else read
-            budget = record.budget_usd if record is not None else None
+            budget = None if record is None or record.budget_usd is None else \
+                (_spent(self.ledger, self.settings, run_id, self.clock), record.budget_usd)  # honoured damaged or not
             why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
-                                  stuck_s=stuck_for(self._stuck, run_id, status, now),
-                                  budget=None if budget is None else (self._spent(run_id), budget))
+                                  stuck_s=stuck_for(self._stuck, run_id, status, now), budget=budget)
             if why is None:
                 continue
             try:
@@ -376,8 +377,7 @@ class Controller:
                 passing.report.errors[run_id] = outcome.error
 
     def _phase_reap(self, passing: _Pass) -> None:
-        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace, on the
-        pass's clock)."""
+        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
         if passing.only is None:
             passing.report.reaped.extend(orphans.reap(self.nodes, self.store, passing.listed, set(passing.states),
                                                       self.settings.orphan_grace_s, self.progress, passing.now))
@@ -515,8 +515,7 @@ class Controller:
                 result = CreateResult.OK
             except TpuopsError:
                 result = CreateResult.RUNNING
-        # a project budget is enforced at launch; a run's, also while it runs
-        spent = self._spent(run_id) if record.budget_usd is not None else None
+        spent = None if record.budget_usd is None else _spent(self.ledger, self.settings, run_id, self.clock)
         probe = probe_observed(self.nodes, record, memory, listed)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
@@ -606,7 +605,7 @@ class Controller:
         """The cost so far and the dashboard link of notices just decided, before they are written."""
         if not notices:
             return
-        cost = self._spent(run_id)
+        cost = _spent(self.ledger, self.settings, run_id, self.clock)
         link = self.settings.notify.dashboard_url
         for notice in notices:
             notice.cost_usd = round(cost, 2)
@@ -629,13 +628,6 @@ class Controller:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if written and seen is not None:  # (with the guard off, nothing was written to mark)
                 self._save(run_id, memory, seen.generation, seen.saved)
-
-    def _spent(self, run_id: str) -> float:
-        """What the run's nodes cost so far, from the ledger, at the pass's clock (a simulation's is virtual)."""
-        from tpuops.billing.cost import catalog_for, spent
-
-        return spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
-                     now=utc_now(self.clock))
 
     def _failed(self, run_id: str, err: TpuopsError) -> str:
         """Forget what this controller knew of a run a pass could not finish; why, for the report."""
