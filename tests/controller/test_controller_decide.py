@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tpuops.controller.decide import Observed, Policy, decide
+from tpuops.core.create_result import CreateResult
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus, Memory, PendingCreate
 
@@ -452,6 +453,20 @@ def test_a_node_that_stays_creating_past_the_create_timeout_never_booted_and_is_
     assert lost.pending_create is None
     assert step(lost, seen(CREATING, node_created=2000.0), 2600.0, policy) == []
     assert step(lost, seen(CREATING, node_created=2000.0), 2601.0, policy) == [("delete", A), ("create", A)]
+
+
+def test_a_create_still_running_past_the_create_timeout_with_no_node_listed_is_a_bounded_unbooted_restart() -> None:
+    policy = Policy(zones=(A, B), max_crashes=1, create_timeout_s=600.0)
+    memory = Memory()  # the unbooted node was deleted, the memory of that lost: its create runs for ever (seed 1129)
+    assert step(memory, missing(), 0.0, policy) == [("create", A)]
+    memory.pending_create.operation = "op-1"
+    running = {"create_result": CreateResult.RUNNING}
+    assert step(memory, missing(**running), 600.0, policy) == []  # at the timeout: a slow create still
+    assert step(memory, missing(**running), 601.0, policy) == [("create", A)]
+    assert kinds(memory)[-2:] == ["unbooted", "create"] and (memory.crashes, memory.attempts) == (1, 2)
+    memory.pending_create.operation = "op-2"
+    assert step(memory, missing(**running), 1202.0, policy) == []  # past max_crashes: crashed, nothing to delete
+    assert (memory.phase, memory.outcome) == ("finished", "crashed")
 
 
 def test_a_worker_that_recovers_within_the_grace_changes_nothing() -> None:

@@ -103,6 +103,32 @@ def test_release_by_another_holder_or_of_an_absent_lease_changes_nothing(store: 
     assert owner(store) == "a"
 
 
+class _Renewed(LocalStore):
+    """A local store where, once, the lease's holder renews it (another of its threads) between a release's read and
+    its compare-and-swap (once ``renewed`` is set False): a real conflict, which the release loses."""
+
+    renewed = True
+
+    def write_if_generation_match(self, key: str, data: bytes, generation: int) -> int:
+        if not self.renewed:
+            self.renewed = True
+            self.write_bytes(key, self.read_bytes(key))
+        return super().write_if_generation_match(key, data, generation)
+
+
+@pytest.mark.unit
+def test_a_release_that_loses_its_compare_and_swap_reads_again_and_still_drops_a_lease_that_is_ours(
+        tmp_path: Path) -> None:
+    store = _Renewed(tmp_path / "store")
+    a, b = holder(store, "a"), holder(store, "b")
+    assert a.acquire("run-1", now=T0)
+    store.renewed = False
+    a.release("run-1")  # given up at the conflict, the lease held the run a whole TTL (the swarm's seed 9006)
+    assert store.renewed
+    assert b.acquire("run-1", now=T0 + 1)
+    assert owner(store) == "b"
+
+
 @pytest.mark.parametrize("kind", DAMAGED)
 def test_a_damaged_lease_is_left_by_release_and_replaced_by_the_next_acquire(store: Store, kind: str) -> None:
     store.write_bytes("leases/run-1", DAMAGED[kind])

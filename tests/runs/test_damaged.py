@@ -237,6 +237,15 @@ def test_the_verdict_on_a_damaged_runs_node_leaves_a_working_agent_and_ends_a_si
 
 
 
+def test_the_verdict_on_a_damaged_runs_node_honours_the_budget_its_record_holds_working_agent_or_not() -> None:
+    policy, now = Policy(zones=(ZONE,)), 10_000.0
+    working = AgentStatus(attempt=1, heartbeat="1970-01-01T02:46:00+00:00")
+    assert damaged_verdict(NodeState.READY, working, 500.0, now, policy, budget=(4.99, 5.0)) is None
+    assert damaged_verdict(NodeState.READY, working, 500.0, now, policy, budget=(5.0, 5.0)) == \
+        "it spent $5.00 of a $5.00 budget"  # the ledger knows what it spent, memory or not (seeds 2892, 4049)
+    assert damaged_verdict(NodeState.CREATING, None, 1.0, now, policy, budget=(9.0, 5.0)) is None  # bills nothing
+
+
 def test_the_verdict_on_a_damaged_runs_dead_node_deletes_it_at_once_and_waits_on_one_in_transition() -> None:
     policy, kept = Policy(zones=(ZONE,)), Policy(zones=(ZONE,), keep_node=True)
     now = 10_000.0

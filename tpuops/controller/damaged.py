@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tpuops.controller.decide import DEAD_NODE, Policy
+from tpuops.controller.decide import BUDGET_STOP, DEAD_NODE, Policy
 from tpuops.core.clock import UTC
+from tpuops.core.formats import format_usd
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import AgentStatus
 
 
 def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, node_age_s: float | None,
-                    now: float, policy: Policy, stuck_s: float | None = None) -> str | None:
+                    now: float, policy: Policy, stuck_s: float | None = None,
+                    budget: tuple[float, float] | None = None) -> str | None:
     """What a pass does with the node of a run whose memory (or record) is damaged: why to delete it, or None.
 
     Without its memory a pass cannot count, restart or recreate, so it creates nothing for the run; but a
@@ -27,7 +29,10 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
     to its agent while the agent works (its own end deletes the node, ``templates/startup.sh.j2``) and
     deleted once the agent has exited, or has shown no sign of life (a heartbeat; without a readable status,
     the node's age) for as long as a hang takes, or no progress for that long while it beats: ``stuck_s``, how
-    long the caller has seen its step stand still (a hung step beats on, and would bill for ever).
+    long the caller has seen its step stand still (a hung step beats on, and would bill for ever). ``budget``
+    (spent, budget in USD), when the run's record is readable and has one: the budget bounds a damaged run too
+    (the ledger, not the memory, knows what it spent): a READY node goes once it is spent, working agent or not
+    (the swarm's seeds 2892, 4049: a garbled memory let a $5 run spend $8.33).
     """
     if node_state in DEAD_NODE or (node_state is NodeState.STOPPED and not policy.keep_node):
         return f"its node is {node_state.value}"
@@ -35,6 +40,8 @@ def damaged_verdict(node_state: NodeState | None, status: AgentStatus | None, no
         return f"its node is still CREATING after {node_age_s:.0f} s: it never booted"
     if node_state is not NodeState.READY:
         return None
+    if budget is not None and budget[0] >= budget[1] and BUDGET_STOP.on:
+        return f"it spent {format_usd(budget[0])} of a {format_usd(budget[1])} budget"
     if status is not None and status.exit_class is not None:
         kept = policy.keep_node and status.exit_class.complete  # a stop deletes the node, kept or not
         return None if kept else f"its agent exited ({status.exit_class})"

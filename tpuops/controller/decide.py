@@ -19,7 +19,8 @@ No I/O here, so every rule is tested without servers. The rules (docs/design.md,
   a slice whose worker cannot compute is not left billing while worker 0 waits on it;
 - a node still CREATING ``create_timeout_s`` (the settings' ``operation_timeout_s``) after its create was asked never
   booted (a VM that never comes up leaves its node CREATING and its create operation running for ever) -> a restart
-  naming it, counted like a crash (bounded by ``max_crashes``), never a preemption; nothing was billed for it;
+  naming it, counted like a crash (bounded by ``max_crashes``), never a preemption; nothing was billed for it; so
+  does a create still running that long with no node listed (its unbooted node deleted, the memory of that lost);
 - READY but no step progress for ``hang_after_s`` (or no agent status for ``boot_timeout_s``)
   -> a hang: restart, counted like a crash; a few missed heartbeats are not a hang; a status that
   cannot be read (damaged) is no news: no progress, and no "no agent" either, so a status garbled
@@ -583,6 +584,8 @@ def _missing(memory: Memory, observed: Observed, now: float, policy: Policy, dec
         elif result in (None, CreateResult.OK):
             memory.pending_create = None
             memory.missing_passes += 1
+        elif now - pending.at > policy.create_timeout_s:  # running with no node: it never ends (seed 1129)
+            _restart(memory, observed, now, "unbooted", "its create still running, no node listed", decision, policy)
         return
     _steer(memory, observed, now, policy)
     if memory.attempts == 0:

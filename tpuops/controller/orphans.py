@@ -11,24 +11,31 @@ Imports: ``tpuops.core``, ``tpuops.fleet``, ``tpuops.store`` and ``tpuops.runs``
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from tpuops import runs
+from tpuops.core.clock import UTC
 from tpuops.core.naming import RUN_KEY
 from tpuops.fleet import Fleet, Listing
 from tpuops.store import Store
 
 
 def reap(nodes: Fleet, store: Store, listed: Listing, active: set[str], grace_s: float,
-         progress: Callable[[str], None]) -> list[str]:
+         progress: Callable[[str], None], now: float | None = None) -> list[str]:
     """Delete the listed nodes labelled as a run's that is neither ``active`` nor in the store, once past
-    ``grace_s``; their names."""
+    ``grace_s``; their names.
+
+    ``now``: the pass's time (epoch seconds; None: the wall clock's), which a node's age is taken at: read on the
+    wall clock, a simulated node was years from being old enough, and a probe node left PREEMPTED by a lost memory
+    write stayed for ever (the swarm's seed 4300)."""
+    at = None if now is None else datetime.fromtimestamp(now, UTC)
     reaped = []
     for zone_nodes in listed.values():
         for node in zone_nodes.values():
             run = node.labels.get(RUN_KEY)
             if not node.managed or run is None or run in active:
                 continue
-            age = node.age_s()
+            age = node.age_s(at)
             if (age is not None and age < grace_s) or runs.run_exists(store, run):
                 continue
             progress(f"reaping orphan {node.name} in {node.zone} (run {run} is not in the store)")

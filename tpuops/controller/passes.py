@@ -1,6 +1,7 @@
 """The parts of a reconcile pass (``tpuops.controller.reconcile``): the step a pass runs besides its runs, what it
 reports, what it read and decided of one run, what a controller remembers of a run between passes, and the
-small helpers its phases share (a pool for the reads and the actions, a listing lookup, a status read).
+small helpers its phases share (a pool for the reads and the actions, a listing lookup, a status read, a run's
+spending).
 
 Concurrency is the pass's (``reconcile``'s docstring): a worker touches only its own run's ``_Seen`` entry and
 reports through its own ``_Outcome``, which the pass's thread merges into the ``PassReport`` in index order.
@@ -15,8 +16,10 @@ from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from tpuops import runs
+from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.decide import Decision
+from tpuops.core.clock import Clock, utc_now
 from tpuops.core.errors import DamagedDocument, Interrupted, TpuopsError
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
@@ -208,3 +211,11 @@ def _find(listed: Listing, name: str) -> NodeInfo | None:
         if name in nodes:
             return nodes[name]
     return None
+
+
+def _spent(ledger: Ledger, settings: Settings, run_id: str, clock: Clock) -> float:
+    """What the run's nodes cost so far, from the ledger, at the controller's clock (a simulation's is virtual): what
+    its budget is held to (a damaged run's too) and its notices are priced at."""
+    from tpuops.billing.cost import catalog_for, spent
+
+    return spent(ledger, catalog_for(settings), project=settings.project, run_id=run_id, now=utc_now(clock))

@@ -87,11 +87,12 @@ from tpuops.controller.passes import (
     _Run,
     _Seen,
     _Skip,
+    _spent,
     _status_or_damage,
     _unless,
 )
 from tpuops.controller.probes import apply_probe, probe_observed
-from tpuops.core.clock import UTC, Clock, system_clock, utc_now
+from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
@@ -216,8 +217,10 @@ class Controller:
             record = self._records.get(run_id)  # honoured when only the memory is damaged
             policy = Policy.of(self.settings, record, zones=(node.zone,))
             status = None if isinstance(read, DamagedDocument) else read
+            budget = None if record is None or record.budget_usd is None else \
+                (_spent(self.ledger, self.settings, run_id, self.clock), record.budget_usd)  # honoured damaged or not
             why = damaged_verdict(node.state, status, node.age_s(datetime.fromtimestamp(now, UTC)), now, policy,
-                                  stuck_s=stuck_for(self._stuck, run_id, status, now))
+                                  stuck_s=stuck_for(self._stuck, run_id, status, now), budget=budget)
             if why is None:
                 continue
             try:
@@ -377,7 +380,7 @@ class Controller:
         """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
         if passing.only is None:
             passing.report.reaped.extend(orphans.reap(self.nodes, self.store, passing.listed, set(passing.states),
-                                                      self.settings.orphan_grace_s, self.progress))
+                                                      self.settings.orphan_grace_s, self.progress, passing.now))
 
     def _phase_notify(self, passing: _Pass) -> None:
         """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
@@ -512,13 +515,7 @@ class Controller:
                 result = CreateResult.OK
             except TpuopsError:
                 result = CreateResult.RUNNING
-        spent = None
-        if record.budget_usd is not None:  # a project budget is enforced at launch; a run's, also while it runs
-            from tpuops.billing.cost import catalog_for
-            from tpuops.billing.cost import spent as spent_usd
-
-            spent = spent_usd(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
-                              now=utc_now(self.clock))  # the pass's clock: a simulation's is virtual
+        spent = None if record.budget_usd is None else _spent(self.ledger, self.settings, run_id, self.clock)
         probe = probe_observed(self.nodes, record, memory, listed)
         return Observed(listed=node is not None or zones <= set(listed), node_state=node.state if node else None,
                         node_zone=node.zone if node else None, node_uid=node.uid or None if node else None,
@@ -608,10 +605,7 @@ class Controller:
         """The cost so far and the dashboard link of notices just decided, before they are written."""
         if not notices:
             return
-        from tpuops.billing.cost import catalog_for, spent
-
-        cost = spent(self.ledger, catalog_for(self.settings), project=self.settings.project, run_id=run_id,
-                     now=utc_now(self.clock))
+        cost = _spent(self.ledger, self.settings, run_id, self.clock)
         link = self.settings.notify.dashboard_url
         for notice in notices:
             notice.cost_usd = round(cost, 2)

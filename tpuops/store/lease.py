@@ -41,6 +41,9 @@ from tpuops.store import Store
 
 EXCLUSIVE = Guard("lease.exclusive", "two controllers at once never both act on a run: a live lease another holds "
                   "is not taken")
+RELEASE_TRIES = 3
+"""How many times ``release`` reads the lease again after a compare-and-swap that lost (the lease may still be ours)."""
+
 DAMAGE_HOLDS_NOBODY = Guard("lease.damage_holds_nobody", "a damaged lease document holds nobody: it stops no pass "
                             "and no other run's recovery")
 
@@ -122,17 +125,26 @@ class Leases:
         return held.tenure if held is not None else None
 
     def release(self, name: str) -> None:
-        """Drop the lease if we hold it (so a successor need not wait for it to expire)."""
+        """Drop the lease if we hold it (so a successor need not wait for it to expire).
+
+        A compare-and-swap that loses is read again, up to ``RELEASE_TRIES`` times: a lease someone else took since
+        is theirs and left, but one still ours is dropped. Given up at the first conflict, the lease of a
+        controller that exits held its runs for a whole TTL, and a ``stop`` waited that long (the swarm's seed 9006:
+        a cron pass's release met a conflict, and the watch honoured the stop 15 minutes later).
+        """
         self._held.pop(name, None)
         key = f"leases/{name}"
-        try:
-            data, generation = self.store.read_versioned(key)
-        except NotFound:
-            return
-        current = _lease_of(data)
-        if current is not None and current[0] == self.holder:
+        for _ in range(RELEASE_TRIES):
+            try:
+                data, generation = self.store.read_versioned(key)
+            except NotFound:
+                return
+            current = _lease_of(data)
+            if current is None or current[0] != self.holder:
+                return
             expired = json.dumps({"holder": self.holder, "expires": 0}).encode()
             try:
                 self.store.write_if_generation_match(key, expired, generation)
             except PreconditionFailed:
-                return
+                continue
+            return
