@@ -89,6 +89,7 @@ from tpuops.controller.passes import (
     _Skip,
     _status_or_damage,
     _unless,
+    _write_ahead,
 )
 from tpuops.controller.probes import apply_probe, probe_observed
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
@@ -559,7 +560,10 @@ class Controller:
         finished = error = None
         try:
             decided = decided or self._decide(run_id, record, memory, node, listed, now)
-            actions = decided.decision.actions
+            written = _write_ahead(self.store, self._seen, run_id, decided.decision, generation)
+            if written is None:
+                return _NOTHING
+            actions, generation = decided.decision.actions, written
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))
