@@ -88,6 +88,19 @@ class _Decided:
         """Nothing to do: no action, and no memory to save (the steady state of a run)."""
         return not self.decision.actions and memory.to_bytes() == self.unchanged
 
+    def write_ahead(self, store: Store, seen: dict[str, _Seen], run_id: str, generation: int) -> int | None:
+        """Write what the decision must have written before its actions (``Decision.ahead``: a preemption it
+        counted); the generation to save the memory at after them, or None when another controller wrote it since
+        (the pass drops the run, as a failed save does: the next pass redoes it). A failed write raises: nothing is
+        deleted."""
+        if self.decision.ahead is None:
+            return generation
+        try:
+            return runs.save_memory(store, run_id, self.decision.ahead, generation)
+        except PreconditionFailed:
+            seen.pop(run_id, None)
+            return None
+
 
 @dataclass(frozen=True)
 class _Outcome:
@@ -195,19 +208,6 @@ def _status_or_damage(store: Store, run_id: str) -> AgentStatus | DamagedDocumen
         return runs.read_status(store, run_id)
     except DamagedDocument as err:
         return err
-
-
-def _write_ahead(store: Store, seen: dict[str, _Seen], run_id: str, decision: Decision, generation: int) -> int | None:
-    """Write what the decision must have written before its actions (``Decision.ahead``: a preemption it counted);
-    the generation to save the memory at after them, or None when another controller wrote it since (the pass
-    drops the run, as a failed save does: the next pass redoes it). A failed write raises: nothing is deleted."""
-    if decision.ahead is None:
-        return generation
-    try:
-        return runs.save_memory(store, run_id, decision.ahead, generation)
-    except PreconditionFailed:
-        seen.pop(run_id, None)
-        return None
 
 
 def _asks(memory: Memory, node: NodeInfo | None) -> bool:

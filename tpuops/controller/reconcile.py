@@ -89,7 +89,6 @@ from tpuops.controller.passes import (
     _Skip,
     _status_or_damage,
     _unless,
-    _write_ahead,
 )
 from tpuops.controller.probes import apply_probe, probe_observed
 from tpuops.core.clock import UTC, Clock, system_clock, utc_now
@@ -560,8 +559,7 @@ class Controller:
         finished = error = None
         try:
             decided = decided or self._decide(run_id, record, memory, node, listed, now)
-            written = _write_ahead(self.store, self._seen, run_id, decided.decision, generation)
-            if written is None:
+            if (written := decided.write_ahead(self.store, self._seen, run_id, generation)) is None:  # a conflict
                 return _NOTHING
             actions, generation = decided.decision.actions, written
             for index, action in enumerate(actions):
