@@ -68,6 +68,7 @@ from typing import Any
 from tpuops.billing.deadline import Rule
 from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
+from tpuops.controller.preemptions import NOTICE_CAUSES, ahead, left_on_notice, notice_cause, recount
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
@@ -83,9 +84,6 @@ _WAITING = {NodeState.CREATING, NodeState.STARTING, NodeState.RESTARTING, NodeSt
 DEAD_NODE = frozenset({NodeState.PREEMPTED, NodeState.TERMINATED})
 """States of a node no agent runs on and that only a delete ends."""
 
-_NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
-                  "moved-up": "the notice of a planned move to a larger size"}
-"""What the notice an agent saved on was, by the last event that deletes a run's READY node through its notice."""
 ENDED_STAYS_ENDED = Guard("decide.ended_stays_ended", "nothing is created for a run that has ended")
 ENDED_NODE_GOES = Guard("decide.ended_node_goes", "an ended run's node is deleted at every pass until it is gone")
 BUDGET_STOP = Guard("decide.budget_stop", "a run stops once it has spent its budget")
@@ -240,6 +238,8 @@ class Decision:
     """Actions to apply in order; a CREATE after a DELETE waits for that delete to complete."""
 
     actions: list[Action] = field(default_factory=list)
+    ahead: Memory | None = None
+    """The memory to write before the actions: a preemption counted before its node goes (``preemptions.ahead``)."""
 
 
 def _zones_of(policy: Policy, size: int) -> tuple[str, ...]:
@@ -386,22 +386,19 @@ def _agent_news(memory: Memory, observed: Observed, now: float, decision: Decisi
                  decision, policy)
         return True
     memory.event(now, "notice", f"agent checkpointed at step {status.last_checkpoint_step} on "
-                                f"{_NOTICE_CAUSES[_notice_cause(memory, status)]}")
+                                f"{NOTICE_CAUSES[notice_cause(memory, status)]}")
     return False
 
 
-def _notice_cause(memory: Memory, status: AgentStatus) -> str:
-    """Why the attempt that reported a notice save got its notice: the last move or capacity change that deleted a
-    READY node through its notice, if it came after the attempt started (on the node it deleted), else a preemption
-    (the controller may see the agent's exit before the PREEMPTED node; a move before the attempt started moved an
-    earlier node, as when a run that moved up is preempted on the larger size)."""
-    started = next((a.started_at for a in status.attempts if a.attempt == status.attempt), None)
-    last = next((e for e in reversed(memory.events) if e["kind"] in _NOTICE_CAUSES), None)
-    return last["kind"] if last is not None and (started is None or last["at"] >= started) else "preempted"
-
-
 def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:
-    """Update ``memory`` in place for this pass and say what to do."""
+    """Update ``memory`` in place for this pass and say what to do (and what to write before doing it)."""
+    counted = memory.preemptions
+    decision = _decide(memory, observed, now, policy)
+    decision.ahead = ahead(memory, counted, any(action.kind is ActionKind.DELETE for action in decision.actions))
+    return decision
+
+
+def _decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> Decision:
     decision = Decision()
     if memory.finished and ENDED_STAYS_ENDED.on:
         _drop_probe(memory, decision)
@@ -439,7 +436,7 @@ def decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> De
     if memory.attempts == 0:  # a pass created it and died before it could remember that
         memory.attempts = 1
         memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
-    _recount(memory, observed, now)
+    recount(memory, observed.node_preemptions, now)
     if state in DEAD_NODE:
         _steer(memory, observed, now, policy)
         _dead(memory, observed, now, policy, decision)
@@ -469,15 +466,6 @@ def _creating_s(memory: Memory, observed: Observed, now: float) -> float:
     create whose memory write was lost: the swarm's seed 866); 0 when nothing says."""
     since = memory.pending_create.at if memory.pending_create is not None else observed.node_created
     return 0.0 if since is None else now - since
-
-
-def _recount(memory: Memory, observed: Observed, now: float) -> None:
-    """Take back the preemptions a pass counted, replaced and then lost with its memory write: the node it created
-    carries the count (``tpuops.core.naming.PREEMPTIONS_KEY``)."""
-    if observed.node_preemptions > memory.preemptions:
-        memory.event(now, "preempted", f"{observed.node_preemptions - memory.preemptions} preemption(s) recovered "
-                                       "by a pass whose memory write was lost, counted from the node's label")
-        memory.preemptions = observed.node_preemptions
 
 
 def _drop_probe(memory: Memory, decision: Decision) -> None:
@@ -557,11 +545,16 @@ def _dead(memory: Memory, observed: Observed, now: float, policy: Policy, decisi
     if (memory.deleting or ours) and OWN_DELETE_NO_PREEMPTION.on:  # ours: the delete's wait failed (RETRY): again
         _replace(memory, observed, policy, now, "replacing the deleted node", decision)
         return
+    state = observed.node_state.value if observed.node_state else ""
+    _preempted(memory, observed, now, policy, decision, f"{state} in {observed.node_zone}")
+
+
+def _preempted(memory: Memory, observed: Observed, now: float, policy: Policy, decision: Decision, how: str) -> None:
+    """Count a preemption of the run's node and replace it (``how``: its state and zone, or why one listed READY is
+    dead)."""
     if PREEMPTION_COUNTED.on:
         memory.preemptions += 1
-    state = observed.node_state.value if observed.node_state else ""
-    memory.event(now, "preempted", f"node {state} in {observed.node_zone} (preemption {memory.preemptions}); "
-                                   "replacing it")
+    memory.event(now, "preempted", f"node {how} (preemption {memory.preemptions}); replacing it")
     _replace(memory, observed, policy, now, "replacing the preempted node", decision)
 
 
@@ -669,7 +662,11 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
             _measure(memory, attempt, step, now)
     if status is None and observed.status_damaged:
         live = True  # an agent is writing something: only the hang rule applies to it
-    if not live and now - memory.ready_since > policy.boot_timeout_s:
+    if not live and now - memory.ready_since > policy.boot_timeout_s and \
+            left_on_notice(memory, status, observed.node_created, observed.node_capacity):
+        _preempted(memory, observed, now, policy, decision, f"listed READY in {observed.node_zone} but left by its "
+                   "agent on a preemption notice: a listing that lags")
+    elif not live and now - memory.ready_since > policy.boot_timeout_s:
         _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
                  decision, policy)
     elif live and now - memory.progress_at > policy.hang_after_s:

@@ -20,7 +20,7 @@ from tpuops.billing.ledger import Ledger
 from tpuops.config import Settings
 from tpuops.controller.decide import Decision
 from tpuops.core.clock import Clock, utc_now
-from tpuops.core.errors import DamagedDocument, Interrupted, TpuopsError
+from tpuops.core.errors import DamagedDocument, Interrupted, PreconditionFailed, TpuopsError
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
@@ -90,6 +90,19 @@ class _Decided:
     def quiet(self, memory: Memory) -> bool:
         """Nothing to do: no action, and no memory to save (the steady state of a run)."""
         return not self.decision.actions and memory.to_bytes() == self.unchanged
+
+    def write_ahead(self, store: Store, seen: dict[str, _Seen], run_id: str, generation: int) -> int | None:
+        """Write what the decision must have written before its actions (``Decision.ahead``: a preemption it
+        counted); the generation to save the memory at after them, or None when another controller wrote it since
+        (the pass drops the run, as a failed save does: the next pass redoes it). A failed write raises: nothing is
+        deleted."""
+        if self.decision.ahead is None:
+            return generation
+        try:
+            return runs.save_memory(store, run_id, self.decision.ahead, generation)
+        except PreconditionFailed:
+            seen.pop(run_id, None)
+            return None
 
 
 @dataclass(frozen=True)

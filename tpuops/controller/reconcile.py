@@ -556,7 +556,9 @@ class Controller:
         finished = error = None
         try:
             decided = decided or self._decide(run_id, record, memory, node, listed, now)
-            actions = decided.decision.actions
+            if (written := decided.write_ahead(self.store, self._seen, run_id, generation)) is None:  # a conflict
+                return _NOTHING
+            actions, generation = decided.decision.actions, written
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))

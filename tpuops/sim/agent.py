@@ -282,11 +282,14 @@ class SimulatedAgent:
             evals = self._evals_to(step, self.metrics)
             final = {"eval": self.metrics(step)}
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        number = self.attempts if attempt is None else attempt
+        began = next((when for n, when, _, _ in reversed(self.starts) if n == number), None)  # as the agent's started
         self.reported = (step, exit_class)
         if exit_class is not None:
             self.exits.append((at, exit_class))
         runs.write_status(self.store, self.run_id, AgentStatus(
-            run_id=self.run_id, attempt=self.attempts if attempt is None else attempt, phase=phase, step=step,
+            run_id=self.run_id, attempt=number, phase=phase, step=step,
+            started=datetime.fromtimestamp(began, UTC).isoformat() if began is not None else None,
             total_steps=m.total_steps, last_checkpoint_step=self.checkpoint if checkpoint is None else checkpoint,
             recomputed_steps=self.recomputed_steps, metrics=final, evals=evals, heartbeat=stamp,
             exit_class=exit_class, ended=stamp if exit_class else None,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tpuops import runs
 from tpuops.core.errors import TpuopsError
 from tpuops.providers.nodes import NodeState
+from tpuops.runs import ExitClass
 from tpuops.sim.engine import START
 from tpuops.sim.swarm.draw import ZONES
 
@@ -56,10 +57,31 @@ PREEMPTING = ("preempted", "terminated")
 which Compute Engine counts as a preemption)."""
 
 
+_RESTARTS = ("crash", "hang", "unhealthy", "unbooted", "vanished")
+"""The memory events of a restart the controller decided (``tpuops.controller.decide._restart``)."""
+
+
 def _recovered(trace: Trace, run_id: str) -> int:
-    """How many of the run's nodes the cloud preempted while a later node of the run followed (the run recovered)."""
-    lives = sorted((b.start, b.reason) for b in trace.intervals() if b.run_id == run_id)
-    return sum(1 for _, reason in lives[:-1] if reason in PREEMPTING)
+    """How many of the run's nodes the cloud preempted while a later node of the run followed (the run recovered),
+    but for a node the run had let go before the cloud took it (``_let_go``)."""
+    lives = sorted((b.start, b.end, b.reason) for b in trace.intervals() if b.run_id == run_id)
+    return sum(1 for start, end, reason in lives[:-1]
+               if reason in PREEMPTING and not _let_go(trace, run_id, start, end or trace.now))
+
+
+def _let_go(trace: Trace, run_id: str, start: float, end: float) -> bool:
+    """The run had let its node (READY from ``start``, preempted at ``end``) go before the cloud took it: the node's
+    agent had ended its attempt by itself (crashed, say: an exit other than the notice's), or the controller had
+    decided a restart in that time (its memory's event; its delete had not got through, or its dead-man's switch was
+    waiting for an API that did not answer). That preemption interrupted nothing: the run recovered from the crash or
+    restart, which it counts as one (``Memory.crashes``), and nothing the controller could see (an API down until
+    the node was gone, a node we were deleting) tells it the cloud took the node first."""
+    agent = trace.sim.world.agents.by_run.get(run_id)
+    if agent is not None and any(start <= at < end and how is not ExitClass.PREEMPTED for at, how in agent.exits):
+        return True
+    memory = trace.memory(run_id)
+    return memory is not None and any(event["kind"] in _RESTARTS and start <= event["at"] < end
+                                      for event in memory.events)
 
 
 def _row_faults(trace: Trace, run_id: str, row: dict[str, Any]) -> list[str]:
@@ -94,7 +116,9 @@ def _stopped_or_moved(trace: Trace, run_id: str) -> int:
 def preemptions_counted(trace: Trace) -> list[str]:
     """truth: no recovered preemption goes uncounted: a run no fault poisoned counts at least as many preemptions as
     the cloud preempted its nodes while another node of the run followed (less one for each stop or down of the
-    user's, which may have met a preempted node first: that is no preemption to the run)."""
+    user's, which may have met a preempted node first: that is no preemption to the run). A node the run had let go
+    before the cloud took it (its agent crashed, or a restart was under way: ``_let_go``) was no preemption to the
+    run either: what it recovered from was the crash or the restart."""
     bad = []
     for run_id in trace.judged():
         memory = trace.memory(run_id)
