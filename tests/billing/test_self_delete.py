@@ -573,3 +573,27 @@ def test_a_record_another_process_closed_meanwhile_closes_nothing_else(tmp_path:
     assert [t.state for t in ledger.transitions(P, ZONE, "n", uid="7")] == ["READY", DELETED]
     assert [t.state for t in ledger.transitions(P, ZONE, "n", uid="8")] == ["READY"]
     assert [r.uid for r in ledger.nodes(P, ZONE, open_only=True)] == ["8"]
+
+
+def test_a_process_told_of_an_old_create_never_reopens_a_preempted_node_ready(tmp_path: Path) -> None:
+    """A cron pass beside the watch (a fresh process) is told of the run's create (``expect``), which ended at 50 s,
+    and first sees the node PREEMPTED at 900 s; the ledger holds it READY from 50 s and PREEMPTED at 450 s already.
+    The create is no news: it re-opened the node READY from 50 s at every such pass, to the next sighting PREEMPTED
+    (the swarm's seed 8825: 71059 s held against 4351 s billed)."""
+    clock = VirtualClock(at(0).timestamp())
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    watch = Fleet(TpuApi(P), _settings(tmp_path / "watch"), ledger, clock=clock)
+    create = Operation("c", ZONE, True, target="n", started=at(0), ended=at(50), verb="create")
+    watch.billing.node_operations = lambda zone, name: [create]
+    watch.billing.observe(_node(NodeState.READY), at=at(300))
+    watch.billing.observe(_node(NodeState.PREEMPTED), at=at(600))
+    held = [(t.state, t.at) for t in ledger.transitions(P, ZONE, "n", uid="7")]
+    assert [state for state, _ in held] == ["READY", "PREEMPTED"]
+    for when in (900, 1200):
+        cron = Fleet(TpuApi(P), _settings(tmp_path / f"cron{when}"), ledger, clock=clock)
+        cron.billing.node_operations = lambda zone, name: [create]
+        cron.billing.operations = lambda zone, name: create
+        cron.billing.expect(ZONE, "n", "c")
+        clock.advance_to(at(when).timestamp())
+        cron.billing.observe(_node(NodeState.PREEMPTED), at=at(when))
+    assert [(t.state, t.at) for t in ledger.transitions(P, ZONE, "n", uid="7")] == held
