@@ -403,7 +403,8 @@ class BillingObserver:
         cloud (the swarm's seed 6143)."""
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
-        if record is not None and record.uid and self._last_state(zone, name, record.uid) == DELETED:
+        if CLOSED_STAYS_CLOSED.on and record is not None and record.uid and \
+                self._last_state(zone, name, record.uid) == DELETED:
             return  # read before another process closed it: its end stands, and the name's next incarnation is not it
         self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
                            created=record.created_at if record else None)
