@@ -405,6 +405,7 @@ class BillingObserver:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
         if CLOSED_STAYS_CLOSED.on and record is not None and record.uid and \
                 self._last_state(zone, name, record.uid) == DELETED:
+            self._missed.pop((zone, name), None)  # a wait for its end is over (a successor's starts again: later)
             return  # read before another process closed it: its end stands, and the name's next incarnation is not it
         self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
                            created=record.created_at if record else None)
