@@ -128,8 +128,8 @@ def _nowhere(zone: str, name: str) -> NodeInfo | None:
     (420.0, 420.0),  # inside the gap between the last READY sighting (300 s) and DELETING (600 s)
     (700.0, 600.0),  # after the sighting that saw it: kept to it
     (100.0, 300.0),  # before the last READY sighting (a kept node deleted later): kept to that
-    (-50.0, 450.0),  # before the node's create: another incarnation's, so within the gap
-    (None, 450.0),  # no delete found: within the gap
+    (-50.0, 600.0),  # before the node's create: another incarnation's, so none of this one: at the sighting
+    (None, 600.0),  # no delete found: at the sighting that proved it going, never within the gap (it may have billed)
 ])
 def test_the_self_delete_is_kept_within_the_sightings(tmp_path: Path, said: float | None, dated: float) -> None:
     fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
@@ -145,7 +145,7 @@ def test_the_delete_of_the_node_before_is_no_end_of_its_replacement(tmp_path: Pa
     """A replacement created as its forerunner's delete returned (both at 0 s, the name free at once): that delete
     started at the replacement's create but was over by then, so it is the forerunner's end, not this node's.
     Taken for this one's, it dated the end at the last READY sighting, a pass early (the swarm's seeds 10, 26,
-    107: 210 s of 4236 s billed missing)."""
+    107: 210 s of 4236 s billed missing). With no delete of its own found, its end is the sighting DELETING."""
     fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
     ops = [Operation("d0", ZONE, True, target="n", started=at(0), ended=at(0), verb="delete"),
            Operation("c", ZONE, True, target="n", started=at(0), ended=at(50), verb="create")]
@@ -154,7 +154,7 @@ def test_the_delete_of_the_node_before_is_no_end_of_its_replacement(tmp_path: Pa
     fleet.billing.observe(_node(NodeState.READY), at=at(300))
     fleet.billing.observe(_node(NodeState.DELETING), at=at(600))
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
-        ("READY", at(0)), ("DELETING", at(450))]
+        ("READY", at(0)), ("DELETING", at(600))]
 
 
 def test_a_node_seen_creating_then_gone_is_billed_from_its_listed_create_to_its_self_delete(tmp_path: Path) -> None:
@@ -536,3 +536,64 @@ def test_a_listing_behind_our_replacement_does_not_reopen_the_node_we_deleted(tm
     fleet.billing.created(ZONE, request, "op-new", at(310))
     fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(400))  # the deleted incarnation, uid 7
     assert [t.state for t in fleet.billing.ledger.transitions(P, ZONE, "n", uid="7")] == ["READY", DELETED]
+
+
+def test_a_node_found_gone_with_no_delete_listed_ends_at_that_finding(tmp_path: Path) -> None:
+    """A lookup finds the node gone (a delete of ours answered that it was not there), but the operations listing
+    lags and shows no delete yet: no evidence says when within the gap it went, so its end is the finding, where it
+    had surely stopped. The middle of the gap dated self-deletes early, billing missed (the swarm's seeds 4417 and
+    7036: 25 s and 100 s before the self-delete)."""
+    clock = VirtualClock(at(600).timestamp())
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"), clock=clock)
+    fleet.billing.node_operations = _deleted_at(None)
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    fleet.billing.observe(_node(NodeState.READY), at=at(300))
+    fleet.billing.gone(ZONE, "n")
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(0)), (DELETED, at(600))]
+
+
+def test_a_record_another_process_closed_meanwhile_closes_nothing_else(tmp_path: Path) -> None:
+    """A pass reads the open record of incarnation 7, and its lookup is slow: meanwhile another process dates 7's end
+    and sees its successor 8 READY. The lookup then finds 8 under the name, so 7 is gone, but its end stands; closing
+    "the name's open incarnation" closed 8, READY for 900 s more in the cloud (the swarm's seed 6143)."""
+    clock = VirtualClock(at(0).timestamp())
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    slow, other = (Fleet(TpuApi(P), _settings(tmp_path / who), ledger, clock=clock) for who in ("slow", "other"))
+    for fleet in (slow, other):
+        fleet.billing.node_operations = _deleted_at(None)
+    slow.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(0))
+    [record] = ledger.nodes(P, ZONE, open_only=True)
+    successor = dataclasses.replace(_node(NodeState.READY), uid="8", create_time=at(400))
+    clock.advance_to(at(300).timestamp())
+    other.billing.gone(ZONE, "n", at(300))
+    other.billing.observe(successor, at=at(500))
+    clock.advance_to(at(600).timestamp())
+    slow.billing.gone(ZONE, "n", record=record, absent=True)
+    assert [t.state for t in ledger.transitions(P, ZONE, "n", uid="7")] == ["READY", DELETED]
+    assert [t.state for t in ledger.transitions(P, ZONE, "n", uid="8")] == ["READY"]
+    assert [r.uid for r in ledger.nodes(P, ZONE, open_only=True)] == ["8"]
+
+
+def test_a_process_told_of_an_old_create_never_reopens_a_preempted_node_ready(tmp_path: Path) -> None:
+    """A cron pass beside the watch (a fresh process) is told of the run's create (``expect``), which ended at 50 s,
+    and first sees the node PREEMPTED at 900 s; the ledger holds it READY from 50 s and PREEMPTED at 450 s already.
+    The create is no news: it re-opened the node READY from 50 s at every such pass, to the next sighting PREEMPTED
+    (the swarm's seed 8825: 71059 s held against 4351 s billed)."""
+    clock = VirtualClock(at(0).timestamp())
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    watch = Fleet(TpuApi(P), _settings(tmp_path / "watch"), ledger, clock=clock)
+    create = Operation("c", ZONE, True, target="n", started=at(0), ended=at(50), verb="create")
+    watch.billing.node_operations = lambda zone, name: [create]
+    watch.billing.observe(_node(NodeState.READY), at=at(300))
+    watch.billing.observe(_node(NodeState.PREEMPTED), at=at(600))
+    held = [(t.state, t.at) for t in ledger.transitions(P, ZONE, "n", uid="7")]
+    assert [state for state, _ in held] == ["READY", "PREEMPTED"]
+    for when in (900, 1200):
+        cron = Fleet(TpuApi(P), _settings(tmp_path / f"cron{when}"), ledger, clock=clock)
+        cron.billing.node_operations = lambda zone, name: [create]
+        cron.billing.operations = lambda zone, name: create
+        cron.billing.expect(ZONE, "n", "c")
+        clock.advance_to(at(when).timestamp())
+        cron.billing.observe(_node(NodeState.PREEMPTED), at=at(when))
+    assert [(t.state, t.at) for t in ledger.transitions(P, ZONE, "n", uid="7")] == held

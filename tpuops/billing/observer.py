@@ -9,11 +9,20 @@ self-deletes of nodes whose job ended (the delete operation their VM asked for, 
 Invariants: the ledger keeps transitions only (a node seen again unchanged costs no ledger work);
 every node we create is recorded before anyone waits on it; a change is dated within the gap in
 which it happened, never outside it, whatever a clock that is off says (READY: between the ask for the
-create and the first sighting READY; a sighting short of READY may come from a listing that lags); a
-node's end is dated only from evidence that it is gone (a delete operation, a listing without it that a
-lookup of the node confirms), never from its run's end (guard ``ledger.evidence_end``): a run that ends
-while the API fails leaves its node READY, and billed, until a delete gets through; a sighting older than
-an end the ledger holds changes nothing (guard ``ledger.closed_stays_closed``).
+create and the first sighting READY; a sighting short of READY may come from a listing that lags).
+
+Ends, one rule: an incarnation's end is dated once, from evidence that it is gone, never before it, and then stands.
+The evidence is its delete operation's start (``node_operations``; kept within the gap between the last sighting of
+it as it was and the sighting that found it going), else that sighting itself: seen DELETING, or found gone (a
+lookup without it or with another incarnation under its name, our create taking its name). Never its run's end
+(guard ``ledger.evidence_end``): a run that ends while the API fails leaves its node READY, and billed, until a
+delete gets through; never the middle of the gap either, where it may still have been billing. A listing that leaves
+a node out is no finding by itself (listings lag): the node is looked up (``_still_there``), and its end waits for
+its delete to be listed (the operations lag too) up to ``EVIDENCE_WAIT_S`` after the first listing that missed it,
+then is dated at that listing (at once when our create takes its name). What stands is not undone: a sighting older
+than the end (a listing that lags) and a record of the incarnation read before another process closed it change
+nothing (guard ``ledger.closed_stays_closed``). ``_ended_at`` applies the rule, ``gone`` and ``_ended_before`` keep
+what stands.
 
 May import what the billing wing may: the ledger, ``tpuops.core`` and the provider-neutral node
 vocabulary. It calls no provider: an operation's times are asked through ``operations``, the
@@ -167,7 +176,8 @@ class BillingObserver:
     def _ended_at(self, zone: str, name: str, created: datetime | None, seen: datetime,
                   first: datetime | None = None, *, uid: str | None = None, wait: bool = False,
                   sure: bool = False) -> datetime | None:
-        """When a node first seen DELETING or gone at ``seen`` stopped costing: its delete's start, else within the gap.
+        """When a node first seen DELETING or gone at ``seen`` stopped costing, by the module's one rule of end dating:
+        its delete's start, else ``seen``, the sighting that proved it gone; None: not dated yet (it waits).
 
         A node whose job ended deletes itself (the dead-man's switch), and Cloud TPU bills it until
         that delete starts; the delete operation its VM asked for says when (``node_operations``: the
@@ -177,36 +187,35 @@ class BillingObserver:
         is kept within the gap between the last sighting of the node as it was and this one (a clock
         that is off cannot move it out); a process that never saw the node before (``status``,
         ``down``, the dashboard) keeps it after the last transition the ledger holds of the incarnation
-        (``uid``) instead: the node was in that state from then on. With no delete to be found (a
-        provider that cannot list operations) it is dated within the gap. With ``wait`` (the node is only absent from
-        a listing, which can lag), an end whose delete is not found yet is not dated yet (None: the node stays open,
-        and the next listing asks again), for up to ``EVIDENCE_WAIT_S`` after the first listing that missed it, and
-        then (or once it is ``sure`` to be gone) dated at that listing: the swarm's seed 152 closed a live node on a
-        listing behind and never billed the 900 s until it was seen READY again, seeds 4, 13 and 30 dated
-        self-deletes up to half a pass early when the operations could not be listed, and seed 727 a self-delete
-        made at the end of a two-hour outage within that gap. When they could not (the API failed) and nothing
-        waits, it is dated at ``seen``, where it had surely stopped, never within the gap, where it may still have
-        been billing.
+        (``uid``) instead: the node was in that state from then on. With no delete to be found (the operations
+        failed, lag or cannot be listed) it is dated at ``seen``, where it had surely stopped, never within the gap,
+        where it may still have been billing: the middle of the gap dated self-deletes early when the operations
+        listing lagged (the swarm's seeds 4417 and 7036: up to 100 s of billing missing), seeds 4, 13 and 30 up to
+        half a pass early when the operations could not be listed, and seed 727 a self-delete made at the end of a
+        two-hour outage within that gap. With ``wait`` (the node is only absent from a listing, which can lag), an end
+        whose delete is not found yet is not dated yet (None: the node stays open, and the next listing asks again),
+        for up to ``EVIDENCE_WAIT_S`` after the first listing that missed it, and then (or once it is ``sure`` to be
+        gone) dated at that listing: the swarm's seed 152 closed a live node on a listing behind and never billed the
+        900 s until it was seen READY again.
         """
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
         since = last.at if last is not None else self._last_change(zone, name, uid)
         if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
-        if not EVIDENCE_END.on or self.node_operations is None:
+        if not EVIDENCE_END.on:
             return guess
         missed = self._missed.setdefault((zone, name), seen) if wait else seen
-        waits = wait and not sure and (seen - missed).total_seconds() <= EVIDENCE_WAIT_S and \
+        waits = wait and not sure and self.node_operations is not None and \
+            (seen - missed).total_seconds() <= EVIDENCE_WAIT_S and \
             self._state_of(zone, name, uid) == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
         try:
             started = self._delete_started(zone, name, created, since)
         except TpuopsError:
             started = None
-            if not wait:
-                return seen
         if started is not None:
             return min(max(started, since), seen)
-        return None if waits else missed if wait else guess
+        return None if waits else missed
 
     def _delete_started(self, zone: str, name: str, created: datetime | None, since: datetime) -> datetime | None:
         """When the first delete of the node's incarnation (created at ``created``, else seen at ``since``) started,
@@ -355,11 +364,15 @@ class BillingObserver:
         instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
         seeds 84 and 178). A node sighted past READY (``node``) gets its READY in its own incarnation, recorded first
         when the ledger has none yet: the name's latest may be a record a listing that lags closed, which took no
-        READY, so what the node billed went unseen."""
+        READY, so what the node billed went unseen. An incarnation the ledger holds READY already gets no READY again:
+        a process that never saw it (a cron pass beside the watch) told of its create, which ended hours before,
+        re-opened a preempted node READY from that end at each pass, to its next sighting PREEMPTED (the swarm's seed
+        8825: 71059 s held against 4351 s billed)."""
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
-        if ready is None:
+        if ready is None or (uid is not None and any(t.state == NodeState.READY.value for t in
+                                                     self.ledger.transitions(self.project, zone, name, uid=uid))):
             return
         if node is not None and node.uid:  # sighted: its own incarnation, recorded if need be (not the name's latest)
             self.ledger.observe_nodes([_sighting(node, NodeState.READY, ready)], at=seen)
@@ -381,12 +394,19 @@ class BillingObserver:
              absent: bool = False, sure: bool = False) -> None:
         """Close the node's ledger incarnation (``record``, else its open one): at ``at`` when known, else when it
         went (``_ended_at``: a node that deleted itself, where its delete operation says). Its open incarnation is
-        read only when that evidence is to be asked for; ``mark_deleted`` finds it by name either way. A node whose
-        create this observer was told of and that it never saw READY is first given its READY (``_ready_unseen``),
-        so that what it billed is known. ``absent``: it is only absent from a listing (``_ended_at`` may wait for
-        evidence); ``sure``: gone for certain all the same (its name was free for a create of ours)."""
+        read only when that evidence is to be asked for; ``mark_deleted`` closes ``record``'s (its uid), else the
+        name's. A node whose create this observer was told of and that it never saw READY is first given its READY
+        (``_ready_unseen``), so that what it billed is known. ``absent``: it is only absent from a listing
+        (``_ended_at`` may wait for evidence); ``sure``: gone for certain all the same (its name was free for a
+        create of ours). A ``record`` whose incarnation the ledger holds closed already (read before another process
+        closed it) changes nothing: closed by name, its successor under that name was closed instead, READY in the
+        cloud (the swarm's seed 6143)."""
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
+        if CLOSED_STAYS_CLOSED.on and record is not None and record.uid and \
+                self._last_state(zone, name, record.uid) == DELETED:
+            self._missed.pop((zone, name), None)  # a wait for its end is over (a successor's starts again: later)
+            return  # read before another process closed it: its end stands, and the name's next incarnation is not it
         self._ready_unseen(zone, name, at or utc_now(self.clock), uid=record.uid if record else None,
                            created=record.created_at if record else None)
         stamp = at or self._ended_at(zone, name, record.created_at if record else None, utc_now(self.clock),
@@ -396,7 +416,7 @@ class BillingObserver:
         self._missed.pop((zone, name), None)
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
-        self.ledger.mark_deleted(self.project, zone, name, at=stamp)
+        self.ledger.mark_deleted(self.project, zone, name, at=stamp, uid=record.uid if record else None)
 
     def recorded(self, zone: str, request: NodeRequest) -> None:
         """A node we asked for, recorded in the ledger now, before anyone waits on it (a killed process leaves it).
