@@ -265,7 +265,25 @@ class BillingObserver:
         late per node).
         """
         return (self._created_ready(node.zone, node.name, seen, node.create_time) or self._listed_ready(node, seen)
-                or self._changed_at(node.zone, node.name, seen))
+                or self._guessed_ready(node, seen))
+
+    def _guessed_ready(self, node: NodeInfo, seen: datetime) -> datetime:
+        """When a node first seen READY at ``seen`` became READY, when no operation says (its GetOperation and the
+        ListOperations failed or lagged, or its create never reported done): the incarnation's first READY at the
+        earliest it can have been, its create (our ask for it, else its createTime), never after ``seen``. That is
+        on the safe side: the ledger bills the node's boot at most more than the cloud, and never misses what it
+        billed (dated in the middle of the gap, READY was up to half a pass late: the swarm's seeds 78, 282, 426,
+        568, 594). A sighting of it short of READY is no bound: a listing that lags shows a node CREATING after its
+        READY (``_created_ready``). A READY after a state past it (a repair's end) is dated within the gap."""
+        zone, name = node.zone, node.name
+        if self._state_of(zone, name, node.uid or None) not in _SHORT_OF_READY:
+            return self._changed_at(zone, name, seen)
+        last = self._last_seen.get((zone, name))
+        asked = last.at if last is not None and not last.uid and last.state is None else None  # ``created``
+        created = node.create_time
+        if asked is not None and (created is None or created >= asked - _CLOCKS_APART):
+            return min(asked, seen)  # our own create's: our clock's ask bounds it, whatever the API's says
+        return min(created, seen) if created is not None else self._changed_at(zone, name, seen)
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
