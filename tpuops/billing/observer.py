@@ -437,8 +437,14 @@ class BillingObserver:
     def deleting(self, zone: str, name: str, operation: Operation, asked: datetime, answered: datetime) -> None:
         """Our delete of the node, asked at ``asked`` and answered at ``answered``: billing stops where the delete
         operation started (its createTime), kept within these two local times (a clock off between us and the API
-        moves nothing). A node created and never seen READY is first given its READY (``_ready_unseen``)."""
-        self._ready_unseen(zone, name, asked)
+        moves nothing). A node created and never seen READY is first given its READY (``_ready_unseen``), also
+        one whose create's answer was lost: its open incarnation (the uid and createTime a sighting gave it) lets the
+        create the provider lists date it (a listing that lagged showed it CREATING until our delete, and the ledger
+        held none of the 322 s it billed: the swarm's seed 172)."""
+        record = None if self.node_operations is None else next(
+            iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
+        self._ready_unseen(zone, name, asked, uid=record.uid if record else None,
+                           created=record.created_at if record else None)
         with contextlib.suppress(NotFound):
             self.ledger.observe(self.project, zone, name, NodeState.DELETING,
                                 min(max(operation.started or answered, asked), answered))
