@@ -72,6 +72,10 @@ _BOOTING = (NodeState.CREATING, NodeState.UNSPECIFIED)
 _SHORT_OF_READY = (None, NodeState.CREATING.value, NodeState.UNSPECIFIED.value)
 """The ledger's states (None: no transition yet) of an incarnation that has not been READY."""
 
+_AFTER_READY = (NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.REPAIRING, NodeState.RESTARTING,
+                NodeState.STOPPING, NodeState.STOPPED)
+"""The states a node reaches only from READY (a delete, DELETING, also ends a node that never was)."""
+
 _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
@@ -278,12 +282,17 @@ class BillingObserver:
         zone, name = node.zone, node.name
         if self._state_of(zone, name, node.uid or None) not in _SHORT_OF_READY:
             return self._changed_at(zone, name, seen)
-        last = self._last_seen.get((zone, name))
+        return self._create_floor(node, seen) or self._changed_at(zone, name, seen)
+
+    def _create_floor(self, node: NodeInfo, seen: datetime) -> datetime | None:
+        """The earliest the incarnation seen at ``seen`` can have been READY: our ask for its create, kept in our clock
+        whatever the API's says, else its createTime; never after ``seen``; None when neither is known."""
+        last = self._last_seen.get((node.zone, node.name))
         asked = last.at if last is not None and not last.uid and last.state is None else None  # ``created``
         created = node.create_time
         if asked is not None and (created is None or created >= asked - _CLOCKS_APART):
-            return min(asked, seen)  # our own create's: our clock's ask bounds it, whatever the API's says
-        return min(created, seen) if created is not None else self._changed_at(zone, name, seen)
+            return min(asked, seen)  # our own create's (an older createTime is the incarnation before's)
+        return min(created, seen) if created is not None else None
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
@@ -373,10 +382,14 @@ class BillingObserver:
         instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
         seeds 84 and 178). A node sighted past READY (``node``) gets its READY in its own incarnation, recorded first
         when the ledger has none yet: the name's latest may be a record a listing that lags closed, which took no
-        READY, so what the node billed went unseen."""
+        READY, so what the node billed went unseen. One sighted in a state that only READY leads to (``_AFTER_READY``:
+        preempted while nobody could look) whose create no call dates is given its READY at its create, on the safe
+        side (``_create_floor``): with none, the ledger held nothing of the 784 s it billed (the swarm's seed 4627)."""
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
+            if ready is None and node is not None and node.state in _AFTER_READY:
+                ready = self._create_floor(node, seen)  # it was READY, and no call says since when: the safe side
         if ready is None:
             return
         if node is not None and node.uid:  # sighted: its own incarnation, recorded if need be (not the name's latest)
