@@ -109,6 +109,8 @@ class BillingObserver:
         """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
         elsewhere, ``expect``)."""
         self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
+        self._unlisted: set[tuple[str, str]] = set()
+        """The (zone, name)s whose last ask for the create the provider lists failed (``_listed_create_end``)."""
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
@@ -190,18 +192,24 @@ class BillingObserver:
         self-deletes up to half a pass early when the operations could not be listed, and seed 727 a self-delete
         made at the end of a two-hour outage within that gap. When they could not (the API failed) and nothing
         waits, it is dated at ``seen``, where it had surely stopped, never within the gap, where it may still have
-        been billing.
+        been billing. A node the ledger holds short of READY waits as well while the create the provider lists could
+        not be asked (``_unlisted``): whether it was READY unseen, and since when, is that create's (``_ready_unseen``):
+        closed at once, a node whose create's answer was lost and that nobody saw before it deleted itself went
+        unbilled (the swarm's seed 3811: 0 s of 980 s). One never sighted is asked from its record's time on.
         """
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else self._last_change(zone, name, uid)
+        since = last.at if last is not None else (self._last_change(zone, name, uid) or created)
         if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
         if not EVIDENCE_END.on or self.node_operations is None:
             return guess
         missed = self._missed.setdefault((zone, name), seen) if wait else seen
-        waits = wait and not sure and (seen - missed).total_seconds() <= EVIDENCE_WAIT_S and \
-            self._state_of(zone, name, uid) == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
+        within = wait and not sure and (seen - missed).total_seconds() <= EVIDENCE_WAIT_S
+        state = self._state_of(zone, name, uid)
+        if within and state in _SHORT_OF_READY and (zone, name) in self._unlisted:
+            return None  # was it READY unseen? The create they list says, asked again at the next listing
+        waits = within and state == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
         try:
             started = self._delete_started(zone, name, created, since)
         except TpuopsError:
@@ -320,7 +328,9 @@ class BillingObserver:
         try:
             operations = self.node_operations(zone, name)
         except TpuopsError:
+            self._unlisted.add((zone, name))
             return None
+        self._unlisted.discard((zone, name))
         freed = max((op.ended for op in operations if op.verb == "delete" and op.ended is not None
                      and floor is not None and op.ended <= floor), default=None)  # the name free for this one
         ends = [op.ended for op in operations
@@ -425,6 +435,7 @@ class BillingObserver:
         if stamp is None:
             return  # only absent from a listing, with no evidence of its end yet: the next listing asks again
         self._missed.pop((zone, name), None)
+        self._unlisted.discard((zone, name))
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.project, zone, name, at=stamp)
