@@ -431,8 +431,8 @@ def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
 @pytest.mark.unit
 @pytest.mark.parametrize(("looks", "preempted_seen", "dated"), [
     ((0, 1, 2, 3), 4, 3.5),  # a steady observer: the middle of the gap
-    ((0, 1, 2, 3), 4.6, 4.6 - 0.8),  # one slow pass (up to twice the pace): still the middle
-    ((0, 0.1, 0.2), 30, 30 - 0.1),  # nobody looked for half a minute: one former pace back, not 15 s
+    ((0, 1, 2, 3), 4.6, 4.6 - 0.5),  # one slow pass (a look missed?): half a former pace back, on the safe side
+    ((0, 0.1, 0.2), 30, 30 - 0.05),  # nobody looked for half a minute: half a former pace back, not 15 s
 ])
 def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, looks: tuple[float, ...],
                                                             preempted_seen: float, dated: float) -> None:

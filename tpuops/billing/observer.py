@@ -46,15 +46,17 @@ Operations = Callable[[str, str], Operation]
 
 
 class _Sighted(NamedTuple):
-    """The last sighting of a node: which incarnation, in which state, when, and how long after the one before."""
+    """The last sighting of a node: which incarnation, in which state, when, and how long after the one before
+    (``looked``: False for a READY no listing showed, ``_ready_unseen``)."""
 
     uid: str
     state: NodeState | None
     at: datetime
     gap: timedelta | None = None
+    looked: bool = True
 
 
-_PACES = 1
+_PACES = 0.5
 """How many former gaps between sightings a change may be dated before its sighting (``_changed_at``)."""
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
@@ -112,6 +114,9 @@ class BillingObserver:
         """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
         elsewhere, ``expect``)."""
         self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
+        self._zone_paces: dict[str, tuple[datetime, timedelta | None]] = {}
+        """By zone: when its last listing was asked for, and the shortest gap between two (the pace of a node seen
+        only once since its create, ``_changed_at``; the last gap is as long as the outage that kept looks away)."""
         self._unlisted: set[tuple[str, str]] = set()
         """The (zone, name)s whose last ask for the create the provider lists failed (``_listed_create_end``)."""
 
@@ -261,21 +266,28 @@ class BillingObserver:
         (or after we asked for it, ``create``) and before this one. Dated at the sighting, it is
         always late: READY time then ended one pass late after each preemption, and the ledger
         billed 2.5-3.8 % more than Cloud TPU under churn. So it is dated in the middle of the
-        gap, but no further back than ``_PACES`` former look (the gap between the two
+        gap, but no further back than ``_PACES`` former look (half the gap between the two
         sightings before). For an observer that looks at a steady pace (the controller's
         passes) that is the middle, off by at most half a pass and as often early as late; a
-        gap longer than twice the pace before it may mean that nobody was looking (``up``, then
-        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did,
-        so the date stays within one pace of the sighting, on the safe side. With no earlier
-        sighting (a new process), the sighting's time it is (``first``: when the call that saw it went out).
+        longer gap means that a look was missed (a pass the API or the store failed, ``up``, then
+        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did
+        (dated a pass back in a gap of two, a preemption was 230 s early: the swarm's seed 2813),
+        so the date stays within half a pace of the sighting, on the safe side (a node looked at once since its
+        create has no pace of its own: its zone's listings' is taken). With no pace known, the middle of the gap; with
+        no earlier sighting (a new process), or only a READY no listing showed (``_ready_unseen``: the middle of the
+        hours since was 3400 s early, the swarm's seed 3557) and no pace, the sighting's time it is (``first``: when
+        the call that saw it went out), on the safe side.
         """
         last = self._last_seen.get((zone, name))
         if last is None:
             return first or seen
+        pace = last.gap if last.gap is not None else self._zone_paces.get(zone, (seen, None))[1]
+        if pace is None and not last.looked:
+            return first or seen
         if last.at >= seen:
             return seen
         back = (seen - last.at) / 2
-        return seen - (back if last.gap is None else min(back, _PACES * last.gap))
+        return seen - (back if pace is None else min(back, _PACES * pace))
 
     def _ready_at(self, node: NodeInfo, seen: datetime) -> datetime:
         """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
@@ -422,7 +434,8 @@ class BillingObserver:
         else:
             with contextlib.suppress(NotFound):
                 self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
-        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
+        before = self._last_seen.get((zone, name))  # its pace, if it has one
+        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready, before.gap if before else None, False)
 
     def expect(self, zone: str, name: str, operation: str) -> None:
         """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
@@ -494,6 +507,9 @@ class BillingObserver:
         preemption that made them vanish). A node the listing no longer shows is looked up first (``find_node``):
         a listing that lags shows the zone as it was, before our create, and a node taken for gone on its word was
         dated gone at once, the hours it then billed missing from the ledger (the swarm's seeds 956, 1445, 2204)."""
+        last, pace = self._zone_paces.get(zone, (asked, None))
+        gap = asked - last if last < asked else None
+        self._zone_paces[zone] = (asked, gap if pace is None or (gap is not None and gap < pace) else pace)
         self.observe(*nodes.values(), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes and not self._still_there(zone, record):
