@@ -99,6 +99,16 @@ def test_every_ready_stretch_counts_and_nothing_between(catalog: Catalog) -> Non
 
 
 @pytest.mark.unit
+def test_a_ready_dated_after_the_delete_that_ended_it_counts_nothing(catalog: Catalog) -> None:
+    """Two processes: one dates READY at 914.7 s (the create's end), the other the delete it asked at 840 s, written
+    after (its answer was slow): the stretch counts 0 s, not -74.7 s (the swarm's seed 2124)."""
+    node = history(("CREATING", 810), ("READY", 914.7), ("DELETING", 840), ("DELETED", 960), capacity="on-demand")
+    assert [(i.start, i.end) for i in ready_intervals(node.transitions, now=at(99_999))] == [
+        (at(914.7), at(914.7))]
+    assert node_cost(node, catalog, now=at(99_999)).ready_seconds == 0
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("capacity", ["spot", "preemptible"])
 def test_a_preemption_within_the_first_minute_is_free(catalog: Catalog, capacity: str) -> None:
     node = history(("READY", 0), ("PREEMPTED", FREE_PREEMPTION_S - 1), ("DELETED", 300), capacity=capacity)
