@@ -559,3 +559,19 @@ def test_a_listing_behind_our_replacement_does_not_reopen_the_node_we_deleted(tm
     fleet.billing.created(ZONE, request, "op-new", at(310))
     fleet.billing.listed(ZONE, {"n": _node(NodeState.READY)}, at(400))  # the deleted incarnation, uid 7
     assert [t.state for t in fleet.billing.ledger.transitions(P, ZONE, "n", uid="7")] == ["READY", DELETED]
+
+
+def test_a_record_read_before_its_replacement_closes_its_own_incarnation_never_the_replacement(
+        tmp_path: Path) -> None:
+    """A pass reads node 7's open record, then another process sees its replacement (node 8, which closes node 7);
+    the pass, finding the name absent, closes the record it read: node 7's own incarnation, never the name's
+    latest (closed at node 7's end, node 8's 1507 s billed were missing: the swarm's seed 7560)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    fleet.billing.node_operations = None
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    [stale] = fleet.billing.ledger.nodes(P, ZONE, name="n", open_only=True)
+    other = Fleet(TpuApi(P), _settings(tmp_path), fleet.billing.ledger)
+    other.billing.observe(dataclasses.replace(_node(NodeState.READY), uid="8", create_time=at(150)), at=at(200))
+    fleet.billing.gone(ZONE, "n", record=stale, absent=True)
+    assert [(r.uid, r.deleted_at) for r in fleet.billing.ledger.nodes(P, ZONE, name="n")] == [
+        ("7", at(150)), ("8", None)]
