@@ -272,16 +272,18 @@ class BillingObserver:
         longer gap means that a look was missed (a pass the API or the store failed, ``up``, then
         nothing until ``status``), and the middle of it could bill far less than Cloud TPU did
         (dated a pass back in a gap of two, a preemption was 230 s early: the swarm's seed 2813),
-        so the date stays within half a pace of the sighting, on the safe side (a node looked at once since its
-        create has no pace of its own: its zone's listings' is taken). With no pace known, the middle of the gap; with
-        no earlier sighting (a new process), or only a READY no listing showed (``_ready_unseen``: the middle of the
-        hours since was 3400 s early, the swarm's seed 3557) and no pace, the sighting's time it is (``first``: when
-        the call that saw it went out), on the safe side.
+        so the date stays within half a pace of the sighting, on the safe side. The pace is the shorter of the
+        node's last gap and its zone's shortest gap between listings: a node's own gap spans the looks the API or
+        the store failed before it (a preemption dated 87 s early after a gap of seven passes: the swarm's seed
+        8990). With no pace known, the middle of the gap; with no earlier sighting (a new process), or only a READY
+        no listing showed (``_ready_unseen``: the middle of the hours since was 3400 s early, the swarm's seed 3557)
+        and no pace, the sighting's time it is (``first``: when the call that saw it went out), on the safe side.
         """
         last = self._last_seen.get((zone, name))
         if last is None:
             return first or seen
-        pace = last.gap if last.gap is not None else self._zone_paces.get(zone, (seen, None))[1]
+        paces = [p for p in (last.gap, self._zone_paces.get(zone, (seen, None))[1]) if p is not None]
+        pace = min(paces, default=None)  # the node's own gap may span looks that were missed: its zone's may not
         if pace is None and not last.looked:
             return first or seen
         if last.at >= seen:
