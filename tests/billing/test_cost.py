@@ -99,6 +99,16 @@ def test_every_ready_stretch_counts_and_nothing_between(catalog: Catalog) -> Non
 
 
 @pytest.mark.unit
+def test_a_ready_dated_after_the_delete_that_ended_it_counts_nothing(catalog: Catalog) -> None:
+    """Two processes: one dates READY at 914.7 s (the create's end), the other the delete it asked at 840 s, written
+    after (its answer was slow): the stretch counts 0 s, not -74.7 s (the swarm's seed 2124)."""
+    node = history(("CREATING", 810), ("READY", 914.7), ("DELETING", 840), ("DELETED", 960), capacity="on-demand")
+    assert [(i.start, i.end) for i in ready_intervals(node.transitions, now=at(99_999))] == [
+        (at(914.7), at(914.7))]
+    assert node_cost(node, catalog, now=at(99_999)).ready_seconds == 0
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("capacity", ["spot", "preemptible"])
 def test_a_preemption_within_the_first_minute_is_free(catalog: Catalog, capacity: str) -> None:
     node = history(("READY", 0), ("PREEMPTED", FREE_PREEMPTION_S - 1), ("DELETED", 300), capacity=capacity)
@@ -431,8 +441,8 @@ def _sighted(state: NodeState, uid: str = "7") -> NodeInfo:
 @pytest.mark.unit
 @pytest.mark.parametrize(("looks", "preempted_seen", "dated"), [
     ((0, 1, 2, 3), 4, 3.5),  # a steady observer: the middle of the gap
-    ((0, 1, 2, 3), 4.6, 4.6 - 0.8),  # one slow pass (up to twice the pace): still the middle
-    ((0, 0.1, 0.2), 30, 30 - 0.1),  # nobody looked for half a minute: one former pace back, not 15 s
+    ((0, 1, 2, 3), 4.6, 4.6 - 0.5),  # one slow pass (a look missed?): half a former pace back, on the safe side
+    ((0, 0.1, 0.2), 30, 30 - 0.05),  # nobody looked for half a minute: half a former pace back, not 15 s
 ])
 def test_a_change_is_dated_within_the_gap_between_sightings(tmp_path: Path, looks: tuple[float, ...],
                                                             preempted_seen: float, dated: float) -> None:

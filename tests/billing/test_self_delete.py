@@ -261,6 +261,29 @@ def test_a_create_whose_get_operation_fails_is_ready_where_its_listed_create_end
     assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [("READY", at(50))]
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["our create", "a create whose answer was lost"])
+def test_a_ready_no_call_dates_starts_at_the_create_on_the_safe_side(tmp_path: Path, told: bool) -> None:
+    """Neither the GetOperation of the create nor the ListOperations answers (the API fails both): the node first
+    seen READY at 300 s is READY from its create (our ask at 0 s; else its createTime), never later than it was,
+    so the ledger never misses what it billed (in the middle of the gap, 150 s, READY was up to half a pass late:
+    the swarm's seeds 78, 282, 426, 568, 594)."""
+    settings = _settings(tmp_path)
+    fleet = Fleet(TpuApi(P), settings, Ledger(tmp_path / "ledger.sqlite"))
+
+    def failing(zone: str, name: str) -> Operation:
+        raise TransientError("503: the API failed this call")
+
+    fleet.billing.operations = failing
+    fleet.billing.node_operations = failing  # type: ignore[assignment]
+    if told:
+        request = plan_up(settings, "n", accelerator="v2-8", capacity=Capacity.ON_DEMAND, zone=ZONE,
+                          run_id=RUN).request
+        fleet.billing.created(ZONE, request, "c", at(0))
+    fleet.billing.observe(dataclasses.replace(_node(NodeState.READY), create_time=at(2)), at=at(300))
+    assert [(t.state, t.at) for t in fleet.billing.ledger.transitions(P, ZONE, "n")] == [
+        ("READY", at(0 if told else 2))]
+
+
 def test_a_node_a_lagging_listing_hid_until_it_was_preempted_is_billed_from_its_create(tmp_path: Path) -> None:
     """Our create at 0 s (READY at 50 s), then a listing that lags shows the zone without the node (what it said
     before the create), which closes the record; the next listing finds the node preempted. Its READY, dated by the
@@ -597,3 +620,19 @@ def test_a_process_told_of_an_old_create_never_reopens_a_preempted_node_ready(tm
         clock.advance_to(at(when).timestamp())
         cron.billing.observe(_node(NodeState.PREEMPTED), at=at(when))
     assert [(t.state, t.at) for t in ledger.transitions(P, ZONE, "n", uid="7")] == held
+
+
+def test_a_record_read_before_its_replacement_closes_its_own_incarnation_never_the_replacement(
+        tmp_path: Path) -> None:
+    """A pass reads node 7's open record, then another process sees its replacement (node 8, which closes node 7);
+    the pass, finding the name absent, closes the record it read: node 7's own incarnation, never the name's
+    latest (closed at node 7's end, node 8's 1507 s billed were missing: the swarm's seed 7560)."""
+    fleet = Fleet(TpuApi(P), _settings(tmp_path), Ledger(tmp_path / "ledger.sqlite"))
+    fleet.billing.node_operations = None
+    fleet.billing.observe(_node(NodeState.READY), at=at(0))
+    [stale] = fleet.billing.ledger.nodes(P, ZONE, name="n", open_only=True)
+    other = Fleet(TpuApi(P), _settings(tmp_path), fleet.billing.ledger)
+    other.billing.observe(dataclasses.replace(_node(NodeState.READY), uid="8", create_time=at(150)), at=at(200))
+    fleet.billing.gone(ZONE, "n", record=stale, absent=True)
+    assert [(r.uid, r.deleted_at) for r in fleet.billing.ledger.nodes(P, ZONE, name="n")] == [
+        ("7", at(150)), ("8", None)]

@@ -183,7 +183,10 @@ class CostReport:
 def ready_intervals(transitions: Sequence[Transition], now: datetime) -> list[Interval]:
     """The READY intervals of one incarnation from its transitions in observed order.
 
-    READY opens an interval, any other state closes it; one still open ends at ``now``.
+    READY opens an interval, any other state closes it; one still open ends at ``now``. An interval never ends
+    before it starts: a READY dated by another process after the delete that a slow answer dated later in the
+    ledger (the create of a node deleted while it booted ended after that delete began) counts nothing, never less
+    than nothing (the swarm's seed 2124: -75 s).
     """
     intervals: list[Interval] = []
     start: datetime | None = None
@@ -192,7 +195,7 @@ def ready_intervals(transitions: Sequence[Transition], now: datetime) -> list[In
             if start is None:
                 start = transition.at
         elif start is not None:
-            intervals.append(Interval(start, transition.at))
+            intervals.append(Interval(start, max(start, transition.at)))
             start = None
     if start is not None:
         intervals.append(Interval(start, max(start, now), open=True))

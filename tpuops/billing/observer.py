@@ -55,15 +55,17 @@ Operations = Callable[[str, str], Operation]
 
 
 class _Sighted(NamedTuple):
-    """The last sighting of a node: which incarnation, in which state, when, and how long after the one before."""
+    """The last sighting of a node: which incarnation, in which state, when, and how long after the one before
+    (``looked``: False for a READY no listing showed, ``_ready_unseen``)."""
 
     uid: str
     state: NodeState | None
     at: datetime
     gap: timedelta | None = None
+    looked: bool = True
 
 
-_PACES = 1
+_PACES = 0.5
 """How many former gaps between sightings a change may be dated before its sighting (``_changed_at``)."""
 
 _NEVER = _Sighted("", None, datetime.min.replace(tzinfo=UTC))
@@ -80,6 +82,13 @@ _BOOTING = (NodeState.CREATING, NodeState.UNSPECIFIED)
 
 _SHORT_OF_READY = (None, NodeState.CREATING.value, NodeState.UNSPECIFIED.value)
 """The ledger's states (None: no transition yet) of an incarnation that has not been READY."""
+
+_AFTER_READY = (NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.REPAIRING, NodeState.RESTARTING,
+                NodeState.STOPPING, NodeState.STOPPED)
+"""The states a node reaches only from READY (a delete, DELETING, also ends a node that never was)."""
+
+_REPAIRS = (NodeState.REPAIRING.value, NodeState.RESTARTING.value)
+"""The ledger's states of an incarnation that returns to READY by itself (a host maintenance, a restart)."""
 
 _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
@@ -114,6 +123,11 @@ class BillingObserver:
         """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
         elsewhere, ``expect``)."""
         self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
+        self._zone_paces: dict[str, tuple[datetime, timedelta | None]] = {}
+        """By zone: when its last listing was asked for, and the shortest gap between two (the pace of a node seen
+        only once since its create, ``_changed_at``; the last gap is as long as the outage that kept looks away)."""
+        self._unlisted: set[tuple[str, str]] = set()
+        """The (zone, name)s whose last ask for the create the provider lists failed (``_listed_create_end``)."""
 
     def observe(self, *nodes: NodeInfo, at: datetime | None = None, asked: datetime | None = None) -> None:
         """Append what we saw of our nodes ``at`` (default: now) to the ledger (one transaction).
@@ -187,33 +201,46 @@ class BillingObserver:
         is kept within the gap between the last sighting of the node as it was and this one (a clock
         that is off cannot move it out); a process that never saw the node before (``status``,
         ``down``, the dashboard) keeps it after the last transition the ledger holds of the incarnation
-        (``uid``) instead: the node was in that state from then on. With no delete to be found (the operations
-        failed, lag or cannot be listed) it is dated at ``seen``, where it had surely stopped, never within the gap,
-        where it may still have been billing: the middle of the gap dated self-deletes early when the operations
-        listing lagged (the swarm's seeds 4417 and 7036: up to 100 s of billing missing), seeds 4, 13 and 30 up to
-        half a pass early when the operations could not be listed, and seed 727 a self-delete made at the end of a
-        two-hour outage within that gap. With ``wait`` (the node is only absent from a listing, which can lag), an end
-        whose delete is not found yet is not dated yet (None: the node stays open, and the next listing asks again),
-        for up to ``EVIDENCE_WAIT_S`` after the first listing that missed it, and then (or once it is ``sure`` to be
-        gone) dated at that listing: the swarm's seed 152 closed a live node on a listing behind and never billed the
-        900 s until it was seen READY again.
+        (``uid``) instead: the node was in that state from then on. With no delete to be found (the operations failed,
+        lag or cannot be listed) it is dated at ``seen``, where it had surely stopped, never within the gap, where it
+        may still have been billing: the middle of the gap dated self-deletes early when the operations listing lagged
+        (the swarm's seeds 4417 and 7036: up to 100 s of billing missing), seeds 4, 13 and 30 up to half a pass early
+        when the operations could not be listed, and seed 727 a self-delete made at the end of a two-hour outage within
+        that gap. With ``wait`` (the node is only absent from a listing, which can lag), an end whose delete is not
+        found yet is not dated yet (None: the node stays open, and the next listing asks again), for up to
+        ``EVIDENCE_WAIT_S`` after the first listing that missed it, and then (or once it is ``sure`` to be gone) dated
+        at that listing: the swarm's seed 152 closed a live node on a listing behind and never billed the 900 s until it
+        was seen READY again. A node the ledger holds short of READY waits as well while the create the provider lists
+        could not be asked (``_unlisted``): whether it was READY unseen, and since when, is that create's
+        (``_ready_unseen``): closed at once, a node whose create's answer was lost and that nobody saw before it deleted
+        itself went unbilled (the swarm's seed 3811: 0 s of 980 s). One never sighted is asked from its record's time
+        on. One last seen repairing (``_REPAIRS``) that deleted itself was READY again before, since this observer's
+        last look at the earliest, on the safe side: its job ran to its end (the swarm's seed 4905: 9000 s billed after
+        a maintenance nobody saw end, none of it in the ledger). A new process has no such look (the ledger keeps
+        transitions, not sightings): from the repair's start it would bill far more than the cloud did.
         """
         guess = self._changed_at(zone, name, seen, first)
         last = self._last_seen.get((zone, name))
-        since = last.at if last is not None else self._last_change(zone, name, uid)
+        since = last.at if last is not None else (self._last_change(zone, name, uid) or created)
         if since is None or since >= seen or self._last_state(zone, name, uid) in _ENDED:
             return guess  # the ledger holds its end already (our own delete dated it): nothing to ask
         if not EVIDENCE_END.on:
             return guess
         missed = self._missed.setdefault((zone, name), seen) if wait else seen
-        waits = wait and not sure and self.node_operations is not None and \
-            (seen - missed).total_seconds() <= EVIDENCE_WAIT_S and \
-            self._state_of(zone, name, uid) == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
+        within = wait and not sure and (seen - missed).total_seconds() <= EVIDENCE_WAIT_S
+        state = self._state_of(zone, name, uid)
+        if within and state in _SHORT_OF_READY and (zone, name) in self._unlisted:
+            return None  # was it READY unseen? The create they list says, asked again at the next listing
+        waits = within and self.node_operations is not None and \
+            state == NodeState.READY.value  # no READY, nothing billed: nothing to wait for
         try:
             started = self._delete_started(zone, name, created, since)
         except TpuopsError:
             started = None
         if started is not None:
+            if wait and last is not None and state in _REPAIRS:  # it deleted itself (ours are dated): it ran again
+                with contextlib.suppress(NotFound):
+                    self.ledger.observe(self.project, zone, name, NodeState.READY, since, uid=uid)
             return min(max(started, since), seen)
         return None if waits else missed
 
@@ -248,21 +275,30 @@ class BillingObserver:
         (or after we asked for it, ``create``) and before this one. Dated at the sighting, it is
         always late: READY time then ended one pass late after each preemption, and the ledger
         billed 2.5-3.8 % more than Cloud TPU under churn. So it is dated in the middle of the
-        gap, but no further back than ``_PACES`` former look (the gap between the two
+        gap, but no further back than ``_PACES`` former look (half the gap between the two
         sightings before). For an observer that looks at a steady pace (the controller's
         passes) that is the middle, off by at most half a pass and as often early as late; a
-        gap longer than twice the pace before it may mean that nobody was looking (``up``, then
-        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did,
-        so the date stays within one pace of the sighting, on the safe side. With no earlier
-        sighting (a new process), the sighting's time it is (``first``: when the call that saw it went out).
+        longer gap means that a look was missed (a pass the API or the store failed, ``up``, then
+        nothing until ``status``), and the middle of it could bill far less than Cloud TPU did
+        (dated a pass back in a gap of two, a preemption was 230 s early: the swarm's seed 2813),
+        so the date stays within half a pace of the sighting, on the safe side. The pace is the shorter of the
+        node's last gap and its zone's shortest gap between listings: a node's own gap spans the looks the API or
+        the store failed before it (a preemption dated 87 s early after a gap of seven passes: the swarm's seed
+        8990). With no pace known, the middle of the gap; with no earlier sighting (a new process), or only a READY
+        no listing showed (``_ready_unseen``: the middle of the hours since was 3400 s early, the swarm's seed 3557)
+        and no pace, the sighting's time it is (``first``: when the call that saw it went out), on the safe side.
         """
         last = self._last_seen.get((zone, name))
         if last is None:
             return first or seen
+        paces = [p for p in (last.gap, self._zone_paces.get(zone, (seen, None))[1]) if p is not None]
+        pace = min(paces, default=None)  # the node's own gap may span looks that were missed: its zone's may not
+        if pace is None and not last.looked:
+            return first or seen
         if last.at >= seen:
             return seen
         back = (seen - last.at) / 2
-        return seen - (back if last.gap is None else min(back, _PACES * last.gap))
+        return seen - (back if pace is None else min(back, _PACES * pace))
 
     def _ready_at(self, node: NodeInfo, seen: datetime) -> datetime:
         """When a node first seen READY at ``seen`` became READY: its create operation's end, else ``_changed_at``.
@@ -274,7 +310,35 @@ class BillingObserver:
         late per node).
         """
         return (self._created_ready(node.zone, node.name, seen, node.create_time) or self._listed_ready(node, seen)
-                or self._changed_at(node.zone, node.name, seen))
+                or self._guessed_ready(node, seen))
+
+    def _guessed_ready(self, node: NodeInfo, seen: datetime) -> datetime:
+        """When a node first seen READY at ``seen`` became READY, when no operation says (its GetOperation and the
+        ListOperations failed or lagged, or its create never reported done): the incarnation's first READY at the
+        earliest it can have been, its create (our ask for it, else its createTime), never after ``seen``. That is
+        on the safe side: the ledger bills the node's boot at most more than the cloud, and never misses what it
+        billed (dated in the middle of the gap, READY was up to half a pass late: the swarm's seeds 78, 282, 426,
+        568, 594). A sighting of it short of READY is no bound: a listing that lags shows a node CREATING after its
+        READY (``_created_ready``). A READY after a state past it (a repair's end) is dated within the gap while the
+        looks come at their pace, and at the last sighting (the earliest) after a gap of more than two: dated one
+        pace before the sighting, a repair's end in an outage was 850 s late (the swarm's seed 2018)."""
+        zone, name = node.zone, node.name
+        if self._state_of(zone, name, node.uid or None) not in _SHORT_OF_READY:
+            last = self._last_seen.get((zone, name))
+            if last is not None and last.gap is not None and last.uid == node.uid and seen - last.at > 2 * last.gap:
+                return last.at  # looks were missed since: the earliest it can have been (as for a first READY)
+            return self._changed_at(zone, name, seen)
+        return self._create_floor(node, seen) or self._changed_at(zone, name, seen)
+
+    def _create_floor(self, node: NodeInfo, seen: datetime) -> datetime | None:
+        """The earliest the incarnation seen at ``seen`` can have been READY: our ask for its create, kept in our clock
+        whatever the API's says, else its createTime; never after ``seen``; None when neither is known."""
+        last = self._last_seen.get((node.zone, node.name))
+        asked = last.at if last is not None and not last.uid and last.state is None else None  # ``created``
+        created = node.create_time
+        if asked is not None and (created is None or created >= asked - _CLOCKS_APART):
+            return min(asked, seen)  # our own create's (an older createTime is the incarnation before's)
+        return min(created, seen) if created is not None else None
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
@@ -302,7 +366,9 @@ class BillingObserver:
         try:
             operations = self.node_operations(zone, name)
         except TpuopsError:
+            self._unlisted.add((zone, name))
             return None
+        self._unlisted.discard((zone, name))
         freed = max((op.ended for op in operations if op.verb == "delete" and op.ended is not None
                      and floor is not None and op.ended <= floor), default=None)  # the name free for this one
         ends = [op.ended for op in operations
@@ -364,13 +430,17 @@ class BillingObserver:
         instead (a node seen CREATING, then gone after a short job, billed 80 s the ledger never held: the swarm's
         seeds 84 and 178). A node sighted past READY (``node``) gets its READY in its own incarnation, recorded first
         when the ledger has none yet: the name's latest may be a record a listing that lags closed, which took no
-        READY, so what the node billed went unseen. An incarnation the ledger holds READY already gets no READY again:
-        a process that never saw it (a cron pass beside the watch) told of its create, which ended hours before,
-        re-opened a preempted node READY from that end at each pass, to its next sighting PREEMPTED (the swarm's seed
-        8825: 71059 s held against 4351 s billed)."""
+        READY, so what the node billed went unseen. An incarnation the ledger holds READY already gets no READY again: a
+        process that never saw it (a cron pass beside the watch) told of its create, which ended hours before, re-opened
+        a preempted node READY from that end at each pass, to its next sighting PREEMPTED (the swarm's seed 8825: 71059
+        s held against 4351 s billed). One sighted in a state that only READY leads to (``_AFTER_READY``: preempted
+        while nobody could look) whose create no call dates is given its READY at its create, on the safe side
+        (``_create_floor``): with none, the ledger held nothing of the 784 s it billed (the swarm's seed 4627)."""
         ready = self._created_ready(zone, name, seen, created)
         if ready is None and created is not None and self._state_of(zone, name, uid) in _SHORT_OF_READY:
             ready = self._listed_create_end(zone, name, created, seen)
+            if ready is None and node is not None and node.state in _AFTER_READY:
+                ready = self._create_floor(node, seen)  # it was READY, and no call says since when: the safe side
         if ready is None or (uid is not None and any(t.state == NodeState.READY.value for t in
                                                      self.ledger.transitions(self.project, zone, name, uid=uid))):
             return
@@ -379,7 +449,8 @@ class BillingObserver:
         else:
             with contextlib.suppress(NotFound):
                 self.ledger.observe(self.project, zone, name, NodeState.READY, ready)
-        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready)
+        before = self._last_seen.get((zone, name))  # its pace, if it has one
+        self._last_seen[(zone, name)] = _Sighted("", NodeState.READY, ready, before.gap if before else None, False)
 
     def expect(self, zone: str, name: str, operation: str) -> None:
         """The node's create operation, started elsewhere (another process, a pass that died), for ``_ready_at``.
@@ -397,10 +468,10 @@ class BillingObserver:
         read only when that evidence is to be asked for; ``mark_deleted`` closes ``record``'s (its uid), else the
         name's. A node whose create this observer was told of and that it never saw READY is first given its READY
         (``_ready_unseen``), so that what it billed is known. ``absent``: it is only absent from a listing
-        (``_ended_at`` may wait for evidence); ``sure``: gone for certain all the same (its name was free for a
-        create of ours). A ``record`` whose incarnation the ledger holds closed already (read before another process
-        closed it) changes nothing: closed by name, its successor under that name was closed instead, READY in the
-        cloud (the swarm's seed 6143)."""
+        (``_ended_at`` may wait for evidence); ``sure``: gone for certain all the same (its name was free for a create
+        of ours). A ``record`` whose incarnation the ledger holds closed already (read before another process closed it)
+        changes nothing: closed by name, its successor under that name was closed instead, READY in the cloud (the
+        swarm's seeds 6143 and 7560)."""
         if at is None and record is None and self.node_operations is not None:
             record = next(iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
         if CLOSED_STAYS_CLOSED.on and record is not None and record.uid and \
@@ -414,6 +485,7 @@ class BillingObserver:
         if stamp is None:
             return  # only absent from a listing, with no evidence of its end yet: the next listing asks again
         self._missed.pop((zone, name), None)
+        self._unlisted.discard((zone, name))
         self._last_seen.pop((zone, name), None)
         self._creating.pop((zone, name), None)
         self.ledger.mark_deleted(self.project, zone, name, at=stamp, uid=record.uid if record else None)
@@ -439,8 +511,14 @@ class BillingObserver:
     def deleting(self, zone: str, name: str, operation: Operation, asked: datetime, answered: datetime) -> None:
         """Our delete of the node, asked at ``asked`` and answered at ``answered``: billing stops where the delete
         operation started (its createTime), kept within these two local times (a clock off between us and the API
-        moves nothing). A node created and never seen READY is first given its READY (``_ready_unseen``)."""
-        self._ready_unseen(zone, name, asked)
+        moves nothing). A node created and never seen READY is first given its READY (``_ready_unseen``), also
+        one whose create's answer was lost: its open incarnation (the uid and createTime a sighting gave it) lets the
+        create the provider lists date it (a listing that lagged showed it CREATING until our delete, and the ledger
+        held none of the 322 s it billed: the swarm's seed 172)."""
+        record = None if self.node_operations is None else next(
+            iter(self.ledger.nodes(self.project, zone, name=name, open_only=True)), None)
+        self._ready_unseen(zone, name, asked, uid=record.uid if record else None,
+                           created=record.created_at if record else None)
         with contextlib.suppress(NotFound):
             self.ledger.observe(self.project, zone, name, NodeState.DELETING,
                                 min(max(operation.started or answered, asked), answered))
@@ -451,6 +529,9 @@ class BillingObserver:
         preemption that made them vanish). A node the listing no longer shows is looked up first (``find_node``):
         a listing that lags shows the zone as it was, before our create, and a node taken for gone on its word was
         dated gone at once, the hours it then billed missing from the ledger (the swarm's seeds 956, 1445, 2204)."""
+        last, pace = self._zone_paces.get(zone, (asked, None))
+        gap = asked - last if last < asked else None
+        self._zone_paces[zone] = (asked, gap if pace is None or (gap is not None and gap < pace) else pace)
         self.observe(*nodes.values(), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes and not self._still_there(zone, record):

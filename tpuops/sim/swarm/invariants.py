@@ -20,6 +20,7 @@ from tpuops.core.clock import UTC
 from tpuops.providers.simulated import Billed
 from tpuops.runs import ExitClass, Outcome
 from tpuops.sim.engine import START
+from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import notices
 from tpuops.sim.swarm import promises as p
 from tpuops.sim.swarm import sweep_invariants as sweeps
@@ -154,15 +155,41 @@ def self_delete_dated(trace: Trace) -> list[str]:
     return bad
 
 
+_HIDE_CREATE_END = (f.API_ERRORS, f.API_OUTAGE, f.API_SLOW, f.API_STUCK_CREATE, f.API_OPERATIONS)
+"""Fault kinds that can keep every call from dating a node's READY (its GetOperation and the ListOperations fail,
+time out, lag, or the create never reports done)."""
+
+
+def _guessed_boots(trace: Trace) -> dict[tuple[str, str], float]:
+    """By node (zone, name): how long its incarnations booted (created to first READY) when a fault of
+    ``_HIDE_CREATE_END`` was on between their create and their end: the ledger dates a READY that no call dates at
+    the create, on the safe side (``BillingObserver._guessed_ready``), so it may hold that much more."""
+    first: dict[tuple[str, str, float], tuple[float, float]] = {}
+    for interval in trace.intervals():
+        key = (interval.zone, interval.name, interval.created)
+        start, end = first.get(key, (interval.start, interval.end or trace.now))
+        first[key] = (min(start, interval.start), max(end, interval.end or trace.now))
+    boots: dict[tuple[str, str], float] = {}
+    for (zone, name, created), (start, end) in first.items():
+        lo, hi = created - START, end - START
+        if any(x.kind in _HIDE_CREATE_END and x.start < hi and lo < x.end for x in trace.scenario.faults):
+            boots[(zone, name)] = boots.get((zone, name), 0.0) + start - created
+    return boots
+
+
 def ledger_matches_billing(trace: Trace) -> list[str]:
     """money: the ledger bills no node for more than the cloud did, beyond the same tolerance plus the time faults
     kept the controller from looking (a failing listing is no evidence either way: the ledger keeps a node
-    READY, on the safe side, until a listing without it)."""
+    READY, on the safe side, until a listing without it), plus the boot of each incarnation whose READY no call
+    may have dated (``_guessed_boots``: the ledger dates it at the create, on the safe side, so that it never misses
+    what the cloud billed, which money.billing_never_missed and issue 38's first defect demand)."""
     ledger = _ledger_seconds(trace)
+    boots = _guessed_boots(trace)
     bad = []
     for key, (seconds, slack_s, first) in sorted(_billed_seconds(trace).items()):
         held = ledger.get(key, 0.0)
-        if held - seconds > _tolerance(seconds, slack_s) + trace.busy_s(first, trace.now, ledger=True):
+        allowed = _tolerance(seconds, slack_s) + trace.busy_s(first, trace.now, ledger=True) + boots.get(key, 0.0)
+        if held - seconds > allowed:
             bad.append(f"{key[1]} in {key[0]}: the ledger holds {held:.1f} s READY, the cloud billed {seconds:.1f} s")
     return bad
 
