@@ -97,6 +97,7 @@ from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
     DamagedDocument,
+    LeaseLost,
     NotFound,
     PreconditionFailed,
     TpuopsError,
@@ -562,8 +563,9 @@ class Controller:
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))
-                if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
-                    break
+                with self.leases.acting(run_id):  # LeaseLost: not ours since we decided, or ran out before the call
+                    if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
+                        break
             for event in memory.events[decided.before:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if memory.finished:
@@ -572,6 +574,8 @@ class Controller:
             self._save(run_id, memory, generation, decided.unchanged)  # the notices' write-ahead, with the decision
             self._tell(run_id, memory, now)
         except TpuopsError as err:
+            if isinstance(err, LeaseLost):
+                acted.pop()  # the action it was about was not sent
             error = self._failed(run_id, err)
         return _Outcome(tuple(acted), finished, error)
 

@@ -87,6 +87,11 @@ class PreconditionFailed(TpuopsError):
     """A compare-and-swap lost: the object's generation was not the expected one (leases, run state)."""
 
 
+class LeaseLost(PreconditionFailed):
+    """An action decided under a lease that is not ours any more, or has run out (``tpuops.core.acting``): it is not
+    sent, and the next pass decides again."""
+
+
 class IntegrityError(TpuopsError):
     """Bytes do not match their checksum (a local file changed, or a stored object is corrupt)."""
 

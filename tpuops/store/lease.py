@@ -32,10 +32,12 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tpuops.core.errors import NotFound, PreconditionFailed
+from tpuops.core import acting
+from tpuops.core.errors import LeaseLost, NotFound, PreconditionFailed
 from tpuops.core.guards import Guard
 from tpuops.store import Store
 
@@ -108,6 +110,27 @@ class Leases:
             return False
         ours = holder == self.holder and expires > now and held is not None
         return self._write(name, generation, now, held.tenure if ours and held else next(self._tenures))
+
+    @contextmanager
+    def acting(self, name: str) -> Iterator[None]:
+        """Around an action on ``name`` (a create, a delete): the lease is still ours, in the tenure the action was
+        decided under, and the cloud calls made inside go out only while it lasts (``tpuops.core.acting``).
+
+        ``known`` asks the store nothing, so it cannot see that anyone wrote the lease since: another holder that
+        took it over once it expired (our pass stalled past it), or that took it from a damaged document while we
+        believed it ours. So the lease is renewed first with one compare-and-swap on the generation we wrote last,
+        which fails then: ``LeaseLost``, no call is made, and the next pass takes the lease and decides afresh. An
+        action is rare beside a pass, so this round trip is paid per action, not per run and pass; the renewal
+        gives the call a whole TTL, and its expiry is the calls' deadline (a stall past it sends nothing).
+        """
+        held, now = self._held.get(name), self.clock()
+        if held is not None and self._write(name, held.generation, now, held.tenure):
+            with acting.until(now + self.ttl_s, self.clock, name):
+                yield
+        elif EXCLUSIVE.on:
+            raise LeaseLost(f"the lease on {name} is not ours any more: another controller may act on it")
+        else:
+            yield
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()

@@ -13,6 +13,7 @@ over processes and sums what they found.
 
 from __future__ import annotations
 
+import contextvars
 import multiprocessing
 import tempfile
 import time
@@ -229,8 +230,9 @@ class _Play:
         exit, dropping its leases; its death is its own (the watch's process lives on)."""
         dead = self.death.dead
         rival = self._start("cron")  # None: it refused its config (a malformed url_env) and exited 2
-        self._pass(rival, now)
-        self._pass(rival, None)
+        alone = contextvars.Context()  # its own process: none of the watch's state (the deadline of its call)
+        alone.run(self._pass, rival, now)
+        alone.run(self._pass, rival, None)
         self.death.dead = dead
 
     def _rival(self) -> None:
