@@ -52,9 +52,9 @@ one budget for the whole pass (``outbox.Round``); then the memory is written aga
 state. A finished run whose messages are not all delivered or given up stays in the index, so that later
 passes retry them.
 
-Two controllers: a run is acted on only under its lease, and only when its memory is still the
-one read before this pass listed the nodes; otherwise another controller acted since, our
-listing may predate that, and the run waits for the next pass.
+Two controllers: a run is acted on only under its lease, confirmed before each action (``Leases.acting``: its
+calls go out only while it lasts), and only when its memory is still the one read before this pass listed the
+nodes; otherwise another controller acted since, our listing may predate that, and the run waits a pass.
 """
 
 from __future__ import annotations
@@ -229,7 +229,8 @@ class Controller:
                     report.skipped_leased.append(run_id)
                     continue
                 self._held.add(run_id)
-                self.nodes.delete(node.zone, node.name)
+                with self.leases.acting(run_id):  # LeaseLost: not ours any more, or ran out before the call
+                    self.nodes.delete(node.zone, node.name)
             except TpuopsError as err:
                 report.errors[run_id] = f"{report.errors.get(run_id, '')}; its node could not be deleted: {err}"
                 continue
@@ -449,7 +450,8 @@ class Controller:
                 if not self.leases.acquire(run_id):
                     continue  # another controller drives the run: the delete is its to make
                 self._held.add(run_id)
-                self.nodes.delete(zone, node.name)
+                with self.leases.acting(run_id):
+                    self.nodes.delete(zone, node.name)
             except TpuopsError as err:
                 self.progress(f"{run_id}: its agent ended, but deleting {node.name} failed ({err}); "
                               "the pass tries again")

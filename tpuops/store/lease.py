@@ -13,15 +13,23 @@ it held the lease is only good for the same tenure.
 A lease document that cannot be read (not JSON, not UTF-8, not a holder and an expiry: a torn write, a
 hand edit) holds nobody: ``acquire`` takes it as it takes an expired one, with a compare-and-swap on the
 damaged document's generation, so of two controllers that find it damaged only one wins; ``release``
-leaves it (not known to be ours) for the next ``acquire`` to replace. A lease is a coordination hint, not
-the guard of correctness: a run's memory is written with its own compare-and-swap, so a holder that still
-believes it holds a lease another took over (for at most half a TTL, ``known``) loses its next memory
-write instead of corrupting the run. So no lease, however damaged, stops a pass or another run's recovery.
+leaves it (not known to be ours) for the next ``acquire`` to replace. So no lease, however damaged, stops a
+pass or another run's recovery.
+
+``known`` is enough to decide, never to act: a holder may believe for half a TTL that it holds a lease another
+took over (from a damaged document), and a pass may stall past its lease's expiry between its decision and its
+call (a sleeping laptop, a paused VM). So every action is made inside ``acting``: the lease is first renewed
+with a compare-and-swap on the generation we wrote (it fails if anyone wrote the lease since), and the calls
+inside carry its expiry as their deadline (``tpuops.core.acting``: a call not sent by then is not sent at
+all). Two controllers never both act on a run (the swarm's ``nodes.one_controller_acts``: every create and
+delete reaches the cloud while the run's lease names its sender). A run's memory is written with its own
+compare-and-swap besides, so a pass that decided on a stale copy loses its write instead of corrupting the run.
 
 Time is the holder's clock (``clock``; a controller hands it its pass clock), so that in a simulation leases
 expire in virtual time as they would in real time. Guards (``tpuops.core.guards``, turned off only by the fault
-swarm's tests): ``lease.exclusive`` at the line that refuses a live lease another holds (two controllers at once
-never both act on a run), ``lease.damage_holds_nobody`` at the line that reads a damaged lease as nobody's.
+swarm's tests): ``lease.exclusive`` at the lines that refuse a live lease another holds and an action under a
+lease lost (two controllers at once never both act on a run), ``lease.damage_holds_nobody`` at the line that reads
+a damaged lease as nobody's.
 """
 
 from __future__ import annotations
