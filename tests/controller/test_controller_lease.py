@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from lanes import LOCAL_AND_GCS
 
+from tpuops.core import acting
+from tpuops.core.errors import LeaseLost, TpuopsError
 from tpuops.store import LocalStore, Store, gcs_client
 from tpuops.store.gcs import GcsStore
 from tpuops.store.lease import Leases
@@ -153,3 +155,64 @@ def test_leases_of_different_runs_are_independent(store: Store) -> None:
     assert a.acquire("run-1", now=T0)
     assert b.acquire("run-2", now=T0)
     assert not a.acquire("run-2", now=T0) and not b.acquire("run-1", now=T0)
+
+
+class Clock:
+    """A holder's clock that a test moves (a pass that stalls)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_action_renews_the_lease_and_its_calls_go_out_while_it_lasts(store: Store) -> None:
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1")
+    generation = store.generation_of("leases/run-1")
+    clock.now = T0 + TTL / 4  # still known: no round trip to decide
+    assert a.known("run-1")
+    with a.acting("run-1"):
+        acting.check("DeleteNode")  # sent
+    assert store.generation_of("leases/run-1") != generation  # renewed (a compare-and-swap) before the call
+    assert not holder(store, "b").acquire("run-1", now=T0 + TTL + 1)  # the renewal runs from the action
+    assert holder(store, "b").acquire("run-1", now=T0 + TTL / 4 + TTL + 1)
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED)[:2])
+def test_a_lease_taken_from_a_damaged_document_is_not_acted_on_by_the_holder_that_believed_it_its_own(
+        store: Store, kind: str) -> None:
+    """The swarm's seed 1381: a garbled lease, taken by a cron while the watch still knew it its own."""
+    a = Leases(store, "a", ttl_s=TTL, clock=Clock(T0))
+    assert a.acquire("run-1")
+    store.write_bytes("leases/run-1", DAMAGED[kind])
+    b = Leases(store, "b", ttl_s=TTL, clock=Clock(T0 + 1))
+    assert b.acquire("run-1")
+    assert a.known("run-1")  # what a's passes decide with: no round trip
+    sent = []
+    with pytest.raises(LeaseLost), a.acting("run-1"):
+        sent.append("delete")
+    assert sent == [] and owner(store) == "b"
+    with b.acting("run-1"):
+        sent.append("delete")
+    assert sent == ["delete"]
+
+
+def test_a_call_not_sent_before_the_lease_ran_out_is_not_sent_even_if_the_caller_takes_the_error(
+        store: Store) -> None:
+    """The swarm's seed 217: the watch's pass stalled in its delete past its lease, a cron took the run over."""
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1")
+    sent = []
+    with pytest.raises(LeaseLost), a.acting("run-1"):
+        clock.now = T0 + TTL + 5  # stalled before the call went out
+        try:
+            acting.check("DeleteNode")
+            sent.append("delete")
+        except TpuopsError:
+            pass  # a caller that records any failed call as news (a failed create): the block raises it again
+    assert sent == []
+    acting.check("DeleteNode")  # outside the block: no deadline

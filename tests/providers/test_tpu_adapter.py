@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
+from tpuops.core import acting
+from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, LeaseLost, NotFound, TransientError
 from tpuops.core.kinds import Capacity
 from tpuops.providers.base import wait_for
 from tpuops.providers.cloud_tpu.adapter import TpuApi
@@ -116,6 +117,24 @@ def test_errors_say_what_went_wrong_not_which_url_was_asked(api: TpuApi) -> None
         api.get_node("us-central1-a", "missing-node")
     assert "$alt=json" not in str(caught.value) and "http" not in str(caught.value)
     assert "missing-node" in str(caught.value)
+
+
+def test_a_call_that_changes_the_cloud_goes_out_only_before_the_deadline_of_the_lease_it_was_decided_under(
+        api: TpuApi) -> None:
+    """tpuops.core.acting: a process that stalled past its lease sends no create or delete (another controller may
+    have taken the run over meanwhile); reads still go out."""
+    wait_for(api, api.create_node(ZONE, _request("n-9")), timeout_s=30)
+    clock = [100.0]
+    with pytest.raises(LeaseLost), acting.until(150.0, lambda: clock[0], "run-9"):  # it ends raising what it refused
+        clock[0] = 151.0  # the process slept past the lease
+        with pytest.raises(LeaseLost, match="DeleteNode not sent"):
+            api.delete_node(ZONE, "n-9")
+        with pytest.raises(LeaseLost, match="CreateNode not sent"):
+            api.create_node(ZONE, _request("n-10"))
+        assert api.get_node(ZONE, "n-9").state is NodeState.READY
+    assert api.find_node(ZONE, "n-10") is None
+    with acting.until(150.0, lambda: 149.0, "run-9"):
+        assert api.delete_node(ZONE, "n-9") is not None
 
 
 def test_a_server_that_accepts_and_never_answers_is_one_transient_error_not_a_hang() -> None:
