@@ -52,8 +52,8 @@ one budget for the whole pass (``outbox.Round``); then the memory is written aga
 state. A finished run whose messages are not all delivered or given up stays in the index, so that later
 passes retry them.
 
-Two controllers: a run is acted on only under its lease, confirmed before each action (``Leases.acting``: its
-calls go out only while it lasts), and only when its memory is still the one read before this pass listed the
+Two controllers: a run is acted on only under its lease, renewed as each call of an action goes out
+(``Leases.acting``), and only when its memory is still the one read before this pass listed the
 nodes; otherwise another controller acted since, our listing may predate that, and the run waits a pass.
 """
 
@@ -97,7 +97,6 @@ from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import (
     AlreadyExists,
     DamagedDocument,
-    LeaseLost,
     NotFound,
     PreconditionFailed,
     TpuopsError,
@@ -229,7 +228,7 @@ class Controller:
                     report.skipped_leased.append(run_id)
                     continue
                 self._held.add(run_id)
-                with self.leases.acting(run_id):  # LeaseLost: not ours any more, or ran out before the call
+                with self.leases.acting(run_id):  # LeaseLost: not ours any more
                     self.nodes.delete(node.zone, node.name)
             except TpuopsError as err:
                 report.errors[run_id] = f"{report.errors.get(run_id, '')}; its node could not be deleted: {err}"
@@ -565,7 +564,7 @@ class Controller:
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))
-                with self.leases.acting(run_id):  # LeaseLost: not ours since we decided, or ran out before the call
+                with self.leases.acting(run_id):  # its calls go out only under the lease, renewed (LeaseLost)
                     if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
                         break
             for event in memory.events[decided.before:]:
@@ -576,8 +575,6 @@ class Controller:
             self._save(run_id, memory, generation, decided.unchanged)  # the notices' write-ahead, with the decision
             self._tell(run_id, memory, now)
         except TpuopsError as err:
-            if isinstance(err, LeaseLost):
-                acted.pop()  # the action it was about was not sent
             error = self._failed(run_id, err)
         return _Outcome(tuple(acted), finished, error)
 

@@ -88,8 +88,12 @@ class PreconditionFailed(TpuopsError):
 
 
 class LeaseLost(PreconditionFailed):
-    """An action decided under a lease that is not ours any more, or has run out (``tpuops.core.acting``): it is not
-    sent, and the next pass decides again."""
+    """A call of an action decided under a lease that is not ours any more, or could not be renewed
+    (``tpuops.core.acting``): it was not sent. Worth trying again, by the next pass (which takes the lease and
+    decides afresh), never at once: a create that met it is retried then, not failed."""
+
+    retryable = True
+    retry_window_s = 0.0
 
 
 class IntegrityError(TpuopsError):

@@ -357,7 +357,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             return self._nodes.get((zone, name))
 
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
-        acting.check("CreateNode")  # the client's own check, made as the call goes out (tpuops.core.acting)
+        acting.check("CreateNode")  # the client's own: its lease renewed as it goes out (tpuops.core.acting)
         now = self._call(create=True)
         with self._lock:
             key = (zone, request.name)

@@ -18,12 +18,12 @@ pass or another run's recovery.
 
 ``known`` is enough to decide, never to act: a holder may believe for half a TTL that it holds a lease another
 took over (from a damaged document), and a pass may stall past its lease's expiry between its decision and its
-call (a sleeping laptop, a paused VM). So every action is made inside ``acting``: the lease is first renewed
-with a compare-and-swap on the generation we wrote (it fails if anyone wrote the lease since), and the calls
-inside carry its expiry as their deadline (``tpuops.core.acting``: a call not sent by then is not sent at
-all). Two controllers never both act on a run (the swarm's ``nodes.one_controller_acts``: every create and
-delete reaches the cloud while the run's lease names its sender). A run's memory is written with its own
-compare-and-swap besides, so a pass that decided on a stale copy loses its write instead of corrupting the run.
+call (a sleeping laptop, a paused VM). So every action is made inside ``acting``: right before each of its
+calls that changes the cloud goes out, the lease is renewed with a compare-and-swap on the generation we wrote
+(it fails if anyone wrote the lease since), and the call is not sent unless that left it ours and live
+(``tpuops.core.acting``). Two controllers never both act on a run (the swarm's ``nodes.one_controller_acts``:
+every create and delete reaches the cloud while the run's lease names its sender). A run's memory is written with
+its own compare-and-swap besides, so a pass that decided on a stale copy loses its write instead of corrupting it.
 
 Time is the holder's clock (``clock``; a controller hands it its pass clock), so that in a simulation leases
 expire in virtual time as they would in real time. Guards (``tpuops.core.guards``, turned off only by the fault
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import socket
 import time
@@ -45,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tpuops.core import acting
-from tpuops.core.errors import LeaseLost, NotFound, PreconditionFailed
+from tpuops.core.errors import LeaseLost, NotFound, PreconditionFailed, TpuopsError
 from tpuops.core.guards import Guard
 from tpuops.store import Store
 
@@ -121,24 +122,31 @@ class Leases:
 
     @contextmanager
     def acting(self, name: str) -> Iterator[None]:
-        """Around an action on ``name`` (a create, a delete): the lease is still ours, in the tenure the action was
-        decided under, and the cloud calls made inside go out only while it lasts (``tpuops.core.acting``).
+        """Around an action on ``name`` (a create, a delete): each of its calls that changes the cloud goes out
+        only once the lease is renewed, in the tenure the action was decided under (``tpuops.core.acting``).
 
         ``known`` asks the store nothing, so it cannot see that anyone wrote the lease since: another holder that
         took it over once it expired (our pass stalled past it), or that took it from a damaged document while we
-        believed it ours. So the lease is renewed first with one compare-and-swap on the generation we wrote last,
-        which fails then: ``LeaseLost``, no call is made, and the next pass takes the lease and decides afresh. An
-        action is rare beside a pass, so this round trip is paid per action, not per run and pass; the renewal
-        gives the call a whole TTL, and its expiry is the calls' deadline (a stall past it sends nothing).
-        """
-        held, now = self._held.get(name), self.clock()
-        if held is not None and self._write(name, held.generation, now, held.tenure):
-            with acting.until(now + self.ttl_s, self.clock, name):
-                yield
-        elif EXCLUSIVE.on:
-            raise LeaseLost(f"the lease on {name} is not ours any more: another controller may act on it")
-        else:
+        believed it ours. The renewal is one compare-and-swap on the generation we wrote last, which fails then:
+        the call is not sent (``LeaseLost``), and the next pass takes the lease and decides afresh. An action is
+        rare beside a pass, so this round trip is paid per call that changes the cloud, not per run and pass."""
+        with acting.under(lambda: self._confirm(name), self.clock, name):
             yield
+
+    def _confirm(self, name: str) -> float:
+        """Renew the lease we hold on ``name`` (``acting``); when it now runs out. ``LeaseLost`` when it is not ours
+        any more, or the store did not answer (then we may not know our own generation: the next ``acquire`` asks)."""
+        held, now = self._held.get(name), self.clock()
+        try:
+            if held is not None and self._write(name, held.generation, now, held.tenure):
+                return now + self.ttl_s
+        except TpuopsError as err:
+            self._held.pop(name, None)
+            raise LeaseLost(f"the lease on {name} could not be renewed ({err}): the call was not sent") from err
+        if not EXCLUSIVE.on:
+            return math.inf
+        raise LeaseLost(f"the lease on {name} is not ours any more (another controller may act on it): the call "
+                        "was not sent")
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()

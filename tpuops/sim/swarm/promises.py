@@ -231,6 +231,7 @@ def one_controller_acts(trace: Trace) -> list[str]:
     again, all within what the runner plays as one pass. So the check is made as each call goes, against the
     lease in the store then, not "at most one holder acted in the pass" (which took such a handover for two
     controllers at once: seed 8147's watch, stalled 4 passes in a listing, acted after the cron had released)."""
-    return [f"{send.node}: {send.sender}'s {send.verb} reached the cloud at {at(send.at)} while the lease "
-            + (f"named {send.holder}" if send.holder != send.sender else f"had run out at {at(send.expires)}")
+    return [f"{send.node}: {send.sender}'s {send.verb} reached the cloud at {at(send.at)} while its run's lease "
+            + ("was damaged (nobody's)" if send.holder is None else f"named {send.holder}"
+               if send.holder != send.sender else f"had run out at {at(send.expires)}")
             for send in trace.sends if send.holder != send.sender or send.expires <= send.at]
