@@ -32,22 +32,6 @@ def _failing(fault: f.Fault, kinds: tuple[str, ...]) -> bool:
     calls of a 60-s slowness, and a run's delete failed seven passes running: the swarm's seed 4889)."""
     return fault.kind in kinds or (fault.kind == f.API_SLOW and fault.count > CALL_TIMEOUT_S)
 
-
-@dataclass(frozen=True)
-class Send:
-    """A create or delete of a run's node (its probe's too) that reached the cloud, and the run's lease then."""
-
-    at: float
-    sender: str
-    """The lease holder of the controller whose pass sent it (the innermost passing: a rival runs inside the watch's
-    call)."""
-    verb: str
-    node: str
-    holder: str | None
-    """Whom the run's lease document named as the call went (None: damaged)."""
-    expires: float
-
-
 @dataclass
 class Trace:
     """What one seed did, as the checkers read it."""
@@ -116,3 +100,18 @@ class Trace:
     def judged(self) -> list[str]:
         """The runs the truth checks judge: every run but the poisoned ones."""
         return [plan.run_id for plan in self.scenario.runs if plan.run_id not in self.poisoned]
+
+
+@dataclass(frozen=True)
+class Send:
+    """A create or delete of a run's node (its probe's too) that reached the cloud, and the run's lease then."""
+
+    at: float
+    sender: str
+    """The lease holder of the controller whose pass sent it (the innermost passing: a rival runs inside the watch's
+    call)."""
+    verb: str
+    node: str
+    holder: str | None
+    """Whom the run's lease document named as the call went (None: damaged)."""
+    expires: float
