@@ -225,3 +225,13 @@ def test_a_call_is_not_sent_when_the_store_cannot_renew_its_lease(store: Store) 
     with a.acting("run-1"), pytest.raises(LeaseLost):
         acting.check("CreateNode")
     assert a.acquire("run-1")  # the next pass takes it afresh
+
+
+def test_a_renewal_refused_by_a_document_still_ours_renews_it(store: Store) -> None:
+    """A conditional write retried after its first try landed is refused (412); the document is then ours still."""
+    a = Leases(store, "a", ttl_s=TTL, clock=Clock(T0))
+    assert a.acquire("run-1")
+    store.write_bytes("leases/run-1", store.read_bytes("leases/run-1"))  # the same bytes, a new generation
+    with a.acting("run-1"):
+        acting.check("CreateNode")
+    assert owner(store) == "a"

@@ -138,7 +138,8 @@ class Leases:
         any more, or the store did not answer (then we may not know our own generation: the next ``acquire`` asks)."""
         held, now = self._held.get(name), self.clock()
         try:
-            if held is not None and self._write(name, held.generation, now, held.tenure):
+            if held is not None and (self._write(name, held.generation, now, held.tenure)
+                                     or self._untouched(name, held, now)):
                 return now + self.ttl_s
         except TpuopsError as err:
             self._held.pop(name, None)
@@ -147,6 +148,14 @@ class Leases:
             return math.inf
         raise LeaseLost(f"the lease on {name} is not ours any more (another controller may act on it): the call "
                         "was not sent")
+
+    def _untouched(self, name: str, held: _Held, now: float) -> bool:
+        """After a renewal's compare-and-swap lost: whether the document still is what we wrote, or what we were
+        writing (a retried request whose first try landed is refused so), so that nobody else wrote it (another
+        holder writes its own name, a garble damages it); then it is renewed on the generation it has."""
+        data, generation = self.store.read_versioned(f"leases/{name}")
+        ours = {json.dumps({"holder": self.holder, "expires": at}).encode() for at in (held.expires, now + self.ttl_s)}
+        return data in ours and self._write(name, generation, now, held.tenure)
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()
