@@ -32,6 +32,7 @@ def _failing(fault: f.Fault, kinds: tuple[str, ...]) -> bool:
     calls of a 60-s slowness, and a run's delete failed seven passes running: the swarm's seed 4889)."""
     return fault.kind in kinds or (fault.kind == f.API_SLOW and fault.count > CALL_TIMEOUT_S)
 
+
 @dataclass
 class Trace:
     """What one seed did, as the checkers read it."""
