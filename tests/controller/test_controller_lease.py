@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from lanes import LOCAL_AND_GCS
 
+from tpuops.core import acting
+from tpuops.core.errors import LeaseLost
 from tpuops.store import LocalStore, Store, gcs_client
 from tpuops.store.gcs import GcsStore
 from tpuops.store.lease import Leases
@@ -153,3 +155,83 @@ def test_leases_of_different_runs_are_independent(store: Store) -> None:
     assert a.acquire("run-1", now=T0)
     assert b.acquire("run-2", now=T0)
     assert not a.acquire("run-2", now=T0) and not b.acquire("run-1", now=T0)
+
+
+class Clock:
+    """A holder's clock that a test moves (a pass that stalls)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_call_of_an_action_renews_the_lease_before_it_goes(store: Store) -> None:
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1")
+    generation = store.generation_of("leases/run-1")
+    clock.now = T0 + TTL / 4  # still known: no round trip to decide
+    assert a.known("run-1")
+    with a.acting("run-1"):
+        assert store.generation_of("leases/run-1") == generation  # nothing asked until a call goes
+        acting.check("DeleteNode")  # sent
+    assert store.generation_of("leases/run-1") != generation  # renewed (a compare-and-swap) as the call went
+    assert not holder(store, "b").acquire("run-1", now=T0 + TTL + 1)  # the renewal runs from the call
+    assert holder(store, "b").acquire("run-1", now=T0 + TTL / 4 + TTL + 1)
+    acting.check("DeleteNode")  # outside an action: nothing to renew, nothing refused
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED)[:2])
+def test_a_lease_taken_from_a_damaged_document_is_not_acted_on_by_the_holder_that_believed_it_its_own(
+        store: Store, kind: str) -> None:
+    """The swarm's seed 1381: a garbled lease, taken by a cron while the watch still knew it its own."""
+    a = Leases(store, "a", ttl_s=TTL, clock=Clock(T0))
+    assert a.acquire("run-1")
+    store.write_bytes("leases/run-1", DAMAGED[kind])
+    b = Leases(store, "b", ttl_s=TTL, clock=Clock(T0 + 1))
+    assert b.acquire("run-1")
+    assert a.known("run-1")  # what a's passes decide with: no round trip
+    with a.acting("run-1"), pytest.raises(LeaseLost, match="not ours any more"):
+        acting.check("DeleteNode")
+    assert owner(store) == "b"
+    with b.acting("run-1"):
+        acting.check("DeleteNode")
+
+
+def test_a_call_of_a_pass_stalled_past_its_lease_goes_only_if_nobody_took_the_lease_meanwhile(store: Store) -> None:
+    """The swarm's seed 217: the watch's pass stalled in its delete past its lease, a cron took the run over and
+    acted; the stalled delete must not follow. Had nobody written the lease meanwhile, nobody acted: it may go."""
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1") and a.acquire("run-2")
+    with a.acting("run-1"):
+        clock.now = T0 + TTL + 5  # stalled before the call went out
+        assert holder(store, "b").acquire("run-1", now=clock.now)
+        with pytest.raises(LeaseLost):
+            acting.check("DeleteNode")
+    with a.acting("run-2"):
+        acting.check("DeleteNode")  # run-2's lease ran out too, but nobody wrote it: still ours, renewed
+    assert owner(store, "run-2") == "a"
+    assert not holder(store, "c").acquire("run-2", now=clock.now + 1)
+
+
+def test_a_call_is_not_sent_when_the_store_cannot_renew_its_lease(store: Store) -> None:
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1")
+    store.delete("leases/run-1")  # (a lost lease, as a store that answers nothing would leave us unsure)
+    with a.acting("run-1"), pytest.raises(LeaseLost):
+        acting.check("CreateNode")
+    assert a.acquire("run-1")  # the next pass takes it afresh
+
+
+def test_a_renewal_refused_by_a_document_still_ours_renews_it(store: Store) -> None:
+    """A conditional write retried after its first try landed is refused (412); the document is then ours still."""
+    a = Leases(store, "a", ttl_s=TTL, clock=Clock(T0))
+    assert a.acquire("run-1")
+    store.write_bytes("leases/run-1", store.read_bytes("leases/run-1"))  # the same bytes, a new generation
+    with a.acting("run-1"):
+        acting.check("CreateNode")
+    assert owner(store) == "a"

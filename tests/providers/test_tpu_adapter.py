@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, NotFound, TransientError
+from tpuops.core import acting
+from tpuops.core.errors import AlreadyExists, CapacityError, InvalidRequest, LeaseLost, NotFound, TransientError
 from tpuops.core.kinds import Capacity
 from tpuops.providers.base import wait_for
 from tpuops.providers.cloud_tpu.adapter import TpuApi
@@ -116,6 +117,28 @@ def test_errors_say_what_went_wrong_not_which_url_was_asked(api: TpuApi) -> None
         api.get_node("us-central1-a", "missing-node")
     assert "$alt=json" not in str(caught.value) and "http" not in str(caught.value)
     assert "missing-node" in str(caught.value)
+
+
+def test_a_call_that_changes_the_cloud_goes_out_only_under_the_lease_it_was_decided_under(api: TpuApi) -> None:
+    """tpuops.core.acting: the lease is renewed as each such call goes; one another controller took meanwhile (this
+    process stalled past it) sends nothing, retried or not; reads still go out."""
+    wait_for(api, api.create_node(ZONE, _request("n-9")), timeout_s=30)
+    renewals: list[str] = []
+
+    def lost() -> float:
+        renewals.append("lost")
+        raise LeaseLost("the lease on run-9 is not ours any more")
+
+    with acting.under(lost, lambda: 100.0, "run-9"):
+        with pytest.raises(LeaseLost):
+            api.delete_node(ZONE, "n-9")
+        with pytest.raises(LeaseLost):
+            api.create_node(ZONE, _request("n-10"))
+        assert api.get_node(ZONE, "n-9").state is NodeState.READY
+    assert renewals == ["lost", "lost"]  # asked once each, never retried at once
+    assert api.find_node(ZONE, "n-10") is None
+    with acting.under(lambda: 150.0, lambda: 100.0, "run-9"):
+        assert api.delete_node(ZONE, "n-9") is not None
 
 
 def test_a_server_that_accepts_and_never_answers_is_one_transient_error_not_a_hang() -> None:

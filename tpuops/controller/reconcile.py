@@ -52,9 +52,9 @@ one budget for the whole pass (``outbox.Round``); then the memory is written aga
 state. A finished run whose messages are not all delivered or given up stays in the index, so that later
 passes retry them.
 
-Two controllers: a run is acted on only under its lease, and only when its memory is still the
-one read before this pass listed the nodes; otherwise another controller acted since, our
-listing may predate that, and the run waits for the next pass.
+Two controllers: a run is acted on only under its lease, renewed as each call of an action goes out
+(``Leases.acting``), and only when its memory is still the one read before this pass listed the
+nodes; otherwise another controller acted since, our listing may predate that, and the run waits a pass.
 """
 
 from __future__ import annotations
@@ -228,7 +228,8 @@ class Controller:
                     report.skipped_leased.append(run_id)
                     continue
                 self._held.add(run_id)
-                self.nodes.delete(node.zone, node.name)
+                with self.leases.acting(run_id):  # LeaseLost: not ours any more
+                    self.nodes.delete(node.zone, node.name)
             except TpuopsError as err:
                 report.errors[run_id] = f"{report.errors.get(run_id, '')}; its node could not be deleted: {err}"
                 continue
@@ -448,7 +449,8 @@ class Controller:
                 if not self.leases.acquire(run_id):
                     continue  # another controller drives the run: the delete is its to make
                 self._held.add(run_id)
-                self.nodes.delete(zone, node.name)
+                with self.leases.acting(run_id):
+                    self.nodes.delete(zone, node.name)
             except TpuopsError as err:
                 self.progress(f"{run_id}: its agent ended, but deleting {node.name} failed ({err}); "
                               "the pass tries again")
@@ -562,8 +564,9 @@ class Controller:
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))
-                if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
-                    break
+                with self.leases.acting(run_id):  # its calls go out only under the lease, renewed (LeaseLost)
+                    if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
+                        break
             for event in memory.events[decided.before:]:
                 self.progress(f"{run_id}: {event['kind']}: {event['message']}")
             if memory.finished:

@@ -4,8 +4,8 @@ What lives here: the failure taxonomy (``errors``), the injectable clock (``cloc
 what a capacity move chose (``kinds``), the one retry policy (``retry``), naming rules (``naming``), how
 figures print (``formats``), the one loader of user files (``documents``), package data (``resources``), what a
 create request did (``create_result``) and what a notification is made of (``notices``: kinds, targets,
-notices and their deliveries, the ``[notify]`` settings) and the named safety guards only a test may turn off
-(``guards``).
+notices and their deliveries, the ``[notify]`` settings), the deadline of an action under a lease (``acting``) and
+the named safety guards only a test may turn off (``guards``).
 
 May import: the standard library, pydantic and PyYAML, ``tpuops.core`` itself, and the agent's contract
 (``tpuops.contract``, standard library only: the one enum base, ``exits.ValueEnum``, and the wake job's

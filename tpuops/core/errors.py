@@ -87,6 +87,15 @@ class PreconditionFailed(TpuopsError):
     """A compare-and-swap lost: the object's generation was not the expected one (leases, run state)."""
 
 
+class LeaseLost(PreconditionFailed):
+    """A call of an action decided under a lease that is not ours any more, or could not be renewed
+    (``tpuops.core.acting``): it was not sent. Worth trying again, by the next pass (which takes the lease and
+    decides afresh), never at once: a create that met it is retried then, not failed."""
+
+    retryable = True
+    retry_window_s = 0.0
+
+
 class IntegrityError(TpuopsError):
     """Bytes do not match their checksum (a local file changed, or a stored object is corrupt)."""
 

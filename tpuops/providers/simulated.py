@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
+from tpuops.core import acting
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
 from tpuops.core.naming import RUN_KEY
@@ -356,6 +357,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             return self._nodes.get((zone, name))
 
     def create_node(self, zone: str, request: NodeRequest) -> Operation:
+        acting.check("CreateNode")  # the client's own: its lease renewed as it goes out (tpuops.core.acting)
         now = self._call(create=True)
         with self._lock:
             key = (zone, request.name)
@@ -383,6 +385,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
             return self._snapshot(self._record_op(zone, _Op(zone, request.name, now, ready_at)))
 
     def delete_node(self, zone: str, name: str) -> Operation | None:
+        acting.check("DeleteNode")
         now = self._call()
         with self._lock:
             node = self._nodes.pop((zone, name), None)

@@ -13,29 +13,40 @@ it held the lease is only good for the same tenure.
 A lease document that cannot be read (not JSON, not UTF-8, not a holder and an expiry: a torn write, a
 hand edit) holds nobody: ``acquire`` takes it as it takes an expired one, with a compare-and-swap on the
 damaged document's generation, so of two controllers that find it damaged only one wins; ``release``
-leaves it (not known to be ours) for the next ``acquire`` to replace. A lease is a coordination hint, not
-the guard of correctness: a run's memory is written with its own compare-and-swap, so a holder that still
-believes it holds a lease another took over (for at most half a TTL, ``known``) loses its next memory
-write instead of corrupting the run. So no lease, however damaged, stops a pass or another run's recovery.
+leaves it (not known to be ours) for the next ``acquire`` to replace. So no lease, however damaged, stops a
+pass or another run's recovery.
+
+``known`` is enough to decide, never to act: a holder may believe for half a TTL that it holds a lease another
+took over (from a damaged document), and a pass may stall past its lease's expiry between its decision and its
+call (a sleeping laptop, a paused VM). So every action is made inside ``acting``: right before each of its
+calls that changes the cloud goes out, the lease is renewed with a compare-and-swap on the generation we wrote
+(it fails if anyone wrote the lease since), and the call is not sent unless that left it ours and live
+(``tpuops.core.acting``). Two controllers never both act on a run (the swarm's ``nodes.one_controller_acts``:
+every create and delete reaches the cloud while the run's lease names its sender). A run's memory is written with
+its own compare-and-swap besides, so a pass that decided on a stale copy loses its write instead of corrupting it.
 
 Time is the holder's clock (``clock``; a controller hands it its pass clock), so that in a simulation leases
 expire in virtual time as they would in real time. Guards (``tpuops.core.guards``, turned off only by the fault
-swarm's tests): ``lease.exclusive`` at the line that refuses a live lease another holds (two controllers at once
-never both act on a run), ``lease.damage_holds_nobody`` at the line that reads a damaged lease as nobody's.
+swarm's tests): ``lease.exclusive`` at the lines that refuse a live lease another holds and an action under a
+lease lost (two controllers at once never both act on a run), ``lease.damage_holds_nobody`` at the line that reads
+a damaged lease as nobody's.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tpuops.core.errors import NotFound, PreconditionFailed
+from tpuops.core import acting
+from tpuops.core.errors import LeaseLost, NotFound, PreconditionFailed, TpuopsError
 from tpuops.core.guards import Guard
 from tpuops.store import Store
 
@@ -108,6 +119,43 @@ class Leases:
             return False
         ours = holder == self.holder and expires > now and held is not None
         return self._write(name, generation, now, held.tenure if ours and held else next(self._tenures))
+
+    @contextmanager
+    def acting(self, name: str) -> Iterator[None]:
+        """Around an action on ``name`` (a create, a delete): each of its calls that changes the cloud goes out
+        only once the lease is renewed, in the tenure the action was decided under (``tpuops.core.acting``).
+
+        ``known`` asks the store nothing, so it cannot see that anyone wrote the lease since: another holder that
+        took it over once it expired (our pass stalled past it), or that took it from a damaged document while we
+        believed it ours. The renewal is one compare-and-swap on the generation we wrote last, which fails then:
+        the call is not sent (``LeaseLost``), and the next pass takes the lease and decides afresh. An action is
+        rare beside a pass, so this round trip is paid per call that changes the cloud, not per run and pass."""
+        with acting.under(lambda: self._confirm(name), self.clock, name):
+            yield
+
+    def _confirm(self, name: str) -> float:
+        """Renew the lease we hold on ``name`` (``acting``); when it now runs out. ``LeaseLost`` when it is not ours
+        any more, or the store did not answer (then we may not know our own generation: the next ``acquire`` asks)."""
+        held, now = self._held.get(name), self.clock()
+        try:
+            if held is not None and (self._write(name, held.generation, now, held.tenure)
+                                     or self._untouched(name, held, now)):
+                return now + self.ttl_s
+        except TpuopsError as err:
+            self._held.pop(name, None)
+            raise LeaseLost(f"the lease on {name} could not be renewed ({err}): the call was not sent") from err
+        if not EXCLUSIVE.on:
+            return math.inf
+        raise LeaseLost(f"the lease on {name} is not ours any more (another controller may act on it): the call "
+                        "was not sent")
+
+    def _untouched(self, name: str, held: _Held, now: float) -> bool:
+        """After a renewal's compare-and-swap lost: whether the document still is what we wrote, or what we were
+        writing (a retried request whose first try landed is refused so), so that nobody else wrote it (another
+        holder writes its own name, a garble damages it); then it is renewed on the generation it has."""
+        data, generation = self.store.read_versioned(f"leases/{name}")
+        ours = {json.dumps({"holder": self.holder, "expires": at}).encode() for at in (held.expires, now + self.ttl_s)}
+        return data in ours and self._write(name, generation, now, held.tenure)
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
+from tpuops.core import acting
 from tpuops.core.clock import UTC
 from tpuops.core.errors import (
     AlreadyExists,
@@ -287,8 +288,10 @@ class TpuApi(CloudTpuRules):
                                        "login' or set GOOGLE_APPLICATION_CREDENTIALS") from err
             raise
 
-    def _call(self, rpc: str, fn: Callable[[], Any], *, zone: str | None = None) -> Any:
+    def _call(self, rpc: str, fn: Callable[[], Any], *, zone: str | None = None, changes: bool = False) -> Any:
         def attempt() -> Any:
+            if changes:  # each try of a call that changes the cloud, as it goes out (tpuops.core.acting)
+                acting.check(rpc)
             self.calls.add(rpc)
             try:
                 answer = fn()
@@ -373,7 +376,7 @@ class TpuApi(CloudTpuRules):
 
     def _started(self, rpc: str, zone: str, call: Callable[[], Any]) -> Operation:
         """One call that starts a long-running operation, as our snapshot of the operation it returned."""
-        started = self._call(rpc, call, zone=zone)
+        started = self._call(rpc, call, zone=zone, changes=True)
         return _operation(started.operation, zone, started.metadata)
 
     def operation(self, zone: str, name: str) -> Operation:

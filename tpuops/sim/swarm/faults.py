@@ -207,6 +207,9 @@ class FaultyCloud:
         self._stuck: set[str] = set()
         self.before_acting: Callable[[], None] = lambda: None
         """Called before every create and delete (the runner hands it ``FaultyStore.run_meanwhile``)."""
+        self.sent: Callable[[str, str], None] = lambda _verb, _name: None
+        """Called with the verb and the node's name once the cloud took a create or delete (the runner notes whose
+        lease the run had then: ``nodes.one_controller_acts``)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # poll_interval_s: the cloud's own
@@ -249,6 +252,7 @@ class FaultyCloud:
         self.before_acting()
         self._fail("create", zone, request.name)
         operation = self.inner.create_node(zone, request)
+        self.sent("create", request.name)
         if operation.error is not None:  # refused: the zone is out of capacity
             self.injected.count(API_STOCKOUT)
             return operation
@@ -263,7 +267,9 @@ class FaultyCloud:
     def delete_node(self, zone: str, name: str) -> Operation | None:
         self.before_acting()
         self._fail("delete", zone, name)
-        return self.inner.delete_node(zone, name)
+        operation = self.inner.delete_node(zone, name)
+        self.sent("delete", name)
+        return operation
 
     def operation(self, zone: str, name: str) -> Operation:
         self._fail("operation", zone, name)

@@ -13,6 +13,8 @@ over processes and sums what they found.
 
 from __future__ import annotations
 
+import contextvars
+import json
 import multiprocessing
 import tempfile
 import time
@@ -25,6 +27,7 @@ from typing import Any
 
 from tpuops import runs
 from tpuops.config import load_settings
+from tpuops.controller.probes import PROBE_SUFFIX
 from tpuops.core import guards
 from tpuops.core.errors import NotFound, TpuopsError
 from tpuops.core.kinds import Capacity
@@ -40,7 +43,7 @@ from tpuops.sim.swarm.draw import ZONES, Scenario, draw
 from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
 from tpuops.sim.swarm.sweeps import declare as declare_sweep
-from tpuops.sim.swarm.trace import Trace
+from tpuops.sim.swarm.trace import Send, Trace
 
 KINDS = f.KINDS + r.KINDS
 """Every fault kind the swarm injects: the ones a seed's main stream draws, then the receivers' (their own stream)."""
@@ -114,6 +117,8 @@ class _Play:
         self.store = extra.SlowStore(self.sim.store, self.injected, self.death, self.more)
         self.cloud = extra.SlowCloud(self.sim.world.provider, self.injected, self.death, clock, self.more)
         self.cloud.before_acting = self.store.run_meanwhile
+        self.cloud.sent = self._sent
+        self._senders: list[str] = []  # the holders of the passes under way, innermost last
         self.controller = self.sim.controller_over(self.store, self.cloud, "watch")
         self.receivers = r.Receivers(scenario.seed, scenario.notify, config, environ, self.injected, clock, START)
         self.trace = Trace(scenario, self.sim, self.cloud.creates, receivers=self.receivers)
@@ -206,9 +211,12 @@ class _Play:
             if now is None:
                 controller.release()
             else:
-                report = controller.run_pass(now=now)
+                self._senders.append(controller.leases.holder)
+                try:
+                    report = controller.run_pass(now=now)
+                finally:
+                    self._senders.pop()
                 self.trace.errors.update(report.errors)
-                self.trace.acted.setdefault(controller.leases.holder, set()).update(run for run, _, _ in report.acted)
         except f.Killed:
             return False
         except TpuopsError as err:
@@ -224,13 +232,30 @@ class _Play:
             self.receivers.end_pass()
         return True
 
+    def _sent(self, verb: str, node: str) -> None:
+        """A create or delete reached the cloud: note who sent it and whom its run's lease named then (from the clean
+        store: what a third party would read). A node with no lease of its own is its run's probe; one of a run with
+        no lease at all (an orphan the reaper deletes) is no run's business here."""
+        for run in dict.fromkeys((node, node.removesuffix(PROBE_SUFFIX))):
+            try:
+                body = json.loads(self.sim.store.read_bytes(f"leases/{run}"))
+                holder, expires = str(body["holder"]), float(body.get("expires", 0))
+            except NotFound:
+                continue
+            except (ValueError, TypeError, KeyError, AttributeError):
+                holder, expires = None, 0.0
+            sender = self._senders[-1] if self._senders else "?"
+            self.trace.sends.append(Send(self.sim.world.clock(), sender, verb, node, holder, expires))
+            return
+
     def _beside(self, now: float) -> None:
         """One pass of a second controller process at ``now`` (a cron ``reconcile`` beside the ``watch``), then its
         exit, dropping its leases; its death is its own (the watch's process lives on)."""
         dead = self.death.dead
         rival = self._start("cron")  # None: it refused its config (a malformed url_env) and exited 2
-        self._pass(rival, now)
-        self._pass(rival, None)
+        alone = contextvars.Context()  # its own process: none of the watch's state (the deadline of its call)
+        alone.run(self._pass, rival, now)
+        alone.run(self._pass, rival, None)
         self.death.dead = dead
 
     def _rival(self) -> None:
@@ -257,7 +282,7 @@ class _Play:
             self.more.until(now)
             world.advance_to(now)
             before = sum(self.injected.counts.values())
-            self.trace.errors, self.trace.acted = {}, {}
+            self.trace.errors, self.trace.sends = {}, []
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1

@@ -53,8 +53,8 @@ class Trace:
     """(virtual time, run, what) of every user command the store took: stop, down, resume."""
     errors: dict[str, str] = field(default_factory=dict)
     """By run: why this pass (every controller's in it) could not finish it, as its ``PassReport`` says."""
-    acted: dict[str, set[str]] = field(default_factory=dict)
-    """By controller (its lease holder): the runs it acted on in this pass (created, deleted, probed)."""
+    sends: list[Send] = field(default_factory=list)
+    """Every create or delete a controller's pass got to the cloud in this pass, with the lease of its run then."""
     pass_errors: list[str] = field(default_factory=list)
     """Every exception other than an injected death that escaped a pass (liveness)."""
     passes: list[float] = field(default_factory=list)
@@ -101,3 +101,18 @@ class Trace:
     def judged(self) -> list[str]:
         """The runs the truth checks judge: every run but the poisoned ones."""
         return [plan.run_id for plan in self.scenario.runs if plan.run_id not in self.poisoned]
+
+
+@dataclass(frozen=True)
+class Send:
+    """A create or delete of a run's node (its probe's too) that reached the cloud, and the run's lease then."""
+
+    at: float
+    sender: str
+    """The lease holder of the controller whose pass sent it (the innermost passing: a rival runs inside the watch's
+    call)."""
+    verb: str
+    node: str
+    holder: str | None
+    """Whom the run's lease document named as the call went (None: damaged)."""
+    expires: float
