@@ -123,9 +123,10 @@ class BillingObserver:
         """By (zone, name): the create operation to date READY by, until READY, and when we asked for it (None: asked
         elsewhere, ``expect``)."""
         self._missed: dict[tuple[str, str], datetime] = {}  # by (zone, name): the first listing that missed it, open
-        self._zone_paces: dict[str, tuple[datetime, timedelta | None]] = {}
-        """By zone: when its last listing was asked for, and the shortest gap between two (the pace of a node seen
-        only once since its create, ``_changed_at``; the last gap is as long as the outage that kept looks away)."""
+        self._zone_paces: dict[str, tuple[datetime, int, timedelta | None]] = {}
+        """By zone: when its last listing was asked for, how many gaps between two were measured, and the shortest
+        (the pace of a node seen only once since its create, ``_changed_at``; the last gap is as long as the outage
+        that kept looks away, and so may be the first: one gap is no pace, ``_changed_at``)."""
         self._unlisted: set[tuple[str, str]] = set()
         """The (zone, name)s whose last ask for the create the provider lists failed (``_listed_create_end``)."""
 
@@ -284,14 +285,17 @@ class BillingObserver:
         so the date stays within half a pace of the sighting, on the safe side. The pace is the shorter of the
         node's last gap and its zone's shortest gap between listings: a node's own gap spans the looks the API or
         the store failed before it (a preemption dated 87 s early after a gap of seven passes: the swarm's seed
-        8990). With no pace known, the middle of the gap; with no earlier sighting (a new process), or only a READY
+        8990); the zone's is a pace once two gaps were measured: a process's first gap may be an outage, and a
+        preemption after hours with no look was dated in their middle (the swarm's seed 7090: 1235 s missing). With no
+        pace known, the middle of the gap; with no earlier sighting (a new process), or only a READY
         no listing showed (``_ready_unseen``: the middle of the hours since was 3400 s early, the swarm's seed 3557)
         and no pace, the sighting's time it is (``first``: when the call that saw it went out), on the safe side.
         """
         last = self._last_seen.get((zone, name))
         if last is None:
             return first or seen
-        paces = [p for p in (last.gap, self._zone_paces.get(zone, (seen, None))[1]) if p is not None]
+        _, gaps, shortest = self._zone_paces.get(zone, (seen, 0, None))
+        paces = [p for p in (last.gap, shortest if gaps > 1 else None) if p is not None]
         pace = min(paces, default=None)  # the node's own gap may span looks that were missed: its zone's may not
         if pace is None and not last.looked:
             return first or seen
@@ -529,13 +533,27 @@ class BillingObserver:
         preemption that made them vanish). A node the listing no longer shows is looked up first (``find_node``):
         a listing that lags shows the zone as it was, before our create, and a node taken for gone on its word was
         dated gone at once, the hours it then billed missing from the ledger (the swarm's seeds 956, 1445, 2204)."""
-        last, pace = self._zone_paces.get(zone, (asked, None))
+        last, gaps, pace = self._zone_paces.get(zone, (asked, 0, None))
         gap = asked - last if last < asked else None
-        self._zone_paces[zone] = (asked, gap if pace is None or (gap is not None and gap < pace) else pace)
-        self.observe(*nodes.values(), asked=asked)
+        shortest = gap if pace is None or (gap is not None and gap < pace) else pace
+        self._zone_paces[zone] = (asked, gaps + (gap is not None), shortest)
+        self.observe(*(self._repair_checked(zone, node) for node in nodes.values()), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes and not self._still_there(zone, record):
                 self.gone(zone, record.name, record=record, absent=True)
+
+    def _repair_checked(self, zone: str, node: NodeInfo) -> NodeInfo:
+        """A node a listing shows repairing (``_REPAIRS``), as a lookup of it (``find_node``) shows it now: a listing
+        that lags shows a repair that is over, and the return to READY was then dated after the lag, the time billed
+        meanwhile missing from the ledger (the swarm's seeds 2733 and 8325: 802 s and 375 s). The listing's word when
+        the lookup fails or finds another incarnation or none (what ends it is ``_still_there``'s and ``gone``'s)."""
+        if self.find_node is None or not node.managed or node.state.value not in _REPAIRS:
+            return node
+        try:
+            found = self.find_node(zone, node.name)
+        except TpuopsError:
+            return node
+        return found if found is not None and found.uid == node.uid else node
 
     def _still_there(self, zone: str, record: NodeRecord) -> bool:
         """Whether the incarnation of ``record``, which a listing no longer showed, is still there (then it is
