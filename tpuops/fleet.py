@@ -192,6 +192,7 @@ class Fleet:
                 found = listing()
             except TpuopsError as err:
                 failed[zone] = err
+                self.billing.unlisted(zone, asked)  # no evidence, but a look: the pace a preemption is dated by
                 return
             nodes = listed[zone] = {n.name: n for n in found}
             self.billing.listed(zone, nodes, asked)

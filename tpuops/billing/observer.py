@@ -94,6 +94,20 @@ _CLOCKS_APART = timedelta(seconds=5)
 """How far before a node's createTime its create operation's may be (both the API's; they are taken apart)."""
 
 
+def _paced(paces: dict[str, tuple[datetime, int, timedelta | None]], zone: str, asked: datetime) -> None:
+    """Count a look at ``zone`` asked at ``asked`` in ``paces``: when the last was, how many gaps, the shortest."""
+    last, gaps, pace = paces.get(zone, (asked, 0, None))
+    gap = asked - last if last < asked else None
+    shortest = gap if pace is None or (gap is not None and gap < pace) else pace
+    paces[zone] = (max(asked, last), gaps + (gap is not None), shortest)
+
+
+def _pace(paces: dict[str, tuple[datetime, int, timedelta | None]], zone: str) -> timedelta | None:
+    """The shortest gap between two looks at ``zone`` in ``paces``; None before two gaps: one may be an outage."""
+    _, gaps, shortest = paces.get(zone, (None, 0, None))
+    return shortest if gaps > 1 else None
+
+
 def _sighting(node: NodeInfo, state: NodeState, at: datetime) -> Sighting:
     """The ledger's record of ``node`` seen in ``state``, which began ``at``."""
     return Sighting(project=node.project, zone=node.zone, name=node.name, accelerator=node.accelerator,
@@ -127,6 +141,9 @@ class BillingObserver:
         """By zone: when its last listing was asked for, how many gaps between two were measured, and the shortest
         (the pace of a node seen only once since its create, ``_changed_at``; the last gap is as long as the outage
         that kept looks away, and so may be the first: one gap is no pace, ``_changed_at``)."""
+        self._zone_looks: dict[str, tuple[datetime, int, timedelta | None]] = {}
+        """As ``_zone_paces``, counting the listings that failed too (``unlisted``): the pace a change away from READY
+        is dated by, on the safe side (the listings that got through are further apart while the API fails)."""
         self._unlisted: set[tuple[str, str]] = set()
         """The (zone, name)s whose last ask for the create the provider lists failed (``_listed_create_end``)."""
 
@@ -186,7 +203,7 @@ class BillingObserver:
             self._ready_unseen(node.zone, node.name, seen, uid=node.uid or None, created=node.create_time, node=node)
         if node.state is NodeState.DELETING:
             return self._ended_at(node.zone, node.name, node.create_time, seen, first, uid=node.uid or None) or seen
-        return self._changed_at(node.zone, node.name, seen, first=first)
+        return self._changed_at(node.zone, node.name, seen, first=first, away=node.state in _AFTER_READY)
 
     def _ended_at(self, zone: str, name: str, created: datetime | None, seen: datetime,
                   first: datetime | None = None, *, uid: str | None = None, wait: bool = False,
@@ -267,7 +284,8 @@ class BillingObserver:
         changes = self.ledger.transitions(self.project, zone, name, uid=uid)
         return changes[-1].at if changes else None
 
-    def _changed_at(self, zone: str, name: str, seen: datetime, first: datetime | None = None) -> datetime:
+    def _changed_at(self, zone: str, name: str, seen: datetime, first: datetime | None = None, *,
+                    away: bool = False) -> datetime:
         """When a change first seen at ``seen`` most likely happened: within the gap since the last sighting.
 
         Cloud TPU bills a node while it is READY, but a node carries no time of its last state
@@ -282,20 +300,23 @@ class BillingObserver:
         longer gap means that a look was missed (a pass the API or the store failed, ``up``, then
         nothing until ``status``), and the middle of it could bill far less than Cloud TPU did
         (dated a pass back in a gap of two, a preemption was 230 s early: the swarm's seed 2813),
-        so the date stays within half a pace of the sighting, on the safe side. The pace is the shorter of the
-        node's last gap and its zone's shortest gap between listings: a node's own gap spans the looks the API or
-        the store failed before it (a preemption dated 87 s early after a gap of seven passes: the swarm's seed
-        8990); the zone's is a pace once two gaps were measured: a process's first gap may be an outage, and a
-        preemption after hours with no look was dated in their middle (the swarm's seed 7090: 1235 s missing). With no
-        pace known, the middle of the gap; with no earlier sighting (a new process), or only a READY
-        no listing showed (``_ready_unseen``: the middle of the hours since was 3400 s early, the swarm's seed 3557)
-        and no pace, the sighting's time it is (``first``: when the call that saw it went out), on the safe side.
+        so the date stays within half a pace of the sighting, on the safe side. The pace is the shorter of the node's
+        last gap and its zone's shortest gap between listings: a node's own gap spans the looks the API or the store
+        failed before it (a preemption dated 87 s early after a gap of seven passes: the swarm's seed 8990), and for a
+        change away from READY (``away``) the zone's shortest gap between its looks, the failed listings too
+        (``unlisted``: a preemption dated 79 s early at the pace of the listings that got through, seven passes apart,
+        the swarm's seed 5658); the zone's is a pace once two gaps were measured: a process's first gap may be an
+        outage, and a preemption after hours with no look was dated in their middle (the swarm's seeds 7090 and 9468:
+        1235 s and 895 s missing). With no pace known, the middle of the gap; with no earlier sighting (a new process),
+        or only a READY no listing showed (``_ready_unseen``: the middle of the hours since was 3400 s early, the
+        swarm's seed 3557) and no pace, the sighting's time it is (``first``: when the call that saw it went out), on
+        the safe side.
         """
         last = self._last_seen.get((zone, name))
         if last is None:
             return first or seen
-        _, gaps, shortest = self._zone_paces.get(zone, (seen, 0, None))
-        paces = [p for p in (last.gap, shortest if gaps > 1 else None) if p is not None]
+        paces = [p for p in (last.gap, _pace(self._zone_paces, zone), _pace(self._zone_looks, zone) if away else None)
+                 if p is not None]
         pace = min(paces, default=None)  # the node's own gap may span looks that were missed: its zone's may not
         if pace is None and not last.looked:
             return first or seen
@@ -533,14 +554,17 @@ class BillingObserver:
         preemption that made them vanish). A node the listing no longer shows is looked up first (``find_node``):
         a listing that lags shows the zone as it was, before our create, and a node taken for gone on its word was
         dated gone at once, the hours it then billed missing from the ledger (the swarm's seeds 956, 1445, 2204)."""
-        last, gaps, pace = self._zone_paces.get(zone, (asked, 0, None))
-        gap = asked - last if last < asked else None
-        shortest = gap if pace is None or (gap is not None and gap < pace) else pace
-        self._zone_paces[zone] = (asked, gaps + (gap is not None), shortest)
+        _paced(self._zone_paces, zone, asked)
+        _paced(self._zone_looks, zone, asked)
         self.observe(*(self._repair_checked(zone, node) for node in nodes.values()), asked=asked)
         for record in self.ledger.nodes(self.project, zone, open_only=True):
             if record.name not in nodes and not self._still_there(zone, record):
                 self.gone(zone, record.name, record=record, absent=True)
+
+    def unlisted(self, zone: str, asked: datetime) -> None:
+        """A listing of ``zone`` (asked at ``asked``) that failed: no evidence of any node, but a look all the same,
+        which sets the pace a change away from READY is dated by (``_changed_at``)."""
+        _paced(self._zone_looks, zone, asked)
 
     def _repair_checked(self, zone: str, node: NodeInfo) -> NodeInfo:
         """A node a listing shows repairing (``_REPAIRS``), as a lookup of it (``find_node``) shows it now: a listing
