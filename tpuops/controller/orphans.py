@@ -13,7 +13,7 @@ held was deleted by a cron pass (seed 3937). Every delete goes out under the lea
 to (``Leases.acting``), taken like a pass takes it: a node of a run whose lease another controller holds is never
 touched, and one whose lease ran out mid-pass is not deleted on a stale belief (seed 4300).
 
-Imports: ``tpuops.core``, ``tpuops.fleet``, ``tpuops.store``, ``tpuops.runs`` and ``tpuops.controller.probes``.
+Imports: ``tpuops.core``, ``tpuops.fleet``, ``tpuops.store``, and ``tpuops.runs``.
 """
 
 from __future__ import annotations
@@ -22,19 +22,13 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tpuops import runs
-from tpuops.controller.probes import PROBE_KEY
 from tpuops.core.clock import UTC
 from tpuops.core.errors import LeaseLost, TpuopsError
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import PROBE_KEY, run_of
 from tpuops.fleet import Fleet, Listing
 from tpuops.providers.nodes import NodeInfo
 from tpuops.store import Store
 from tpuops.store.lease import Leases
-
-
-def owner(node: NodeInfo) -> str | None:
-    """The run a managed node belongs to: a probe's, the run it probes for; any other's, its run label's."""
-    return node.labels.get(PROBE_KEY) or node.labels.get(RUN_KEY)
 
 
 def _claimed(store: Store, run: str, node: NodeInfo) -> bool:
@@ -60,7 +54,7 @@ def reap(nodes: Fleet, store: Store, leases: Leases, held: set[str], listed: Lis
     reaped = []
     for zone_nodes in listed.values():
         for node in zone_nodes.values():
-            run, probe = owner(node), PROBE_KEY in node.labels
+            run, probe = run_of(node.labels), PROBE_KEY in node.labels
             if not node.managed or run is None or (run in active and not probe):
                 continue
             age = node.age_s(at)
