@@ -87,3 +87,12 @@ def test_a_node_only_named_like_the_probe_is_neither_evidence_nor_deleted(world:
     assert seen["probe_result"] is CreateResult.FAILED and not seen.get("probe_ready")
     apply_probe(fleet, RECORD, memory, Action(ActionKind.UNPROBE, A), 2.0)
     assert (A, "elastic-up") in cloud.nodes and ("DeleteNode", "elastic-up") not in [c[:2] for c in cloud.calls]
+
+
+def test_a_probe_is_billed_to_its_run_not_to_a_run_of_its_own_name(tmp_path: Path) -> None:
+    settings = Settings(zones=[A, B], home=tmp_path / "home", store=str(tmp_path / "store"))
+    ledger = Ledger(settings.ledger_path)
+    fleet = Fleet(MemoryProvider(poll_interval_s=0.01), settings, ledger)
+    apply_probe(fleet, RECORD, _probing(), Action(ActionKind.PROBE, A), 1.0)
+    assert [h.node.name for h in ledger.histories(run_id=RUN)] == ["elastic-up"]
+    assert ledger.histories(run_id="elastic-up") == []

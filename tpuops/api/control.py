@@ -131,8 +131,13 @@ def watch(settings: Settings, *, interval_s: float = 30.0, passes: int = 0, prog
 
 
 def reap_orphans(settings: Settings, progress: Say = _quiet) -> list[str]:
-    """``tpuops down --orphans``: delete tpuops nodes whose run the store does not know, now."""
-    return controller(settings, progress).reap_orphans_now()
+    """``tpuops down --orphans``: delete tpuops nodes that no run claims, now (each under its run's lease, which
+    is dropped after)."""
+    control = controller(settings, progress)
+    try:
+        return control.reap_orphans_now()
+    finally:
+        control.release()
 
 
 def _stop_targets(root: Store, run_ids: list[str], sweep: str | None) -> list[Run]:

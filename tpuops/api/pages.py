@@ -119,7 +119,7 @@ def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
     damaged of its run (an active run only: the one ``tpuops status`` reads)."""
     from tpuops import runs
     from tpuops.api import status
-    from tpuops.core.naming import RUN_KEY
+    from tpuops.core.naming import run_of
     from tpuops.session import store
 
     root = root or store(settings)
@@ -127,7 +127,7 @@ def nodes(settings: Settings, *, root: Store | None = None) -> list[NodeRow]:
     damaged = {run.run_id: run.damage_note() for run in overview.runs if run.damage}
     rows = []
     for node in overview.nodes:
-        run_id = node.labels.get(RUN_KEY)
+        run_id = run_of(node.labels)  # a probe is its run's, not an orphan of its own name
         rows.append(NodeRow(node, run_id, node.managed and run_id is not None and not runs.run_exists(root, run_id),
                             damaged.get(run_id or "")))
     return rows

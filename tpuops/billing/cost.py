@@ -293,8 +293,8 @@ def _day_totals(costs: Sequence[NodeCost]) -> tuple[Total, ...]:
 
 
 def size_totals(costs: Sequence[NodeCost], catalog: Catalog) -> tuple[SizeTotal, ...]:
-    """Per run whose nodes were of more than one accelerator (an elastic run's sizes; a probe is labelled as a run
-    of its own name, ``<run>-up``, and counted there), per accelerator, the largest first."""
+    """Per run whose nodes were of more than one accelerator (an elastic run's sizes; its probes are in the ledger
+    under the run, ``naming.run_of``, and counted at their size), per accelerator, the largest first."""
     by_run: dict[str, dict[str, list[NodeCost]]] = defaultdict(lambda: defaultdict(list))
     for cost in costs:
         node = cost.history.node

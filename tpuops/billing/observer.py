@@ -112,7 +112,7 @@ def _sighting(node: NodeInfo, state: NodeState, at: datetime) -> Sighting:
     """The ledger's record of ``node`` seen in ``state``, which began ``at``."""
     return Sighting(project=node.project, zone=node.zone, name=node.name, accelerator=node.accelerator,
                     capacity=node.capacity.value, state=state.value, uid=node.uid or None,
-                    run_id=node.labels.get(naming.RUN_KEY), sweep_id=node.labels.get(naming.SWEEP_KEY),
+                    run_id=naming.run_of(node.labels), sweep_id=node.labels.get(naming.SWEEP_KEY),
                     created_at=node.create_time, at=at)
 
 
@@ -523,7 +523,7 @@ class BillingObserver:
             self.gone(zone, request.name, absent=True, sure=True)
         labels = request.labels
         self.ledger.record_node(self.project, zone, request.name, request.accelerator, request.capacity.value,
-                                run_id=labels.get(naming.RUN_KEY), sweep_id=labels.get(naming.SWEEP_KEY),
+                                run_id=naming.run_of(labels), sweep_id=labels.get(naming.SWEEP_KEY),
                                 at=utc_now(self.clock))
 
     def created(self, zone: str, request: NodeRequest, operation: str, asked: datetime) -> None:

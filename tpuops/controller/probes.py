@@ -22,14 +22,12 @@ from typing import Any
 from tpuops.controller.decide import Action, ActionKind
 from tpuops.core.create_result import CreateResult
 from tpuops.core.errors import NotFound, TpuopsError
-from tpuops.core.naming import RUN_KEY, MetadataKey
+from tpuops.core.naming import PROBE_KEY, RUN_KEY, MetadataKey
 from tpuops.fleet import Fleet, Listing
 from tpuops.providers.nodes import NodeState
 from tpuops.runs import Memory, RunRecord
 
 PROBE_SUFFIX = "-up"
-PROBE_KEY = "tpuops-probe-for"
-"""The label that makes a node a probe: its value is the node name of the run it probes for."""
 
 
 def probe_node_name(name: str) -> str:

@@ -378,10 +378,11 @@ class Controller:
                 passing.report.errors[run_id] = outcome.error
 
     def _phase_reap(self, passing: _Pass) -> None:
-        """Reap: a full pass deletes the nodes labelled as a run's that the store does not know (past a grace)."""
+        """Reap: a full pass deletes the nodes labelled as a run's that no run claims (past a grace)."""
         if passing.only is None:
-            passing.report.reaped.extend(orphans.reap(self.nodes, self.store, passing.listed, set(passing.states),
-                                                      self.settings.orphan_grace_s, self.progress, passing.now))
+            passing.report.reaped.extend(orphans.reap(
+                self.nodes, self.store, self.leases, self._held, passing.listed, set(passing.states),
+                self.settings.orphan_grace_s, self.progress, passing.now))
 
     def _phase_notify(self, passing: _Pass) -> None:
         """Notify: the sweeps' messages, after the runs' actions (``tpuops.notify``; each run's own went out after
@@ -690,4 +691,5 @@ class Controller:
     def reap_orphans_now(self) -> list[str]:
         """``tpuops down --orphans``: reap without waiting for the grace period."""
         listed, _ = self.nodes.list_zones(self.settings.zones)
-        return orphans.reap(self.nodes, self.store, listed, set(runs.active_run_ids(self.store)), 0.0, self.progress)
+        return orphans.reap(self.nodes, self.store, self.leases, self._held, listed,
+                            set(runs.active_run_ids(self.store)), 0.0, self.progress)

@@ -63,7 +63,18 @@ PREEMPTIONS_KEY = "tpuops-preemptions"
 """A run's node carries how many preemptions the run had recovered from when the node was created: the count
 is then in the cloud before the pass's memory write, and a pass that dies or fails between its create and that
 write loses no preemption (the next pass takes the count back from the node, ``tpuops.controller.decide``)."""
-MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PREEMPTIONS_KEY})
+PROBE_KEY = "tpuops-probe-for"
+"""The label that makes a node an elastic run's probe (``tpuops.controller.probes``): its value is the node name of
+the run it probes for, which is the run's id. A probe is labelled as a run of its own name (``RUN_KEY``, so that no
+pass takes it for its run's node and no agent boots on it), but it is its run's: billed to it and reaped as its
+(``run_of``)."""
+MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PREEMPTIONS_KEY, PROBE_KEY})
+
+
+def run_of(labels: Mapping[str, str]) -> str | None:
+    """The run a node belongs to, whose ledger lines and cost it counts in: a probe's, the run it probes for
+    (``tpuops cost`` shows a run's probe time under the run, not under ``<run>-up``); any other's, its run label's."""
+    return labels.get(PROBE_KEY) or labels.get(RUN_KEY)
 
 
 def preemptions_of(labels: Mapping[str, str]) -> int:

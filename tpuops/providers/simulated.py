@@ -56,7 +56,7 @@ from typing import Protocol
 from tpuops.core import acting
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.errors import AlreadyExists, CapacityError, NotFound
-from tpuops.core.naming import RUN_KEY
+from tpuops.core.naming import RUN_KEY, run_of
 from tpuops.providers.base import Connection, InProcessWorld
 from tpuops.providers.cloud_model import EMULATOR_SPEED, CloudModel
 from tpuops.providers.cloud_tpu.adapter import CALL_TIMEOUT_S as CALL_TIMEOUT_S  # the client's, a slow answer meets
@@ -249,7 +249,7 @@ class SimulatedCloud(CloudTpuRules, InProcessWorld):
     def _ready(self, node: NodeInfo, at: float) -> None:
         key = (node.zone, node.name)
         self._nodes[key] = replace(node, state=NodeState.READY, health="")  # READY again after a maintenance too
-        run_id = node.labels.get(RUN_KEY)
+        run_id = run_of(node.labels)  # a probe bills to the run it probes for, as the ledger counts it
         created = node.create_time.timestamp() if node.create_time else at
         self._open[node.uid] = Billed(node.zone, node.name, run_id, node.accelerator, node.capacity.value, created, at)
         hazard = self.model.hazard(node.zone, node.capacity.value)
