@@ -23,7 +23,7 @@ from tpuops.emulator.control import AdminClient, EmulatorInfo
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 ZONE = "us-central1-a"
-STEPS = 3000  # long enough that the stop lands before the end, whatever the machine's load
+STEPS = 30000  # a minute or more of training: a stop (seconds) lands long before the end, whatever the load
 
 
 # The digits project, with ``sparse.yaml``: it checkpoints only at the end and on a notice, so any other
@@ -149,8 +149,8 @@ def test_a_node_deleted_outside_tpuops_is_a_bounded_restart_never_a_preemption(
     work, info = world.work, world.info
     run = "deleted-outside"
     cloud = TpuApi("tpuops-local", endpoint=info.endpoint, token=info.token, poll_interval_s=0.05)
-    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "digits_cnn.yaml"), "--name", run,
-                           "--detach")
+    code, _, err = _tpuops(work, info, "train", str(work / "experiments" / "sparse.yaml"), "--name", run,
+                           "--detach")  # the long job: the short one could end, under load, between two deletes
     assert code == 0, err
     seen: set[str] = set()
     for _ in range(4):
