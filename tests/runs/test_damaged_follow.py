@@ -22,9 +22,10 @@ from tpuops.emulator.control import AdminClient
 pytestmark = [pytest.mark.emulator, pytest.mark.tf, pytest.mark.slow]
 
 RUN = "garbled"
+STEPS = 3000  # about 15 s of training with its evaluations and checkpoints: the garbling is read long before the end
 
 
-world = tf_world("follow", lambda text: {"small.yaml": small_digits(text, steps=200)}, grace_s=5.0,
+world = tf_world("follow", lambda text: {"small.yaml": small_digits(text, steps=STEPS)}, grace_s=5.0,
                  scope="function")
 
 
@@ -62,7 +63,7 @@ def test_a_garbled_status_during_train_follow_is_read_again_and_the_run_succeeds
     reader.join(timeout=10)
     err = "".join(said)
     assert follow.returncode == 0, err
-    assert f"{RUN}: succeeded at step 200" in err
+    assert f"{RUN}: succeeded at step {STEPS}" in err
     assert [n for n in AdminClient(info.endpoint).nodes() if n.get("name", "").endswith(f"/{RUN}")] == []
 
 
