@@ -662,13 +662,13 @@ def _ready(memory: Memory, observed: Observed, now: float, policy: Policy, decis
             _measure(memory, attempt, step, now)
     if status is None and observed.status_damaged:
         live = True  # an agent is writing something: only the hang rule applies to it
-    if not live and now - memory.ready_since > policy.boot_timeout_s and \
-            left_on_notice(memory, status, observed.node_created, observed.node_capacity):
-        _preempted(memory, observed, now, policy, decision, f"listed READY in {observed.node_zone} but left by its "
-                   "agent on a preemption notice: a listing that lags")
-    elif not live and now - memory.ready_since > policy.boot_timeout_s:
-        _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
-                 decision, policy)
+    if not live and now - memory.ready_since > policy.boot_timeout_s:
+        if left_on_notice(memory, status, observed.node_created, observed.node_capacity):
+            _preempted(memory, observed, now, policy, decision, f"listed READY in {observed.node_zone} but left by "
+                       "its agent on a preemption notice: a listing that lags")
+        else:
+            _restart(memory, observed, now, "hang", f"no agent on the READY node after {policy.boot_timeout_s:.0f} s",
+                     decision, policy)
     elif live and now - memory.progress_at > policy.hang_after_s:
         _restart(memory, observed, now, "hang", f"no step progress for {now - memory.progress_at:.0f} s at step "
                                                 f"{step}", decision, policy)

@@ -70,6 +70,11 @@ def _lease_of(data: bytes) -> tuple[str, float] | None:
         return None
 
 
+def _document(holder: str, expires: float) -> bytes:
+    """A lease document as ``_lease_of`` reads it: ``holder``'s until ``expires`` (0: dropped)."""
+    return json.dumps({"holder": holder, "expires": expires}).encode()
+
+
 def new_holder_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -154,11 +159,11 @@ class Leases:
         writing (a retried request whose first try landed is refused so), so that nobody else wrote it (another
         holder writes its own name, a garble damages it); then it is renewed on the generation it has."""
         data, generation = self.store.read_versioned(f"leases/{name}")
-        ours = {json.dumps({"holder": self.holder, "expires": at}).encode() for at in (held.expires, now + self.ttl_s)}
+        ours = {_document(self.holder, at) for at in (held.expires, now + self.ttl_s)}
         return data in ours and self._write(name, generation, now, held.tenure)
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
-        body = json.dumps({"holder": self.holder, "expires": now + self.ttl_s}).encode()
+        body = _document(self.holder, now + self.ttl_s)
         try:
             written = self.store.write_if_generation_match(f"leases/{name}", body, generation)
         except PreconditionFailed:
@@ -190,7 +195,7 @@ class Leases:
             current = _lease_of(data)
             if current is None or current[0] != self.holder:
                 return
-            expired = json.dumps({"holder": self.holder, "expires": 0}).encode()
+            expired = _document(self.holder, 0)
             try:
                 self.store.write_if_generation_match(key, expired, generation)
             except PreconditionFailed:
