@@ -375,8 +375,8 @@ class BillingObserver:
         if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
                                                                   or last.state not in _BOOTING)):
             return None
-        if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
-            return None
+        if self._last_state(node.zone, node.name, node.uid or None) not in _SHORT_OF_READY:
+            return None  # READY already, or back from a repair: its create dates only its first READY
         return self._listed_create_end(node.zone, node.name, node.create_time, seen)
 
     def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:
