@@ -1,11 +1,13 @@
 """The fault swarm's notification receivers (``tpuops.sim.swarm.receivers``, ``notices``): drawn from a stream of
-their own, answered in virtual time through the real outbox, a malformed URL refused at load, and checkers that
+their own, answered in virtual time through the real outbox, a malformed URL held back by a controller process and
+refused by a command that starts work, and checkers that
 fail on a lost, a phantom and a falsely marked delivery (their guard-off tests are with the others, in
 tests/sim/test_swarm.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from tpuops.config import load_settings
 from tpuops.core.notices import Delivery, Kind, Notice, State
 from tpuops.notify.outbox import LATE_S, Round, deliver
 from tpuops.notify.wire import wired
-from tpuops.sim.engine import START
+from tpuops.sim.engine import START, scratch_parent
 from tpuops.sim.swarm import draw as draw_module
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import notices
@@ -91,28 +93,58 @@ def test_a_4xx_gives_up_at_once_and_a_healthy_receiver_takes_it(tmp_path: Path) 
     assert receivers.t == 0.0
 
 
-def test_a_malformed_url_env_is_refused_in_one_line_by_each_process_that_starts_while_it_is_there(
+def test_a_malformed_url_env_is_held_back_by_each_controller_that_starts_and_refused_by_a_command_that_starts_work(
         tmp_path: Path) -> None:
     for index in range(len(r.BAD_URLS)):
         receivers, _ = _receivers(tmp_path, f.Fault(r.NOTIFY_MALFORMED_URL, 50.0, 200.0, arg="hook-2", count=index))
-        assert not receivers.starts()
-        assert [x.verdict for x in receivers.loads] == ["refused"], r.BAD_URLS[index]
+        started, notify = receivers.starts()
+        assert started and notify is not None and list(notify.held_back()) == ["hook-2"], r.BAD_URLS[index]
+        receivers.begin_pass()  # the one-shot `train` at the window's start
+        assert [x.verdict for x in receivers.loads] == ["held back", "refused"], r.BAD_URLS[index]
     later, _ = _receivers(tmp_path, f.Fault(r.NOTIFY_MALFORMED_URL, 50.0, 200.0, arg="hook-2"), at=300.0)
-    assert later.starts() and later.loads == []
+    assert later.starts() == (True, None) and later.loads == []
+    assert later.fixed(notify) and not receivers.fixed(notify)
 
 
-def test_a_watch_restarted_while_a_url_env_is_malformed_refuses_each_pass_until_it_is_fixed_and_the_runs_end() -> None:
+def test_a_held_back_target_gets_nothing_its_deliveries_wait_untried_and_the_others_deliver(tmp_path: Path) -> None:
+    receivers, _ = _receivers(tmp_path, f.Fault(r.NOTIFY_MALFORMED_URL, *ALWAYS, arg="hook-0", count=1))
+    _, config = receivers.starts()
+    assert config is not None
+    notice = _notice("run-0", START)
+    with wired(receivers):
+        deliver([notice], config, START + 100, lambda *e: None, Round(config.deliver_budget_s))
+    assert [(d.state, d.attempts) for d in notice.deliveries] == [(State.PENDING, 0), (State.SENT, 1),
+                                                                 (State.SENT, 1)]
+    assert {a.target for a in receivers.arrivals} == {"hook-1", "hook-2"}
+
+
+def test_a_watch_restarted_while_a_url_env_is_malformed_holds_it_back_then_tells_it_once_fixed() -> None:
     drawn = draw(107)
     target = next(t for t in drawn.notify.targets if t.env).name
     kill = f.Fault(f.CONTROLLER_KILL, 600.0, 600.0, run=drawn.runs[0].run_id, count=1)
     bad = f.Fault(r.NOTIFY_MALFORMED_URL, 500.0, 2400.0, arg=target, count=1)
     scenario = dataclasses.replace(drawn, faults=(kill, f.Fault(f.CONTROLLER_RIVAL, 900.0, 900.0)),
                                    notify=dataclasses.replace(drawn.notify, faults=(bad,)))
-    result = run_seed(107, scenario=scenario)
-    assert result.ok, result.violations
-    # the one-shot command at its start, the restarted watch at every pass of the window, the rival cron pass
-    assert result.injected[r.NOTIFY_MALFORMED_URL] >= 1 + 1900 // drawn.cron_s + 1
+    play = _Play(scenario.played(), Path(tempfile.mkdtemp(dir=scratch_parent())))
+    result = play.play()
+    assert result.ok, result.violations  # none_lost among them: every delivery to the target went out in the end
+    # the one-shot command at its start, the restarted watch once (not at each pass: it started), the rival cron pass
+    assert [x.verdict for x in play.receivers.loads] == [] and result.injected[r.NOTIFY_MALFORMED_URL] == 3
     assert result.injected[f.CONTROLLER_KILL] == 1
+    told = [a for a in play.receivers.arrivals if a.target == target and a.taken]
+    assert told and min(a.at for a in told) >= START + 2400.0 or not _held_notices(play, target)
+
+
+def _held_notices(play: _Play, target: str) -> list[str]:
+    """The keys of the notices decided for ``target`` while it was held back (between +500 s and +2400 s)."""
+    from tpuops import runs
+
+    keys = []
+    for plan in play.scenario.runs:
+        memory, _ = runs.load_memory(play.sim.store, plan.run_id)
+        keys += [n.key for n in memory.notices if START + 600 <= n.at < START + 2400
+                 and any(d.target == target for d in n.deliveries)]
+    return keys
 
 
 def test_the_notification_checkers_fail_on_a_lost_a_phantom_and_a_false_sent_delivery(tmp_path: Path) -> None:
