@@ -8,9 +8,10 @@ defects 2 and 5).
   test`` and a followed ``train`` (exit 1 after its run succeeded) with a traceback that printed the URL. Read
   from ``url_env``, such a value is now refused in one line, exit 2, naming the variable and never its value,
   before anything is created, by a command that starts work (``train``, ``notify test``); ``reconcile`` and
-  ``watch`` go on with that target held back, saying so in one line (the issue's decision on seed 1227). Set wrong after the config was read (the check skipped), it
-  fails that delivery alone: the run succeeds, ``train`` returns its success, ``watch`` and ``reconcile`` go on,
-  the other target hears, and nothing anywhere holds the secret.
+  ``watch`` go on with that target held back, saying so in one line (the issue's decision on seed 1227). Set
+  wrong after the config was read (the check skipped), it fails that delivery alone: the run succeeds, ``train``
+  returns its success, ``watch`` and ``reconcile`` go on, the other target hears, and nothing anywhere holds the
+  secret.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
 
 
 @pytest.mark.parametrize("bad", [" ", "\r", "\n", "\r\n", "\t", "\x7f", "é"])
-@pytest.mark.parametrize("command", [["notify", "test"], ["train", "exp.yaml"], ["up", "--accelerator", "v3-8"],
+@pytest.mark.parametrize("command", [["notify", "test"], ["train", "exp.yaml"], ["up", "n-1", "--accelerator", "v3-8"],
                                      ["sweep", "start", "sweep.yaml"]])
 @pytest.mark.unit
 def test_a_url_env_value_the_http_client_would_refuse_stops_a_command_that_starts_work_in_one_line_without_the_secret(
