@@ -32,7 +32,7 @@ from tpuops.core.errors import UsageError, excerpt
 from tpuops.core.guards import Guard
 from tpuops.core.kinds import Capacity, Cloud
 from tpuops.core.naming import CLOUD_RUN_JOB, SERVICE_ACCOUNT, check_zone_name, rule_in_words
-from tpuops.core.notices import NotifySettings, check_webhook_url
+from tpuops.core.notices import NotifySettings, NotifyTarget, check_webhook_url
 
 T = TypeVar("T")
 CONFIG_FILE = "tpuops.toml"
@@ -323,9 +323,16 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str] | None = None,
-                  rules: ProviderRules | None = None) -> Settings:
+                  rules: ProviderRules | None = None, starts: bool = False) -> Settings:
     """Merge defaults, the config file (``config_path``, else the nearest one) and the environment; validate,
-    against the providers' ``rules`` when given (``tpuops.api.load_settings`` gives them)."""
+    against the providers' ``rules`` when given (``tpuops.api.load_settings`` gives them).
+
+    A notify target whose URL is malformed is the one thing a command decides on (the one place it is decided):
+    one that ``starts`` new spending or exists to use a target (``train``, ``infer``, ``up``, ``sweep start``,
+    ``notify test``) refuses it (``UsageError``, one line); any other (``watch``, ``reconcile``, ``stop``,
+    ``down``, ``status``...) loads it held back (``NotifyTarget.held``, said by ``held_back_lines``) and goes on:
+    nothing a notification target holds may stop a controller pass or the end of a run.
+    """
     environ = os.environ if environ is None else environ
     path = config_path or find_config_file(environ=environ)
     layers: list[tuple[str, dict[str, Any]]] = [("default", {"home": str(default_home(environ))})]
@@ -342,7 +349,11 @@ def load_settings(*, config_path: Path | None = None, environ: Mapping[str, str]
         settings = Settings.model_validate(merged, context={RULES_CONTEXT: rules})
     except ValidationError as err:
         raise UsageError(_one_line(err, merged, source)) from None
-    return _with_secrets(_finish(settings), environ)
+    loaded = _with_secrets(_finish(settings), environ)
+    held = loaded.notify.held_back()
+    if starts and held:
+        raise UsageError(next(iter(held.values())))
+    return loaded
 
 
 def _read_old_keys(values: Mapping[str, Any], origin: str, below: object = None) -> dict[str, Any]:
@@ -365,16 +376,17 @@ def _read_old_keys(values: Mapping[str, Any], origin: str, below: object = None)
     return current
 
 
-URL_CHECKED_AT_LOAD = Guard("notify.url_checked_at_load", "a webhook URL in a url_env variable that the HTTP client "
-                            "would refuse is refused when the config is read, in one line (issue 38's second defect)")
+URL_CHECKED_AT_LOAD = Guard("notify.url_checked_at_load", "a webhook URL the HTTP client would refuse (in the file or "
+                            "in a url_env variable) is found when the config is read: its target is held back (never "
+                            "sent to) and a command that starts work refuses it in one line (issue 38's second defect)")
 
 
 def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
     """Read each notify target's secret (``url_env``, ``password_env``, ``password_file``) into the settings.
 
     One missing is not an error here (a command that sends nothing needs none): the target says why when it
-    is used (``tpuops notify test``, a delivery). A malformed one is (``UsageError``, naming the variable,
-    never its value: a secret): a URL the HTTP client would refuse must not wait for the first notice.
+    is used (``tpuops notify test``, a delivery). A malformed URL (``_malformed``) holds its target back: what
+    the command does about it is ``load_settings``'s decision.
     """
     if not settings.notify.targets:
         return settings
@@ -384,12 +396,6 @@ def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
         if target.url_env:
             url = environ.get(target.url_env) or None
             missing = None if url else f"the environment variable {target.url_env} (url_env) is not set"
-            try:
-                if url and URL_CHECKED_AT_LOAD.on:
-                    check_webhook_url(url)
-            except ValueError as err:
-                raise UsageError(f"notify.targets.{name}: the environment variable {target.url_env} (url_env): "
-                                 f"{err}") from None
         if target.password_env:
             password = environ.get(target.password_env) or None
             missing = None if password else f"the environment variable {target.password_env} (password_env) is not set"
@@ -398,8 +404,29 @@ def _with_secrets(settings: Settings, environ: Mapping[str, str]) -> Settings:
                 password = Path(target.password_file).expanduser().read_text().strip()
             except OSError as err:
                 missing = f"password_file {target.password_file}: {err.strerror or err}"
-        targets[name] = target.resolved(url, password, missing)
+        targets[name] = target.resolved(url, password, missing, held=_malformed(name, target, url))
     return settings.model_copy(update={"notify": settings.notify.model_copy(update={"targets": targets})})
+
+
+def _malformed(name: str, target: NotifyTarget, url: str | None) -> str | None:
+    """Why the target's webhook URL (``url``, read from its ``url_env``, else the file's) cannot be sent to, in
+    one line naming the target and where the URL comes from, never the URL (a secret); None when it can."""
+    value = url if url is not None else target.url.get_secret_value() if target.url is not None else None
+    if value is None or not URL_CHECKED_AT_LOAD.on:
+        return None
+    try:
+        check_webhook_url(value)
+    except ValueError as err:
+        if url is None:
+            return f"notify.targets.{name}.url: {err}"
+        return f"notify.targets.{name}: the environment variable {target.url_env} (url_env): {err}"
+    return None
+
+
+def held_back_lines(settings: Settings) -> list[str]:
+    """What a command that goes on without them says of the targets held back, one line each (never a secret)."""
+    return [f"{why}; held back: its messages wait, unsent, until the URL is fixed"
+            for why in settings.notify.held_back().values()]
 
 
 def _finish(settings: Settings) -> Settings:

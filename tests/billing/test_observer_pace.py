@@ -100,3 +100,24 @@ def test_a_repair_a_listing_shows_is_looked_up(tmp_path: Path, found: NodeState 
     _list(fleet, 900, NodeState.REPAIRING)
     _list(fleet, 1200, NodeState.READY)
     assert _states(fleet) == [("READY", at(0)), ("REPAIRING", at(450)), ("READY", at(ready))]
+
+
+def test_a_return_from_a_repair_a_new_process_sees_first_is_not_dated_by_the_create(tmp_path: Path) -> None:
+    """The ledger holds the node READY from its create (ended at 100 s), then REPAIRING (from a process gone since).
+    A new process first sees it READY again at 2100 s: the create's end dates its first READY only, so this READY
+    is dated at the sighting (no look of its own says earlier), not back at 100 s: the ledger held 2000 s of READY
+    the cloud never billed (the swarm's seed 1227: 3131 s held against 1150 s billed)."""
+    from tpuops.providers.nodes import Operation
+
+    created = [Operation(name="op-1", zone=ZONE, done=True, target="nodes/n", started=at(0), ended=at(100),
+                         verb="create")]
+    first = _fleet(tmp_path)
+    first.billing.node_operations = lambda zone, name: created
+    _list(first, 120, NodeState.READY)
+    _list(first, 900, NodeState.REPAIRING)
+    later = _fleet(tmp_path)  # the same ledger, read by a fresh process
+    later.billing.node_operations = lambda zone, name: created
+    _list(later, 2100, NodeState.READY)
+    states = _states(later)
+    assert states[:2] == [("READY", at(100)), ("REPAIRING", states[1][1])] and at(120) < states[1][1] <= at(900)
+    assert states[2:] == [("READY", at(2100))]

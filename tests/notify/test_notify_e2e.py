@@ -6,10 +6,12 @@ defects 2 and 5).
   it names, once; ``events RUN --json`` shows each target's delivery state.
 - Defect 2: a webhook URL holding a space, a CR or an LF crashed ``watch``, every ``reconcile``, ``notify
   test`` and a followed ``train`` (exit 1 after its run succeeded) with a traceback that printed the URL. Read
-  from ``url_env``, such a value is now refused by every command in one line, exit 2, naming the variable and
-  never its value, before anything is created. Set wrong after the config was read (the check skipped), it
-  fails that delivery alone: the run succeeds, ``train`` returns its success, ``watch`` and ``reconcile`` go on,
-  the other target hears, and nothing anywhere holds the secret.
+  from ``url_env``, such a value is now refused in one line, exit 2, naming the variable and never its value,
+  before anything is created, by a command that starts work (``train``, ``notify test``); ``reconcile`` and
+  ``watch`` go on with that target held back, saying so in one line (the issue's decision on seed 1227). Set
+  wrong after the config was read (the check skipped), it fails that delivery alone: the run succeeds, ``train``
+  returns its success, ``watch`` and ``reconcile`` go on, the other target hears, and nothing anywhere holds the
+  secret.
 """
 
 from __future__ import annotations
@@ -103,17 +105,23 @@ def test_the_documented_notify_on_trains_and_tells_each_target_once(world: World
 
 
 @pytest.mark.parametrize("bad", [" ", "\r", "\n"], ids=["space", "CR", "LF"])
-def test_a_url_env_value_the_client_would_refuse_stops_every_command_in_one_line_before_anything(
+def test_a_url_env_value_the_client_would_refuse_stops_a_command_that_starts_work_and_holds_back_for_the_others(
         world: World, bad: str) -> None:
     env = {**world.env, "HOOK_URL": world.hook.url.replace("hooks/", f"hooks/{bad}")}
     before = (len(world.hook.delivered), len(world.chat.delivered))
-    for command in (["train", str(world.spec), "--name", "refused"], ["reconcile"], ["watch", "--passes", "1"],
-                    ["notify", "test"]):
+    why = "notify.targets.hook: the environment variable HOOK_URL (url_env): a webhook URL holds "
+    for command in (["train", str(world.spec), "--name", "refused"], ["notify", "test"]):
         done = world.tpuops(*command, env=env)
         assert done.returncode == 2, (command, done.stderr)
-        assert done.stderr.startswith("error: notify.targets.hook: the environment variable HOOK_URL (url_env): a "
-                                      "webhook URL holds "), (command, done.stderr)
+        assert done.stderr.startswith(f"error: {why}"), (command, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+        _no_secret(world, done.stdout, done.stderr)
+    for command in (["reconcile"], ["watch", "--passes", "1"]):  # they drive work under way: the target held back
+        done = world.tpuops(*command, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+        said = [line for line in done.stderr.splitlines() if why in line]
+        assert len(said) == 1 and said[0].startswith(f"tpuops: {why}") and "held back" in said[0], done.stderr
+        assert "Traceback" not in done.stderr
         _no_secret(world, done.stdout, done.stderr)
     assert world.nodes("refused") == [] and not (world.work / "home" / "store" / "runs" / "refused").exists()
     assert (len(world.hook.delivered), len(world.chat.delivered)) == before

@@ -138,9 +138,10 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
 
 
 @pytest.mark.parametrize("bad", [" ", "\r", "\n", "\r\n", "\t", "\x7f", "é"])
-@pytest.mark.parametrize("command", [["notify", "test"], ["reconcile"], ["watch", "--passes", "1"], ["runs"]])
+@pytest.mark.parametrize("command", [["notify", "test"], ["train", "exp.yaml"], ["up", "n-1", "--accelerator", "v3-8"],
+                                     ["sweep", "start", "sweep.yaml"]])
 @pytest.mark.unit
-def test_a_url_env_value_the_http_client_would_refuse_is_refused_at_load_in_one_line_without_the_secret(
+def test_a_url_env_value_the_http_client_would_refuse_stops_a_command_that_starts_work_in_one_line_without_the_secret(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, bad: str,
         command: list[str]) -> None:
     monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
@@ -154,6 +155,29 @@ def test_a_url_env_value_the_http_client_would_refuse_is_refused_at_load_in_one_
     assert len(err.splitlines()) == 1 and captured.out == ""
     assert SECRET_PATH not in err and "hooks.example.com" not in err
     assert not (tmp_path / "store").exists()  # refused before anything was read or written
+
+
+@pytest.mark.parametrize("where", ["url_env", "url"])
+@pytest.mark.parametrize("command", [["reconcile"], ["watch", "--passes", "2", "--interval", "0.1", "--no-wake"],
+                                     ["runs"], ["stop", "no-such-run"]])
+@pytest.mark.unit
+def test_a_malformed_webhook_url_holds_its_target_back_and_a_command_that_drives_work_goes_on_saying_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str,
+        command: list[str]) -> None:
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOOK_URL", f"https://hooks.example.com/{SECRET_PATH} x")
+    target = (target_toml("hook", kind="webhook", url_env="HOOK_URL") if where == "url_env" else
+              target_toml("hook", kind="webhook", url=f"http://hooks.example.com/{SECRET_PATH}"))
+    code = run(["--config", str(_config(tmp_path, target)), *command])
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if "held back" in line]
+    assert code == (2 if command[0] == "stop" else 0), captured.err  # stop: the unknown run, not the URL
+    why = ("notify.targets.hook: the environment variable HOOK_URL (url_env): a webhook URL holds a space"
+           if where == "url_env" else "notify.targets.hook.url: a webhook URL must be https://")
+    assert said and all(line.startswith(f"tpuops: {why}") for line in said), captured.err
+    assert len(said) == (2 if command[0] == "watch" else 1)  # once per command; a watch's after each pass but its last
+    assert all(line.endswith("held back: its messages wait, unsent, until the URL is fixed") for line in said)
+    assert SECRET_PATH not in captured.err + captured.out and "hooks.example.com" not in captured.err + captured.out
 
 
 @pytest.mark.emulator

@@ -101,11 +101,11 @@ GUARDS_OFF = [
     ("sweeps.only_success_completes", "sweeps.study_matches_store", 212),
     # Notifications (about two seeds in three draw targets): a receiver's non-HTTP answer held to its delivery; a
     # notice sent only after its write-ahead (off: a lost compare-and-swap sends anyway, and the next pass decides the
-    # ending again under a new key); a malformed url_env refused at load; a finished run kept until told; a stop told
-    # nothing.
+    # ending again under a new key); a malformed url_env found at load (held back, or refused by a command that starts
+    # work); a finished run kept until told; a stop told nothing.
     ("notify.isolated_delivery", "liveness.delivery_bounded", 12),
     ("notify.write_ahead", "notifications.exactly_once", 66),
-    ("notify.url_checked_at_load", "notifications.bad_url_refused", 0),
+    ("notify.url_checked_at_load", "notifications.bad_url_held_back", 0),
     ("notify.kept_until_told", "notifications.none_lost", 1),
     ("notify.none_for_stop", "notifications.none_for_recovered", 0),
 ]

@@ -66,6 +66,7 @@ from tpuops.api.tools import (
     emulator_status,
     emulator_stop,
     exec_on,
+    held_back_lines,
     init,
     load_settings,
     notify_test,
@@ -84,13 +85,13 @@ __all__ = [
     "SweepStarted", "WorkerRan", "controller", "cost", "create_body", "data_convert", "data_ls", "data_sample",
     "data_upload", "data_verify", "delete_orphan", "doctor", "down", "drive", "emulator_billing", "emulator_fault",
     "emulator_preempt", "emulator_start", "emulator_status", "emulator_stop", "events", "exec_on", "forecast_sweep",
-    "forecast_train", "forget", "infer", "init", "launch", "list_profiles", "list_runs", "load_settings", "log_tail",
-    "logs", "nodes", "notify_test", "plan_infer", "plan_resume", "plan_stop", "plan_train", "plan_up",
-    "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "repair", "request_profile", "resume", "risk",
-    "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status", "schedule_install", "schedule_status",
-    "schedule_uninstall", "simulate", "slice_workers", "status", "stop", "sweep_list", "sweep_plan", "sweep_repair",
-    "sweep_report", "sweep_start", "sweep_status", "sweep_stop", "sweep_storage", "tensorboard", "train", "up",
-    "watch", "watch_marks",
+    "forecast_train", "forget", "held_back_lines", "infer", "init", "launch", "list_profiles", "list_runs",
+    "load_settings", "log_tail", "logs", "nodes", "notify_test", "plan_infer", "plan_resume", "plan_stop",
+    "plan_train", "plan_up", "plan_up_queued", "reachable_store", "reap_orphans", "reconcile", "repair",
+    "request_profile", "resume", "risk", "run_detail", "run_ids", "run_rows", "runtime_install", "runtime_status",
+    "schedule_install", "schedule_status", "schedule_uninstall", "simulate", "slice_workers", "status", "stop",
+    "sweep_list", "sweep_plan", "sweep_repair", "sweep_report", "sweep_start", "sweep_status", "sweep_stop",
+    "sweep_storage", "tensorboard", "train", "up", "watch", "watch_marks",
 ]
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpuops.config import Settings
+from tpuops.config import Settings, held_back_lines
 from tpuops.core.errors import UsageError
 from tpuops.providers.commands import WorkerRan
 
@@ -33,14 +33,21 @@ def init(path: Path, values: Mapping[str, Any], *, labels: str | None = None, fo
     return write_config(path, {**values, "labels": parsed}, force=force, rules=RULES)
 
 
-def load_settings(config_path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+def load_settings(config_path: Path | None = None, environ: Mapping[str, str] | None = None, *, starts: bool = False,
+                  warn: Callable[[str], None] | None = None) -> Settings:
     """The settings every call takes: ``tpuops.toml`` (``config_path``, else the nearest) and the environment,
     checked against the node providers' rules (the registered names, the configured provider's zones and
-    accelerators), which ``tpuops.config`` itself does not know."""
+    accelerators), which ``tpuops.config`` itself does not know.
+
+    A notify target with a malformed URL: refused (``UsageError``) by a call that ``starts`` new spending or uses
+    a target; else held back, and ``warn`` gets one line per such target (``tpuops.config.load_settings``)."""
     from tpuops.config import load_settings as load
     from tpuops.providers.registry import RULES
 
-    return load(config_path=config_path, environ=environ, rules=RULES)
+    settings = load(config_path=config_path, environ=environ, rules=RULES, starts=starts)
+    for line in held_back_lines(settings) if warn is not None else ():
+        warn(line)
+    return settings
 
 
 def reachable_store(settings: Settings, warn: Callable[[str], None]) -> Settings:

@@ -386,16 +386,18 @@ class BillingObserver:
 
     def _listed_ready(self, node: NodeInfo, seen: datetime) -> datetime | None:
         """When the node this observer never saw READY became READY, as the end of its incarnation's create operation
-        says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date),
-        or no such create is found, also after a sighting of it short of READY (a create whose answer was lost: seen
+        says (one ListOperations: ``node_operations``); None when the ledger has it READY already (nothing to date) or
+        past READY (a repair's end: the create dates only the first READY, and it dated a READY seen by a new process
+        after a maintenance at the node's first, 2000 s the cloud never billed: the swarm's seed 1227), or no such
+        create is found, also after a sighting of it short of READY (a create whose answer was lost: seen
         CREATING, never told of its operation; the swarm's seed 58). Kept after the node's createTime and at or before
         ``seen``, not after that sighting (``_created_ready`` says why)."""
         last = self._last_seen.get((node.zone, node.name))
         if self.node_operations is None or (last is not None and (last.uid != node.uid or last.state is None
                                                                   or last.state not in _BOOTING)):
             return None
-        if self._last_state(node.zone, node.name, node.uid or None) == NodeState.READY.value:
-            return None
+        if self._last_state(node.zone, node.name, node.uid or None) not in _SHORT_OF_READY:
+            return None  # READY already, or back from a repair: its create dates only its first READY
         return self._listed_create_end(node.zone, node.name, node.create_time, seen)
 
     def _listed_create_end(self, zone: str, name: str, floor: datetime | None, seen: datetime) -> datetime | None:

@@ -87,14 +87,22 @@ def out_console() -> Console:
     return console if console.is_terminal else Console(highlight=False, width=200)
 
 
-def load_settings(ctx: typer.Context) -> Settings:
-    """Settings for this invocation: the global ``--config``, else the nearest ``tpuops.toml``, and the environment."""
+def load_settings(ctx: typer.Context, *, starts: bool = False) -> Settings:
+    """Settings for this invocation: the global ``--config``, else the nearest ``tpuops.toml``, and the environment.
+
+    ``starts``: the command starts new spending or exists to use a notify target (``train``, ``infer``, ``up``,
+    ``sweep start``, ``notify test``): a target's malformed URL refuses it in one line (exit 2). Any other command
+    goes on with that target held back and says so on stderr (``tpuops.config.load_settings``)."""
     from tpuops import api
 
     state = ctx.find_root().obj
     config_path = state.config_path if isinstance(state, CliState) else None
-    return api.reachable_store(api.load_settings(config_path),
-                               lambda line: err_console().print(f"tpuops: {line}", markup=False, soft_wrap=True))
+    return api.reachable_store(api.load_settings(config_path, starts=starts, warn=warn), warn)
+
+
+def warn(line: str) -> None:
+    """One line on stderr, prefixed ``tpuops:``, as it is (never markup)."""
+    err_console().print(f"tpuops: {line}", markup=False, soft_wrap=True)
 
 
 def print_json(data: Any) -> None:

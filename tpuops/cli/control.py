@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tpuops.cli.common import JSON, err_console, load_settings, print_json, print_table
+from tpuops.cli.common import JSON, err_console, load_settings, print_json, print_table, warn
 from tpuops.core.formats import format_utc
 
 if TYPE_CHECKING:
@@ -66,13 +66,17 @@ def watch(
     """Reconcile in a loop: every preempted run comes back, every finished run's node goes."""
     from tpuops import api
 
+    settings = load_settings(ctx)  # a target held back is said here, before the first pass, and after each pass
+
     def shown(done: int, report: PassReport) -> None:
         if report.acted or report.reaped:
             err_console().print(f"pass {done}: {len(report.acted)} action(s), {len(report.reaped)} reaped")
+        if not passes or done < passes:
+            for line in api.held_back_lines(settings):
+                warn(line)
 
     try:
-        api.watch(load_settings(ctx), interval_s=interval, passes=passes, progress=_say(False), on_pass=shown,
-                  wake=wake)
+        api.watch(settings, interval_s=interval, passes=passes, progress=_say(False), on_pass=shown, wake=wake)
     except KeyboardInterrupt:
         err_console().print("stopped watching; runs go on, 'tpuops watch' again picks them up")
 

@@ -78,7 +78,7 @@ def train(
     if (spec is None) == (resume is None):
         raise UsageError("give an experiment spec to start a run, or --resume RUN to continue one (not both)")
     _refuse_contradictions(follow=follow_log, detach=detach, dry_run=dry_run)
-    settings = load_settings(ctx)
+    settings = load_settings(ctx, starts=True)
     capacity = capacity_flag(spot, preemptible, on_demand)
     if dry_run and resume:
         print_json({"run": api.plan_resume(settings, resume).model_dump(mode="json", exclude={"node": {"metadata"}})})
@@ -172,7 +172,7 @@ def infer(
     """Batch prediction (XLA on a TPU) over TFRecords; sharded outputs, a manifest, finished shards kept on rerun."""
     from tpuops import api
 
-    settings = load_settings(ctx)
+    settings = load_settings(ctx, starts=True)
     options = {"checkpoint": checkpoint, "inputs": inputs, "output": output, "name": name, "accelerator": accelerator,
                "capacity": capacity_flag(spot, preemptible, on_demand), "num_shards": shards,
                "batch_size": batch_size, "keep": keep, "deterministic": deterministic,

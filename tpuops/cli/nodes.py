@@ -57,7 +57,7 @@ def up(
     """Create a TPU VM (or adopt the one of that name) and wait until it is READY."""
     from tpuops import api
 
-    settings = load_settings(ctx)
+    settings = load_settings(ctx, starts=True)
     capacity = capacity_flag(spot, preemptible, on_demand)
     if not dry_run:
         with progress(f"creating {name!r}", quiet=as_json) as show:  # repr: a bad name is still one line

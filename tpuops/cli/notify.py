@@ -14,7 +14,7 @@ def test(ctx: typer.Context, as_json: bool = JSON) -> None:
     """Send one test message to every target of [notify.targets]; exit 1 if any failed."""
     from tpuops import api
 
-    tested = api.notify_test(load_settings(ctx))
+    tested = api.notify_test(load_settings(ctx, starts=True))
     if as_json:
         print_json({"targets": tested.targets})
     else:

@@ -28,7 +28,7 @@ def start(
     """Declare the sweep and launch its first trials; every reconcile pass (cron, watch) advances it."""
     from tpuops import api
 
-    settings = load_settings(ctx)
+    settings = load_settings(ctx, starts=True)
     if dry_run:
         found = api.forecast_sweep(settings, spec)
         summary, forecast = found.plan.summary(), found.forecast.to_json()

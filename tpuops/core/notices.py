@@ -157,6 +157,9 @@ class NotifyTarget(BaseModel):
     ``slack`` and ``webhook`` take ``url`` (in the file) or ``url_env`` (the name of an environment variable);
     ``email`` takes ``host``, ``port``, ``starttls``, ``user``, ``sender``, ``to`` and the password from
     ``password_env`` or ``password_file``, never from the file itself.
+
+    A URL the HTTP client would refuse, in the file or in its variable, is not refused by this model: reading the
+    config holds the target back (``held``) and the command decides (``tpuops.config.load_settings``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
@@ -175,6 +178,7 @@ class NotifyTarget(BaseModel):
     _url: SecretStr | None = PrivateAttr(default=None)
     _password: SecretStr | None = PrivateAttr(default=None)
     _missing: str | None = PrivateAttr(default=None)
+    _held: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -193,13 +197,6 @@ class NotifyTarget(BaseModel):
                 raise ValueError("a control character (a CR, an LF, a tab...) is not allowed here")
         return value
 
-    @field_validator("url")
-    @classmethod
-    def _https(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            check_webhook_url(value.get_secret_value())
-        return value
-
     @model_validator(mode="after")
     def _complete(self) -> NotifyTarget:
         if self.kind == "email":
@@ -211,15 +208,25 @@ class NotifyTarget(BaseModel):
             raise ValueError(f"a {self.kind} target needs url or url_env (one of them)")
         return self
 
-    def resolved(self, url: str | None, password: str | None, missing: str | None) -> NotifyTarget:
-        """A copy holding the secrets read by ``tpuops.config`` (``missing``: why one could not be read)."""
+    def resolved(self, url: str | None, password: str | None, missing: str | None,
+                 held: str | None = None) -> NotifyTarget:
+        """A copy holding the secrets read by ``tpuops.config`` (``missing``: why one could not be read; ``held``:
+        why its URL is held back, one line that never holds the URL)."""
         copy = self.model_copy()
         copy._url = SecretStr(url) if url is not None else self.url
         copy._password = SecretStr(password) if password is not None else None
         copy._missing = missing
+        copy._held = held
         return copy
 
+    @property
+    def held(self) -> str | None:
+        """Why this target is held back (its URL is malformed: nothing is sent to it, its deliveries wait), if it is."""
+        return self._held
+
     def secret_url(self) -> str:
+        if self._held:
+            raise ValueError(self._held)
         if self._missing:
             raise ValueError(self._missing)
         value = self._url or self.url
@@ -250,6 +257,10 @@ class NotifySettings(BaseModel):
     give_up_after_s: float = Field(default=86400.0, gt=0, le=7 * 86400)
     dashboard_url: str | None = None
     """Where ``tpuops dashboard`` is reachable for the reader, for the link in each message (none: no link)."""
+
+    def held_back(self) -> dict[str, str]:
+        """By target name: why each target held back is (``NotifyTarget.held``); its deliveries wait, untried."""
+        return {name: target.held for name, target in self.targets.items() if target.held}
 
     def chosen(self, choice: NotifyChoice | None) -> tuple[list[str], set[Kind]]:
         """The target names and kinds for a run or sweep with this ``notify:`` choice."""

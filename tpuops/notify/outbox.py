@@ -4,7 +4,9 @@ Why not ``tpuops.core.retry`` here: that policy retries within one call, sleepin
 passes instead (one attempt per target per pass, bounded by ``NotifySettings.timeout_s``), so that no pass
 waits on a receiver. What is retried is still decided by the taxonomy's ``retryable``: a 5xx, a 429, a
 timeout or a refused connection waits for a later pass (``BACKOFF_S``, then gives up after
-``give_up_after_s``); a 4xx, a refused recipient or a target gone from the config gives up at once.
+``give_up_after_s``); a 4xx, a refused recipient or a target gone from the config gives up at once. A target
+held back (its URL malformed when the config was read: ``NotifyTarget.held``) is not tried at all: its deliveries
+stay pending, neither counted as tries nor given up, until a process that reads it fixed sends them.
 
 A pass's time is bounded whatever the receivers do (``Round``): a run's due deliveries go out at once, each
 in its own thread, and the pass waits for each at most ``timeout_s`` (the socket's own timeout does not bound a
@@ -110,8 +112,10 @@ def deliver(notices: list[Notice], config: NotifySettings, now: float, note: Not
     The caller writes the memory afterwards (the mark). Nothing here raises: a failure is the delivery's state.
     """
     round_ = round_ or Round(config.deliver_budget_s)
+    held = config.held_back()  # a malformed URL: its deliveries wait, untried and not given up, until it is fixed
     chosen = [(notice, delivery) for notice in notices for delivery in notice.deliveries
-              if delivery.state is State.PENDING and delivery.next_at <= now and not round_.silent(delivery.target)]
+              if delivery.state is State.PENDING and delivery.next_at <= now and not round_.silent(delivery.target)
+              and delivery.target not in held]
     chosen = chosen[:MAX_TRIES]
     wait_s = min(config.timeout_s, round_.left()) if chosen else 0.0
     if wait_s <= 0:

@@ -211,13 +211,17 @@ class Simulation:
         self.controller = self.controller_over(self.store, self.world.provider, "simulator")
         self.catalog: Catalog = catalog_for(self.settings)
 
-    def controller_over(self, store: Store, provider: NodeProvider, holder: str) -> Controller:
+    def controller_over(self, store: Store, provider: NodeProvider, holder: str,
+                        notify: NotifySettings | None = None) -> Controller:
         """A fresh controller process of this world, as production wires one (a Fleet on the ledger, the sweep
-        step), over ``store`` and ``provider``: the world's own, or the fault swarm's faulty views of them."""
+        step), over ``store`` and ``provider``: the world's own, or the fault swarm's faulty views of them.
+        ``notify``: the ``[notify]`` this process read, when its environment differs from the world's (a target
+        held back)."""
         # One thread: the store and the cloud answer at once, so workers would only cost CPU time (a third of a
         # 1,000-trial sweep's), and the order of every call, hence the timeline, would vary from run to run.
-        fleet = Fleet(provider, self.settings, self.ledger, clock=self.world.clock, threads=False)
-        return Controller(self.settings, store, fleet, billing=fleet.billing, sweeps=SweepStep(), holder=holder,
+        settings = self.settings if notify is None else self.settings.model_copy(update={"notify": notify})
+        fleet = Fleet(provider, settings, self.ledger, clock=self.world.clock, threads=False)
+        return Controller(settings, store, fleet, billing=fleet.billing, sweeps=SweepStep(), holder=holder,
                           status_refresh_s=0.0, clock=self.world.clock, threads=False)
 
     def declare(self, records: Iterable[tuple[RunRecord, dict[str, Any]]]) -> list[str]:

@@ -350,7 +350,7 @@ AFTER_PASS: dict[str, Checker] = {
     "liveness.delivery_bounded": notices.delivery_bounded,
     "notifications.exactly_once": notices.exactly_once,
     "notifications.none_for_recovered": notices.none_for_recovered,
-    "notifications.bad_url_refused": notices.bad_url_refused,
+    "notifications.bad_url_held_back": notices.bad_url_held_back,
 }
 AT_END: dict[str, Checker] = {
     "money.billing_never_missed": billing_never_missed,

@@ -131,17 +131,19 @@ def none_for_recovered(trace: Trace) -> list[str]:
     return bad
 
 
-def bad_url_refused(trace: Trace) -> list[str]:
+def bad_url_held_back(trace: Trace) -> list[str]:
     """notifications: a webhook URL the HTTP client would refuse (a space, CR, LF, control or non-ASCII
-    character, no host, port 0, plain http to a remote host) in a target's ``url_env`` is refused by every
-    process that reads the config while it is there, in one line naming the target and the variable, never the
-    value (a secret); a process that read it good keeps delivering (issue 38's second defect)."""
+    character, no host, port 0, plain http to a remote host) in a target's ``url_env`` is refused in one line
+    naming the target and the variable, never the value (a secret), by a command that starts work (``train``,
+    ``notify test``: issue 38's second defect); every controller process that reads it starts and passes with that
+    target held back, saying so in such a line, so that nothing a target holds stops a pass (the quality bar);
+    nothing is sent to it, and its deliveries wait until it is fixed (``none_lost`` holds them to their end)."""
     receivers = _receivers(trace)
     if receivers is None:
         return []
     loads, receivers.loads = receivers.loads, []
     return [f"a process started at +{(x.at - START) / 60:.1f} min with {x.target}'s url_env malformed: {x.verdict}"
-            for x in loads if x.verdict != "refused"]
+            for x in loads if x.verdict not in ("refused", "held back")]
 
 
 def delivery_bounded(trace: Trace) -> list[str]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from tpuops.config import load_settings
 from tpuops.core.errors import UsageError
+from tpuops.core.notices import NotifySettings
 from tpuops.notify.wire import Waiter, Wire
 from tpuops.sim.swarm import faults as f
 
@@ -53,9 +54,11 @@ NOTIFY_BAD_ANSWER = "notify.bad_answer"
 outside urllib's errors and the taxonomy, what ``notify.isolated_delivery`` holds to that delivery)."""
 NOTIFY_MALFORMED_URL = "notify.malformed_url"
 """The target's ``url_env`` variable holds a URL the HTTP client would refuse (``BAD_URLS[count]``) over the
-window: a one-shot command at its start and every controller process started in it (a rival cron pass, a
-watch restarted after a kill) read the config, and must refuse it in one line; a process already running
-keeps the URL it read (docs/notifications.md)."""
+window: a one-shot command that starts work (``train``, ``notify test``) at its start must refuse it in one line;
+every controller process started in it (a rival cron pass, a watch restarted after a kill) must start and pass
+with that target held back (nothing sent to it, its deliveries pending) and say so in one line; a process already
+running keeps the URL it read. When the window ends the user restarts the watch that holds it back (a fixed
+variable reaches a running process no other way) and its deliveries go out (docs/notifications.md)."""
 
 KINDS = (NOTIFY_5XX, NOTIFY_4XX, NOTIFY_HANG, NOTIFY_BAD_ANSWER, NOTIFY_MALFORMED_URL)
 """The receiver fault kinds, in the summary's order."""
@@ -63,7 +66,7 @@ KINDS = (NOTIFY_5XX, NOTIFY_4XX, NOTIFY_HANG, NOTIFY_BAD_ANSWER, NOTIFY_MALFORME
 BAD_URLS = ("https://hooks.swarm.invalid/a b", "https://hooks.swarm.invalid/x\r\nX-Injected: 1",
             "https://hooks.swarm.invalid/x\n", "https:///no-host", "https://hooks.swarm.invalid:0/x",
             "https://hooks.swarm.invalid/caf\u00e9", "http://hooks.swarm.invalid/plain", "\thttps://hooks.swarm.invalid/")
-"""Values a pasted, quoted or mistyped ``url_env`` brings (issue 38's second defect), each refused at load."""
+"""Values a pasted, quoted or mistyped ``url_env`` brings (issue 38's second defect), each found at load."""
 
 _CALLS = (NOTIFY_5XX, NOTIFY_4XX, NOTIFY_HANG, NOTIFY_BAD_ANSWER)
 _CODES = {NOTIFY_5XX: (500, 502, 503, 429), NOTIFY_4XX: (400, 403, 404, 410)}
@@ -179,7 +182,8 @@ class Arrival:
 @dataclass(frozen=True)
 class Load:
     """One process start that read the config while a target's ``url_env`` was malformed: what came of it
-    (``refused``, or what was wrong: accepted it, a traceback's worth of lines, the value in the message)."""
+    (``refused`` by a command that starts work, ``held back`` by a controller process, or what was wrong: a
+    controller that refused, a start that accepted it, a traceback's worth of lines, the value in the message)."""
 
     at: float
     target: str
@@ -283,7 +287,7 @@ class Receivers(Wire):
         for index, fault in enumerate(self.plan.faults):
             if fault.kind == NOTIFY_MALFORMED_URL and fault.start <= offset and index not in self._opened:
                 self._opened.add(index)
-                self._load(fault)  # the user's `tpuops reconcile` (or `notify test`) while it is there
+                self._load(fault)  # the user's `tpuops train` (or `notify test`) while it is there
 
     def end_pass(self) -> None:
         first, began = self._passes.pop()
@@ -297,33 +301,72 @@ class Receivers(Wire):
         if any(err is raised for raised in self._raised):
             self.escaped.append(f"{type(err).__name__}: {err}")
 
-    def starts(self) -> bool:
-        """A controller process starts and reads the config: False when it refuses (a target's url_env holds a
-        malformed URL now), as a cron ``reconcile`` or a restarted ``watch`` exits 2 then."""
-        offset = self.clock() - self.start_at
-        bad = [x for x in self.plan.faults if x.kind == NOTIFY_MALFORMED_URL and x.covers(offset)]
-        return all(self._load(fault) for fault in bad)
-
-    def _load(self, fault: f.Fault) -> bool:
-        """Read the config with the target's variable malformed (``Load``); whether it loaded."""
-        target = next(t for t in self.plan.targets if t.name == fault.arg)
-        value = BAD_URLS[fault.count] + f"/s3cr3t-{self.seed}"
-        variable = _env_name(target)
-        self.injected.count(NOTIFY_MALFORMED_URL)
+    def starts(self) -> tuple[bool, NotifySettings | None]:
+        """A controller process starts and reads the config, its environment as it is now (a target's url_env
+        malformed in a window): whether it started, and the ``[notify]`` it read when that differs from the
+        world's (a target held back). It must start, that target held back, and say why (``Load``)."""
+        bad = self._malformed_now()
+        if not bad:
+            return True, None
+        environ = dict(self.environ)
+        for fault in bad:
+            environ[self._variable(fault)] = self._bad_value(fault)
         try:
-            load_settings(config_path=self.config, environ={**self.environ, variable: value})
+            settings = load_settings(config_path=self.config, environ=environ)
         except UsageError as err:
-            line = str(err)
-            wrong = ("spans lines" if "\n" in line.strip() else "names the value" if "s3cr3t" in line else
-                     "does not name the target and variable" if fault.arg not in line or variable not in line else "")
-            self.loads.append(Load(self.clock(), fault.arg, f"refused, but the line {wrong}: {line!r}" if wrong
-                                   else "refused"))
-            return False
+            self._note(bad, f"refused its config (exit 2) instead of holding the target back: {str(err)!r}")
+            return False, None
         except Exception as err:  # anything but a usage error is a traceback at the user
-            self.loads.append(Load(self.clock(), fault.arg, f"raised {type(err).__name__}, not a one-line refusal"))
-            return False
-        self.loads.append(Load(self.clock(), fault.arg, "loaded a malformed URL"))
-        return True
+            self._note(bad, f"raised {type(err).__name__}, not a start with the target held back")
+            return False, None
+        held = settings.notify.held_back()
+        for fault in bad:
+            self._note([fault], self._wrong(fault, held.get(fault.arg), "held back") if fault.arg in held else
+                       "started without holding the target back (its URL would be sent to)")
+        return True, settings.notify
+
+    def fixed(self, notify: NotifySettings) -> bool:
+        """A process holds a target back that is no longer malformed (its window ended): the user restarts it."""
+        now = {fault.arg for fault in self._malformed_now()}
+        return any(name not in now for name in notify.held_back())
+
+    def _malformed_now(self) -> list[f.Fault]:
+        offset = self.clock() - self.start_at
+        return [x for x in self.plan.faults if x.kind == NOTIFY_MALFORMED_URL and x.covers(offset)]
+
+    def _variable(self, fault: f.Fault) -> str:
+        return _env_name(next(t for t in self.plan.targets if t.name == fault.arg))
+
+    def _bad_value(self, fault: f.Fault) -> str:
+        return BAD_URLS[fault.count] + f"/s3cr3t-{self.seed}"
+
+    def _note(self, faults: list[f.Fault], verdict: str) -> None:
+        for fault in faults:
+            self.injected.count(NOTIFY_MALFORMED_URL)
+            self.loads.append(Load(self.clock(), fault.arg, verdict))
+
+    def _wrong(self, fault: f.Fault, line: str | None, good: str) -> str:
+        """``good``, or what is wrong with the ``line`` said about the target: it spans lines, names the value,
+        or names neither the target nor its variable."""
+        line = line or ""
+        wrong = ("spans lines" if "\n" in line.strip() else "names the value" if "s3cr3t" in line else
+                 "does not name the target and variable" if fault.arg not in line or self._variable(fault) not in line
+                 else "")
+        return f"{good}, but the line {wrong}: {line!r}" if wrong else good
+
+    def _load(self, fault: f.Fault) -> None:
+        """A command that starts work (``train``, ``notify test``) reads the config with the target's variable
+        malformed: it must refuse in one line (``Load``)."""
+        environ = {**self.environ, self._variable(fault): self._bad_value(fault)}
+        try:
+            load_settings(config_path=self.config, environ=environ, starts=True)
+        except UsageError as err:
+            self._note([fault], self._wrong(fault, str(err), "refused"))
+            return
+        except Exception as err:  # anything but a usage error is a traceback at the user
+            self._note([fault], f"raised {type(err).__name__}, not a one-line refusal")
+            return
+        self._note([fault], "a command that starts work accepted a malformed URL")
 
 
 def _body_key(data: Any) -> str:

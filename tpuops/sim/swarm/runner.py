@@ -199,8 +199,10 @@ class _Play:
     # -- a pass -------------------------------------------------------------------------------------
 
     def _start(self, holder: str) -> Any:
-        """A fresh controller process (it reads the config: None when it refuses a malformed URL, and exits 2)."""
-        return self.sim.controller_over(self.store, self.cloud, holder) if self.receivers.starts() else None
+        """A fresh controller process: it reads the config as its environment is now (a target whose url_env is
+        malformed held back); None when it refused it and exited."""
+        started, notify = self.receivers.starts()
+        return self.sim.controller_over(self.store, self.cloud, holder, notify) if started else None
 
     def _pass(self, controller: Any, now: float | None) -> bool:
         """One pass of ``controller`` at ``now`` (None: its exit, dropping its leases); False when it died in it."""
@@ -252,7 +254,7 @@ class _Play:
         """One pass of a second controller process at ``now`` (a cron ``reconcile`` beside the ``watch``), then its
         exit, dropping its leases; its death is its own (the watch's process lives on)."""
         dead = self.death.dead
-        rival = self._start("cron")  # None: it refused its config (a malformed url_env) and exited 2
+        rival = self._start("cron")  # None: it refused its config and exited 2 (what bad_url_held_back reports)
         alone = contextvars.Context()  # its own process: none of the watch's state (the deadline of its call)
         alone.run(self._pass, rival, now)
         alone.run(self._pass, rival, None)
@@ -281,13 +283,16 @@ class _Play:
             kill, rivals = self._apply(offset)
             self.more.until(now)
             world.advance_to(now)
+            if self.controller is not None and self.receivers.fixed(self.controller.settings.notify):
+                self._pass(self.controller, None)  # the user fixed the url_env and restarts the watch that held it
+                self.controller = self._start("watch")
             before = sum(self.injected.counts.values())
             self.trace.errors, self.trace.sends = {}, []
             if kill is not None:
                 self.store.arm(kill)
             self.result.passes += 1
             self.more.passing(now)
-            if self.controller is None:  # a restarted watch refused its config: its supervisor starts it again
+            if self.controller is None:  # a restarted watch that exited on its config: its supervisor starts it again
                 self.controller = self._start("watch")
             if rivals:  # the first passes in the middle of the watch's pass, the others after it
                 self.store.meanwhile = self._rival
