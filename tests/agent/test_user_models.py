@@ -4,6 +4,7 @@ Each mode has one uninterrupted reference run and one run stopped by SIGTERM and
 every tensor of the final checkpoints (weights, optimizer slots, step, data position) must match.
 """
 
+import json
 import logging
 import signal
 from pathlib import Path
@@ -77,6 +78,28 @@ def test_sigterm_resume_is_bit_identical(
     assert [e["step"] for e in status["evals"]] == [60, TOTAL_STEPS], "evals carry over across attempts"
     assert "not deterministic" not in resumed.logs()
     assert_identical(final_tensors(run.run_dir), final_tensors(references[mode].run_dir))
+
+
+def test_a_resumed_attempt_evaluates_the_step_whose_evaluation_died_with_the_last_one(
+    make_spec: Callable[..., Path], references: Dict[str, AgentRun]
+) -> None:
+    """An attempt killed between the checkpoint at an evaluation step and the status write of its evaluation (or
+    one whose notice put the evaluation off) leaves the checkpoint and no record: the next attempt evaluates that
+    step first, on the same weights, so the recovered run has every evaluation the uninterrupted one has."""
+    spec = make_spec("input-fn-lost-eval", **MODES["input-fn"])
+    whole = run_agent(spec)
+    assert whole.process.returncode == 0, whole.output
+    for path in (whole.run_dir / "ckpt").glob("ckpt-*"):  # what the killed attempt left: ckpt-60 whole, no later
+        if int(path.name.split(".")[0][len("ckpt-"):]) > 60:
+            path.unlink()
+    status = whole.status()
+    (whole.run_dir / "status.json").write_text(json.dumps(dict(status, evals=[], step=60, exit_class=None)))
+    resumed = run_agent(spec)
+    assert resumed.process.returncode == 0, resumed.output
+    status = resumed.status()
+    assert status["resumed_from_step"] == 60 and status["attempt"] == 2, status
+    reference = references["input-fn"].status()["evals"]
+    assert status["evals"] == reference, (status["evals"], reference)  # the same weights evaluated, bit for bit
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ store (whose memory writes a test fails, as a store answering 503 does), Fleet a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,10 +23,11 @@ from tpuops.config import Settings
 from tpuops.controller.decide import Observed, Policy, decide
 from tpuops.core.errors import TransientError
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import ATTEMPT_KEY
 from tpuops.fleet import Fleet
 from tpuops.providers.memory import MemoryProvider
 from tpuops.providers.nodes import NodeState
-from tpuops.runs import AgentStatus, Memory
+from tpuops.runs import AgentStatus, Memory, Outcome
 from tpuops.store import open_store
 
 pytestmark = pytest.mark.unit
@@ -173,3 +175,42 @@ def test_a_preemption_whose_replacement_failed_and_whose_last_write_was_lost_sta
     report = world.controller.run_pass()
     assert [what for _, what, _ in report.acted] == ["create"]
     assert world.memory().preemptions == 1 and world.state() is NodeState.CREATING
+
+
+def test_a_node_whose_create_the_memory_lost_while_it_said_going_is_the_runs_and_its_preemption_counts(
+        tmp_path: Path) -> None:
+    """Stopped, then resumed: the memory says the run's node is going on purpose (``Memory.deleting``). The pass that
+    creates the next node loses its memory write, and the cloud preempts that node: it carries the attempt it was
+    created for (``tpuops.core.naming.ATTEMPT_KEY``), later than the memory knows, so the next pass adopts it and
+    counts its preemption (before, it took it for the node the stop deleted and counted none: the swarm's seeds
+    5739 and 6192)."""
+    world = World(tmp_path)
+    runs.request_stop(world.store, "run-a", "stop by the user", 2000.0)
+    world.controller.run_pass()
+    assert world.memory().finished and world.state() is None
+    assert runs.reopen(world.store, "run-a", "train --resume")
+    world.fail_memory_writes(lambda n, _: n == 1)
+    report = world.controller.run_pass()
+    assert [what for _, what, _ in report.acted] == ["create"] and "503" in report.errors["run-a"]
+    assert world.cloud.nodes[(World.ZONE, "run-a")].labels[ATTEMPT_KEY] == "2"
+    assert world.memory().attempts == 1 and world.memory().deleting  # the create is not remembered
+    world.cloud.set_state(World.ZONE, "run-a", NodeState.PREEMPTED)
+    report = world.controller.run_pass()
+    assert [what for _, what, _ in report.acted] == ["delete", "create"]
+    memory = world.memory()
+    assert (memory.preemptions, memory.attempts) == (1, 3)
+    assert [e["kind"] for e in memory.events][-3:] == ["adopted", "preempted", "create"]
+    assert world.cloud.nodes[(World.ZONE, "run-a")].labels[ATTEMPT_KEY] == "3"
+
+
+def test_a_node_of_an_attempt_the_memory_knows_is_not_adopted_again() -> None:
+    """A node whose attempt the memory already holds (or one from before the label, 0) changes nothing: the node a
+    stop deleted, listed PREEMPTED after the run was resumed, is still no preemption to the run."""
+    memory = running()
+    memory.finish(READY_AT + 10, Outcome.STOPPED, "stop by the user")
+    assert memory.reopen(READY_AT + 20, "train --resume")
+    for attempt in (0, 1):
+        again = memory.model_copy(deep=True)
+        observed = dataclasses.replace(listed(NodeState.PREEMPTED), node_attempt=attempt)
+        assert actions(again, observed, READY_AT + 60) == ["delete", "create"]
+        assert (again.preemptions, again.attempts) == (0, 2) and "adopted" not in [e["kind"] for e in again.events]

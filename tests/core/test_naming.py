@@ -6,6 +6,7 @@ import pytest
 
 from tpuops.core.errors import UsageError
 from tpuops.core.naming import (
+    CARRIED_KEYS,
     MAX_LABELS,
     check_label_key,
     check_label_value,
@@ -81,7 +82,17 @@ def test_labels_for_adds_managed_labels() -> None:
     }
 
 
-@pytest.mark.parametrize("key", ["managed-by", "tpuops-run", "tpuops-sweep"])
+def test_a_runs_labels_leave_room_for_the_counts_its_nodes_carry() -> None:
+    """A replacement carries ``tpuops-preemptions`` and ``tpuops-attempt`` on top (``CARRIED_KEYS``): labels that fill
+    all 64 slots would have the cloud refuse the run's create, so the run is refused at declaration."""
+    room = MAX_LABELS - 2 - len(CARRIED_KEYS)
+    assert len(labels_for(run_id="r-1", user={f"k{i}": "v" for i in range(room)})) == MAX_LABELS - len(CARRIED_KEYS)
+    with pytest.raises(UsageError, match=f"too many for a run: its nodes carry 4 of tpuops's.*give at most {room}"):
+        labels_for(run_id="r-1", user={f"k{i}": "v" for i in range(room + 1)})
+    assert len(labels_for(user={f"k{i}": "v" for i in range(MAX_LABELS - 1)})) == MAX_LABELS  # a bare node's
+
+
+@pytest.mark.parametrize("key", ["managed-by", "tpuops-run", "tpuops-sweep", "tpuops-attempt", "tpuops-preemptions"])
 def test_user_may_not_set_managed_labels(key: str) -> None:
     with pytest.raises(UsageError, match=f"label '{key}' is set by tpuops"):
         labels_for(run_id="r-1", user={key: "mine"})

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 import pytest
 
 from tpuops.core import errors
 from tpuops.emulator import control
+from tpuops.emulator.cloud.state import EmulatorConfig
+from tpuops.emulator.server import Emulator
 
 pytestmark = pytest.mark.emulator
 
@@ -98,3 +103,41 @@ def test_the_admin_api_itself_refuses_a_bad_fault_from_any_caller(emulator, emul
 def test_admin_shutdown_stops_the_emulator(emulator, emulator_admin, wait_until):
     emulator_admin.shutdown()
     wait_until(lambda: control.status(emulator.state_dir) is None)
+
+
+def test_the_shutdown_answer_is_whole_and_the_last_on_its_connection(emulator, wait_until):
+    parts = urlsplit(emulator.endpoint)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    connection.request("POST", "/_admin/shutdown", body=b"{}", headers={
+        "Content-Type": "application/json", "Authorization": f"Bearer {emulator.token}"})
+    answer = connection.getresponse()
+    assert answer.status == 200 and json.loads(answer.read()) == {"status": "shutting down"}
+    assert answer.getheader("Connection") == "close"
+    wait_until(lambda: control.status(emulator.state_dir) is None)
+
+
+def test_a_shutdown_whose_caller_left_without_reading_still_stops_the_emulator(emulator, wait_until):
+    parts = urlsplit(emulator.endpoint)
+    request = (f"POST /_admin/shutdown HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Length: 2\r\n"
+               f"Authorization: Bearer {emulator.token}\r\n\r\n{{}}")
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as caller:
+        caller.sendall(request.encode())
+    wait_until(lambda: control.status(emulator.state_dir) is None)
+
+
+def test_the_emulator_serves_on_until_the_shutdown_answer_is_written(tmp_path, wait_until):
+    """A CI rehearsal lost the answer: the stop started inside the handler, before the answer was
+    written, and the process exited first when the handler thread was descheduled between the two.
+    Here the test is that handler, holding the answer unwritten: the emulator must keep serving
+    until the stop it was handed runs."""
+    emulator = Emulator(EmulatorConfig(state_dir=tmp_path, boot_delay_s=0.2, grace_s=2.0))
+    endpoints: list[str] = []
+    serving = threading.Thread(target=emulator.serve, args=(0, endpoints.append), name="test-emulator", daemon=True)
+    serving.start()
+    wait_until(lambda: endpoints)
+    status, body, stop = emulator.admin.handle("POST", "/_admin/shutdown", None)
+    assert (status, body) == (200, {"status": "shutting down"}) and stop is not None
+    assert control.AdminClient(endpoints[0], timeout_s=30).health()["status"] == "ok"
+    assert serving.is_alive()
+    stop()
+    wait_until(lambda: not serving.is_alive())

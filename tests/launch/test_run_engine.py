@@ -22,7 +22,7 @@ from tpuops.billing.ledger import Ledger
 from tpuops.cli.main import run as cli_run
 from tpuops.config import Settings, load_settings
 from tpuops.controller.reconcile import Controller
-from tpuops.core.naming import PREEMPTIONS_KEY
+from tpuops.core.naming import ATTEMPT_KEY, PREEMPTIONS_KEY
 from tpuops.data.samples import digits
 from tpuops.emulator.control import AdminClient, EmulatorInfo, start_background, stop
 from tpuops.launch import jobs
@@ -125,8 +125,8 @@ def test_a_preempted_run_comes_back_on_its_frozen_node_whatever_tpuops_toml_says
     info = api.get_node(A, "frozen-1")
     want = plan.record.node
     assert (info.accelerator, info.runtime, info.capacity) == (want.accelerator, want.runtime, want.capacity)
-    # the frozen labels, and the preemptions count the replacement carries (tpuops.core.naming.PREEMPTIONS_KEY)
-    assert info.labels == {**want.labels, PREEMPTIONS_KEY: "1"} and info.labels["team"] == "ml"
+    # the frozen labels, and the attempt and preemptions count the replacement carries (tpuops.core.naming.CARRIED_KEYS)
+    assert info.labels == {**want.labels, ATTEMPT_KEY: "2", PREEMPTIONS_KEY: "1"} and info.labels["team"] == "ml"
     assert want.service_account == VM_ACCOUNT
     assert api.client.get_node(name=api.node_path(A, "frozen-1")).service_account.email == VM_ACCOUNT
     script = want.metadata["startup-script"]

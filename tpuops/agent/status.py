@@ -140,6 +140,11 @@ class Status:
             kept = [e for e in self._doc["evals"] if e["step"] < step]
             self._doc["evals"] = [*kept, {"step": step, "metrics": dict(metrics)}]
 
+    def evaluated(self, step: int) -> bool:
+        """True when an evaluation at ``step`` is recorded (by this attempt or an earlier one)."""
+        with self._lock:
+            return any(e["step"] == step for e in self._doc["evals"])
+
     def finish(self, exit_class: ExitClass, message: Optional[str] = None, traceback: Optional[str] = None) -> None:
         """Record how the process ends; the file is final after this."""
         self.clock.end()

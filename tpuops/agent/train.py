@@ -38,7 +38,9 @@ be another run under the run's name. Status ``accumulation`` and ``examples_seen
 The model is driven by ``steps.Steps`` (a plain model: the spec's loss, metrics, optimizer) or
 ``steps.CompiledSteps`` (a model the entry point compiled: its own train_step); the data
 comes from the built-in pipeline (``inputs``) or the user's ``input_fn`` (``userinput``).
-Every evaluation is appended to status ``evals``; each call's mean input wait per step goes
+Every evaluation is appended to status ``evals``, at every ``eval_every_steps`` whatever the
+interruptions: a notice puts a due one off to the resumed attempt, which first evaluates its
+resume step when no status holds that step's evaluation (``_eval_due``); each call's mean input wait per step goes
 to status ``input_wait_ms``; where the attempt's seconds go (calls, checkpoints, evaluations,
 the SavedModel) to the status clock (``timing``).
 """
@@ -255,6 +257,8 @@ class _Run:
         with entry.blame_user(f"the model from {self.spec.entry_point} cannot be trained on these batches"):
             self.steps.prepare(dataset.element_spec)
             self.steps.trace(iterator)
+        if self._eval_due(step) and not self.status.evaluated(step):
+            self.evaluate(step)  # its record died with the last attempt (its notice came first, or its kill)
         self.status.set_phase("training")
         self.profiler.start()
         last_report = time.monotonic()
@@ -293,9 +297,20 @@ class _Run:
                 self.fetched = None
             if self.ckpt.due(step):
                 self.checkpoint(step, background=True)
-            if self.tspec.eval_every_steps and step % self.tspec.eval_every_steps == 0 and step < self.tspec.steps:
+            if self._eval_due(step) and not self.notice.requested():
                 self.evaluate(step)
         self.profiler.end(step)
+
+    def _eval_due(self, step: int) -> bool:
+        """True at an evaluation step before the last (``finish`` evaluates the last).
+
+        A pending notice puts a due evaluation off to the attempt that resumes from this step's checkpoint: the
+        grace is spent on the save. That attempt evaluates first whatever step it resumes at whose evaluation
+        no status holds (a kill between the checkpoint and the status write loses it too), so a recovered run
+        has every evaluation an uninterrupted one has, of the same weights.
+        """
+        every = self.tspec.eval_every_steps
+        return bool(every) and step % every == 0 and 0 < step < self.tspec.steps
 
     def _report(self, step: int) -> None:
         """The training metrics over the window's steps, ``window_from`` + 1 to ``step``, to status (with those two

@@ -68,7 +68,7 @@ from typing import Any
 from tpuops.billing.deadline import Rule
 from tpuops.billing.elastic import Move, SizeTerms
 from tpuops.config import Settings
-from tpuops.controller.preemptions import NOTICE_CAUSES, ahead, left_on_notice, notice_cause, recount
+from tpuops.controller.preemptions import NOTICE_CAUSES, adopt, ahead, left_on_notice, notice_cause, recount
 from tpuops.core.create_result import CreateResult
 from tpuops.core.formats import format_usd
 from tpuops.core.guards import Guard
@@ -216,6 +216,8 @@ class Observed:
     """The probe's node is listed READY: the larger size has capacity."""
     node_preemptions: int = 0
     """The preemptions count the run's node was created with (``tpuops.core.naming.PREEMPTIONS_KEY``)."""
+    node_attempt: int = 0
+    """The attempt the run's node was created for (``tpuops.core.naming.ATTEMPT_KEY``; 0: it does not say)."""
 
 
 class ActionKind(ValueEnum):
@@ -433,9 +435,7 @@ def _decide(memory: Memory, observed: Observed, now: float, policy: Policy) -> D
     memory.missing_passes = 0
     memory.zone = observed.node_zone or memory.zone
     state = observed.node_state
-    if memory.attempts == 0:  # a pass created it and died before it could remember that
-        memory.attempts = 1
-        memory.event(now, "adopted", f"node of this run found {state.value} in {observed.node_zone}")
+    adopt(memory, observed.node_attempt, f"{state.value} in {observed.node_zone}", now)  # a create not remembered
     recount(memory, observed.node_preemptions, now)
     if state in DEAD_NODE:
         _steer(memory, observed, now, policy)

@@ -1,11 +1,17 @@
 """How ``decide`` counts a run's preemptions where a node listed PREEMPTED is not the whole story.
 
-A pass counts a preemption when it finds the run's node PREEMPTED or TERMINATED (``decide._dead``). Three other
+A pass counts a preemption when it finds the run's node PREEMPTED or TERMINATED (``decide._dead``). Four other
 ways a preemption could go uncounted are closed here (``Memory.preemptions``: ``runs``, ``cost`` and the capacity
 rule read it):
 
 - the pass that counted it replaced the node and lost its memory write: the replacement carries the count
   (``tpuops.core.naming.PREEMPTIONS_KEY``) and the next pass that lists it takes it back (``recount``);
+- a pass created the run's next node while the memory said its node was going on purpose (``Memory.deleting``:
+  after a stop and ``train --resume``, a restart, a preemption with every zone out of capacity) and lost its memory
+  write (a 503 of the store, a kill): the memory still says so, and the next pass would take that node, preempted,
+  for the one we deleted. Every node carries the attempt it was created for (``tpuops.core.naming.ATTEMPT_KEY``,
+  ``carried``), and a pass that lists a node of a later attempt than the memory knows adopts it as the run's node
+  (``adopt``): its preemption is counted (the swarm's seeds 5739 and 6192);
 - the listing lags behind the cloud (it still shows the node READY after the cloud took it) while the node's agent
   reported that it saved and left on a preemption notice: the node is as dead as a PREEMPTED one, and the pass that
   gives up waiting for it counts a preemption, not a hang (``left_on_notice``);
@@ -20,10 +26,12 @@ Imports: ``tpuops.core`` and ``tpuops.runs`` only (``decide``, pure as it is, us
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from tpuops.core.create_result import CreateResult
 from tpuops.core.kinds import Capacity
+from tpuops.core.naming import ATTEMPT_KEY, PREEMPTIONS_KEY, label_count
 from tpuops.runs import AgentStatus, ExitClass, Memory
 
 NOTICE_CAUSES = {"preempted": "a preemption notice", "checkpoint": "the notice of a planned capacity move",
@@ -63,6 +71,32 @@ def recount(memory: Memory, node_preemptions: int, now: float) -> None:
         memory.event(now, "preempted", f"{node_preemptions - memory.preemptions} preemption(s) recovered "
                                        "by a pass whose memory write was lost, counted from the node's label")
         memory.preemptions = node_preemptions
+
+
+def adopt(memory: Memory, node_attempt: int, how: str, now: float) -> None:
+    """Take the listed node (``how``: its state and zone) as the run's when the memory knows no node of the run
+    (a pass created it and died before it could remember that) or the node was created for a later attempt than the
+    memory knows (``node_attempt``, ``ATTEMPT_KEY``; 0: a node from before the label): that pass's memory write was
+    lost, and whatever the memory said of the node before (going on purpose, a create in flight) is older than it."""
+    if memory.attempts and node_attempt <= memory.attempts:
+        return
+    lost = f", created for attempt {node_attempt} by a pass that lost its memory write (the memory knew " \
+        f"{memory.attempts})" if memory.attempts else ""
+    memory.attempts = max(node_attempt, 1)
+    memory.deleting, memory.pending_create = False, None
+    memory.event(now, "adopted", f"node of this run found {how}{lost}")
+
+
+def carried(memory: Memory) -> dict[str, str]:
+    """The labels a create of the run's node adds to its run's: the attempt it is for and the preemptions counted so
+    far (none before the first), in the cloud before the pass's memory write (``adopt``, ``recount``)."""
+    return {ATTEMPT_KEY: str(memory.attempts), **({PREEMPTIONS_KEY: str(memory.preemptions)}
+                                                  if memory.preemptions else {})}
+
+
+def labelled(labels: Mapping[str, str]) -> dict[str, int]:
+    """What the run's listed node carries (``carried``), as ``decide.Observed``'s fields (none listed: zeros)."""
+    return {"node_attempt": label_count(labels, ATTEMPT_KEY), "node_preemptions": label_count(labels, PREEMPTIONS_KEY)}
 
 
 def left_on_notice(memory: Memory, status: AgentStatus | None, node_created: float | None,

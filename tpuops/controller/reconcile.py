@@ -92,6 +92,7 @@ from tpuops.controller.passes import (
     _status_or_damage,
     _unless,
 )
+from tpuops.controller.preemptions import carried, labelled
 from tpuops.controller.probes import apply_probe, probe_observed
 from tpuops.core.clock import UTC, Clock, system_clock
 from tpuops.core.create_result import CreateResult
@@ -103,7 +104,7 @@ from tpuops.core.errors import (
     TpuopsError,
     UsageError,
 )
-from tpuops.core.naming import PREEMPTIONS_KEY, RUN_KEY, preemptions_of
+from tpuops.core.naming import RUN_KEY
 from tpuops.core.notices import Notice
 from tpuops.fleet import Fleet, Listing
 from tpuops.notify import outbox
@@ -527,7 +528,7 @@ class Controller:
                         unhealthy_workers=node.unhealthy_workers if node else (), status=status, create_result=result,
                         create_message=message, spent_usd=spent, budget_usd=record.budget_usd, stop=stop,
                         status_damaged=damaged, node_accelerator=node.accelerator if node else None,
-                        node_preemptions=preemptions_of(node.labels) if node else 0,
+                        **labelled(node.labels if node else {}),
                         node_created=node.create_time.timestamp() if node and node.create_time else None, **probe)
 
     def _decide(self, run_id: str, record: RunRecord, memory: Memory, node: NodeInfo | None, listed: Listing,
@@ -671,9 +672,8 @@ class Controller:
         request = record.sizes[min(memory.size, len(record.sizes) - 1)]  # an elastic run's size (decide)
         if memory.capacity is not None:  # moved by a capacity rule or a sweep's endgame (the record stays as declared)
             request = request.model_copy(update={"capacity": memory.capacity})
-        if memory.preemptions:  # the count goes with the node, ahead of the memory write (PREEMPTIONS_KEY)
-            request = request.model_copy(update={"labels": {**request.labels,
-                                                            PREEMPTIONS_KEY: str(memory.preemptions)}})
+        # the attempt and the preemptions count go with the node, ahead of the memory write (preemptions.carried)
+        request = request.model_copy(update={"labels": {**request.labels, **carried(memory)}})
         try:
             operation = self.nodes.create(action.zone, request)
         except AlreadyExists:

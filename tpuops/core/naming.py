@@ -63,12 +63,18 @@ PREEMPTIONS_KEY = "tpuops-preemptions"
 """A run's node carries how many preemptions the run had recovered from when the node was created: the count
 is then in the cloud before the pass's memory write, and a pass that dies or fails between its create and that
 write loses no preemption (the next pass takes the count back from the node, ``tpuops.controller.decide``)."""
+ATTEMPT_KEY = "tpuops-attempt"
+"""A run's node carries the attempt it was created for (``Memory.attempts`` then): a pass that finds a node of a later
+attempt than its run's memory knows adopts it as the run's node, so that a pass that dies or fails between its create
+and its memory write leaves no node of the run mistaken for the one before it (``tpuops.controller.preemptions``)."""
+CARRIED_KEYS = (PREEMPTIONS_KEY, ATTEMPT_KEY)
+"""The labels a run's node gets at its create on top of its run's (``labels_for`` leaves room for them)."""
 PROBE_KEY = "tpuops-probe-for"
 """The label that makes a node an elastic run's probe (``tpuops.controller.probes``): its value is the node name of
 the run it probes for, which is the run's id. A probe is labelled as a run of its own name (``RUN_KEY``, so that no
 pass takes it for its run's node and no agent boots on it), but it is its run's: billed to it and reaped as its
 (``run_of``)."""
-MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PREEMPTIONS_KEY, PROBE_KEY})
+MANAGED_KEYS = frozenset({MANAGED_BY_KEY, RUN_KEY, SWEEP_KEY, PROBE_KEY, *CARRIED_KEYS})
 
 
 def run_of(labels: Mapping[str, str]) -> str | None:
@@ -77,9 +83,9 @@ def run_of(labels: Mapping[str, str]) -> str | None:
     return labels.get(PROBE_KEY) or labels.get(RUN_KEY)
 
 
-def preemptions_of(labels: Mapping[str, str]) -> int:
-    """The preemptions count a run's node was created with (``PREEMPTIONS_KEY``); 0 when it carries none."""
-    value = labels.get(PREEMPTIONS_KEY, "")
+def label_count(labels: Mapping[str, str], key: str) -> int:
+    """The number a run's node was created with under ``key`` (one of ``CARRIED_KEYS``); 0 when it carries none."""
+    value = labels.get(key, "")
     return int(value) if value.isdigit() else 0
 
 
@@ -156,7 +162,8 @@ def labels_for(
     sweep_id: str | None = None,
     user: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The labels of a node tpuops creates: the user's, plus ``managed-by=tpuops`` and run/sweep ids.
+    """The labels of a node tpuops creates: the user's, plus ``managed-by=tpuops`` and run/sweep ids (a run's nodes
+    get ``CARRIED_KEYS`` too at their create: the count leaves room for them).
 
     Raises:
         UsageError: a user label uses a managed key, or any key, value or the count breaks GCP's rules.
@@ -173,6 +180,10 @@ def labels_for(
         labels[RUN_KEY] = run_id
     if sweep_id is not None:
         labels[SWEEP_KEY] = sweep_id
+    if run_id is not None and len(labels) + len(CARRIED_KEYS) > MAX_LABELS:
+        ours = len(labels) - len(user) + len(CARRIED_KEYS)
+        raise UsageError(f"{len(user)} labels are too many for a run: its nodes carry {ours} of tpuops's, and GCP "
+                         f"allows at most {MAX_LABELS} on a node (give at most {MAX_LABELS - ours})")
     return check_labels(labels)
 
 

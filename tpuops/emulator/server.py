@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tpuops.emulator.api import discovery
-from tpuops.emulator.api.admin import ADMIN_PREFIX, AdminApi
+from tpuops.emulator.api.admin import ADMIN_PREFIX, AdminApi, AfterAnswer
 from tpuops.emulator.api.auth import Authenticator
 from tpuops.emulator.api.rest import RestApi, parse_body
 from tpuops.emulator.apierror import ApiError
@@ -125,10 +125,11 @@ class _Handler(BaseHTTPRequestHandler):
             log.info("%s %s -> %s %s", self.command, path, refused.http_status, refused.status)
             self._send_json(refused.http_status, refused.http_body())
             return
+        after_answer: AfterAnswer | None = None
         try:
             if path.startswith(ADMIN_PREFIX):
                 try:
-                    status, body = app.admin.handle(self.command, path, parse_body(raw))
+                    status, body, after_answer = app.admin.handle(self.command, path, parse_body(raw))
                 except ApiError as err:
                     status, body = err.http_status, err.http_body()
             else:
@@ -141,13 +142,24 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = 500, ApiError("INTERNAL", "Internal error in the emulator.").http_body()
         if status >= 400:
             log.info("%s %s -> %s %s", self.command, path, status, body.get("error", {}).get("message"))
-        self._send_json(status, body)
+        if after_answer is None:
+            self._send_json(status, body)
+            return
+        # The shutdown: its answer is the last on this connection and is written (sendall) before
+        # the stop starts, since the process may exit as soon as it does. Run even if the caller left.
+        try:
+            self._send_json(status, body, last=True)
+        finally:
+            after_answer()
 
-    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+    def _send_json(self, status: int, body: dict[str, Any], last: bool = False) -> None:
+        """Write the answer; ``last``: then close the connection (``Connection: close``)."""
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))
+        if last:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 

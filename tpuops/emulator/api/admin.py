@@ -13,10 +13,16 @@ DELETE   /_admin/faults         back to no faults
 GET      /_admin/billing        {"intervals": [...]} READY intervals (see ``billing``)
 GET      /_admin/stats          {"counts": {"ListNodes": 3, ...}}
 POST     /_admin/stats/reset    zero the counts
-POST     /_admin/shutdown       stop the emulator and every process it started
+POST     /_admin/shutdown       stop the emulator and every process it started, once this
+                                answer is written (``Connection: close``)
 =======  =====================  ==============================================================
 
 Admin requests are never counted, delayed or failed by injected faults.
+
+The shutdown is answered before it starts: ``handle`` hands back the stop for the server to run
+once the answer is written. Started from inside ``handle``, it raced the answer: the stopping
+process exits while the handler thread (a daemon) may not yet have written a byte, and the
+caller saw "Remote end closed connection without response".
 """
 
 from __future__ import annotations
@@ -33,8 +39,12 @@ from tpuops.emulator.stats import RpcStats
 ADMIN_PREFIX = "/_admin/"
 
 
+AfterAnswer = Callable[[], None]
+"""What the server runs once the answer is written (the shutdown); see the module docstring."""
+
+
 class AdminApi:
-    """Answer admin requests; ``on_shutdown`` is called (once) to stop the emulator."""
+    """Answer admin requests; ``on_shutdown`` stops the emulator, run by the server after the answer."""
 
     def __init__(self, state: EmulatorState, faults: Faults, stats: RpcStats, on_shutdown: Callable[[], None]) -> None:
         self._state = state
@@ -51,17 +61,23 @@ class AdminApi:
             ("GET", "billing"): lambda _: {"intervals": state.billing.records()},
             ("GET", "stats"): lambda _: {"counts": stats.snapshot()},
             ("POST", "stats/reset"): self._reset_stats,
-            ("POST", "shutdown"): self._shutdown,
         }
 
-    def handle(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
-        handler = self._routes.get((method, path.removeprefix(ADMIN_PREFIX).rstrip("/")))
+    def handle(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any], AfterAnswer | None]:
+        """The status and body to answer, and what to run once they are written (None: nothing).
+
+        Nothing that stops the emulator runs in here: a shutdown is only handed back.
+        """
+        route = (method, path.removeprefix(ADMIN_PREFIX).rstrip("/"))
+        if route == ("POST", "shutdown"):
+            return 200, {"status": "shutting down"}, self._on_shutdown
+        handler = self._routes.get(route)
         if handler is None:
-            return 404, ApiError("NOT_FOUND", f"No admin endpoint {method} {path}.").http_body()
+            return 404, ApiError("NOT_FOUND", f"No admin endpoint {method} {path}.").http_body(), None
         try:
-            return 200, handler(body if body is not None else {})
+            return 200, handler(body if body is not None else {}), None
         except ApiError as err:
-            return err.http_status, err.http_body()
+            return err.http_status, err.http_body(), None
 
     def _health(self, _: Any) -> dict[str, Any]:
         with self._state.lock:
@@ -89,7 +105,3 @@ class AdminApi:
     def _reset_stats(self, _: Any) -> dict[str, Any]:
         self._stats.reset()
         return {"counts": {}}
-
-    def _shutdown(self, _: Any) -> dict[str, Any]:
-        self._on_shutdown()
-        return {"status": "shutting down"}

@@ -322,10 +322,18 @@ class _Play:
         return self.result
 
     def _settled(self) -> bool:
-        """Nothing is left to happen: no run or sweep active (but the poisoned), no node in the cloud."""
+        """Nothing is left to happen: no run or sweep active (but the poisoned), no node in the cloud, in any state.
+
+        Not only READY ones: a poisoned run's PREEMPTED or TERMINATED node bills nothing, but the controller still
+        has it to delete (``damaged.damaged_verdict``), and ``nodes.none_left`` judges every node left. Ending the
+        seed while one stands judged the controller a pass too early (the swarm's seed 5300: the pass after a
+        long outage lost its write-ahead to the garble, as it must, and the seed ended before the next pass,
+        which reads the damaged memory and deletes the TERMINATED node)."""
         active = set(runs.active_run_ids(self.sim.store)) - self.trace.poisoned
         sweeping = self.trace.sweep is not None and self.trace.sweep.active()
-        return not active and not sweeping and not self.sim.world.ready_nodes() and self.sim.world.next_event() is None
+        cloud = self.sim.world.provider
+        return (not active and not sweeping and not any(cloud.list_nodes(zone) for zone in ZONES)
+                and self.sim.world.next_event() is None)
 
     def _next(self, now: float) -> float:
         """The next pass's time: one pass interval on, as the clock faults due move it."""
