@@ -69,6 +69,21 @@ def test_a_preemption_is_dated_at_the_pace_of_the_looks_the_failed_listings_too(
     assert _states(fleet) == [("READY", at(0)), ("PREEMPTED", at(1230))]
 
 
+@pytest.mark.parametrize(("early", "preempted"), [(None, 3450), (930, 3465), (3330, 3585)])
+def test_a_look_that_came_early_sets_no_pace(tmp_path: Path, early: int | None, preempted: int) -> None:
+    """Listings every 300 s, and one more 30 s after one of them (a pass overrunning into the next): the preemption
+    seen at 3600 s is dated near the middle of the gap since the last look (3450 s), not within half of that 30 s
+    of the sighting (3585 s, what the shortest gap ever gave: the swarm's seed 8200, 220 s and 260 s of READY the cloud
+    never billed). The gaps around the early look (30 s, 270 s) make a pace of 270 s: 15 s on the safe side. Right
+    after it, where the node's own last gap is that short one, the date stays near the sighting
+    (money.ledger_matches_billing allows the gap less the one before)."""
+    fleet = _fleet(tmp_path)
+    for t in sorted({*range(0, 3600, 300), *([early] if early else [])}):
+        _list(fleet, t, NodeState.READY)
+    _list(fleet, 3600, NodeState.PREEMPTED)
+    assert _states(fleet) == [("READY", at(0)), ("PREEMPTED", at(preempted))]
+
+
 @pytest.mark.parametrize(("found", "ready"), [
     (NodeState.READY, 750),  # the lookup says READY at 900 s: within the gap since the last look (600 s)
     (None, 1050),  # the lookup finds nothing: the listing's word (its end is gone's to date)
