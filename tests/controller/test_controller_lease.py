@@ -200,6 +200,33 @@ def test_a_lease_taken_from_a_damaged_document_is_not_acted_on_by_the_holder_tha
         acting.check("DeleteNode")
 
 
+@pytest.mark.parametrize("kind", list(DAMAGED)[:2])
+def test_a_live_lease_a_damage_overwrote_is_taken_back_by_its_holder_only_while_its_run_is_unchanged(
+        store: Store, kind: str) -> None:
+    """The swarm's seed 2822: a user's stop, then a garbled lease, before the watch's pass: its delete was refused
+    (the lease "not ours any more"), and the stop took effect a pass late. Nobody else wrote the lease: it is ours."""
+    clock = Clock(T0)
+    a = Leases(store, "a", ttl_s=TTL, clock=clock)
+    assert a.acquire("run-1") and a.acquire("run-2") and a.acquire("run-3")
+    for run in ("run-1", "run-2", "run-3"):
+        store.write_bytes(f"leases/{run}", DAMAGED[kind])
+    tenure = a.tenure("run-1")
+    with a.acting("run-1", lambda: True):
+        acting.check("DeleteNode")  # sent: taken back, in the same tenure
+    assert owner(store, "run-1") == "a" and a.tenure("run-1") == tenure
+    assert not holder(store, "b").acquire("run-1", now=T0 + 1)
+    with a.acting("run-2", lambda: False), pytest.raises(LeaseLost):  # its memory moved: someone else decided
+        acting.check("DeleteNode")
+    with a.acting("run-3"), pytest.raises(LeaseLost):  # nothing to tell whether it moved
+        acting.check("DeleteNode")
+    assert store.read_bytes("leases/run-2") == store.read_bytes("leases/run-3") == DAMAGED[kind]
+    assert a.acquire("run-4")
+    clock.now = T0 + TTL + 1  # ours ran out: anyone may have taken it, then a damage hidden their name
+    store.write_bytes("leases/run-4", DAMAGED[kind])
+    with a.acting("run-4", lambda: True), pytest.raises(LeaseLost):
+        acting.check("DeleteNode")
+
+
 def test_a_call_of_a_pass_stalled_past_its_lease_goes_only_if_nobody_took_the_lease_meanwhile(store: Store) -> None:
     """The swarm's seed 217: the watch's pass stalled in its delete past its lease, a cron took the run over and
     acted; the stalled delete must not follow. Had nobody written the lease meanwhile, nobody acted: it may go."""

@@ -213,6 +213,12 @@ def _status_or_damage(store: Store, run_id: str) -> AgentStatus | DamagedDocumen
         return err
 
 
+def _memory_at(store: Store, run_id: str, generation: int) -> Callable[[], bool]:
+    """Whether the run's memory is still at ``generation`` (the one its action was decided on, or written ahead
+    at): ``Leases.acting`` asks before it takes back a lease it finds damaged."""
+    return lambda: runs.load_memory(store, run_id)[1] == generation
+
+
 def _asks(memory: Memory, node: NodeInfo | None) -> bool:
     """Whether the pass asks the API where the run's create stands: it is in flight, its node not listed yet."""
     pending = memory.pending_create

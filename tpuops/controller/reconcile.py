@@ -81,6 +81,7 @@ from tpuops.controller.passes import (
     _Decided,
     _find,
     _inline_or_pooled,
+    _memory_at,
     _one_at_a_time,
     _Outcome,
     _Pass,
@@ -566,7 +567,7 @@ class Controller:
             for index, action in enumerate(actions):
                 replacing = any(later.kind is ActionKind.CREATE for later in actions[index + 1:])
                 acted.append((action.kind, action.zone))
-                with self.leases.acting(run_id):  # its calls go out only under the lease, renewed (LeaseLost)
+                with self.leases.acting(run_id, _memory_at(self.store, run_id, generation)):  # renewed, or LeaseLost
                     if not self._apply(run_id, record, memory, action, now, replacing=replacing, stop=stop):
                         break
             for event in memory.events[decided.before:]:

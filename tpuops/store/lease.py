@@ -13,8 +13,10 @@ it held the lease is only good for the same tenure.
 A lease document that cannot be read (not JSON, not UTF-8, not a holder and an expiry: a torn write, a
 hand edit) holds nobody: ``acquire`` takes it as it takes an expired one, with a compare-and-swap on the
 damaged document's generation, so of two controllers that find it damaged only one wins; ``release``
-leaves it (not known to be ours) for the next ``acquire`` to replace. So no lease, however damaged, stops a
-pass or another run's recovery.
+leaves it (not known to be ours) for the next ``acquire`` to replace. The holder whose live lease a damage
+overwrote takes it back the same way as its action's next call goes, when the run the action was decided on is
+unchanged (``acting``'s ``unchanged``), so a damage does not hold up even its own run's action for a pass. So no
+lease, however damaged, stops a pass or another run's recovery.
 
 ``known`` is enough to decide, never to act: a holder may believe for half a TTL that it holds a lease another
 took over (from a damaged document), and a pass may stall past its lease's expiry between its decision and its
@@ -126,7 +128,7 @@ class Leases:
         return self._write(name, generation, now, held.tenure if ours and held else next(self._tenures))
 
     @contextmanager
-    def acting(self, name: str) -> Iterator[None]:
+    def acting(self, name: str, unchanged: Callable[[], bool] | None = None) -> Iterator[None]:
         """Around an action on ``name`` (a create, a delete): each of its calls that changes the cloud goes out
         only once the lease is renewed, in the tenure the action was decided under (``tpuops.core.acting``).
 
@@ -134,17 +136,20 @@ class Leases:
         took it over once it expired (our pass stalled past it), or that took it from a damaged document while we
         believed it ours. The renewal is one compare-and-swap on the generation we wrote last, which fails then:
         the call is not sent (``LeaseLost``), and the next pass takes the lease and decides afresh. An action is
-        rare beside a pass, so this round trip is paid per call that changes the cloud, not per run and pass."""
-        with acting.under(lambda: self._confirm(name), self.clock, name):
+        rare beside a pass, so this round trip is paid per call that changes the cloud, not per run and pass.
+
+        ``unchanged``: whether what the action was decided on is still as it was (the run's memory at the generation
+        this holder read or wrote): with it, a lease found damaged is repaired instead of lost (``_repaired``)."""
+        with acting.under(lambda: self._confirm(name, unchanged), self.clock, name):
             yield
 
-    def _confirm(self, name: str) -> float:
+    def _confirm(self, name: str, unchanged: Callable[[], bool] | None = None) -> float:
         """Renew the lease we hold on ``name`` (``acting``); when it now runs out. ``LeaseLost`` when it is not ours
         any more, or the store did not answer (then we may not know our own generation: the next ``acquire`` asks)."""
         held, now = self._held.get(name), self.clock()
         try:
             if held is not None and (self._write(name, held.generation, now, held.tenure)
-                                     or self._untouched(name, held, now)):
+                                     or self._untouched(name, held, now, unchanged)):
                 return now + self.ttl_s
         except TpuopsError as err:
             self._held.pop(name, None)
@@ -154,13 +159,27 @@ class Leases:
         raise LeaseLost(f"the lease on {name} is not ours any more (another controller may act on it): the call "
                         "was not sent")
 
-    def _untouched(self, name: str, held: _Held, now: float) -> bool:
+    def _untouched(self, name: str, held: _Held, now: float, unchanged: Callable[[], bool] | None) -> bool:
         """After a renewal's compare-and-swap lost: whether the document still is what we wrote, or what we were
         writing (a retried request whose first try landed is refused so), so that nobody else wrote it (another
-        holder writes its own name, a garble damages it); then it is renewed on the generation it has."""
+        holder writes its own name, a garble damages it), or is ``_repaired``; then it is renewed on the generation
+        it has (a compare-and-swap: of two holders that find it so, one wins)."""
         data, generation = self.store.read_versioned(f"leases/{name}")
         ours = {_document(self.holder, at) for at in (held.expires, now + self.ttl_s)}
-        return data in ours and self._write(name, generation, now, held.tenure)
+        return (data in ours or self._repaired(data, held, now, unchanged)) and \
+            self._write(name, generation, now, held.tenure)
+
+    @staticmethod
+    def _repaired(data: bytes, held: _Held, now: float, unchanged: Callable[[], bool] | None) -> bool:
+        """Whether a damaged document may be taken back, in our tenure, by the holder whose lease it overwrote.
+
+        Nobody may take a live lease, so while ours has not run out (``held.expires``) only a damage wrote it since
+        we did; another holder could have taken it from that damage and acted, but then its own name would be there,
+        unless a second damage came, and its decision would have moved the run's memory (``unchanged``, asked last: a
+        store round trip, paid only when a lease is found damaged). Lost instead, the lease held up the action a
+        pass: a user's stop recorded just before the damage took effect one pass late (the swarm's seed 2822)."""
+        return (unchanged is not None and held.expires > now and DAMAGE_HOLDS_NOBODY.on and _lease_of(data) is None
+                and unchanged())
 
     def _write(self, name: str, generation: int, now: float, tenure: int) -> bool:
         body = _document(self.holder, now + self.ttl_s)
