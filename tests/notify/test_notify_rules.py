@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from receivers import (
@@ -137,6 +138,15 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
     assert "pw-s3cr3t" not in err and SECRET_PATH not in err
 
 
+def _run_hooked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str,
+                target: str, command: list[str]) -> tuple[int, Any]:
+    """Run ``command`` with ``HOOK_URL`` set to ``url`` and ``target`` configured: its exit code and its output."""
+    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOOK_URL", url)
+    code = run(["--config", str(_config(tmp_path, target)), *command])
+    return code, capsys.readouterr()
+
+
 @pytest.mark.parametrize("bad", [" ", "\r", "\n", "\r\n", "\t", "\x7f", "é"])
 @pytest.mark.parametrize("command", [["notify", "test"], ["train", "exp.yaml"], ["up", "n-1", "--accelerator", "v3-8"],
                                      ["sweep", "start", "sweep.yaml"]])
@@ -144,11 +154,9 @@ def test_bad_notify_config_is_refused_in_one_line_without_echoing_a_secret(
 def test_a_url_env_value_the_http_client_would_refuse_stops_a_command_that_starts_work_in_one_line_without_the_secret(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, bad: str,
         command: list[str]) -> None:
-    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HOOK_URL", f"https://hooks.example.com/{SECRET_PATH}{bad}more")
-    config = _config(tmp_path, target_toml("hook", kind="webhook", url_env="HOOK_URL"))
-    assert run(["--config", str(config), *command]) == 2
-    captured = capsys.readouterr()
+    code, captured = _run_hooked(tmp_path, monkeypatch, capsys, f"https://hooks.example.com/{SECRET_PATH}{bad}more",
+                                 target_toml("hook", kind="webhook", url_env="HOOK_URL"), command)
+    assert code == 2
     err = captured.err.strip()
     assert err.startswith("error: notify.targets.hook: the environment variable HOOK_URL (url_env): a webhook URL "
                           "holds "), err
@@ -164,12 +172,10 @@ def test_a_url_env_value_the_http_client_would_refuse_stops_a_command_that_start
 def test_a_malformed_webhook_url_holds_its_target_back_and_a_command_that_drives_work_goes_on_saying_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str,
         command: list[str]) -> None:
-    monkeypatch.setenv("TPUOPS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HOOK_URL", f"https://hooks.example.com/{SECRET_PATH} x")
     target = (target_toml("hook", kind="webhook", url_env="HOOK_URL") if where == "url_env" else
               target_toml("hook", kind="webhook", url=f"http://hooks.example.com/{SECRET_PATH}"))
-    code = run(["--config", str(_config(tmp_path, target)), *command])
-    captured = capsys.readouterr()
+    code, captured = _run_hooked(tmp_path, monkeypatch, capsys, f"https://hooks.example.com/{SECRET_PATH} x", target,
+                                 command)
     said = [line for line in captured.err.splitlines() if "held back" in line]
     assert code == (2 if command[0] == "stop" else 0), captured.err  # stop: the unknown run, not the URL
     why = ("notify.targets.hook: the environment variable HOOK_URL (url_env): a webhook URL holds a space"
