@@ -40,7 +40,7 @@ from tpuops.sim.swarm import extra
 from tpuops.sim.swarm import faults as f
 from tpuops.sim.swarm import receivers as r
 from tpuops.sim.swarm.draw import ZONES, Scenario, draw
-from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker
+from tpuops.sim.swarm.invariants import AFTER_PASS, AT_END, Checker, none_left
 from tpuops.sim.swarm.sweeps import STOP_SWEEP, SweepWatch
 from tpuops.sim.swarm.sweeps import declare as declare_sweep
 from tpuops.sim.swarm.trace import Send, Trace
@@ -330,15 +330,13 @@ class _Play:
         """Nothing is left to happen: no run or sweep active (but the poisoned), no node in the cloud, in any state.
 
         Not only READY ones: a poisoned run's PREEMPTED or TERMINATED node bills nothing, but the controller still
-        has it to delete (``damaged.damaged_verdict``), and ``nodes.none_left`` judges every node left. Ending the
-        seed while one stands judged the controller a pass too early (the swarm's seed 5300: the pass after a
-        long outage lost its write-ahead to the garble, as it must, and the seed ended before the next pass,
-        which reads the damaged memory and deletes the TERMINATED node)."""
+        has it to delete (``damaged.damaged_verdict``), and ``nodes.none_left``, asked here, judges every node
+        left. Ending the seed while one stands judged the controller a pass too early (the swarm's seed 5300: the
+        pass after a long outage lost its write-ahead to the garble, as it must, and the seed ended before the next
+        pass, which reads the damaged memory and deletes the TERMINATED node)."""
         active = set(runs.active_run_ids(self.sim.store)) - self.trace.poisoned
         sweeping = self.trace.sweep is not None and self.trace.sweep.active()
-        cloud = self.sim.world.provider
-        return (not active and not sweeping and not any(cloud.list_nodes(zone) for zone in ZONES)
-                and self.sim.world.next_event() is None)
+        return not active and not sweeping and not none_left(self.trace) and self.sim.world.next_event() is None
 
     def _next(self, now: float) -> float:
         """The next pass's time: one pass interval on, as the clock faults due move it."""
